@@ -1,0 +1,1 @@
+//! WebAssembly guest routes (owner: guest helper).

@@ -1,0 +1,1 @@
+//! Declared behaviours that reply without a guest: echo and relay.

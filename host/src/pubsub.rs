@@ -1,0 +1,1 @@
+//! Topic registry shared by native and guest routes.

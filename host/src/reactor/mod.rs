@@ -1,0 +1,1 @@
+//! The per-connection loop: read, decode, dispatch, write, backpressure, timeouts.
