@@ -135,7 +135,10 @@ impl Config {
                 handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
                 limits: limits.clone(),
             },
-            routes: vec![route("/echo", NativeKind::Echo), route("/relay", NativeKind::Relay)],
+            routes: vec![
+                route("/echo", NativeKind::Echo),
+                route("/relay", NativeKind::Relay),
+            ],
             source: None,
         }
     }
