@@ -189,7 +189,10 @@ impl Config {
         };
         Config {
             server: ServerConfig::default(),
-            routes: vec![route("/echo", NativeKind::Echo), route("/relay", NativeKind::Relay)],
+            routes: vec![
+                route("/echo", NativeKind::Echo),
+                route("/relay", NativeKind::Relay),
+            ],
             source: None,
         }
     }

@@ -167,9 +167,7 @@ impl<'a> Item<'a> {
                 Err(SizeError::AmbiguousUnit { suggestion }) => {
                     return Err(self.fail(
                         src,
-                        format!(
-                            "sizes use binary units (KiB, MiB, GiB); write \"{suggestion}\""
-                        ),
+                        format!("sizes use binary units (KiB, MiB, GiB); write \"{suggestion}\""),
                     ))
                 }
                 Err(SizeError::TooLarge) => u64::MAX,
@@ -192,7 +190,12 @@ impl<'a> Item<'a> {
     }
 
     /// A duration with its unit: `"30s"`, `"10ms"`, `"2m"`, `"1h"`.
-    fn duration(&self, src: &Source, min: Duration, max: Duration) -> Result<Duration, ConfigError> {
+    fn duration(
+        &self,
+        src: &Source,
+        min: Duration,
+        max: Duration,
+    ) -> Result<Duration, ConfigError> {
         const HINT: &str = r#"write e.g. "30s", "10ms", "2m" or "1h""#;
         let duration = match self.value {
             Value::Integer(n) => {
@@ -208,13 +211,19 @@ impl<'a> Item<'a> {
         if duration < min {
             return Err(self.fail(
                 src,
-                format!("too short; write at least \"{}\"", units::format_duration(min)),
+                format!(
+                    "too short; write at least \"{}\"",
+                    units::format_duration(min)
+                ),
             ));
         }
         if duration > max {
             return Err(self.fail(
                 src,
-                format!("too long; write at most \"{}\"", units::format_duration(max)),
+                format!(
+                    "too long; write at most \"{}\"",
+                    units::format_duration(max)
+                ),
             ));
         }
         Ok(duration)
@@ -230,7 +239,11 @@ impl<'a> Item<'a> {
             Value::Integer(_) => Err(self.fail(src, format!("out of range; {range}"))),
             Value::String(s) if s.trim().parse::<u64>().is_ok() => Err(self.fail(
                 src,
-                format!("a count is written without quotes; write {} = {}", self.key, s.trim()),
+                format!(
+                    "a count is written without quotes; write {} = {}",
+                    self.key,
+                    s.trim()
+                ),
             )),
             _ => Err(self.fail(src, format!("not a number; {range}"))),
         }
@@ -315,7 +328,11 @@ pub(super) fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError
     })
 }
 
-fn server(src: &Source, raw: Option<&RawServer>, origin_dir: &Path) -> Result<ServerConfig, ConfigError> {
+fn server(
+    src: &Source,
+    raw: Option<&RawServer>,
+    origin_dir: &Path,
+) -> Result<ServerConfig, ConfigError> {
     let mut server = ServerConfig::default();
     let Some(raw) = raw else {
         return Ok(server);
@@ -365,7 +382,11 @@ fn server(src: &Source, raw: Option<&RawServer>, origin_dir: &Path) -> Result<Se
 }
 
 /// `[server]`'s limits with the keys given here applied on top.
-fn limits(src: &Source, base: &Limits, [max_message, outbound_budget, idle_timeout, subprotocols]: [&Field; 4]) -> Result<Limits, ConfigError> {
+fn limits(
+    src: &Source,
+    base: &Limits,
+    [max_message, outbound_budget, idle_timeout, subprotocols]: [&Field; 4],
+) -> Result<Limits, ConfigError> {
     let mut limits = base.clone();
     if let Some(item) = Item::of("max_message", max_message) {
         limits.max_message = item.size(src, 1, MAX_MESSAGE_CEILING_BYTES)?;
@@ -382,7 +403,12 @@ fn limits(src: &Source, base: &Limits, [max_message, outbound_budget, idle_timeo
     Ok(limits)
 }
 
-fn route(src: &Source, spanned: &Spanned<RawRoute>, server: &Limits, origin_dir: &Path) -> Result<RouteConfig, ConfigError> {
+fn route(
+    src: &Source,
+    spanned: &Spanned<RawRoute>,
+    server: &Limits,
+    origin_dir: &Path,
+) -> Result<RouteConfig, ConfigError> {
     let raw = spanned.get_ref();
     let header = header_span(src, spanned.span());
     let line = src.line(header.start);
@@ -390,7 +416,10 @@ fn route(src: &Source, spanned: &Spanned<RawRoute>, server: &Limits, origin_dir:
         return Err(src.error(header, r#"this route has no path; add e.g. path = "/echo""#));
     };
     let path = route_path(src, &path_item)?;
-    let behaviour = match (Item::of("native", &raw.native), Item::of("guest", &raw.guest)) {
+    let behaviour = match (
+        Item::of("native", &raw.native),
+        Item::of("guest", &raw.guest),
+    ) {
         (Some(native), None) => {
             let kind = match native.string(src, r#""echo" or "relay""#)? {
                 "echo" => NativeKind::Echo,
@@ -460,7 +489,10 @@ fn route_path(src: &Source, item: &Item) -> Result<String, ConfigError> {
     if !path.starts_with('/') {
         return Err(item.fail(src, format!("a path starts with \"/\"; write \"/{path}\"")));
     }
-    if let Some(bad) = path.chars().find(|c| c.is_whitespace() || matches!(c, '?' | '#')) {
+    if let Some(bad) = path
+        .chars()
+        .find(|c| c.is_whitespace() || matches!(c, '?' | '#'))
+    {
         return Err(item.fail(
             src,
             format!("{bad:?} cannot appear in a route path (queries are not matched); write e.g. \"/chat/{{room}}\""),
@@ -496,7 +528,13 @@ fn route_path(src: &Source, item: &Item) -> Result<String, ConfigError> {
 }
 
 /// Names the earlier route a path collides with (matchit only says "conflict").
-fn path_conflict(src: &Source, raw: &Spanned<RawRoute>, route: &RouteConfig, earlier: &[RouteConfig], err: matchit::InsertError) -> ConfigError {
+fn path_conflict(
+    src: &Source,
+    raw: &Spanned<RawRoute>,
+    route: &RouteConfig,
+    earlier: &[RouteConfig],
+    err: matchit::InsertError,
+) -> ConfigError {
     let item = Item::of("path", &raw.get_ref().path).expect("path was checked");
     let other = earlier.iter().find(|other| {
         let mut pair = matchit::Router::new();
@@ -559,10 +597,18 @@ fn refuse_guest_keys(src: &Source, raw: &RawRoute, native: &Item) -> Result<(), 
     }
 }
 
-fn guest_config(src: &Source, raw: &RawRoute, guest: &Item, origin_dir: &Path) -> Result<GuestConfig, ConfigError> {
+fn guest_config(
+    src: &Source,
+    raw: &RawRoute,
+    guest: &Item,
+    origin_dir: &Path,
+) -> Result<GuestConfig, ConfigError> {
     let file = guest.string(src, r#""wasm/echo.wasm""#)?;
     if file.is_empty() {
-        return Err(guest.fail(src, r#"empty; write the component's file, e.g. "wasm/echo.wasm""#));
+        return Err(guest.fail(
+            src,
+            r#"empty; write the component's file, e.g. "wasm/echo.wasm""#,
+        ));
     }
     let mut config = GuestConfig::defaults(origin_dir.join(file));
     if let Some(item) = Item::of("isolation", &raw.isolation) {
@@ -600,17 +646,27 @@ fn guest_config(src: &Source, raw: &RawRoute, guest: &Item, origin_dir: &Path) -
                 span: value.span(),
             };
             if name.is_empty() || name.contains(['=', '\0']) {
-                return Err(item.fail(src, "not a usable environment variable name; write e.g. WEIR_AUTH_TOKEN = \"...\""));
+                return Err(item.fail(
+                    src,
+                    "not a usable environment variable name; write e.g. WEIR_AUTH_TOKEN = \"...\"",
+                ));
             }
             let text = match item.value {
                 Value::String(s) => s.clone(),
                 Value::Integer(_) | Value::Float(_) | Value::Boolean(_) => {
                     return Err(item.fail(
                         src,
-                        format!("environment values are strings; write {name} = \"{}\"", item.value),
+                        format!(
+                            "environment values are strings; write {name} = \"{}\"",
+                            item.value
+                        ),
                     ))
                 }
-                _ => return Err(item.fail(src, format!("not a string; write e.g. {name} = \"value\""))),
+                _ => {
+                    return Err(
+                        item.fail(src, format!("not a string; write e.g. {name} = \"value\""))
+                    )
+                }
             };
             config.env.insert(name.clone(), text);
         }
@@ -629,16 +685,28 @@ fn toml_error(src: &Source, err: toml::de::Error) -> ConfigError {
         return unknown_key(src, span, key, message);
     }
     if line_text.starts_with("[route]") {
-        return src.error(span, "write [[route]] (two brackets) for each route; [route] is a single table");
+        return src.error(
+            span,
+            "write [[route]] (two brackets) for each route; [route] is a single table",
+        );
     }
     if line_text.starts_with("[[server]]") {
-        return src.error(span, "write [server] (one bracket); the file has one server section");
+        return src.error(
+            span,
+            "write [server] (one bracket); the file has one server section",
+        );
     }
     if message.contains("expected a map") && line_text.starts_with("env") {
-        return src.error(span, r#"env is a table of names to strings; write env = { WEIR_AUTH_TOKEN = "let-me-in" }"#);
+        return src.error(
+            span,
+            r#"env is a table of names to strings; write env = { WEIR_AUTH_TOKEN = "let-me-in" }"#,
+        );
     }
     if message.contains("duplicate key") {
-        return src.error(span, format!("{message}; each key may appear once per table"));
+        return src.error(
+            span,
+            format!("{message}; each key may appear once per table"),
+        );
     }
     if message.contains("string values must be quoted") {
         let (key, value) = line_text.split_once('=').unwrap_or((line_text, ""));
@@ -713,7 +781,12 @@ fn unknown_key(src: &Source, span: Range<usize>, key: &str, message: &str) -> Co
 fn closest<'k>(key: &str, valid: &[&'k str]) -> Option<&'k str> {
     valid
         .iter()
-        .map(|candidate| (edit_distance(key, candidate.trim_matches(['[', ']'])), *candidate))
+        .map(|candidate| {
+            (
+                edit_distance(key, candidate.trim_matches(['[', ']'])),
+                *candidate,
+            )
+        })
         .filter(|(distance, _)| *distance <= 2.max(key.len() / 4))
         .min_by_key(|(distance, _)| *distance)
         .map(|(_, candidate)| candidate)
