@@ -75,7 +75,7 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 /// ("at least "64KiB"").
 pub fn format_size(bytes: u64) -> String {
     for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if bytes >= 1 << shift && bytes % (1 << shift) == 0 {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
             return format!("{}{unit}", bytes >> shift);
         }
     }
@@ -86,7 +86,7 @@ pub fn format_size(bytes: u64) -> String {
 pub fn format_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
     for (unit_ms, unit) in [(3_600_000, "h"), (60_000, "m"), (1_000, "s")] {
-        if millis >= unit_ms && millis % unit_ms == 0 {
+        if millis >= unit_ms && millis.is_multiple_of(unit_ms) {
             return format!("{}{unit}", millis / unit_ms);
         }
     }
