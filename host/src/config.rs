@@ -2,8 +2,12 @@
 //! `"32MiB"`, durations like `"30s"`; every error names its line and what to
 //! write instead.
 //!
-//! OWNER: config helper. The types below are the contract the server, reactor
-//! and guest runner use; add fields, do not rename them.
+//! The types below are the contract the server, reactor and guest runner
+//! use; [`parse`] reads the file into them and [`units`] reads sizes and
+//! durations.
+
+mod parse;
+pub mod units;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -22,6 +26,24 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default listen address of `weir serve` without a file.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9001";
+/// Open connections across all workers before new ones get HTTP 503: a
+/// bound on memory and file descriptors that load tests do not reach.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
+/// Open connections per client IP; 0 = no per-IP limit, because load
+/// generators and proxies put many clients behind one address.
+pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 0;
+/// Linear memory a guest instance may grow to: room for a JSON handler's
+/// parse buffers, small enough that 1024 instances fit in RAM.
+pub const DEFAULT_GUEST_MEMORY_BYTES: usize = 64 << 20;
+/// CPU deadline per guest call: a batch that takes longer is a stuck guest.
+pub const DEFAULT_GUEST_TIMEOUT: Duration = Duration::from_millis(100);
+/// Live instances of one guest route across all workers.
+pub const DEFAULT_GUEST_INSTANCES: usize = 1024;
+/// Batches an instance serves before it is replaced, so leaks in a guest
+/// stay bounded.
+pub const DEFAULT_GUEST_RECYCLE_AFTER: u64 = 10_000;
+/// Cap on a connection's durable attachment: state, not a message store.
+pub const DEFAULT_ATTACHMENT_MAX_BYTES: usize = 16 << 10;
 
 /// A whole routes file, validated, with defaults applied.
 #[derive(Debug, Clone)]
@@ -40,6 +62,13 @@ pub struct ServerConfig {
     pub handshake_timeout: Duration,
     /// Server-wide defaults; each route's `limits` starts from these.
     pub limits: Limits,
+    /// Global connection limit (0 = none); over it, upgrades get HTTP 503.
+    pub max_connections: usize,
+    /// Per-client-IP connection limit (0 = none); over it, HTTP 503.
+    pub max_connections_per_ip: usize,
+    /// Where precompiled guest components are cached; None = the guest
+    /// runner's default. Relative paths resolve against the routes file.
+    pub cache_dir: Option<PathBuf>,
 }
 
 /// Per-connection limits: `[server]` gives defaults, a route may override.
@@ -113,6 +142,36 @@ impl Default for Limits {
     }
 }
 
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: DEFAULT_LISTEN.parse().expect("valid default address"),
+            workers: default_workers(),
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            limits: Limits::default(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
+            cache_dir: None,
+        }
+    }
+}
+
+impl GuestConfig {
+    /// A guest route with every optional key at its default.
+    pub fn defaults(wasm: PathBuf) -> GuestConfig {
+        GuestConfig {
+            wasm,
+            isolation: Isolation::Worker,
+            memory: DEFAULT_GUEST_MEMORY_BYTES,
+            timeout: DEFAULT_GUEST_TIMEOUT,
+            instances: DEFAULT_GUEST_INSTANCES,
+            recycle_after: DEFAULT_GUEST_RECYCLE_AFTER,
+            attachment_max: DEFAULT_ATTACHMENT_MAX_BYTES,
+            env: BTreeMap::new(),
+        }
+    }
+}
+
 /// One worker per core the process may run on.
 pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -129,12 +188,7 @@ impl Config {
             limits: limits.clone(),
         };
         Config {
-            server: ServerConfig {
-                listen: DEFAULT_LISTEN.parse().expect("valid default address"),
-                workers: default_workers(),
-                handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
-                limits: limits.clone(),
-            },
+            server: ServerConfig::default(),
             routes: vec![
                 route("/echo", NativeKind::Echo),
                 route("/relay", NativeKind::Relay),
@@ -143,8 +197,56 @@ impl Config {
         }
     }
 
-    pub fn load(_path: &Path) -> Result<Config, ConfigError> {
-        todo!("config helper")
+    /// Reads and validates a routes file; guest paths resolve against its
+    /// directory, and each guest component must exist. Messages start with
+    /// the file's path.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError {
+            message: format!("{}: cannot read the routes file: {err}", path.display()),
+            line: None,
+        })?;
+        let origin_dir = path.parent().unwrap_or(Path::new(""));
+        let in_file = |err: ConfigError| ConfigError {
+            message: format!("{}: {}", path.display(), err.message),
+            line: err.line,
+        };
+        let mut config = Config::parse(&text, origin_dir).map_err(in_file)?;
+        for route in &config.routes {
+            if let Behaviour::Guest(guest) = &route.behaviour {
+                if !guest.wasm.is_file() {
+                    return Err(in_file(ConfigError {
+                        message: format!(
+                            "line {}: route \"{}\": guest component {} not found; \
+                             build the guests (bash scripts/build-guests.sh) or fix the guest path \
+                             (relative paths start at the routes file's directory)",
+                            route.line,
+                            route.path,
+                            guest.wasm.display()
+                        ),
+                        line: Some(route.line),
+                    }));
+                }
+            }
+        }
+        config.source = Some(path.to_path_buf());
+        Ok(config)
+    }
+
+    /// Validates routes-file text; relative guest paths and `cache_dir`
+    /// resolve against `origin_dir`. Does not touch the file system.
+    pub fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError> {
+        parse::parse(text, origin_dir)
+    }
+
+    /// A matchit router from each route's path to its index in `routes`.
+    pub fn router(&self) -> matchit::Router<usize> {
+        let mut router = matchit::Router::new();
+        for (index, route) in self.routes.iter().enumerate() {
+            router
+                .insert(route.path.clone(), index)
+                .expect("paths were validated together when the config was built");
+        }
+        router
     }
 }
 
@@ -152,5 +254,11 @@ impl Config {
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct ConfigError {
+    /// The whole message, starting with `line N:` when it has a line.
     pub message: String,
+    /// The 1-based line the problem is on, when there is one.
+    pub line: Option<usize>,
 }
+
+#[cfg(test)]
+mod tests;

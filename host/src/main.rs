@@ -1,1 +1,160 @@
-fn main() {}
+//! The `weir` command line: parses arguments, sets up logging and signal
+//! handling, and calls the library. Nothing testable lives here.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio::sync::watch;
+use weir::config::{self, Config};
+
+/// weir — a WebSocket edge gateway: native echo/relay routes and sandboxed
+/// WebAssembly guest routes, wired in a TOML routes file.
+#[derive(Parser)]
+#[command(name = "weir", version, propagate_version = true)]
+#[command(after_help = "Logging: set RUST_LOG (default \"info\"), e.g. RUST_LOG=weir=debug.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway until Ctrl-C or SIGTERM.
+    Serve {
+        /// Routes file (TOML) [default: none: the built-in native /echo and
+        /// /relay routes]
+        file: Option<PathBuf>,
+        /// Address to listen on, e.g. 0.0.0.0:9001; overrides [server] listen
+        /// [default: the file's listen, else 127.0.0.1:9001]
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// Worker threads, 0 = one per core; overrides [server] workers
+        /// [default: the file's workers, else one per core]
+        #[arg(long, value_name = "N")]
+        workers: Option<usize>,
+    },
+    /// Validate a routes file: prints "ok: N routes" or the first error with
+    /// its line, and exits non-zero on error.
+    Check {
+        /// Routes file (TOML) to validate
+        file: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Serve {
+            file,
+            listen,
+            workers,
+        } => serve(file, listen, workers),
+        Command::Check { file } => check(file),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr, so stdout stays for command output (`weir check`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn serve(
+    file: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    workers: Option<usize>,
+) -> anyhow::Result<()> {
+    let mut config = match &file {
+        Some(path) => Config::load(path)?,
+        None => Config::builtin_default(),
+    };
+    if let Some(listen) = listen {
+        config.server.listen = listen;
+    }
+    if let Some(workers) = workers {
+        config.server.workers = match workers {
+            0 => config::default_workers(),
+            n => n,
+        };
+    }
+    match &file {
+        None => tracing::info!(
+            "no routes file given: serving the built-in default, native /echo and /relay on {}",
+            config.server.listen
+        ),
+        Some(path) => tracing::info!(
+            "serving {}: {} routes on {}",
+            path.display(),
+            config.routes.len(),
+            config.server.listen
+        ),
+    }
+    let shutdown = shutdown_on_signals()?;
+    weir::serve(config, shutdown).context("the gateway stopped with an error")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn check(file: PathBuf) -> anyhow::Result<()> {
+    let config = Config::load(&file)?;
+    // Guest routes: compile each component here once the guest runner has it:
+    // weir::guest::check_routes(&config)?;
+    println!("ok: {} routes", config.routes.len());
+    Ok(())
+}
+
+/// A watch channel that flips to true on the first Ctrl-C or SIGTERM; a
+/// second one exits at once, for when draining connections takes too long.
+fn shutdown_on_signals() -> anyhow::Result<weir::Shutdown> {
+    let (tx, rx) = watch::channel(false);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .context("starting the signal-handling runtime")?;
+    std::thread::Builder::new()
+        .name("weir-signals".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let signal = wait_for_signal().await;
+                tracing::info!("{signal}: shutting down (send it again to exit at once)");
+                let _ = tx.send(true);
+                let signal = wait_for_signal().await;
+                tracing::warn!("{signal} again: exiting without draining");
+                std::process::exit(130);
+            })
+        })
+        .context("starting the signal-handling thread")?;
+    Ok(rx)
+}
+
+/// Waits for Ctrl-C (SIGINT) or SIGTERM and says which one came.
+async fn wait_for_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(err) => {
+            tracing::warn!("cannot listen for SIGTERM ({err}); only Ctrl-C stops the gateway");
+            let _ = tokio::signal::ctrl_c().await;
+            return "Ctrl-C";
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "Ctrl-C",
+        _ = term.recv() => "SIGTERM",
+    }
+}

@@ -1,0 +1,682 @@
+//! Every rule of the routes file, and every error with its line and the
+//! suggestion it gives.
+
+use super::*;
+
+fn parse(text: &str) -> Config {
+    match Config::parse(text, Path::new("/etc/weir")) {
+        Ok(config) => config,
+        Err(err) => panic!("expected {text:?} to parse, got: {err}"),
+    }
+}
+
+/// Asserts that `text` is refused on `line` with a message containing each
+/// of `needles` (the offending value and what to write instead).
+#[track_caller]
+fn refused(text: &str, line: usize, needles: &[&str]) -> ConfigError {
+    let err = match Config::parse(text, Path::new("/etc/weir")) {
+        Ok(_) => panic!("expected {text:?} to be refused"),
+        Err(err) => err,
+    };
+    assert_eq!(err.line, Some(line), "wrong line in: {err}");
+    assert!(
+        err.message.starts_with(&format!("line {line}: ")),
+        "message does not start with its line: {err}"
+    );
+    for needle in needles {
+        assert!(
+            err.message.contains(needle),
+            "{needle:?} missing from: {err}"
+        );
+    }
+    err
+}
+
+const ECHO: &str = "[[route]]\npath = \"/echo\"\nnative = \"echo\"\n";
+
+fn guest_route(extra: &str) -> String {
+    format!("[[route]]\npath = \"/g\"\nguest = \"g.wasm\"\n{extra}\n")
+}
+
+fn only_guest(config: &Config) -> &GuestConfig {
+    match &config.routes[0].behaviour {
+        Behaviour::Guest(guest) => guest,
+        other => panic!("expected a guest route, got {other:?}"),
+    }
+}
+
+#[test]
+fn full_file_with_every_key() {
+    let config = parse(
+        r#"# weir routes
+[server]
+listen = "0.0.0.0:8080"
+workers = 3
+max_message = "16MiB"
+outbound_budget = "1MiB"
+idle_timeout = "2m"
+handshake_timeout = "5s"
+subprotocols = ["chat.v2", "chat.v1"]
+max_connections = 5000
+max_connections_per_ip = 100
+cache_dir = "cache"
+
+[[route]]
+path = "/echo"
+native = "echo"
+max_message = 1024
+
+[[route]]
+path = "/rooms/{room}"
+guest = "wasm/chat.wasm"
+isolation = "batch"
+memory = "16MiB"
+timeout = "10ms"
+instances = 8
+recycle_after = 50
+attachment_max = "4KiB"
+idle_timeout = "30s"
+subprotocols = []
+env = { WEIR_AUTH_TOKEN = "let-me-in", MODE = "test" }
+
+[[route]]
+path = "/files/*"
+native = "relay"
+"#,
+    );
+    let server = &config.server;
+    assert_eq!(server.listen, "0.0.0.0:8080".parse().unwrap());
+    assert_eq!(server.workers, 3);
+    assert_eq!(server.handshake_timeout, Duration::from_secs(5));
+    assert_eq!(server.max_connections, 5000);
+    assert_eq!(server.max_connections_per_ip, 100);
+    assert_eq!(server.cache_dir, Some(PathBuf::from("/etc/weir/cache")));
+    assert_eq!(
+        server.limits,
+        Limits {
+            max_message: 16 << 20,
+            outbound_budget: 1 << 20,
+            idle_timeout: Duration::from_secs(120),
+            subprotocols: vec!["chat.v2".into(), "chat.v1".into()],
+        }
+    );
+
+    let [echo, chat, files] = &config.routes[..] else {
+        panic!("expected three routes, got {:?}", config.routes);
+    };
+    assert_eq!((echo.path.as_str(), echo.line), ("/echo", 14));
+    assert_eq!(echo.behaviour, Behaviour::Native(NativeKind::Echo));
+    // A route override replaces one key; the others come from [server].
+    assert_eq!(echo.limits.max_message, 1024);
+    assert_eq!(echo.limits.outbound_budget, 1 << 20);
+    assert_eq!(echo.limits.subprotocols, server.limits.subprotocols);
+
+    assert_eq!((chat.path.as_str(), chat.line), ("/rooms/{room}", 19));
+    let mut env = BTreeMap::new();
+    env.insert("MODE".to_string(), "test".to_string());
+    env.insert("WEIR_AUTH_TOKEN".to_string(), "let-me-in".to_string());
+    assert_eq!(
+        chat.behaviour,
+        Behaviour::Guest(GuestConfig {
+            wasm: PathBuf::from("/etc/weir/wasm/chat.wasm"),
+            isolation: Isolation::Batch,
+            memory: 16 << 20,
+            timeout: Duration::from_millis(10),
+            instances: 8,
+            recycle_after: 50,
+            attachment_max: 4 << 10,
+            env,
+        })
+    );
+    assert_eq!(chat.limits.idle_timeout, Duration::from_secs(30));
+    assert!(chat.limits.subprotocols.is_empty());
+    assert_eq!(chat.limits.max_message, 16 << 20);
+
+    // The file's `/files/*` is matchit's catch-all.
+    assert_eq!((files.path.as_str(), files.line), ("/files/{*rest}", 32));
+    assert_eq!(files.behaviour, Behaviour::Native(NativeKind::Relay));
+}
+
+#[test]
+fn defaults_without_a_server_section() {
+    let config = parse(&format!("{ECHO}\n{}", guest_route("")));
+    assert_eq!(config.server.listen, DEFAULT_LISTEN.parse().unwrap());
+    assert_eq!(config.server.workers, default_workers());
+    assert_eq!(config.server.handshake_timeout, DEFAULT_HANDSHAKE_TIMEOUT);
+    assert_eq!(config.server.limits, Limits::default());
+    assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
+    assert_eq!(config.server.max_connections_per_ip, 0);
+    assert_eq!(config.server.cache_dir, None);
+    assert_eq!(config.source, None);
+    let Behaviour::Guest(guest) = &config.routes[1].behaviour else {
+        panic!("second route is a guest");
+    };
+    assert_eq!(
+        guest,
+        &GuestConfig::defaults(PathBuf::from("/etc/weir/g.wasm"))
+    );
+    assert_eq!(guest.isolation, Isolation::Worker);
+    assert_eq!(guest.memory, 64 << 20);
+    assert_eq!(guest.timeout, Duration::from_millis(100));
+    assert_eq!(guest.instances, 1024);
+    assert_eq!(guest.recycle_after, 10_000);
+    assert_eq!(guest.attachment_max, 16 << 10);
+}
+
+#[test]
+fn zero_workers_means_one_per_core() {
+    let config = parse(&format!("[server]\nworkers = 0\n{ECHO}"));
+    assert_eq!(config.server.workers, default_workers());
+    assert!(config.server.workers >= 1);
+}
+
+#[test]
+fn builtin_default_is_the_documented_file() {
+    let file = parse(
+        "[[route]]\npath = \"/echo\"\nnative = \"echo\"\n[[route]]\npath = \"/relay\"\nnative = \"relay\"\n",
+    );
+    let builtin = Config::builtin_default();
+    assert_eq!(builtin.server.listen, file.server.listen);
+    assert_eq!(builtin.server.limits, file.server.limits);
+    let shape = |c: &Config| {
+        c.routes
+            .iter()
+            .map(|r| (r.path.clone(), r.behaviour.clone(), r.limits.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shape(&builtin), shape(&file));
+}
+
+#[test]
+fn router_matches_exact_prefix_and_parameters() {
+    let config = parse(
+        "[[route]]\npath = \"/echo\"\nnative = \"echo\"\n\
+         [[route]]\npath = \"/chat/*\"\nnative = \"relay\"\n\
+         [[route]]\npath = \"/rooms/{room}\"\nnative = \"relay\"\n\
+         [[route]]\npath = \"/rooms/lobby\"\nnative = \"echo\"\n",
+    );
+    let router = config.router();
+    assert_eq!(*router.at("/echo").unwrap().value, 0);
+    assert!(router.at("/echo/more").is_err());
+    assert_eq!(*router.at("/chat/general/today").unwrap().value, 1);
+    let room = router.at("/rooms/42").unwrap();
+    assert_eq!((*room.value, room.params.get("room")), (2, Some("42")));
+    // A fixed segment wins over a parameter.
+    assert_eq!(*router.at("/rooms/lobby").unwrap().value, 3);
+    assert!(router.at("/nowhere").is_err());
+}
+
+// ---- sizes ----
+
+#[test]
+fn size_that_is_not_a_size() {
+    refused(
+        "[server]\nmax_message = \"32 megs\"\n",
+        2,
+        &[
+            r#"max_message = "32 megs": not a size; write e.g. "32MiB", "512KiB" or a number of bytes"#,
+        ],
+    );
+}
+
+#[test]
+fn size_with_a_decimal_unit() {
+    refused(
+        "[server]\n\noutbound_budget = \"4MB\"\n",
+        3,
+        &[
+            r#"outbound_budget = "4MB""#,
+            r#"binary units"#,
+            r#"write "4MiB""#,
+        ],
+    );
+}
+
+#[test]
+fn size_negative_or_wrong_type() {
+    refused(
+        "[server]\nmax_message = -5\n",
+        2,
+        &["cannot be negative", "\"32MiB\""],
+    );
+    refused(
+        "[server]\nmax_message = true\n",
+        2,
+        &["not a size", "\"32MiB\""],
+    );
+}
+
+#[test]
+fn size_out_of_range() {
+    refused(
+        "[server]\nmax_message = 0\n",
+        2,
+        &["too small", "at least \"1B\""],
+    );
+    refused(
+        "[server]\nmax_message = \"2GiB\"\n",
+        2,
+        &["too large", "at most \"1GiB\""],
+    );
+    let memory = guest_route("memory = \"1KiB\"");
+    refused(&memory, 4, &["memory = \"1KiB\"", "at least \"64KiB\""]);
+    let memory = guest_route("memory = \"8GiB\"");
+    refused(&memory, 4, &["at most \"4GiB\""]);
+    let attachment = guest_route("attachment_max = \"2MiB\"");
+    refused(&attachment, 4, &["attachment_max", "at most \"1MiB\""]);
+}
+
+#[test]
+fn plain_integer_sizes_are_bytes() {
+    let config = parse(&guest_route("memory = 131072\nattachment_max = 0"));
+    assert_eq!(only_guest(&config).memory, 128 << 10);
+    assert_eq!(only_guest(&config).attachment_max, 0);
+}
+
+// ---- durations ----
+
+#[test]
+fn duration_without_a_unit() {
+    refused(
+        "[server]\nidle_timeout = 30\n",
+        2,
+        &[
+            "idle_timeout = 30: a duration needs a unit",
+            r#"write e.g. "30s" or "30ms""#,
+        ],
+    );
+}
+
+#[test]
+fn duration_that_is_not_a_duration() {
+    refused(
+        &guest_route("timeout = \"fast\""),
+        4,
+        &[
+            r#"timeout = "fast": not a duration"#,
+            r#""30s", "10ms", "2m" or "1h""#,
+        ],
+    );
+}
+
+#[test]
+fn duration_out_of_range() {
+    refused(
+        &guest_route("timeout = \"2m\""),
+        4,
+        &["too long", "at most \"1m\""],
+    );
+    refused(
+        "[server]\nhandshake_timeout = \"0s\"\n",
+        2,
+        &["too short", "at least \"1ms\""],
+    );
+    refused(
+        "[server]\nidle_timeout = \"48h\"\n",
+        2,
+        &["too long", "at most \"24h\""],
+    );
+}
+
+// ---- counts and addresses ----
+
+#[test]
+fn listen_must_be_an_address() {
+    refused(
+        "[server]\nlisten = \"localhost\"\n",
+        2,
+        &[
+            r#"listen = "localhost": not an IP address and port"#,
+            r#""127.0.0.1:9001""#,
+        ],
+    );
+    refused(
+        "[server]\nlisten = 9001\n",
+        2,
+        &["not a string", r#""127.0.0.1:9001""#],
+    );
+}
+
+#[test]
+fn counts() {
+    refused(
+        "[server]\nworkers = 5000\n",
+        2,
+        &["out of range", "from 0 to 1024"],
+    );
+    refused(
+        "[server]\nworkers = \"4\"\n",
+        2,
+        &["without quotes", "write workers = 4"],
+    );
+    refused(
+        "[server]\nworkers = \"four\"\n",
+        2,
+        &["not a number", "from 0 to 1024"],
+    );
+    refused(
+        &guest_route("instances = 0"),
+        4,
+        &["instances = 0", "from 1 to"],
+    );
+    refused(
+        &guest_route("recycle_after = -1"),
+        4,
+        &["recycle_after = -1", "from 1 to"],
+    );
+}
+
+#[test]
+fn subprotocols() {
+    refused(
+        "[server]\nsubprotocols = \"chat\"\n",
+        2,
+        &["not a list of names", r#"["chat.v2", "chat.v1"]"#],
+    );
+    refused(
+        "[server]\nsubprotocols = [\"a b\"]\n",
+        2,
+        &["not a valid subprotocol name"],
+    );
+    refused(
+        "[server]\nsubprotocols = [\"a\", \"a\"]\n",
+        2,
+        &["listed twice"],
+    );
+    refused("[server]\nsubprotocols = [1]\n", 2, &["is not a string"]);
+}
+
+// ---- keys ----
+
+#[test]
+fn unknown_key_in_server() {
+    refused(
+        "[server]\nlisten = \"127.0.0.1:1\"\nmax_mesage = \"1MiB\"\n",
+        3,
+        &[
+            "unknown key \"max_mesage\" in [server]",
+            "did you mean max_message?",
+            "valid keys: listen, workers, max_message",
+        ],
+    );
+}
+
+#[test]
+fn unknown_key_in_route() {
+    refused(
+        &format!("{ECHO}\n[[route]]\npath = \"/x\"\nnative = \"echo\"\nbehaviour = \"echo\"\n"),
+        8,
+        &[
+            "unknown key \"behaviour\" in [[route]]",
+            "valid keys: path, native, guest",
+        ],
+    );
+}
+
+#[test]
+fn unknown_key_at_the_top() {
+    refused(
+        &format!("listen = \"127.0.0.1:1\"\n{ECHO}"),
+        1,
+        &[
+            "unknown key \"listen\" in the top level",
+            "listen belongs under [server]",
+        ],
+    );
+    refused(&format!("{ECHO}[servr]\n"), 4, &["did you mean [server]?"]);
+}
+
+#[test]
+fn guest_keys_on_a_native_route() {
+    refused(
+        &format!("{ECHO}memory = \"16MiB\"\n"),
+        4,
+        &[
+            "memory only applies to guest routes",
+            r#"native = "echo""#,
+            r#"remove memory, or replace native with guest = "file.wasm""#,
+        ],
+    );
+    refused(
+        &format!("{ECHO}env = {{ A = \"b\" }}\n"),
+        4,
+        &["env only applies to guest routes"],
+    );
+}
+
+#[test]
+fn route_needs_exactly_one_behaviour() {
+    refused(
+        "\n[[route]]\npath = \"/x\"\n",
+        2,
+        &[
+            r#"route "/x" says nothing about what serves it"#,
+            r#"native = "echo""#,
+            r#"guest = "file.wasm""#,
+        ],
+    );
+    refused(
+        "[[route]]\npath = \"/x\"\nnative = \"echo\"\nguest = \"x.wasm\"\n",
+        3,
+        &["either native or guest, not both"],
+    );
+    refused(
+        "[[route]]\npath = \"/x\"\nnative = \"pubsub\"\n",
+        3,
+        &[
+            r#"native = "pubsub": unknown native behaviour"#,
+            r#"native = "echo" or native = "relay""#,
+        ],
+    );
+}
+
+#[test]
+fn isolation_values() {
+    refused(
+        &guest_route("isolation = \"process\""),
+        4,
+        &[
+            r#"isolation = "process": unknown isolation"#,
+            r#""worker""#,
+            r#""batch""#,
+        ],
+    );
+}
+
+#[test]
+fn env_values_are_strings() {
+    refused(
+        &guest_route("[route.env]\nPORT = 80"),
+        5,
+        &[
+            "PORT = 80: environment values are strings",
+            r#"write PORT = "80""#,
+        ],
+    );
+    refused(
+        &guest_route("env = 3"),
+        4,
+        &["env is a table", "WEIR_AUTH_TOKEN"],
+    );
+}
+
+#[test]
+fn empty_guest_file() {
+    refused(
+        "[[route]]\npath = \"/g\"\nguest = \"\"\n",
+        3,
+        &["empty", "wasm/echo.wasm"],
+    );
+}
+
+// ---- paths ----
+
+#[test]
+fn path_missing_or_malformed() {
+    refused(
+        "[[route]]\nnative = \"echo\"\n",
+        1,
+        &["no path", r#"path = "/echo""#],
+    );
+    refused(
+        "[[route]]\npath = \"echo\"\nnative = \"echo\"\n",
+        2,
+        &[r#"starts with "/""#, r#"write "/echo""#],
+    );
+    refused(
+        "[[route]]\npath = \"/a?b=1\"\nnative = \"echo\"\n",
+        2,
+        &["'?' cannot appear", "queries are not matched"],
+    );
+}
+
+#[test]
+fn path_wildcards_and_parameters() {
+    refused(
+        "[[route]]\npath = \"/chat*\"\nnative = \"echo\"\n",
+        2,
+        &[
+            "wildcard is only allowed as the last segment",
+            r#""/chat/*""#,
+        ],
+    );
+    refused(
+        "[[route]]\npath = \"/a/*/b\"\nnative = \"echo\"\n",
+        2,
+        &["wildcard is only allowed as the last segment"],
+    );
+    refused(
+        "[[route]]\npath = \"/rooms/{room\"\nnative = \"echo\"\n",
+        2,
+        &["a parameter is a name in braces", r#""/rooms/{room}""#],
+    );
+    refused(
+        "[[route]]\npath = \"/rooms/{a}{b}\"\nnative = \"echo\"\n",
+        2,
+        &["only one parameter per segment"],
+    );
+}
+
+#[test]
+fn duplicate_path() {
+    refused(
+        &format!("{ECHO}\n[[route]]\npath = \"/echo\"\nnative = \"relay\"\n"),
+        6,
+        &[
+            r#"path = "/echo": the same path is already routed on line 1"#,
+            "remove one of the two routes",
+        ],
+    );
+}
+
+#[test]
+fn overlapping_parameters() {
+    refused(
+        "[[route]]\npath = \"/rooms/{room}\"\nnative = \"echo\"\n\n\
+         [[route]]\npath = \"/rooms/{id}\"\nnative = \"echo\"\n",
+        6,
+        &[
+            r#"overlaps the route on line 1 ("/rooms/{room}")"#,
+            "differ by a fixed segment",
+        ],
+    );
+    refused(
+        "[[route]]\npath = \"/chat/*\"\nnative = \"echo\"\n\
+         [[route]]\npath = \"/chat/{*all}\"\nnative = \"echo\"\n",
+        5,
+        &[r#"overlaps the route on line 1 ("/chat/*")"#],
+    );
+}
+
+// ---- file shape ----
+
+#[test]
+fn no_routes() {
+    let err = Config::parse("[server]\nworkers = 1\n", Path::new(".")).unwrap_err();
+    assert_eq!(err.line, None);
+    assert!(err.message.contains("no routes"), "{err}");
+    assert!(err.message.contains("[[route]]"), "{err}");
+}
+
+#[test]
+fn single_bracket_route_and_double_bracket_server() {
+    refused(
+        "\n[route]\npath = \"/x\"\n",
+        2,
+        &["write [[route]] (two brackets)"],
+    );
+    refused(
+        "[[server]]\nworkers = 1\n",
+        1,
+        &["write [server] (one bracket)"],
+    );
+}
+
+#[test]
+fn toml_syntax_errors() {
+    refused(
+        "[server]\nmax_message = 32MiB\n",
+        2,
+        &["text values need quotes", r#"write max_message = "32MiB""#],
+    );
+    refused(
+        "[server]\nlisten =\n",
+        2,
+        &["has no value", r#"listen = "127.0.0.1:9001""#],
+    );
+    refused(
+        "[server]\nworkers = 1\nworkers = 2\n",
+        3,
+        &["duplicate key", "once per table"],
+    );
+    refused("[server\n", 1, &["unclosed table"]);
+}
+
+// ---- load ----
+
+#[test]
+fn load_resolves_against_the_file_and_checks_guests() {
+    let dir = std::env::temp_dir().join(format!("weir-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("wasm")).unwrap();
+    let file = dir.join("routes.toml");
+    std::fs::write(
+        &file,
+        format!("{ECHO}\n[[route]]\npath = \"/g\"\nguest = \"wasm/g.wasm\"\n"),
+    )
+    .unwrap();
+
+    let err = Config::load(&file).unwrap_err();
+    assert_eq!(err.line, Some(5));
+    assert!(
+        err.message
+            .starts_with(&format!("{}: line 5: ", file.display())),
+        "{err}"
+    );
+    assert!(err.message.contains("not found"), "{err}");
+    assert!(err.message.contains("scripts/build-guests.sh"), "{err}");
+
+    std::fs::write(dir.join("wasm/g.wasm"), b"\0asm").unwrap();
+    let config = Config::load(&file).unwrap();
+    assert_eq!(config.source.as_deref(), Some(file.as_path()));
+    assert_eq!(
+        only_guest(&Config {
+            routes: config.routes[1..].to_vec(),
+            ..config.clone()
+        })
+        .wasm,
+        dir.join("wasm/g.wasm")
+    );
+
+    std::fs::write(&file, "[server]\nworkers = -1\n").unwrap();
+    let err = Config::load(&file).unwrap_err();
+    assert!(
+        err.message
+            .starts_with(&format!("{}: line 2: ", file.display())),
+        "{err}"
+    );
+
+    let err = Config::load(&dir.join("missing.toml")).unwrap_err();
+    assert_eq!(err.line, None);
+    assert!(err.message.contains("cannot read"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
