@@ -328,7 +328,9 @@ impl Conn {
         {
             return;
         }
-        let _ = tokio::time::timeout(CLOSE_LINGER, self.await_close()).await;
+        if !self.decoder.peer_closed() {
+            let _ = tokio::time::timeout(CLOSE_LINGER, self.await_close()).await;
+        }
         let _ = self.stream.shutdown().await;
     }
 

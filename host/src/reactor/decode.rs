@@ -76,6 +76,9 @@ pub struct Decoder {
     message: Option<OpCode>,
     message_len: u64,
     utf8: Utf8Validator,
+    /// A close frame has started: the client's side of the closing
+    /// handshake is done, valid or not.
+    peer_closed: bool,
 }
 
 impl Decoder {
@@ -87,7 +90,14 @@ impl Decoder {
             message: None,
             message_len: 0,
             utf8: Utf8Validator::default(),
+            peer_closed: false,
         }
+    }
+
+    /// The client has sent a close frame (even an invalid one), so it will
+    /// send nothing more: after answering, the server closes TCP at once.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
     }
 
     /// Whether a frame is partly received (its header consumed).
@@ -105,6 +115,8 @@ impl Decoder {
         end: usize,
     ) -> Result<Option<Piece>, ProtocolError> {
         if self.current.is_none() {
+            // Noted before the header is checked: an invalid close is a close too.
+            self.peer_closed |= buf.get(*pos).is_some_and(|b| b & 0x0F == OpCode::Close as u8);
             let Some(header) = parse_client_header(&buf[*pos..end])? else {
                 return Ok(None);
             };
