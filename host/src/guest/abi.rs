@@ -11,6 +11,7 @@ pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "gateway-handler",
+        additional_derives: [PartialEq, Eq],
     });
 }
 
