@@ -7,10 +7,13 @@
 //! connection loop runs with no layer in between.
 
 use crate::config::{Behaviour, Config, Limits, NativeKind};
+use crate::guest::{GuestEngine, GuestError, UpgradeRequest, UpgradeResponse};
 use crate::native::echo::Echo;
 use crate::native::relay::{Relay, RelayHub};
+use crate::pubsub::Topics;
 use crate::reactor::buffer::BufPool;
 use crate::reactor::conn::{self, ConnEnv, Mode, CLOSE_LINGER};
+use crate::reactor::guest::{GuestConn, GuestRoute, GuestSlot};
 use crate::ws::handshake::{self, HandshakeError};
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode};
@@ -55,6 +58,8 @@ pub enum ServeError {
         line: usize,
         reason: String,
     },
+    #[error(transparent)]
+    Guest(#[from] GuestError),
     #[error("cannot start worker thread: {0}")]
     Worker(std::io::Error),
 }
@@ -69,6 +74,7 @@ struct RouteRuntime {
 enum RouteKind {
     Echo,
     Relay(Arc<RelayHub>),
+    Guest(Arc<GuestRoute>),
 }
 
 /// What all workers share: routes and connection ids.
@@ -142,6 +148,16 @@ impl Shared {
     fn new(config: &Config) -> Result<Shared, ServeError> {
         let mut router = matchit::Router::new();
         let mut routes = Vec::new();
+        let topics = Arc::new(Topics::default());
+        let has_guests = config
+            .routes
+            .iter()
+            .any(|r| matches!(r.behaviour, Behaviour::Guest(_)));
+        let engine = if has_guests {
+            Some(GuestEngine::new(config.server.cache_dir.clone())?)
+        } else {
+            None
+        };
         for (index, route) in config.routes.iter().enumerate() {
             let route_error = |reason: String| ServeError::Route {
                 path: route.path.clone(),
@@ -154,8 +170,12 @@ impl Shared {
             let kind = match &route.behaviour {
                 Behaviour::Native(NativeKind::Echo) => RouteKind::Echo,
                 Behaviour::Native(NativeKind::Relay) => RouteKind::Relay(Arc::default()),
-                Behaviour::Guest(_) => {
-                    return Err(route_error("guest routes are not wired in yet".into()))
+                Behaviour::Guest(guest) => {
+                    let engine = engine
+                        .as_ref()
+                        .expect("engine exists when a route is a guest");
+                    let program = crate::guest::Program::load(engine, &route.path, guest)?;
+                    RouteKind::Guest(Arc::new(GuestRoute::new(program, topics.clone())))
                 }
             };
             routes.push(RouteRuntime {
@@ -195,6 +215,8 @@ struct Worker {
     shutdown: Shutdown,
     /// Open TCP connections, so shutdown can wait for their close handshakes.
     live: Cell<usize>,
+    /// This worker's instance of each guest route, by route index.
+    guests: Vec<Option<Rc<GuestSlot>>>,
 }
 
 fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Shutdown) {
@@ -217,7 +239,16 @@ fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Sh
                 return;
             }
         };
+        let guests = shared
+            .routes
+            .iter()
+            .map(|r| match &r.kind {
+                RouteKind::Guest(route) => Some(GuestSlot::start(route.clone())),
+                _ => None,
+            })
+            .collect();
         let worker = Rc::new(Worker {
+            guests,
             shared,
             pool: Rc::default(),
             shutdown: shutdown.clone(),
@@ -288,6 +319,20 @@ async fn serve_http(stream: TcpStream, peer: SocketAddr, worker: Rc<Worker>) {
     }
 }
 
+/// What the guest's `upgrade` hook sees of the request.
+fn upgrade_request(req: &Request<Incoming>, peer: SocketAddr) -> UpgradeRequest {
+    UpgradeRequest {
+        path: req.uri().path().to_string(),
+        query: req.uri().query().unwrap_or("").to_string(),
+        headers: req
+            .headers()
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect(),
+        remote_addr: peer.to_string(),
+    }
+}
+
 fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     *resp.status_mut() = status;
@@ -343,11 +388,39 @@ fn handle_request(
             return resp;
         }
     };
-    let protocol = handshake::negotiate_subprotocol(req.headers(), &route.limits.subprotocols)
+    let mut protocol = handshake::negotiate_subprotocol(req.headers(), &route.limits.subprotocols)
         .and_then(|p| HeaderValue::from_str(p).ok());
     let mode = match &route.kind {
         RouteKind::Echo => Mode::Echo(Echo::default()),
         RouteKind::Relay(hub) => Mode::Relay(hub.clone(), Relay::new()),
+        RouteKind::Guest(_) => {
+            let slot = worker.guests[*matched.value]
+                .clone()
+                .expect("slot per guest route");
+            match slot.upgrade(&upgrade_request(&req, peer)) {
+                Ok(UpgradeResponse::Accept(chosen)) => {
+                    if let Some(p) = chosen.and_then(|p| HeaderValue::from_str(&p).ok()) {
+                        protocol = Some(p);
+                    }
+                }
+                Ok(UpgradeResponse::Reject(status)) => {
+                    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+                    return text(status, "upgrade refused by the route's handler\n");
+                }
+                Err(fault) => {
+                    warn!(route = %route.path, cause = %fault, "guest upgrade hook failed");
+                    return text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "the route's handler failed\n",
+                    );
+                }
+            }
+            let target = req
+                .uri()
+                .path_and_query()
+                .map_or_else(|| path.to_string(), |pq| pq.as_str().to_string());
+            Mode::Guest(GuestConn::new(slot), target)
+        }
     };
     let env = ConnEnv {
         id: shared.next_conn.fetch_add(1, Ordering::Relaxed),

@@ -97,7 +97,7 @@ impl Relay {
         let rest = self.pending.split_off(self.complete);
         let frames = std::mem::replace(&mut self.pending, rest);
         self.complete = 0;
-        self.partner.as_ref().is_some_and(|p| p.send(frames))
+        self.partner.as_ref().is_some_and(|p| p.send(frames.into()))
     }
 
     /// The partner holds more than its budget: stop reading until it drains.

@@ -5,6 +5,7 @@
 
 use super::buffer::{BufPool, Output, HEADROOM_BYTES, READ_BUF_BYTES, STREAM_ABOVE_BYTES};
 use super::decode::{Decoder, Piece};
+use super::guest::GuestConn;
 use super::outbound::{OutMsg, Outbound};
 use crate::config::Limits;
 use crate::native::echo::Echo;
@@ -38,6 +39,8 @@ pub struct ConnEnv {
 pub enum Mode {
     Echo(Echo),
     Relay(Arc<RelayHub>, Relay),
+    /// A guest route; `target` is the request's `path?query` for the open event.
+    Guest(GuestConn, String),
 }
 
 impl Mode {
@@ -69,6 +72,8 @@ struct Conn {
     outbound: Arc<Outbound>,
     last_read: Instant,
     ping_sent: bool,
+    /// The client's close code and reason, once it sent a close.
+    peer_close: Option<(u16, String)>,
 }
 
 /// Runs a connection after the 101 until it closes. `prefix` holds bytes
@@ -86,17 +91,29 @@ pub async fn run(stream: TcpStream, prefix: &[u8], env: ConnEnv, mut mode: Mode)
         outbound: Arc::new(outbound),
         last_read: Instant::now(),
         ping_sent: false,
+        peer_close: None,
     };
+    if let Mode::Guest(g, target) = &mode {
+        g.slot.open(c.env.id, target, c.outbound.clone());
+    }
     let flow = c.drive(prefix, &mut mode, &mut inbox).await;
     match flow {
         Flow::Close(code, reason) if !mode.mid_frame() => c.close_and_linger(code, &reason).await,
         _ => {}
     }
-    if let Mode::Relay(hub, relay) = &mode {
-        hub.leave(c.env.id);
-        if let Some(p) = &relay.partner {
-            p.close(close::GOING_AWAY, "relay partner left");
+    match &mode {
+        Mode::Relay(hub, relay) => {
+            hub.leave(c.env.id);
+            if let Some(p) = &relay.partner {
+                p.close(close::GOING_AWAY, "relay partner left");
+            }
         }
+        Mode::Guest(g, _) => {
+            // 1006: the connection ended without a close from the client.
+            let (code, reason) = c.peer_close.take().unwrap_or((1006, String::new()));
+            g.slot.close(c.env.id, code, &reason);
+        }
+        Mode::Echo(_) => {}
     }
     inbox.close();
     c.outbound.consumer_gone();
@@ -136,15 +153,19 @@ impl Conn {
         tokio::pin!(idle);
         let mut shutdown = self.env.shutdown.clone();
         loop {
-            let blocked = match mode {
-                Mode::Relay(_, r) => r.partner_over_budget(),
-                Mode::Echo(_) => false,
+            // Stop reading while the queue this client's messages feed is
+            // over budget: the partner's for relay, its own for guest replies.
+            let blocker = match mode {
+                Mode::Relay(_, r) => r.partner.as_ref().filter(|p| p.over_budget()).cloned(),
+                Mode::Guest(..) => Some(self.outbound.clone()).filter(|o| o.over_budget()),
+                Mode::Echo(_) => None,
             };
+            let blocked = blocker.is_some();
             let flow = tokio::select! {
                 biased;
                 _ = shutdown.changed() => Flow::Close(close::GOING_AWAY, "server shutting down".into()),
                 msg = inbox.recv() => self.deliver(msg, inbox).await,
-                _ = wait_partner(mode), if blocked => Flow::Continue,
+                _ = wait_drained(blocker.as_deref()), if blocked => Flow::Continue,
                 ready = self.stream.readable(), if !blocked => match ready {
                     Ok(()) => self.read(mode).await,
                     Err(_) => Flow::Done,
@@ -229,6 +250,7 @@ impl Conn {
                 Ok(Some(Piece::Data(piece))) => match mode {
                     Mode::Echo(echo) => echo.reply(buf, &piece, &mut self.out),
                     Mode::Relay(_, relay) => relay.take_piece(buf, &piece),
+                    Mode::Guest(g, _) => g.take_piece(self.env.id, buf, &piece),
                 },
                 Ok(Some(Piece::Ping { payload })) => {
                     // RFC 6455 §5.5.3: a pong carries the ping's payload; its
@@ -242,6 +264,12 @@ impl Conn {
                 Ok(Some(Piece::Close { code, payload })) => {
                     // RFC 6455 §5.5.1: answer with a close echoing the code
                     // (1000 when the client gave none), then end the connection.
+                    if matches!(mode, Mode::Guest(..)) {
+                        let reason = String::from_utf8_lossy(
+                            &buf[payload.start + 2.min(payload.len())..payload.end],
+                        );
+                        self.peer_close = Some((code, reason.into_owned()));
+                    }
                     let code = if code == 1005 { close::NORMAL } else { code };
                     let at = payload.start - 4;
                     buf[at..payload.start].copy_from_slice(&[
@@ -261,10 +289,14 @@ impl Conn {
                 }
             }
         }
-        if let Mode::Relay(_, relay) = mode {
-            if !relay.flush() && matches!(flow, Flow::Continue) {
-                flow = Flow::Close(close::GOING_AWAY, "relay partner left".into());
+        match mode {
+            Mode::Relay(_, relay) => {
+                if !relay.flush() && matches!(flow, Flow::Continue) {
+                    flow = Flow::Close(close::GOING_AWAY, "relay partner left".into());
+                }
             }
+            Mode::Guest(g, _) => g.end_of_read(),
+            Mode::Echo(_) => {}
         }
         if self.out.flush(&mut self.stream, buf).await.is_err() {
             return Flow::Done;
@@ -306,7 +338,7 @@ impl Conn {
             // The inbox closed: nobody can reach this connection any more.
             return Flow::Done;
         }
-        let total: usize = frames.iter().map(Vec::len).sum();
+        let total: usize = frames.iter().map(|f| f.len()).sum();
         let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
         let written = super::buffer::write_all_vectored(&mut self.stream, &mut slices).await;
         self.outbound.written(total);
@@ -366,12 +398,10 @@ impl Conn {
     }
 }
 
-/// Waits until a blocked relay's partner drains.
-async fn wait_partner(mode: &Mode) {
-    if let Mode::Relay(_, relay) = mode {
-        if let Some(p) = &relay.partner {
-            p.wait_drained().await;
-        }
+/// Waits until the queue that blocked reading drains.
+async fn wait_drained(queue: Option<&Outbound>) {
+    if let Some(q) = queue {
+        q.wait_drained().await;
     }
 }
 

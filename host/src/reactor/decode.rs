@@ -116,7 +116,9 @@ impl Decoder {
     ) -> Result<Option<Piece>, ProtocolError> {
         if self.current.is_none() {
             // Noted before the header is checked: an invalid close is a close too.
-            self.peer_closed |= buf.get(*pos).is_some_and(|b| b & 0x0F == OpCode::Close as u8);
+            self.peer_closed |= buf
+                .get(*pos)
+                .is_some_and(|b| b & 0x0F == OpCode::Close as u8);
             let Some(header) = parse_client_header(&buf[*pos..end])? else {
                 return Ok(None);
             };

@@ -6,4 +6,5 @@
 pub mod buffer;
 pub mod conn;
 pub mod decode;
+pub mod guest;
 pub mod outbound;

@@ -2,13 +2,14 @@
 //! partner, a guest, a publisher), possibly on another worker thread. It
 //! counts queued bytes against the route's budget so producers can wait.
 
+use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{mpsc, Notify};
 
 /// What other connections or the guest runner ask a connection to write.
 pub enum OutMsg {
     /// One or more complete server frames.
-    Frames(Vec<u8>),
+    Frames(Bytes),
     /// Close with this code and reason, then end the connection.
     Close(u16, String),
 }
@@ -34,7 +35,7 @@ impl Outbound {
     }
 
     /// Queues frames; false when the connection is gone.
-    pub fn send(&self, frames: Vec<u8>) -> bool {
+    pub fn send(&self, frames: Bytes) -> bool {
         let len = frames.len();
         self.queued.fetch_add(len, Ordering::Relaxed);
         if self.tx.send(OutMsg::Frames(frames)).is_err() {

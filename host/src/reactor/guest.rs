@@ -1,0 +1,283 @@
+//! Guest routes as a worker runs them: connections queue their events
+//! (open, message, close) into the route's batch on this worker; one flush
+//! task per (worker, route) hands the batch to the guest in one call and
+//! applies the commands it returns, in order, to connections on any worker.
+
+use super::decode::DataPiece;
+use super::outbound::Outbound;
+use crate::guest::{
+    Batch, Command, Commands, Fault, Program, Runner, UpgradeRequest, UpgradeResponse,
+};
+use crate::pubsub::Topics;
+use crate::ws::frame::{encode_server_header, server_frame, server_header_len, OpCode};
+use bytes::Bytes;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+use tracing::warn;
+
+/// A guest route's state shared by all workers.
+pub struct GuestRoute {
+    pub program: Arc<Program>,
+    /// Every open connection of the route, on any worker: a guest may send
+    /// to any of them. Looked up only when the connection is not local.
+    conns: Mutex<HashMap<u64, Arc<Outbound>>>,
+    /// Topics each connection subscribed to, dropped when it closes.
+    subscriptions: Mutex<HashMap<u64, Vec<String>>>,
+    topics: Arc<Topics>,
+}
+
+impl GuestRoute {
+    pub fn new(program: Arc<Program>, topics: Arc<Topics>) -> GuestRoute {
+        GuestRoute {
+            program,
+            conns: Mutex::default(),
+            subscriptions: Mutex::default(),
+            topics,
+        }
+    }
+}
+
+/// One guest route on one worker: its instance, its pending batch and the
+/// connections it serves here.
+pub struct GuestSlot {
+    route: Arc<GuestRoute>,
+    runner: RefCell<Runner>,
+    batch: RefCell<Batch>,
+    /// Connections whose close event is in the pending batch.
+    closed: RefCell<Vec<u64>>,
+    local: RefCell<HashMap<u64, Arc<Outbound>>>,
+    wake: Notify,
+}
+
+impl GuestSlot {
+    /// Creates the slot and starts its flush task on the current `LocalSet`.
+    pub fn start(route: Arc<GuestRoute>) -> Rc<GuestSlot> {
+        let slot = Rc::new(GuestSlot {
+            runner: RefCell::new(Runner::new(route.program.clone())),
+            route,
+            batch: RefCell::new(Batch::new()),
+            closed: RefCell::default(),
+            local: RefCell::default(),
+            wake: Notify::new(),
+        });
+        tokio::task::spawn_local(flush_loop(slot.clone()));
+        slot
+    }
+
+    /// The guest's `upgrade` hook, called before the 101.
+    pub fn upgrade(&self, req: &UpgradeRequest) -> Result<UpgradeResponse, Fault> {
+        self.runner.borrow_mut().upgrade(req)
+    }
+
+    pub fn open(&self, conn: u64, target: &str, outbound: Arc<Outbound>) {
+        self.local.borrow_mut().insert(conn, outbound.clone());
+        self.route
+            .conns
+            .lock()
+            .expect("conns lock")
+            .insert(conn, outbound);
+        self.batch.borrow_mut().push_open(conn, target);
+        self.wake.notify_one();
+    }
+
+    pub fn message(&self, conn: u64, text: bool, payload: &[u8]) {
+        self.batch.borrow_mut().push_message(conn, text, payload);
+    }
+
+    /// Events were queued: let the flush task run after the other ready
+    /// connections had their turn.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    pub fn close(&self, conn: u64, code: u16, reason: &str) {
+        self.local.borrow_mut().remove(&conn);
+        self.route.conns.lock().expect("conns lock").remove(&conn);
+        let topics = self
+            .route
+            .subscriptions
+            .lock()
+            .expect("subscriptions lock")
+            .remove(&conn);
+        for topic in topics.unwrap_or_default() {
+            self.route.topics.unsubscribe(&topic, conn);
+        }
+        self.batch.borrow_mut().push_close(conn, code, reason);
+        self.closed.borrow_mut().push(conn);
+        self.wake.notify_one();
+    }
+
+    fn lookup(&self, conn: u64) -> Option<Arc<Outbound>> {
+        if let Some(out) = self.local.borrow().get(&conn) {
+            return Some(out.clone());
+        }
+        self.route
+            .conns
+            .lock()
+            .expect("conns lock")
+            .get(&conn)
+            .cloned()
+    }
+
+    /// Applies a guest's commands in order. Consecutive sends to one
+    /// connection are written into one buffer and queued once.
+    fn apply(&self, commands: &Commands) {
+        let mut pending: Option<(u64, Vec<u8>)> = None;
+        let flush = |pending: &mut Option<(u64, Vec<u8>)>| {
+            if let Some((conn, frames)) = pending.take() {
+                if let Some(out) = self.lookup(conn) {
+                    out.send(Bytes::from(frames));
+                }
+            }
+        };
+        for command in commands.iter() {
+            if let Command::Send {
+                conn,
+                text,
+                payload,
+            } = command
+            {
+                if pending.as_ref().is_some_and(|(c, _)| *c != conn) {
+                    flush(&mut pending);
+                }
+                let (_, frames) = pending.get_or_insert_with(|| (conn, Vec::new()));
+                append_frame(frames, text, payload);
+                continue;
+            }
+            flush(&mut pending);
+            match command {
+                Command::Send { .. } => unreachable!("handled above"),
+                Command::Close { conn, code, reason } => {
+                    if let Some(out) = self.lookup(conn) {
+                        out.close(code, reason);
+                    }
+                }
+                Command::Publish {
+                    topic,
+                    text,
+                    payload,
+                    exclude,
+                } => {
+                    let op = if text { OpCode::Text } else { OpCode::Binary };
+                    let frame = Bytes::from(server_frame(op, payload));
+                    self.route.topics.publish(topic, &frame, exclude);
+                }
+                Command::Subscribe { conn, topic } => {
+                    if let Some(out) = self.lookup(conn) {
+                        self.route.topics.subscribe(topic, conn, out);
+                        let mut subs = self.route.subscriptions.lock().expect("subscriptions lock");
+                        subs.entry(conn).or_default().push(topic.to_string());
+                    }
+                }
+                Command::Unsubscribe { conn, topic } => {
+                    self.route.topics.unsubscribe(topic, conn);
+                    let mut subs = self.route.subscriptions.lock().expect("subscriptions lock");
+                    if let Some(list) = subs.get_mut(&conn) {
+                        list.retain(|t| t != topic);
+                    }
+                }
+            }
+        }
+        flush(&mut pending);
+    }
+}
+
+/// Appends one unmasked server frame.
+fn append_frame(out: &mut Vec<u8>, text: bool, payload: &[u8]) {
+    let op = if text { OpCode::Text } else { OpCode::Binary };
+    let at = out.len();
+    let header = server_header_len(payload.len() as u64);
+    out.resize(at + header, 0);
+    encode_server_header(&mut out[at..], true, op, payload.len() as u64);
+    out.extend_from_slice(payload);
+}
+
+/// Waits for events, then calls the guest once for everything queued.
+async fn flush_loop(slot: Rc<GuestSlot>) {
+    let mut batch = Batch::new();
+    loop {
+        slot.wake.notified().await;
+        // Connections that are ready too get to add their events first.
+        tokio::task::yield_now().await;
+        if slot.batch.borrow().is_empty() {
+            continue;
+        }
+        std::mem::swap(&mut *slot.batch.borrow_mut(), &mut batch);
+        let closed = std::mem::take(&mut *slot.closed.borrow_mut());
+        let result = slot.runner.borrow_mut().handle(&batch);
+        match result {
+            Ok(commands) => slot.apply(&commands),
+            Err(fault) => {
+                // The instance is gone; the connections whose events it was
+                // handling cannot know what was processed: close them.
+                warn!(route = slot.route.program.route(), cause = %fault, "guest failed a batch");
+                let mut affected: Vec<u64> = batch.connections().collect();
+                affected.sort_unstable();
+                affected.dedup();
+                for conn in affected {
+                    if let Some(out) = slot.lookup(conn) {
+                        out.close(fault.close_code(), "guest handler failed");
+                    }
+                }
+            }
+        }
+        let mut runner = slot.runner.borrow_mut();
+        for conn in closed {
+            runner.forget(conn);
+        }
+        drop(runner);
+        batch.clear();
+    }
+}
+
+/// A guest connection's side: reassembles messages that span pieces.
+pub struct GuestConn {
+    pub slot: Rc<GuestSlot>,
+    message: Vec<u8>,
+    queued: bool,
+}
+
+/// Messages longer than this release their assembly buffer once delivered.
+const KEEP_MESSAGE_BUF_BYTES: usize = 64 * 1024;
+
+impl GuestConn {
+    pub fn new(slot: Rc<GuestSlot>) -> GuestConn {
+        GuestConn {
+            slot,
+            message: Vec::new(),
+            queued: false,
+        }
+    }
+
+    /// Queues a message once it is complete; a message that is one whole
+    /// frame goes straight from the receive buffer into the batch.
+    #[inline]
+    pub fn take_piece(&mut self, conn: u64, buf: &[u8], piece: &DataPiece) {
+        let text = piece.message == OpCode::Text;
+        let bytes = &buf[piece.payload.clone()];
+        if piece.message_end() && self.message.is_empty() {
+            self.slot.message(conn, text, bytes);
+            self.queued = true;
+            return;
+        }
+        self.message.extend_from_slice(bytes);
+        if piece.message_end() {
+            self.slot.message(conn, text, &self.message);
+            self.queued = true;
+            self.message.clear();
+            if self.message.capacity() > KEEP_MESSAGE_BUF_BYTES {
+                self.message = Vec::new();
+            }
+        }
+    }
+
+    /// After a read batch: wake the flush task if anything was queued.
+    pub fn end_of_read(&mut self) {
+        if std::mem::take(&mut self.queued) {
+            self.slot.wake();
+        }
+    }
+}
