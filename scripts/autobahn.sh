@@ -22,20 +22,31 @@ die() { log "$*"; exit 1; }
 # Python 2.7: autobahntestsuite is Python 2 code, and Debian 12 ships none.
 find_python27() {
     if [ -n "${PYTHON27:-}" ]; then echo "$PYTHON27"; return; fi
-    if command -v pyenv >/dev/null; then
-        local found
-        found=$(ls -d "$(pyenv root)"/versions/2.7.*/bin/python2.7 2>/dev/null | tail -n 1 || true)
-        if [ -z "$found" ]; then
-            log "no Python 2.7 under pyenv; installing 2.7.18 (a few minutes; needs a C compiler and libssl-dev)"
-            pyenv install -s 2.7.18 >&2
-            found=$(ls -d "$(pyenv root)"/versions/2.7.*/bin/python2.7 | tail -n 1)
-        fi
-        echo "$found"; return
+    local pyenv_root=${PYENV_ROOT:-$HOME/.pyenv} pyenv found
+    pyenv=$(command -v pyenv || ls "$pyenv_root/bin/pyenv" 2>/dev/null || true)
+    [ -n "$pyenv" ] && pyenv_root=$("$pyenv" root)
+    found=$(ls -d "$pyenv_root"/versions/2.7.*/bin/python2.7 2>/dev/null | tail -n 1 || true)
+    if [ -z "$found" ]; then found=$(command -v python2.7 || true); fi
+    if [ -z "$found" ] && [ -n "$pyenv" ]; then
+        log "no Python 2.7 found; pyenv install 2.7.18 (a few minutes; needs a C compiler, libssl-dev, zlib1g-dev)"
+        "$pyenv" install -s 2.7.18 >&2
+        found=$(ls -d "$pyenv_root"/versions/2.7.*/bin/python2.7 | tail -n 1)
     fi
-    if command -v python2.7 >/dev/null; then command -v python2.7; return; fi
-    die "Autobahn|Testsuite needs Python 2.7 and none was found. Install pyenv
+    [ -n "$found" ] || die "Autobahn|Testsuite needs Python 2.7 and none was found. Install pyenv
 (https://github.com/pyenv/pyenv#installation) and run 'pyenv install 2.7.18',
 or set PYTHON27=/path/to/python2.7."
+    echo "$found"
+}
+
+# Debian's python3 lacks the venv module until python3-venv is installed.
+ensure_python3_venv() {
+    python3 -c 'import ensurepip, venv' 2>/dev/null && return
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        log "installing python3-venv"
+        apt-get install -y -q python3-venv >&2
+    else
+        die "python3 cannot create virtualenvs; install it with: sudo apt-get install python3-venv"
+    fi
 }
 
 # The virtualenv: made once, reused after (it is gitignored).
@@ -43,6 +54,7 @@ setup_venv() {
     if [ -x "$VENV/bin/wstest" ]; then return; fi
     local py27 bootstrap=$TARGET_DIR/autobahn-bootstrap
     py27=$(find_python27)
+    ensure_python3_venv
     log "setting up $VENV with $py27 (about a minute)"
     rm -rf "$VENV"
     mkdir -p "$TARGET_DIR"
