@@ -1,13 +1,382 @@
 //! Listeners, worker threads, HTTP/1.1 via hyper, upgrade, route match and the
-//! non-WebSocket endpoints.
+//! non-WebSocket endpoints (`/healthz`).
+//!
+//! Thread per core: each worker has its own `SO_REUSEPORT` listener (the
+//! kernel spreads connections), its own current-thread runtime and buffer
+//! pool. After the 101 the raw `TcpStream` is taken back from hyper so the
+//! connection loop runs with no layer in between.
 
-use crate::config::Config;
+use crate::config::{Behaviour, Config, Limits, NativeKind};
+use crate::native::echo::Echo;
+use crate::native::relay::{Relay, RelayHub};
+use crate::reactor::buffer::BufPool;
+use crate::reactor::conn::{self, ConnEnv, Mode, CLOSE_LINGER};
+use crate::ws::handshake::{self, HandshakeError};
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::cell::Cell;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{debug, info, warn};
 
 /// Resolves when the gateway should stop: stop accepting, close open
-/// connections with 1001, return.
+/// connections with 1001, return. A dropped sender also means stop.
 pub type Shutdown = tokio::sync::watch::Receiver<bool>;
 
-/// Runs the gateway until `shutdown` flips to true.
-pub fn serve(_config: Config, _shutdown: Shutdown) -> std::io::Result<()> {
-    todo!("server")
+/// Pending connections the kernel queues per listener before refusing.
+const LISTEN_BACKLOG: i32 = 4096;
+/// Cap on an HTTP request head; past it hyper answers 431. (hyper's minimum.)
+const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
+/// Pause after a failed accept (e.g. out of file descriptors) so the worker
+/// does not spin while the condition lasts.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("route {path} (line {line}): {reason}")]
+    Route {
+        path: String,
+        line: usize,
+        reason: String,
+    },
+    #[error("cannot start worker thread: {0}")]
+    Worker(std::io::Error),
+}
+
+/// A route as the workers run it.
+struct RouteRuntime {
+    path: String,
+    limits: Arc<Limits>,
+    kind: RouteKind,
+}
+
+enum RouteKind {
+    Echo,
+    Relay(Arc<RelayHub>),
+}
+
+/// What all workers share: routes and connection ids.
+struct Shared {
+    router: matchit::Router<usize>,
+    routes: Vec<RouteRuntime>,
+    handshake_timeout: Duration,
+    next_conn: AtomicU64,
+}
+
+/// A bound gateway, ready to run. Binding first lets callers (tests, `--listen
+/// 127.0.0.1:0`) learn the address before serving.
+pub struct Server {
+    listeners: Vec<std::net::TcpListener>,
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+}
+
+impl Server {
+    /// Binds one listener per worker on the configured address.
+    pub fn bind(config: Config) -> Result<Server, ServeError> {
+        let shared = Arc::new(Shared::new(&config)?);
+        let workers = config.server.workers.max(1);
+        let first = listen(config.server.listen)?;
+        let local_addr = first.local_addr().map_err(|source| ServeError::Bind {
+            addr: config.server.listen,
+            source,
+        })?;
+        let mut listeners = vec![first];
+        for _ in 1..workers {
+            listeners.push(listen(local_addr)?);
+        }
+        Ok(Server {
+            listeners,
+            shared,
+            local_addr,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Runs the workers until `shutdown`; returns when all have stopped.
+    pub fn run(self, shutdown: Shutdown) -> Result<(), ServeError> {
+        info!(addr = %self.local_addr, workers = self.listeners.len(), "weir listening");
+        let mut threads = Vec::new();
+        for (index, listener) in self.listeners.into_iter().enumerate() {
+            let shared = self.shared.clone();
+            let shutdown = shutdown.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("weir-worker-{index}"))
+                .spawn(move || run_worker(listener, shared, shutdown))
+                .map_err(ServeError::Worker)?;
+            threads.push(thread);
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+        info!("weir stopped");
+        Ok(())
+    }
+}
+
+/// Binds and runs until `shutdown` flips to true.
+pub fn serve(config: Config, shutdown: Shutdown) -> Result<(), ServeError> {
+    Server::bind(config)?.run(shutdown)
+}
+
+impl Shared {
+    fn new(config: &Config) -> Result<Shared, ServeError> {
+        let mut router = matchit::Router::new();
+        let mut routes = Vec::new();
+        for (index, route) in config.routes.iter().enumerate() {
+            let route_error = |reason: String| ServeError::Route {
+                path: route.path.clone(),
+                line: route.line,
+                reason,
+            };
+            router
+                .insert(route.path.clone(), index)
+                .map_err(|e| route_error(e.to_string()))?;
+            let kind = match &route.behaviour {
+                Behaviour::Native(NativeKind::Echo) => RouteKind::Echo,
+                Behaviour::Native(NativeKind::Relay) => RouteKind::Relay(Arc::default()),
+                Behaviour::Guest(_) => {
+                    return Err(route_error("guest routes are not wired in yet".into()))
+                }
+            };
+            routes.push(RouteRuntime {
+                path: route.path.clone(),
+                limits: Arc::new(route.limits.clone()),
+                kind,
+            });
+        }
+        Ok(Shared {
+            router,
+            routes,
+            handshake_timeout: config.server.handshake_timeout,
+            next_conn: AtomicU64::new(1),
+        })
+    }
+}
+
+/// A listening socket that shares its port with the other workers'.
+fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let bind = || -> std::io::Result<std::net::TcpListener> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(LISTEN_BACKLOG)?;
+        Ok(socket.into())
+    };
+    bind().map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// One worker's state, shared by its tasks (single thread: `Rc`, no locks).
+struct Worker {
+    shared: Arc<Shared>,
+    pool: Rc<BufPool>,
+    shutdown: Shutdown,
+    /// Open TCP connections, so shutdown can wait for their close handshakes.
+    live: Cell<usize>,
+}
+
+fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Shutdown) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            warn!(error = %e, "worker runtime failed to start");
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async move {
+        let listener = match TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "worker listener failed");
+                return;
+            }
+        };
+        let worker = Rc::new(Worker {
+            shared,
+            pool: Rc::default(),
+            shutdown: shutdown.clone(),
+            live: Cell::new(0),
+        });
+        let mut stop = shutdown.clone();
+        while !*stop.borrow() {
+            tokio::select! {
+                changed = stop.changed() => if changed.is_err() { break },
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        tokio::task::spawn_local(serve_http(stream, peer, worker.clone()));
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "accept failed");
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    }
+                },
+            }
+        }
+        drop(listener);
+        // Open connections are closing with 1001; give them time to finish.
+        let deadline = tokio::time::Instant::now() + CLOSE_LINGER + Duration::from_secs(1);
+        while worker.live.get() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+}
+
+/// Counts a connection as live for as long as it exists.
+struct LiveGuard(Rc<Worker>);
+
+impl LiveGuard {
+    fn new(worker: Rc<Worker>) -> LiveGuard {
+        worker.live.set(worker.live.get() + 1);
+        LiveGuard(worker)
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.live.set(self.0.live.get() - 1);
+    }
+}
+
+/// Serves HTTP/1.1 on a new connection until it upgrades or ends.
+async fn serve_http(stream: TcpStream, peer: SocketAddr, worker: Rc<Worker>) {
+    // Replies are small and latency matters more than packet count; batching
+    // already happens in the reactor (one write per read batch).
+    let _ = stream.set_nodelay(true);
+    let guard = Rc::new(LiveGuard::new(worker.clone()));
+    let service = {
+        let worker = worker.clone();
+        service_fn(move |req| {
+            let worker = worker.clone();
+            let guard = guard.clone();
+            async move { Ok::<_, Infallible>(handle_request(req, peer, worker, guard)) }
+        })
+    };
+    let http = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(worker.shared.handshake_timeout)
+        .max_buf_size(MAX_REQUEST_HEAD_BYTES)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    if let Err(e) = http.await {
+        debug!(%peer, error = %e, "http connection ended");
+    }
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+/// Routes a request: health check, 404, refusal, or the 101 and the handoff
+/// of the socket to the connection loop.
+fn handle_request(
+    mut req: Request<Incoming>,
+    peer: SocketAddr,
+    worker: Rc<Worker>,
+    guard: Rc<LiveGuard>,
+) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    if path == "/healthz" {
+        return text(StatusCode::OK, "ok\n");
+    }
+    let shared = &worker.shared;
+    let Ok(matched) = shared.router.at(path) else {
+        return text(StatusCode::NOT_FOUND, "no route for this path\n");
+    };
+    let route = &shared.routes[*matched.value];
+    if !handshake::wants_websocket(req.headers()) {
+        let mut resp = text(
+            StatusCode::UPGRADE_REQUIRED,
+            "this route speaks WebSocket: send a GET with Upgrade: websocket\n",
+        );
+        resp.headers_mut()
+            .insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        resp.headers_mut().insert(
+            header::SEC_WEBSOCKET_VERSION,
+            HeaderValue::from_static(handshake::SUPPORTED_VERSION),
+        );
+        return resp;
+    }
+    let accept = match handshake::check_request(req.method(), req.version(), req.headers()) {
+        Ok(accept) => accept,
+        Err(e) => {
+            debug!(%peer, path = %route.path, error = %e, "upgrade refused");
+            let mut resp = Response::new(Full::new(Bytes::from(format!("{e}\n"))));
+            *resp.status_mut() = e.status();
+            if e == HandshakeError::UnsupportedVersion {
+                resp.headers_mut().insert(
+                    header::SEC_WEBSOCKET_VERSION,
+                    HeaderValue::from_static(handshake::SUPPORTED_VERSION),
+                );
+            }
+            return resp;
+        }
+    };
+    let protocol = handshake::negotiate_subprotocol(req.headers(), &route.limits.subprotocols)
+        .and_then(|p| HeaderValue::from_str(p).ok());
+    let mode = match &route.kind {
+        RouteKind::Echo => Mode::Echo(Echo::default()),
+        RouteKind::Relay(hub) => Mode::Relay(hub.clone(), Relay::new()),
+    };
+    let env = ConnEnv {
+        id: shared.next_conn.fetch_add(1, Ordering::Relaxed),
+        pool: worker.pool.clone(),
+        limits: route.limits.clone(),
+        shutdown: worker.shutdown.clone(),
+    };
+    let upgrade = hyper::upgrade::on(&mut req);
+    tokio::task::spawn_local(async move {
+        let _live = guard;
+        match upgrade.await {
+            Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
+                Ok(parts) => conn::run(parts.io.into_inner(), &parts.read_buf, env, mode).await,
+                Err(_) => warn!("upgraded connection is not a TcpStream"),
+            },
+            Err(e) => debug!(%peer, error = %e, "upgrade did not complete"),
+        }
+    });
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(
+        header::SEC_WEBSOCKET_ACCEPT,
+        HeaderValue::from_str(&accept).expect("base64 is a valid header value"),
+    );
+    if let Some(p) = protocol {
+        h.insert(header::SEC_WEBSOCKET_PROTOCOL, p);
+    }
+    resp
 }

@@ -1,1 +1,30 @@
-//! WebAssembly guest routes (owner: guest helper).
+//! WebAssembly guest routes: the wasmtime engine and its component cache
+//! ([`engine`], [`cache`]), one loaded component per route ([`program`]), the
+//! per-worker instance that runs batches with limits ([`runner`]), and the
+//! batch / command encoding of the `weir:gateway` ABI ([`abi`]).
+//!
+//! How the reactor uses it: one [`GuestEngine`] per process; one [`Program`]
+//! per guest route, shared by all workers; one [`Runner`] per (worker thread,
+//! route). For each read batch the worker fills a [`Batch`], calls
+//! [`Runner::handle`] once and applies the returned [`Commands`]. A [`Fault`]
+//! means the guest misbehaved: close that batch's connections with
+//! [`Fault::close_code`] (1011, or 1013 when the route is at its instance
+//! limit); the runner has already thrown the instance away.
+
+pub mod abi;
+pub mod cache;
+pub mod engine;
+pub mod error;
+mod host;
+pub mod program;
+pub mod runner;
+
+pub use abi::{Batch, Command, Commands, UpgradeRequest, UpgradeResponse};
+pub use engine::GuestEngine;
+pub use error::{Fault, GuestError};
+pub use program::{check_routes, Program};
+pub use runner::Runner;
+
+/// Identifies one WebSocket connection; unique per process, never 0 (0 marks
+/// "no connection" in a publish's exclusion field).
+pub type ConnectionId = u64;

@@ -1,1 +1,4 @@
 //! Declared behaviours that reply without a guest: echo and relay.
+
+pub mod echo;
+pub mod relay;

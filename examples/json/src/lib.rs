@@ -1,0 +1,36 @@
+//! JSON counter: `{"number": n}` gets back `{"number": n + 1}` when n is odd
+//! and `{"number": n + 2}` when n is even, so the answer is always odd.
+//! Anything else (not JSON, no integer `number`, overflow) gets
+//! `{"error": "<what was wrong>"}` and the connection stays open.
+
+use weir_guest::{ConnectionId, Context, Handler, Message};
+
+#[derive(Default)]
+struct Json;
+
+/// The next odd number after `n`, or None on overflow.
+fn next_odd(n: i64) -> Option<i64> {
+    n.checked_add(if n % 2 == 0 { 2 } else { 1 })
+}
+
+fn answer(bytes: &[u8]) -> Result<i64, String> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| format!("malformed JSON: {e}"))?;
+    let n = value
+        .get("number")
+        .ok_or("missing field \"number\"")?
+        .as_i64()
+        .ok_or("\"number\" must be an integer")?;
+    next_odd(n).ok_or_else(|| "\"number\" is too large".to_string())
+}
+
+impl Handler for Json {
+    type State = ();
+    fn on_message(&mut self, ctx: &mut Context, conn: ConnectionId, _: &mut (), msg: Message<'_>) {
+        match answer(msg.as_bytes()) {
+            Ok(n) => ctx.send_text_fmt(conn, format_args!("{{\"number\":{n}}}")),
+            Err(e) => ctx.send_text(conn, &serde_json::json!({ "error": e }).to_string()),
+        }
+    }
+}
+
+weir_guest::export!(Json);

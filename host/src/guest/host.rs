@@ -1,0 +1,229 @@
+//! What a guest instance sees of the host: the per-Store state (WASI context
+//! with no files and no sockets, the route's environment only), the
+//! `weir:gateway/host` imports (log, attachment), the memory limiter, and
+//! guest stdout/stderr forwarded to `tracing` with the route as prefix.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::abi::bindings::weir::gateway::{host, types};
+use super::ConnectionId;
+
+/// Longest log line kept from a guest; the rest is cut, so a guest cannot
+/// flood the gateway log with one call.
+const MAX_LOG_LINE_BYTES: usize = 4096;
+
+/// Everything one wasmtime Store carries.
+pub(crate) struct StoreState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    /// The route, for log lines.
+    route: Arc<str>,
+    /// Memory cap of the route, enforced by [`wasmtime::ResourceLimiter`].
+    memory_limit: usize,
+    /// Set when the limiter refused growth, so the fault is reported as
+    /// `Memory` rather than the trap the guest's allocator turns it into.
+    pub(crate) memory_refused: bool,
+    /// The runner's attachments, moved in for the duration of a call so the
+    /// `attachment` import can read them (a cheap swap, not a copy).
+    pub(crate) attachments: HashMap<ConnectionId, Vec<u8>>,
+}
+
+impl StoreState {
+    pub(crate) fn new(route: Arc<str>, env: &[(String, String)], memory_limit: usize) -> Self {
+        let mut b = WasiCtxBuilder::new();
+        // No preopened directories and no network: a guest talks to the
+        // world only through commands. Clocks and randomness stay available.
+        b.envs(env)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .stdout(LogStream::new(route.clone(), "stdout"))
+            .stderr(LogStream::new(route.clone(), "stderr"));
+        StoreState {
+            wasi: b.build(),
+            table: ResourceTable::new(),
+            route,
+            memory_limit,
+            memory_refused: false,
+            attachments: HashMap::new(),
+        }
+    }
+}
+
+impl WasiView for StoreState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl wasmtime::ResourceLimiter for StoreState {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_limit {
+            self.memory_refused = true;
+            // An error (not `Ok(false)`) traps at once: a Rust guest would
+            // otherwise abort in its allocator with a less telling trap.
+            wasmtime::bail!("memory limit of {} bytes reached (wanted {desired})", self.memory_limit);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        // Tables hold function references; a handler needs a few hundred.
+        Ok(desired <= 100_000)
+    }
+}
+
+impl types::Host for StoreState {}
+
+impl host::Host for StoreState {
+    fn log(&mut self, level: host::Level, msg: String) {
+        let msg = truncate(&msg, MAX_LOG_LINE_BYTES);
+        let route = &*self.route;
+        match level {
+            host::Level::Error => tracing::error!(target: "weir::guest", route, "{msg}"),
+            host::Level::Warn => tracing::warn!(target: "weir::guest", route, "{msg}"),
+            host::Level::Info => tracing::info!(target: "weir::guest", route, "{msg}"),
+            host::Level::Debug => tracing::debug!(target: "weir::guest", route, "{msg}"),
+            host::Level::Trace => tracing::trace!(target: "weir::guest", route, "{msg}"),
+        }
+    }
+
+    fn attachment(&mut self, conn: ConnectionId) -> Option<Vec<u8>> {
+        self.attachments.get(&conn).cloned()
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &s[..cut]
+}
+
+/// Guest stdout or stderr: bytes are gathered into lines, and each line goes
+/// to `tracing` (info for stdout, warn for stderr) with the route.
+#[derive(Clone)]
+struct LogStream {
+    route: Arc<str>,
+    name: &'static str,
+    /// The unfinished line; shared by every handle the guest opens.
+    pending: Arc<Mutex<Vec<u8>>>,
+}
+
+impl LogStream {
+    fn new(route: Arc<str>, name: &'static str) -> Self {
+        LogStream { route, name, pending: Arc::default() }
+    }
+
+    fn emit(&self, line: &[u8]) {
+        let line = String::from_utf8_lossy(line);
+        let line = truncate(line.trim_end_matches('\r'), MAX_LOG_LINE_BYTES);
+        let route = &*self.route;
+        if self.name == "stderr" {
+            tracing::warn!(target: "weir::guest", route, stream = self.name, "{line}");
+        } else {
+            tracing::info!(target: "weir::guest", route, stream = self.name, "{line}");
+        }
+    }
+
+    fn write_bytes(&self, bytes: &[u8]) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.extend_from_slice(bytes);
+        while let Some(nl) = pending.iter().position(|&b| b == b'\n') {
+            self.emit(&pending[..nl]);
+            pending.drain(..=nl);
+        }
+        if pending.len() > MAX_LOG_LINE_BYTES {
+            self.emit(&pending);
+            pending.clear();
+        }
+    }
+
+    fn flush_pending(&self) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if !pending.is_empty() {
+            self.emit(&pending);
+            pending.clear();
+        }
+    }
+}
+
+impl Drop for LogStream {
+    fn drop(&mut self) {
+        // The last handle of a Store flushes an unterminated line (e.g. a
+        // panic message written just before the trap).
+        if Arc::strong_count(&self.pending) == 1 {
+            self.flush_pending();
+        }
+    }
+}
+
+impl IsTerminal for LogStream {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for LogStream {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl OutputStream for LogStream {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        self.write_bytes(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+impl Pollable for LogStream {
+    fn ready<'a, 'b>(&'a mut self) -> Pin<Box<dyn Future<Output = ()> + Send + 'b>>
+    where
+        'a: 'b,
+        Self: 'b,
+    {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+impl tokio::io::AsyncWrite for LogStream {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.write_bytes(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

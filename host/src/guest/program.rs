@@ -1,0 +1,216 @@
+//! One guest route, loaded: its compiled component linked once
+//! (`InstancePre`, shared by every worker), its limits, and the count of live
+//! instances that enforces the route's `instances` cap across workers.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::Component;
+use wasmtime::Store;
+
+use super::abi::bindings::{GatewayHandler, GatewayHandlerPre};
+use super::engine::{GuestEngine, POOL_COMPONENT_INSTANCES, POOL_MAX_MEMORY_BYTES};
+use super::error::GuestError;
+use super::host::StoreState;
+use crate::config::{Behaviour, Config, GuestConfig, Isolation};
+
+/// Smallest `memory` that makes sense: one wasm page.
+const MIN_MEMORY_BYTES: usize = 64 << 10;
+
+/// A guest route ready to instantiate. `Send + Sync`; share it with `Arc`.
+pub struct Program {
+    pub(crate) engine: Arc<GuestEngine>,
+    pub(crate) pre: GatewayHandlerPre<StoreState>,
+    /// The route path, for logs.
+    pub(crate) route: Arc<str>,
+    pub(crate) cfg: GuestConfig,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) deadline_ticks: u64,
+    /// Live instances of this route across workers (≤ `cfg.instances`).
+    live: AtomicUsize,
+}
+
+impl Program {
+    /// Read, compile (or load from the cache) and link `cfg.wasm` for the
+    /// route at `route_path`, then start one instance as a trial so a
+    /// component that cannot start within its limits fails here, not on
+    /// the first connection.
+    pub fn load(engine: &Arc<GuestEngine>, route_path: &str, cfg: &GuestConfig) -> Result<Arc<Program>, GuestError> {
+        let route = route_path.to_string();
+        check_limits(&route, cfg)?;
+        let path = cfg.wasm.as_path();
+        let wasm = std::fs::read(path).map_err(|source| GuestError::Unreadable {
+            route: route.clone(),
+            path: path.to_path_buf(),
+            source,
+        })?;
+        check_header(&route, path, &wasm)?;
+        let component = engine.compile(&wasm).map_err(|e| GuestError::Compile {
+            route: route.clone(),
+            path: path.to_path_buf(),
+            detail: format!("{e:#}"),
+        })?;
+        let abi_error = |detail: String| GuestError::Abi { route: route.clone(), path: path.to_path_buf(), detail };
+        let instance_pre = engine
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| abi_error(format!("{e:#}")))?;
+        let pre = GatewayHandlerPre::new(instance_pre)
+            .map_err(|e| abi_error(format!("{e:#}; the component exports {}", exports_of(engine, &component))))?;
+
+        let program = Arc::new(Program {
+            engine: engine.clone(),
+            pre,
+            route: route.as_str().into(),
+            cfg: cfg.clone(),
+            env: cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            deadline_ticks: GuestEngine::deadline_ticks(cfg.timeout),
+            live: AtomicUsize::new(0),
+        });
+        let mut store = program.new_store();
+        program.pre.instantiate(&mut store).map_err(|e| {
+            let detail = if store.data().memory_refused {
+                format!("the component needs more than the route's memory limit of {} bytes to start", cfg.memory)
+            } else {
+                format!("the component fails to start: {e:#}")
+            };
+            GuestError::Limits { route: route.clone(), detail }
+        })?;
+        Ok(program)
+    }
+
+    /// The route path this program serves.
+    pub fn route(&self) -> &str {
+        &self.route
+    }
+
+    pub fn config(&self) -> &GuestConfig {
+        &self.cfg
+    }
+
+    /// Live instances of this route right now, across workers.
+    pub fn live_instances(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// A fresh Store with the route's environment, limits and deadline.
+    pub(crate) fn new_store(&self) -> Store<StoreState> {
+        let state = StoreState::new(self.route.clone(), &self.env, self.cfg.memory);
+        let mut store = Store::new(&self.engine.engine, state);
+        store.limiter(|s| s);
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(self.deadline_ticks);
+        store
+    }
+
+    /// Instantiate in `store` (whose deadline is already set).
+    pub(crate) fn instantiate(&self, store: &mut Store<StoreState>) -> wasmtime::Result<GatewayHandler> {
+        self.pre.instantiate(store)
+    }
+
+    /// Take one of the route's instance slots, if any is free.
+    pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<InstancePermit> {
+        let max = self.cfg.instances;
+        self.live
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| InstancePermit { program: self.clone() })
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.cfg.timeout
+    }
+}
+
+/// One of a route's `instances` slots; given back on drop.
+pub(crate) struct InstancePermit {
+    program: Arc<Program>,
+}
+
+impl Drop for InstancePermit {
+    fn drop(&mut self) {
+        self.program.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn check_limits(route: &str, cfg: &GuestConfig) -> Result<(), GuestError> {
+    let fail = |detail: String| Err(GuestError::Limits { route: route.to_string(), detail });
+    if cfg.memory < MIN_MEMORY_BYTES || cfg.memory > POOL_MAX_MEMORY_BYTES {
+        return fail(format!(
+            "memory = {} bytes is outside {MIN_MEMORY_BYTES}..={POOL_MAX_MEMORY_BYTES} (write e.g. memory = \"16MiB\")",
+            cfg.memory
+        ));
+    }
+    if cfg.instances == 0 || cfg.instances > POOL_COMPONENT_INSTANCES as usize {
+        return fail(format!(
+            "instances = {} is outside 1..={POOL_COMPONENT_INSTANCES} (the engine's instance pool)",
+            cfg.instances
+        ));
+    }
+    if cfg.timeout.is_zero() {
+        return fail("timeout must be above zero (write e.g. timeout = \"10ms\")".into());
+    }
+    if cfg.isolation == Isolation::Worker && cfg.recycle_after == 0 {
+        return fail("recycle_after must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// Tell a component from a core module or a stray file before wasmtime
+/// gives a less direct error. Binary format: `\0asm`, a 2-byte version,
+/// then a 2-byte layer (0 = core module, 1 = component).
+fn check_header(route: &str, path: &Path, wasm: &[u8]) -> Result<(), GuestError> {
+    let (route, path) = (route.to_string(), path.to_path_buf());
+    if wasm.len() < 8 || &wasm[..4] != b"\0asm" {
+        return Err(GuestError::NotWasm { route, path });
+    }
+    if wasm[6..8] == [0, 0] {
+        return Err(GuestError::CoreModule { route, path });
+    }
+    Ok(())
+}
+
+/// The component's top-level exports, for an error message.
+fn exports_of(engine: &GuestEngine, component: &Component) -> String {
+    let ty = component.component_type();
+    let names: Vec<String> = ty
+        .exports(&engine.engine)
+        .map(|(name, item)| match item.ty {
+            ComponentItem::ComponentFunc(_) => format!("func `{name}`"),
+            ComponentItem::ComponentInstance(_) => format!("interface `{name}`"),
+            _ => format!("`{name}`"),
+        })
+        .collect();
+    if names.is_empty() {
+        "nothing".into()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// Load every guest route of `config` (for `weir check` and startup), with
+/// one engine. Reports every failing route, not just the first.
+pub fn check_routes(config: &Config) -> Result<(), GuestError> {
+    let guests: Vec<_> = config
+        .routes
+        .iter()
+        .filter_map(|r| match &r.behaviour {
+            Behaviour::Guest(g) => Some((r.path.as_str(), g)),
+            Behaviour::Native(_) => None,
+        })
+        .collect();
+    if guests.is_empty() {
+        return Ok(());
+    }
+    let engine = GuestEngine::new(None)?;
+    let mut errors: Vec<GuestError> =
+        guests.into_iter().filter_map(|(path, g)| Program::load(&engine, path, g).err()).collect();
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(GuestError::Many(errors)),
+    }
+}

@@ -1,0 +1,232 @@
+//! Runs one route's guest on one worker thread: owns the live instance (its
+//! Store), replaces it after `recycle_after` batches (`isolation = "worker"`)
+//! or after every batch (`"batch"`) or after any fault, sets the deadline per
+//! call, applies attachment commands and keeps the attachments, which
+//! outlive every instance.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use wasmtime::{Store, Trap};
+
+use super::abi::bindings::GatewayHandler;
+use super::abi::{self, AttachmentRequest, Batch, Commands, UpgradeRequest, UpgradeResponse};
+use super::error::Fault;
+use super::host::StoreState;
+use super::program::{InstancePermit, Program};
+use super::ConnectionId;
+use crate::config::Isolation;
+
+/// A live instance and what it has served.
+struct Live {
+    store: Store<StoreState>,
+    handler: GatewayHandler,
+    batches: u64,
+    _permit: InstancePermit,
+}
+
+/// One route's guest on one worker. Not shared between threads.
+pub struct Runner {
+    program: Arc<Program>,
+    live: Option<Live>,
+    /// Durable per-connection state (`set-attachment`), keyed by connection.
+    /// Moved into the Store for each call so the `attachment` import can
+    /// read it, and back out afterwards, so it survives instance replacement.
+    attachments: HashMap<ConnectionId, Vec<u8>>,
+    /// Scratch for validation, kept to reuse its allocation.
+    requests: Vec<AttachmentRequest>,
+    /// Scratch: the connections present in the current batch.
+    batch_conns: HashSet<ConnectionId>,
+    /// Instances replaced because they faulted (for metrics).
+    faults: u64,
+}
+
+impl Runner {
+    /// A runner for `program`; the first call creates the instance.
+    pub fn new(program: Arc<Program>) -> Self {
+        Runner {
+            program,
+            live: None,
+            attachments: HashMap::new(),
+            requests: Vec::new(),
+            batch_conns: HashSet::new(),
+            faults: 0,
+        }
+    }
+
+    pub fn program(&self) -> &Arc<Program> {
+        &self.program
+    }
+
+    /// Faults seen so far (each one cost an instance).
+    pub fn faults(&self) -> u64 {
+        self.faults
+    }
+
+    /// The attachment held for `conn`, if any.
+    pub fn attachment(&self, conn: ConnectionId) -> Option<&[u8]> {
+        self.attachments.get(&conn).map(Vec::as_slice)
+    }
+
+    /// `conn` closed: drop its attachment.
+    pub fn forget(&mut self, conn: ConnectionId) {
+        self.attachments.remove(&conn);
+    }
+
+    /// Drop the live instance now (the next call starts a fresh one).
+    pub fn recycle(&mut self) {
+        self.live = None;
+    }
+
+    /// Ask the guest whether to accept an upgrade. A reject status outside
+    /// 400–599 becomes 403.
+    pub fn upgrade(&mut self, req: &UpgradeRequest) -> Result<UpgradeResponse, Fault> {
+        let result = self.call(|handler, store| handler.weir_gateway_handler().call_upgrade(store, req));
+        let response = self.finish_call(result)?;
+        Ok(match response {
+            UpgradeResponse::Reject(status) if !(400..=599).contains(&status) => UpgradeResponse::Reject(403),
+            other => other,
+        })
+    }
+
+    /// Hand one batch to the guest (one call) and return its validated
+    /// commands. Attachment commands are applied here and not returned.
+    /// On a fault the instance is gone and the caller closes the batch's
+    /// connections with [`Fault::close_code`].
+    pub fn handle(&mut self, batch: &Batch) -> Result<Commands, Fault> {
+        if batch.is_empty() {
+            return Ok(Commands::empty());
+        }
+        let result = self.call(|handler, store| handler.weir_gateway_handler().call_handle(store, &batch.raw));
+        let raw = self.finish_call(result)?;
+        let mut commands = Commands::from_raw(raw);
+        self.requests.clear();
+        if let Err(fault) = abi::validate(commands.raw_mut(), &mut self.requests) {
+            return Err(self.fault(fault));
+        }
+        if !self.requests.is_empty() {
+            self.apply_attachments(batch, &mut commands);
+        }
+        Ok(commands)
+    }
+
+    /// Store the batch's attachment requests; one over the cap closes its
+    /// connection instead (the others in the batch are unaffected).
+    fn apply_attachments(&mut self, batch: &Batch, commands: &mut Commands) {
+        self.batch_conns.clear();
+        self.batch_conns.extend(batch.connections());
+        let cap = self.program.cfg.attachment_max;
+        let mut requests = std::mem::take(&mut self.requests);
+        for r in requests.drain(..) {
+            if !self.batch_conns.contains(&r.conn) {
+                tracing::warn!(route = %self.program.route, conn = r.conn,
+                    "guest set an attachment for a connection outside its batch; ignored");
+                continue;
+            }
+            if r.len > cap {
+                tracing::warn!(route = %self.program.route, conn = r.conn, bytes = r.len, cap,
+                    "guest attachment over attachment_max; closing the connection with 1011");
+                abi::replace_with_close(commands.raw_mut(), r.index);
+                continue;
+            }
+            if r.len == 0 {
+                self.attachments.remove(&r.conn);
+            } else {
+                let bytes = &commands.data()[r.offset..r.offset + r.len];
+                let slot = self.attachments.entry(r.conn).or_default();
+                slot.clear();
+                slot.extend_from_slice(bytes);
+            }
+        }
+        self.requests = requests;
+    }
+
+    /// Run `f` against a live instance with a fresh deadline and the
+    /// attachments moved in.
+    fn call<R>(
+        &mut self,
+        f: impl FnOnce(&GatewayHandler, &mut Store<StoreState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        if self.live.is_none() {
+            self.live = Some(self.start()?);
+        }
+        let Some(live) = self.live.as_mut() else { unreachable!("started above") };
+        live.store.set_epoch_deadline(self.program.deadline_ticks);
+        std::mem::swap(&mut live.store.data_mut().attachments, &mut self.attachments);
+        let result = f(&live.handler, &mut live.store);
+        std::mem::swap(&mut live.store.data_mut().attachments, &mut self.attachments);
+        live.batches += 1;
+        result.map_err(|e| CallError::Guest { memory_refused: live.store.data().memory_refused, error: e })
+    }
+
+    /// A new Store and instance, within the route's instance cap.
+    fn start(&mut self) -> Result<Live, CallError> {
+        let permit = self
+            .program
+            .try_acquire()
+            .ok_or(CallError::Fault(Fault::Overloaded(self.program.cfg.instances)))?;
+        let mut store = self.program.new_store();
+        match self.program.instantiate(&mut store) {
+            Ok(handler) => Ok(Live { store, handler, batches: 0, _permit: permit }),
+            Err(e) => {
+                let fault = if store.data().memory_refused {
+                    Fault::Memory(self.program.cfg.memory)
+                } else {
+                    Fault::Instantiate(format!("{e:#}"))
+                };
+                Err(CallError::Fault(fault))
+            }
+        }
+    }
+
+    /// Turn a call's outcome into a result, retiring the instance when it
+    /// faulted or has served its batches.
+    fn finish_call<R>(&mut self, result: Result<R, CallError>) -> Result<R, Fault> {
+        match result {
+            Ok(value) => {
+                let recycle = match self.program.cfg.isolation {
+                    Isolation::Batch => true,
+                    Isolation::Worker => self.live.as_ref().is_some_and(|l| l.batches >= self.program.cfg.recycle_after),
+                };
+                if recycle {
+                    self.live = None;
+                }
+                Ok(value)
+            }
+            Err(CallError::Fault(fault)) => Err(self.fault(fault)),
+            Err(CallError::Guest { memory_refused, error }) => {
+                let fault = self.classify(memory_refused, &error);
+                Err(self.fault(fault))
+            }
+        }
+    }
+
+    fn classify(&self, memory_refused: bool, error: &wasmtime::Error) -> Fault {
+        if memory_refused {
+            return Fault::Memory(self.program.cfg.memory);
+        }
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => Fault::Deadline(self.program.timeout()),
+            Some(trap) => Fault::Trap(trap.to_string()),
+            None => Fault::Trap(format!("{error:#}")),
+        }
+    }
+
+    /// Drop the instance (a trap poisons its whole Store), log, count.
+    fn fault(&mut self, fault: Fault) -> Fault {
+        self.live = None;
+        if !matches!(fault, Fault::Overloaded(_)) {
+            self.faults += 1;
+        }
+        tracing::warn!(route = %self.program.route, "guest fault, instance replaced: {fault}");
+        fault
+    }
+}
+
+/// A call that failed, before classification.
+enum CallError {
+    /// Failed before reaching the guest (no slot, instantiation).
+    Fault(Fault),
+    /// The guest call returned an error (trap, deadline, memory).
+    Guest { memory_refused: bool, error: wasmtime::Error },
+}

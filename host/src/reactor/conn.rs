@@ -1,0 +1,382 @@
+//! The connection loop: wait for the socket, read into a pooled buffer,
+//! decode every complete frame of the read as one batch, reply (in place for
+//! echo), write once, and keep the closing handshake, idle timeout,
+//! backpressure and shutdown rules.
+
+use super::buffer::{BufPool, Output, HEADROOM_BYTES, READ_BUF_BYTES, STREAM_ABOVE_BYTES};
+use super::decode::{Decoder, Piece};
+use super::outbound::{OutMsg, Outbound};
+use crate::config::Limits;
+use crate::native::echo::Echo;
+use crate::native::relay::{Join, Relay, RelayHub};
+use crate::ws::close::{self, close_frame};
+use crate::ws::frame::{server_frame, OpCode, ProtocolError};
+use std::io::{ErrorKind, IoSlice};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// How long the server waits for the client's close frame after sending its
+/// own, before it drops the TCP connection anyway.
+pub const CLOSE_LINGER: Duration = Duration::from_secs(2);
+/// Outbound messages written together in one gather write.
+const OUTBOUND_BATCH: usize = 64;
+
+/// What a connection needs from its worker and route.
+pub struct ConnEnv {
+    pub id: u64,
+    pub pool: Rc<BufPool>,
+    pub limits: Arc<Limits>,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// The route's behaviour, as the connection runs it.
+pub enum Mode {
+    Echo(Echo),
+    Relay(Arc<RelayHub>, Relay),
+}
+
+impl Mode {
+    /// A streamed reply frame is half written: no close frame can follow.
+    fn mid_frame(&self) -> bool {
+        matches!(self, Mode::Echo(e) if e.mid_frame)
+    }
+}
+
+/// How the loop goes on after an event.
+enum Flow {
+    Continue,
+    /// The connection is over; the socket may be dropped.
+    Done,
+    /// Send this close and wait for the client's reply.
+    Close(u16, String),
+}
+
+struct Conn {
+    env: ConnEnv,
+    stream: TcpStream,
+    decoder: Decoder,
+    /// Held only while bytes are in flight (idle connections hold none).
+    buf: Option<Box<[u8]>>,
+    /// Unprocessed bytes are `buf[start..end]`.
+    start: usize,
+    end: usize,
+    out: Output,
+    outbound: Arc<Outbound>,
+    last_read: Instant,
+    ping_sent: bool,
+}
+
+/// Runs a connection after the 101 until it closes. `prefix` holds bytes
+/// hyper had already read past the request head.
+pub async fn run(stream: TcpStream, prefix: &[u8], env: ConnEnv, mut mode: Mode) {
+    let (outbound, mut inbox) = Outbound::new(env.limits.outbound_budget);
+    let mut c = Conn {
+        decoder: Decoder::new(env.limits.max_message, STREAM_ABOVE_BYTES),
+        env,
+        stream,
+        buf: None,
+        start: HEADROOM_BYTES,
+        end: HEADROOM_BYTES,
+        out: Output::default(),
+        outbound: Arc::new(outbound),
+        last_read: Instant::now(),
+        ping_sent: false,
+    };
+    let flow = c.drive(prefix, &mut mode, &mut inbox).await;
+    match flow {
+        Flow::Close(code, reason) if !mode.mid_frame() => c.close_and_linger(code, &reason).await,
+        _ => {}
+    }
+    if let Mode::Relay(hub, relay) = &mode {
+        hub.leave(c.env.id);
+        if let Some(p) = &relay.partner {
+            p.close(close::GOING_AWAY, "relay partner left");
+        }
+    }
+    inbox.close();
+    c.outbound.consumer_gone();
+    if let Some(buf) = c.buf.take() {
+        c.env.pool.give(buf);
+    }
+}
+
+impl Conn {
+    async fn drive(
+        &mut self,
+        prefix: &[u8],
+        mode: &mut Mode,
+        inbox: &mut mpsc::UnboundedReceiver<OutMsg>,
+    ) -> Flow {
+        for chunk in prefix.chunks(READ_BUF_BYTES - HEADROOM_BYTES) {
+            let buf = self.buf.get_or_insert_with(|| self.env.pool.take());
+            let room = buf.len() - self.end;
+            let take = chunk.len().min(room);
+            buf[self.end..self.end + take].copy_from_slice(&chunk[..take]);
+            self.end += take;
+            if let flow @ (Flow::Done | Flow::Close(..)) = self.process(mode).await {
+                return flow;
+            }
+        }
+        if let Mode::Relay(hub, relay) = mode {
+            match hub.join(self.env.id, self.outbound.clone()) {
+                Join::Paired(partner) => relay.partner = Some(partner),
+                Join::Waiting(paired) => match self.wait_for_partner(paired, inbox).await {
+                    Ok(partner) => relay.partner = Some(partner),
+                    Err(flow) => return flow,
+                },
+            }
+        }
+        let idle_timeout = self.env.limits.idle_timeout;
+        let idle = tokio::time::sleep(idle_timeout);
+        tokio::pin!(idle);
+        let mut shutdown = self.env.shutdown.clone();
+        loop {
+            let blocked = match mode {
+                Mode::Relay(_, r) => r.partner_over_budget(),
+                Mode::Echo(_) => false,
+            };
+            let flow = tokio::select! {
+                biased;
+                _ = shutdown.changed() => Flow::Close(close::GOING_AWAY, "server shutting down".into()),
+                msg = inbox.recv() => self.deliver(msg, inbox).await,
+                _ = wait_partner(mode), if blocked => Flow::Continue,
+                ready = self.stream.readable(), if !blocked => match ready {
+                    Ok(()) => self.read(mode).await,
+                    Err(_) => Flow::Done,
+                },
+                _ = &mut idle => {
+                    let quiet = self.last_read.elapsed();
+                    if quiet < idle_timeout {
+                        idle.as_mut().reset(self.last_read + idle_timeout);
+                        Flow::Continue
+                    } else if self.ping_sent {
+                        Flow::Close(close::GOING_AWAY, "idle timeout".into())
+                    } else {
+                        self.ping_sent = true;
+                        idle.as_mut().reset(Instant::now() + idle_timeout);
+                        match self.stream.write_all(&server_frame(OpCode::Ping, b"")).await {
+                            Ok(()) => Flow::Continue,
+                            Err(_) => Flow::Done,
+                        }
+                    }
+                }
+            };
+            if !matches!(flow, Flow::Continue) {
+                return flow;
+            }
+        }
+    }
+
+    /// An unpaired relay connection is not read from; it waits for a partner,
+    /// for shutdown, or for the client to go away (seen with a peek).
+    async fn wait_for_partner(
+        &mut self,
+        mut paired: tokio::sync::oneshot::Receiver<Arc<Outbound>>,
+        inbox: &mut mpsc::UnboundedReceiver<OutMsg>,
+    ) -> Result<Arc<Outbound>, Flow> {
+        let mut shutdown = self.env.shutdown.clone();
+        let mut watch_socket = true;
+        let mut probe = [0u8; 1];
+        loop {
+            tokio::select! {
+                partner = &mut paired => {
+                    return partner.map_err(|_| Flow::Done);
+                }
+                _ = shutdown.changed() => {
+                    return Err(Flow::Close(close::GOING_AWAY, "server shutting down".into()));
+                }
+                msg = inbox.recv() => {
+                    if let flow @ (Flow::Done | Flow::Close(..)) = self.deliver(msg, inbox).await {
+                        return Err(flow);
+                    }
+                }
+                peeked = self.stream.peek(&mut probe), if watch_socket => match peeked {
+                    // Data waits for the partner; only a hang-up matters now.
+                    Ok(n) if n > 0 => watch_socket = false,
+                    _ => return Err(Flow::Done),
+                },
+            }
+        }
+    }
+
+    /// One read, then the batch of pieces it completes.
+    async fn read(&mut self, mode: &mut Mode) -> Flow {
+        let buf = self.buf.get_or_insert_with(|| self.env.pool.take());
+        match self.stream.try_read(&mut buf[self.end..]) {
+            Ok(0) => return Flow::Done,
+            Ok(n) => self.end += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Flow::Continue,
+            Err(_) => return Flow::Done,
+        }
+        self.last_read = Instant::now();
+        self.ping_sent = false;
+        self.process(mode).await
+    }
+
+    /// Decodes `buf[start..end]`, replies, writes, and keeps the leftover.
+    async fn process(&mut self, mode: &mut Mode) -> Flow {
+        let buf = self.buf.as_mut().expect("process runs on a buffer");
+        let mut pos = self.start;
+        let end = self.end;
+        let mut flow = Flow::Continue;
+        loop {
+            match self.decoder.next(buf, &mut pos, end) {
+                Ok(Some(Piece::Data(piece))) => match mode {
+                    Mode::Echo(echo) => echo.reply(buf, &piece, &mut self.out),
+                    Mode::Relay(_, relay) => relay.take_piece(buf, &piece),
+                },
+                Ok(Some(Piece::Ping { payload })) => {
+                    // RFC 6455 §5.5.3: a pong carries the ping's payload; its
+                    // header goes where the ping's header was.
+                    let at = payload.start - 2;
+                    buf[at] = 0x80 | OpCode::Pong as u8;
+                    buf[at + 1] = payload.len() as u8;
+                    self.out.push(buf, at..payload.end);
+                }
+                Ok(Some(Piece::Pong)) => {}
+                Ok(Some(Piece::Close { code, payload })) => {
+                    // RFC 6455 §5.5.1: answer with a close echoing the code
+                    // (1000 when the client gave none), then end the connection.
+                    let code = if code == 1005 { close::NORMAL } else { code };
+                    let at = payload.start - 4;
+                    buf[at..payload.start].copy_from_slice(&[
+                        0x88,
+                        2,
+                        (code >> 8) as u8,
+                        code as u8,
+                    ]);
+                    self.out.push(buf, at..payload.start);
+                    flow = Flow::Done;
+                    break;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    flow = failure(e);
+                    break;
+                }
+            }
+        }
+        if let Mode::Relay(_, relay) = mode {
+            if !relay.flush() && matches!(flow, Flow::Continue) {
+                flow = Flow::Close(close::GOING_AWAY, "relay partner left".into());
+            }
+        }
+        if self.out.flush(&mut self.stream, buf).await.is_err() {
+            return Flow::Done;
+        }
+        // Keep what the decoder could not use yet at the front of the buffer.
+        let left = end - pos;
+        if left == 0 {
+            self.env.pool.give(self.buf.take().expect("buffer in use"));
+        } else if pos != HEADROOM_BYTES {
+            buf.copy_within(pos..end, HEADROOM_BYTES);
+        }
+        self.start = HEADROOM_BYTES;
+        self.end = HEADROOM_BYTES + left;
+        flow
+    }
+
+    /// Writes frames other connections or the guest queued for this one.
+    async fn deliver(
+        &mut self,
+        first: Option<OutMsg>,
+        inbox: &mut mpsc::UnboundedReceiver<OutMsg>,
+    ) -> Flow {
+        let mut frames = Vec::new();
+        let mut closing = None;
+        let mut next = first;
+        while let Some(msg) = next.take() {
+            match msg {
+                OutMsg::Frames(f) => frames.push(f),
+                OutMsg::Close(code, reason) => {
+                    closing = Some(Flow::Close(code, reason));
+                    break;
+                }
+            }
+            if frames.len() < OUTBOUND_BATCH {
+                next = inbox.try_recv().ok();
+            }
+        }
+        if frames.is_empty() && closing.is_none() {
+            // The inbox closed: nobody can reach this connection any more.
+            return Flow::Done;
+        }
+        let total: usize = frames.iter().map(Vec::len).sum();
+        let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
+        let written = super::buffer::write_all_vectored(&mut self.stream, &mut slices).await;
+        self.outbound.written(total);
+        match (written, closing) {
+            (Err(_), _) => Flow::Done,
+            (Ok(()), Some(flow)) => flow,
+            (Ok(()), None) => Flow::Continue,
+        }
+    }
+
+    /// Sends a close frame, then reads until the client's close (or EOF, or
+    /// the linger time) so the client sees a clean close (RFC 6455 §7.1.1).
+    async fn close_and_linger(&mut self, code: u16, reason: &str) {
+        if self
+            .stream
+            .write_all(&close_frame(code, reason))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if !self.decoder.peer_closed() {
+            let _ = tokio::time::timeout(CLOSE_LINGER, self.await_close()).await;
+        }
+        let _ = self.stream.shutdown().await;
+    }
+
+    async fn await_close(&mut self) {
+        loop {
+            let buf = self.buf.get_or_insert_with(|| self.env.pool.take());
+            if self.end == buf.len() {
+                // Nothing useful can arrive in this much junk; stop waiting.
+                return;
+            }
+            if self.stream.readable().await.is_err() {
+                return;
+            }
+            match self.stream.try_read(&mut buf[self.end..]) {
+                Ok(0) => return,
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
+                Err(_) => return,
+            }
+            let mut pos = self.start;
+            loop {
+                match self.decoder.next(buf, &mut pos, self.end) {
+                    Ok(Some(Piece::Close { .. })) | Err(_) => return,
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                }
+            }
+            let left = self.end - pos;
+            buf.copy_within(pos..self.end, HEADROOM_BYTES);
+            self.start = HEADROOM_BYTES;
+            self.end = HEADROOM_BYTES + left;
+        }
+    }
+}
+
+/// Waits until a blocked relay's partner drains.
+async fn wait_partner(mode: &Mode) {
+    if let Mode::Relay(_, relay) = mode {
+        if let Some(p) = &relay.partner {
+            p.wait_drained().await;
+        }
+    }
+}
+
+/// The close a protocol violation earns (RFC 6455 §7.4.1).
+fn failure(e: ProtocolError) -> Flow {
+    tracing::debug!(error = %e, "closing connection on protocol error");
+    Flow::Close(e.close_code(), e.to_string())
+}

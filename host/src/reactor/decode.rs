@@ -1,0 +1,371 @@
+//! The streaming decoder: turns the bytes of one read into pieces — whole
+//! frames when they fit the buffer, successive slices of a frame when it does
+//! not — unmasked in place, with message-level rules (fragmentation, UTF-8,
+//! size) checked as bytes arrive, not when the message ends.
+
+use crate::ws::close::parse_close_payload;
+use crate::ws::frame::{parse_client_header, FrameHeader, OpCode, ProtocolError};
+use crate::ws::mask::unmask;
+use crate::ws::utf8::Utf8Validator;
+use std::ops::Range;
+
+/// A run of unmasked payload bytes in the buffer, or a whole control frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Data(DataPiece),
+    /// A complete ping; `payload` is unmasked in place.
+    Ping {
+        payload: Range<usize>,
+    },
+    Pong,
+    /// A valid close frame. `code` is 1005 when the frame had no body.
+    Close {
+        code: u16,
+        payload: Range<usize>,
+    },
+}
+
+/// Payload of a data frame. A frame that fits the buffer comes as one piece
+/// (`frame_start && frame_end`); a larger one comes as several.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataPiece {
+    /// The frame's own opcode: Text, Binary or Continuation.
+    pub opcode: OpCode,
+    /// The message's opcode (Text or Binary), also for continuations.
+    pub message: OpCode,
+    /// The frame's FIN bit: the message ends with this frame.
+    pub fin: bool,
+    /// The frame's total payload length (for headers of streamed replies).
+    pub frame_len: u64,
+    /// This piece starts the frame; the bytes just before `payload.start`
+    /// (the client's header, or the buffer's headroom) are free to overwrite.
+    pub frame_start: bool,
+    /// This piece ends the frame.
+    pub frame_end: bool,
+    pub payload: Range<usize>,
+}
+
+impl DataPiece {
+    /// This piece completes the message.
+    pub fn message_end(&self) -> bool {
+        self.fin && self.frame_end
+    }
+}
+
+/// The frame whose payload is being received.
+#[derive(Debug, Clone)]
+struct Current {
+    header: FrameHeader,
+    /// Payload bytes handed out as pieces.
+    emitted: u64,
+    /// Payload bytes unmasked and UTF-8 checked (≥ emitted): a frame waiting
+    /// for its tail is checked as it arrives, to fail fast.
+    checked: u64,
+    /// Too big for the buffer: hand out each run of bytes as it arrives.
+    streamed: bool,
+}
+
+/// Per-connection decoding state; it lives across reads.
+#[derive(Debug)]
+pub struct Decoder {
+    max_message: u64,
+    /// Frames with payloads above this are streamed in pieces.
+    stream_above: u64,
+    current: Option<Current>,
+    /// The open message's opcode, between its first and its final frame.
+    message: Option<OpCode>,
+    message_len: u64,
+    utf8: Utf8Validator,
+    /// A close frame has started: the client's side of the closing
+    /// handshake is done, valid or not.
+    peer_closed: bool,
+}
+
+impl Decoder {
+    pub fn new(max_message: usize, stream_above: usize) -> Decoder {
+        Decoder {
+            max_message: max_message as u64,
+            stream_above: stream_above as u64,
+            current: None,
+            message: None,
+            message_len: 0,
+            utf8: Utf8Validator::default(),
+            peer_closed: false,
+        }
+    }
+
+    /// The client has sent a close frame (even an invalid one), so it will
+    /// send nothing more: after answering, the server closes TCP at once.
+    pub fn peer_closed(&self) -> bool {
+        self.peer_closed
+    }
+
+    /// Whether a frame is partly received (its header consumed).
+    pub fn mid_frame(&self) -> bool {
+        self.current.is_some()
+    }
+
+    /// Decodes the next piece from `buf[*pos..end]`. `Ok(None)` means more
+    /// bytes are needed; `buf[*pos..end]` must then be kept, in order, at the
+    /// front of the next read's data.
+    pub fn next(
+        &mut self,
+        buf: &mut [u8],
+        pos: &mut usize,
+        end: usize,
+    ) -> Result<Option<Piece>, ProtocolError> {
+        if self.current.is_none() {
+            // Noted before the header is checked: an invalid close is a close too.
+            self.peer_closed |= buf.get(*pos).is_some_and(|b| b & 0x0F == OpCode::Close as u8);
+            let Some(header) = parse_client_header(&buf[*pos..end])? else {
+                return Ok(None);
+            };
+            self.start_frame(&header)?;
+            *pos += header.header_len;
+            self.current = Some(Current {
+                streamed: header.payload_len > self.stream_above,
+                header,
+                emitted: 0,
+                checked: 0,
+            });
+        }
+        let cur = self.current.as_mut().expect("set above");
+        let h = cur.header;
+        let available = (end - *pos) as u64;
+        let remaining = h.payload_len - cur.emitted;
+        let have = available.min(remaining);
+        // Unmask and check what arrived since the last call.
+        let from = *pos + (cur.checked - cur.emitted) as usize;
+        let to = *pos + have as usize;
+        if to > from {
+            unmask(&mut buf[from..to], h.mask, cur.checked as usize);
+            if self.message == Some(OpCode::Text) && !h.opcode.is_control() {
+                self.utf8.feed(&buf[from..to])?;
+            }
+            cur.checked += (to - from) as u64;
+        }
+        let complete = have == remaining;
+        if !complete && (!cur.streamed || have == 0) {
+            return Ok(None);
+        }
+        let payload = *pos..to;
+        *pos = to;
+        let frame_start = cur.emitted == 0;
+        cur.emitted += have;
+        if !complete {
+            return Ok(Some(Piece::Data(DataPiece {
+                opcode: h.opcode,
+                message: self.message.expect("data frame opens a message"),
+                fin: h.fin,
+                frame_len: h.payload_len,
+                frame_start,
+                frame_end: false,
+                payload,
+            })));
+        }
+        self.current = None;
+        match h.opcode {
+            OpCode::Ping => Ok(Some(Piece::Ping { payload })),
+            OpCode::Pong => Ok(Some(Piece::Pong)),
+            OpCode::Close => {
+                let (code, _reason) = parse_close_payload(&buf[payload.clone()])?;
+                Ok(Some(Piece::Close { code, payload }))
+            }
+            _ => {
+                let message = self.message.expect("data frame opens a message");
+                if h.fin {
+                    if message == OpCode::Text {
+                        self.utf8.finish()?;
+                    }
+                    self.message = None;
+                }
+                Ok(Some(Piece::Data(DataPiece {
+                    opcode: h.opcode,
+                    message,
+                    fin: h.fin,
+                    frame_len: h.payload_len,
+                    frame_start,
+                    frame_end: true,
+                    payload,
+                })))
+            }
+        }
+    }
+
+    /// Message-level rules for a new frame (RFC 6455 §5.4): continuations only
+    /// inside a fragmented message, no new message inside one, and the size cap.
+    fn start_frame(&mut self, h: &FrameHeader) -> Result<(), ProtocolError> {
+        match (h.opcode, self.message) {
+            (op, _) if op.is_control() => return Ok(()),
+            (OpCode::Continuation, None) => return Err(ProtocolError::UnexpectedContinuation),
+            (OpCode::Continuation, Some(_)) => {}
+            (_, Some(_)) => return Err(ProtocolError::ExpectedContinuation),
+            (op, None) => {
+                self.message = Some(op);
+                self.message_len = 0;
+            }
+        }
+        self.message_len += h.payload_len;
+        if self.message_len > self.max_message {
+            return Err(ProtocolError::MessageTooBig);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ws::frame::encode_client_header;
+
+    const KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+
+    fn frame(fin: bool, op: OpCode, payload: &[u8]) -> Vec<u8> {
+        let mut h = [0u8; 14];
+        let n = encode_client_header(&mut h, fin, op, KEY, payload.len() as u64);
+        let mut out = h[..n].to_vec();
+        let start = out.len();
+        out.extend_from_slice(payload);
+        unmask(&mut out[start..], KEY, 0);
+        out
+    }
+
+    /// Decodes `wire` delivered in reads of `chunk` bytes, keeping leftovers
+    /// the way the reactor does; returns pieces with their payload bytes.
+    fn run(
+        wire: &[u8],
+        chunk: usize,
+        stream_above: usize,
+    ) -> Result<Vec<(Piece, Vec<u8>)>, ProtocolError> {
+        let mut d = Decoder::new(1 << 20, stream_above);
+        let mut out = Vec::new();
+        let mut buf: Vec<u8> = Vec::new();
+        for part in wire.chunks(chunk.max(1)) {
+            buf.extend_from_slice(part);
+            let mut pos = 0;
+            let end = buf.len();
+            while let Some(p) = d.next(&mut buf, &mut pos, end)? {
+                let bytes = match &p {
+                    Piece::Data(d) => buf[d.payload.clone()].to_vec(),
+                    Piece::Ping { payload } | Piece::Close { payload, .. } => {
+                        buf[payload.clone()].to_vec()
+                    }
+                    Piece::Pong => vec![],
+                };
+                out.push((p, bytes));
+            }
+            buf.drain(..pos);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn whole_frames_in_any_chunking() {
+        let mut wire = frame(true, OpCode::Text, b"hello");
+        wire.extend(frame(true, OpCode::Binary, &[7; 300]));
+        for chunk in [1, 2, 3, 7, 64, 1000] {
+            let pieces = run(&wire, chunk, 1 << 16).unwrap();
+            assert_eq!(pieces.len(), 2, "chunk {chunk}");
+            assert_eq!(pieces[0].1, b"hello");
+            assert_eq!(pieces[1].1, vec![7; 300]);
+            let Piece::Data(d) = &pieces[1].0 else {
+                panic!()
+            };
+            assert!(d.frame_start && d.frame_end && d.fin && d.message == OpCode::Binary);
+        }
+    }
+
+    /// RFC 6455 §5.4: a fragmented message with a ping between its fragments.
+    #[test]
+    fn fragments_with_interleaved_control() {
+        let mut wire = frame(false, OpCode::Text, b"fra");
+        wire.extend(frame(true, OpCode::Ping, b"p"));
+        wire.extend(frame(true, OpCode::Continuation, "gmént".as_bytes()));
+        let pieces = run(&wire, 4, 1 << 16).unwrap();
+        assert_eq!(pieces.len(), 3);
+        assert!(matches!(pieces[1].0, Piece::Ping { .. }));
+        let Piece::Data(last) = &pieces[2].0 else {
+            panic!()
+        };
+        assert_eq!(
+            (last.opcode, last.message, last.fin),
+            (OpCode::Continuation, OpCode::Text, true)
+        );
+    }
+
+    #[test]
+    fn large_frames_stream_in_pieces() {
+        let payload: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let wire = frame(true, OpCode::Binary, &payload);
+        let pieces = run(&wire, 1000, 1024).unwrap();
+        assert!(pieces.len() >= 5);
+        let joined: Vec<u8> = pieces.iter().flat_map(|p| p.1.clone()).collect();
+        assert_eq!(joined, payload);
+        let Piece::Data(first) = &pieces[0].0 else {
+            panic!()
+        };
+        let Piece::Data(last) = &pieces.last().unwrap().0 else {
+            panic!()
+        };
+        assert!(first.frame_start && !first.frame_end && last.frame_end && !last.frame_start);
+    }
+
+    /// RFC 6455 §5.4: continuation without a message, or a new message inside one.
+    #[test]
+    fn fragmentation_rules() {
+        assert_eq!(
+            run(&frame(true, OpCode::Continuation, b"x"), 64, 1 << 16),
+            Err(ProtocolError::UnexpectedContinuation)
+        );
+        let mut wire = frame(false, OpCode::Text, b"a");
+        wire.extend(frame(true, OpCode::Text, b"b"));
+        assert_eq!(
+            run(&wire, 64, 1 << 16),
+            Err(ProtocolError::ExpectedContinuation)
+        );
+    }
+
+    /// Autobahn 6.4.x: invalid UTF-8 fails before the frame's tail arrives.
+    #[test]
+    fn invalid_utf8_fails_before_the_frame_completes() {
+        let mut payload = "κόσμε".as_bytes().to_vec();
+        payload.extend_from_slice(&[0xED, 0xA0, 0x80]);
+        payload.extend_from_slice(b"more text after the bad bytes");
+        let wire = frame(true, OpCode::Text, &payload);
+        let mut d = Decoder::new(1 << 20, 1 << 16);
+        let mut buf = wire[..wire.len() - 10].to_vec();
+        let end = buf.len();
+        assert_eq!(
+            d.next(&mut buf, &mut 0, end),
+            Err(ProtocolError::InvalidUtf8)
+        );
+    }
+
+    #[test]
+    fn message_size_cap_counts_all_fragments() {
+        let mut d = Decoder::new(100, 1 << 16);
+        let mut wire = frame(false, OpCode::Binary, &[0; 60]);
+        wire.extend(frame(true, OpCode::Continuation, &[0; 60]));
+        let end = wire.len();
+        let mut pos = 0;
+        assert!(d.next(&mut wire, &mut pos, end).unwrap().is_some());
+        assert_eq!(
+            d.next(&mut wire, &mut pos, end),
+            Err(ProtocolError::MessageTooBig)
+        );
+    }
+
+    #[test]
+    fn close_frames_are_validated() {
+        let good = frame(true, OpCode::Close, &[0x03, 0xE8]);
+        assert!(matches!(
+            run(&good, 64, 1 << 16).unwrap()[0].0,
+            Piece::Close { code: 1000, .. }
+        ));
+        let bad = frame(true, OpCode::Close, &[0x03, 0xEC]);
+        assert_eq!(
+            run(&bad, 64, 1 << 16),
+            Err(ProtocolError::InvalidCloseCode(1004))
+        );
+    }
+}

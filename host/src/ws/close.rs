@@ -1,0 +1,103 @@
+//! Close codes and the close frame payload (RFC 6455 §5.5.1, §7.4).
+
+use super::frame::ProtocolError;
+
+pub const NORMAL: u16 = 1000;
+pub const GOING_AWAY: u16 = 1001;
+pub const PROTOCOL_ERROR: u16 = 1002;
+pub const UNSUPPORTED_DATA: u16 = 1003;
+pub const INVALID_PAYLOAD: u16 = 1007;
+pub const POLICY_VIOLATION: u16 = 1008;
+pub const MESSAGE_TOO_BIG: u16 = 1009;
+pub const INTERNAL_ERROR: u16 = 1011;
+
+/// Whether `code` may appear in a close frame (RFC 6455 §7.4.1-2): the defined
+/// codes except 1004-1006 and 1015 (reserved, never sent), the IANA-registered
+/// 1012-1014, and 3000-4999 for libraries and applications.
+pub fn is_valid_close_code(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
+}
+
+/// Parses a client's close payload: empty, or a valid code followed by a
+/// UTF-8 reason. Returns the code (1005 "no status" when absent).
+pub fn parse_close_payload(payload: &[u8]) -> Result<(u16, &str), ProtocolError> {
+    match payload {
+        [] => Ok((1005, "")),
+        [_] => Err(ProtocolError::CloseFrameTooShort),
+        [hi, lo, reason @ ..] => {
+            let code = u16::from_be_bytes([*hi, *lo]);
+            if !is_valid_close_code(code) {
+                return Err(ProtocolError::InvalidCloseCode(code));
+            }
+            let reason =
+                simdutf8::basic::from_utf8(reason).map_err(|_| ProtocolError::InvalidUtf8)?;
+            Ok((code, reason))
+        }
+    }
+}
+
+/// A whole server close frame with `code` and a reason cut to fit the 125-byte
+/// control frame limit (on a character boundary).
+pub fn close_frame(code: u16, reason: &str) -> Vec<u8> {
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut payload = Vec::with_capacity(2 + end);
+    payload.extend_from_slice(&code.to_be_bytes());
+    payload.extend_from_slice(&reason.as_bytes()[..end]);
+    super::frame::server_frame(super::frame::OpCode::Close, &payload)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 6455 §7.4.1: 1004, 1005, 1006 and 1015 are never sent; 0-999 and
+    /// 1016-2999 are not defined; 3000-4999 are for applications.
+    #[test]
+    fn close_code_ranges() {
+        for ok in [
+            1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 3000, 3999, 4000, 4999,
+        ] {
+            assert!(is_valid_close_code(ok), "{ok}");
+        }
+        for bad in [
+            0, 999, 1004, 1005, 1006, 1015, 1016, 1100, 2000, 2999, 5000, 65535,
+        ] {
+            assert!(!is_valid_close_code(bad), "{bad}");
+        }
+    }
+
+    /// RFC 6455 §5.5.1: a close body is empty or starts with a 2-byte code;
+    /// the reason is UTF-8.
+    #[test]
+    fn close_payload() {
+        assert_eq!(parse_close_payload(&[]), Ok((1005, "")));
+        assert_eq!(
+            parse_close_payload(&[3]),
+            Err(ProtocolError::CloseFrameTooShort)
+        );
+        assert_eq!(
+            parse_close_payload(&[0x03, 0xE8, b'o', b'k']),
+            Ok((1000, "ok"))
+        );
+        assert_eq!(
+            parse_close_payload(&[0x03, 0xED]),
+            Err(ProtocolError::InvalidCloseCode(1005))
+        );
+        assert_eq!(
+            parse_close_payload(&[0x03, 0xE8, 0xFF]),
+            Err(ProtocolError::InvalidUtf8)
+        );
+    }
+
+    #[test]
+    fn close_frame_fits_a_control_frame() {
+        let long = "é".repeat(100);
+        let f = close_frame(1001, &long);
+        assert_eq!(f[0], 0x88);
+        assert!(usize::from(f[1]) <= 125);
+        assert!(std::str::from_utf8(&f[4..]).is_ok());
+    }
+}

@@ -1,0 +1,309 @@
+//! Frame headers (RFC 6455 §5.2): parse a client header, encode a server
+//! header, and the flat list of protocol violations with their close codes.
+
+/// Largest header a client can send: 2 bytes, 8 of extended length, 4 of mask.
+pub const MAX_HEADER_BYTES: usize = 14;
+/// Control frames carry at most 125 bytes of payload (RFC 6455 §5.5).
+pub const MAX_CONTROL_PAYLOAD_BYTES: u64 = 125;
+
+/// Frame opcodes (RFC 6455 §5.2); the others are reserved and fail the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum OpCode {
+    Continuation = 0x0,
+    Text = 0x1,
+    Binary = 0x2,
+    Close = 0x8,
+    Ping = 0x9,
+    Pong = 0xA,
+}
+
+impl OpCode {
+    fn from_bits(bits: u8) -> Result<OpCode, ProtocolError> {
+        Ok(match bits {
+            0x0 => OpCode::Continuation,
+            0x1 => OpCode::Text,
+            0x2 => OpCode::Binary,
+            0x8 => OpCode::Close,
+            0x9 => OpCode::Ping,
+            0xA => OpCode::Pong,
+            other => return Err(ProtocolError::ReservedOpcode(other)),
+        })
+    }
+
+    /// Control frames have the high opcode bit set (RFC 6455 §5.5).
+    pub fn is_control(self) -> bool {
+        (self as u8) & 0x8 != 0
+    }
+}
+
+/// A parsed frame header. The payload follows at `header_len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    pub fin: bool,
+    pub opcode: OpCode,
+    /// The masking key; every client frame has one (RFC 6455 §5.3).
+    pub mask: [u8; 4],
+    pub payload_len: u64,
+    pub header_len: usize,
+}
+
+/// Every way a peer can break the protocol. The close code follows from the
+/// variant (RFC 6455 §7.4.1), and no variant allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("reserved bits set without a negotiated extension")]
+    ReservedBitsSet,
+    #[error("reserved opcode {0:#x}")]
+    ReservedOpcode(u8),
+    #[error("client frame is not masked")]
+    UnmaskedClientFrame,
+    #[error("64-bit payload length has its most significant bit set")]
+    PayloadLengthTopBitSet,
+    #[error("control frame payload longer than 125 bytes")]
+    ControlFrameTooLong,
+    #[error("control frame is fragmented")]
+    FragmentedControlFrame,
+    #[error("continuation frame without a message to continue")]
+    UnexpectedContinuation,
+    #[error("new data frame while a fragmented message is open")]
+    ExpectedContinuation,
+    #[error("close frame with a 1-byte payload")]
+    CloseFrameTooShort,
+    #[error("close code {0} may not be sent on the wire")]
+    InvalidCloseCode(u16),
+    #[error("invalid UTF-8 in a text message or close reason")]
+    InvalidUtf8,
+    #[error("message larger than the route's max_message")]
+    MessageTooBig,
+}
+
+impl ProtocolError {
+    /// The close code the server answers with (RFC 6455 §7.4.1).
+    pub fn close_code(self) -> u16 {
+        match self {
+            ProtocolError::InvalidUtf8 => super::close::INVALID_PAYLOAD,
+            ProtocolError::MessageTooBig => super::close::MESSAGE_TOO_BIG,
+            _ => super::close::PROTOCOL_ERROR,
+        }
+    }
+}
+
+/// Parses a client frame header from the start of `buf`. `Ok(None)` means more
+/// bytes are needed. Checks everything the header alone can tell (RFC 6455
+/// §5.2): reserved bits, opcode, mask bit, length form, control frame rules.
+#[inline]
+pub fn parse_client_header(buf: &[u8]) -> Result<Option<FrameHeader>, ProtocolError> {
+    let [b0, b1, ..] = *buf else {
+        return Ok(None);
+    };
+    if b0 & 0x70 != 0 {
+        return Err(ProtocolError::ReservedBitsSet);
+    }
+    let fin = b0 & 0x80 != 0;
+    let opcode = OpCode::from_bits(b0 & 0x0F)?;
+    if b1 & 0x80 == 0 {
+        return Err(ProtocolError::UnmaskedClientFrame);
+    }
+    let (payload_len, len_bytes) = match b1 & 0x7F {
+        126 => {
+            let Some(ext) = buf.get(2..4) else {
+                return Ok(None);
+            };
+            (u64::from(u16::from_be_bytes([ext[0], ext[1]])), 2)
+        }
+        127 => {
+            let Some(ext) = buf.get(2..10) else {
+                return Ok(None);
+            };
+            let len = u64::from_be_bytes(ext.try_into().expect("8 bytes"));
+            if len >> 63 != 0 {
+                return Err(ProtocolError::PayloadLengthTopBitSet);
+            }
+            (len, 8)
+        }
+        short => (u64::from(short), 0),
+    };
+    if opcode.is_control() {
+        if !fin {
+            return Err(ProtocolError::FragmentedControlFrame);
+        }
+        if payload_len > MAX_CONTROL_PAYLOAD_BYTES {
+            return Err(ProtocolError::ControlFrameTooLong);
+        }
+    }
+    let mask_at = 2 + len_bytes;
+    let Some(mask) = buf.get(mask_at..mask_at + 4) else {
+        return Ok(None);
+    };
+    Ok(Some(FrameHeader {
+        fin,
+        opcode,
+        mask: mask.try_into().expect("4 bytes"),
+        payload_len,
+        header_len: mask_at + 4,
+    }))
+}
+
+/// Length of an unmasked server header for a payload of `len` bytes.
+#[inline]
+pub fn server_header_len(len: u64) -> usize {
+    match len {
+        0..=125 => 2,
+        126..=0xFFFF => 4,
+        _ => 10,
+    }
+}
+
+/// Writes an unmasked server frame header (servers never mask, RFC 6455 §5.1)
+/// into the front of `out` and returns its length (2, 4 or 10 bytes).
+#[inline]
+pub fn encode_server_header(out: &mut [u8], fin: bool, opcode: OpCode, len: u64) -> usize {
+    out[0] = (u8::from(fin) << 7) | opcode as u8;
+    match len {
+        0..=125 => {
+            out[1] = len as u8;
+            2
+        }
+        126..=0xFFFF => {
+            out[1] = 126;
+            out[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+            4
+        }
+        _ => {
+            out[1] = 127;
+            out[2..10].copy_from_slice(&len.to_be_bytes());
+            10
+        }
+    }
+}
+
+/// A whole unmasked server frame, for control frames and off-path messages.
+pub fn server_frame(opcode: OpCode, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![0; server_header_len(payload.len() as u64) + payload.len()];
+    let at = encode_server_header(&mut out, true, opcode, payload.len() as u64);
+    out[at..].copy_from_slice(payload);
+    out
+}
+
+/// Encodes a masked client header (used by tests and the load generator's
+/// checks); returns its length.
+pub fn encode_client_header(
+    out: &mut [u8],
+    fin: bool,
+    opcode: OpCode,
+    mask: [u8; 4],
+    len: u64,
+) -> usize {
+    let at = encode_server_header(out, fin, opcode, len);
+    out[1] |= 0x80;
+    out[at..at + 4].copy_from_slice(&mask);
+    at + 4
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn client(fin: bool, op: OpCode, len: u64) -> Vec<u8> {
+        let mut b = [0u8; MAX_HEADER_BYTES];
+        let n = encode_client_header(&mut b, fin, op, [1, 2, 3, 4], len);
+        b[..n].to_vec()
+    }
+
+    /// RFC 6455 §5.2: the three payload length forms, at each boundary.
+    #[test]
+    fn length_forms_at_boundaries() {
+        for (len, header) in [
+            (0, 6),
+            (125, 6),
+            (126, 8),
+            (65535, 8),
+            (65536, 14),
+            (1 << 40, 14),
+        ] {
+            let h = parse_client_header(&client(true, OpCode::Binary, len))
+                .unwrap()
+                .unwrap();
+            assert_eq!((h.payload_len, h.header_len), (len, header), "len {len}");
+            assert_eq!(h.mask, [1, 2, 3, 4]);
+        }
+    }
+
+    /// RFC 6455 §5.2: "the most significant bit MUST be 0" in the 64-bit form.
+    #[test]
+    fn rejects_top_bit_of_64_bit_length() {
+        let mut b = client(true, OpCode::Binary, 1 << 40);
+        b[2] = 0x80;
+        assert_eq!(
+            parse_client_header(&b),
+            Err(ProtocolError::PayloadLengthTopBitSet)
+        );
+    }
+
+    /// RFC 6455 §5.1: a server MUST close on an unmasked client frame.
+    #[test]
+    fn rejects_unmasked_frames() {
+        assert_eq!(
+            parse_client_header(&[0x81, 0x05]),
+            Err(ProtocolError::UnmaskedClientFrame)
+        );
+    }
+
+    /// RFC 6455 §5.2: RSV1-3 must be 0 without an extension; opcodes 3-7, B-F reserved.
+    #[test]
+    fn rejects_reserved_bits_and_opcodes() {
+        for rsv in [0x40, 0x20, 0x10] {
+            assert_eq!(
+                parse_client_header(&[0x81 | rsv, 0x80]),
+                Err(ProtocolError::ReservedBitsSet)
+            );
+        }
+        for op in [3u8, 4, 5, 6, 7, 0xB, 0xC, 0xD, 0xE, 0xF] {
+            assert_eq!(
+                parse_client_header(&[0x80 | op, 0x80]),
+                Err(ProtocolError::ReservedOpcode(op))
+            );
+        }
+    }
+
+    /// RFC 6455 §5.5: control frames are at most 125 bytes and never fragmented.
+    #[test]
+    fn control_frame_rules() {
+        assert_eq!(
+            parse_client_header(&client(true, OpCode::Ping, 126)),
+            Err(ProtocolError::ControlFrameTooLong)
+        );
+        assert_eq!(
+            parse_client_header(&client(false, OpCode::Close, 0)),
+            Err(ProtocolError::FragmentedControlFrame)
+        );
+        assert!(parse_client_header(&client(true, OpCode::Pong, 125)).is_ok());
+    }
+
+    #[test]
+    fn incomplete_headers_ask_for_more() {
+        let full = client(true, OpCode::Text, 70000);
+        for cut in 0..full.len() {
+            assert_eq!(parse_client_header(&full[..cut]), Ok(None), "cut {cut}");
+        }
+    }
+
+    proptest! {
+        /// Encode → parse round trip for every length class and opcode.
+        #[test]
+        fn header_round_trip(
+            len in prop_oneof![0u64..=125, 126u64..=65535, 65536u64..(1 << 63)],
+            fin in any::<bool>(),
+            op in prop::sample::select(vec![OpCode::Continuation, OpCode::Text, OpCode::Binary]),
+            mask in any::<[u8; 4]>(),
+        ) {
+            let mut b = [0u8; MAX_HEADER_BYTES];
+            let n = encode_client_header(&mut b, fin, op, mask, len);
+            let h = parse_client_header(&b[..n]).unwrap().unwrap();
+            prop_assert_eq!(h, FrameHeader { fin, opcode: op, mask, payload_len: len, header_len: n });
+            prop_assert_eq!(n, server_header_len(len) + 4);
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Test harness: a real gateway on a loopback port, and a raw client for the
+//! byte-level cases that a well-behaved client library refuses to produce.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weir::config::Config;
+use weir::server::Server;
+
+/// Every network step of a test is bounded by this.
+pub const STEP: Duration = Duration::from_secs(20);
+
+pub struct Gateway {
+    pub addr: SocketAddr,
+    stop: tokio::sync::watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Gateway {
+    pub fn start(mut config: Config) -> Gateway {
+        config.server.listen = "127.0.0.1:0".parse().unwrap();
+        let server = Server::bind(config).expect("bind");
+        let addr = server.local_addr();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let thread = std::thread::spawn(move || server.run(rx).expect("serve"));
+        Gateway {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn default_routes() -> Gateway {
+        let mut config = Config::builtin_default();
+        config.server.workers = 2;
+        Gateway::start(config)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("ws://{}{}", self.addr, path)
+    }
+
+    /// Stops the gateway and waits for its threads.
+    pub fn stop(mut self) {
+        self.stop.send(true).unwrap();
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// A raw client: handshake by hand, then masked frames and reply parsing.
+pub struct Raw {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+pub const KEY: [u8; 4] = [0x11, 0x22, 0x33, 0x44];
+
+/// A masked client frame with explicit header bits.
+pub fn frame(first_byte: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![first_byte];
+    let len = payload.len();
+    if len < 126 {
+        out.push(0x80 | len as u8);
+    } else if len <= 0xFFFF {
+        out.push(0x80 | 126);
+        out.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        out.push(0x80 | 127);
+        out.extend_from_slice(&(len as u64).to_be_bytes());
+    }
+    out.extend_from_slice(&KEY);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ KEY[i % 4]));
+    out
+}
+
+impl Raw {
+    /// Sends a raw HTTP request and returns the status line's code.
+    pub async fn request(addr: SocketAddr, head: &str) -> (Raw, u16) {
+        let mut stream = tokio::time::timeout(STEP, TcpStream::connect(addr))
+            .await
+            .unwrap()
+            .unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut raw = Raw {
+            stream,
+            buf: Vec::new(),
+        };
+        let status = raw.read_head().await;
+        (raw, status)
+    }
+
+    pub async fn connect(addr: SocketAddr, path: &str) -> Raw {
+        let head = format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        );
+        let (raw, status) = Raw::request(addr, &head).await;
+        assert_eq!(status, 101);
+        raw
+    }
+
+    async fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 65536];
+        let n = tokio::time::timeout(STEP, self.stream.read(&mut chunk))
+            .await
+            .expect("read timed out")
+            .unwrap_or(0);
+        self.buf.extend_from_slice(&chunk[..n]);
+        n > 0
+    }
+
+    async fn read_head(&mut self) -> u16 {
+        loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buf[..end]).to_string();
+                self.buf.drain(..end + 4);
+                return head[9..12].parse().unwrap();
+            }
+            assert!(
+                self.fill().await,
+                "connection closed before the response head"
+            );
+        }
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    /// Next server frame as (first byte, payload); None on EOF.
+    pub async fn next_frame(&mut self) -> Option<(u8, Vec<u8>)> {
+        loop {
+            if self.buf.len() >= 2 {
+                assert_eq!(self.buf[1] & 0x80, 0, "server frames are never masked");
+                let (len, at) = match self.buf[1] & 0x7F {
+                    126 if self.buf.len() >= 4 => {
+                        (u16::from_be_bytes([self.buf[2], self.buf[3]]) as usize, 4)
+                    }
+                    127 if self.buf.len() >= 10 => (
+                        u64::from_be_bytes(self.buf[2..10].try_into().unwrap()) as usize,
+                        10,
+                    ),
+                    126 | 127 => (usize::MAX, 0),
+                    n => (n as usize, 2),
+                };
+                if len != usize::MAX && self.buf.len() >= at + len {
+                    let first = self.buf[0];
+                    let payload = self.buf[at..at + len].to_vec();
+                    self.buf.drain(..at + len);
+                    return Some((first, payload));
+                }
+            }
+            if !self.fill().await {
+                return None;
+            }
+        }
+    }
+
+    /// Reads frames until a close arrives; returns its code.
+    pub async fn close_code(&mut self) -> Option<u16> {
+        while let Some((first, payload)) = self.next_frame().await {
+            if first & 0x0F == 0x8 {
+                return (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
+            }
+        }
+        None
+    }
+}
