@@ -40,7 +40,7 @@ pub const DEFAULT_GUEST_MEMORY_BYTES: usize = 64 << 20;
 /// CPU deadline per guest call: a batch that takes longer is a stuck guest.
 pub const DEFAULT_GUEST_TIMEOUT: Duration = Duration::from_millis(100);
 /// Live instances of one guest route across all workers.
-pub const DEFAULT_GUEST_INSTANCES: usize = 1024;
+pub const DEFAULT_GUEST_INSTANCES: usize = 256;
 /// Batches an instance serves before it is replaced, so leaks in a guest
 /// stay bounded.
 pub const DEFAULT_GUEST_RECYCLE_AFTER: u64 = 10_000;

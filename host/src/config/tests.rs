@@ -158,7 +158,7 @@ fn defaults_without_a_server_section() {
     assert_eq!(guest.isolation, Isolation::Worker);
     assert_eq!(guest.memory, 64 << 20);
     assert_eq!(guest.timeout, Duration::from_millis(100));
-    assert_eq!(guest.instances, 1024);
+    assert_eq!(guest.instances, 256);
     assert_eq!(guest.recycle_after, 10_000);
     assert_eq!(guest.attachment_max, 16 << 10);
 }
