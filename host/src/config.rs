@@ -7,7 +7,9 @@
 //! durations.
 
 mod parse;
+mod toml_error;
 pub mod units;
+mod value;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -158,7 +158,7 @@ fn defaults_without_a_server_section() {
     assert_eq!(guest.isolation, Isolation::Worker);
     assert_eq!(guest.memory, 64 << 20);
     assert_eq!(guest.timeout, Duration::from_millis(100));
-    assert_eq!(guest.instances, 1024);
+    assert_eq!(guest.instances, 256);
     assert_eq!(guest.recycle_after, 10_000);
     assert_eq!(guest.attachment_max, 16 << 10);
 }
@@ -679,4 +679,66 @@ fn load_resolves_against_the_file_and_checks_guests() {
     assert_eq!(err.line, None);
     assert!(err.message.contains("cannot read"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---- the documentation stays true ----
+
+#[test]
+fn readme_routes_example_parses() {
+    let readme = include_str!("../../../README.md");
+    let example = readme
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("README has a ```toml block");
+    let config = parse(example);
+    assert_eq!(config.routes.len(), 4);
+    assert_eq!(config.server.limits, Limits::default());
+    assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
+    let Behaviour::Guest(chat) = &config.routes[2].behaviour else {
+        panic!("README's third route is a guest");
+    };
+    // The README shows each guest key at its default.
+    let mut defaults = GuestConfig::defaults(chat.wasm.clone());
+    defaults
+        .env
+        .insert("WEIR_AUTH_TOKEN".into(), "let-me-in".into());
+    assert_eq!(chat, &defaults);
+}
+
+#[test]
+fn examples_routes_file_parses() {
+    let text = include_str!("../../../examples/routes.toml");
+    let config = Config::parse(text, Path::new("examples")).unwrap();
+    let paths: Vec<&str> = config.routes.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/echo",
+            "/relay",
+            "/plain",
+            "/json",
+            "/binary",
+            "/chat/{room}",
+            "/auth",
+            "/counter"
+        ]
+    );
+    let Behaviour::Guest(auth) = &config.routes[6].behaviour else {
+        panic!("/auth is a guest route");
+    };
+    assert_eq!(auth.wasm, Path::new("examples/wasm/auth.wasm"));
+    assert_eq!(
+        auth.env.get("WEIR_AUTH_TOKEN").map(String::as_str),
+        Some("let-me-in")
+    );
+}
+
+#[test]
+fn prefix_route_needs_a_segment_after_the_prefix() {
+    let config = parse("[[route]]\npath = \"/files/*\"\nnative = \"echo\"\n");
+    let router = config.router();
+    assert!(router.at("/files/a").is_ok());
+    assert!(router.at("/files/a/b").is_ok());
+    assert!(router.at("/files").is_err());
 }

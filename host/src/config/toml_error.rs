@@ -1,0 +1,173 @@
+//! Rewrites toml's and serde's messages (syntax errors, unknown keys, wrong
+//! table shapes) into ones that name the line and say what to write instead.
+
+use std::ops::Range;
+
+use super::value::Source;
+use super::ConfigError;
+
+/// Keys of `[server]`, in the order the messages list them.
+const SERVER_KEYS: &[&str] = &[
+    "listen",
+    "workers",
+    "max_message",
+    "outbound_budget",
+    "idle_timeout",
+    "handshake_timeout",
+    "subprotocols",
+    "max_connections",
+    "max_connections_per_ip",
+    "cache_dir",
+];
+
+/// Keys of a `[[route]]`, in the order the messages list them.
+const ROUTE_KEYS: &[&str] = &[
+    "path",
+    "native",
+    "guest",
+    "max_message",
+    "outbound_budget",
+    "idle_timeout",
+    "subprotocols",
+    "isolation",
+    "memory",
+    "timeout",
+    "instances",
+    "recycle_after",
+    "attachment_max",
+    "env",
+];
+
+/// Rewrites serde/toml's messages into ones that say what to write instead.
+pub(super) fn toml_error(src: &Source, err: toml::de::Error) -> ConfigError {
+    let span = err.span().unwrap_or(0..0);
+    let message = err.message().trim();
+    let line = src.line(span.start);
+    let line_text = src.line_text(line);
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        let key = rest.split('`').next().unwrap_or_default();
+        return unknown_key(src, span, key, message);
+    }
+    if line_text.starts_with("[route]") {
+        return src.error(
+            span,
+            "write [[route]] (two brackets) for each route; [route] is a single table",
+        );
+    }
+    if line_text.starts_with("[[server]]") {
+        return src.error(
+            span,
+            "write [server] (one bracket); the file has one server section",
+        );
+    }
+    if message.contains("expected a map") && line_text.starts_with("env") {
+        return src.error(
+            span,
+            r#"env is a table of names to strings; write env = { WEIR_AUTH_TOKEN = "let-me-in" }"#,
+        );
+    }
+    if message.contains("duplicate key") {
+        return src.error(
+            span,
+            format!("{message}; each key may appear once per table"),
+        );
+    }
+    if message.contains("string values must be quoted") {
+        let (key, value) = line_text.split_once('=').unwrap_or((line_text, ""));
+        let (key, value) = (key.trim(), value.trim());
+        let fix = if value.is_empty() {
+            format!("`{line_text}` has no value; write e.g. {}", example(key))
+        } else {
+            format!("`{line_text}`: text values need quotes; write {key} = \"{value}\"")
+        };
+        return src.error(span, fix);
+    }
+    let message = message
+        .replace("struct RawServer", "the [server] table")
+        .replace("struct RawRoute", "a [[route]] table")
+        .replace("struct RawFile", "a routes file");
+    src.error(span, format!("{message} (in `{line_text}`)"))
+}
+
+/// A correct line for `key`, for messages about a line that did not parse.
+fn example(key: &str) -> String {
+    let value = match key {
+        "listen" => r#""127.0.0.1:9001""#,
+        "workers" => "0",
+        "max_message" | "outbound_budget" | "memory" => r#""32MiB""#,
+        "attachment_max" => r#""16KiB""#,
+        "idle_timeout" | "handshake_timeout" => r#""30s""#,
+        "timeout" => r#""100ms""#,
+        "subprotocols" => r#"["chat.v1"]"#,
+        "max_connections" | "max_connections_per_ip" | "instances" | "recycle_after" => "1000",
+        "cache_dir" => r#""/var/cache/weir""#,
+        "path" => r#""/echo""#,
+        "native" => r#""echo""#,
+        "guest" => r#""wasm/echo.wasm""#,
+        "isolation" => r#""worker""#,
+        "env" => r#"{ WEIR_AUTH_TOKEN = "let-me-in" }"#,
+        _ => r#""value""#,
+    };
+    format!("{key} = {value}")
+}
+
+fn unknown_key(src: &Source, span: Range<usize>, key: &str, message: &str) -> ConfigError {
+    // serde lists the valid fields after "expected"; they say which table it is.
+    let expected = message.split_once("expected").map_or("", |(_, list)| list);
+    let (table, valid): (&str, Vec<&str>) = if expected.contains("`listen`") {
+        ("[server]", SERVER_KEYS.to_vec())
+    } else if expected.contains("`path`") {
+        ("[[route]]", ROUTE_KEYS.to_vec())
+    } else {
+        ("the top level", vec!["[server]", "[[route]]"])
+    };
+    let mut hint = match closest(key, &valid) {
+        Some(near) => format!("; did you mean {near}?"),
+        None => String::new(),
+    };
+    if table == "the top level" {
+        if SERVER_KEYS.contains(&key) {
+            hint = format!("; {key} belongs under [server]");
+        } else if ROUTE_KEYS.contains(&key) {
+            hint = format!("; {key} belongs under a [[route]]");
+        }
+    }
+    src.error(
+        span,
+        format!(
+            "unknown key \"{key}\" in {table}{hint} (valid keys: {})",
+            valid.join(", ")
+        ),
+    )
+}
+
+/// The valid key nearest to a misspelt one, if it is a plausible typo.
+fn closest<'k>(key: &str, valid: &[&'k str]) -> Option<&'k str> {
+    valid
+        .iter()
+        .map(|candidate| {
+            (
+                edit_distance(key, candidate.trim_matches(['[', ']'])),
+                *candidate,
+            )
+        })
+        .filter(|(distance, _)| *distance <= 2.max(key.len() / 4))
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// Levenshtein distance, small strings only.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}

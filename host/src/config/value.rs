@@ -1,0 +1,210 @@
+//! One value of a routes file with its key and place: type and range checks
+//! whose messages name the line, show the value and say what to write.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use toml::{Spanned, Value};
+
+use super::units::{self, SizeError};
+use super::ConfigError;
+
+/// Any single value: its type is checked by hand so that the message can name
+/// the key and give an example of what to write.
+pub(super) type Field = Option<Spanned<Value>>;
+
+/// The text being parsed, to turn byte offsets into line numbers.
+pub(super) struct Source<'a> {
+    pub(super) text: &'a str,
+}
+
+impl Source<'_> {
+    pub(super) fn line(&self, offset: usize) -> usize {
+        let end = offset.min(self.text.len());
+        self.text.as_bytes()[..end]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    pub(super) fn line_text(&self, line: usize) -> &str {
+        self.text.lines().nth(line - 1).unwrap_or("").trim()
+    }
+
+    pub(super) fn error(&self, span: Range<usize>, message: impl std::fmt::Display) -> ConfigError {
+        let line = self.line(span.start);
+        ConfigError {
+            message: format!("line {line}: {message}"),
+            line: Some(line),
+        }
+    }
+}
+
+/// A key, its value and where the value is: what every check needs to report.
+pub(super) struct Item<'a> {
+    pub(super) key: &'a str,
+    pub(super) value: &'a Value,
+    pub(super) span: Range<usize>,
+}
+
+impl<'a> Item<'a> {
+    pub(super) fn of(key: &'a str, field: &'a Field) -> Option<Item<'a>> {
+        field.as_ref().map(|spanned| Item {
+            key,
+            value: spanned.get_ref(),
+            span: spanned.span(),
+        })
+    }
+
+    /// `max_message = "32 megs"` — how the value looks in the file.
+    pub(super) fn shown(&self) -> String {
+        format!("{} = {}", self.key, self.value)
+    }
+
+    pub(super) fn fail(&self, src: &Source, why: impl std::fmt::Display) -> ConfigError {
+        src.error(self.span.clone(), format!("{}: {why}", self.shown()))
+    }
+
+    pub(super) fn string(&self, src: &Source, example: &str) -> Result<&'a str, ConfigError> {
+        match self.value {
+            Value::String(s) => Ok(s),
+            _ => Err(self.fail(src, format!("not a string; write e.g. {example}"))),
+        }
+    }
+
+    /// A byte count, written `"32MiB"` or as a plain integer of bytes.
+    pub(super) fn size(&self, src: &Source, min: u64, max: u64) -> Result<usize, ConfigError> {
+        const HINT: &str = r#"write e.g. "32MiB", "512KiB" or a number of bytes"#;
+        let bytes = match self.value {
+            Value::Integer(n) if *n < 0 => {
+                return Err(self.fail(src, format!("a size cannot be negative; {HINT}")))
+            }
+            Value::Integer(n) => *n as u64,
+            Value::String(s) => match units::parse_size(s) {
+                Ok(bytes) => bytes,
+                Err(SizeError::NotASize) => {
+                    return Err(self.fail(src, format!("not a size; {HINT}")))
+                }
+                Err(SizeError::AmbiguousUnit { suggestion }) => {
+                    return Err(self.fail(
+                        src,
+                        format!("sizes use binary units (KiB, MiB, GiB); write \"{suggestion}\""),
+                    ))
+                }
+                Err(SizeError::TooLarge) => u64::MAX,
+            },
+            _ => return Err(self.fail(src, format!("not a size; {HINT}"))),
+        };
+        if bytes < min {
+            return Err(self.fail(
+                src,
+                format!("too small; write at least \"{}\"", units::format_size(min)),
+            ));
+        }
+        if bytes > max {
+            return Err(self.fail(
+                src,
+                format!("too large; write at most \"{}\"", units::format_size(max)),
+            ));
+        }
+        usize::try_from(bytes).map_err(|_| self.fail(src, "too large for this machine"))
+    }
+
+    /// A duration with its unit: `"30s"`, `"10ms"`, `"2m"`, `"1h"`.
+    pub(super) fn duration(
+        &self,
+        src: &Source,
+        min: Duration,
+        max: Duration,
+    ) -> Result<Duration, ConfigError> {
+        const HINT: &str = r#"write e.g. "30s", "10ms", "2m" or "1h""#;
+        let duration = match self.value {
+            Value::Integer(n) => {
+                return Err(self.fail(
+                    src,
+                    format!("a duration needs a unit; write e.g. \"{n}s\" or \"{n}ms\""),
+                ))
+            }
+            Value::String(s) => units::parse_duration(s)
+                .ok_or_else(|| self.fail(src, format!("not a duration; {HINT}")))?,
+            _ => return Err(self.fail(src, format!("not a duration; {HINT}"))),
+        };
+        if duration < min {
+            return Err(self.fail(
+                src,
+                format!(
+                    "too short; write at least \"{}\"",
+                    units::format_duration(min)
+                ),
+            ));
+        }
+        if duration > max {
+            return Err(self.fail(
+                src,
+                format!(
+                    "too long; write at most \"{}\"",
+                    units::format_duration(max)
+                ),
+            ));
+        }
+        Ok(duration)
+    }
+
+    /// A whole number in `min..=max`.
+    pub(super) fn count(&self, src: &Source, min: u64, max: u64) -> Result<u64, ConfigError> {
+        let range = format!("write a whole number from {min} to {max}");
+        match self.value {
+            Value::Integer(n) if (min as i128..=max as i128).contains(&(*n as i128)) => {
+                Ok(*n as u64)
+            }
+            Value::Integer(_) => Err(self.fail(src, format!("out of range; {range}"))),
+            Value::String(s) if s.trim().parse::<u64>().is_ok() => Err(self.fail(
+                src,
+                format!(
+                    "a count is written without quotes; write {} = {}",
+                    self.key,
+                    s.trim()
+                ),
+            )),
+            _ => Err(self.fail(src, format!("not a number; {range}"))),
+        }
+    }
+
+    /// Subprotocol names, in preference order (RFC 6455 section 4.1: each is
+    /// an HTTP token, and they must be unique).
+    pub(super) fn subprotocols(&self, src: &Source) -> Result<Vec<String>, ConfigError> {
+        const HINT: &str = r#"write e.g. ["chat.v2", "chat.v1"]"#;
+        let Value::Array(items) = self.value else {
+            return Err(self.fail(src, format!("not a list of names; {HINT}")));
+        };
+        let mut names = Vec::with_capacity(items.len());
+        for item in items {
+            let Value::String(name) = item else {
+                return Err(self.fail(src, format!("{item} is not a string; {HINT}")));
+            };
+            if !is_token(name) {
+                return Err(self.fail(
+                    src,
+                    format!(
+                        "{item} is not a valid subprotocol name (letters, digits and \
+                         !#$%&'*+-.^_`|~ only, no spaces or commas); {HINT}"
+                    ),
+                ));
+            }
+            if names.contains(name) {
+                return Err(self.fail(src, format!("{item} is listed twice; list each name once")));
+            }
+            names.push(name.clone());
+        }
+        Ok(names)
+    }
+}
+
+/// RFC 7230 section 3.2.6 `token`, the grammar of a subprotocol name.
+fn is_token(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Autobahn|Testsuite against `weir serve` (built-in default, native /echo):
+# cases 1-10 (301 cases; 12.* and 13.* are permessage-deflate, which weir does
+# not support yet). Judged by scripts/autobahn_judge.py; exits non-zero on any
+# failed case. Notes: /work/shared/notes/autobahn.md (why Python 2.7).
+#
+# Environment:
+#   AUTOBAHN_URL=ws://host:port/path  test that server instead of starting weir
+#   PYTHON27=/path/to/python2.7       interpreter for the virtualenv
+#   AUTOBAHN_OUT=dir                  report directory [default: target/autobahn]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+OUT=${AUTOBAHN_OUT:-$TARGET_DIR/autobahn}
+VENV=$ROOT/.autobahn-venv
+EXPECTED_CASES=301
+
+log() { echo "autobahn: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+# Python 2.7: autobahntestsuite is Python 2 code, and Debian 12 ships none.
+find_python27() {
+    if [ -n "${PYTHON27:-}" ]; then echo "$PYTHON27"; return; fi
+    local pyenv_root=${PYENV_ROOT:-$HOME/.pyenv} pyenv found
+    pyenv=$(command -v pyenv || ls "$pyenv_root/bin/pyenv" 2>/dev/null || true)
+    [ -n "$pyenv" ] && pyenv_root=$("$pyenv" root)
+    found=$(ls -d "$pyenv_root"/versions/2.7.*/bin/python2.7 2>/dev/null | tail -n 1 || true)
+    if [ -z "$found" ]; then found=$(command -v python2.7 || true); fi
+    if [ -z "$found" ] && [ -n "$pyenv" ]; then
+        log "no Python 2.7 found; pyenv install 2.7.18 (a few minutes; needs a C compiler, libssl-dev, zlib1g-dev)"
+        "$pyenv" install -s 2.7.18 >&2
+        found=$(ls -d "$pyenv_root"/versions/2.7.*/bin/python2.7 | tail -n 1)
+    fi
+    [ -n "$found" ] || die "Autobahn|Testsuite needs Python 2.7 and none was found. Install pyenv
+(https://github.com/pyenv/pyenv#installation) and run 'pyenv install 2.7.18',
+or set PYTHON27=/path/to/python2.7."
+    echo "$found"
+}
+
+# Debian's python3 lacks the venv module until python3-venv is installed.
+ensure_python3_venv() {
+    python3 -c 'import ensurepip, venv' 2>/dev/null && return
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        log "installing python3-venv"
+        apt-get install -y -q python3-venv >&2
+    else
+        die "python3 cannot create virtualenvs; install it with: sudo apt-get install python3-venv"
+    fi
+}
+
+# The virtualenv: made once, reused after (it is gitignored).
+setup_venv() {
+    if [ -x "$VENV/bin/wstest" ]; then return; fi
+    local py27 bootstrap=$TARGET_DIR/autobahn-bootstrap
+    py27=$(find_python27)
+    ensure_python3_venv
+    log "setting up $VENV with $py27 (about a minute)"
+    rm -rf "$VENV"
+    mkdir -p "$TARGET_DIR"
+    # Modern virtualenv cannot create a Python 2.7 environment; <20.22 can.
+    python3 -m venv "$bootstrap"
+    "$bootstrap/bin/pip" install -q 'virtualenv<20.22'
+    "$bootstrap/bin/virtualenv" -q -p "$py27" "$VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check autobahntestsuite==25.10.1 2>&1 \
+        | grep -v -e DEPRECATION -e '^$' >&2 || true
+    [ -x "$VENV/bin/wstest" ] || die "wstest did not install into $VENV"
+}
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+wait_for_port() {
+    local port=$1 pid=$2
+    for _ in $(seq 1 100); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), timeout=0.2)" \
+            2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+setup_venv
+mkdir -p "$OUT"
+rm -f "$OUT/index.json"
+
+SERVER_PID=
+stop_server() {
+    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill "$SERVER_PID" 2>/dev/null || true
+        # Give it the graceful-shutdown window, then insist.
+        for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$SERVER_PID" 2>/dev/null || true
+    fi
+    SERVER_PID=
+}
+trap stop_server EXIT
+
+if [ -n "${AUTOBAHN_URL:-}" ]; then
+    URL=$AUTOBAHN_URL
+    AGENT=external
+    log "testing $URL (AUTOBAHN_URL set: not starting weir)"
+else
+    cargo build --release -p weir
+    PORT=$(free_port)
+    URL=ws://127.0.0.1:$PORT/echo
+    AGENT=weir
+    "$TARGET_DIR/release/weir" serve --listen "127.0.0.1:$PORT" >"$OUT/server.log" 2>&1 &
+    SERVER_PID=$!
+    wait_for_port "$PORT" "$SERVER_PID" || {
+        cat "$OUT/server.log" >&2
+        die "weir did not start listening on 127.0.0.1:$PORT (log above)"
+    }
+    log "weir (pid $SERVER_PID) listening on 127.0.0.1:$PORT; log in $OUT/server.log"
+fi
+
+cat >"$OUT/spec.json" <<JSON
+{"outdir": "$OUT",
+ "servers": [{"agent": "$AGENT", "url": "$URL"}],
+ "cases": ["*"], "exclude-cases": ["12.*", "13.*"], "exclude-agent-cases": {}}
+JSON
+log "running $EXPECTED_CASES cases against $URL (about 30 s)"
+START=$SECONDS
+# Bounded: a hung server must not hang CI (a healthy run takes ~25 s).
+(cd "$OUT" && timeout 600 "$VENV/bin/wstest" -m fuzzingclient -s spec.json >"$OUT/wstest.log" 2>&1) \
+    || log "wstest exited with $? (see $OUT/wstest.log); judging the report anyway"
+log "wstest took $((SECONDS - START)) s; report in $OUT/index.html"
+stop_server
+
+python3 "$ROOT/scripts/autobahn_judge.py" "$OUT/index.json" "$EXPECTED_CASES"

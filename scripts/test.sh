@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# README command 2: every test. Builds the guest components, runs the Rust
+# tests (unit, integration, guest fixtures), then Autobahn|Testsuite against
+# `weir serve`. Needs rustup, python3 (and Python 2.7 via pyenv for Autobahn,
+# see scripts/autobahn.sh). Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+command -v cargo >/dev/null || {
+    echo "test.sh: cargo not found; install Rust with rustup: https://rustup.rs" >&2
+    exit 1
+}
+
+if [ -f scripts/build-guests.sh ]; then
+    bash scripts/build-guests.sh
+else
+    echo "test.sh: scripts/build-guests.sh not found; guest tests may fail" >&2
+fi
+
+cargo test --release --workspace
+
+if [ "${WEIR_SKIP_AUTOBAHN:-0}" = 1 ]; then
+    echo "test.sh: WEIR_SKIP_AUTOBAHN=1: Autobahn|Testsuite skipped" >&2
+else
+    bash scripts/autobahn.sh
+fi
