@@ -12,7 +12,7 @@ use crate::native::echo::Echo;
 use crate::native::relay::{Relay, RelayHub};
 use crate::pubsub::Topics;
 use crate::reactor::buffer::BufPool;
-use crate::reactor::conn::{self, ConnEnv, Mode, CLOSE_LINGER};
+use crate::reactor::conn::{self, ConnEnv, Mode, OpenConns, CLOSE_LINGER};
 use crate::reactor::guest::{GuestConn, GuestRoute, GuestSlot};
 use crate::ws::handshake::{self, HandshakeError};
 use bytes::Bytes;
@@ -212,7 +212,8 @@ fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
 struct Worker {
     shared: Arc<Shared>,
     pool: Rc<BufPool>,
-    shutdown: Shutdown,
+    /// Open WebSocket connections, closed with 1001 on shutdown.
+    open: Rc<OpenConns>,
     /// Open TCP connections, so shutdown can wait for their close handshakes.
     live: Cell<usize>,
     /// This worker's instance of each guest route, by route index.
@@ -251,7 +252,7 @@ fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Sh
             guests,
             shared,
             pool: Rc::default(),
-            shutdown: shutdown.clone(),
+            open: Rc::default(),
             live: Cell::new(0),
         });
         let mut stop = shutdown.clone();
@@ -270,6 +271,7 @@ fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Sh
             }
         }
         drop(listener);
+        worker.open.close_all();
         // Open connections are closing with 1001; give them time to finish.
         let deadline = tokio::time::Instant::now() + CLOSE_LINGER + Duration::from_secs(1);
         while worker.live.get() > 0 && tokio::time::Instant::now() < deadline {
@@ -426,7 +428,7 @@ fn handle_request(
         id: shared.next_conn.fetch_add(1, Ordering::Relaxed),
         pool: worker.pool.clone(),
         limits: route.limits.clone(),
-        shutdown: worker.shutdown.clone(),
+        open: worker.open.clone(),
     };
     let upgrade = hyper::upgrade::on(&mut req);
     tokio::task::spawn_local(async move {

@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// How long the server waits for the client's close frame after sending its
@@ -32,8 +34,49 @@ pub struct ConnEnv {
     pub id: u64,
     pub pool: Rc<BufPool>,
     pub limits: Arc<Limits>,
-    pub shutdown: watch::Receiver<bool>,
+    /// The worker's open connections; shutdown closes them through it.
+    pub open: Rc<OpenConns>,
 }
+
+/// A worker's open WebSocket connections. Shutdown goes through their inboxes
+/// rather than a watch in every connection's select, which would cost a
+/// waiter registration per read on the hot path.
+#[derive(Default)]
+pub struct OpenConns {
+    conns: RefCell<HashMap<u64, Arc<Outbound>>>,
+    closing: Cell<bool>,
+}
+
+impl OpenConns {
+    fn insert(&self, id: u64, outbound: Arc<Outbound>) {
+        if self.closing.get() {
+            outbound.close(close::GOING_AWAY, SHUTDOWN_REASON);
+        }
+        self.conns.borrow_mut().insert(id, outbound);
+    }
+
+    fn remove(&self, id: u64) {
+        self.conns.borrow_mut().remove(&id);
+    }
+
+    /// Asks every open connection to close with 1001.
+    pub fn close_all(&self) {
+        self.closing.set(true);
+        for out in self.conns.borrow().values() {
+            out.close(close::GOING_AWAY, SHUTDOWN_REASON);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.conns.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+const SHUTDOWN_REASON: &str = "server shutting down";
 
 /// The route's behaviour, as the connection runs it.
 pub enum Mode {
@@ -93,6 +136,7 @@ pub async fn run(stream: TcpStream, prefix: &[u8], env: ConnEnv, mut mode: Mode)
         ping_sent: false,
         peer_close: None,
     };
+    c.env.open.insert(c.env.id, c.outbound.clone());
     if let Mode::Guest(g, target) = &mode {
         g.slot.open(c.env.id, target, c.outbound.clone());
     }
@@ -115,6 +159,7 @@ pub async fn run(stream: TcpStream, prefix: &[u8], env: ConnEnv, mut mode: Mode)
         }
         Mode::Echo(_) => {}
     }
+    c.env.open.remove(c.env.id);
     inbox.close();
     c.outbound.consumer_gone();
     if let Some(buf) = c.buf.take() {
@@ -151,7 +196,6 @@ impl Conn {
         let idle_timeout = self.env.limits.idle_timeout;
         let idle = tokio::time::sleep(idle_timeout);
         tokio::pin!(idle);
-        let mut shutdown = self.env.shutdown.clone();
         loop {
             // Stop reading while the queue this client's messages feed is
             // over budget: the partner's for relay, its own for guest replies.
@@ -163,7 +207,6 @@ impl Conn {
             let blocked = blocker.is_some();
             let flow = tokio::select! {
                 biased;
-                _ = shutdown.changed() => Flow::Close(close::GOING_AWAY, "server shutting down".into()),
                 msg = inbox.recv() => self.deliver(msg, inbox).await,
                 _ = wait_drained(blocker.as_deref()), if blocked => Flow::Continue,
                 ready = self.stream.readable(), if !blocked => match ready {
@@ -200,16 +243,12 @@ impl Conn {
         mut paired: tokio::sync::oneshot::Receiver<Arc<Outbound>>,
         inbox: &mut mpsc::UnboundedReceiver<OutMsg>,
     ) -> Result<Arc<Outbound>, Flow> {
-        let mut shutdown = self.env.shutdown.clone();
         let mut watch_socket = true;
         let mut probe = [0u8; 1];
         loop {
             tokio::select! {
                 partner = &mut paired => {
                     return partner.map_err(|_| Flow::Done);
-                }
-                _ = shutdown.changed() => {
-                    return Err(Flow::Close(close::GOING_AWAY, "server shutting down".into()));
                 }
                 msg = inbox.recv() => {
                     if let flow @ (Flow::Done | Flow::Close(..)) = self.deliver(msg, inbox).await {
