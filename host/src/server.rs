@@ -232,7 +232,19 @@ fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Sh
         }
     };
     let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, async move {
+    let guest_work = Rc::new(tokio::sync::Notify::new());
+    let guests: Vec<Option<Rc<GuestSlot>>> = shared
+        .routes
+        .iter()
+        .map(|r| match &r.kind {
+            RouteKind::Guest(route) => {
+                Some(Rc::new(GuestSlot::new(route.clone(), guest_work.clone())))
+            }
+            _ => None,
+        })
+        .collect();
+    let slots: Vec<Rc<GuestSlot>> = guests.iter().flatten().cloned().collect();
+    let mut main = local.spawn_local(async move {
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
             Err(e) => {
@@ -240,14 +252,6 @@ fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Sh
                 return;
             }
         };
-        let guests = shared
-            .routes
-            .iter()
-            .map(|r| match &r.kind {
-                RouteKind::Guest(route) => Some(GuestSlot::start(route.clone())),
-                _ => None,
-            })
-            .collect();
         let worker = Rc::new(Worker {
             guests,
             shared,
@@ -278,6 +282,27 @@ fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Sh
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
+    // The worker leaves the runtime to run guests (see reactor::guest): it
+    // returns from block_on when guest work is pending, after the other ready
+    // tasks had a turn to add their events to the batch.
+    loop {
+        let finished = local.block_on(&runtime, async {
+            tokio::select! {
+                biased;
+                _ = &mut main => true,
+                _ = guest_work.notified() => {
+                    tokio::task::yield_now().await;
+                    false
+                }
+            }
+        });
+        for slot in &slots {
+            slot.run_pending();
+        }
+        if finished {
+            break;
+        }
+    }
 }
 
 /// Counts a connection as live for as long as it exists.
@@ -307,7 +332,7 @@ async fn serve_http(stream: TcpStream, peer: SocketAddr, worker: Rc<Worker>) {
         service_fn(move |req| {
             let worker = worker.clone();
             let guard = guard.clone();
-            async move { Ok::<_, Infallible>(handle_request(req, peer, worker, guard)) }
+            async move { Ok::<_, Infallible>(handle_request(req, peer, worker, guard).await) }
         })
     };
     let http = http1::Builder::new()
@@ -347,7 +372,7 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
 
 /// Routes a request: health check, 404, refusal, or the 101 and the handoff
 /// of the socket to the connection loop.
-fn handle_request(
+async fn handle_request(
     mut req: Request<Incoming>,
     peer: SocketAddr,
     worker: Rc<Worker>,
@@ -399,7 +424,7 @@ fn handle_request(
             let slot = worker.guests[*matched.value]
                 .clone()
                 .expect("slot per guest route");
-            match slot.upgrade(&upgrade_request(&req, peer)) {
+            match slot.upgrade(upgrade_request(&req, peer)).await {
                 Ok(UpgradeResponse::Accept(chosen)) => {
                     if let Some(p) = chosen.and_then(|p| HeaderValue::from_str(&p).ok()) {
                         protocol = Some(p);

@@ -12,14 +12,14 @@ use crate::native::echo::Echo;
 use crate::native::relay::{Join, Relay, RelayHub};
 use crate::ws::close::{self, close_frame};
 use crate::ws::frame::{server_frame, OpCode, ProtocolError};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::io::{ErrorKind, IoSlice};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 

@@ -1,7 +1,12 @@
 //! Guest routes as a worker runs them: connections queue their events
-//! (open, message, close) into the route's batch on this worker; one flush
-//! task per (worker, route) hands the batch to the guest in one call and
-//! applies the commands it returns, in order, to connections on any worker.
+//! (open, message, close) into the route's batch on this worker; the worker
+//! hands the batch to the guest in one call and applies the commands it
+//! returns, in order, to connections on any worker.
+//!
+//! Guest calls run on the worker thread but outside its tokio runtime (the
+//! worker leaves `block_on` to run them): wasmtime-wasi's synchronous WASI
+//! bindings block on a runtime of their own for stdio, which panics when
+//! called from inside another runtime.
 
 use super::decode::DataPiece;
 use super::outbound::Outbound;
@@ -15,7 +20,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 use tracing::warn;
 
 /// A guest route's state shared by all workers.
@@ -49,27 +54,42 @@ pub struct GuestSlot {
     /// Connections whose close event is in the pending batch.
     closed: RefCell<Vec<u64>>,
     local: RefCell<HashMap<u64, Arc<Outbound>>>,
-    wake: Notify,
+    /// Upgrade requests waiting for the guest's `upgrade` hook.
+    upgrades: RefCell<
+        Vec<(
+            UpgradeRequest,
+            oneshot::Sender<Result<UpgradeResponse, Fault>>,
+        )>,
+    >,
+    /// The worker's signal that guest work is pending (shared by its slots).
+    work: Rc<Notify>,
+    /// Spare batch, swapped with the pending one for each call.
+    spare: RefCell<Batch>,
 }
 
 impl GuestSlot {
-    /// Creates the slot and starts its flush task on the current `LocalSet`.
-    pub fn start(route: Arc<GuestRoute>) -> Rc<GuestSlot> {
-        let slot = Rc::new(GuestSlot {
+    /// Creates the slot; `work` is signalled whenever it has work queued.
+    pub fn new(route: Arc<GuestRoute>, work: Rc<Notify>) -> GuestSlot {
+        GuestSlot {
             runner: RefCell::new(Runner::new(route.program.clone())),
             route,
             batch: RefCell::new(Batch::new()),
             closed: RefCell::default(),
             local: RefCell::default(),
-            wake: Notify::new(),
-        });
-        tokio::task::spawn_local(flush_loop(slot.clone()));
-        slot
+            upgrades: RefCell::default(),
+            work,
+            spare: RefCell::new(Batch::new()),
+        }
     }
 
-    /// The guest's `upgrade` hook, called before the 101.
-    pub fn upgrade(&self, req: &UpgradeRequest) -> Result<UpgradeResponse, Fault> {
-        self.runner.borrow_mut().upgrade(req)
+    /// The guest's `upgrade` hook, answered before the 101.
+    pub async fn upgrade(&self, req: UpgradeRequest) -> Result<UpgradeResponse, Fault> {
+        let (tx, rx) = oneshot::channel();
+        self.upgrades.borrow_mut().push((req, tx));
+        self.work.notify_one();
+        rx.await.unwrap_or(Err(Fault::Trap(
+            "worker stopped before the upgrade ran".into(),
+        )))
     }
 
     pub fn open(&self, conn: u64, target: &str, outbound: Arc<Outbound>) {
@@ -80,17 +100,17 @@ impl GuestSlot {
             .expect("conns lock")
             .insert(conn, outbound);
         self.batch.borrow_mut().push_open(conn, target);
-        self.wake.notify_one();
+        self.work.notify_one();
     }
 
     pub fn message(&self, conn: u64, text: bool, payload: &[u8]) {
         self.batch.borrow_mut().push_message(conn, text, payload);
     }
 
-    /// Events were queued: let the flush task run after the other ready
+    /// Events were queued: the worker runs the guest once the other ready
     /// connections had their turn.
     pub fn wake(&self) {
-        self.wake.notify_one();
+        self.work.notify_one();
     }
 
     pub fn close(&self, conn: u64, code: u16, reason: &str) {
@@ -107,7 +127,44 @@ impl GuestSlot {
         }
         self.batch.borrow_mut().push_close(conn, code, reason);
         self.closed.borrow_mut().push(conn);
-        self.wake.notify_one();
+        self.work.notify_one();
+    }
+
+    /// Runs queued upgrade hooks, then the pending batch in one call. Called
+    /// by the worker outside its runtime (see the module head).
+    pub fn run_pending(&self) {
+        let upgrades = std::mem::take(&mut *self.upgrades.borrow_mut());
+        for (req, reply) in upgrades {
+            let _ = reply.send(self.runner.borrow_mut().upgrade(&req));
+        }
+        if self.batch.borrow().is_empty() {
+            return;
+        }
+        let mut batch = self.spare.borrow_mut();
+        std::mem::swap(&mut *self.batch.borrow_mut(), &mut *batch);
+        let closed = std::mem::take(&mut *self.closed.borrow_mut());
+        let result = self.runner.borrow_mut().handle(&batch);
+        match result {
+            Ok(commands) => self.apply(&commands),
+            Err(fault) => {
+                // The instance is gone; the connections whose events it was
+                // handling cannot know what was processed: close them.
+                warn!(route = self.route.program.route(), cause = %fault, "guest failed a batch");
+                let mut affected: Vec<u64> = batch.connections().collect();
+                affected.sort_unstable();
+                affected.dedup();
+                for conn in affected {
+                    if let Some(out) = self.lookup(conn) {
+                        out.close(fault.close_code(), "guest handler failed");
+                    }
+                }
+            }
+        }
+        let mut runner = self.runner.borrow_mut();
+        for conn in closed {
+            runner.forget(conn);
+        }
+        batch.clear();
     }
 
     fn lookup(&self, conn: u64) -> Option<Arc<Outbound>> {
@@ -193,44 +250,6 @@ fn append_frame(out: &mut Vec<u8>, text: bool, payload: &[u8]) {
     out.resize(at + header, 0);
     encode_server_header(&mut out[at..], true, op, payload.len() as u64);
     out.extend_from_slice(payload);
-}
-
-/// Waits for events, then calls the guest once for everything queued.
-async fn flush_loop(slot: Rc<GuestSlot>) {
-    let mut batch = Batch::new();
-    loop {
-        slot.wake.notified().await;
-        // Connections that are ready too get to add their events first.
-        tokio::task::yield_now().await;
-        if slot.batch.borrow().is_empty() {
-            continue;
-        }
-        std::mem::swap(&mut *slot.batch.borrow_mut(), &mut batch);
-        let closed = std::mem::take(&mut *slot.closed.borrow_mut());
-        let result = slot.runner.borrow_mut().handle(&batch);
-        match result {
-            Ok(commands) => slot.apply(&commands),
-            Err(fault) => {
-                // The instance is gone; the connections whose events it was
-                // handling cannot know what was processed: close them.
-                warn!(route = slot.route.program.route(), cause = %fault, "guest failed a batch");
-                let mut affected: Vec<u64> = batch.connections().collect();
-                affected.sort_unstable();
-                affected.dedup();
-                for conn in affected {
-                    if let Some(out) = slot.lookup(conn) {
-                        out.close(fault.close_code(), "guest handler failed");
-                    }
-                }
-            }
-        }
-        let mut runner = slot.runner.borrow_mut();
-        for conn in closed {
-            runner.forget(conn);
-        }
-        drop(runner);
-        batch.clear();
-    }
 }
 
 /// A guest connection's side: reassembles messages that span pieces.
