@@ -19,7 +19,9 @@ pub struct Target {
 
 impl Target {
     pub fn parse(url: &str) -> Result<Self, String> {
-        let rest = url.strip_prefix("ws://").ok_or("only ws:// URLs are supported")?;
+        let rest = url
+            .strip_prefix("ws://")
+            .ok_or("only ws:// URLs are supported")?;
         let (addr, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -27,14 +29,18 @@ impl Target {
         if addr.is_empty() {
             return Err(format!("no host in {url:?}"));
         }
-        Ok(Target { addr: addr.to_string(), path: path.to_string() })
+        Ok(Target {
+            addr: addr.to_string(),
+            path: path.to_string(),
+        })
     }
 }
 
 /// Opens a connection and completes the handshake with blocking I/O; the
 /// socket is left non-blocking with TCP_NODELAY (frames are latency-bound).
 pub fn open(target: &Target, rng: &mut Rng) -> Result<TcpStream, String> {
-    let mut s = TcpStream::connect(&target.addr).map_err(|e| format!("connect {}: {e}", target.addr))?;
+    let mut s =
+        TcpStream::connect(&target.addr).map_err(|e| format!("connect {}: {e}", target.addr))?;
     s.set_nodelay(true).ok();
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
     let key = ws::new_key(rng);
@@ -45,7 +51,9 @@ pub fn open(target: &Target, rng: &mut Rng) -> Result<TcpStream, String> {
     let mut head = Vec::with_capacity(256);
     let mut buf = [0u8; 512];
     loop {
-        let n = s.read(&mut buf).map_err(|e| format!("read handshake: {e}"))?;
+        let n = s
+            .read(&mut buf)
+            .map_err(|e| format!("read handshake: {e}"))?;
         if n == 0 {
             return Err("connection closed during handshake".into());
         }
@@ -220,7 +228,8 @@ impl Conn {
                         return false;
                     }
                     for p in std::mem::take(&mut self.check.pings) {
-                        self.out.push_control(&ws::client_frame(OP_PONG, &p, MASK_KEY));
+                        self.out
+                            .push_control(&ws::client_frame(OP_PONG, &p, MASK_KEY));
                     }
                     if n < buf.len() {
                         return true;

@@ -40,7 +40,11 @@ fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
         return Err(io::Error::other("connect mode supports IPv4 only"));
     };
     unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0);
+        let fd = libc::socket(
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        );
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -48,10 +52,16 @@ fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
         let sa = libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
             sin_port: v4.port().to_be(),
-            sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v4.ip().octets()) },
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(v4.ip().octets()),
+            },
             sin_zero: [0; 8],
         };
-        let r = libc::connect(fd, &sa as *const _ as *const libc::sockaddr, std::mem::size_of_val(&sa) as u32);
+        let r = libc::connect(
+            fd,
+            &sa as *const _ as *const libc::sockaddr,
+            std::mem::size_of_val(&sa) as u32,
+        );
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EINPROGRESS) {
@@ -65,7 +75,10 @@ fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
 
 /// Closes with RST instead of FIN (no TIME_WAIT on our side).
 fn reset_close(s: TcpStream) {
-    let l = libc::linger { l_onoff: 1, l_linger: 0 };
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
     unsafe {
         libc::setsockopt(
             s.as_raw_fd(),
@@ -80,7 +93,12 @@ fn reset_close(s: TcpStream) {
 /// Runs `slots` concurrent handshake loops until the phase is DONE.
 pub fn run(target: &Target, slots: usize, seed: u64, ctl: &Control) -> ThreadResult {
     let mut res = ThreadResult::default();
-    let addr = match target.addr.to_socket_addrs().ok().and_then(|mut a| a.next()) {
+    let addr = match target
+        .addr
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+    {
         Some(a) => a,
         None => {
             res.errors.push(format!("cannot resolve {}", target.addr));
@@ -98,39 +116,41 @@ pub fn run(target: &Target, slots: usize, seed: u64, ctl: &Control) -> ThreadRes
     let mut events = sys::empty_events(1024);
     let mut generation = 0u32;
 
-    let mut open = |i: usize, table: &mut Vec<Option<Slot>>, res: &mut ThreadResult, rng: &mut Rng| loop {
-        if ctl.get() == DONE {
-            return;
-        }
-        match start_connect(&addr) {
-            Ok(stream) => {
-                generation = generation.wrapping_add(1);
-                let token = (generation as u64) << 32 | i as u64;
-                if let Err(e) = ep.add(stream.as_raw_fd(), token, sys::IN | sys::OUT | sys::ET) {
-                    res.errors.push(format!("epoll_ctl: {e}"));
-                    return;
-                }
-                table[i] = Some(Slot {
-                    stream,
-                    state: State::Connecting,
-                    key: ws::new_key(rng),
-                    head: Vec::new(),
-                    parser: Parser::default(),
-                    check: Checker::new(Expect::Pattern(dummy)),
-                    started: Instant::now(),
-                    generation,
-                });
+    let mut open =
+        |i: usize, table: &mut Vec<Option<Slot>>, res: &mut ThreadResult, rng: &mut Rng| loop {
+            if ctl.get() == DONE {
                 return;
             }
-            Err(e) => {
-                res.mismatches += 1;
-                if res.errors.len() < 20 {
-                    res.errors.push(format!("connect: {e}"));
+            match start_connect(&addr) {
+                Ok(stream) => {
+                    generation = generation.wrapping_add(1);
+                    let token = (generation as u64) << 32 | i as u64;
+                    if let Err(e) = ep.add(stream.as_raw_fd(), token, sys::IN | sys::OUT | sys::ET)
+                    {
+                        res.errors.push(format!("epoll_ctl: {e}"));
+                        return;
+                    }
+                    table[i] = Some(Slot {
+                        stream,
+                        state: State::Connecting,
+                        key: ws::new_key(rng),
+                        head: Vec::new(),
+                        parser: Parser::default(),
+                        check: Checker::new(Expect::Pattern(dummy)),
+                        started: Instant::now(),
+                        generation,
+                    });
+                    return;
                 }
-                std::thread::sleep(Duration::from_millis(10));
+                Err(e) => {
+                    res.mismatches += 1;
+                    if res.errors.len() < 20 {
+                        res.errors.push(format!("connect: {e}"));
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
             }
-        }
-    };
+        };
 
     for i in 0..slots {
         open(i, &mut table, &mut res, &mut rng);
@@ -144,7 +164,9 @@ pub fn run(target: &Target, slots: usize, seed: u64, ctl: &Control) -> ThreadRes
         for ev in &events[..n] {
             let i = (ev.u64 & 0xffff_ffff) as usize;
             let gen = (ev.u64 >> 32) as u32;
-            let Some(slot) = table[i].as_mut() else { continue };
+            let Some(slot) = table[i].as_mut() else {
+                continue;
+            };
             if slot.generation != gen {
                 continue; // An event of the socket this slot had before.
             }
@@ -228,7 +250,10 @@ fn step(s: &mut Slot, buf: &mut [u8], host: &str, path: &str, close_frame: &[u8]
                     return Step::Fail(format!("protocol error: {e}"));
                 }
                 if s.check.mismatches > 0 {
-                    return Step::Fail(format!("data message instead of close: {:?}", s.check.errors));
+                    return Step::Fail(format!(
+                        "data message instead of close: {:?}",
+                        s.check.errors
+                    ));
                 }
                 match s.check.close_code {
                     Some(1000) | Some(0) => return Step::Done,

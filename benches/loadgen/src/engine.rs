@@ -84,7 +84,8 @@ pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
     let ep = Epoll::new().expect("epoll_create1");
     for (i, c) in conns.iter().enumerate() {
         use std::os::fd::AsRawFd;
-        ep.add(c.stream.as_raw_fd(), i as u64, sys::IN | sys::OUT | sys::ET).expect("epoll_ctl");
+        ep.add(c.stream.as_raw_fd(), i as u64, sys::IN | sys::OUT | sys::ET)
+            .expect("epoll_ctl");
     }
     let mut res = ThreadResult::default();
     let mut buf = vec![0u8; READ_BUF_BYTES];
@@ -182,7 +183,10 @@ pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
         if problem.is_none() && waiting {
             let oldest = c.sent_time(c.check.next_seq);
             if end.duration_since(oldest) > STALL {
-                problem = Some(format!("no reply for {:.1}s", end.duration_since(oldest).as_secs_f64()));
+                problem = Some(format!(
+                    "no reply for {:.1}s",
+                    end.duration_since(oldest).as_secs_f64()
+                ));
             }
         }
         if let Some(p) = problem {
@@ -196,7 +200,15 @@ pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
 }
 
 /// Handles `done` messages just completed on connection `i`.
-fn react(conns: &mut [Conn], i: usize, done: u64, load: Load, phase: u8, now: Instant, res: &mut ThreadResult) {
+fn react(
+    conns: &mut [Conn],
+    i: usize,
+    done: u64,
+    load: Load,
+    phase: u8,
+    now: Instant,
+    res: &mut ThreadResult,
+) {
     let measuring = phase == MEASURE;
     match load {
         Load::ReqResp { .. } => {
@@ -227,7 +239,8 @@ fn react(conns: &mut [Conn], i: usize, done: u64, load: Load, phase: u8, now: In
                 if measuring {
                     res.msgs += done;
                     let seq = c.check.next_seq - 1;
-                    res.hist.record_n(ns(now.duration_since(c.sent_time(seq))), done);
+                    res.hist
+                        .record_n(ns(now.duration_since(c.sent_time(seq))), done);
                 }
                 for _ in 0..done {
                     c.queue_next(now);
@@ -242,7 +255,8 @@ fn react(conns: &mut [Conn], i: usize, done: u64, load: Load, phase: u8, now: In
             if measuring {
                 res.msgs += done;
                 let seq = conns[i].check.next_seq - 1;
-                res.hist.record_n(ns(now.duration_since(conns[0].sent_time(seq))), done);
+                res.hist
+                    .record_n(ns(now.duration_since(conns[0].sent_time(seq))), done);
             }
         }
     }

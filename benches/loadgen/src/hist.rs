@@ -14,7 +14,10 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { counts: vec![0; (MAX_POW + 1) * SUB], total: 0 }
+        Histogram {
+            counts: vec![0; (MAX_POW + 1) * SUB],
+            total: 0,
+        }
     }
 }
 

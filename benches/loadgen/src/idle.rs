@@ -40,7 +40,13 @@ impl Sink for PongSink {
 pub fn run(target: &Target, count: usize, hold: Duration, server_pid: Option<u32>) -> IdleResult {
     let mut rng = Rng::new(7);
     let rss = || server_pid.and_then(|p| crate::sys::proc_rss_kib(p).ok());
-    let mut r = IdleResult { opened: 0, rss_before_kib: rss(), rss_after_kib: None, pongs: 0, errors: Vec::new() };
+    let mut r = IdleResult {
+        opened: 0,
+        rss_before_kib: rss(),
+        rss_after_kib: None,
+        pongs: 0,
+        errors: Vec::new(),
+    };
     let mut conns = Vec::with_capacity(count);
     for _ in 0..count {
         match conn::open(target, &mut rng) {
@@ -72,7 +78,9 @@ pub fn run(target: &Target, count: usize, hold: Duration, server_pid: Option<u32
         let mut parser = Parser::default();
         let mut sink = PongSink::default();
         let ok = loop {
-            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
             s.set_read_timeout(Some(left)).ok();
             match s.read(&mut buf) {
                 Ok(0) | Err(_) => break false,

@@ -66,7 +66,10 @@ impl Mode {
 }
 
 #[derive(Parser, Debug)]
-#[command(name = "weir-load", about = "WebSocket load generator that verifies every reply")]
+#[command(
+    name = "weir-load",
+    about = "WebSocket load generator that verifies every reply"
+)]
 struct Args {
     mode: Mode,
     /// Server URL; the default path depends on the mode (/echo, /relay, /json, /binary, /chat/bench).
@@ -124,7 +127,10 @@ fn parse_size(s: &str) -> Result<usize, String> {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len()));
+    let (num, unit) = s.split_at(
+        s.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len()),
+    );
     let v: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
     let secs = match unit {
         "ms" => v / 1000.0,
@@ -186,7 +192,10 @@ fn run(a: &Args) -> Result<bool, String> {
     if let Some(list) = &a.pin {
         sys::pin(&sys::parse_cpu_list(list)?).map_err(|e| format!("sched_setaffinity: {e}"))?;
     }
-    let url = a.url.clone().unwrap_or_else(|| format!("ws://127.0.0.1:9001{}", a.mode.default_path()));
+    let url = a
+        .url
+        .clone()
+        .unwrap_or_else(|| format!("ws://127.0.0.1:9001{}", a.mode.default_path()));
     let target = Target::parse(&url)?;
     let text = a.text;
     let threads = a.threads.max(1);
@@ -198,12 +207,20 @@ fn run(a: &Args) -> Result<bool, String> {
         let hold = a.warmup;
         let r = idle::run(&target, c, hold, a.server_pid);
         let per_conn = match (r.rss_before_kib, r.rss_after_kib) {
-            (Some(b), Some(f)) if r.opened > 0 => Some((f as f64 - b as f64) * 1024.0 / r.opened as f64),
+            (Some(b), Some(f)) if r.opened > 0 => {
+                Some((f as f64 - b as f64) * 1024.0 / r.opened as f64)
+            }
             _ => None,
         };
-        println!("idle: opened {} of {c} connections to {url}, {} answered a ping", r.opened, r.pongs);
+        println!(
+            "idle: opened {} of {c} connections to {url}, {} answered a ping",
+            r.opened, r.pongs
+        );
         if let (Some(b), Some(f)) = (r.rss_before_kib, r.rss_after_kib) {
-            println!("server RSS {b} KiB → {f} KiB: {:.0} bytes per connection", per_conn.unwrap_or(0.0));
+            println!(
+                "server RSS {b} KiB → {f} KiB: {:.0} bytes per connection",
+                per_conn.unwrap_or(0.0)
+            );
         }
         for e in &r.errors {
             println!("  error: {e}");
@@ -241,7 +258,8 @@ fn run(a: &Args) -> Result<bool, String> {
         Mode::Echo | Mode::Json | Mode::Binary => {
             let t = Template::new(a.size, text, 1);
             for i in 0..c {
-                let s = conn::open(&target, &mut rng).map_err(|e| format!("connection {i}: {e}"))?;
+                let s =
+                    conn::open(&target, &mut rng).map_err(|e| format!("connection {i}: {e}"))?;
                 let base = i as u64 * 1_000_003;
                 let (src, exp) = match a.mode {
                     Mode::Json => (Source::Json { base }, Expect::Json { base }),
@@ -253,7 +271,10 @@ fn run(a: &Args) -> Result<bool, String> {
         }
         Mode::Relay => {
             // Distinct patterns per direction: an echo can never pass as a relay.
-            let (ta, tb) = (Template::new(a.size, text, 1), Template::new(a.size, text, 2));
+            let (ta, tb) = (
+                Template::new(a.size, text, 1),
+                Template::new(a.size, text, 2),
+            );
             for i in 0..c {
                 let sa = conn::open(&target, &mut rng).map_err(|e| format!("pair {i} A: {e}"))?;
                 let sb = conn::open(&target, &mut rng).map_err(|e| format!("pair {i} B: {e}"))?;
@@ -264,16 +285,22 @@ fn run(a: &Args) -> Result<bool, String> {
         }
         Mode::Fanout => {
             if a.size < 4 {
-                return Err("fanout needs -s 4 or more (the sequence number lives in the payload)".into());
+                return Err(
+                    "fanout needs -s 4 or more (the sequence number lives in the payload)".into(),
+                );
             }
             let t = Template::new(a.size, text, 3);
             let mut all = Vec::with_capacity(c + 1);
             for i in 0..c {
-                let s = conn::open(&target, &mut rng).map_err(|e| format!("subscriber {i}: {e}"))?;
+                let s =
+                    conn::open(&target, &mut rng).map_err(|e| format!("subscriber {i}: {e}"))?;
                 all.push(Conn::new(s, Source::Pattern(t), Expect::Ordered(t), 1));
             }
             let p = conn::open(&target, &mut rng).map_err(|e| format!("publisher: {e}"))?;
-            all.insert(0, Conn::new(p, Source::Pattern(t), Expect::Pattern(t), depth));
+            all.insert(
+                0,
+                Conn::new(p, Source::Pattern(t), Expect::Pattern(t), depth),
+            );
             // Joins may be asynchronous on the server: give them a moment.
             std::thread::sleep(Duration::from_millis(200));
             groups = vec![all];
@@ -306,7 +333,13 @@ fn run(a: &Args) -> Result<bool, String> {
 
     let msgs = res.msgs;
     let rate = msgs as f64 / win.secs;
-    let per_msg = |ns: u64| if msgs > 0 { Some(ns as f64 / msgs as f64) } else { None };
+    let per_msg = |ns: u64| {
+        if msgs > 0 {
+            Some(ns as f64 / msgs as f64)
+        } else {
+            None
+        }
+    };
     let server = win.server_cpu_ns.and_then(per_msg);
     let client = per_msg(win.client_cpu_ns);
     let us = |q: f64| res.hist.quantile(q) as f64 / 1000.0;
@@ -320,13 +353,25 @@ fn run(a: &Args) -> Result<bool, String> {
     println!(
         "{} {url}: {c} {}, depth {depth}, {} B {kind}, {threads} thread(s), setup {setup_secs:.2}s",
         a.mode.name(),
-        if a.mode == Mode::Relay { "pairs" } else { "connections" },
+        if a.mode == Mode::Relay {
+            "pairs"
+        } else {
+            "connections"
+        },
         a.size
     );
     println!("measured {:.2}s: {msgs} {unit}, {rate:.0}/s", win.secs);
-    println!("latency p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us", us(0.5), us(0.99), us(0.999));
+    println!(
+        "latency p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us",
+        us(0.5),
+        us(0.99),
+        us(0.999)
+    );
     match server {
-        Some(s) => print!("server CPU {s:.0} ns/msg ({:.0}% of a core), ", win.server_cpu_ns.unwrap() as f64 / win.secs / 1e7),
+        Some(s) => print!(
+            "server CPU {s:.0} ns/msg ({:.0}% of a core), ",
+            win.server_cpu_ns.unwrap() as f64 / win.secs / 1e7
+        ),
         None => print!("server CPU n/a, "),
     }
     println!(
@@ -334,7 +379,10 @@ fn run(a: &Args) -> Result<bool, String> {
         client.unwrap_or(0.0),
         win.client_cpu_ns as f64 / win.secs / 1e7
     );
-    println!("mismatches {}, lost {}, failed connections {}", res.mismatches, res.lost, res.failed_conns);
+    println!(
+        "mismatches {}, lost {}, failed connections {}",
+        res.mismatches, res.lost, res.failed_conns
+    );
     for e in &res.errors {
         println!("  error: {e}");
     }

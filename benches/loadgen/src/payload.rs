@@ -70,7 +70,9 @@ impl Template {
     /// Inverse of [`Template::seq_bytes`]; `None` if the bytes cannot be ours.
     pub fn parse_seq(&self, b: &[u8]) -> Option<u64> {
         if self.opcode == OP_TEXT {
-            b.iter().try_fold(0u64, |acc, c| Some(acc << 4 | (*c as char).to_digit(16)? as u64))
+            b.iter().try_fold(0u64, |acc, c| {
+                Some(acc << 4 | (*c as char).to_digit(16)? as u64)
+            })
         } else {
             let mut le = [0u8; 8];
             le[..b.len()].copy_from_slice(b);
@@ -222,7 +224,11 @@ fn diff_pattern(t: &Template, seq: &[u8], pos: usize, chunk: &[u8]) -> Option<us
     let rest = &chunk[off..];
     let p = pos + off;
     if rest != &t.plain[p..p + rest.len()] {
-        let i = rest.iter().zip(&t.plain[p..]).position(|(a, b)| a != b).unwrap_or(0);
+        let i = rest
+            .iter()
+            .zip(&t.plain[p..])
+            .position(|(a, b)| a != b)
+            .unwrap_or(0);
         return Some(p + i);
     }
     None
@@ -278,7 +284,9 @@ impl Sink for Checker {
         if self.allowed == 0 {
             // Not a reply to anything we sent (an echo on a relay route, a
             // message back to the publisher): count it, do not consume a slot.
-            self.fail(format!("unexpected message ({len} bytes, opcode {opcode:#x}) while none was due"));
+            self.fail(format!(
+                "unexpected message ({len} bytes, opcode {opcode:#x}) while none was due"
+            ));
             self.small.clear();
             self.pos = 0;
             return;
@@ -289,10 +297,15 @@ impl Sink for Checker {
             Expect::Int32 { .. } => (OP_BINARY, Some(4)),
         };
         if bad.is_none() && opcode != want_op {
-            bad = Some(format!("seq {seq}: opcode {opcode:#x}, expected {want_op:#x}"));
+            bad = Some(format!(
+                "seq {seq}: opcode {opcode:#x}, expected {want_op:#x}"
+            ));
         }
         if bad.is_none() && want_len.is_some_and(|w| w != len) {
-            bad = Some(format!("seq {seq}: length {len}, expected {}", want_len.unwrap()));
+            bad = Some(format!(
+                "seq {seq}: length {len}, expected {}",
+                want_len.unwrap()
+            ));
         }
         if bad.is_none() {
             match self.expect {
@@ -320,7 +333,12 @@ impl Sink for Checker {
                         self.lost += got - self.next_seq;
                         self.next_seq = got;
                     }
-                    got => bad = Some(format!("sequence {got:?} after {}", self.next_seq.wrapping_sub(1))),
+                    got => {
+                        bad = Some(format!(
+                            "sequence {got:?} after {}",
+                            self.next_seq.wrapping_sub(1)
+                        ))
+                    }
                 },
                 Expect::Pattern(_) => {}
             }
@@ -340,7 +358,11 @@ impl Sink for Checker {
             OP_PING => self.pings.push(payload.to_vec()),
             OP_PONG => {}
             OP_CLOSE => {
-                let code = if payload.len() >= 2 { u16::from_be_bytes([payload[0], payload[1]]) } else { 0 };
+                let code = if payload.len() >= 2 {
+                    u16::from_be_bytes([payload[0], payload[1]])
+                } else {
+                    0
+                };
                 self.close_code = Some(code);
             }
             _ => {}

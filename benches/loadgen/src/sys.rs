@@ -31,7 +31,9 @@ impl Epoll {
 
     /// Waits up to `timeout_ms`; returns how many entries of `events` are filled.
     pub fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> usize {
-        let n = unsafe { libc::epoll_wait(self.0, events.as_mut_ptr(), events.len() as i32, timeout_ms) };
+        let n = unsafe {
+            libc::epoll_wait(self.0, events.as_mut_ptr(), events.len() as i32, timeout_ms)
+        };
         n.max(0) as usize
     }
 }
@@ -52,7 +54,8 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     for part in s.split(',').filter(|p| !p.is_empty()) {
         let bad = || format!("bad CPU list {s:?}");
         if let Some((a, b)) = part.split_once('-') {
-            let (a, b): (usize, usize) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+            let (a, b): (usize, usize) =
+                (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
             cpus.extend(a..=b);
         } else {
             cpus.push(part.parse().map_err(|_| bad())?);

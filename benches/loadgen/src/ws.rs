@@ -55,12 +55,16 @@ pub fn check_response(head: &[u8], key: &str) -> Result<(), String> {
     }
     let (mut upgrade, mut connection, mut accept, mut extensions) = (false, false, None, None);
     for line in lines {
-        let Some((name, value)) = line.split_once(':') else { continue };
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
         let value = value.trim();
         match name.trim().to_ascii_lowercase().as_str() {
             "upgrade" => upgrade = value.eq_ignore_ascii_case("websocket"),
             "connection" => {
-                connection = value.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+                connection = value
+                    .split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
             }
             "sec-websocket-accept" => accept = Some(value.to_string()),
             "sec-websocket-extensions" => extensions = Some(value.to_string()),
@@ -71,7 +75,9 @@ pub fn check_response(head: &[u8], key: &str) -> Result<(), String> {
         return Err("missing Upgrade: websocket / Connection: Upgrade".into());
     }
     if let Some(ext) = extensions {
-        return Err(format!("server negotiated an extension we did not offer: {ext}"));
+        return Err(format!(
+            "server negotiated an extension we did not offer: {ext}"
+        ));
     }
     let want = accept_key(key);
     match accept {
@@ -160,23 +166,24 @@ impl Parser {
     pub fn feed<S: Sink>(&mut self, mut data: &[u8], sink: &mut S) -> Result<(), String> {
         while !data.is_empty() {
             if !self.in_frame {
-                let consumed = if self.hdr_len == 0 && data.len() >= 2 && data.len() >= header_len(data[1]) {
-                    let n = header_len(data[1]);
-                    let mut h = [0u8; 14];
-                    h[..n].copy_from_slice(&data[..n]);
-                    self.start_frame(&h[..n])?;
-                    n
-                } else {
-                    self.hdr[self.hdr_len] = data[0];
-                    self.hdr_len += 1;
-                    if self.hdr_len >= 2 && self.hdr_len == header_len(self.hdr[1]) {
-                        let h = self.hdr;
-                        let n = self.hdr_len;
-                        self.hdr_len = 0;
+                let consumed =
+                    if self.hdr_len == 0 && data.len() >= 2 && data.len() >= header_len(data[1]) {
+                        let n = header_len(data[1]);
+                        let mut h = [0u8; 14];
+                        h[..n].copy_from_slice(&data[..n]);
                         self.start_frame(&h[..n])?;
-                    }
-                    1
-                };
+                        n
+                    } else {
+                        self.hdr[self.hdr_len] = data[0];
+                        self.hdr_len += 1;
+                        if self.hdr_len >= 2 && self.hdr_len == header_len(self.hdr[1]) {
+                            let h = self.hdr;
+                            let n = self.hdr_len;
+                            self.hdr_len = 0;
+                            self.start_frame(&h[..n])?;
+                        }
+                        1
+                    };
                 data = &data[consumed..];
                 if self.in_frame && self.remaining == 0 {
                     self.finish_frame(sink);
@@ -203,7 +210,9 @@ impl Parser {
     fn start_frame(&mut self, h: &[u8]) -> Result<(), String> {
         let (b0, b1) = (h[0], h[1]);
         if b0 & 0x70 != 0 {
-            return Err(format!("reserved bits set in server frame (byte0 {b0:#04x})"));
+            return Err(format!(
+                "reserved bits set in server frame (byte0 {b0:#04x})"
+            ));
         }
         if b1 & 0x80 != 0 {
             return Err("server frame is masked (RFC 6455 §5.1)".into());
@@ -218,10 +227,14 @@ impl Parser {
         match opcode {
             OP_CLOSE | OP_PING | OP_PONG => {
                 if !fin || len > 125 {
-                    return Err(format!("bad control frame opcode {opcode:#x} fin {fin} len {len}"));
+                    return Err(format!(
+                        "bad control frame opcode {opcode:#x} fin {fin} len {len}"
+                    ));
                 }
             }
-            OP_CONT if self.msg_opcode == 0 => return Err("continuation frame outside a message".into()),
+            OP_CONT if self.msg_opcode == 0 => {
+                return Err("continuation frame outside a message".into())
+            }
             OP_TEXT | OP_BINARY if self.msg_opcode != 0 => {
                 return Err("new data frame inside a fragmented message".into())
             }
@@ -277,7 +290,10 @@ mod tests {
     /// RFC 6455 §1.3 worked example.
     #[test]
     fn accept_key_matches_rfc_example() {
-        assert_eq!(accept_key("dGhlIHNhbXBsZSBub25jZQ=="), "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
+        assert_eq!(
+            accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
     }
 
     #[derive(Default)]
@@ -322,7 +338,9 @@ mod tests {
     #[test]
     fn parser_rejects_masked_and_reserved() {
         let mut c = Collect::default();
-        assert!(Parser::default().feed(&[0x81, 0x81, 1, 2, 3, 4, 5], &mut c).is_err());
+        assert!(Parser::default()
+            .feed(&[0x81, 0x81, 1, 2, 3, 4, 5], &mut c)
+            .is_err());
         assert!(Parser::default().feed(&[0xC1, 0x01, 5], &mut c).is_err());
     }
 }

@@ -20,7 +20,10 @@ pub fn listen_addr() -> String {
 
 /// A current-thread tokio runtime: the peer gets exactly one core, like weir with one worker.
 pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
 }
 
 /// Pairs relay connections in arrival order: the first waits, the second
@@ -31,7 +34,9 @@ pub struct Lobby<T> {
 
 impl<T> Default for Lobby<T> {
     fn default() -> Self {
-        Lobby { waiting: Mutex::new(None) }
+        Lobby {
+            waiting: Mutex::new(None),
+        }
     }
 }
 

@@ -3,7 +3,9 @@
 //! closes the partner with 1001 when one side leaves.
 
 use bytes::Bytes;
-use fastwebsockets::{upgrade, FragmentCollector, FragmentCollectorRead, Frame, OpCode, WebSocket, WebSocketWrite};
+use fastwebsockets::{
+    upgrade, FragmentCollector, FragmentCollectorRead, Frame, OpCode, WebSocket, WebSocketWrite,
+};
 use http_body_util::Empty;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -34,7 +36,9 @@ async fn relay(ws: WebSocket<Io>, lobby: Arc<Lobby<Writer>>) {
     let (rd, wr) = ws.split(tokio::io::split);
     let mut rd = FragmentCollectorRead::new(rd);
     let mine: Writer = Arc::new(Mutex::new(wr));
-    let Some(partner) = lobby.pair(mine.clone()).await else { return };
+    let Some(partner) = lobby.pair(mine.clone()).await else {
+        return;
+    };
     loop {
         let own = mine.clone();
         let frame = rd
@@ -55,10 +59,17 @@ async fn relay(ws: WebSocket<Io>, lobby: Arc<Lobby<Writer>>) {
         }
     }
     // Going away: tell the partner (RFC 6455 §7.4.1, 1001).
-    let _ = partner.lock().await.write_frame(Frame::close(1001, b"")).await;
+    let _ = partner
+        .lock()
+        .await
+        .write_frame(Frame::close(1001, b""))
+        .await;
 }
 
-async fn handle(mut req: Request<Incoming>, lobby: Arc<Lobby<Writer>>) -> Result<Response<Empty<Bytes>>, hyper::Error> {
+async fn handle(
+    mut req: Request<Incoming>,
+    lobby: Arc<Lobby<Writer>>,
+) -> Result<Response<Empty<Bytes>>, hyper::Error> {
     let path = req.uri().path().to_string();
     let status = |s: StatusCode| {
         let mut r = Response::new(Empty::new());
@@ -71,7 +82,9 @@ async fn handle(mut req: Request<Incoming>, lobby: Arc<Lobby<Writer>>) -> Result
     if !upgrade::is_upgrade_request(&req) {
         return status(StatusCode::UPGRADE_REQUIRED);
     }
-    let Ok((resp, fut)) = upgrade::upgrade(&mut req) else { return status(StatusCode::BAD_REQUEST) };
+    let Ok((resp, fut)) = upgrade::upgrade(&mut req) else {
+        return status(StatusCode::BAD_REQUEST);
+    };
     tokio::spawn(async move {
         let Ok(mut ws) = fut.await else { return };
         ws.set_max_message_size(MAX_MESSAGE_BYTES);
@@ -91,12 +104,17 @@ fn main() {
         println!("fastwebsockets peer listening on {addr}");
         let lobby: Arc<Lobby<Writer>> = Arc::default();
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
             stream.set_nodelay(true).ok();
             let lobby = lobby.clone();
             tokio::spawn(async move {
                 let svc = service_fn(move |req| handle(req, lobby.clone()));
-                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).with_upgrades().await;
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .with_upgrades()
+                    .await;
             });
         }
     });

@@ -31,7 +31,9 @@ async fn serve(stream: TcpStream, lobby: Arc<Lobby<Writer>>) {
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_MESSAGE_BYTES));
-    let Ok(mut ws) = tokio_tungstenite::accept_hdr_async_with_config(stream, route, Some(config)).await else {
+    let Ok(mut ws) =
+        tokio_tungstenite::accept_hdr_async_with_config(stream, route, Some(config)).await
+    else {
         return;
     };
     if path == "/echo" {
@@ -45,7 +47,9 @@ async fn serve(stream: TcpStream, lobby: Arc<Lobby<Writer>>) {
     }
     let (sink, mut stream) = ws.split();
     let mine: Writer = Arc::new(Mutex::new(sink));
-    let Some(partner) = lobby.pair(mine.clone()).await else { return };
+    let Some(partner) = lobby.pair(mine.clone()).await else {
+        return;
+    };
     while let Some(Ok(msg)) = stream.next().await {
         match msg {
             Message::Text(_) | Message::Binary(_) => {
@@ -61,7 +65,10 @@ async fn serve(stream: TcpStream, lobby: Arc<Lobby<Writer>>) {
             _ => {}
         }
     }
-    let away = CloseFrame { code: CloseCode::Away, reason: "".into() };
+    let away = CloseFrame {
+        code: CloseCode::Away,
+        reason: "".into(),
+    };
     let _ = partner.lock().await.send(Message::Close(Some(away))).await;
 }
 
@@ -72,7 +79,9 @@ fn main() {
         println!("tokio-tungstenite peer listening on {addr}");
         let lobby: Arc<Lobby<Writer>> = Arc::default();
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
             stream.set_nodelay(true).ok();
             tokio::spawn(serve(stream, lobby.clone()));
         }
