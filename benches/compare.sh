@@ -12,12 +12,15 @@
 # Usage: benches/compare.sh [options]
 #   --servers LIST     comma list of: weir,uws,bun,fastws,tungstenite,ws,deno
 #                      (default: weir if its binary exists, then all peers)
-#   --scenarios LIST   comma list (default: the quick set); `all` for every one
+#   --scenarios LIST   comma list (default: the quick set); `all` for every one;
+#                      `fanout` (/chat/bench) and `guest` (/echo vs /plain, /json,
+#                      /binary) run against weir only
 #   --runs N           runs per scenario (default 3)
 #   --warmup D --duration D   per measurement (default 1s / 2s)
 #   --baseline NAME    ratios are NAME/peer (default weir, else the first server)
 #   --out FILE         also write the markdown table to FILE
 #   --list             print the scenarios and exit
+#   --table RAW        only print the table of an earlier run's raw results
 # Environment: CARGO_TARGET_DIR (where weir, weir-load and the Rust peers are
 # built, default ~/.cache/weir-target), WEIR_BIN (default
 # $CARGO_TARGET_DIR/release/weir), WEIR_ROUTES (routes file for weir; the
@@ -25,7 +28,14 @@
 # examples/routes.toml).
 set -euo pipefail
 
-here="$(cd "$(dirname "$0")" && pwd)"
+# Run from a private copy: bash reads a script as it goes, so editing this
+# file during a long run would otherwise corrupt the run.
+if [ -z "${WEIR_COMPARE_HERE:-}" ]; then
+  copy="$(mktemp /tmp/weir-compare-script.XXXXXX)"
+  cp "$0" "$copy"
+  WEIR_COMPARE_HERE="$(cd "$(dirname "$0")" && pwd)" WEIR_COMPARE_COPY="$copy" exec bash "$copy" "$@"
+fi
+here="$WEIR_COMPARE_HERE"
 root="$(cd "$here/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 export CARGO_TARGET_DIR="$target"
@@ -50,7 +60,8 @@ scenario_defs=(
   "pingpong|relay|/relay|-c 1 -s 16"
   "connect|connect|/echo|-c 32"
   "idle10k|idle|/echo|-c 10000"
-  "guest|guest|-|-c 64"
+  "fanout|fanout|/chat/bench|-c 100 -s 64 -p 32"
+  "guest|guest|-|-"
 )
 quick="echo64x50,echo64x200p8,size16k,size1m,relay16,pingpong,connect"
 
@@ -61,6 +72,7 @@ warmup=1s
 duration=2s
 baseline=""
 out=""
+from=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --servers) servers="$2"; shift 2 ;;
@@ -70,8 +82,9 @@ while [ $# -gt 0 ]; do
     --duration) duration="$2"; shift 2 ;;
     --baseline) baseline="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --table) from="$2"; shift 2 ;;
     --list) printf '%s\n' "${scenario_defs[@]}"; echo "quick: $quick"; exit 0 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$here/compare.sh"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -93,6 +106,7 @@ raw="$(mktemp /tmp/weir-compare.XXXXXX.jsonl)"
 log="${raw%.jsonl}.log"
 server_pid=""
 cleanup() {
+  rm -f "${WEIR_COMPARE_COPY:-}"
   if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
@@ -149,36 +163,8 @@ measure() {
     "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("FAILED" if not r.get("ok") else "%s msg/s, server %s ns/msg, rss/conn %s" % (r.get("msgs_per_s"), r.get("server_cpu_ns_per_msg"), r.get("bytes_per_conn")))' "$line")"
 }
 
-echo "servers: ${server_list[*]}  baseline: $baseline  scenarios: ${scenario_list[*]}  runs: $runs"
-echo "raw results: $raw  server/loader log: $log"
-start_time=$(date +%s)
-for scen in "${scenario_list[@]}"; do
-  def="$(printf '%s\n' "${scenario_defs[@]}" | grep "^$scen|" || true)"
-  [ -n "$def" ] || { echo "unknown scenario $scen (see --list)" >&2; exit 2; }
-  IFS='|' read -r _ mode path args <<< "$def"
-  read -r -a argv <<< "$args"
-  for run in $(seq "$runs"); do
-    order=("${server_list[@]}")
-    if [ $((run % 2)) -eq 0 ]; then
-      order=(); for ((i=${#server_list[@]}-1; i>=0; i--)); do order+=("${server_list[i]}"); done
-    fi
-    if [ "$mode" = guest ]; then
-      # Within weir: native echo vs guest routes at equal load (weir only).
-      [[ ",$servers," == *",weir,"* ]] || { echo "guest scenario needs weir" >&2; continue; }
-      measure "$scen" weir "$run" "weir /echo native" echo /echo "${argv[@]}" -s 16 --text
-      measure "$scen" weir "$run" "weir /plain guest" echo /plain "${argv[@]}" -s 16 --text
-      measure "$scen" weir "$run" "weir /json guest" json /json "${argv[@]}" --sync
-      measure "$scen" weir "$run" "weir /binary guest" binary /binary "${argv[@]}" --sync
-      continue
-    fi
-    for srv in "${order[@]}"; do
-      measure "$scen" "$srv" "$run" "$srv" "$mode" "$path" "${argv[@]}"
-    done
-  done
-done
-echo "took $(( $(date +%s) - start_time ))s"
-
-table="$(python3 - "$raw" "$baseline" <<'PY'
+make_table() {
+  python3 - "$1" "$2" <<'PY'
 import json, sys, statistics
 from collections import defaultdict, OrderedDict
 raw, base = sys.argv[1], sys.argv[2]
@@ -228,7 +214,52 @@ for (scen, srv), rs in by.items():
         "1.00" if same else fmt(ratio(scen, srv, "msgs_per_s"), 2),
         "1.00" if same else fmt(ratio(scen, srv, "server_cpu_ns_per_msg"), 2)))
 PY
-)"
+}
+
+if [ -n "$from" ]; then
+  rm -f "$raw" "$log"
+  make_table "$from" "$baseline"
+  exit 0
+fi
+
+echo "servers: ${server_list[*]}  baseline: $baseline  scenarios: ${scenario_list[*]}  runs: $runs"
+echo "raw results: $raw  server/loader log: $log"
+start_time=$(date +%s)
+for scen in "${scenario_list[@]}"; do
+  def="$(printf '%s\n' "${scenario_defs[@]}" | grep "^$scen|" || true)"
+  [ -n "$def" ] || { echo "unknown scenario $scen (see --list)" >&2; exit 2; }
+  IFS='|' read -r _ mode path args <<< "$def"
+  read -r -a argv <<< "$args"
+  for run in $(seq "$runs"); do
+    order=("${server_list[@]}")
+    if [ $((run % 2)) -eq 0 ]; then
+      order=(); for ((i=${#server_list[@]}-1; i>=0; i--)); do order+=("${server_list[i]}"); done
+    fi
+    if [ "$mode" = guest ]; then
+      # Within weir: native echo vs guest routes at equal load (weir only).
+      [[ ",$servers," == *",weir,"* ]] || { echo "guest scenario needs weir" >&2; continue; }
+      measure "$scen" weir "$run" "weir /echo native" echo /echo -c 64 -s 16 --text
+      measure "$scen" weir "$run" "weir /plain guest" echo /plain -c 64 -s 16 --text
+      measure "$scen" weir "$run" "weir /json sync" json /json -c 64 --sync
+      measure "$scen" weir "$run" "weir /json async" json /json -c 128 --async
+      measure "$scen" weir "$run" "weir /binary sync" binary /binary -c 64 --sync
+      measure "$scen" weir "$run" "weir /binary async" binary /binary -c 128 --async
+      continue
+    fi
+    if [ "$mode" = fanout ]; then
+      # The chat room is a weir route; the peers only serve /echo and /relay.
+      [[ ",$servers," == *",weir,"* ]] || { echo "fanout scenario needs weir" >&2; continue; }
+      measure "$scen" weir "$run" weir fanout "$path" "${argv[@]}"
+      continue
+    fi
+    for srv in "${order[@]}"; do
+      measure "$scen" "$srv" "$run" "$srv" "$mode" "$path" "${argv[@]}"
+    done
+  done
+done
+echo "took $(( $(date +%s) - start_time ))s"
+
+table="$(make_table "$raw" "$baseline")"
 echo
 echo "$table"
 if [ -n "$out" ]; then

@@ -379,6 +379,13 @@ fn run(a: &Args) -> Result<bool, String> {
         client.unwrap_or(0.0),
         win.client_cpu_ns as f64 / win.secs / 1e7
     );
+    let client_share = win.client_cpu_ns as f64 / win.secs / 1e9 / threads as f64;
+    if client_share > 0.9 {
+        println!(
+            "  warning: the generator used {:.0}% of its CPU(s): throughput may be client-bound",
+            client_share * 100.0
+        );
+    }
     println!(
         "mismatches {}, lost {}, failed connections {}",
         res.mismatches, res.lost, res.failed_conns
