@@ -46,8 +46,8 @@ pub fn open(target: &Target, rng: &mut Rng) -> Result<TcpStream, String> {
     let key = ws::new_key(rng);
     s.write_all(ws::handshake_request(&target.addr, &target.path, &key).as_bytes())
         .map_err(|e| format!("send handshake: {e}"))?;
-    // Read byte-wise chunks until the head ends; the server sends nothing
-    // after the 101 until we do, so nothing past the head can be lost.
+    // Read until the head ends; the server sends nothing
+    // after the 101 until we do, so bytes past the head are reported as an error.
     let mut head = Vec::with_capacity(256);
     let mut buf = [0u8; 512];
     loop {
