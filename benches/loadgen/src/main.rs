@@ -1,1 +1,416 @@
-fn main() {}
+//! `weir-load`: a WebSocket load generator that verifies every reply byte
+//! for byte. A fast wrong answer is a failure, not a result: mismatches are
+//! counted, printed, and make the exit code non-zero.
+//!
+//! Modules: `ws` (RFC 6455 client side), `payload` (what is sent, what must
+//! come back), `conn` (one connection: handshake, coalesced writes),
+//! `engine` (the measuring epoll loop), `connect` and `idle` (their own
+//! loops), `hist` (latency histogram), `sys` (epoll, pinning, CPU clocks).
+
+mod conn;
+mod connect;
+mod engine;
+mod hist;
+mod idle;
+mod payload;
+mod sys;
+mod ws;
+
+use clap::{Parser, ValueEnum};
+use conn::{Conn, Target};
+use engine::{Control, Load, ThreadResult, DONE, MEASURE};
+use payload::{Expect, Source, Template};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// C connections × P in flight, payload S, replies must equal requests.
+    Echo,
+    /// C pairs through a relay route, one message in flight per pair.
+    Relay,
+    /// Handshake + close handshake, as fast as C workers can.
+    Connect,
+    /// {"number": n} → {"number": n+1 (odd) / n+2 (even)}.
+    Json,
+    /// Int32 LE n → n+1 (odd) / n+2 (even).
+    Binary,
+    /// One publisher, C subscribers on one room; every subscriber gets every message, in order.
+    Fanout,
+    /// Open C connections and report the server's RSS growth per connection.
+    Idle,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Echo => "echo",
+            Mode::Relay => "relay",
+            Mode::Connect => "connect",
+            Mode::Json => "json",
+            Mode::Binary => "binary",
+            Mode::Fanout => "fanout",
+            Mode::Idle => "idle",
+        }
+    }
+
+    fn default_path(self) -> &'static str {
+        match self {
+            Mode::Relay => "/relay",
+            Mode::Json => "/json",
+            Mode::Binary => "/binary",
+            Mode::Fanout => "/chat/bench",
+            _ => "/echo",
+        }
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "weir-load",
+    about = "WebSocket load generator that verifies every reply"
+)]
+struct Args {
+    mode: Mode,
+    /// Server URL; the default path depends on the mode (/echo, /relay, /json, /binary, /chat/bench).
+    #[arg(long)]
+    url: Option<String>,
+    /// Connections (echo, json, binary, connect workers, idle), pairs (relay), subscribers (fanout).
+    #[arg(short = 'c', long, default_value_t = 50)]
+    connections: usize,
+    /// Messages in flight per connection (echo, json/binary --async), publisher window (fanout).
+    #[arg(short = 'p', long)]
+    pipeline: Option<usize>,
+    /// Payload size: 64, 4KiB, 1MiB ...
+    #[arg(short = 's', long, default_value = "64", value_parser = parse_size)]
+    size: usize,
+    /// Send text frames (payload is printable ASCII).
+    #[arg(long, conflicts_with = "binary")]
+    text: bool,
+    /// Send binary frames (the default).
+    #[arg(long)]
+    binary: bool,
+    /// json/binary: one request in flight per connection.
+    #[arg(long = "sync", conflicts_with = "pipelined")]
+    sync: bool,
+    /// json/binary: keep -p requests in flight per connection (default 32).
+    #[arg(long = "async")]
+    pipelined: bool,
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    warmup: Duration,
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Worker threads of the generator.
+    #[arg(short = 'T', long, default_value_t = 1)]
+    threads: usize,
+    /// Pin the generator to these CPUs (e.g. 1 or 2-3).
+    #[arg(long)]
+    pin: Option<String>,
+    /// Report this process's CPU time per message (and RSS in idle mode).
+    #[arg(long)]
+    server_pid: Option<u32>,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
+    let mult = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1024,
+        "m" | "mb" | "mib" => 1024 * 1024,
+        _ => return Err(format!("bad size unit in {s:?}")),
+    };
+    Ok(n * mult)
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(
+        s.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len()),
+    );
+    let v: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" | "" => v,
+        "m" => v * 60.0,
+        _ => return Err(format!("bad duration unit in {s:?}")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// CPU clocks and wall time over the measured window.
+struct Window {
+    secs: f64,
+    server_cpu_ns: Option<u64>,
+    client_cpu_ns: u64,
+}
+
+/// Sleeps through warm-up, flips to MEASURE, sleeps through the window, flips to DONE.
+fn measure(ctl: &Control, warmup: Duration, duration: Duration, pid: Option<u32>) -> Window {
+    std::thread::sleep(warmup);
+    let s0 = pid.and_then(|p| sys::proc_cpu_ns(p).ok());
+    let c0 = sys::self_cpu_ns();
+    let t0 = Instant::now();
+    ctl.set(MEASURE);
+    std::thread::sleep(duration);
+    ctl.set(DONE);
+    let secs = t0.elapsed().as_secs_f64();
+    let c1 = sys::self_cpu_ns();
+    let s1 = pid.and_then(|p| sys::proc_cpu_ns(p).ok());
+    Window {
+        secs,
+        server_cpu_ns: s0.zip(s1).map(|(a, b)| b.saturating_sub(a)),
+        client_cpu_ns: c1.saturating_sub(c0),
+    }
+}
+
+fn json_num(v: Option<f64>) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.1}"),
+        _ => "null".into(),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("weir-load: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Returns Ok(false) when the run found wrong answers or failed connections.
+fn run(a: &Args) -> Result<bool, String> {
+    sys::raise_nofile();
+    if let Some(list) = &a.pin {
+        sys::pin(&sys::parse_cpu_list(list)?).map_err(|e| format!("sched_setaffinity: {e}"))?;
+    }
+    let url = a
+        .url
+        .clone()
+        .unwrap_or_else(|| format!("ws://127.0.0.1:9001{}", a.mode.default_path()));
+    let target = Target::parse(&url)?;
+    let text = a.text;
+    let threads = a.threads.max(1);
+    let c = a.connections.max(1);
+    let ctl = Control::default();
+    let mut rng = ws::Rng::new(0x5eed ^ std::process::id() as u64);
+
+    if a.mode == Mode::Idle {
+        let hold = a.warmup;
+        let r = idle::run(&target, c, hold, a.server_pid);
+        let per_conn = match (r.rss_before_kib, r.rss_after_kib) {
+            (Some(b), Some(f)) if r.opened > 0 => {
+                Some((f as f64 - b as f64) * 1024.0 / r.opened as f64)
+            }
+            _ => None,
+        };
+        println!(
+            "idle: opened {} of {c} connections to {url}, {} answered a ping",
+            r.opened, r.pongs
+        );
+        if let (Some(b), Some(f)) = (r.rss_before_kib, r.rss_after_kib) {
+            println!(
+                "server RSS {b} KiB → {f} KiB: {:.0} bytes per connection",
+                per_conn.unwrap_or(0.0)
+            );
+        }
+        for e in &r.errors {
+            println!("  error: {e}");
+        }
+        let ok = r.opened == c && r.pongs == c;
+        println!(
+            "RESULT {{\"mode\":\"idle\",\"connections\":{},\"pongs\":{},\"rss_before_kib\":{},\"rss_after_kib\":{},\"bytes_per_conn\":{},\"ok\":{ok}}}",
+            r.opened,
+            r.pongs,
+            json_num(r.rss_before_kib.map(|v| v as f64)),
+            json_num(r.rss_after_kib.map(|v| v as f64)),
+            json_num(per_conn),
+        );
+        return Ok(ok);
+    }
+
+    // Open connections (sequentially: relay pairs form in arrival order).
+    let depth = match a.mode {
+        Mode::Echo => a.pipeline.unwrap_or(1),
+        Mode::Json | Mode::Binary if a.pipelined => a.pipeline.unwrap_or(32),
+        Mode::Json | Mode::Binary => 1,
+        Mode::Fanout => a.pipeline.unwrap_or(64),
+        _ => 1,
+    }
+    .max(1);
+    let mut groups: Vec<Vec<Conn>> = (0..threads).map(|_| Vec::new()).collect();
+    let load = match a.mode {
+        Mode::Echo | Mode::Json | Mode::Binary => Load::ReqResp { depth },
+        Mode::Relay => Load::Relay,
+        Mode::Fanout => Load::Fanout { window: depth },
+        _ => Load::ReqResp { depth },
+    };
+    let setup = Instant::now();
+    match a.mode {
+        Mode::Echo | Mode::Json | Mode::Binary => {
+            let t = Template::new(a.size, text, 1);
+            for i in 0..c {
+                let s =
+                    conn::open(&target, &mut rng).map_err(|e| format!("connection {i}: {e}"))?;
+                let base = i as u64 * 1_000_003;
+                let (src, exp) = match a.mode {
+                    Mode::Json => (Source::Json { base }, Expect::Json { base }),
+                    Mode::Binary => (Source::Int32 { base }, Expect::Int32 { base }),
+                    _ => (Source::Pattern(t), Expect::Pattern(t)),
+                };
+                groups[i % threads].push(Conn::new(s, src, exp, depth));
+            }
+        }
+        Mode::Relay => {
+            // Distinct patterns per direction: an echo can never pass as a relay.
+            let (ta, tb) = (
+                Template::new(a.size, text, 1),
+                Template::new(a.size, text, 2),
+            );
+            for i in 0..c {
+                let sa = conn::open(&target, &mut rng).map_err(|e| format!("pair {i} A: {e}"))?;
+                let sb = conn::open(&target, &mut rng).map_err(|e| format!("pair {i} B: {e}"))?;
+                let g = &mut groups[i % threads];
+                g.push(Conn::new(sa, Source::Pattern(ta), Expect::Pattern(tb), 1));
+                g.push(Conn::new(sb, Source::Pattern(tb), Expect::Pattern(ta), 1));
+            }
+        }
+        Mode::Fanout => {
+            if a.size < 4 {
+                return Err(
+                    "fanout needs -s 4 or more (the sequence number lives in the payload)".into(),
+                );
+            }
+            let t = Template::new(a.size, text, 3);
+            let mut all = Vec::with_capacity(c + 1);
+            for i in 0..c {
+                let s =
+                    conn::open(&target, &mut rng).map_err(|e| format!("subscriber {i}: {e}"))?;
+                all.push(Conn::new(s, Source::Pattern(t), Expect::Ordered(t), 1));
+            }
+            let p = conn::open(&target, &mut rng).map_err(|e| format!("publisher: {e}"))?;
+            all.insert(
+                0,
+                Conn::new(p, Source::Pattern(t), Expect::Pattern(t), depth),
+            );
+            // Joins may be asynchronous on the server: give them a moment.
+            std::thread::sleep(Duration::from_millis(200));
+            groups = vec![all];
+        }
+        Mode::Connect | Mode::Idle => {}
+    }
+    let setup_secs = setup.elapsed().as_secs_f64();
+
+    let (res, win) = std::thread::scope(|sc| {
+        let mut handles = Vec::new();
+        if a.mode == Mode::Connect {
+            for t in 0..threads {
+                let slots = c / threads + usize::from(t < c % threads);
+                let (ctl, target) = (&ctl, &target);
+                handles.push(sc.spawn(move || connect::run(target, slots, t as u64 + 1, ctl)));
+            }
+        } else {
+            for g in groups.drain(..).filter(|g| !g.is_empty()) {
+                let ctl = &ctl;
+                handles.push(sc.spawn(move || engine::run(g, load, ctl)));
+            }
+        }
+        let win = measure(&ctl, a.warmup, a.duration, a.server_pid);
+        let mut total = ThreadResult::default();
+        for h in handles {
+            total.merge(h.join().expect("worker thread panicked"));
+        }
+        (total, win)
+    });
+
+    let msgs = res.msgs;
+    let rate = msgs as f64 / win.secs;
+    let per_msg = |ns: u64| {
+        if msgs > 0 {
+            Some(ns as f64 / msgs as f64)
+        } else {
+            None
+        }
+    };
+    let server = win.server_cpu_ns.and_then(per_msg);
+    let client = per_msg(win.client_cpu_ns);
+    let us = |q: f64| res.hist.quantile(q) as f64 / 1000.0;
+    let unit = match a.mode {
+        Mode::Connect => "handshakes",
+        Mode::Relay => "round trips",
+        Mode::Fanout => "deliveries",
+        _ => "messages",
+    };
+    let kind = if text { "text" } else { "binary" };
+    println!(
+        "{} {url}: {c} {}, depth {depth}, {} B {kind}, {threads} thread(s), setup {setup_secs:.2}s",
+        a.mode.name(),
+        if a.mode == Mode::Relay {
+            "pairs"
+        } else {
+            "connections"
+        },
+        a.size
+    );
+    println!("measured {:.2}s: {msgs} {unit}, {rate:.0}/s", win.secs);
+    println!(
+        "latency p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us",
+        us(0.5),
+        us(0.99),
+        us(0.999)
+    );
+    match server {
+        Some(s) => print!(
+            "server CPU {s:.0} ns/msg ({:.0}% of a core), ",
+            win.server_cpu_ns.unwrap() as f64 / win.secs / 1e7
+        ),
+        None => print!("server CPU n/a, "),
+    }
+    println!(
+        "client CPU {:.0} ns/msg ({:.0}% of a core)",
+        client.unwrap_or(0.0),
+        win.client_cpu_ns as f64 / win.secs / 1e7
+    );
+    let client_share = win.client_cpu_ns as f64 / win.secs / 1e9 / threads as f64;
+    if client_share > 0.9 {
+        println!(
+            "  warning: the generator used {:.0}% of its CPU(s): throughput may be client-bound",
+            client_share * 100.0
+        );
+    }
+    println!(
+        "mismatches {}, lost {}, failed connections {}",
+        res.mismatches, res.lost, res.failed_conns
+    );
+    for e in &res.errors {
+        println!("  error: {e}");
+    }
+    let ok = res.mismatches == 0 && res.failed_conns == 0 && msgs > 0;
+    if msgs == 0 {
+        println!("  error: no {unit} completed in the measured window");
+    }
+    println!(
+        "RESULT {{\"mode\":\"{}\",\"url\":\"{url}\",\"connections\":{c},\"depth\":{depth},\"size\":{},\"text\":{text},\"secs\":{:.3},\"msgs\":{msgs},\"msgs_per_s\":{},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"mismatches\":{},\"lost\":{},\"failed_conns\":{},\"server_cpu_ns_per_msg\":{},\"client_cpu_ns_per_msg\":{},\"ok\":{ok}}}",
+        a.mode.name(),
+        a.size,
+        win.secs,
+        json_num(Some(rate)),
+        json_num(Some(us(0.5))),
+        json_num(Some(us(0.99))),
+        json_num(Some(us(0.999))),
+        res.mismatches,
+        res.lost,
+        res.failed_conns,
+        json_num(server),
+        json_num(client),
+    );
+    Ok(ok)
+}

@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# benches/compare.sh — end-to-end comparison of weir with peer servers.
+#
+# One server at a time, pinned to CPU 0 (taskset); weir-load pinned to CPU 1.
+# Every measurement starts a fresh server, warms up, then measures; the
+# server order alternates between runs (forward, reversed, forward ...), and
+# each cell is the median of --runs runs. Ratios baseline/peer (throughput
+# and server CPU per message) are computed within each run, then the median
+# of those ratios is reported. Every reply is verified by weir-load: a run
+# with a mismatch is reported as FAILED, never as a number.
+#
+# Usage: benches/compare.sh [options]
+#   --servers LIST     comma list of: weir,uws,bun,fastws,tungstenite,ws,deno
+#                      (default: weir if its binary exists, then all peers)
+#   --scenarios LIST   comma list (default: the quick set); `all` for every one;
+#                      `fanout` (/chat/bench) and `guest` (/echo vs /plain, /json,
+#                      /binary) run against weir only
+#   --runs N           runs per scenario (default 3)
+#   --warmup D --duration D   per measurement (default 1s / 2s)
+#   --baseline NAME    ratios are NAME/peer (default weir, else the first server)
+#   --out FILE         also write the markdown table to FILE
+#   --list             print the scenarios and exit
+#   --table RAW        only print the table of an earlier run's raw results
+# Environment: CARGO_TARGET_DIR (where weir, weir-load and the Rust peers are
+# built, default ~/.cache/weir-target), WEIR_BIN (default
+# $CARGO_TARGET_DIR/release/weir), WEIR_ROUTES (routes file for weir; the
+# `guest` scenario needs one with /plain, /json and /binary, default
+# examples/routes.toml).
+set -euo pipefail
+
+# Run from a private copy: bash reads a script as it goes, so editing this
+# file during a long run would otherwise corrupt the run.
+if [ -z "${WEIR_COMPARE_HERE:-}" ]; then
+  copy="$(mktemp /tmp/weir-compare-script.XXXXXX)"
+  cp "$0" "$copy"
+  WEIR_COMPARE_HERE="$(cd "$(dirname "$0")" && pwd)" WEIR_COMPARE_COPY="$copy" exec bash "$copy" "$@"
+fi
+here="$WEIR_COMPARE_HERE"
+root="$(cd "$here/.." && pwd)"
+target="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
+export CARGO_TARGET_DIR="$target"
+load="$target/release/weir-load"
+weir_bin="${WEIR_BIN:-$target/release/weir}"
+weir_routes="${WEIR_ROUTES:-$root/examples/routes.toml}"
+
+# name | mode | path | weir-load arguments
+scenario_defs=(
+  "echo64x50|echo|/echo|-c 50 -p 1 -s 64"
+  "echo64x200p8|echo|/echo|-c 200 -p 8 -s 64"
+  "size1k|echo|/echo|-c 16 -p 1 -s 1KiB"
+  "size4k|echo|/echo|-c 16 -p 1 -s 4KiB"
+  "size16k|echo|/echo|-c 16 -p 1 -s 16KiB"
+  "size64k|echo|/echo|-c 16 -p 1 -s 64KiB"
+  "size128k|echo|/echo|-c 16 -p 1 -s 128KiB"
+  "size256k|echo|/echo|-c 16 -p 1 -s 256KiB"
+  "size1m|echo|/echo|-c 16 -p 1 -s 1MiB"
+  "size2m|echo|/echo|-c 16 -p 1 -s 2MiB"
+  "relay16|relay|/relay|-c 64 -s 16"
+  "relay4k|relay|/relay|-c 64 -s 4KiB"
+  "pingpong|relay|/relay|-c 1 -s 16"
+  "connect|connect|/echo|-c 32"
+  "idle10k|idle|/echo|-c 10000"
+  "fanout|fanout|/chat/bench|-c 100 -s 64 -p 32"
+  "guest|guest|-|-"
+)
+quick="echo64x50,echo64x200p8,size16k,size1m,relay16,pingpong,connect"
+
+servers=""
+scenarios="$quick"
+runs=3
+warmup=1s
+duration=2s
+baseline=""
+out=""
+from=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --servers) servers="$2"; shift 2 ;;
+    --scenarios) scenarios="$2"; shift 2 ;;
+    --runs) runs="$2"; shift 2 ;;
+    --warmup) warmup="$2"; shift 2 ;;
+    --duration) duration="$2"; shift 2 ;;
+    --baseline) baseline="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --table) from="$2"; shift 2 ;;
+    --list) printf '%s\n' "${scenario_defs[@]}"; echo "quick: $quick"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$here/compare.sh"; exit 0 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+if [ "$scenarios" = all ]; then
+  scenarios="$(printf '%s\n' "${scenario_defs[@]}" | cut -d'|' -f1 | paste -sd,)"
+fi
+if [ -z "$servers" ]; then
+  servers="uws,bun,fastws,tungstenite,ws,deno"
+  [ -x "$weir_bin" ] && servers="weir,$servers"
+fi
+IFS=, read -r -a server_list <<< "$servers"
+IFS=, read -r -a scenario_list <<< "$scenarios"
+[ -n "$baseline" ] || { [[ ",$servers," == *",weir,"* ]] && baseline=weir || baseline="${server_list[0]}"; }
+
+[ -x "$load" ] || { echo "build weir-load first: cargo build --release -p weir-load" >&2; exit 1; }
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+raw="$(mktemp /tmp/weir-compare.XXXXXX.jsonl)"
+log="${raw%.jsonl}.log"
+server_pid=""
+cleanup() {
+  rm -f "${WEIR_COMPARE_COPY:-}"
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_server NAME PORT: starts it on CPU 0, sets server_pid, waits for the port.
+start_server() {
+  local name="$1" port="$2"
+  if [ "$name" = weir ]; then
+    local file=()
+    [ -f "$weir_routes" ] && file=("$weir_routes")
+    taskset -c 0 "$weir_bin" serve "${file[@]}" --listen "127.0.0.1:$port" --workers 1 >>"$log" 2>&1 &
+  else
+    taskset -c 0 "$here/peers/run.sh" "$name" "$port" >>"$log" 2>&1 &
+  fi
+  server_pid=$!
+  for _ in $(seq 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    kill -0 "$server_pid" 2>/dev/null || { echo "$name exited at start (see $log)" >&2; server_pid=""; return 1; }
+    sleep 0.1
+  done
+  echo "$name did not listen on $port within 10s" >&2
+  return 1
+}
+
+stop_server() {
+  [ -n "$server_pid" ] || return 0
+  kill "$server_pid" 2>/dev/null || true
+  for _ in $(seq 30); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+
+# measure SCENARIO SERVER RUN LABEL MODE PATH ARGS...: one measurement, appended to $raw.
+measure() {
+  local scen="$1" srv="$2" run="$3" label="$4" mode="$5" path="$6"; shift 6
+  local port line
+  port="$(free_port)"
+  if ! start_server "$srv" "$port"; then
+    echo "{\"scenario\":\"$scen\",\"server\":\"$label\",\"run\":$run,\"ok\":false,\"error\":\"start\"}" >>"$raw"
+    stop_server; return
+  fi
+  line="$(taskset -c 1 "$load" "$mode" --url "ws://127.0.0.1:$port$path" "$@" \
+          --warmup "$warmup" --duration "$duration" --server-pid "$server_pid" 2>>"$log" \
+          | tee -a "$log" | grep '^RESULT ' | tail -n1 | sed 's/^RESULT //')" || true
+  stop_server
+  [ -n "$line" ] || line='{"ok":false,"error":"no result"}'
+  echo "{\"scenario\":\"$scen\",\"server\":\"$label\",\"run\":$run,\"args\":\"$mode $path $*\",\"r\":$line}" >>"$raw"
+  printf '  %-14s %-22s run %s: %s\n' "$scen" "$label" "$run" \
+    "$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("FAILED" if not r.get("ok") else "%s msg/s, server %s ns/msg, rss/conn %s" % (r.get("msgs_per_s"), r.get("server_cpu_ns_per_msg"), r.get("bytes_per_conn")))' "$line")"
+}
+
+make_table() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys, statistics
+from collections import defaultdict, OrderedDict
+raw, base = sys.argv[1], sys.argv[2]
+rows = [json.loads(l) for l in open(raw) if l.strip()]
+by = OrderedDict()          # (scenario, server) -> list of results
+runs = defaultdict(dict)    # (scenario, run) -> server -> result
+for x in rows:
+    key = (x["scenario"], x["server"])
+    by.setdefault(key, []).append(x["r"])
+    runs[(x["scenario"], x["run"])][x["server"]] = x["r"]
+
+def med(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+def fmt(v, digits=0):
+    if v is None: return "–"
+    if digits == 0: return f"{v:,.0f}"
+    return f"{v:.{digits}f}"
+
+def ratio(scen, srv, field):
+    # baseline/peer within the same run; the median of those ratios.
+    rs = []
+    for (s, run), res in runs.items():
+        if s != scen or srv not in res or base not in res: continue
+        a, b = res[base], res[srv]
+        if not (a.get("ok") and b.get("ok")): continue
+        va, vb = a.get(field), b.get(field)
+        if va and vb: rs.append(va / vb)
+    return med(rs)
+
+print("| scenario | server | ok runs | msg/s (median) | server CPU ns/msg | client CPU ns/msg | p50 µs | p99 µs | %s/peer msg/s | %s/peer CPU/msg |" % (base, base))
+print("|---|---|---|---|---|---|---|---|---|---|")
+for (scen, srv), rs in by.items():
+    ok = [r for r in rs if r.get("ok")]
+    n_ok = f"{len(ok)}/{len(rs)}"
+    if not ok:
+        print(f"| {scen} | {srv} | {n_ok} | FAILED | | | | | | |"); continue
+    if ok[0].get("mode") == "idle":
+        b = med([r.get("bytes_per_conn") for r in ok])
+        print(f"| {scen} | {srv} | {n_ok} | RSS/conn {fmt(b)} B | | | | | | |"); continue
+    g = lambda f: med([r.get(f) for r in ok])
+    same = srv == base
+    print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        scen, srv, n_ok, fmt(g("msgs_per_s")), fmt(g("server_cpu_ns_per_msg")), fmt(g("client_cpu_ns_per_msg")),
+        fmt(g("p50_us"), 1), fmt(g("p99_us"), 1),
+        "1.00" if same else fmt(ratio(scen, srv, "msgs_per_s"), 2),
+        "1.00" if same else fmt(ratio(scen, srv, "server_cpu_ns_per_msg"), 2)))
+PY
+}
+
+if [ -n "$from" ]; then
+  rm -f "$raw" "$log"
+  make_table "$from" "$baseline"
+  exit 0
+fi
+
+echo "servers: ${server_list[*]}  baseline: $baseline  scenarios: ${scenario_list[*]}  runs: $runs"
+echo "raw results: $raw  server/loader log: $log"
+start_time=$(date +%s)
+for scen in "${scenario_list[@]}"; do
+  def="$(printf '%s\n' "${scenario_defs[@]}" | grep "^$scen|" || true)"
+  [ -n "$def" ] || { echo "unknown scenario $scen (see --list)" >&2; exit 2; }
+  IFS='|' read -r _ mode path args <<< "$def"
+  read -r -a argv <<< "$args"
+  for run in $(seq "$runs"); do
+    order=("${server_list[@]}")
+    if [ $((run % 2)) -eq 0 ]; then
+      order=(); for ((i=${#server_list[@]}-1; i>=0; i--)); do order+=("${server_list[i]}"); done
+    fi
+    if [ "$mode" = guest ]; then
+      # Within weir: native echo vs guest routes at equal load (weir only).
+      [[ ",$servers," == *",weir,"* ]] || { echo "guest scenario needs weir" >&2; continue; }
+      measure "$scen" weir "$run" "weir /echo native" echo /echo -c 64 -s 16 --text
+      measure "$scen" weir "$run" "weir /plain guest" echo /plain -c 64 -s 16 --text
+      measure "$scen" weir "$run" "weir /json sync" json /json -c 64 --sync
+      measure "$scen" weir "$run" "weir /json async" json /json -c 128 --async
+      measure "$scen" weir "$run" "weir /binary sync" binary /binary -c 64 --sync
+      measure "$scen" weir "$run" "weir /binary async" binary /binary -c 128 --async
+      continue
+    fi
+    if [ "$mode" = fanout ]; then
+      # The chat room is a weir route; the peers only serve /echo and /relay.
+      [[ ",$servers," == *",weir,"* ]] || { echo "fanout scenario needs weir" >&2; continue; }
+      measure "$scen" weir "$run" weir fanout "$path" "${argv[@]}"
+      continue
+    fi
+    for srv in "${order[@]}"; do
+      measure "$scen" "$srv" "$run" "$srv" "$mode" "$path" "${argv[@]}"
+    done
+  done
+done
+echo "took $(( $(date +%s) - start_time ))s"
+
+table="$(make_table "$raw" "$baseline")"
+echo
+echo "$table"
+if [ -n "$out" ]; then
+  { echo "<!-- $(date -u +%FT%TZ) servers=$servers scenarios=$scenarios runs=$runs warmup=$warmup duration=$duration -->"; echo "$table"; } > "$out"
+  echo "table written to $out"
+fi

@@ -1,0 +1,258 @@
+//! One open WebSocket connection on a non-blocking socket: the opening
+//! handshake, the queue of frames to send (written with one `writev` per
+//! flush, so pipelined frames are coalesced), and the parser + checker for
+//! what comes back.
+
+use crate::payload::{Checker, Expect, Source, MASK_KEY};
+use crate::ws::{self, Parser, Rng, OP_PONG};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Where to connect: `ws://host:port/path`.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub addr: String,
+    pub path: String,
+}
+
+impl Target {
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let rest = url
+            .strip_prefix("ws://")
+            .ok_or("only ws:// URLs are supported")?;
+        let (addr, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        if addr.is_empty() {
+            return Err(format!("no host in {url:?}"));
+        }
+        Ok(Target {
+            addr: addr.to_string(),
+            path: path.to_string(),
+        })
+    }
+}
+
+/// Opens a connection and completes the handshake with blocking I/O; the
+/// socket is left non-blocking with TCP_NODELAY (frames are latency-bound).
+pub fn open(target: &Target, rng: &mut Rng) -> Result<TcpStream, String> {
+    let mut s =
+        TcpStream::connect(&target.addr).map_err(|e| format!("connect {}: {e}", target.addr))?;
+    s.set_nodelay(true).ok();
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let key = ws::new_key(rng);
+    s.write_all(ws::handshake_request(&target.addr, &target.path, &key).as_bytes())
+        .map_err(|e| format!("send handshake: {e}"))?;
+    // Read until the head ends; the server sends nothing
+    // after the 101 until we do, so bytes past the head are reported as an error.
+    let mut head = Vec::with_capacity(256);
+    let mut buf = [0u8; 512];
+    loop {
+        let n = s
+            .read(&mut buf)
+            .map_err(|e| format!("read handshake: {e}"))?;
+        if n == 0 {
+            return Err("connection closed during handshake".into());
+        }
+        head.extend_from_slice(&buf[..n]);
+        if let Some(end) = ws::head_end(&head) {
+            ws::check_response(&head[..end], &key)?;
+            if end != head.len() {
+                return Err("server sent data right after the 101 response".into());
+            }
+            break;
+        }
+        if head.len() > 16 * 1024 {
+            return Err("response head larger than 16 KiB".into());
+        }
+    }
+    s.set_read_timeout(None).ok();
+    s.set_nonblocking(true).map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// Frames waiting to be written; each is `heads[slot] ++ tail`.
+pub struct Outbox {
+    pub src: Source,
+    heads: Vec<Vec<u8>>,
+    /// Sequence numbers queued, oldest first.
+    queue: VecDeque<u64>,
+    /// Bytes of the oldest queued frame already written.
+    written: usize,
+    /// Control frames (pongs, close) go out before data.
+    control: Vec<u8>,
+}
+
+/// At most this many iovecs per writev (well under IOV_MAX = 1024).
+const MAX_IOV: usize = 256;
+
+impl Outbox {
+    /// `slots` must be at least the number of frames that can be queued at once.
+    pub fn new(src: Source, slots: usize) -> Self {
+        Outbox {
+            src,
+            heads: vec![Vec::new(); slots.max(1)],
+            queue: VecDeque::new(),
+            written: 0,
+            control: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, seq: u64) {
+        let slot = (seq % self.heads.len() as u64) as usize;
+        self.src.build_head(seq, &mut self.heads[slot]);
+        self.queue.push_back(seq);
+    }
+
+    pub fn push_control(&mut self, frame: &[u8]) {
+        self.control.extend_from_slice(frame);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty() && self.control.is_empty()
+    }
+
+    /// Writes as much as the socket takes. `Ok(true)` when everything went out.
+    pub fn flush(&mut self, s: &TcpStream) -> io::Result<bool> {
+        let mut w = s;
+        while !self.control.is_empty() {
+            match w.write(&self.control) {
+                Ok(n) => {
+                    self.control.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        let tail = self.src.tail();
+        while !self.queue.is_empty() {
+            let mut iov: Vec<IoSlice> = Vec::with_capacity(MAX_IOV.min(self.queue.len() * 2));
+            let mut skip = self.written;
+            for &seq in &self.queue {
+                if iov.len() + 2 > MAX_IOV {
+                    break;
+                }
+                let head = &self.heads[(seq % self.heads.len() as u64) as usize];
+                for part in [&head[..], tail] {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                    } else {
+                        iov.push(IoSlice::new(&part[skip..]));
+                        skip = 0;
+                    }
+                }
+            }
+            let mut n = match w.write_vectored(&iov) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            };
+            drop(iov);
+            while n > 0 {
+                let seq = self.queue[0];
+                let len = self.heads[(seq % self.heads.len() as u64) as usize].len() + tail.len();
+                let left = len - self.written;
+                if n >= left {
+                    n -= left;
+                    self.written = 0;
+                    self.queue.pop_front();
+                } else {
+                    self.written += n;
+                    n = 0;
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// A connection in a load loop.
+pub struct Conn {
+    pub stream: TcpStream,
+    pub parser: Parser,
+    pub check: Checker,
+    pub out: Outbox,
+    /// Next sequence number to send.
+    pub send_seq: u64,
+    /// Send time of in-flight messages, by `seq % slots`.
+    pub sent_at: Vec<Instant>,
+    /// Set once the connection failed; it takes no further part.
+    pub dead: Option<String>,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, src: Source, expect: Expect, slots: usize) -> Self {
+        let now = Instant::now();
+        Conn {
+            stream,
+            parser: Parser::default(),
+            check: Checker::new(expect),
+            out: Outbox::new(src, slots),
+            send_seq: 0,
+            sent_at: vec![now; slots.max(1)],
+            dead: None,
+        }
+    }
+
+    /// Queues message `send_seq` (not yet written) and stamps its send time.
+    pub fn queue_next(&mut self, now: Instant) {
+        let seq = self.send_seq;
+        self.out.push(seq);
+        let n = self.sent_at.len() as u64;
+        self.sent_at[(seq % n) as usize] = now;
+        self.send_seq += 1;
+    }
+
+    pub fn sent_time(&self, seq: u64) -> Instant {
+        self.sent_at[(seq % self.sent_at.len() as u64) as usize]
+    }
+
+    /// Reads until the socket is drained (edge-triggered epoll), feeding the
+    /// checker. Returns false on EOF or error (the connection is then dead).
+    pub fn read_all(&mut self, buf: &mut [u8]) -> bool {
+        loop {
+            match (&self.stream).read(buf) {
+                Ok(0) => {
+                    self.dead = Some(match self.check.close_code {
+                        Some(c) => format!("server closed the connection (close code {c})"),
+                        None => "server closed the connection".into(),
+                    });
+                    return false;
+                }
+                Ok(n) => {
+                    if let Err(e) = self.parser.feed(&buf[..n], &mut self.check) {
+                        self.dead = Some(format!("protocol error: {e}"));
+                        return false;
+                    }
+                    for p in std::mem::take(&mut self.check.pings) {
+                        self.out
+                            .push_control(&ws::client_frame(OP_PONG, &p, MASK_KEY));
+                    }
+                    if n < buf.len() {
+                        return true;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.dead = Some(format!("read: {e}"));
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Flushes the outbox; marks the connection dead on a write error.
+    pub fn flush(&mut self) -> bool {
+        match self.out.flush(&self.stream) {
+            Ok(_) => true,
+            Err(e) => {
+                self.dead = Some(format!("write: {e}"));
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! The measuring loop shared by the message modes: one epoll loop per
+//! thread over its connections, a warm-up / measure / done phase switched by
+//! the main thread, and per-thread results merged at the end.
+//!
+//! Loads: request/response (echo, json, binary) with a pipeline depth,
+//! relay pairs (A→B then B→A is one round trip), and fan-out (one publisher,
+//! subscribers checking order, the publisher a bounded window ahead).
+
+use crate::conn::Conn;
+use crate::hist::Histogram;
+use crate::sys::{self, Epoll};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+/// Phase 0 (the default) is warm-up: messages flow but are not counted.
+pub const MEASURE: u8 = 1;
+pub const DONE: u8 = 2;
+
+/// The phase every thread reads once per wake-up.
+#[derive(Default)]
+pub struct Control {
+    phase: AtomicU8,
+}
+
+impl Control {
+    pub fn get(&self) -> u8 {
+        self.phase.load(Ordering::Acquire)
+    }
+    pub fn set(&self, p: u8) {
+        self.phase.store(p, Ordering::Release)
+    }
+}
+
+/// What the connections of one thread do.
+#[derive(Clone, Copy)]
+pub enum Load {
+    /// Each connection keeps `depth` requests in flight.
+    ReqResp { depth: usize },
+    /// conns[2i] and conns[2i+1] are a pair; one message in flight per pair.
+    Relay,
+    /// conns[0] publishes at most `window` messages ahead of the slowest of
+    /// conns[1..], which must each receive every message, in order.
+    Fanout { window: usize },
+}
+
+/// A connection with an in-flight message older than this has stalled.
+const STALL: Duration = Duration::from_secs(3);
+/// Read buffer shared by all connections of a thread (parsing is streaming).
+const READ_BUF_BYTES: usize = 256 * 1024;
+
+#[derive(Default)]
+pub struct ThreadResult {
+    /// Completed messages (round trips, deliveries) within the measured window.
+    pub msgs: u64,
+    pub hist: Histogram,
+    pub mismatches: u64,
+    pub lost: u64,
+    /// First problems seen (mismatch descriptions, dead connections, stalls).
+    pub errors: Vec<String>,
+    pub failed_conns: u64,
+}
+
+impl ThreadResult {
+    pub fn merge(&mut self, o: ThreadResult) {
+        self.msgs += o.msgs;
+        self.hist.merge(&o.hist);
+        self.mismatches += o.mismatches;
+        self.lost += o.lost;
+        self.failed_conns += o.failed_conns;
+        for e in o.errors {
+            if self.errors.len() < 20 {
+                self.errors.push(e);
+            }
+        }
+    }
+}
+
+fn ns(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+/// Runs `load` over `conns` until the phase is DONE.
+pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
+    let ep = Epoll::new().expect("epoll_create1");
+    for (i, c) in conns.iter().enumerate() {
+        use std::os::fd::AsRawFd;
+        ep.add(c.stream.as_raw_fd(), i as u64, sys::IN | sys::OUT | sys::ET)
+            .expect("epoll_ctl");
+    }
+    let mut res = ThreadResult::default();
+    let mut buf = vec![0u8; READ_BUF_BYTES];
+    let mut events = sys::empty_events(1024);
+    let now = Instant::now();
+
+    // Prime the first messages.
+    match load {
+        Load::ReqResp { depth } => {
+            for c in &mut conns {
+                for _ in 0..depth {
+                    c.queue_next(now);
+                }
+                c.check.allowed = depth as u64;
+                c.flush();
+            }
+        }
+        Load::Relay => {
+            for pair in conns.chunks_mut(2) {
+                pair[0].queue_next(now);
+                pair[1].check.allowed = 1;
+                pair[0].flush();
+            }
+        }
+        Load::Fanout { .. } => {
+            for c in &mut conns[1..] {
+                c.check.allowed = u64::MAX;
+            }
+        }
+    }
+    let mut published_upto = 0u64;
+
+    loop {
+        if let Load::Fanout { window } = load {
+            // Publish while the slowest live subscriber is less than `window` behind.
+            let slowest = conns[1..]
+                .iter()
+                .filter(|c| c.dead.is_none())
+                .map(|c| c.check.next_seq)
+                .min()
+                .unwrap_or(published_upto);
+            let publisher = &mut conns[0];
+            if publisher.dead.is_none() && ctl.get() != DONE {
+                let now = Instant::now();
+                while publisher.send_seq < slowest + window as u64 {
+                    publisher.queue_next(now);
+                }
+                published_upto = publisher.send_seq;
+                publisher.flush();
+            }
+        }
+        let n = ep.wait(&mut events, 10);
+        let phase = ctl.get();
+        if phase == DONE {
+            break;
+        }
+        let now = Instant::now();
+        for ev in &events[..n] {
+            let i = ev.u64 as usize;
+            if conns[i].dead.is_some() {
+                continue;
+            }
+            if ev.events & (sys::IN | sys::ERR) != 0 {
+                conns[i].read_all(&mut buf);
+                let done = std::mem::take(&mut conns[i].check.done);
+                if done > 0 {
+                    react(&mut conns, i, done, load, phase, now, &mut res);
+                }
+            }
+            let c = &mut conns[i];
+            if c.dead.is_none() && !c.out.is_empty() {
+                c.flush();
+            }
+        }
+    }
+
+    // Collect what went wrong.
+    let end = Instant::now();
+    for (i, c) in conns.iter().enumerate() {
+        res.mismatches += c.check.mismatches;
+        res.lost += c.check.lost;
+        for e in &c.check.errors {
+            if res.errors.len() < 20 {
+                res.errors.push(format!("conn {i}: {e}"));
+            }
+        }
+        let mut problem = c.dead.clone();
+        let in_flight = c.send_seq > c.check.next_seq && !matches!(load, Load::Fanout { .. });
+        let waiting = match load {
+            // In a relay the pair's outstanding message may be B's to receive.
+            Load::Relay if i % 2 == 1 => false,
+            Load::Relay => c.send_seq > c.check.next_seq,
+            _ => in_flight,
+        };
+        if problem.is_none() && waiting {
+            let oldest = c.sent_time(c.check.next_seq);
+            if end.duration_since(oldest) > STALL {
+                problem = Some(format!(
+                    "no reply for {:.1}s",
+                    end.duration_since(oldest).as_secs_f64()
+                ));
+            }
+        }
+        if let Some(p) = problem {
+            res.failed_conns += 1;
+            if res.errors.len() < 20 {
+                res.errors.push(format!("conn {i}: {p}"));
+            }
+        }
+    }
+    res
+}
+
+/// Handles `done` messages just completed on connection `i`.
+fn react(
+    conns: &mut [Conn],
+    i: usize,
+    done: u64,
+    load: Load,
+    phase: u8,
+    now: Instant,
+    res: &mut ThreadResult,
+) {
+    let measuring = phase == MEASURE;
+    match load {
+        Load::ReqResp { .. } => {
+            let c = &mut conns[i];
+            if measuring {
+                res.msgs += done;
+                for seq in c.check.next_seq - done..c.check.next_seq {
+                    res.hist.record(ns(now.duration_since(c.sent_time(seq))));
+                }
+            }
+            for _ in 0..done {
+                c.queue_next(now);
+            }
+            c.check.allowed += done;
+        }
+        Load::Relay => {
+            let partner = i ^ 1;
+            if i % 2 == 1 {
+                // B received A's message: send it back the other way.
+                for _ in 0..done {
+                    conns[i].queue_next(now);
+                }
+                conns[partner].check.allowed += done;
+                conns[i].flush();
+            } else {
+                // A received B's reply: one round trip.
+                let c = &mut conns[i];
+                if measuring {
+                    res.msgs += done;
+                    let seq = c.check.next_seq - 1;
+                    res.hist
+                        .record_n(ns(now.duration_since(c.sent_time(seq))), done);
+                }
+                for _ in 0..done {
+                    c.queue_next(now);
+                }
+                conns[partner].check.allowed += done;
+            }
+        }
+        Load::Fanout { .. } => {
+            if i == 0 {
+                return; // The publisher's checker already flagged it (nothing is due).
+            }
+            if measuring {
+                res.msgs += done;
+                let seq = conns[i].check.next_seq - 1;
+                res.hist
+                    .record_n(ns(now.duration_since(conns[0].sent_time(seq))), done);
+            }
+        }
+    }
+}

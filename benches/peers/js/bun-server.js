@@ -1,0 +1,42 @@
+// Bun.serve peer: /echo replies with each message, /relay forwards to the
+// paired connection (arrival order) and closes the partner with 1001 when one
+// side leaves. Compression off, 64 MiB max payload and backpressure limit.
+const port = Number(process.argv[2] || process.env.PORT || 9001);
+let waiting = null;
+
+Bun.serve({
+  hostname: '127.0.0.1',
+  port,
+  fetch(req, server) {
+    const path = new URL(req.url).pathname;
+    if (path !== '/echo' && path !== '/relay') return new Response('not found', { status: 404 });
+    if (server.upgrade(req, { data: { path, partner: null, closed: false } })) return undefined;
+    return new Response('upgrade required', { status: 426 });
+  },
+  websocket: {
+    perMessageDeflate: false,
+    maxPayloadLength: 64 << 20,
+    backpressureLimit: 64 << 20,
+    open(ws) {
+      if (ws.data.path !== '/relay') return;
+      if (waiting && !waiting.data.closed) {
+        ws.data.partner = waiting;
+        waiting.data.partner = ws;
+        waiting = null;
+      } else {
+        waiting = ws;
+      }
+    },
+    message(ws, msg) {
+      if (ws.data.path === '/echo') ws.send(msg);
+      else if (ws.data.partner) ws.data.partner.send(msg);
+    },
+    close(ws) {
+      ws.data.closed = true;
+      if (waiting === ws) waiting = null;
+      const p = ws.data.partner;
+      if (p && !p.data.closed) p.close(1001);
+    },
+  },
+});
+console.log(`Bun peer listening on 127.0.0.1:${port}`);

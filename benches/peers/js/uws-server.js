@@ -1,0 +1,55 @@
+// uWebSockets.js peer on Node (the patched addon installed by install.sh):
+// /echo replies with each message, /relay forwards to the paired connection
+// and ends the partner with 1001 when one side leaves. Compression off,
+// 64 MiB max payload and backpressure limit (so large pipelined echoes are
+// never dropped).
+'use strict';
+const path = require('path');
+const uWS = require(path.join(__dirname, '..', 'uws', `uws_linux_x64_${process.versions.modules}.node`));
+
+const port = Number(process.argv[2] || process.env.PORT || 9001);
+const common = {
+  compression: uWS.DISABLED,
+  maxPayloadLength: 64 << 20,
+  maxBackpressure: 64 << 20,
+  idleTimeout: 0,
+};
+let waiting = null;
+
+uWS.App()
+  .ws('/echo', {
+    ...common,
+    message: (ws, msg, isBinary) => { ws.send(msg, isBinary); },
+  })
+  .ws('/relay', {
+    ...common,
+    open: (ws) => {
+      const me = ws.getUserData();
+      if (waiting && !waiting.getUserData().closed) {
+        me.partner = waiting;
+        waiting.getUserData().partner = ws;
+        waiting = null;
+      } else {
+        waiting = ws;
+      }
+    },
+    message: (ws, msg, isBinary) => {
+      const p = ws.getUserData().partner;
+      if (p) p.send(msg, isBinary);
+    },
+    close: (ws) => {
+      const me = ws.getUserData();
+      me.closed = true;
+      if (waiting === ws) waiting = null;
+      const p = me.partner;
+      if (p && !p.getUserData().closed) {
+        p.getUserData().partner = null;
+        p.end(1001);
+      }
+    },
+  })
+  .any('/*', (res) => { res.writeStatus('404 Not Found').end(); })
+  .listen('127.0.0.1', port, (token) => {
+    if (!token) { console.error(`uWS: cannot listen on ${port}`); process.exit(1); }
+    console.log(`uWebSockets.js peer listening on 127.0.0.1:${port}`);
+  });

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# run.sh NAME PORT: exec one peer server in the foreground, so the PID the
+# caller started IS the server (its /proc/PID/stat is what gets measured).
+# NAME: uws | ws | bun | deno | tungstenite | fastws
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+name="${1:?usage: run.sh NAME PORT}"
+port="${2:?usage: run.sh NAME PORT}"
+target="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}/release"
+case "$name" in
+  uws)         exec node "$here/js/uws-server.js" "$port" ;;
+  ws)          exec node "$here/js/ws-server.js" "$port" ;;
+  bun)         exec "$here/node_modules/bun/bin/bun.exe" "$here/js/bun-server.js" "$port" ;;
+  deno)        DENO_NO_UPDATE_CHECK=1 exec "$here/node_modules/@deno/linux-x64-glibc/deno" run \
+                 --allow-net --allow-env "$here/js/deno-server.js" "$port" ;;
+  tungstenite) exec "$target/tungstenite" "$port" ;;
+  fastws)      exec "$target/fastws" "$port" ;;
+  *) echo "unknown peer $name" >&2; exit 2 ;;
+esac
