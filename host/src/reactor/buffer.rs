@@ -5,8 +5,7 @@
 use std::cell::RefCell;
 use std::io::IoSlice;
 use std::ops::Range;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Free bytes kept in front of the data: a piece of a frame that began in an
 /// earlier read gets its reply header written here (10 bytes at most).
@@ -82,7 +81,7 @@ impl Output {
     }
 
     /// Writes everything with as few syscalls as the kernel allows, then clears.
-    pub async fn flush(&mut self, stream: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
+    pub async fn flush<W: AsyncWrite + Unpin>(&mut self, stream: &mut W, buf: &[u8]) -> std::io::Result<()> {
         match (self.segs.as_slice(), self.owned.is_empty()) {
             ([], true) => {}
             ([one], true) => stream.write_all(&buf[one.clone()]).await?,
@@ -103,8 +102,8 @@ impl Output {
 }
 
 /// `write_all` for a gather list: one writev per kernel acceptance.
-pub async fn write_all_vectored(
-    stream: &mut TcpStream,
+pub async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    stream: &mut W,
     mut slices: &mut [IoSlice<'_>],
 ) -> std::io::Result<()> {
     while !slices.is_empty() {
