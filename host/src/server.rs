@@ -460,7 +460,7 @@ async fn handle_request(
         let _live = guard;
         match upgrade.await {
             Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
-                Ok(parts) => conn::run(parts.io.into_inner(), &parts.read_buf, env, mode).await,
+                Ok(parts) => conn::run(parts.io.into_inner(), parts.read_buf, env, mode).await,
                 Err(_) => warn!("upgraded connection is not a TcpStream"),
             },
             Err(e) => debug!(%peer, error = %e, "upgrade did not complete"),

@@ -17,7 +17,7 @@ pub const READ_BUF_BYTES: usize = 64 * 1024 + HEADROOM_BYTES;
 /// Payloads up to this size are decoded whole; larger ones stream.
 pub const STREAM_ABOVE_BYTES: usize = READ_BUF_BYTES - HEADROOM_BYTES;
 /// Buffers a worker keeps for reuse; more are freed.
-const POOL_KEEP: usize = 256;
+const POOL_KEEP: usize = 64;
 /// Replies shorter than this are moved next to the previous reply so a batch
 /// of small frames goes out as one contiguous write; longer ones get their
 /// own gather entry instead of a copy.
@@ -81,7 +81,11 @@ impl Output {
     }
 
     /// Writes everything with as few syscalls as the kernel allows, then clears.
-    pub async fn flush<W: AsyncWrite + Unpin>(&mut self, stream: &mut W, buf: &[u8]) -> std::io::Result<()> {
+    pub async fn flush<W: AsyncWrite + Unpin>(
+        &mut self,
+        stream: &mut W,
+        buf: &[u8],
+    ) -> std::io::Result<()> {
         match (self.segs.as_slice(), self.owned.is_empty()) {
             ([], true) => {}
             ([one], true) => stream.write_all(&buf[one.clone()]).await?,

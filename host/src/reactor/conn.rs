@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// How long the server waits for the client's close frame after sending its
@@ -121,8 +120,8 @@ struct Conn {
 
 /// Runs a connection after the 101 until it closes. `prefix` holds bytes
 /// hyper had already read past the request head.
-pub async fn run(stream: TcpStream, prefix: &[u8], env: ConnEnv, mut mode: Mode) {
-    let (outbound, mut inbox) = Outbound::new(env.limits.outbound_budget);
+pub async fn run(stream: TcpStream, prefix: bytes::Bytes, env: ConnEnv, mut mode: Mode) {
+    let outbound = Outbound::new(env.limits.outbound_budget);
     let mut c = Conn {
         decoder: Decoder::new(env.limits.max_message, STREAM_ABOVE_BYTES),
         env,
@@ -140,7 +139,7 @@ pub async fn run(stream: TcpStream, prefix: &[u8], env: ConnEnv, mut mode: Mode)
     if let Mode::Guest(g, target) = &mode {
         g.slot.open(c.env.id, target, c.outbound.clone());
     }
-    let flow = c.drive(prefix, &mut mode, &mut inbox).await;
+    let flow = c.drive(prefix, &mut mode).await;
     match flow {
         Flow::Close(code, reason) if !mode.mid_frame() => c.close_and_linger(code, &reason).await,
         _ => {}
@@ -160,7 +159,6 @@ pub async fn run(stream: TcpStream, prefix: &[u8], env: ConnEnv, mut mode: Mode)
         Mode::Echo(_) => {}
     }
     c.env.open.remove(c.env.id);
-    inbox.close();
     c.outbound.consumer_gone();
     if let Some(buf) = c.buf.take() {
         c.env.pool.give(buf);
@@ -168,12 +166,7 @@ pub async fn run(stream: TcpStream, prefix: &[u8], env: ConnEnv, mut mode: Mode)
 }
 
 impl Conn {
-    async fn drive(
-        &mut self,
-        prefix: &[u8],
-        mode: &mut Mode,
-        inbox: &mut mpsc::UnboundedReceiver<OutMsg>,
-    ) -> Flow {
+    async fn drive(&mut self, prefix: bytes::Bytes, mode: &mut Mode) -> Flow {
         for chunk in prefix.chunks(READ_BUF_BYTES - HEADROOM_BYTES) {
             let buf = self.buf.get_or_insert_with(|| self.env.pool.take());
             let room = buf.len() - self.end;
@@ -184,10 +177,13 @@ impl Conn {
                 return flow;
             }
         }
+        // hyper's read buffer is several KiB: not something to keep for the
+        // life of an idle connection.
+        drop(prefix);
         if let Mode::Relay(hub, relay) = mode {
             match hub.join(self.env.id, self.outbound.clone()) {
                 Join::Paired(partner) => relay.partner = Some(partner),
-                Join::Waiting(paired) => match self.wait_for_partner(paired, inbox).await {
+                Join::Waiting(paired) => match self.wait_for_partner(paired).await {
                     Ok(partner) => relay.partner = Some(partner),
                     Err(flow) => return flow,
                 },
@@ -207,7 +203,7 @@ impl Conn {
             let blocked = blocker.is_some();
             let flow = tokio::select! {
                 biased;
-                msg = inbox.recv() => self.deliver(msg, inbox).await,
+                msg = self.outbound.recv() => self.deliver(msg).await,
                 _ = wait_drained(blocker.as_deref()), if blocked => Flow::Continue,
                 ready = self.stream.readable(), if !blocked => match ready {
                     Ok(()) => self.read(mode).await,
@@ -241,7 +237,6 @@ impl Conn {
     async fn wait_for_partner(
         &mut self,
         mut paired: tokio::sync::oneshot::Receiver<Arc<Outbound>>,
-        inbox: &mut mpsc::UnboundedReceiver<OutMsg>,
     ) -> Result<Arc<Outbound>, Flow> {
         let mut watch_socket = true;
         let mut probe = [0u8; 1];
@@ -250,8 +245,8 @@ impl Conn {
                 partner = &mut paired => {
                     return partner.map_err(|_| Flow::Done);
                 }
-                msg = inbox.recv() => {
-                    if let flow @ (Flow::Done | Flow::Close(..)) = self.deliver(msg, inbox).await {
+                msg = self.outbound.recv() => {
+                    if let flow @ (Flow::Done | Flow::Close(..)) = self.deliver(msg).await {
                         return Err(flow);
                     }
                 }
@@ -353,14 +348,10 @@ impl Conn {
     }
 
     /// Writes frames other connections or the guest queued for this one.
-    async fn deliver(
-        &mut self,
-        first: Option<OutMsg>,
-        inbox: &mut mpsc::UnboundedReceiver<OutMsg>,
-    ) -> Flow {
+    async fn deliver(&mut self, first: OutMsg) -> Flow {
         let mut frames = Vec::new();
         let mut closing = None;
-        let mut next = first;
+        let mut next = Some(first);
         while let Some(msg) = next.take() {
             match msg {
                 OutMsg::Frames(f) => frames.push(f),
@@ -370,12 +361,8 @@ impl Conn {
                 }
             }
             if frames.len() < OUTBOUND_BATCH {
-                next = inbox.try_recv().ok();
+                next = self.outbound.try_recv();
             }
-        }
-        if frames.is_empty() && closing.is_none() {
-            // The inbox closed: nobody can reach this connection any more.
-            return Flow::Done;
         }
         let total: usize = frames.iter().map(|f| f.len()).sum();
         let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();

@@ -1,10 +1,14 @@
 //! A connection's outbound queue for frames produced elsewhere (a relay
-//! partner, a guest, a publisher), possibly on another worker thread. It
-//! counts queued bytes against the route's budget so producers can wait.
+//! partner, a guest, a publisher, the worker at shutdown), possibly on another
+//! worker thread. It counts queued bytes against the route's budget so
+//! producers can wait, and allocates nothing until something is queued, so
+//! an idle connection pays for it only a few words.
 
 use bytes::Bytes;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use tokio::sync::{mpsc, Notify};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use tokio::sync::Notify;
 
 /// What other connections or the guest runner ask a connection to write.
 pub enum OutMsg {
@@ -14,31 +18,45 @@ pub enum OutMsg {
     Close(u16, String),
 }
 
-/// The producer side; shared through `Arc`.
+/// Shared through `Arc` between the connection (the only consumer) and its
+/// producers.
 pub struct Outbound {
-    tx: mpsc::UnboundedSender<OutMsg>,
+    queue: Mutex<VecDeque<OutMsg>>,
+    /// Wakes the consumer.
+    ready: Notify,
     queued: AtomicUsize,
+    /// Wakes producers waiting for the queue to drain under budget.
     drained: Notify,
     budget: usize,
+    gone: AtomicBool,
 }
 
 impl Outbound {
-    pub fn new(budget: usize) -> (Outbound, mpsc::UnboundedReceiver<OutMsg>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let out = Outbound {
-            tx,
+    pub fn new(budget: usize) -> Outbound {
+        Outbound {
+            queue: Mutex::new(VecDeque::new()),
+            ready: Notify::new(),
             queued: AtomicUsize::new(0),
             drained: Notify::new(),
             budget,
-        };
-        (out, rx)
+            gone: AtomicBool::new(false),
+        }
+    }
+
+    fn push(&self, msg: OutMsg) -> bool {
+        if self.is_closed() {
+            return false;
+        }
+        self.queue.lock().expect("outbound lock").push_back(msg);
+        self.ready.notify_one();
+        true
     }
 
     /// Queues frames; false when the connection is gone.
     pub fn send(&self, frames: Bytes) -> bool {
         let len = frames.len();
         self.queued.fetch_add(len, Ordering::Relaxed);
-        if self.tx.send(OutMsg::Frames(frames)).is_err() {
+        if !self.push(OutMsg::Frames(frames)) {
             self.queued.fetch_sub(len, Ordering::Relaxed);
             return false;
         }
@@ -46,11 +64,11 @@ impl Outbound {
     }
 
     pub fn close(&self, code: u16, reason: &str) {
-        let _ = self.tx.send(OutMsg::Close(code, reason.to_string()));
+        self.push(OutMsg::Close(code, reason.to_string()));
     }
 
     pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        self.gone.load(Ordering::Acquire)
     }
 
     /// More than the budget is queued: producers should stop reading.
@@ -62,6 +80,21 @@ impl Outbound {
         self.queued.load(Ordering::Relaxed)
     }
 
+    /// The consumer's next message, waiting for one.
+    pub async fn recv(&self) -> OutMsg {
+        loop {
+            let notified = self.ready.notified();
+            if let Some(msg) = self.try_recv() {
+                return msg;
+            }
+            notified.await;
+        }
+    }
+
+    pub fn try_recv(&self) -> Option<OutMsg> {
+        self.queue.lock().expect("outbound lock").pop_front()
+    }
+
     /// The consumer wrote `len` bytes; wakes producers once under budget.
     pub fn written(&self, len: usize) {
         let before = self.queued.fetch_sub(len, Ordering::Relaxed);
@@ -70,8 +103,11 @@ impl Outbound {
         }
     }
 
-    /// The consumer ended: wake producers so they stop waiting on it.
+    /// The consumer ended: refuse new messages, drop queued ones, and wake
+    /// producers so they stop waiting on it.
     pub fn consumer_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+        self.queue.lock().expect("outbound lock").clear();
         self.drained.notify_waiters();
     }
 
