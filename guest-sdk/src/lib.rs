@@ -175,17 +175,36 @@ pub trait Handler: Default + 'static {
     }
 
     /// A connection opened; `target` is its request target (`/path?query`).
-    fn on_open(&mut self, ctx: &mut Context, conn: ConnectionId, state: &mut Self::State, target: &str) {
+    fn on_open(
+        &mut self,
+        ctx: &mut Context,
+        conn: ConnectionId,
+        state: &mut Self::State,
+        target: &str,
+    ) {
         let _ = (ctx, conn, state, target);
     }
 
     /// A complete message arrived on `conn`.
-    fn on_message(&mut self, ctx: &mut Context, conn: ConnectionId, state: &mut Self::State, msg: Message<'_>);
+    fn on_message(
+        &mut self,
+        ctx: &mut Context,
+        conn: ConnectionId,
+        state: &mut Self::State,
+        msg: Message<'_>,
+    );
 
     /// `conn` is gone (`code` 1005: the peer sent no code, 1006: the TCP
     /// connection dropped). Commands for `conn` have no effect any more; its
     /// state is dropped after this returns.
-    fn on_close(&mut self, ctx: &mut Context, conn: ConnectionId, state: &mut Self::State, code: u16, reason: &str) {
+    fn on_close(
+        &mut self,
+        ctx: &mut Context,
+        conn: ConnectionId,
+        state: &mut Self::State,
+        code: u16,
+        reason: &str,
+    ) {
         let _ = (ctx, conn, state, code, reason);
     }
 }
@@ -199,7 +218,10 @@ pub struct Context {
 
 impl Context {
     fn with_capacity(commands: usize, data: usize) -> Self {
-        Context { commands: Vec::with_capacity(commands), data: Vec::with_capacity(data) }
+        Context {
+            commands: Vec::with_capacity(commands),
+            data: Vec::with_capacity(data),
+        }
     }
 
     /// Append `bytes` to the shared buffer and return their range.
@@ -209,7 +231,14 @@ impl Context {
         (offset, bytes.len() as u32)
     }
 
-    fn push(&mut self, conn: ConnectionId, kind: CommandKind, code: u16, topic: (u32, u32), payload: (u32, u32)) {
+    fn push(
+        &mut self,
+        conn: ConnectionId,
+        kind: CommandKind,
+        code: u16,
+        topic: (u32, u32),
+        payload: (u32, u32),
+    ) {
         self.commands.push(Command {
             conn,
             kind,
@@ -233,7 +262,13 @@ impl Context {
         let offset = self.data.len();
         let _ = fmt::Write::write_fmt(&mut ByteWriter(&mut self.data), args);
         let len = self.data.len() - offset;
-        self.push(conn, CommandKind::SendText, 0, (0, 0), (offset as u32, len as u32));
+        self.push(
+            conn,
+            CommandKind::SendText,
+            0,
+            (0, 0),
+            (offset as u32, len as u32),
+        );
     }
 
     /// Send a binary message to `conn`.
@@ -260,7 +295,11 @@ impl Context {
     /// Deliver `msg` to every subscriber of `topic` on every gateway worker,
     /// except `except` (pass the sender to leave it out).
     pub fn publish(&mut self, topic: &str, msg: Message<'_>, except: Option<ConnectionId>) {
-        let kind = if msg.is_text() { CommandKind::PublishText } else { CommandKind::PublishBinary };
+        let kind = if msg.is_text() {
+            CommandKind::PublishText
+        } else {
+            CommandKind::PublishBinary
+        };
         let t = self.put(topic.as_bytes());
         let p = self.put(msg.as_bytes());
         self.push(except.unwrap_or(0), kind, 0, t, p);
@@ -302,7 +341,13 @@ impl Context {
         let offset = self.data.len();
         state.persist(&mut self.data);
         let len = self.data.len() - offset;
-        self.push(conn, CommandKind::SetAttachment, 0, (0, 0), (offset as u32, len as u32));
+        self.push(
+            conn,
+            CommandKind::SetAttachment,
+            0,
+            (0, 0),
+            (offset as u32, len as u32),
+        );
     }
 }
 
@@ -366,7 +411,8 @@ fn with_runtime<H: Handler, R>(f: impl FnOnce(&mut Runtime<H>) -> R) -> R {
                 last_data: 0,
             })
         });
-        f(rt.downcast_mut::<Runtime<H>>().expect("one handler type per component"))
+        f(rt.downcast_mut::<Runtime<H>>()
+            .expect("one handler type per component"))
     })
 }
 
@@ -376,10 +422,12 @@ fn state_of<S: ConnState>(
     conns: &mut HashMap<ConnectionId, S, BuildHasherDefault<IdHasher>>,
     conn: ConnectionId,
 ) -> &mut S {
-    conns.entry(conn).or_insert_with(|| match host::attachment(conn) {
-        Some(bytes) => S::restore(&bytes),
-        None => S::default(),
-    })
+    conns
+        .entry(conn)
+        .or_insert_with(|| match host::attachment(conn) {
+            Some(bytes) => S::restore(&bytes),
+            None => S::default(),
+        })
 }
 
 /// Not public API: called by the code [`export!`] generates.
@@ -412,7 +460,10 @@ pub mod __private {
             let Runtime { handler, conns, .. } = rt;
             for ev in &batch.events {
                 let start = ev.offset as usize;
-                let bytes = batch.data.get(start..start + ev.len as usize).unwrap_or(&[]);
+                let bytes = batch
+                    .data
+                    .get(start..start + ev.len as usize)
+                    .unwrap_or(&[]);
                 match ev.kind {
                     EventKind::Open => {
                         let state = conns.entry(ev.conn).or_default();
@@ -422,7 +473,9 @@ pub mod __private {
                     EventKind::Text => {
                         let state = state_of(conns, ev.conn);
                         match std::str::from_utf8(bytes) {
-                            Ok(text) => handler.on_message(&mut ctx, ev.conn, state, Message::Text(text)),
+                            Ok(text) => {
+                                handler.on_message(&mut ctx, ev.conn, state, Message::Text(text))
+                            }
                             Err(_) => ctx.close(ev.conn, 1007, "invalid UTF-8"),
                         }
                     }
@@ -440,7 +493,10 @@ pub mod __private {
             }
             rt.last_commands = ctx.commands.len();
             rt.last_data = ctx.data.len();
-            Commands { commands: ctx.commands, data: ctx.data }
+            Commands {
+                commands: ctx.commands,
+                data: ctx.data,
+            }
         })
     }
 }

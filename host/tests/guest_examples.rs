@@ -27,7 +27,10 @@ fn echo_answers_every_connection_in_order_in_one_call() {
     let out = owned(&r.handle(&b).unwrap());
     assert_eq!(out.len(), 200);
     for &c in &conns {
-        let mine: Vec<_> = out.iter().filter(|o| matches!(o, Owned::Text(x, _) | Owned::Binary(x, _) if *x == c)).collect();
+        let mine: Vec<_> = out
+            .iter()
+            .filter(|o| matches!(o, Owned::Text(x, _) | Owned::Binary(x, _) if *x == c))
+            .collect();
         assert_eq!(
             mine,
             vec![
@@ -43,7 +46,10 @@ fn echo_answers_every_connection_in_order_in_one_call() {
     b.clear();
     assert!(r.handle(&b).unwrap().is_empty());
     b.push_message(7, false, &[]);
-    assert_eq!(owned(&r.handle(&b).unwrap()), vec![Owned::Binary(7, vec![])]);
+    assert_eq!(
+        owned(&r.handle(&b).unwrap()),
+        vec![Owned::Binary(7, vec![])]
+    );
 }
 
 #[test]
@@ -54,7 +60,10 @@ fn echo_keeps_large_payloads_intact() {
     b.push_message(1, false, &big);
     b.push_message(2, true, "ü".repeat(1000).as_bytes());
     let out = owned(&r.handle(&b).unwrap());
-    assert_eq!(out, vec![Owned::Binary(1, big), Owned::Text(2, "ü".repeat(1000))]);
+    assert_eq!(
+        out,
+        vec![Owned::Binary(1, big), Owned::Text(2, "ü".repeat(1000))]
+    );
 }
 
 #[test]
@@ -68,9 +77,17 @@ fn json_adds_one_to_odd_two_to_even_and_reports_errors() {
     assert_eq!(ask(&mut r, r#"{"number": 4}"#)["number"], 6);
     assert_eq!(ask(&mut r, r#"{"number": -1}"#)["number"], 0);
     assert_eq!(ask(&mut r, r#"{"number": 0}"#)["number"], 2);
-    for bad in ["{not json", r#"{"n": 1}"#, r#"{"number": "3"}"#, r#"{"number": 1.5}"#] {
+    for bad in [
+        "{not json",
+        r#"{"n": 1}"#,
+        r#"{"number": "3"}"#,
+        r#"{"number": 1.5}"#,
+    ] {
         let v = ask(&mut r, bad);
-        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{bad} -> {v}");
+        assert!(
+            v["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{bad} -> {v}"
+        );
         assert!(v.get("number").is_none());
     }
 }
@@ -116,8 +133,18 @@ fn chat_subscribes_to_the_path_room_and_publishes_to_the_others() {
             Owned::Subscribe(1, "room:lobby".into()),
             Owned::Subscribe(2, "room:lobby".into()),
             Owned::Subscribe(3, "room:rust".into()),
-            Owned::Publish { topic: "room:lobby".into(), text: true, payload: b"hello".to_vec(), exclude: Some(1) },
-            Owned::Publish { topic: "room:rust".into(), text: false, payload: vec![9], exclude: Some(3) },
+            Owned::Publish {
+                topic: "room:lobby".into(),
+                text: true,
+                payload: b"hello".to_vec(),
+                exclude: Some(1)
+            },
+            Owned::Publish {
+                topic: "room:rust".into(),
+                text: false,
+                payload: vec![9],
+                exclude: Some(3)
+            },
         ]
     );
     assert_eq!(r.attachment(1), Some(&b"room:lobby"[..]));
@@ -125,7 +152,12 @@ fn chat_subscribes_to_the_path_room_and_publishes_to_the_others() {
     r.recycle();
     assert_eq!(
         send_text(&mut r, 2, "again").unwrap(),
-        vec![Owned::Publish { topic: "room:lobby".into(), text: true, payload: b"again".to_vec(), exclude: Some(2) }]
+        vec![Owned::Publish {
+            topic: "room:lobby".into(),
+            text: true,
+            payload: b"again".to_vec(),
+            exclude: Some(2)
+        }]
     );
 }
 
@@ -133,7 +165,10 @@ fn request(query: &str, headers: &[(&str, &str)]) -> UpgradeRequest {
     UpgradeRequest {
         path: "/auth".into(),
         query: query.into(),
-        headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         remote_addr: "127.0.0.1:5000".into(),
     }
 }
@@ -147,7 +182,10 @@ fn auth_rejects_without_the_token_and_echoes_once_accepted() {
     let accepted = |r: &mut Runner, req| r.upgrade(&req).unwrap() == UpgradeResponse::Accept(None);
     assert!(accepted(&mut r, request("token=s3cret", &[])));
     assert!(accepted(&mut r, request("a=1&token=s3cret", &[])));
-    assert!(accepted(&mut r, request("", &[("authorization", "Bearer s3cret")])));
+    assert!(accepted(
+        &mut r,
+        request("", &[("authorization", "Bearer s3cret")])
+    ));
     assert!(accepted(&mut r, request("", &[("x-weir-token", "s3cret")])));
     for req in [
         request("", &[]),
@@ -156,17 +194,28 @@ fn auth_rejects_without_the_token_and_echoes_once_accepted() {
         request("", &[("authorization", "Basic s3cret")]),
         request("", &[("x-weir-token", "s3cret-not")]),
     ] {
-        assert_eq!(r.upgrade(&req).unwrap(), UpgradeResponse::Reject(401), "{req:?}");
+        assert_eq!(
+            r.upgrade(&req).unwrap(),
+            UpgradeResponse::Reject(401),
+            "{req:?}"
+        );
     }
-    assert_eq!(send_text(&mut r, 5, "hi").unwrap(), vec![Owned::Text(5, "hi".into())]);
+    assert_eq!(
+        send_text(&mut r, 5, "hi").unwrap(),
+        vec![Owned::Text(5, "hi".into())]
+    );
 }
 
 #[test]
 fn auth_without_a_configured_token_rejects_everyone() {
     let mut r = runner("auth");
-    assert_eq!(r.upgrade(&request("token=", &[])).unwrap(), UpgradeResponse::Reject(401));
     assert_eq!(
-        r.upgrade(&request("", &[("authorization", "Bearer ")])).unwrap(),
+        r.upgrade(&request("token=", &[])).unwrap(),
+        UpgradeResponse::Reject(401)
+    );
+    assert_eq!(
+        r.upgrade(&request("", &[("authorization", "Bearer ")]))
+            .unwrap(),
         UpgradeResponse::Reject(401)
     );
 }
@@ -174,7 +223,10 @@ fn auth_without_a_configured_token_rejects_everyone() {
 #[test]
 fn echo_accepts_upgrades_by_default() {
     let mut r = runner("echo");
-    assert_eq!(r.upgrade(&request("", &[])).unwrap(), UpgradeResponse::Accept(None));
+    assert_eq!(
+        r.upgrade(&request("", &[])).unwrap(),
+        UpgradeResponse::Accept(None)
+    );
 }
 
 #[test]
@@ -182,20 +234,38 @@ fn counter_survives_instance_replacement_through_its_attachment() {
     // recycle_after = 1: every batch runs on a fresh instance.
     let mut r = Runner::new(program_with("counter", "/counter", |c| c.recycle_after = 1));
     for expected in 1..=5 {
-        assert_eq!(send_text(&mut r, 10, "x").unwrap(), vec![Owned::Text(10, expected.to_string())]);
+        assert_eq!(
+            send_text(&mut r, 10, "x").unwrap(),
+            vec![Owned::Text(10, expected.to_string())]
+        );
     }
     // Another connection counts on its own.
-    assert_eq!(send_text(&mut r, 11, "x").unwrap(), vec![Owned::Text(11, "1".into())]);
+    assert_eq!(
+        send_text(&mut r, 11, "x").unwrap(),
+        vec![Owned::Text(11, "1".into())]
+    );
     // Closing forgets: a reused id would start again at 1.
     r.forget(10);
-    assert_eq!(send_text(&mut r, 10, "x").unwrap(), vec![Owned::Text(10, "1".into())]);
+    assert_eq!(
+        send_text(&mut r, 10, "x").unwrap(),
+        vec![Owned::Text(10, "1".into())]
+    );
 }
 
 #[test]
 fn batch_isolation_uses_a_fresh_instance_per_batch() {
-    let mut r = Runner::new(program_with("counter", "/counter", |c| c.isolation = weir::config::Isolation::Batch));
+    let mut r = Runner::new(program_with("counter", "/counter", |c| {
+        c.isolation = weir::config::Isolation::Batch
+    }));
     for expected in 1..=3 {
-        assert_eq!(send_text(&mut r, 1, "x").unwrap(), vec![Owned::Text(1, expected.to_string())]);
-        assert_eq!(r.program().live_instances(), 0, "no instance outlives its batch");
+        assert_eq!(
+            send_text(&mut r, 1, "x").unwrap(),
+            vec![Owned::Text(1, expected.to_string())]
+        );
+        assert_eq!(
+            r.program().live_instances(),
+            0,
+            "no instance outlives its batch"
+        );
     }
 }

@@ -16,19 +16,29 @@ fn faulty(edit: impl FnOnce(&mut weir::config::GuestConfig)) -> Runner {
 
 /// After a fault, the same runner serves the next batch on a fresh instance.
 fn assert_recovers(r: &mut Runner) {
-    assert_eq!(send_text(r, 2, "still here").unwrap(), vec![Owned::Text(2, "still here".into())]);
+    assert_eq!(
+        send_text(r, 2, "still here").unwrap(),
+        vec![Owned::Text(2, "still here".into())]
+    );
 }
 
 #[test]
 fn trap_is_a_fault_and_the_next_batch_runs_on_a_fresh_instance() {
     let mut r = faulty(|_| {});
-    assert_eq!(send_text(&mut r, 1, "hello").unwrap(), vec![Owned::Text(1, "hello".into())]);
+    assert_eq!(
+        send_text(&mut r, 1, "hello").unwrap(),
+        vec![Owned::Text(1, "hello".into())]
+    );
     let fault = send_text(&mut r, 1, "trap").unwrap_err();
     assert!(matches!(fault, Fault::Trap(_)), "{fault:?}");
     assert_eq!(fault.close_code(), 1011);
     assert_eq!(r.faults(), 1);
     assert_recovers(&mut r);
-    assert_eq!(r.program().live_instances(), 1, "the trapped instance gave its slot back");
+    assert_eq!(
+        r.program().live_instances(),
+        1,
+        "the trapped instance gave its slot back"
+    );
 }
 
 #[test]
@@ -39,8 +49,14 @@ fn endless_loop_hits_the_deadline() {
     let fault = send_text(&mut r, 1, "loop").unwrap_err();
     let took = start.elapsed();
     assert_eq!(fault, Fault::Deadline(timeout));
-    assert!(took >= timeout - Duration::from_millis(10), "interrupted too early: {took:?}");
-    assert!(took < Duration::from_secs(2), "interrupted too late: {took:?}");
+    assert!(
+        took >= timeout - Duration::from_millis(10),
+        "interrupted too early: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(2),
+        "interrupted too late: {took:?}"
+    );
     assert_recovers(&mut r);
 }
 
@@ -58,7 +74,10 @@ fn flooding_output_is_refused_by_the_output_cap() {
     // not the memory limit, must be what stops it.
     let mut r = faulty(|c| c.memory = 512 << 20);
     let fault = send_text(&mut r, 1, "flood").unwrap_err();
-    assert!(matches!(fault, Fault::OutputTooLarge { bytes, cap } if bytes > cap), "{fault:?}");
+    assert!(
+        matches!(fault, Fault::OutputTooLarge { bytes, cap } if bytes > cap),
+        "{fault:?}"
+    );
     assert_recovers(&mut r);
 }
 
@@ -71,7 +90,11 @@ fn a_fault_fails_the_whole_batch_but_not_the_next() {
     b.push_message(3, true, b"after");
     assert!(matches!(r.handle(&b), Err(Fault::Trap(_))));
     let closed: Vec<u64> = b.connections().collect();
-    assert_eq!(closed, vec![1, 2, 3], "the caller closes every connection of the batch");
+    assert_eq!(
+        closed,
+        vec![1, 2, 3],
+        "the caller closes every connection of the batch"
+    );
     assert_recovers(&mut r);
 }
 
@@ -85,7 +108,10 @@ fn instances_limit_is_shared_by_runners_of_one_route() {
     assert_eq!(fault, Fault::Overloaded(1));
     assert_eq!(fault.close_code(), 1013);
     drop(first);
-    assert_eq!(send_text(&mut second, 2, "b").unwrap(), vec![Owned::Text(2, "b".into())]);
+    assert_eq!(
+        send_text(&mut second, 2, "b").unwrap(),
+        vec![Owned::Text(2, "b".into())]
+    );
 }
 
 #[test]
@@ -104,10 +130,18 @@ fn recycle_after_replaces_the_instance_and_frees_its_slot() {
 #[test]
 fn attachment_over_the_cap_closes_only_that_connection() {
     // counter stores 8 bytes; a cap of 4 refuses it.
-    let mut r = Runner::new(program_with("counter", "/counter", |c| c.attachment_max = 4));
+    let mut r = Runner::new(program_with("counter", "/counter", |c| {
+        c.attachment_max = 4
+    }));
     let mut b = Batch::new();
     b.push_message(1, true, b"x");
     let out = owned(&r.handle(&b).unwrap());
-    assert_eq!(out, vec![Owned::Close(1, 1011, String::new()), Owned::Text(1, "1".into())]);
+    assert_eq!(
+        out,
+        vec![
+            Owned::Close(1, 1011, String::new()),
+            Owned::Text(1, "1".into())
+        ]
+    );
     assert_eq!(r.attachment(1), None);
 }

@@ -59,7 +59,9 @@ fn component_with_the_wrong_world_names_the_export() {
 fn memory_limit_outside_the_pool_is_refused() {
     let mut cfg = config("echo");
     cfg.memory = 8 << 30;
-    let err = Program::load(&engine(), "/r", &cfg).map(|_| ()).unwrap_err();
+    let err = Program::load(&engine(), "/r", &cfg)
+        .map(|_| ())
+        .unwrap_err();
     assert!(matches!(err, GuestError::Limits { .. }), "{err:?}");
 }
 
@@ -68,7 +70,9 @@ fn memory_limit_below_what_the_guest_starts_with_is_refused() {
     // Guests start with 2 pages (128 KiB) with the 64 KiB stack + data.
     let mut cfg = config("json");
     cfg.memory = 64 << 10;
-    let err = Program::load(&engine(), "/r", &cfg).map(|_| ()).unwrap_err();
+    let err = Program::load(&engine(), "/r", &cfg)
+        .map(|_| ())
+        .unwrap_err();
     assert!(matches!(err, GuestError::Limits { .. }), "{err:?}");
     assert!(err.to_string().contains("memory"), "{err}");
 }
@@ -85,7 +89,9 @@ fn guest_route(path: &str, cfg: GuestConfig) -> weir::config::RouteConfig {
 #[test]
 fn check_routes_reports_every_bad_route() {
     let mut config = Config::builtin_default();
-    config.routes.push(guest_route("/ok", guest_support::config("echo")));
+    config
+        .routes
+        .push(guest_route("/ok", guest_support::config("echo")));
     assert!(check_routes(&config).is_ok());
 
     let mut core = guest_support::config("echo");
@@ -111,13 +117,25 @@ fn compiled_components_are_cached_by_content_hash() {
     let engine = GuestEngine::new(Some(dir.clone())).unwrap();
     let cfg = guest_support::config("echo");
     Program::load(&engine, "/echo", &cfg).unwrap();
-    let artifacts: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let artifacts: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     assert_eq!(artifacts.len(), 1, "{artifacts:?}");
     assert_eq!(artifacts[0].extension().unwrap(), "cwasm");
-    let written = std::fs::metadata(&artifacts[0]).unwrap().modified().unwrap();
+    let written = std::fs::metadata(&artifacts[0])
+        .unwrap()
+        .modified()
+        .unwrap();
     // A second load reuses the artifact rather than rewriting it.
     Program::load(&engine, "/echo2", &cfg).unwrap();
-    assert_eq!(std::fs::metadata(&artifacts[0]).unwrap().modified().unwrap(), written);
+    assert_eq!(
+        std::fs::metadata(&artifacts[0])
+            .unwrap()
+            .modified()
+            .unwrap(),
+        written
+    );
     // A corrupt artifact is replaced, not fatal.
     std::fs::write(&artifacts[0], b"junk").unwrap();
     Program::load(&engine, "/echo3", &cfg).unwrap();

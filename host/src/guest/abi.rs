@@ -16,7 +16,8 @@ pub(crate) mod bindings {
 }
 
 use bindings::weir::gateway::types::{
-    Batch as RawBatch, Command as RawCommand, CommandKind, Commands as RawCommands, Event, EventKind,
+    Batch as RawBatch, Command as RawCommand, CommandKind, Commands as RawCommands, Event,
+    EventKind,
 };
 
 pub use bindings::weir::gateway::types::{UpgradeRequest, UpgradeResponse};
@@ -36,14 +37,18 @@ const MAX_CLOSE_REASON_BYTES: usize = 123;
 /// One batch of events for one route, built by the reactor and passed to
 /// [`Runner::handle`](super::Runner::handle). `clear` keeps the allocations,
 /// so a worker reuses one `Batch` for every call.
-#[derive(Default)]
 pub struct Batch {
     pub(crate) raw: RawBatch,
 }
 
-impl Default for RawBatch {
+impl Default for Batch {
     fn default() -> Self {
-        RawBatch { events: Vec::new(), data: Vec::new() }
+        Batch {
+            raw: RawBatch {
+                events: Vec::new(),
+                data: Vec::new(),
+            },
+        }
     }
 }
 
@@ -60,7 +65,13 @@ impl Batch {
         // before (it caps a batch's bytes), so this is a bug, not an input.
         assert!(end <= u32::MAX as usize, "guest batch over 4 GiB");
         self.raw.data.extend_from_slice(bytes);
-        self.raw.events.push(Event { conn, kind, code, offset: offset as u32, len: bytes.len() as u32 });
+        self.raw.events.push(Event {
+            conn,
+            kind,
+            code,
+            offset: offset as u32,
+            len: bytes.len() as u32,
+        });
     }
 
     /// `conn` was opened on this route; `target` is its `path?query`.
@@ -71,7 +82,11 @@ impl Batch {
     /// A complete message arrived; `text` payloads must be valid UTF-8
     /// (the reactor checks, as RFC 6455 §8.1 requires).
     pub fn push_message(&mut self, conn: ConnectionId, text: bool, payload: &[u8]) {
-        let kind = if text { EventKind::Text } else { EventKind::Binary };
+        let kind = if text {
+            EventKind::Text
+        } else {
+            EventKind::Binary
+        };
         self.push(conn, kind, 0, payload);
     }
 
@@ -111,12 +126,25 @@ impl Batch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command<'a> {
     /// Send one message to `conn`; `text` payloads are valid UTF-8.
-    Send { conn: ConnectionId, text: bool, payload: &'a [u8] },
+    Send {
+        conn: ConnectionId,
+        text: bool,
+        payload: &'a [u8],
+    },
     /// Close `conn`; `code` is a valid close code to send (RFC 6455 §7.4),
     /// `reason` at most 123 bytes.
-    Close { conn: ConnectionId, code: u16, reason: &'a str },
+    Close {
+        conn: ConnectionId,
+        code: u16,
+        reason: &'a str,
+    },
     /// Deliver to every subscriber of `topic`, except `exclude`.
-    Publish { topic: &'a str, text: bool, payload: &'a [u8], exclude: Option<ConnectionId> },
+    Publish {
+        topic: &'a str,
+        text: bool,
+        payload: &'a [u8],
+        exclude: Option<ConnectionId>,
+    },
     /// Subscribe `conn` to `topic`.
     Subscribe { conn: ConnectionId, topic: &'a str },
     /// Unsubscribe `conn` from `topic`.
@@ -131,7 +159,12 @@ pub struct Commands {
 
 impl Commands {
     pub(crate) fn empty() -> Self {
-        Commands { raw: RawCommands { commands: Vec::new(), data: Vec::new() } }
+        Commands {
+            raw: RawCommands {
+                commands: Vec::new(),
+                data: Vec::new(),
+            },
+        }
     }
 
     /// The commands, in the order the guest issued them.
@@ -151,7 +184,10 @@ impl Commands {
     /// Bytes of one range; ranges were checked by [`validate`].
     fn bytes(&self, offset: u32, len: u32) -> &[u8] {
         let start = offset as usize;
-        self.raw.data.get(start..start + len as usize).unwrap_or(&[])
+        self.raw
+            .data
+            .get(start..start + len as usize)
+            .unwrap_or(&[])
     }
 
     fn text(&self, offset: u32, len: u32) -> &str {
@@ -163,13 +199,41 @@ impl Commands {
         let topic = || self.text(c.topic_offset, c.topic_len);
         let exclude = (c.conn != 0).then_some(c.conn);
         Some(match c.kind {
-            CommandKind::SendText => Command::Send { conn: c.conn, text: true, payload },
-            CommandKind::SendBinary => Command::Send { conn: c.conn, text: false, payload },
-            CommandKind::Close => Command::Close { conn: c.conn, code: c.code, reason: self.text(c.offset, c.len) },
-            CommandKind::PublishText => Command::Publish { topic: topic(), text: true, payload, exclude },
-            CommandKind::PublishBinary => Command::Publish { topic: topic(), text: false, payload, exclude },
-            CommandKind::Subscribe => Command::Subscribe { conn: c.conn, topic: topic() },
-            CommandKind::Unsubscribe => Command::Unsubscribe { conn: c.conn, topic: topic() },
+            CommandKind::SendText => Command::Send {
+                conn: c.conn,
+                text: true,
+                payload,
+            },
+            CommandKind::SendBinary => Command::Send {
+                conn: c.conn,
+                text: false,
+                payload,
+            },
+            CommandKind::Close => Command::Close {
+                conn: c.conn,
+                code: c.code,
+                reason: self.text(c.offset, c.len),
+            },
+            CommandKind::PublishText => Command::Publish {
+                topic: topic(),
+                text: true,
+                payload,
+                exclude,
+            },
+            CommandKind::PublishBinary => Command::Publish {
+                topic: topic(),
+                text: false,
+                payload,
+                exclude,
+            },
+            CommandKind::Subscribe => Command::Subscribe {
+                conn: c.conn,
+                topic: topic(),
+            },
+            CommandKind::Unsubscribe => Command::Unsubscribe {
+                conn: c.conn,
+                topic: topic(),
+            },
             CommandKind::SetAttachment => return None,
         })
     }
@@ -193,10 +257,19 @@ fn sendable_close_code(code: u16) -> bool {
 /// Check a guest's answer against the ABI, normalise close commands and
 /// collect attachment requests. Everything the iterator later yields is in
 /// range and UTF-8 where the kind says text.
-pub(crate) fn validate(raw: &mut RawCommands, attachments: &mut Vec<AttachmentRequest>) -> Result<(), Fault> {
-    let size = raw.data.len().saturating_add(raw.commands.len().saturating_mul(COMMAND_RECORD_BYTES));
+pub(crate) fn validate(
+    raw: &mut RawCommands,
+    attachments: &mut Vec<AttachmentRequest>,
+) -> Result<(), Fault> {
+    let size = raw
+        .data
+        .len()
+        .saturating_add(raw.commands.len().saturating_mul(COMMAND_RECORD_BYTES));
     if size > MAX_OUTPUT_BYTES {
-        return Err(Fault::OutputTooLarge { bytes: size, cap: MAX_OUTPUT_BYTES });
+        return Err(Fault::OutputTooLarge {
+            bytes: size,
+            cap: MAX_OUTPUT_BYTES,
+        });
     }
     let data = &raw.data;
     let range = |what: &str, i: usize, offset: u32, len: u32| -> Result<&[u8], Fault> {
@@ -242,7 +315,10 @@ pub(crate) fn validate(raw: &mut RawCommands, attachments: &mut Vec<AttachmentRe
         }
         if matches!(
             c.kind,
-            CommandKind::PublishText | CommandKind::PublishBinary | CommandKind::Subscribe | CommandKind::Unsubscribe
+            CommandKind::PublishText
+                | CommandKind::PublishBinary
+                | CommandKind::Subscribe
+                | CommandKind::Unsubscribe
         ) {
             if topic.is_empty() {
                 return Err(Fault::InvalidOutput(format!("command {i}: empty topic")));
@@ -257,7 +333,15 @@ pub(crate) fn validate(raw: &mut RawCommands, attachments: &mut Vec<AttachmentRe
 /// the route's cap costs that connection, not the batch).
 pub(crate) fn replace_with_close(raw: &mut RawCommands, index: usize) {
     let c = &mut raw.commands[index];
-    *c = RawCommand { conn: c.conn, kind: CommandKind::Close, code: 1011, topic_offset: 0, topic_len: 0, offset: 0, len: 0 };
+    *c = RawCommand {
+        conn: c.conn,
+        kind: CommandKind::Close,
+        code: 1011,
+        topic_offset: 0,
+        topic_len: 0,
+        offset: 0,
+        len: 0,
+    };
 }
 
 impl Commands {
@@ -278,8 +362,22 @@ impl Commands {
 mod tests {
     use super::*;
 
-    fn cmd(kind: CommandKind, conn: u64, code: u16, topic: (u32, u32), payload: (u32, u32)) -> RawCommand {
-        RawCommand { conn, kind, code, topic_offset: topic.0, topic_len: topic.1, offset: payload.0, len: payload.1 }
+    fn cmd(
+        kind: CommandKind,
+        conn: u64,
+        code: u16,
+        topic: (u32, u32),
+        payload: (u32, u32),
+    ) -> RawCommand {
+        RawCommand {
+            conn,
+            kind,
+            code,
+            topic_offset: topic.0,
+            topic_len: topic.1,
+            offset: payload.0,
+            len: payload.1,
+        }
     }
 
     #[test]
@@ -298,16 +396,34 @@ mod tests {
 
     #[test]
     fn out_of_range_payload_is_invalid() {
-        let mut raw = RawCommands { commands: vec![cmd(CommandKind::SendBinary, 1, 0, (0, 0), (2, 5))], data: vec![0; 4] };
-        assert!(matches!(validate(&mut raw, &mut Vec::new()), Err(Fault::InvalidOutput(_))));
+        let mut raw = RawCommands {
+            commands: vec![cmd(CommandKind::SendBinary, 1, 0, (0, 0), (2, 5))],
+            data: vec![0; 4],
+        };
+        assert!(matches!(
+            validate(&mut raw, &mut Vec::new()),
+            Err(Fault::InvalidOutput(_))
+        ));
     }
 
     #[test]
     fn text_must_be_utf8_and_topics_non_empty() {
-        let mut raw = RawCommands { commands: vec![cmd(CommandKind::SendText, 1, 0, (0, 0), (0, 2))], data: vec![0xff, 0xfe] };
-        assert!(matches!(validate(&mut raw, &mut Vec::new()), Err(Fault::InvalidOutput(_))));
-        let mut raw = RawCommands { commands: vec![cmd(CommandKind::Subscribe, 1, 0, (0, 0), (0, 0))], data: vec![] };
-        assert!(matches!(validate(&mut raw, &mut Vec::new()), Err(Fault::InvalidOutput(_))));
+        let mut raw = RawCommands {
+            commands: vec![cmd(CommandKind::SendText, 1, 0, (0, 0), (0, 2))],
+            data: vec![0xff, 0xfe],
+        };
+        assert!(matches!(
+            validate(&mut raw, &mut Vec::new()),
+            Err(Fault::InvalidOutput(_))
+        ));
+        let mut raw = RawCommands {
+            commands: vec![cmd(CommandKind::Subscribe, 1, 0, (0, 0), (0, 0))],
+            data: vec![],
+        };
+        assert!(matches!(
+            validate(&mut raw, &mut Vec::new()),
+            Err(Fault::InvalidOutput(_))
+        ));
     }
 
     #[test]
@@ -315,7 +431,13 @@ mod tests {
         // RFC 6455 §7.4.1: 1005 must not be sent; §5.5: reason ≤ 123 bytes.
         let reason = "é".repeat(100); // 200 bytes, 2-byte chars
         let mut raw = RawCommands {
-            commands: vec![cmd(CommandKind::Close, 7, 1005, (0, 0), (0, reason.len() as u32))],
+            commands: vec![cmd(
+                CommandKind::Close,
+                7,
+                1005,
+                (0, 0),
+                (0, reason.len() as u32),
+            )],
             data: reason.into_bytes(),
         };
         validate(&mut raw, &mut Vec::new()).unwrap();
@@ -326,13 +448,19 @@ mod tests {
                 assert_eq!(reason.len(), 122);
             }
             other => panic!("unexpected {other:?}"),
-        }
+        };
     }
 
     #[test]
     fn oversized_output_is_refused() {
-        let mut raw = RawCommands { commands: vec![], data: vec![0; MAX_OUTPUT_BYTES + 1] };
-        assert!(matches!(validate(&mut raw, &mut Vec::new()), Err(Fault::OutputTooLarge { .. })));
+        let mut raw = RawCommands {
+            commands: vec![],
+            data: vec![0; MAX_OUTPUT_BYTES + 1],
+        };
+        assert!(matches!(
+            validate(&mut raw, &mut Vec::new()),
+            Err(Fault::OutputTooLarge { .. })
+        ));
     }
 
     #[test]
@@ -353,8 +481,18 @@ mod tests {
         assert_eq!(
             all,
             vec![
-                Command::Publish { topic: "t", text: true, payload: b"ok", exclude: None },
-                Command::Publish { topic: "t", text: false, payload: b"ok", exclude: Some(9) },
+                Command::Publish {
+                    topic: "t",
+                    text: true,
+                    payload: b"ok",
+                    exclude: None
+                },
+                Command::Publish {
+                    topic: "t",
+                    text: false,
+                    payload: b"ok",
+                    exclude: Some(9)
+                },
             ]
         );
     }

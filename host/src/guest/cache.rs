@@ -29,7 +29,9 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     if let Some(xdg) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         return Some(PathBuf::from(xdg).join("weir"));
     }
-    std::env::var_os("HOME").filter(|d| !d.is_empty()).map(|h| PathBuf::from(h).join(".cache").join("weir"))
+    std::env::var_os("HOME")
+        .filter(|d| !d.is_empty())
+        .map(|h| PathBuf::from(h).join(".cache").join("weir"))
 }
 
 /// Feeds `Hash` output into SHA-256, so the engine's compatibility hash
@@ -73,7 +75,10 @@ impl ComponentCache {
         let mut sha = Sha256::new();
         sha.update(b"weir-component-cache-v1\0");
         sha.update(wasm);
-        std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut ShaHasher(&mut sha));
+        std::hash::Hash::hash(
+            &engine.precompile_compatibility_hash(),
+            &mut ShaHasher(&mut sha),
+        );
         let digest = sha.finalize();
         let mut name = String::with_capacity(70);
         for b in digest {
@@ -95,7 +100,9 @@ impl ComponentCache {
             // directory is the operator's and trusted (module doc).
             match unsafe { Component::deserialize_file(engine, &path) } {
                 Ok(c) => return Ok(c),
-                Err(e) => tracing::warn!(artifact = %path.display(), "stale component artifact, recompiling: {e}"),
+                Err(e) => {
+                    tracing::warn!(artifact = %path.display(), "stale component artifact, recompiling: {e}")
+                }
             }
         }
         let artifact = engine.precompile_component(wasm)?;

@@ -50,14 +50,18 @@ impl GuestEngine {
     /// default ([`default_cache_dir`]: `$WEIR_CACHE_DIR`, `$XDG_CACHE_HOME/weir`
     /// or `~/.cache/weir`; `WEIR_CACHE_DIR=""` turns caching off).
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Arc<GuestEngine>, GuestError> {
-        let engine = Engine::new(&engine_config()).map_err(|e| GuestError::Engine(format!("{e:#}")))?;
+        let engine =
+            Engine::new(&engine_config()).map_err(|e| GuestError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         // std-built guests import a dozen WASI interfaces even when unused;
         // the context behind them (host.rs) grants no files and no sockets.
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| GuestError::Engine(format!("{e:#}")))?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
         GatewayHandler::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
-        let cache = cache_dir.or_else(default_cache_dir).and_then(ComponentCache::open);
+        let cache = cache_dir
+            .or_else(default_cache_dir)
+            .and_then(ComponentCache::open);
 
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = {
@@ -72,7 +76,13 @@ impl GuestEngine {
                 })
                 .map_err(|e| GuestError::Engine(format!("cannot start the epoch ticker: {e}")))?
         };
-        Ok(Arc::new(GuestEngine { engine, linker, cache, ticker: Some(ticker), stop }))
+        Ok(Arc::new(GuestEngine {
+            engine,
+            linker,
+            cache,
+            ticker: Some(ticker),
+            stop,
+        }))
     }
 
     /// Where precompiled artifacts go, if caching is on.

@@ -27,11 +27,19 @@ pub enum GuestError {
     CoreModule { route: String, path: PathBuf },
     /// wasmtime refused to compile the component.
     #[error("route {route}: cannot compile {}: {detail}", path.display())]
-    Compile { route: String, path: PathBuf, detail: String },
+    Compile {
+        route: String,
+        path: PathBuf,
+        detail: String,
+    },
     /// The component does not implement the `weir:gateway` world this
     /// gateway speaks (missing or mismatched export, unknown import).
     #[error("route {route}: {} does not fit this gateway's guest ABI (weir:gateway/handler@0.1.0, see wit/weir.wit): {detail}", path.display())]
-    Abi { route: String, path: PathBuf, detail: String },
+    Abi {
+        route: String,
+        path: PathBuf,
+        detail: String,
+    },
     /// The route's limits cannot be honoured.
     #[error("route {route}: {detail}")]
     Limits { route: String, detail: String },

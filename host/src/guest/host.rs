@@ -62,22 +62,38 @@ impl StoreState {
 
 impl WasiView for StoreState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
 impl wasmtime::ResourceLimiter for StoreState {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         if desired > self.memory_limit {
             self.memory_refused = true;
             // An error (not `Ok(false)`) traps at once: a Rust guest would
             // otherwise abort in its allocator with a less telling trap.
-            wasmtime::bail!("memory limit of {} bytes reached (wanted {desired})", self.memory_limit);
+            wasmtime::bail!(
+                "memory limit of {} bytes reached (wanted {desired})",
+                self.memory_limit
+            );
         }
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         // Tables hold function references; a handler needs a few hundred.
         Ok(desired <= 100_000)
     }
@@ -126,7 +142,11 @@ struct LogStream {
 
 impl LogStream {
     fn new(route: Arc<str>, name: &'static str) -> Self {
-        LogStream { route, name, pending: Arc::default() }
+        LogStream {
+            route,
+            name,
+            pending: Arc::default(),
+        }
     }
 
     fn emit(&self, line: &[u8]) {
@@ -214,7 +234,11 @@ impl Pollable for LogStream {
 }
 
 impl tokio::io::AsyncWrite for LogStream {
-    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         self.write_bytes(buf);
         Poll::Ready(Ok(buf.len()))
     }

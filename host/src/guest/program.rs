@@ -38,7 +38,11 @@ impl Program {
     /// route at `route_path`, then start one instance as a trial so a
     /// component that cannot start within its limits fails here, not on
     /// the first connection.
-    pub fn load(engine: &Arc<GuestEngine>, route_path: &str, cfg: &GuestConfig) -> Result<Arc<Program>, GuestError> {
+    pub fn load(
+        engine: &Arc<GuestEngine>,
+        route_path: &str,
+        cfg: &GuestConfig,
+    ) -> Result<Arc<Program>, GuestError> {
         let route = route_path.to_string();
         check_limits(&route, cfg)?;
         let path = cfg.wasm.as_path();
@@ -53,31 +57,49 @@ impl Program {
             path: path.to_path_buf(),
             detail: format!("{e:#}"),
         })?;
-        let abi_error = |detail: String| GuestError::Abi { route: route.clone(), path: path.to_path_buf(), detail };
+        let abi_error = |detail: String| GuestError::Abi {
+            route: route.clone(),
+            path: path.to_path_buf(),
+            detail,
+        };
         let instance_pre = engine
             .linker
             .instantiate_pre(&component)
             .map_err(|e| abi_error(format!("{e:#}")))?;
-        let pre = GatewayHandlerPre::new(instance_pre)
-            .map_err(|e| abi_error(format!("{e:#}; the component exports {}", exports_of(engine, &component))))?;
+        let pre = GatewayHandlerPre::new(instance_pre).map_err(|e| {
+            abi_error(format!(
+                "{e:#}; the component exports {}",
+                exports_of(engine, &component)
+            ))
+        })?;
 
         let program = Arc::new(Program {
             engine: engine.clone(),
             pre,
             route: route.as_str().into(),
             cfg: cfg.clone(),
-            env: cfg.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            env: cfg
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
             deadline_ticks: GuestEngine::deadline_ticks(cfg.timeout),
             live: AtomicUsize::new(0),
         });
         let mut store = program.new_store();
         program.pre.instantiate(&mut store).map_err(|e| {
             let detail = if store.data().memory_refused {
-                format!("the component needs more than the route's memory limit of {} bytes to start", cfg.memory)
+                format!(
+                    "the component needs more than the route's memory limit of {} bytes to start",
+                    cfg.memory
+                )
             } else {
                 format!("the component fails to start: {e:#}")
             };
-            GuestError::Limits { route: route.clone(), detail }
+            GuestError::Limits {
+                route: route.clone(),
+                detail,
+            }
         })?;
         Ok(program)
     }
@@ -107,7 +129,10 @@ impl Program {
     }
 
     /// Instantiate in `store` (whose deadline is already set).
-    pub(crate) fn instantiate(&self, store: &mut Store<StoreState>) -> wasmtime::Result<GatewayHandler> {
+    pub(crate) fn instantiate(
+        &self,
+        store: &mut Store<StoreState>,
+    ) -> wasmtime::Result<GatewayHandler> {
         self.pre.instantiate(store)
     }
 
@@ -115,9 +140,13 @@ impl Program {
     pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<InstancePermit> {
         let max = self.cfg.instances;
         self.live
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
             .ok()
-            .map(|_| InstancePermit { program: self.clone() })
+            .map(|_| InstancePermit {
+                program: self.clone(),
+            })
     }
 
     pub(crate) fn timeout(&self) -> Duration {
@@ -137,7 +166,12 @@ impl Drop for InstancePermit {
 }
 
 fn check_limits(route: &str, cfg: &GuestConfig) -> Result<(), GuestError> {
-    let fail = |detail: String| Err(GuestError::Limits { route: route.to_string(), detail });
+    let fail = |detail: String| {
+        Err(GuestError::Limits {
+            route: route.to_string(),
+            detail,
+        })
+    };
     if cfg.memory < MIN_MEMORY_BYTES || cfg.memory > POOL_MAX_MEMORY_BYTES {
         return fail(format!(
             "memory = {} bytes is outside {MIN_MEMORY_BYTES}..={POOL_MAX_MEMORY_BYTES} (write e.g. memory = \"16MiB\")",
@@ -206,8 +240,10 @@ pub fn check_routes(config: &Config) -> Result<(), GuestError> {
         return Ok(());
     }
     let engine = GuestEngine::new(None)?;
-    let mut errors: Vec<GuestError> =
-        guests.into_iter().filter_map(|(path, g)| Program::load(&engine, path, g).err()).collect();
+    let mut errors: Vec<GuestError> = guests
+        .into_iter()
+        .filter_map(|(path, g)| Program::load(&engine, path, g).err())
+        .collect();
     match errors.len() {
         0 => Ok(()),
         1 => Err(errors.remove(0)),

@@ -81,10 +81,13 @@ impl Runner {
     /// Ask the guest whether to accept an upgrade. A reject status outside
     /// 400–599 becomes 403.
     pub fn upgrade(&mut self, req: &UpgradeRequest) -> Result<UpgradeResponse, Fault> {
-        let result = self.call(|handler, store| handler.weir_gateway_handler().call_upgrade(store, req));
+        let result =
+            self.call(|handler, store| handler.weir_gateway_handler().call_upgrade(store, req));
         let response = self.finish_call(result)?;
         Ok(match response {
-            UpgradeResponse::Reject(status) if !(400..=599).contains(&status) => UpgradeResponse::Reject(403),
+            UpgradeResponse::Reject(status) if !(400..=599).contains(&status) => {
+                UpgradeResponse::Reject(403)
+            }
             other => other,
         })
     }
@@ -97,7 +100,11 @@ impl Runner {
         if batch.is_empty() {
             return Ok(Commands::empty());
         }
-        let result = self.call(|handler, store| handler.weir_gateway_handler().call_handle(store, &batch.raw));
+        let result = self.call(|handler, store| {
+            handler
+                .weir_gateway_handler()
+                .call_handle(store, &batch.raw)
+        });
         let raw = self.finish_call(result)?;
         let mut commands = Commands::from_raw(raw);
         self.requests.clear();
@@ -150,13 +157,24 @@ impl Runner {
         if self.live.is_none() {
             self.live = Some(self.start()?);
         }
-        let Some(live) = self.live.as_mut() else { unreachable!("started above") };
+        let Some(live) = self.live.as_mut() else {
+            unreachable!("started above")
+        };
         live.store.set_epoch_deadline(self.program.deadline_ticks);
-        std::mem::swap(&mut live.store.data_mut().attachments, &mut self.attachments);
+        std::mem::swap(
+            &mut live.store.data_mut().attachments,
+            &mut self.attachments,
+        );
         let result = f(&live.handler, &mut live.store);
-        std::mem::swap(&mut live.store.data_mut().attachments, &mut self.attachments);
+        std::mem::swap(
+            &mut live.store.data_mut().attachments,
+            &mut self.attachments,
+        );
         live.batches += 1;
-        result.map_err(|e| CallError::Guest { memory_refused: live.store.data().memory_refused, error: e })
+        result.map_err(|e| CallError::Guest {
+            memory_refused: live.store.data().memory_refused,
+            error: e,
+        })
     }
 
     /// A new Store and instance, within the route's instance cap.
@@ -164,10 +182,17 @@ impl Runner {
         let permit = self
             .program
             .try_acquire()
-            .ok_or(CallError::Fault(Fault::Overloaded(self.program.cfg.instances)))?;
+            .ok_or(CallError::Fault(Fault::Overloaded(
+                self.program.cfg.instances,
+            )))?;
         let mut store = self.program.new_store();
         match self.program.instantiate(&mut store) {
-            Ok(handler) => Ok(Live { store, handler, batches: 0, _permit: permit }),
+            Ok(handler) => Ok(Live {
+                store,
+                handler,
+                batches: 0,
+                _permit: permit,
+            }),
             Err(e) => {
                 let fault = if store.data().memory_refused {
                     Fault::Memory(self.program.cfg.memory)
@@ -186,7 +211,10 @@ impl Runner {
             Ok(value) => {
                 let recycle = match self.program.cfg.isolation {
                     Isolation::Batch => true,
-                    Isolation::Worker => self.live.as_ref().is_some_and(|l| l.batches >= self.program.cfg.recycle_after),
+                    Isolation::Worker => self
+                        .live
+                        .as_ref()
+                        .is_some_and(|l| l.batches >= self.program.cfg.recycle_after),
                 };
                 if recycle {
                     self.live = None;
@@ -194,7 +222,10 @@ impl Runner {
                 Ok(value)
             }
             Err(CallError::Fault(fault)) => Err(self.fault(fault)),
-            Err(CallError::Guest { memory_refused, error }) => {
+            Err(CallError::Guest {
+                memory_refused,
+                error,
+            }) => {
                 let fault = self.classify(memory_refused, &error);
                 Err(self.fault(fault))
             }
@@ -228,5 +259,8 @@ enum CallError {
     /// Failed before reaching the guest (no slot, instantiation).
     Fault(Fault),
     /// The guest call returned an error (trap, deadline, memory).
-    Guest { memory_refused: bool, error: wasmtime::Error },
+    Guest {
+        memory_refused: bool,
+        error: wasmtime::Error,
+    },
 }

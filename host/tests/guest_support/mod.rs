@@ -13,7 +13,9 @@ use weir::guest::{Batch, Command, Commands, GuestEngine, Program, Runner};
 
 /// `examples/wasm/<name>.wasm`, or a panic that says how to build it.
 pub fn wasm(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm").join(format!("{name}.wasm"));
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/wasm")
+        .join(format!("{name}.wasm"));
     assert!(
         path.exists(),
         "{} is missing: run scripts/build-guests.sh first (the guest tests never skip)",
@@ -65,7 +67,12 @@ pub enum Owned {
     Text(u64, String),
     Binary(u64, Vec<u8>),
     Close(u64, u16, String),
-    Publish { topic: String, text: bool, payload: Vec<u8>, exclude: Option<u64> },
+    Publish {
+        topic: String,
+        text: bool,
+        payload: Vec<u8>,
+        exclude: Option<u64>,
+    },
     Subscribe(u64, String),
     Unsubscribe(u64, String),
 }
@@ -73,12 +80,28 @@ pub enum Owned {
 pub fn owned(cmds: &Commands) -> Vec<Owned> {
     cmds.iter()
         .map(|c| match c {
-            Command::Send { conn, text: true, payload } => Owned::Text(conn, String::from_utf8(payload.to_vec()).unwrap()),
-            Command::Send { conn, text: false, payload } => Owned::Binary(conn, payload.to_vec()),
+            Command::Send {
+                conn,
+                text: true,
+                payload,
+            } => Owned::Text(conn, String::from_utf8(payload.to_vec()).unwrap()),
+            Command::Send {
+                conn,
+                text: false,
+                payload,
+            } => Owned::Binary(conn, payload.to_vec()),
             Command::Close { conn, code, reason } => Owned::Close(conn, code, reason.to_string()),
-            Command::Publish { topic, text, payload, exclude } => {
-                Owned::Publish { topic: topic.to_string(), text, payload: payload.to_vec(), exclude }
-            }
+            Command::Publish {
+                topic,
+                text,
+                payload,
+                exclude,
+            } => Owned::Publish {
+                topic: topic.to_string(),
+                text,
+                payload: payload.to_vec(),
+                exclude,
+            },
             Command::Subscribe { conn, topic } => Owned::Subscribe(conn, topic.to_string()),
             Command::Unsubscribe { conn, topic } => Owned::Unsubscribe(conn, topic.to_string()),
         })
@@ -86,7 +109,11 @@ pub fn owned(cmds: &Commands) -> Vec<Owned> {
 }
 
 /// One text message from `conn` in a batch of its own, answered.
-pub fn send_text(runner: &mut Runner, conn: u64, text: &str) -> Result<Vec<Owned>, weir::guest::Fault> {
+pub fn send_text(
+    runner: &mut Runner,
+    conn: u64,
+    text: &str,
+) -> Result<Vec<Owned>, weir::guest::Fault> {
     let mut b = Batch::new();
     b.push_message(conn, true, text.as_bytes());
     runner.handle(&b).map(|c| owned(&c))
