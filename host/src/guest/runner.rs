@@ -7,10 +7,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use wasmtime::{Store, Trap};
+use wasmtime::{PoolConcurrencyLimitError, Store, Trap};
 
 use super::abi::bindings::GatewayHandler;
 use super::abi::{self, AttachmentRequest, Batch, Commands, UpgradeRequest, UpgradeResponse};
+use super::engine::POOL_COMPONENT_INSTANCES;
 use super::error::Fault;
 use super::host::StoreState;
 use super::program::{InstancePermit, Program};
@@ -196,6 +197,9 @@ impl Runner {
             Err(e) => {
                 let fault = if store.data().memory_refused {
                     Fault::Memory(self.program.cfg.memory)
+                } else if e.is::<PoolConcurrencyLimitError>() {
+                    // Other routes hold the whole pool.
+                    Fault::Overloaded(POOL_COMPONENT_INSTANCES as usize)
                 } else {
                     Fault::Instantiate(format!("{e:#}"))
                 };
