@@ -136,3 +136,18 @@ fn engine_config() -> Config {
     c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     c
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_get_at_least_two_ticks_and_round_up() {
+        // A tick may land right after the deadline is set, so N ticks give
+        // (N-1)..N periods: one extra tick keeps the full timeout.
+        assert_eq!(GuestEngine::deadline_ticks(Duration::from_millis(1)), 2);
+        assert_eq!(GuestEngine::deadline_ticks(Duration::from_millis(10)), 3);
+        assert_eq!(GuestEngine::deadline_ticks(Duration::from_millis(11)), 4);
+        assert_eq!(GuestEngine::deadline_ticks(Duration::from_secs(1)), 201);
+    }
+}
