@@ -80,7 +80,9 @@ impl Runner {
     }
 
     /// Ask the guest whether to accept an upgrade. A reject status outside
-    /// 400–599 becomes 403.
+    /// 400–599 becomes 403; accepting with a subprotocol the client did not
+    /// offer (RFC 6455 §4.1 would make the client fail the connection)
+    /// becomes a 500.
     pub fn upgrade(&mut self, req: &UpgradeRequest) -> Result<UpgradeResponse, Fault> {
         let result =
             self.call(|handler, store| handler.weir_gateway_handler().call_upgrade(store, req));
@@ -88,6 +90,11 @@ impl Runner {
         Ok(match response {
             UpgradeResponse::Reject(status) if !(400..=599).contains(&status) => {
                 UpgradeResponse::Reject(403)
+            }
+            UpgradeResponse::Accept(Some(protocol)) if !offered(req, &protocol) => {
+                tracing::warn!(route = %self.program.route, protocol,
+                    "guest chose a subprotocol the client did not offer; refusing with 500");
+                UpgradeResponse::Reject(500)
             }
             other => other,
         })
@@ -258,6 +265,15 @@ impl Runner {
     }
 }
 
+/// Whether the client offered `protocol` in `sec-websocket-protocol`.
+fn offered(req: &UpgradeRequest, protocol: &str) -> bool {
+    req.headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("sec-websocket-protocol"))
+        .flat_map(|(_, value)| value.split(','))
+        .any(|p| p.trim() == protocol)
+}
+
 /// A call that failed, before classification.
 enum CallError {
     /// Failed before reaching the guest (no slot, instantiation).
@@ -267,4 +283,27 @@ enum CallError {
         memory_refused: bool,
         error: wasmtime::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subprotocol_must_be_one_the_client_offered() {
+        let req = UpgradeRequest {
+            path: "/".into(),
+            query: String::new(),
+            headers: vec![
+                ("Sec-WebSocket-Protocol".into(), "chat, superchat".into()),
+                ("sec-websocket-protocol".into(), "v2".into()),
+            ],
+            remote_addr: "127.0.0.1:1".into(),
+        };
+        assert!(offered(&req, "chat"));
+        assert!(offered(&req, "superchat"));
+        assert!(offered(&req, "v2"));
+        assert!(!offered(&req, "super"));
+        assert!(!offered(&req, ""));
+    }
 }
