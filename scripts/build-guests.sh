@@ -4,7 +4,7 @@
 #
 # Toolchain: rustup's wasm32-wasip2 target when `rustup target add` works;
 # otherwise Debian's rust-web packages with build-std (installed with apt if
-# missing). Target dir: $CARGO_TARGET_DIR/wasm when CARGO_TARGET_DIR is set,
+# missing). WEIR_GUEST_TOOLCHAIN=rustup|debian forces one route. Target dir: $CARGO_TARGET_DIR/wasm when CARGO_TARGET_DIR is set,
 # else examples/target, so the host's target dir is never mixed with guests.
 set -euo pipefail
 
@@ -40,7 +40,11 @@ build_debian() {
         --target wasm32-wasip2 --target-dir "$target_dir")
 }
 
-build_rustup || build_debian
+case "${WEIR_GUEST_TOOLCHAIN:-}" in
+    rustup) build_rustup ;;
+    debian) build_debian ;;
+    *) build_rustup || build_debian ;;
+esac
 
 mkdir -p "$out"
 for name in "${names[@]}"; do
