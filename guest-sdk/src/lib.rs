@@ -389,6 +389,10 @@ impl Hasher for IdHasher {
 struct Runtime<H: Handler> {
     handler: H,
     conns: HashMap<ConnectionId, H::State, BuildHasherDefault<IdHasher>>,
+    /// Stands in for every connection's state when the state is zero-sized
+    /// (`type State = ()`): such state holds nothing, so the map and the
+    /// attachment lookups are skipped.
+    scratch: H::State,
     /// Output sizes of the last batch, to size the next one's buffers.
     last_commands: usize,
     last_data: usize,
@@ -407,6 +411,7 @@ fn with_runtime<H: Handler, R>(f: impl FnOnce(&mut Runtime<H>) -> R) -> R {
             Box::new(Runtime::<H> {
                 handler: H::default(),
                 conns: HashMap::default(),
+                scratch: H::State::default(),
                 last_commands: 0,
                 last_data: 0,
             })
@@ -418,10 +423,14 @@ fn with_runtime<H: Handler, R>(f: impl FnOnce(&mut Runtime<H>) -> R) -> R {
 
 /// The state of `conn`, restored from the host's attachment if this instance
 /// has not seen it yet.
-fn state_of<S: ConnState>(
-    conns: &mut HashMap<ConnectionId, S, BuildHasherDefault<IdHasher>>,
+fn state_of<'a, S: ConnState>(
+    conns: &'a mut HashMap<ConnectionId, S, BuildHasherDefault<IdHasher>>,
+    scratch: &'a mut S,
     conn: ConnectionId,
-) -> &mut S {
+) -> &'a mut S {
+    if std::mem::size_of::<S>() == 0 {
+        return scratch;
+    }
     conns
         .entry(conn)
         .or_insert_with(|| match host::attachment(conn) {
@@ -457,7 +466,12 @@ pub mod __private {
                 rt.last_commands.max(batch.events.len()),
                 rt.last_data.max(batch.data.len()),
             );
-            let Runtime { handler, conns, .. } = rt;
+            let Runtime {
+                handler,
+                conns,
+                scratch,
+                ..
+            } = rt;
             for ev in &batch.events {
                 let start = ev.offset as usize;
                 let bytes = batch
@@ -466,12 +480,18 @@ pub mod __private {
                     .unwrap_or(&[]);
                 match ev.kind {
                     EventKind::Open => {
-                        let state = conns.entry(ev.conn).or_default();
+                        let state = if std::mem::size_of::<H::State>() == 0 {
+                            &mut *scratch
+                        } else {
+                            // A fresh state even if the id was seen before.
+                            conns.insert(ev.conn, H::State::default());
+                            conns.get_mut(&ev.conn).expect("inserted above")
+                        };
                         let target = std::str::from_utf8(bytes).unwrap_or("/");
                         handler.on_open(&mut ctx, ev.conn, state, target);
                     }
                     EventKind::Text => {
-                        let state = state_of(conns, ev.conn);
+                        let state = state_of(conns, scratch, ev.conn);
                         match std::str::from_utf8(bytes) {
                             Ok(text) => {
                                 handler.on_message(&mut ctx, ev.conn, state, Message::Text(text))
@@ -480,11 +500,11 @@ pub mod __private {
                         }
                     }
                     EventKind::Binary => {
-                        let state = state_of(conns, ev.conn);
+                        let state = state_of(conns, scratch, ev.conn);
                         handler.on_message(&mut ctx, ev.conn, state, Message::Binary(bytes));
                     }
                     EventKind::Close => {
-                        let state = state_of(conns, ev.conn);
+                        let state = state_of(conns, scratch, ev.conn);
                         let reason = std::str::from_utf8(bytes).unwrap_or("");
                         handler.on_close(&mut ctx, ev.conn, state, ev.code, reason);
                         conns.remove(&ev.conn);
