@@ -23,7 +23,7 @@
 //!
 //! `src/lib.rs`:
 //!
-//! ```ignore
+//! ```no_run
 //! use weir_guest::{ConnectionId, Context, Handler, Message};
 //!
 //! #[derive(Default)]
@@ -40,11 +40,15 @@
 //! ```
 //!
 //! Build it with `cargo build --release --target wasm32-wasip2` (the result is
-//! a component) and point a route at the `.wasm`.
+//! a component) and point a route at the `.wasm`. Add
+//! `-C link-arg=-zstack-size=65536` to `RUSTFLAGS` (as examples/.cargo does)
+//! so the route's `memory` limit is not spent on a 1 MiB stack.
+//!
+//! These examples are compile-checked (`cargo test --doc` in guest-sdk).
 //!
 //! # Example: durable per-connection state
 //!
-//! ```ignore
+//! ```no_run
 //! use weir_guest::{ConnState, ConnectionId, Context, Handler, Message};
 //!
 //! #[derive(Default)]
