@@ -141,3 +141,19 @@ fn compiled_components_are_cached_by_content_hash() {
     Program::load(&engine, "/echo3", &cfg).unwrap();
     assert!(std::fs::metadata(&artifacts[0]).unwrap().len() > 1000);
 }
+
+#[test]
+fn instances_above_the_pool_are_capped_and_zero_is_refused() {
+    let mut cfg = guest_support::config("echo");
+    cfg.instances = 1_000_000;
+    let program = Program::load(&engine(), "/many", &cfg).unwrap();
+    assert_eq!(
+        program.max_instances(),
+        weir::guest::engine::POOL_COMPONENT_INSTANCES as usize
+    );
+    cfg.instances = 0;
+    let err = Program::load(&engine(), "/none", &cfg)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(err, GuestError::Limits { .. }), "{err:?}");
+}

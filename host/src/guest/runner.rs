@@ -191,7 +191,7 @@ impl Runner {
             .program
             .try_acquire()
             .ok_or(CallError::Fault(Fault::Overloaded(
-                self.program.cfg.instances,
+                self.program.max_instances(),
             )))?;
         let mut store = self.program.new_store();
         match self.program.instantiate(&mut store) {
