@@ -22,7 +22,11 @@ build_rustup() {
     command -v rustup >/dev/null 2>&1 || return 1
     rustup target add wasm32-wasip2 >/dev/null 2>&1 || return 1
     echo "build-guests: rustup toolchain ($(rustc --version))"
-    (cd "$examples" && cargo build --release --target wasm32-wasip2 --target-dir "$target_dir")
+    # RUSTFLAGS from the caller (e.g. CI's -D warnings) would replace the
+    # config file's flags, so pass the stack size here as well. With
+    # --target, RUSTFLAGS reaches only the wasm artifacts, not proc-macros.
+    (cd "$examples" && RUSTFLAGS="${RUSTFLAGS:-} $stack_flag" \
+        cargo build --release --target wasm32-wasip2 --target-dir "$target_dir")
 }
 
 build_debian() {
@@ -35,7 +39,7 @@ build_debian() {
         $sudo apt-get install -y "${pkgs[@]}"
     fi
     (cd "$examples" && RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
-        RUSTFLAGS="-L /usr/lib/wasm32-wasi $stack_flag" \
+        RUSTFLAGS="${RUSTFLAGS:-} -L /usr/lib/wasm32-wasi $stack_flag" \
         /usr/bin/cargo build --release -Zbuild-std=std,panic_abort \
         --target wasm32-wasip2 --target-dir "$target_dir")
 }
