@@ -4,7 +4,7 @@
 #
 # Toolchain: rustup's wasm32-wasip2 target when `rustup target add` works;
 # otherwise Debian's rust-web packages with build-std (installed with apt if
-# missing). Target dir: $CARGO_TARGET_DIR/wasm when CARGO_TARGET_DIR is set,
+# missing). WEIR_GUEST_TOOLCHAIN=rustup|debian forces one route. Target dir: $CARGO_TARGET_DIR/wasm when CARGO_TARGET_DIR is set,
 # else examples/target, so the host's target dir is never mixed with guests.
 set -euo pipefail
 
@@ -22,7 +22,11 @@ build_rustup() {
     command -v rustup >/dev/null 2>&1 || return 1
     rustup target add wasm32-wasip2 >/dev/null 2>&1 || return 1
     echo "build-guests: rustup toolchain ($(rustc --version))"
-    (cd "$examples" && cargo build --release --target wasm32-wasip2 --target-dir "$target_dir")
+    # RUSTFLAGS from the caller (e.g. CI's -D warnings) would replace the
+    # config file's flags, so pass the stack size here as well. With
+    # --target, RUSTFLAGS reaches only the wasm artifacts, not proc-macros.
+    (cd "$examples" && RUSTFLAGS="${RUSTFLAGS:-} $stack_flag" \
+        cargo build --release --target wasm32-wasip2 --target-dir "$target_dir")
 }
 
 build_debian() {
@@ -35,12 +39,16 @@ build_debian() {
         $sudo apt-get install -y "${pkgs[@]}"
     fi
     (cd "$examples" && RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
-        RUSTFLAGS="-L /usr/lib/wasm32-wasi $stack_flag" \
+        RUSTFLAGS="${RUSTFLAGS:-} -L /usr/lib/wasm32-wasi $stack_flag" \
         /usr/bin/cargo build --release -Zbuild-std=std,panic_abort \
         --target wasm32-wasip2 --target-dir "$target_dir")
 }
 
-build_rustup || build_debian
+case "${WEIR_GUEST_TOOLCHAIN:-}" in
+    rustup) build_rustup ;;
+    debian) build_debian ;;
+    *) build_rustup || build_debian ;;
+esac
 
 mkdir -p "$out"
 for name in "${names[@]}"; do

@@ -23,7 +23,7 @@
 //!
 //! `src/lib.rs`:
 //!
-//! ```ignore
+//! ```no_run
 //! use weir_guest::{ConnectionId, Context, Handler, Message};
 //!
 //! #[derive(Default)]
@@ -40,11 +40,15 @@
 //! ```
 //!
 //! Build it with `cargo build --release --target wasm32-wasip2` (the result is
-//! a component) and point a route at the `.wasm`.
+//! a component) and point a route at the `.wasm`. Add
+//! `-C link-arg=-zstack-size=65536` to `RUSTFLAGS` (as examples/.cargo does)
+//! so the route's `memory` limit is not spent on a 1 MiB stack.
+//!
+//! These examples are compile-checked (`cargo test --doc` in guest-sdk).
 //!
 //! # Example: durable per-connection state
 //!
-//! ```ignore
+//! ```no_run
 //! use weir_guest::{ConnState, ConnectionId, Context, Handler, Message};
 //!
 //! #[derive(Default)]
@@ -175,17 +179,36 @@ pub trait Handler: Default + 'static {
     }
 
     /// A connection opened; `target` is its request target (`/path?query`).
-    fn on_open(&mut self, ctx: &mut Context, conn: ConnectionId, state: &mut Self::State, target: &str) {
+    fn on_open(
+        &mut self,
+        ctx: &mut Context,
+        conn: ConnectionId,
+        state: &mut Self::State,
+        target: &str,
+    ) {
         let _ = (ctx, conn, state, target);
     }
 
     /// A complete message arrived on `conn`.
-    fn on_message(&mut self, ctx: &mut Context, conn: ConnectionId, state: &mut Self::State, msg: Message<'_>);
+    fn on_message(
+        &mut self,
+        ctx: &mut Context,
+        conn: ConnectionId,
+        state: &mut Self::State,
+        msg: Message<'_>,
+    );
 
     /// `conn` is gone (`code` 1005: the peer sent no code, 1006: the TCP
     /// connection dropped). Commands for `conn` have no effect any more; its
     /// state is dropped after this returns.
-    fn on_close(&mut self, ctx: &mut Context, conn: ConnectionId, state: &mut Self::State, code: u16, reason: &str) {
+    fn on_close(
+        &mut self,
+        ctx: &mut Context,
+        conn: ConnectionId,
+        state: &mut Self::State,
+        code: u16,
+        reason: &str,
+    ) {
         let _ = (ctx, conn, state, code, reason);
     }
 }
@@ -199,7 +222,10 @@ pub struct Context {
 
 impl Context {
     fn with_capacity(commands: usize, data: usize) -> Self {
-        Context { commands: Vec::with_capacity(commands), data: Vec::with_capacity(data) }
+        Context {
+            commands: Vec::with_capacity(commands),
+            data: Vec::with_capacity(data),
+        }
     }
 
     /// Append `bytes` to the shared buffer and return their range.
@@ -209,7 +235,14 @@ impl Context {
         (offset, bytes.len() as u32)
     }
 
-    fn push(&mut self, conn: ConnectionId, kind: CommandKind, code: u16, topic: (u32, u32), payload: (u32, u32)) {
+    fn push(
+        &mut self,
+        conn: ConnectionId,
+        kind: CommandKind,
+        code: u16,
+        topic: (u32, u32),
+        payload: (u32, u32),
+    ) {
         self.commands.push(Command {
             conn,
             kind,
@@ -233,7 +266,13 @@ impl Context {
         let offset = self.data.len();
         let _ = fmt::Write::write_fmt(&mut ByteWriter(&mut self.data), args);
         let len = self.data.len() - offset;
-        self.push(conn, CommandKind::SendText, 0, (0, 0), (offset as u32, len as u32));
+        self.push(
+            conn,
+            CommandKind::SendText,
+            0,
+            (0, 0),
+            (offset as u32, len as u32),
+        );
     }
 
     /// Send a binary message to `conn`.
@@ -260,7 +299,11 @@ impl Context {
     /// Deliver `msg` to every subscriber of `topic` on every gateway worker,
     /// except `except` (pass the sender to leave it out).
     pub fn publish(&mut self, topic: &str, msg: Message<'_>, except: Option<ConnectionId>) {
-        let kind = if msg.is_text() { CommandKind::PublishText } else { CommandKind::PublishBinary };
+        let kind = if msg.is_text() {
+            CommandKind::PublishText
+        } else {
+            CommandKind::PublishBinary
+        };
         let t = self.put(topic.as_bytes());
         let p = self.put(msg.as_bytes());
         self.push(except.unwrap_or(0), kind, 0, t, p);
@@ -302,7 +345,13 @@ impl Context {
         let offset = self.data.len();
         state.persist(&mut self.data);
         let len = self.data.len() - offset;
-        self.push(conn, CommandKind::SetAttachment, 0, (0, 0), (offset as u32, len as u32));
+        self.push(
+            conn,
+            CommandKind::SetAttachment,
+            0,
+            (0, 0),
+            (offset as u32, len as u32),
+        );
     }
 }
 
@@ -344,6 +393,10 @@ impl Hasher for IdHasher {
 struct Runtime<H: Handler> {
     handler: H,
     conns: HashMap<ConnectionId, H::State, BuildHasherDefault<IdHasher>>,
+    /// Stands in for every connection's state when the state is zero-sized
+    /// (`type State = ()`): such state holds nothing, so the map and the
+    /// attachment lookups are skipped.
+    scratch: H::State,
     /// Output sizes of the last batch, to size the next one's buffers.
     last_commands: usize,
     last_data: usize,
@@ -362,24 +415,32 @@ fn with_runtime<H: Handler, R>(f: impl FnOnce(&mut Runtime<H>) -> R) -> R {
             Box::new(Runtime::<H> {
                 handler: H::default(),
                 conns: HashMap::default(),
+                scratch: H::State::default(),
                 last_commands: 0,
                 last_data: 0,
             })
         });
-        f(rt.downcast_mut::<Runtime<H>>().expect("one handler type per component"))
+        f(rt.downcast_mut::<Runtime<H>>()
+            .expect("one handler type per component"))
     })
 }
 
 /// The state of `conn`, restored from the host's attachment if this instance
 /// has not seen it yet.
-fn state_of<S: ConnState>(
-    conns: &mut HashMap<ConnectionId, S, BuildHasherDefault<IdHasher>>,
+fn state_of<'a, S: ConnState>(
+    conns: &'a mut HashMap<ConnectionId, S, BuildHasherDefault<IdHasher>>,
+    scratch: &'a mut S,
     conn: ConnectionId,
-) -> &mut S {
-    conns.entry(conn).or_insert_with(|| match host::attachment(conn) {
-        Some(bytes) => S::restore(&bytes),
-        None => S::default(),
-    })
+) -> &'a mut S {
+    if std::mem::size_of::<S>() == 0 {
+        return scratch;
+    }
+    conns
+        .entry(conn)
+        .or_insert_with(|| match host::attachment(conn) {
+            Some(bytes) => S::restore(&bytes),
+            None => S::default(),
+        })
 }
 
 /// Not public API: called by the code [`export!`] generates.
@@ -409,29 +470,45 @@ pub mod __private {
                 rt.last_commands.max(batch.events.len()),
                 rt.last_data.max(batch.data.len()),
             );
-            let Runtime { handler, conns, .. } = rt;
+            let Runtime {
+                handler,
+                conns,
+                scratch,
+                ..
+            } = rt;
             for ev in &batch.events {
                 let start = ev.offset as usize;
-                let bytes = batch.data.get(start..start + ev.len as usize).unwrap_or(&[]);
+                let bytes = batch
+                    .data
+                    .get(start..start + ev.len as usize)
+                    .unwrap_or(&[]);
                 match ev.kind {
                     EventKind::Open => {
-                        let state = conns.entry(ev.conn).or_default();
+                        let state = if std::mem::size_of::<H::State>() == 0 {
+                            &mut *scratch
+                        } else {
+                            // A fresh state even if the id was seen before.
+                            conns.insert(ev.conn, H::State::default());
+                            conns.get_mut(&ev.conn).expect("inserted above")
+                        };
                         let target = std::str::from_utf8(bytes).unwrap_or("/");
                         handler.on_open(&mut ctx, ev.conn, state, target);
                     }
                     EventKind::Text => {
-                        let state = state_of(conns, ev.conn);
+                        let state = state_of(conns, scratch, ev.conn);
                         match std::str::from_utf8(bytes) {
-                            Ok(text) => handler.on_message(&mut ctx, ev.conn, state, Message::Text(text)),
+                            Ok(text) => {
+                                handler.on_message(&mut ctx, ev.conn, state, Message::Text(text))
+                            }
                             Err(_) => ctx.close(ev.conn, 1007, "invalid UTF-8"),
                         }
                     }
                     EventKind::Binary => {
-                        let state = state_of(conns, ev.conn);
+                        let state = state_of(conns, scratch, ev.conn);
                         handler.on_message(&mut ctx, ev.conn, state, Message::Binary(bytes));
                     }
                     EventKind::Close => {
-                        let state = state_of(conns, ev.conn);
+                        let state = state_of(conns, scratch, ev.conn);
                         let reason = std::str::from_utf8(bytes).unwrap_or("");
                         handler.on_close(&mut ctx, ev.conn, state, ev.code, reason);
                         conns.remove(&ev.conn);
@@ -440,7 +517,10 @@ pub mod __private {
             }
             rt.last_commands = ctx.commands.len();
             rt.last_data = ctx.data.len();
-            Commands { commands: ctx.commands, data: ctx.data }
+            Commands {
+                commands: ctx.commands,
+                data: ctx.data,
+            }
         })
     }
 }

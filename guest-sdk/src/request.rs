@@ -17,12 +17,20 @@ pub struct Request {
 
 impl Request {
     pub(crate) fn from_raw(raw: UpgradeRequest) -> Self {
-        Request { path: raw.path, query: raw.query, headers: raw.headers, remote_addr: raw.remote_addr }
+        Request {
+            path: raw.path,
+            query: raw.query,
+            headers: raw.headers,
+            remote_addr: raw.remote_addr,
+        }
     }
 
     /// The first header called `name` (ASCII case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     /// The first query parameter called `name`, raw (not percent-decoded).

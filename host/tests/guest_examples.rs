@@ -208,7 +208,14 @@ fn auth_rejects_without_the_token_and_echoes_once_accepted() {
 
 #[test]
 fn auth_without_a_configured_token_rejects_everyone() {
+    // The gateway's own environment is not the guest's: only the route's
+    // `env` table is visible.
+    std::env::set_var("WEIR_AUTH_TOKEN", "from-the-host");
     let mut r = runner("auth");
+    assert_eq!(
+        r.upgrade(&request("token=from-the-host", &[])).unwrap(),
+        UpgradeResponse::Reject(401)
+    );
     assert_eq!(
         r.upgrade(&request("token=", &[])).unwrap(),
         UpgradeResponse::Reject(401)

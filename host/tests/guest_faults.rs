@@ -145,3 +145,47 @@ fn attachment_over_the_cap_closes_only_that_connection() {
     );
     assert_eq!(r.attachment(1), None);
 }
+
+/// Collects what the fmt subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn guest_logs_stdout_and_panics_reach_the_gateway_log_with_the_route() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let mut r = faulty(|_| {});
+        assert_eq!(
+            send_text(&mut r, 1, "log").unwrap(),
+            vec![Owned::Text(1, "log".into())]
+        );
+        assert!(send_text(&mut r, 1, "trap").is_err());
+    });
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let line = |needle: &str| {
+        log.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in:\n{log}"))
+    };
+    assert!(line("faulty: via the log import").contains("route=\"/faulty\""));
+    assert!(line("faulty: via stdout").contains("route=\"/faulty\""));
+    // The panic message, written to stderr just before the trap.
+    assert!(line("faulty: asked to trap").contains("route=\"/faulty\""));
+    assert!(line("guest fault").contains("/faulty"));
+}

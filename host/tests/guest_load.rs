@@ -141,3 +141,38 @@ fn compiled_components_are_cached_by_content_hash() {
     Program::load(&engine, "/echo3", &cfg).unwrap();
     assert!(std::fs::metadata(&artifacts[0]).unwrap().len() > 1000);
 }
+
+#[test]
+fn instances_above_the_pool_are_capped_and_zero_is_refused() {
+    let mut cfg = guest_support::config("echo");
+    cfg.instances = 1_000_000;
+    let program = Program::load(&engine(), "/many", &cfg).unwrap();
+    assert_eq!(
+        program.max_instances(),
+        weir::guest::engine::POOL_COMPONENT_INSTANCES as usize
+    );
+    cfg.instances = 0;
+    let err = Program::load(&engine(), "/none", &cfg)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(err, GuestError::Limits { .. }), "{err:?}");
+}
+
+#[test]
+fn guests_are_built_with_the_small_stack() {
+    // scripts/build-guests.sh links with -zstack-size=65536: the guest
+    // starts in 128 KiB, so a 256 KiB route fits. With the target's default
+    // 1 MiB stack it would need 1088 KiB and fail to start.
+    for name in ["echo", "counter", "faulty"] {
+        let mut cfg = guest_support::config(name);
+        cfg.memory = 256 << 10;
+        let program = Program::load(&engine(), "/small", &cfg)
+            .unwrap_or_else(|e| panic!("{name} needs more than 256 KiB to start: {e}"));
+        let mut runner = weir::guest::Runner::new(program);
+        let expected = if name == "counter" { "1" } else { "x" };
+        assert_eq!(
+            send_text(&mut runner, 1, "x").unwrap(),
+            vec![Owned::Text(1, expected.into())]
+        );
+    }
+}

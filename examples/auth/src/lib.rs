@@ -13,12 +13,19 @@ struct Auth;
 /// Compare without stopping at the first difference, so the time taken does
 /// not tell how much of a guess was right.
 fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 fn presented(req: &Request) -> Option<&str> {
     req.query_param("token")
-        .or_else(|| req.header("authorization").and_then(|v| v.strip_prefix("Bearer ")))
+        .or_else(|| {
+            req.header("authorization")
+                .and_then(|v| v.strip_prefix("Bearer "))
+        })
         .or_else(|| req.header("x-weir-token"))
 }
 
@@ -28,7 +35,9 @@ impl Handler for Auth {
     fn on_upgrade(&mut self, req: &Request) -> Upgrade {
         let expected = std::env::var("WEIR_AUTH_TOKEN").unwrap_or_default();
         match presented(req) {
-            Some(token) if !expected.is_empty() && same(token.trim(), &expected) => Upgrade::accept(),
+            Some(token) if !expected.is_empty() && same(token.trim(), &expected) => {
+                Upgrade::accept()
+            }
             _ => Upgrade::unauthorized(),
         }
     }

@@ -25,7 +25,11 @@ impl ConnState for Room {
 /// `room:<last path segment>` of a request target, `room:lobby` if empty.
 fn room_topic(target: &str) -> String {
     let path = target.split('?').next().unwrap_or("");
-    let name = path.trim_end_matches('/').rsplit('/').next().filter(|s| !s.is_empty());
+    let name = path
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .filter(|s| !s.is_empty());
     format!("room:{}", name.unwrap_or("lobby"))
 }
 
@@ -38,7 +42,13 @@ impl Handler for Chat {
         ctx.save(conn, room);
     }
 
-    fn on_message(&mut self, ctx: &mut Context, conn: ConnectionId, room: &mut Room, msg: Message<'_>) {
+    fn on_message(
+        &mut self,
+        ctx: &mut Context,
+        conn: ConnectionId,
+        room: &mut Room,
+        msg: Message<'_>,
+    ) {
         if room.0.is_empty() {
             // No attachment: the state was lost; better to say so than to talk to nobody.
             ctx.close(conn, 1011, "room unknown");

@@ -22,7 +22,13 @@ impl ConnState for Count {
 
 impl Handler for Counter {
     type State = Count;
-    fn on_message(&mut self, ctx: &mut Context, conn: ConnectionId, count: &mut Count, _: Message<'_>) {
+    fn on_message(
+        &mut self,
+        ctx: &mut Context,
+        conn: ConnectionId,
+        count: &mut Count,
+        _: Message<'_>,
+    ) {
         count.0 += 1;
         ctx.save(conn, count);
         ctx.send_text_fmt(conn, format_args!("{}", count.0));

@@ -14,7 +14,8 @@ fn next_odd(n: i64) -> Option<i64> {
 }
 
 fn answer(bytes: &[u8]) -> Result<i64, String> {
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| format!("malformed JSON: {e}"))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("malformed JSON: {e}"))?;
     let n = value
         .get("number")
         .ok_or("missing field \"number\"")?

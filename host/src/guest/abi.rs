@@ -37,16 +37,17 @@ const MAX_CLOSE_REASON_BYTES: usize = 123;
 /// One batch of events for one route, built by the reactor and passed to
 /// [`Runner::handle`](super::Runner::handle). `clear` keeps the allocations,
 /// so a worker reuses one `Batch` for every call.
-#[derive(Default)]
 pub struct Batch {
     pub(crate) raw: RawBatch,
 }
 
-impl Default for RawBatch {
+impl Default for Batch {
     fn default() -> Self {
-        RawBatch {
-            events: Vec::new(),
-            data: Vec::new(),
+        Batch {
+            raw: RawBatch {
+                events: Vec::new(),
+                data: Vec::new(),
+            },
         }
     }
 }
@@ -447,7 +448,7 @@ mod tests {
                 assert_eq!(reason.len(), 122);
             }
             other => panic!("unexpected {other:?}"),
-        }
+        };
     }
 
     #[test]

@@ -23,8 +23,10 @@ use super::host::StoreState;
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// Component instances the pool holds across all routes and workers. Each
-/// live instance takes one; a route's `instances` must fit.
-pub const POOL_COMPONENT_INSTANCES: u32 = 1000;
+/// live instance takes one. A route's `instances` above this is capped to it
+/// (the pool is then the limit); an instance the full pool cannot hold is a
+/// [`Fault::Overloaded`](super::Fault::Overloaded), like a route at its cap.
+pub const POOL_COMPONENT_INSTANCES: u32 = 1024;
 
 /// Core instances per component instance: a Rust wasip2 guest has 4 (its
 /// module plus adapter shims), with headroom for bigger toolchains.
@@ -127,9 +129,25 @@ fn engine_config() -> Config {
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(POOL_COMPONENT_INSTANCES)
         .total_core_instances(POOL_COMPONENT_INSTANCES * CORE_INSTANCES_PER_COMPONENT)
+        // Rust guests have one memory; room for toolchains that use two.
         .total_memories(POOL_COMPONENT_INSTANCES * 2)
         .total_tables(POOL_COMPONENT_INSTANCES * 4)
         .max_memory_size(POOL_MAX_MEMORY_BYTES);
     c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_get_at_least_two_ticks_and_round_up() {
+        // A tick may land right after the deadline is set, so N ticks give
+        // (N-1)..N periods: one extra tick keeps the full timeout.
+        assert_eq!(GuestEngine::deadline_ticks(Duration::from_millis(1)), 2);
+        assert_eq!(GuestEngine::deadline_ticks(Duration::from_millis(10)), 3);
+        assert_eq!(GuestEngine::deadline_ticks(Duration::from_millis(11)), 4);
+        assert_eq!(GuestEngine::deadline_ticks(Duration::from_secs(1)), 201);
+    }
 }

@@ -10,6 +10,19 @@
 //! means the guest misbehaved: close that batch's connections with
 //! [`Fault::close_code`] (1011, or 1013 when the route is at its instance
 //! limit); the runner has already thrown the instance away.
+//!
+//! Contract with the caller:
+//! - Connection ids are unique per process and never 0.
+//! - Push a connection's `open` before its messages and its `close` last;
+//!   after the close, call [`Runner::forget`] (drops its attachment).
+//! - Commands may name any connection id: the caller applies a `Send` or
+//!   `Close` only to connections of this route that are still open, and
+//!   ignores the rest. `Publish::exclude` leaves the sender out.
+//! - Text payloads pushed into a batch must be valid UTF-8; text payloads,
+//!   topics and close reasons coming out are checked; close codes are
+//!   always sendable (an invalid one becomes 1011) and reasons ≤ 123 bytes.
+//! - A batch's total payload must stay under 4 GiB (the ABI's u32 offsets);
+//!   flush on [`Batch::data_len`] long before that.
 
 pub mod abi;
 pub mod cache;

@@ -138,7 +138,7 @@ impl Program {
 
     /// Take one of the route's instance slots, if any is free.
     pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<InstancePermit> {
-        let max = self.cfg.instances;
+        let max = self.max_instances();
         self.live
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < max).then_some(n + 1)
@@ -147,6 +147,11 @@ impl Program {
             .map(|_| InstancePermit {
                 program: self.clone(),
             })
+    }
+
+    /// The route's `instances`, capped to the engine's pool.
+    pub fn max_instances(&self) -> usize {
+        self.cfg.instances.min(POOL_COMPONENT_INSTANCES as usize)
     }
 
     pub(crate) fn timeout(&self) -> Duration {
@@ -178,11 +183,8 @@ fn check_limits(route: &str, cfg: &GuestConfig) -> Result<(), GuestError> {
             cfg.memory
         ));
     }
-    if cfg.instances == 0 || cfg.instances > POOL_COMPONENT_INSTANCES as usize {
-        return fail(format!(
-            "instances = {} is outside 1..={POOL_COMPONENT_INSTANCES} (the engine's instance pool)",
-            cfg.instances
-        ));
+    if cfg.instances == 0 {
+        return fail("instances must be at least 1".into());
     }
     if cfg.timeout.is_zero() {
         return fail("timeout must be above zero (write e.g. timeout = \"10ms\")".into());

@@ -7,10 +7,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use wasmtime::{Store, Trap};
+use wasmtime::{PoolConcurrencyLimitError, Store, Trap};
 
 use super::abi::bindings::GatewayHandler;
 use super::abi::{self, AttachmentRequest, Batch, Commands, UpgradeRequest, UpgradeResponse};
+use super::engine::POOL_COMPONENT_INSTANCES;
 use super::error::Fault;
 use super::host::StoreState;
 use super::program::{InstancePermit, Program};
@@ -79,7 +80,9 @@ impl Runner {
     }
 
     /// Ask the guest whether to accept an upgrade. A reject status outside
-    /// 400–599 becomes 403.
+    /// 400–599 becomes 403; accepting with a subprotocol the client did not
+    /// offer (RFC 6455 §4.1 would make the client fail the connection)
+    /// becomes a 500.
     pub fn upgrade(&mut self, req: &UpgradeRequest) -> Result<UpgradeResponse, Fault> {
         let result =
             self.call(|handler, store| handler.weir_gateway_handler().call_upgrade(store, req));
@@ -87,6 +90,11 @@ impl Runner {
         Ok(match response {
             UpgradeResponse::Reject(status) if !(400..=599).contains(&status) => {
                 UpgradeResponse::Reject(403)
+            }
+            UpgradeResponse::Accept(Some(protocol)) if !offered(req, &protocol) => {
+                tracing::warn!(route = %self.program.route, protocol,
+                    "guest chose a subprotocol the client did not offer; refusing with 500");
+                UpgradeResponse::Reject(500)
             }
             other => other,
         })
@@ -183,7 +191,7 @@ impl Runner {
             .program
             .try_acquire()
             .ok_or(CallError::Fault(Fault::Overloaded(
-                self.program.cfg.instances,
+                self.program.max_instances(),
             )))?;
         let mut store = self.program.new_store();
         match self.program.instantiate(&mut store) {
@@ -196,6 +204,9 @@ impl Runner {
             Err(e) => {
                 let fault = if store.data().memory_refused {
                     Fault::Memory(self.program.cfg.memory)
+                } else if e.is::<PoolConcurrencyLimitError>() {
+                    // Other routes hold the whole pool.
+                    Fault::Overloaded(POOL_COMPONENT_INSTANCES as usize)
                 } else {
                     Fault::Instantiate(format!("{e:#}"))
                 };
@@ -254,6 +265,15 @@ impl Runner {
     }
 }
 
+/// Whether the client offered `protocol` in `sec-websocket-protocol`.
+fn offered(req: &UpgradeRequest, protocol: &str) -> bool {
+    req.headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("sec-websocket-protocol"))
+        .flat_map(|(_, value)| value.split(','))
+        .any(|p| p.trim() == protocol)
+}
+
 /// A call that failed, before classification.
 enum CallError {
     /// Failed before reaching the guest (no slot, instantiation).
@@ -263,4 +283,27 @@ enum CallError {
         memory_refused: bool,
         error: wasmtime::Error,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subprotocol_must_be_one_the_client_offered() {
+        let req = UpgradeRequest {
+            path: "/".into(),
+            query: String::new(),
+            headers: vec![
+                ("Sec-WebSocket-Protocol".into(), "chat, superchat".into()),
+                ("sec-websocket-protocol".into(), "v2".into()),
+            ],
+            remote_addr: "127.0.0.1:1".into(),
+        };
+        assert!(offered(&req, "chat"));
+        assert!(offered(&req, "superchat"));
+        assert!(offered(&req, "v2"));
+        assert!(!offered(&req, "super"));
+        assert!(!offered(&req, ""));
+    }
 }
