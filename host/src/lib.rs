@@ -13,7 +13,9 @@
 //!   cache, per-worker instances, limits, batching of events into one call.
 //! - [`pubsub`] — the topic registry shared by all workers.
 //! - [`config`] — the routes file.
+//! - [`admission`] — global and per-IP connection limits (503 past them).
 
+pub mod admission;
 pub mod config;
 pub mod guest;
 pub mod native;

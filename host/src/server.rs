@@ -6,6 +6,7 @@
 //! pool. After the 101 the raw `TcpStream` is taken back from hyper so the
 //! connection loop runs with no layer in between.
 
+use crate::admission::{Admission, Ticket, RETRY_AFTER_SECS};
 use crate::config::{Behaviour, Config, Limits, NativeKind};
 use crate::guest::{GuestEngine, GuestError, UpgradeRequest, UpgradeResponse};
 use crate::native::echo::Echo;
@@ -83,6 +84,7 @@ struct Shared {
     routes: Vec<RouteRuntime>,
     handshake_timeout: Duration,
     next_conn: AtomicU64,
+    admission: Arc<Admission>,
 }
 
 /// A bound gateway, ready to run. Binding first lets callers (tests, `--listen
@@ -189,6 +191,10 @@ impl Shared {
             routes,
             handshake_timeout: config.server.handshake_timeout,
             next_conn: AtomicU64::new(1),
+            admission: Admission::new(
+                config.server.max_connections,
+                config.server.max_connections_per_ip,
+            ),
         })
     }
 }
@@ -305,13 +311,14 @@ fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Sh
     }
 }
 
-/// Counts a connection as live for as long as it exists.
-struct LiveGuard(Rc<Worker>);
+/// Counts a connection as live for as long as it exists, and holds its
+/// place under the connection limits (None: over a limit, refuse).
+struct LiveGuard(Rc<Worker>, Option<Ticket>);
 
 impl LiveGuard {
-    fn new(worker: Rc<Worker>) -> LiveGuard {
+    fn new(worker: Rc<Worker>, ticket: Option<Ticket>) -> LiveGuard {
         worker.live.set(worker.live.get() + 1);
-        LiveGuard(worker)
+        LiveGuard(worker, ticket)
     }
 }
 
@@ -326,7 +333,8 @@ async fn serve_http(stream: TcpStream, peer: SocketAddr, worker: Rc<Worker>) {
     // Replies are small and latency matters more than packet count; batching
     // already happens in the reactor (one write per read batch).
     let _ = stream.set_nodelay(true);
-    let guard = Rc::new(LiveGuard::new(worker.clone()));
+    let ticket = worker.shared.admission.admit(peer.ip());
+    let guard = Rc::new(LiveGuard::new(worker.clone(), ticket));
     let service = {
         let worker = worker.clone();
         service_fn(move |req| {
@@ -381,6 +389,17 @@ async fn handle_request(
     let path = req.uri().path();
     if path == "/healthz" {
         return text(StatusCode::OK, "ok\n");
+    }
+    if guard.1.is_none() {
+        let mut resp = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many connections; retry later\n",
+        );
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return resp;
     }
     let shared = &worker.shared;
     let Ok(matched) = shared.router.at(path) else {

@@ -284,3 +284,51 @@ async fn shutdown_closes_with_going_away() {
     raw.send(&frame(0x88, &1001u16.to_be_bytes())).await;
     stopper.join().unwrap();
 }
+
+/// A silent connection gets a ping after `idle_timeout`, and a 1001 close
+/// after another silent period; one that answers stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_are_pinged_then_closed() {
+    let mut config = Config::builtin_default();
+    config.server.workers = 1;
+    config.routes[0].limits.idle_timeout = std::time::Duration::from_millis(300);
+    let gw = Gateway::start(config);
+    let mut lively = Raw::connect(gw.addr, "/echo").await;
+    let mut silent = Raw::connect(gw.addr, "/echo").await;
+    let (first, _) = lively.next_frame().await.expect("a ping");
+    assert_eq!(first, 0x89, "server ping");
+    lively.send(&frame(0x8A, b"")).await;
+    let (first, _) = silent.next_frame().await.expect("a ping");
+    assert_eq!(first, 0x89);
+    assert_eq!(silent.close_code().await, Some(1001));
+    // The one that answered is still served.
+    lively.send(&frame(0x81, b"still here")).await;
+    loop {
+        let (first, payload) = lively.next_frame().await.expect("reply");
+        if first == 0x81 {
+            assert_eq!(payload, b"still here");
+            break;
+        }
+        assert_eq!(first, 0x89, "only pings may come before the echo");
+    }
+    gw.stop();
+}
+
+/// Past `max_connections`, requests get 503 with Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_limit_answers_503() {
+    let mut config = Config::builtin_default();
+    config.server.workers = 1;
+    config.server.max_connections = 2;
+    let gw = Gateway::start(config);
+    let _a = Raw::connect(gw.addr, "/echo").await;
+    let _b = Raw::connect(gw.addr, "/echo").await;
+    let head = "GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    let (_c, status) = Raw::request(gw.addr, head).await;
+    assert_eq!(status, 503);
+    drop(_a);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let _d = Raw::connect(gw.addr, "/echo").await;
+    gw.stop();
+}

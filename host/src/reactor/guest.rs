@@ -45,6 +45,12 @@ impl GuestRoute {
     }
 }
 
+/// An upgrade request waiting for the guest's hook, and where the answer goes.
+type PendingUpgrade = (
+    UpgradeRequest,
+    oneshot::Sender<Result<UpgradeResponse, Fault>>,
+);
+
 /// One guest route on one worker: its instance, its pending batch and the
 /// connections it serves here.
 pub struct GuestSlot {
@@ -55,12 +61,7 @@ pub struct GuestSlot {
     closed: RefCell<Vec<u64>>,
     local: RefCell<HashMap<u64, Arc<Outbound>>>,
     /// Upgrade requests waiting for the guest's `upgrade` hook.
-    upgrades: RefCell<
-        Vec<(
-            UpgradeRequest,
-            oneshot::Sender<Result<UpgradeResponse, Fault>>,
-        )>,
-    >,
+    upgrades: RefCell<Vec<PendingUpgrade>>,
     /// The worker's signal that guest work is pending (shared by its slots).
     work: Rc<Notify>,
     /// Spare batch, swapped with the pending one for each call.
