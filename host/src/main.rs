@@ -112,8 +112,9 @@ fn serve(
 
 fn check(file: PathBuf) -> anyhow::Result<()> {
     let config = Config::load(&file)?;
-    // Guest routes: compile each component here once the guest runner has it:
-    // weir::guest::check_routes(&config)?;
+    // Guest routes: compile (or load from the cache) each component and
+    // check it exports the weir handler world.
+    weir::guest::check_routes(&config)?;
     println!("ok: {} routes", config.routes.len());
     Ok(())
 }

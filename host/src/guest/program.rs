@@ -241,7 +241,7 @@ pub fn check_routes(config: &Config) -> Result<(), GuestError> {
     if guests.is_empty() {
         return Ok(());
     }
-    let engine = GuestEngine::new(None)?;
+    let engine = GuestEngine::new(config.server.cache_dir.clone())?;
     let mut errors: Vec<GuestError> = guests
         .into_iter()
         .filter_map(|(path, g)| Program::load(&engine, path, g).err())
