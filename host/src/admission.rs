@@ -92,7 +92,10 @@ mod tests {
         let _t3 = a.admit(ip2).unwrap();
         assert!(a.admit(ip2).is_none(), "global cap");
         drop(t1);
-        assert!(a.admit(ip1).is_some());
+        let t4 = a.admit(ip1);
+        assert!(t4.is_some());
         assert_eq!(a.open(), 3);
+        drop(t4);
+        assert_eq!(a.open(), 2);
     }
 }

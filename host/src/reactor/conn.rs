@@ -262,7 +262,7 @@ impl Conn {
     /// One read, then the batch of pieces it completes.
     async fn read(&mut self, mode: &mut Mode) -> Flow {
         let buf = self.buf.get_or_insert_with(|| self.env.pool.take());
-        match self.stream.try_read(&mut buf[self.end..]) {
+        match read_drained(&self.stream, &mut buf[self.end..]) {
             Ok(0) => return Flow::Done,
             Ok(n) => self.end += n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Flow::Continue,
@@ -365,8 +365,12 @@ impl Conn {
             }
         }
         let total: usize = frames.iter().map(|f| f.len()).sum();
-        let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
-        let written = super::buffer::write_all_vectored(&mut self.stream, &mut slices).await;
+        let written = if let [one] = frames.as_slice() {
+            self.stream.write_all(one).await
+        } else {
+            let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
+            super::buffer::write_all_vectored(&mut self.stream, &mut slices).await
+        };
         self.outbound.written(total);
         match (written, closing) {
             (Err(_), _) => Flow::Done,
@@ -421,6 +425,35 @@ impl Conn {
             self.start = HEADROOM_BYTES;
             self.end = HEADROOM_BYTES + left;
         }
+    }
+}
+
+/// One `recv` into `buf`. A read shorter than `buf` drained the socket, so
+/// the readiness is cleared with it: otherwise the next turn of the loop
+/// would make a second `recv` only to learn `EAGAIN` — one wasted syscall per
+/// read, which for one-message-per-read traffic (relay, ping-pong) is a third
+/// of all syscalls. tokio only clears readiness it has not seen renewed, so
+/// data arriving meanwhile still wakes the connection.
+fn read_drained(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let mut got = 0;
+    let result = stream.try_io(tokio::io::Interest::READABLE, || {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes, and the
+        // descriptor belongs to `stream`, which outlives the call.
+        let n = unsafe { libc::recv(stream.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        got = n as usize;
+        if got > 0 && got < buf.len() {
+            // Drained: report WouldBlock so tokio clears the readiness.
+            return Err(ErrorKind::WouldBlock.into());
+        }
+        Ok(got)
+    });
+    match result {
+        Err(e) if e.kind() == ErrorKind::WouldBlock && got > 0 => Ok(got),
+        other => other,
     }
 }
 
