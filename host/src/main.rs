@@ -1,6 +1,7 @@
 //! The `weir` command line: parses arguments, sets up logging and signal
 //! handling, and calls the library. Nothing testable lives here.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,13 +65,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr, so stdout stays for command output (`weir check`).
+/// Logs go to stderr, so stdout stays for command output (`weir check`);
+/// colours only when a terminal reads them, so log files stay plain text.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 
