@@ -37,8 +37,8 @@ enum Command {
         #[arg(long, value_name = "N")]
         workers: Option<usize>,
     },
-    /// Validate a routes file: prints "ok: N routes" or the first error with
-    /// its line, and exits non-zero on error.
+    /// Validate a routes file and compile its guest components: prints
+    /// "ok: N routes" or the error with its line, and exits non-zero on error.
     Check {
         /// Routes file (TOML) to validate
         file: PathBuf,
@@ -115,8 +115,10 @@ fn serve(
 
 fn check(file: PathBuf) -> anyhow::Result<()> {
     let config = Config::load(&file)?;
-    // Guest routes: compile each component here once the guest runner has it:
-    // weir::guest::check_routes(&config)?;
+    // Compiles every guest component and checks its world and limits, so a
+    // bad .wasm is found here rather than at the first connection.
+    weir::guest::check_routes(&config)
+        .with_context(|| format!("{}: a guest route cannot be loaded", file.display()))?;
     println!("ok: {} routes", config.routes.len());
     Ok(())
 }
