@@ -1,6 +1,7 @@
 //! The `weir` command line: parses arguments, sets up logging and signal
 //! handling, and calls the library. Nothing testable lives here.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,8 +37,8 @@ enum Command {
         #[arg(long, value_name = "N")]
         workers: Option<usize>,
     },
-    /// Validate a routes file: prints "ok: N routes" or the first error with
-    /// its line, and exits non-zero on error.
+    /// Validate a routes file and compile its guest components: prints
+    /// "ok: N routes" or the error with its line, and exits non-zero on error.
     Check {
         /// Routes file (TOML) to validate
         file: PathBuf,
@@ -64,13 +65,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr, so stdout stays for command output (`weir check`).
+/// Logs go to stderr, so stdout stays for command output (`weir check`);
+/// colours only when a terminal reads them, so log files stay plain text.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 
@@ -112,9 +115,10 @@ fn serve(
 
 fn check(file: PathBuf) -> anyhow::Result<()> {
     let config = Config::load(&file)?;
-    // Guest routes: compile (or load from the cache) each component and
-    // check it exports the weir handler world.
-    weir::guest::check_routes(&config)?;
+    // Compiles every guest component and checks its world and limits, so a
+    // bad .wasm is found here rather than at the first connection.
+    weir::guest::check_routes(&config)
+        .with_context(|| format!("{}: a guest route cannot be loaded", file.display()))?;
     println!("ok: {} routes", config.routes.len());
     Ok(())
 }

@@ -442,3 +442,29 @@ fn guest_config(
     }
     Ok(config)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::toml_error::{ROUTE_KEYS, SERVER_KEYS};
+    use super::RawFile;
+
+    /// The keys an unknown-key message lists, as serde sees them.
+    fn keys_serde_lists(text: &str) -> Vec<String> {
+        let err = toml::from_str::<RawFile>(text)
+            .err()
+            .expect("an unknown key");
+        // "unknown field `zzz`, expected one of `a`, `b`, ..."
+        err.message()
+            .split('`')
+            .skip(3)
+            .step_by(2)
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn key_lists_in_messages_match_the_structs() {
+        assert_eq!(keys_serde_lists("[server]\nzzz = 1\n"), SERVER_KEYS);
+        assert_eq!(keys_serde_lists("[[route]]\nzzz = 1\n"), ROUTE_KEYS);
+    }
+}

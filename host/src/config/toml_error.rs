@@ -7,7 +7,7 @@ use super::value::Source;
 use super::ConfigError;
 
 /// Keys of `[server]`, in the order the messages list them.
-const SERVER_KEYS: &[&str] = &[
+pub(super) const SERVER_KEYS: &[&str] = &[
     "listen",
     "workers",
     "max_message",
@@ -21,7 +21,7 @@ const SERVER_KEYS: &[&str] = &[
 ];
 
 /// Keys of a `[[route]]`, in the order the messages list them.
-const ROUTE_KEYS: &[&str] = &[
+pub(super) const ROUTE_KEYS: &[&str] = &[
     "path",
     "native",
     "guest",

@@ -1,0 +1,129 @@
+//! The `weir` binary end to end: `weir check` output and exit codes, and
+//! `weir serve` announcing the built-in default and stopping on SIGTERM.
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn weir() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+}
+
+fn routes_file(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn check_accepts_a_valid_file() {
+    let file = routes_file(
+        "ok.toml",
+        "[[route]]\npath = \"/echo\"\nnative = \"echo\"\n[[route]]\npath = \"/relay\"\nnative = \"relay\"\n",
+    );
+    let out = weir().arg("check").arg(&file).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok: 2 routes\n");
+}
+
+#[test]
+fn check_reports_the_line_and_fails() {
+    let file = routes_file(
+        "bad.toml",
+        "[server]\nmax_message = \"32 megs\"\n[[route]]\npath = \"/echo\"\nnative = \"echo\"\n",
+    );
+    let out = weir().arg("check").arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(out.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}: line 2: max_message = \"32 megs\": not a size; write e.g. \"32MiB\"",
+            file.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_needs_a_file() {
+    let out = weir().arg("check").output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap usage error: {out:?}");
+    let missing = weir()
+        .args(["check", "/nonexistent/routes.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read"));
+}
+
+#[test]
+fn serve_without_a_file_says_so_and_stops_on_sigterm() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = weir()
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--workers",
+            "1",
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "weir serve did not listen on {port}"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "weir serve exited early"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on the child we spawned; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("weir serve did not stop within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{status:?}\n{stderr}");
+
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.contains(&format!(
+            "no routes file given: serving the built-in default, native /echo and /relay on 127.0.0.1:{port}"
+        )),
+        "first log line: {first}"
+    );
+    assert!(stderr.contains("SIGTERM: shutting down"), "{stderr}");
+}
