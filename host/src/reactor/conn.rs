@@ -168,7 +168,7 @@ pub async fn run(stream: TcpStream, prefix: bytes::Bytes, env: ConnEnv, mut mode
 impl Conn {
     async fn drive(&mut self, prefix: bytes::Bytes, mode: &mut Mode) -> Flow {
         for chunk in prefix.chunks(READ_BUF_BYTES - HEADROOM_BYTES) {
-            let buf = self.buf.get_or_insert_with(|| self.env.pool.take());
+            let buf = self.buf.get_or_insert_with(|| self.env.pool.take(false));
             let room = buf.len() - self.end;
             let take = chunk.len().min(room);
             buf[self.end..self.end + take].copy_from_slice(&chunk[..take]);
@@ -261,7 +261,8 @@ impl Conn {
 
     /// One read, then the batch of pieces it completes.
     async fn read(&mut self, mode: &mut Mode) -> Flow {
-        let buf = self.buf.get_or_insert_with(|| self.env.pool.take());
+        let large = self.decoder.streamed_remaining() > STREAM_ABOVE_BYTES as u64;
+        let buf = self.buf.get_or_insert_with(|| self.env.pool.take(large));
         match read_drained(&self.stream, &mut buf[self.end..]) {
             Ok(0) => return Flow::Done,
             Ok(n) => self.end += n,
@@ -398,7 +399,7 @@ impl Conn {
 
     async fn await_close(&mut self) {
         loop {
-            let buf = self.buf.get_or_insert_with(|| self.env.pool.take());
+            let buf = self.buf.get_or_insert_with(|| self.env.pool.take(false));
             if self.end == buf.len() {
                 // Nothing useful can arrive in this much junk; stop waiting.
                 return;

@@ -105,6 +105,14 @@ impl Decoder {
         self.current.is_some()
     }
 
+    /// Payload bytes still to come of a frame being streamed (0 otherwise).
+    pub fn streamed_remaining(&self) -> u64 {
+        self.current
+            .as_ref()
+            .filter(|c| c.streamed)
+            .map_or(0, |c| c.header.payload_len - c.emitted)
+    }
+
     /// Decodes the next piece from `buf[*pos..end]`. `Ok(None)` means more
     /// bytes are needed; `buf[*pos..end]` must then be kept, in order, at the
     /// front of the next read's data.
