@@ -13,7 +13,10 @@ pub const HEADROOM_BYTES: usize = 16;
 /// Receive buffer size: big enough that one read drains what a fast client
 /// has queued, small enough to keep 200 busy connections in L2-ish memory.
 /// Frames with a larger payload are streamed through it in pieces.
-pub const READ_BUF_BYTES: usize = 64 * 1024 + HEADROOM_BYTES;
+pub const READ_BUF_BYTES: usize = 64 * 1024 + HEADER_SLACK_BYTES + HEADROOM_BYTES;
+/// Room for a frame header on top of 64 KiB, so a 64 KiB message (a common
+/// size) arrives in one read instead of 64 KiB plus a 14-byte straggler.
+const HEADER_SLACK_BYTES: usize = 64;
 /// Payloads up to this size are decoded whole; larger ones stream.
 pub const STREAM_ABOVE_BYTES: usize = READ_BUF_BYTES - HEADROOM_BYTES;
 /// Receive buffer for the rest of a large streamed frame: fewer, bigger
