@@ -70,9 +70,13 @@ fn growing_past_the_memory_limit_is_a_memory_fault() {
 
 #[test]
 fn flooding_output_is_refused_by_the_output_cap() {
-    // Enough memory that the guest can build its 80 MiB answer: the cap,
-    // not the memory limit, must be what stops it.
-    let mut r = faulty(|c| c.memory = 512 << 20);
+    // Enough memory and time that the guest can build its 80 MiB answer on
+    // a loaded machine: the cap, not the memory limit or the deadline, must
+    // be what stops it (regression: it failed once with Deadline under load).
+    let mut r = faulty(|c| {
+        c.memory = 512 << 20;
+        c.timeout = std::time::Duration::from_secs(10);
+    });
     let fault = send_text(&mut r, 1, "flood").unwrap_err();
     assert!(
         matches!(fault, Fault::OutputTooLarge { bytes, cap } if bytes > cap),
