@@ -103,7 +103,12 @@ impl Client {
         let mut expect = vec![0x82, 126, (PAYLOAD >> 8) as u8, PAYLOAD as u8];
         expect.extend_from_slice(&payload);
         let reply = vec![0; expect.len()];
-        Client { stream, frame, expect, reply }
+        Client {
+            stream,
+            frame,
+            expect,
+            reply,
+        }
     }
 
     async fn round_trip(&mut self) {

@@ -23,7 +23,11 @@ fn header(len: u64) -> Vec<u8> {
 fn headers(c: &mut Criterion) {
     let mut group = c.benchmark_group("parse_client_header");
     group.throughput(Throughput::Elements(1));
-    for (name, len) in [("7bit_125", 125u64), ("16bit_4096", 4096), ("64bit_1MiB", 1 << 20)] {
+    for (name, len) in [
+        ("7bit_125", 125u64),
+        ("16bit_4096", 4096),
+        ("64bit_1MiB", 1 << 20),
+    ] {
         let h = header(len);
         group.bench_function(name, |b| {
             b.iter(|| {

@@ -73,7 +73,11 @@ fn ratio_table() {
         let gib = |ns: f64| size as f64 / ns * 1e9 / (1u64 << 30) as f64;
         let copy = median_ns(|| dst.copy_from_slice(black_box(&src)), per, 31);
         let xor = median_ns(|| unmask(black_box(&mut buf), black_box(KEY), 0), per, 31);
-        let xor_odd = median_ns(|| unmask(black_box(&mut odd[1..]), black_box(KEY), 0), per, 31);
+        let xor_odd = median_ns(
+            || unmask(black_box(&mut odd[1..]), black_box(KEY), 0),
+            per,
+            31,
+        );
         black_box((&dst, &buf, &odd));
         println!(
             "| {} | {:.2} | {:.2} | {:.0}% | {:.2} | {:.0}% |",
