@@ -196,12 +196,17 @@ def payload_sweep(rows, out):
 def native_vs_guest(rows, out):
     per = defaultdict(lambda: defaultdict(list))   # label -> field -> values
     order = []
+    args = {}
     for x in rows:
         if x["scenario"] != "guest" or not x["r"].get("ok"):
             continue
         lab = x["server"]
         if lab not in order:
             order.append(lab)
+        r = x["r"]
+        what = {"json": '{"number":n}', "binary": "4 B int32"}.get(
+            r.get("mode"), "%s B %s" % (r.get("size"), "text" if r.get("text") else "binary"))
+        args[lab] = "%s conns x %s in flight, %s" % (r.get("connections"), r.get("depth"), what)
         for f in ("server_cpu_ns_per_msg", "msgs_per_s", "p99_us"):
             if x["r"].get(f):
                 per[lab][f].append(x["r"][f])
@@ -209,8 +214,8 @@ def native_vs_guest(rows, out):
         print("no guest scenario results", file=sys.stderr)
         return
     med = {lab: {f: statistics.median(v) for f, v in d.items()} for lab, d in per.items()}
-    W, H = 820, 120 + 46 * len(order)
-    L, R = 190, 250
+    W, H = 860, 120 + 46 * len(order)
+    L, R = 240, 250
     svg = Svg(W, H)
     svg.text(W / 2, 28, "weir: native /echo vs guest routes — server CPU per message", 14, "middle", weight="bold")
     svg.text(W / 2, 46, "bars: server CPU ns/msg (median of the runs); right: msg/s", 12, "middle", "#555")
@@ -230,7 +235,8 @@ def native_vs_guest(rows, out):
         c = "#d62728" if native else "#1f77b4"
         v = m["server_cpu_ns_per_msg"]
         svg.add(f'<rect x="{L}" y="{y:.1f}" width="{X(v) - L:.1f}" height="30" fill="{c}"/>')
-        svg.text(L - 8, y + 20, lab.replace("weir ", ""), 12, "end")
+        svg.text(L - 8, y + 13, lab.replace("weir ", ""), 12, "end")
+        svg.text(L - 8, y + 27, args.get(lab, ""), 10, "end", "#777")
         svg.text(X(v) + 6, y + 20, f"{v:,.0f} ns", 12)
         svg.text(W - R + 60, y + 20, f"{m.get('msgs_per_s', 0):,.0f} msg/s", 12)
     svg.save(out)
