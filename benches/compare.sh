@@ -22,7 +22,9 @@
 #   --list             print the scenarios and exit
 #   --table RAW        only print the table of an earlier run's raw results
 # Environment: CARGO_TARGET_DIR (where weir, weir-load and the Rust peers are
-# built, default ~/.cache/weir-target), WEIR_BIN (default
+# built, default ~/.cache/weir-target), WEIR_LOAD (default
+# $CARGO_TARGET_DIR/release/weir-load), PEERS_TARGET (where the Rust peers
+# were built, default CARGO_TARGET_DIR), WEIR_BIN (default
 # $CARGO_TARGET_DIR/release/weir), WEIR_ROUTES (routes file for weir; the
 # `guest` scenario needs one with /plain, /json and /binary, default
 # examples/routes.toml).
@@ -39,7 +41,7 @@ here="$WEIR_COMPARE_HERE"
 root="$(cd "$here/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 export CARGO_TARGET_DIR="$target"
-load="$target/release/weir-load"
+load="${WEIR_LOAD:-$target/release/weir-load}"
 weir_bin="${WEIR_BIN:-$target/release/weir}"
 weir_routes="${WEIR_ROUTES:-$root/examples/routes.toml}"
 

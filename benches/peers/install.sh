@@ -25,6 +25,6 @@ echo "bun $("$bun" --version)"
 "$deno" --version | head -n1
 
 echo "== Rust peers"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
+export CARGO_TARGET_DIR="${PEERS_TARGET:-${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}}"
 cargo build --release --manifest-path rust/Cargo.toml
 echo "peers ready"

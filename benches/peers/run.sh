@@ -6,7 +6,8 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 name="${1:?usage: run.sh NAME PORT}"
 port="${2:?usage: run.sh NAME PORT}"
-target="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}/release"
+# PEERS_TARGET: where install.sh built the Rust peers, if not CARGO_TARGET_DIR.
+target="${PEERS_TARGET:-${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}}/release"
 case "$name" in
   uws)         exec node "$here/js/uws-server.js" "$port" ;;
   ws)          exec node "$here/js/ws-server.js" "$port" ;;
