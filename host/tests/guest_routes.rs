@@ -8,6 +8,7 @@ mod common;
 use common::{Gateway, STEP};
 use futures_util::{SinkExt, StreamExt};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
@@ -300,6 +301,50 @@ async fn batches_of_many_connections_answer_in_order() {
             .await
             .expect("connection timed out")
             .unwrap();
+    }
+    gw.stop();
+}
+
+/// Regression: many large messages arriving at once were handed to the guest
+/// in one call that outgrew its memory, and every connection got 1011. A
+/// batch is now capped in bytes; the rest goes in the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_large_messages_at_once_are_split_across_calls() {
+    let gw = gateway();
+    let mut clients = Vec::new();
+    for _ in 0..64 {
+        clients.push(client(&gw.url("/plain")).await);
+    }
+    let payload = vec![0xA5u8; 1 << 20];
+    let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|ws| {
+            let payload = payload.clone();
+            let start = start.clone();
+            tokio::spawn(async move {
+                let (mut tx, mut rx) = ws.split();
+                start.wait().await;
+                let send = async {
+                    for _ in 0..4 {
+                        tx.send(Message::binary(payload.clone())).await.unwrap();
+                    }
+                };
+                let receive = async {
+                    for _ in 0..4 {
+                        let got = timeout(STEP, rx.next()).await.expect("reply timed out");
+                        match got.expect("stream ended").expect("protocol error") {
+                            Message::Binary(got) => assert!(got[..] == payload[..], "echo differs"),
+                            other => panic!("expected the echo, got {other:?}"),
+                        }
+                    }
+                };
+                tokio::join!(send, receive);
+            })
+        })
+        .collect();
+    for t in tasks {
+        timeout(STEP, t).await.expect("timed out").unwrap();
     }
     gw.stop();
 }

@@ -17,7 +17,7 @@ use crate::pubsub::Topics;
 use crate::ws::frame::{encode_server_header, server_frame, server_header_len, OpCode};
 use bytes::Bytes;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{oneshot, Notify};
@@ -56,31 +56,57 @@ type PendingUpgrade = (
 pub struct GuestSlot {
     route: Arc<GuestRoute>,
     runner: RefCell<Runner>,
-    batch: RefCell<Batch>,
-    /// Connections whose close event is in the pending batch.
+    /// Pending batches, oldest first: a new one starts when the newest would
+    /// pass `batch_max_bytes`, so one call never carries more than the
+    /// guest's memory can take.
+    batches: RefCell<VecDeque<Batch>>,
+    batch_max_bytes: usize,
+    /// Connections whose close event is pending.
     closed: RefCell<Vec<u64>>,
     local: RefCell<HashMap<u64, Arc<Outbound>>>,
     /// Upgrade requests waiting for the guest's `upgrade` hook.
     upgrades: RefCell<Vec<PendingUpgrade>>,
     /// The worker's signal that guest work is pending (shared by its slots).
     work: Rc<Notify>,
-    /// Spare batch, swapped with the pending one for each call.
-    spare: RefCell<Batch>,
+    /// Emptied batches kept for reuse (their buffers keep their capacity).
+    spare: RefCell<Vec<Batch>>,
 }
+
+/// Share of a guest's memory one batch may fill: the guest holds the batch,
+/// its own answer (an echo doubles it) and its heap at once.
+const BATCH_SHARE_OF_MEMORY: usize = 4;
+/// Bounds on a batch's payload bytes, whatever the memory limit.
+const BATCH_MIN_BYTES: usize = 64 * 1024;
+const BATCH_MAX_BYTES: usize = 16 << 20;
 
 impl GuestSlot {
     /// Creates the slot; `work` is signalled whenever it has work queued.
     pub fn new(route: Arc<GuestRoute>, work: Rc<Notify>) -> GuestSlot {
         GuestSlot {
             runner: RefCell::new(Runner::new(route.program.clone())),
-            route,
-            batch: RefCell::new(Batch::new()),
+            batches: RefCell::new(VecDeque::from([Batch::new()])),
+            batch_max_bytes: (route.program.config().memory / BATCH_SHARE_OF_MEMORY)
+                .clamp(BATCH_MIN_BYTES, BATCH_MAX_BYTES),
             closed: RefCell::default(),
             local: RefCell::default(),
             upgrades: RefCell::default(),
             work,
-            spare: RefCell::new(Batch::new()),
+            spare: RefCell::default(),
+            route,
         }
+    }
+
+    /// The batch to add `bytes` more payload bytes to.
+    fn batch_for(&self, bytes: usize) -> std::cell::RefMut<'_, Batch> {
+        let mut batches = self.batches.borrow_mut();
+        let full = batches
+            .back()
+            .is_none_or(|b| !b.is_empty() && b.data_len() + bytes > self.batch_max_bytes);
+        if full {
+            let fresh = self.spare.borrow_mut().pop().unwrap_or_default();
+            batches.push_back(fresh);
+        }
+        std::cell::RefMut::map(batches, |b| b.back_mut().expect("a batch exists"))
     }
 
     /// The guest's `upgrade` hook, answered before the 101.
@@ -100,12 +126,13 @@ impl GuestSlot {
             .lock()
             .expect("conns lock")
             .insert(conn, outbound);
-        self.batch.borrow_mut().push_open(conn, target);
+        self.batch_for(target.len()).push_open(conn, target);
         self.work.notify_one();
     }
 
     pub fn message(&self, conn: u64, text: bool, payload: &[u8]) {
-        self.batch.borrow_mut().push_message(conn, text, payload);
+        self.batch_for(payload.len())
+            .push_message(conn, text, payload);
     }
 
     /// Events were queued: the worker runs the guest once the other ready
@@ -126,25 +153,37 @@ impl GuestSlot {
         for topic in topics.unwrap_or_default() {
             self.route.topics.unsubscribe(&topic, conn);
         }
-        self.batch.borrow_mut().push_close(conn, code, reason);
+        self.batch_for(reason.len()).push_close(conn, code, reason);
         self.closed.borrow_mut().push(conn);
         self.work.notify_one();
     }
 
-    /// Runs queued upgrade hooks, then the pending batch in one call. Called
-    /// by the worker outside its runtime (see the module head).
+    /// Runs queued upgrade hooks, then each pending batch in one call.
+    /// Called by the worker outside its runtime (see the module head).
     pub fn run_pending(&self) {
         let upgrades = std::mem::take(&mut *self.upgrades.borrow_mut());
         for (req, reply) in upgrades {
             let _ = reply.send(self.runner.borrow_mut().upgrade(&req));
         }
-        if self.batch.borrow().is_empty() {
-            return;
+        loop {
+            let next = self.batches.borrow_mut().pop_front();
+            let Some(mut batch) = next else { break };
+            if !batch.is_empty() {
+                self.run_batch(&batch);
+            }
+            batch.clear();
+            self.spare.borrow_mut().push(batch);
         }
-        let mut batch = self.spare.borrow_mut();
-        std::mem::swap(&mut *self.batch.borrow_mut(), &mut *batch);
         let closed = std::mem::take(&mut *self.closed.borrow_mut());
-        let result = self.runner.borrow_mut().handle(&batch);
+        let mut runner = self.runner.borrow_mut();
+        for conn in closed {
+            runner.forget(conn);
+        }
+    }
+
+    /// One guest call, and what follows from its answer.
+    fn run_batch(&self, batch: &Batch) {
+        let result = self.runner.borrow_mut().handle(batch);
         match result {
             Ok(commands) => self.apply(&commands),
             Err(fault) => {
@@ -161,11 +200,6 @@ impl GuestSlot {
                 }
             }
         }
-        let mut runner = self.runner.borrow_mut();
-        for conn in closed {
-            runner.forget(conn);
-        }
-        batch.clear();
     }
 
     fn lookup(&self, conn: u64) -> Option<Arc<Outbound>> {
