@@ -4,8 +4,10 @@
 //! producers can wait, and allocates nothing until something is queued, so
 //! an idle connection pays for it only a few words.
 
+use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use std::collections::VecDeque;
+use std::task::Poll;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use tokio::sync::Notify;
@@ -22,8 +24,12 @@ pub enum OutMsg {
 /// producers.
 pub struct Outbound {
     queue: Mutex<VecDeque<OutMsg>>,
-    /// Wakes the consumer.
-    ready: Notify,
+    /// Messages in `queue`: the consumer polls this on every turn of its
+    /// loop, and an empty queue must cost it no lock.
+    len: AtomicUsize,
+    /// The consumer's waker: registering it is a compare when unchanged,
+    /// unlike a `Notify` waiter list (a lock per poll).
+    consumer: AtomicWaker,
     queued: AtomicUsize,
     /// Wakes producers waiting for the queue to drain under budget.
     drained: Notify,
@@ -35,7 +41,8 @@ impl Outbound {
     pub fn new(budget: usize) -> Outbound {
         Outbound {
             queue: Mutex::new(VecDeque::new()),
-            ready: Notify::new(),
+            len: AtomicUsize::new(0),
+            consumer: AtomicWaker::new(),
             queued: AtomicUsize::new(0),
             drained: Notify::new(),
             budget,
@@ -47,8 +54,11 @@ impl Outbound {
         if self.is_closed() {
             return false;
         }
-        self.queue.lock().expect("outbound lock").push_back(msg);
-        self.ready.notify_one();
+        let mut queue = self.queue.lock().expect("outbound lock");
+        queue.push_back(msg);
+        self.len.fetch_add(1, Ordering::Release);
+        drop(queue);
+        self.consumer.wake();
         true
     }
 
@@ -82,17 +92,27 @@ impl Outbound {
 
     /// The consumer's next message, waiting for one.
     pub async fn recv(&self) -> OutMsg {
-        loop {
-            let notified = self.ready.notified();
+        std::future::poll_fn(|cx| {
             if let Some(msg) = self.try_recv() {
-                return msg;
+                return Poll::Ready(msg);
             }
-            notified.await;
-        }
+            self.consumer.register(cx.waker());
+            // A message pushed between the check and the registration.
+            self.try_recv().map_or(Poll::Pending, Poll::Ready)
+        })
+        .await
     }
 
     pub fn try_recv(&self) -> Option<OutMsg> {
-        self.queue.lock().expect("outbound lock").pop_front()
+        if self.len.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut queue = self.queue.lock().expect("outbound lock");
+        let msg = queue.pop_front();
+        if msg.is_some() {
+            self.len.fetch_sub(1, Ordering::Release);
+        }
+        msg
     }
 
     /// The consumer wrote `len` bytes; wakes producers once under budget.
@@ -107,7 +127,10 @@ impl Outbound {
     /// producers so they stop waiting on it.
     pub fn consumer_gone(&self) {
         self.gone.store(true, Ordering::Release);
-        self.queue.lock().expect("outbound lock").clear();
+        let mut queue = self.queue.lock().expect("outbound lock");
+        self.len.fetch_sub(queue.len(), Ordering::Release);
+        queue.clear();
+        drop(queue);
         self.drained.notify_waiters();
     }
 
