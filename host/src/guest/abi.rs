@@ -374,7 +374,7 @@ pub(crate) fn validate(
             cap: MAX_OUTPUT_BYTES,
         });
     }
-    if raw.commands.len() % COMMAND_HEADER_BYTES != 0 {
+    if !raw.commands.len().is_multiple_of(COMMAND_HEADER_BYTES) {
         return Err(Fault::InvalidOutput(format!(
             "command headers are {} bytes, not a multiple of {COMMAND_HEADER_BYTES}",
             raw.commands.len()
