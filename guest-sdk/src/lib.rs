@@ -2,9 +2,9 @@
 //!
 //! The gateway calls a guest once per *batch* of events (opens, messages,
 //! closes of many connections) through the `weir:gateway` WIT ABI. This crate
-//! hides that: it walks the batch, calls your [`Handler`] once per event, and
-//! gathers every reply into one output buffer, so a message costs no guest
-//! allocation of its own. It also keeps your typed per-connection
+//! hides that: it walks the batch's packed event headers, calls your
+//! [`Handler`] once per event, and packs every reply into one header buffer
+//! and one byte buffer, so a message costs no guest allocation of its own. It also keeps your typed per-connection
 //! [`Handler::State`], and restores it from the host-held *attachment* when an
 //! instance meets a connection it does not know (the gateway replaced the
 //! instance that did: recycling, a trap elsewhere, `isolation = "batch"`).
