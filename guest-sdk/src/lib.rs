@@ -2,9 +2,9 @@
 //!
 //! The gateway calls a guest once per *batch* of events (opens, messages,
 //! closes of many connections) through the `weir:gateway` WIT ABI. This crate
-//! hides that: it walks the batch, calls your [`Handler`] once per event, and
-//! gathers every reply into one output buffer, so a message costs no guest
-//! allocation of its own. It also keeps your typed per-connection
+//! hides that: it walks the batch's packed event headers, calls your
+//! [`Handler`] once per event, and packs every reply into one header buffer
+//! and one byte buffer, so a message costs no guest allocation of its own. It also keeps your typed per-connection
 //! [`Handler::State`], and restores it from the host-held *attachment* when an
 //! instance meets a connection it does not know (the gateway replaced the
 //! instance that did: recycling, a trap elsewhere, `isolation = "batch"`).
@@ -111,8 +111,48 @@ pub mod bindings {
 
 use bindings::weir::gateway::host;
 use bindings::weir::gateway::types::{
-    Batch, Command, CommandKind, Commands, EventKind, UpgradeRequest, UpgradeResponse,
+    Batch, CommandKind, Commands, EventKind, UpgradeRequest, UpgradeResponse,
 };
+
+/// Bytes of one packed event header: `conn u64, kind u8, reserved u8,
+/// code u16, offset u32, len u32`, little-endian (wit/weir.wit).
+const EVENT_HEADER_BYTES: usize = 20;
+
+/// Bytes of one packed command header: `conn u64, kind u8, reserved u8,
+/// code u16, topic-offset u32, topic-len u32, offset u32, len u32`,
+/// little-endian (wit/weir.wit).
+const COMMAND_HEADER_BYTES: usize = 28;
+
+/// `kind` bytes of event headers: a WIT enum case travels as its index.
+const EVENT_OPEN: u8 = EventKind::Open as u8;
+const EVENT_TEXT: u8 = EventKind::Text as u8;
+const EVENT_BINARY: u8 = EventKind::Binary as u8;
+const EVENT_CLOSE: u8 = EventKind::Close as u8;
+
+/// One event header, unpacked.
+struct Event {
+    conn: ConnectionId,
+    kind: u8,
+    code: u16,
+    offset: u32,
+    len: u32,
+}
+
+impl Event {
+    /// `h` is exactly one header (from `chunks_exact`).
+    fn decode(h: &[u8]) -> Self {
+        let u32_at = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
+        let mut conn = [0u8; 8];
+        conn.copy_from_slice(&h[0..8]);
+        Event {
+            conn: u64::from_le_bytes(conn),
+            kind: h[8],
+            code: u16::from_le_bytes([h[10], h[11]]),
+            offset: u32_at(12),
+            len: u32_at(16),
+        }
+    }
+}
 
 pub use bindings::weir::gateway::host::Level;
 
@@ -216,7 +256,8 @@ pub trait Handler: Default + 'static {
 /// Where a handler's replies go: every method appends one command to the
 /// batch's answer (no allocation per message once the buffers have grown).
 pub struct Context {
-    commands: Vec<Command>,
+    /// Packed command headers.
+    commands: Vec<u8>,
     data: Vec<u8>,
 }
 
@@ -243,15 +284,15 @@ impl Context {
         topic: (u32, u32),
         payload: (u32, u32),
     ) {
-        self.commands.push(Command {
-            conn,
-            kind,
-            code,
-            topic_offset: topic.0,
-            topic_len: topic.1,
-            offset: payload.0,
-            len: payload.1,
-        });
+        let mut h = [0u8; COMMAND_HEADER_BYTES];
+        h[0..8].copy_from_slice(&conn.to_le_bytes());
+        h[8] = kind as u8;
+        h[10..12].copy_from_slice(&code.to_le_bytes());
+        h[12..16].copy_from_slice(&topic.0.to_le_bytes());
+        h[16..20].copy_from_slice(&topic.1.to_le_bytes());
+        h[20..24].copy_from_slice(&payload.0.to_le_bytes());
+        h[24..28].copy_from_slice(&payload.1.to_le_bytes());
+        self.commands.extend_from_slice(&h);
     }
 
     /// Send a text message to `conn`.
@@ -397,7 +438,8 @@ struct Runtime<H: Handler> {
     /// (`type State = ()`): such state holds nothing, so the map and the
     /// attachment lookups are skipped.
     scratch: H::State,
-    /// Output sizes of the last batch, to size the next one's buffers.
+    /// Output sizes of the last batch (header bytes, data bytes), to size
+    /// the next one's buffers.
     last_commands: usize,
     last_data: usize,
 }
@@ -466,8 +508,9 @@ pub mod __private {
     /// The `handle` export: one handler call per event, one answer per batch.
     pub fn handle<H: Handler>(batch: Batch) -> Commands {
         with_runtime::<H, _>(|rt| {
+            let events = batch.events.len() / EVENT_HEADER_BYTES;
             let mut ctx = Context::with_capacity(
-                rt.last_commands.max(batch.events.len()),
+                rt.last_commands.max(events * COMMAND_HEADER_BYTES),
                 rt.last_data.max(batch.data.len()),
             );
             let Runtime {
@@ -476,14 +519,15 @@ pub mod __private {
                 scratch,
                 ..
             } = rt;
-            for ev in &batch.events {
+            for h in batch.events.chunks_exact(EVENT_HEADER_BYTES) {
+                let ev = Event::decode(h);
                 let start = ev.offset as usize;
                 let bytes = batch
                     .data
-                    .get(start..start + ev.len as usize)
+                    .get(start..start.saturating_add(ev.len as usize))
                     .unwrap_or(&[]);
                 match ev.kind {
-                    EventKind::Open => {
+                    EVENT_OPEN => {
                         let state = if std::mem::size_of::<H::State>() == 0 {
                             &mut *scratch
                         } else {
@@ -494,7 +538,7 @@ pub mod __private {
                         let target = std::str::from_utf8(bytes).unwrap_or("/");
                         handler.on_open(&mut ctx, ev.conn, state, target);
                     }
-                    EventKind::Text => {
+                    EVENT_TEXT => {
                         let state = state_of(conns, scratch, ev.conn);
                         match std::str::from_utf8(bytes) {
                             Ok(text) => {
@@ -503,16 +547,18 @@ pub mod __private {
                             Err(_) => ctx.close(ev.conn, 1007, "invalid UTF-8"),
                         }
                     }
-                    EventKind::Binary => {
+                    EVENT_BINARY => {
                         let state = state_of(conns, scratch, ev.conn);
                         handler.on_message(&mut ctx, ev.conn, state, Message::Binary(bytes));
                     }
-                    EventKind::Close => {
+                    EVENT_CLOSE => {
                         let state = state_of(conns, scratch, ev.conn);
                         let reason = std::str::from_utf8(bytes).unwrap_or("");
                         handler.on_close(&mut ctx, ev.conn, state, ev.code, reason);
                         conns.remove(&ev.conn);
                     }
+                    // A kind this SDK does not know (a newer host): skip it.
+                    _ => {}
                 }
             }
             rt.last_commands = ctx.commands.len();

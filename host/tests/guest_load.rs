@@ -50,7 +50,7 @@ fn component_with_the_wrong_world_names_the_export() {
     let err = load(&wasm("wrong-world")).unwrap_err();
     assert!(matches!(err, GuestError::Abi { .. }), "{err:?}");
     let msg = err.to_string();
-    assert!(msg.contains("weir:gateway/handler@0.1.0"), "{msg}");
+    assert!(msg.contains("weir:gateway/handler@0.2.0"), "{msg}");
     // Names what is wrong (the missing `upgrade` or mismatched `handle`).
     assert!(msg.contains("upgrade") || msg.contains("handle"), "{msg}");
 }

@@ -34,7 +34,7 @@ pub enum GuestError {
     },
     /// The component does not implement the `weir:gateway` world this
     /// gateway speaks (missing or mismatched export, unknown import).
-    #[error("route {route}: {} does not fit this gateway's guest ABI (weir:gateway/handler@0.1.0, see wit/weir.wit): {detail}", path.display())]
+    #[error("route {route}: {} does not fit this gateway's guest ABI (weir:gateway/handler@0.2.0, see wit/weir.wit): {detail}", path.display())]
     Abi {
         route: String,
         path: PathBuf,
