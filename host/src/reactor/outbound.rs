@@ -7,9 +7,9 @@
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use std::collections::VecDeque;
-use std::task::Poll;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
+use std::task::Poll;
 use tokio::sync::Notify;
 
 /// What other connections or the guest runner ask a connection to write.
