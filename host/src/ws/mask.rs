@@ -1,10 +1,34 @@
 //! Unmasking (RFC 6455 §5.3): XOR the payload with the 4-byte key, a machine
-//! word at a time so the compiler vectorises the loop.
+//! word at a time so the compiler vectorises the loop. On x86-64 CPUs with
+//! AVX2 (checked once at run time) the same loop is compiled for 32-byte
+//! vectors: the portable build only has 16-byte SSE2, which reached 35–41%
+//! of memcpy's bandwidth at 16 KiB against 75% with AVX2 (benches/unmask.rs).
+
+/// Payloads shorter than this stay on the portable loop: the vector width
+/// buys nothing on a few words.
+const WIDE_MIN_BYTES: usize = 128;
 
 /// XORs `buf` in place with `key`. `offset` is the position of `buf[0]` in the
 /// frame's payload, so a payload that arrives in pieces unmasks piece by piece.
 #[inline]
 pub fn unmask(buf: &mut [u8], key: [u8; 4], offset: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if buf.len() >= WIDE_MIN_BYTES && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { unmask_avx2(buf, key, offset) };
+    }
+    unmask_words(buf, key, offset);
+}
+
+/// `unmask_words` compiled with AVX2 enabled.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn unmask_avx2(buf: &mut [u8], key: [u8; 4], offset: usize) {
+    unmask_words(buf, key, offset);
+}
+
+#[inline(always)]
+fn unmask_words(buf: &mut [u8], key: [u8; 4], offset: usize) {
     let mut key = key;
     key.rotate_left(offset % 4);
     // SAFETY: every bit pattern is a valid u64, and align_to_mut only hands
@@ -41,7 +65,7 @@ mod tests {
         /// alignment of the buffer and wherever a piece starts in the payload.
         #[test]
         fn matches_bytewise_definition(
-            data in prop::collection::vec(any::<u8>(), 0..300),
+            data in prop::collection::vec(any::<u8>(), 0..1200),
             key in any::<[u8; 4]>(),
             start in 0usize..16,
             offset in 0usize..8,
@@ -49,9 +73,12 @@ mod tests {
             let start = start.min(data.len());
             let mut fast = data.clone();
             let mut slow = data.clone();
+            let mut portable = data.clone();
             unmask(&mut fast[start..], key, offset);
             naive(&mut slow[start..], key, offset);
-            prop_assert_eq!(fast, slow);
+            unmask_words(&mut portable[start..], key, offset);
+            prop_assert_eq!(&fast, &slow);
+            prop_assert_eq!(portable, slow);
         }
 
         /// Unmasking in pieces equals unmasking at once.
