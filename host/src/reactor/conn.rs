@@ -65,14 +65,6 @@ impl OpenConns {
             out.close(close::GOING_AWAY, SHUTDOWN_REASON);
         }
     }
-
-    pub fn len(&self) -> usize {
-        self.conns.borrow().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 const SHUTDOWN_REASON: &str = "server shutting down";

@@ -86,10 +86,6 @@ impl Outbound {
         self.queued.load(Ordering::Relaxed) > self.budget
     }
 
-    pub fn queued(&self) -> usize {
-        self.queued.load(Ordering::Relaxed)
-    }
-
     /// The consumer's next message, waiting for one.
     pub async fn recv(&self) -> OutMsg {
         std::future::poll_fn(|cx| {
