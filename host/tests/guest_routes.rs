@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Gateway, STEP};
+use common::{client, next, Gateway, Ws, STEP};
 use futures_util::{SinkExt, StreamExt};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,9 +13,6 @@ use std::time::Duration;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
 use weir::config::{Behaviour, Config, GuestConfig, Isolation, RouteConfig};
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 fn wasm(name: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -74,22 +71,6 @@ fn gateway() -> Gateway {
     per_batch.isolation = Isolation::Batch;
     config.routes.push(guest_route("/counter-batch", per_batch));
     Gateway::start(config)
-}
-
-async fn client(url: &str) -> Ws {
-    let (ws, _) = timeout(STEP, tokio_tungstenite::connect_async(url))
-        .await
-        .expect("connect timed out")
-        .expect("handshake");
-    ws
-}
-
-async fn next(ws: &mut Ws) -> Message {
-    timeout(STEP, ws.next())
-        .await
-        .expect("reply timed out")
-        .expect("stream ended")
-        .expect("protocol error")
 }
 
 async fn ask(ws: &mut Ws, msg: Message) -> Message {

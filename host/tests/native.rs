@@ -3,38 +3,11 @@
 
 mod common;
 
-use common::{frame, Gateway, Raw, STEP};
+use common::{client, frame, next, Gateway, Raw, STEP};
 use futures_util::{SinkExt, StreamExt};
 use tokio::time::timeout;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 use weir::config::Config;
-
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
-async fn client(url: &str) -> Ws {
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(64 << 20))
-        .max_frame_size(Some(64 << 20));
-    let (ws, resp) = timeout(
-        STEP,
-        tokio_tungstenite::connect_async_with_config(url, Some(config), false),
-    )
-    .await
-    .expect("connect timed out")
-    .expect("handshake");
-    assert_eq!(resp.status(), 101);
-    ws
-}
-
-async fn next(ws: &mut Ws) -> Message {
-    timeout(STEP, ws.next())
-        .await
-        .expect("reply timed out")
-        .expect("stream ended")
-        .expect("protocol error")
-}
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)

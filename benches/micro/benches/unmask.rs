@@ -3,11 +3,7 @@
 //! After criterion's runs it prints its own ratio table (unmask / memcpy
 //! bandwidth, median of timed batches), since criterion does not compare two
 //! functions; the target is unmask ≥ 50% of memcpy.
-//!
-//! `unmask_avx2` is an experiment, not weir's code: the same word loop
-//! compiled with AVX2 enabled (as a runtime-dispatched variant would be),
-//! to show how much of the gap to memcpy (which glibc runs with AVX2/AVX-512)
-//! is the baseline x86-64 target's 16-byte vectors.
+//! (`unmask` itself picks its AVX2 build at run time where the CPU has it.)
 
 use criterion::{black_box, BenchmarkId, Criterion, Throughput};
 use std::time::{Duration, Instant};
@@ -15,39 +11,6 @@ use weir::ws::mask::unmask;
 
 const SIZES: [usize; 5] = [64, 1024, 16 * 1024, 64 * 1024, 1024 * 1024];
 const KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
-
-/// `weir::ws::mask::unmask`'s loop, compiled for AVX2 (the experiment above).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn unmask_avx2_inner(buf: &mut [u8], key: [u8; 4], offset: usize) {
-    let mut key = key;
-    key.rotate_left(offset % 4);
-    // SAFETY: every bit pattern is a valid u64.
-    let (head, words, tail) = unsafe { buf.align_to_mut::<u64>() };
-    for (i, b) in head.iter_mut().enumerate() {
-        *b ^= key[i % 4];
-    }
-    key.rotate_left(head.len() % 4);
-    let word = u64::from_ne_bytes([
-        key[0], key[1], key[2], key[3], key[0], key[1], key[2], key[3],
-    ]);
-    for w in words.iter_mut() {
-        *w ^= word;
-    }
-    for (i, b) in tail.iter_mut().enumerate() {
-        *b ^= key[i % 4];
-    }
-}
-
-/// The AVX2 variant when the CPU has AVX2, else weir's.
-fn unmask_avx2(buf: &mut [u8], key: [u8; 4], offset: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 is present (checked just above).
-        return unsafe { unmask_avx2_inner(buf, key, offset) };
-    }
-    unmask(buf, key, offset)
-}
 
 fn label(size: usize) -> String {
     match size {
@@ -72,11 +35,6 @@ fn bench(c: &mut Criterion) {
             BenchmarkId::new("unmask_unaligned", label(size)),
             &size,
             |b, _| b.iter(|| unmask(black_box(&mut odd[1..]), black_box(KEY), 0)),
-        );
-        group.bench_with_input(
-            BenchmarkId::new("unmask_avx2_experiment", label(size)),
-            &size,
-            |b, _| b.iter(|| unmask_avx2(black_box(&mut buf), black_box(KEY), 0)),
         );
         let src = vec![0xa5u8; size];
         let mut dst = vec![0u8; size];
@@ -104,8 +62,8 @@ fn median_ns(mut f: impl FnMut(), per: usize, batches: usize) -> f64 {
 
 /// The ratio table: GiB/s of each, and unmask / memcpy.
 fn ratio_table() {
-    println!("\n| size | memcpy GiB/s | unmask GiB/s | unmask/memcpy | unaligned GiB/s | unaligned/memcpy | avx2 experiment GiB/s | avx2/memcpy |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("\n| size | memcpy GiB/s | unmask GiB/s | unmask/memcpy | unaligned GiB/s | unaligned/memcpy |");
+    println!("|---|---|---|---|---|---|");
     for size in SIZES {
         // About 2 ms per batch, 31 batches.
         let per = (2_000_000 / size).clamp(4, 100_000);
@@ -121,22 +79,15 @@ fn ratio_table() {
             per,
             31,
         );
-        let avx2 = median_ns(
-            || unmask_avx2(black_box(&mut buf), black_box(KEY), 0),
-            per,
-            31,
-        );
         black_box((&dst, &buf, &odd));
         println!(
-            "| {} | {:.2} | {:.2} | {:.0}% | {:.2} | {:.0}% | {:.2} | {:.0}% |",
+            "| {} | {:.2} | {:.2} | {:.0}% | {:.2} | {:.0}% |",
             label(size),
             gib(copy),
             gib(xor),
             100.0 * copy / xor,
             gib(xor_odd),
             100.0 * copy / xor_odd,
-            gib(avx2),
-            100.0 * copy / avx2,
         );
     }
 }

@@ -19,12 +19,7 @@ pub enum SizeError {
 /// Only binary units are accepted: `"32MB"` would be ambiguous (10^6 or
 /// 2^20?), so it is refused with the binary spelling as the suggestion.
 pub fn parse_size(text: &str) -> Result<u64, SizeError> {
-    let text = text.trim();
-    let digits_end = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '_'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(digits_end);
-    let number: String = number.chars().filter(|&c| c != '_').collect();
+    let (number, unit) = split_number(text);
     if number.is_empty() {
         return Err(SizeError::NotASize);
     }
@@ -43,6 +38,16 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     number.checked_mul(1 << shift).ok_or(SizeError::TooLarge)
 }
 
+/// Splits `"32 MiB"` into its digits (underscores dropped) and its unit.
+fn split_number(text: &str) -> (String, &str) {
+    let text = text.trim();
+    let digits_end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '_'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits_end);
+    (number.chars().filter(|&c| c != '_').collect(), unit)
+}
+
 fn ambiguous(number: u64, unit: &str) -> Result<u64, SizeError> {
     Err(SizeError::AmbiguousUnit {
         suggestion: format!("{number}{unit}"),
@@ -54,12 +59,7 @@ fn ambiguous(number: u64, unit: &str) -> Result<u64, SizeError> {
 /// A bare number is refused by the caller: `timeout = 10` could be seconds
 /// or milliseconds, and guessing wrong is a 1000x mistake.
 pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let digits_end = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '_'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(digits_end);
-    let number: String = number.chars().filter(|&c| c != '_').collect();
+    let (number, unit) = split_number(text);
     let number: u64 = number.parse().ok()?;
     let millis = match unit.trim() {
         "ms" => Some(number),

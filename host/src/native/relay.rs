@@ -79,6 +79,8 @@ impl Relay {
     #[inline]
     pub fn take_piece(&mut self, buf: &[u8], piece: &DataPiece) {
         if piece.frame_start {
+            // One allocation for the whole frame, not a growth series.
+            self.pending.reserve(10 + piece.frame_len as usize);
             let mut header = [0u8; 10];
             let n = encode_server_header(&mut header, piece.fin, piece.opcode, piece.frame_len);
             self.pending.extend_from_slice(&header[..n]);

@@ -2,10 +2,14 @@
 //! byte-level cases that a well-behaved client library refuses to produce.
 #![allow(dead_code)]
 
+use futures_util::StreamExt;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
 use weir::config::Config;
 use weir::server::Server;
 
@@ -57,6 +61,35 @@ impl Drop for Gateway {
     }
 }
 
+/// A tokio-tungstenite client: the independent peer of most tests.
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Connects with message limits above the gateway's (up to 64 MiB).
+pub async fn client(url: &str) -> Ws {
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(64 << 20))
+        .max_frame_size(Some(64 << 20));
+    let (ws, resp) = timeout(
+        STEP,
+        tokio_tungstenite::connect_async_with_config(url, Some(config), false),
+    )
+    .await
+    .expect("connect timed out")
+    .expect("handshake");
+    assert_eq!(resp.status(), 101);
+    ws
+}
+
+/// The next message, bounded by `STEP`.
+pub async fn next(ws: &mut Ws) -> Message {
+    timeout(STEP, ws.next())
+        .await
+        .expect("reply timed out")
+        .expect("stream ended")
+        .expect("protocol error")
+}
+
 /// A raw client: handshake by hand, then masked frames and reply parsing.
 pub struct Raw {
     pub stream: TcpStream,
@@ -86,7 +119,7 @@ pub fn frame(first_byte: u8, payload: &[u8]) -> Vec<u8> {
 impl Raw {
     /// Sends a raw HTTP request and returns the status line's code.
     pub async fn request(addr: SocketAddr, head: &str) -> (Raw, u16) {
-        let mut stream = tokio::time::timeout(STEP, TcpStream::connect(addr))
+        let mut stream = timeout(STEP, TcpStream::connect(addr))
             .await
             .unwrap()
             .unwrap();
@@ -111,7 +144,7 @@ impl Raw {
 
     async fn fill(&mut self) -> bool {
         let mut chunk = [0u8; 65536];
-        let n = tokio::time::timeout(STEP, self.stream.read(&mut chunk))
+        let n = timeout(STEP, self.stream.read(&mut chunk))
             .await
             .expect("read timed out")
             .unwrap_or(0);
