@@ -56,6 +56,7 @@ max_message = "16MiB"
 outbound_budget = "1MiB"
 idle_timeout = "2m"
 handshake_timeout = "5s"
+drain_timeout = "20s"
 subprotocols = ["chat.v2", "chat.v1"]
 max_connections = 5000
 max_connections_per_ip = 100
@@ -88,6 +89,7 @@ native = "relay"
     assert_eq!(server.listen, "0.0.0.0:8080".parse().unwrap());
     assert_eq!(server.workers, 3);
     assert_eq!(server.handshake_timeout, Duration::from_secs(5));
+    assert_eq!(server.drain_timeout, Duration::from_secs(20));
     assert_eq!(server.max_connections, 5000);
     assert_eq!(server.max_connections_per_ip, 100);
     assert_eq!(server.cache_dir, Some(PathBuf::from("/etc/weir/cache")));
@@ -143,6 +145,7 @@ fn defaults_without_a_server_section() {
     assert_eq!(config.server.listen, DEFAULT_LISTEN.parse().unwrap());
     assert_eq!(config.server.workers, default_workers());
     assert_eq!(config.server.handshake_timeout, DEFAULT_HANDSHAKE_TIMEOUT);
+    assert_eq!(config.server.drain_timeout, DEFAULT_DRAIN_TIMEOUT);
     assert_eq!(config.server.limits, Limits::default());
     assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
     assert_eq!(config.server.max_connections_per_ip, 0);

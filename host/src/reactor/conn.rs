@@ -12,11 +12,11 @@ use crate::native::echo::Echo;
 use crate::native::relay::{Join, Relay, RelayHub};
 use crate::ws::close::{self, close_frame};
 use crate::ws::frame::{server_frame, OpCode, ProtocolError};
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::{ErrorKind, IoSlice};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -33,37 +33,71 @@ pub struct ConnEnv {
     pub id: u64,
     pub pool: Rc<BufPool>,
     pub limits: Arc<Limits>,
-    /// The worker's open connections; shutdown closes them through it.
-    pub open: Rc<OpenConns>,
+    /// The gateway's open connections; shutdown closes them through it.
+    pub open: Arc<OpenConns>,
 }
 
-/// A worker's open WebSocket connections. Shutdown goes through their inboxes
-/// rather than a watch in every connection's select, which would cost a
-/// waiter registration per read on the hot path.
+/// The gateway's open WebSocket connections, by id. Shutdown goes through
+/// their inboxes rather than a watch in every connection's select, which
+/// would cost a waiter registration per read on the hot path; `/metrics`
+/// reads their queues. Locked once per connection open and close.
 #[derive(Default)]
 pub struct OpenConns {
-    conns: RefCell<HashMap<u64, Arc<Outbound>>>,
-    closing: Cell<bool>,
+    conns: Mutex<HashMap<u64, Arc<Outbound>>>,
+    closing: AtomicBool,
+}
+
+/// What the open connections' outbound queues hold, for `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    pub connections: usize,
+    pub queued_bytes: usize,
+    /// The most any one connection has queued.
+    pub max_queued_bytes: usize,
 }
 
 impl OpenConns {
     fn insert(&self, id: u64, outbound: Arc<Outbound>) {
-        if self.closing.get() {
+        let mut conns = self.conns.lock().expect("open connections lock");
+        // Checked under the lock: a connection opening while shutdown
+        // begins is either closed here or by `close_all`.
+        if self.closing.load(Ordering::Acquire) {
             outbound.close(close::GOING_AWAY, SHUTDOWN_REASON);
         }
-        self.conns.borrow_mut().insert(id, outbound);
+        conns.insert(id, outbound);
     }
 
     fn remove(&self, id: u64) {
-        self.conns.borrow_mut().remove(&id);
+        self.conns
+            .lock()
+            .expect("open connections lock")
+            .remove(&id);
     }
 
-    /// Asks every open connection to close with 1001.
+    /// Asks every open connection, and every one that opens later, to close
+    /// with 1001. Only the first call does anything.
     pub fn close_all(&self) {
-        self.closing.set(true);
-        for out in self.conns.borrow().values() {
+        let conns = self.conns.lock().expect("open connections lock");
+        if self.closing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for out in conns.values() {
             out.close(close::GOING_AWAY, SHUTDOWN_REASON);
         }
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        let conns = self.conns.lock().expect("open connections lock");
+        let mut stats = QueueStats {
+            connections: conns.len(),
+            ..QueueStats::default()
+        };
+        for out in conns.values() {
+            let queued = out.queued_bytes();
+            stats.queued_bytes += queued;
+            stats.max_queued_bytes = stats.max_queued_bytes.max(queued);
+        }
+        stats
     }
 }
 
@@ -211,7 +245,8 @@ impl Conn {
                     } else {
                         self.ping_sent = true;
                         idle.as_mut().reset(Instant::now() + idle_timeout);
-                        match self.stream.write_all(&server_frame(OpCode::Ping, b"")).await {
+                        let ping = server_frame(OpCode::Ping, b"");
+                        match unless_stalled(idle_timeout, self.stream.write_all(&ping)).await {
                             Ok(()) => Flow::Continue,
                             Err(_) => Flow::Done,
                         }
@@ -325,7 +360,11 @@ impl Conn {
             Mode::Guest(g, _) => g.end_of_read(),
             Mode::Echo(_) => {}
         }
-        if self.out.flush(&mut self.stream, buf).await.is_err() {
+        let stall_limit = self.env.limits.idle_timeout;
+        if unless_stalled(stall_limit, self.out.flush(&mut self.stream, buf))
+            .await
+            .is_err()
+        {
             return Flow::Done;
         }
         // Keep what the decoder could not use yet at the front of the buffer.
@@ -358,11 +397,13 @@ impl Conn {
             }
         }
         let total: usize = frames.iter().map(|f| f.len()).sum();
+        let stall_limit = self.env.limits.idle_timeout;
         let written = if let [one] = frames.as_slice() {
-            self.stream.write_all(one).await
+            unless_stalled(stall_limit, self.stream.write_all(one)).await
         } else {
             let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
-            super::buffer::write_all_vectored(&mut self.stream, &mut slices).await
+            let write = super::buffer::write_all_vectored(&mut self.stream, &mut slices);
+            unless_stalled(stall_limit, write).await
         };
         self.outbound.written(total);
         match (written, closing) {
@@ -375,9 +416,8 @@ impl Conn {
     /// Sends a close frame, then reads until the client's close (or EOF, or
     /// the linger time) so the client sees a clean close (RFC 6455 §7.1.1).
     async fn close_and_linger(&mut self, code: u16, reason: &str) {
-        if self
-            .stream
-            .write_all(&close_frame(code, reason))
+        let frame = close_frame(code, reason);
+        if unless_stalled(CLOSE_LINGER, self.stream.write_all(&frame))
             .await
             .is_err()
         {
@@ -447,6 +487,29 @@ fn read_drained(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
     match result {
         Err(e) if e.kind() == ErrorKind::WouldBlock && got > 0 => Ok(got),
         other => other,
+    }
+}
+
+/// Runs a write; if the client leaves it blocked (its receive window full)
+/// for `limit`, gives up with `TimedOut` so the connection is dropped: a
+/// client that stops reading holds its socket and buffer only that long.
+/// The timer is set only once the write has had to wait, so the usual write
+/// that completes at once costs none.
+async fn unless_stalled<F>(limit: Duration, write: F) -> std::io::Result<()>
+where
+    F: std::future::Future<Output = std::io::Result<()>>,
+{
+    let mut write = std::pin::pin!(write);
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(write.as_mut().poll(cx))).await;
+    match first {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => match tokio::time::timeout(limit, write).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::debug!(?limit, "client stopped reading; dropping the connection");
+                Err(ErrorKind::TimedOut.into())
+            }
+        },
     }
 }
 

@@ -81,6 +81,11 @@ impl Outbound {
         self.gone.load(Ordering::Acquire)
     }
 
+    /// Bytes queued and not yet written.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
     /// More than the budget is queued: producers should stop reading.
     pub fn over_budget(&self) -> bool {
         self.queued.load(Ordering::Relaxed) > self.budget

@@ -1,0 +1,246 @@
+//! Abusive clients, each with a bounded outcome (README "What bad input
+//! gets"): slow handshakes, clients that never read, floods, endless and
+//! oversized messages. Memory bounds are asserted on the gateway's own
+//! accounting (`/metrics`), not on timing.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{timeout, Instant};
+use weir::config::Config;
+
+const UPGRADE: &str = "GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                       Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+/// The `/metrics` scrape is itself one open TCP connection.
+const SCRAPER: u64 = 1;
+
+/// The receive buffer a connection holds while a frame is in flight.
+const SMALL_BUF: u64 = weir::reactor::buffer::READ_BUF_BYTES as u64;
+
+fn one_worker() -> Config {
+    let mut config = Config::builtin_default();
+    config.server.workers = 1;
+    config
+}
+
+/// Reads until the gateway closes the connection; returns how long it took.
+/// Panics if it stays open past `limit` or if anything but EOF/reset arrives
+/// with data that looks like an HTTP response to the (unfinished) request.
+async fn dropped_within(stream: &mut TcpStream, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    loop {
+        match timeout(limit, stream.read(&mut buf)).await {
+            Err(_) => panic!("connection still open after {limit:?}"),
+            Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
+            Ok(Ok(n)) => panic!(
+                "unexpected answer: {:?}",
+                String::from_utf8_lossy(&buf[..n])
+            ),
+        }
+    }
+}
+
+/// Slowloris: a request head sent one byte at a time, one never finished,
+/// one never started and a keep-alive connection left idle are each dropped
+/// once `handshake_timeout` has passed since the head began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_handshakes_are_dropped_after_the_handshake_timeout() {
+    let mut config = one_worker();
+    config.server.handshake_timeout = Duration::from_millis(400);
+    let gw = Gateway::start(config);
+    let limit = Duration::from_secs(5);
+
+    // One byte every 50 ms: the whole head would take ~8 s.
+    let mut trickle = TcpStream::connect(gw.addr).await.unwrap();
+    let started = Instant::now();
+    let dripper = {
+        let (mut rd, mut wr) = trickle.into_split();
+        let drip = tokio::spawn(async move {
+            for byte in UPGRADE.bytes() {
+                if wr.write_all(&[byte]).await.is_err() {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            true
+        });
+        let mut buf = [0u8; 256];
+        let ended = timeout(limit, rd.read(&mut buf)).await;
+        assert!(
+            matches!(ended, Ok(Ok(0)) | Ok(Err(_))),
+            "trickled head was answered: {ended:?}"
+        );
+        drip
+    };
+    assert!(started.elapsed() < limit);
+    assert!(
+        !dripper.await.unwrap(),
+        "the whole head got through before the timeout"
+    );
+
+    // Half a head, then nothing.
+    trickle = TcpStream::connect(gw.addr).await.unwrap();
+    trickle.write_all(&UPGRADE.as_bytes()[..40]).await.unwrap();
+    dropped_within(&mut trickle, limit).await;
+
+    // Nothing at all.
+    let mut silent = TcpStream::connect(gw.addr).await.unwrap();
+    dropped_within(&mut silent, limit).await;
+
+    // A finished request, then an idle keep-alive connection.
+    let mut idle = TcpStream::connect(gw.addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 128];
+    let n = timeout(limit, idle.read(&mut head)).await.unwrap().unwrap();
+    assert!(head[..n].starts_with(b"HTTP/1.1 200"));
+    dropped_within(&mut idle, limit).await;
+
+    await_metric(gw.addr, "weir_tcp_connections", SCRAPER).await;
+    gw.stop();
+}
+
+/// A numbered binary message: its sequence number, then a fill byte.
+fn numbered(seq: u32, len: usize) -> Vec<u8> {
+    let mut payload = vec![(seq % 251) as u8; len];
+    payload[..4].copy_from_slice(&seq.to_be_bytes());
+    payload
+}
+
+fn check_numbered(seq: u32, first: u8, payload: &[u8], len: usize) {
+    assert_eq!(first, 0x82, "message {seq}: opcode");
+    assert_eq!(payload.len(), len, "message {seq}: length");
+    let got = u32::from_be_bytes(payload[..4].try_into().unwrap());
+    assert_eq!(got, seq, "messages lost or out of order");
+    assert!(
+        payload[4..].iter().all(|&x| x == (seq % 251) as u8),
+        "message {seq}: content"
+    );
+}
+
+/// Writes `count` numbered messages on its own task; `progress` counts the
+/// ones handed to the kernel whole.
+fn spawn_writer(
+    raw: &Raw,
+    count: u32,
+    len: usize,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicU32>,
+    tokio::task::JoinHandle<()>,
+) {
+    use std::sync::atomic::Ordering;
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counter = progress.clone();
+    let mut wr = second_handle(&raw.stream);
+    let task = tokio::spawn(async move {
+        for seq in 0..count {
+            let wire = frame(0x82, &numbered(seq, len));
+            wr.write_all(&wire).await.expect("write");
+            counter.store(seq + 1, Ordering::Release);
+        }
+        // Keep the write half (and so the connection) open until dropped.
+        std::future::pending::<()>().await;
+    });
+    (progress, task)
+}
+
+/// A second handle on the same socket (a dup'd descriptor), so one task can
+/// write while the test reads through `Raw`.
+fn second_handle(stream: &TcpStream) -> TcpStream {
+    use std::os::fd::AsFd;
+    let fd = stream.as_fd().try_clone_to_owned().unwrap();
+    let std = std::net::TcpStream::from(fd);
+    std.set_nonblocking(true).unwrap();
+    TcpStream::from_std(std).unwrap()
+}
+
+/// Waits until `progress` stops moving for a while: the gateway stopped
+/// reading. Panics if everything was written (no backpressure at all).
+async fn await_stall(progress: &std::sync::atomic::AtomicU32, count: u32) -> u32 {
+    use std::sync::atomic::Ordering;
+    let deadline = Instant::now() + STEP;
+    let mut last = u32::MAX;
+    loop {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let now = progress.load(Ordering::Acquire);
+        assert!(
+            now < count,
+            "all {count} messages were read without a reader"
+        );
+        if now == last {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "writer never stalled");
+        last = now;
+    }
+}
+
+/// Reads `count` numbered messages in order.
+async fn read_numbered(rd: &mut Raw, count: u32, len: usize) {
+    for seq in 0..count {
+        let (first, payload) = rd.next_frame().await.expect("a message");
+        check_numbered(seq, first, &payload, len);
+    }
+}
+
+/// A relay partner that never reads: the sender is paused once the partner's
+/// queue is over `outbound_budget` (it never holds more than the budget plus
+/// one message); when the partner reads, every message arrives, in order,
+/// byte for byte, and the sender is read from again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_partner_that_never_reads_is_held_to_its_budget() {
+    const BUDGET: usize = 256 << 10;
+    const LEN: usize = 16 << 10;
+    const COUNT: u32 = 4096; // 64 MiB: far more than budget and socket buffers
+    let mut config = one_worker();
+    for route in &mut config.routes {
+        route.limits.outbound_budget = BUDGET;
+    }
+    let gw = Gateway::start(config);
+    let a = Raw::connect(gw.addr, "/relay").await;
+    let mut b = Raw::connect(gw.addr, "/relay").await;
+    let (progress, writer) = spawn_writer(&a, COUNT, LEN);
+
+    let stalled_at = await_stall(&progress, COUNT).await;
+    let queued = metric(gw.addr, "weir_outbound_queued_bytes_max").await;
+    assert!(
+        queued <= (BUDGET + LEN + 14) as u64,
+        "{queued} bytes queued for a partner with a {BUDGET}-byte budget"
+    );
+    let held = metric(gw.addr, "weir_receive_buffer_bytes_held").await;
+    assert!(
+        held <= 2 * SMALL_BUF,
+        "{held} bytes of receive buffers held"
+    );
+    assert!(stalled_at > 0);
+
+    read_numbered(&mut b, COUNT, LEN).await;
+    writer.abort();
+    gw.stop();
+}
+
+/// An echo client that never reads its replies is no longer read from; the
+/// gateway holds at most one receive buffer for it and queues nothing. When
+/// it reads, every reply arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echo_client_that_never_reads_holds_one_buffer() {
+    const LEN: usize = 16 << 10;
+    const COUNT: u32 = 4096;
+    let gw = Gateway::start(one_worker());
+    let mut c = Raw::connect(gw.addr, "/echo").await;
+    let (progress, writer) = spawn_writer(&c, COUNT, LEN);
+    await_stall(&progress, COUNT).await;
+    assert_eq!(metric(gw.addr, "weir_outbound_queued_bytes").await, 0);
+    let held = metric(gw.addr, "weir_receive_buffer_bytes_held").await;
+    assert!(held <= SMALL_BUF, "{held} bytes of receive buffers held");
+
+    read_numbered(&mut c, COUNT, LEN).await;
+    writer.abort();
+    gw.stop();
+}
