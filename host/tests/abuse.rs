@@ -244,3 +244,131 @@ async fn an_echo_client_that_never_reads_holds_one_buffer() {
     writer.abort();
     gw.stop();
 }
+
+/// A flood of tiny frames and pings, sent as fast as the socket takes them
+/// while a slower reader drains the replies: every message is echoed and
+/// every ping answered, in order, and the receive buffers held stay within
+/// one per connection throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_of_tiny_frames_and_pings_are_served_in_bounded_memory() {
+    const ROUNDS: u32 = 50_000;
+    let gw = Gateway::start(one_worker());
+    let mut c = Raw::connect(gw.addr, "/echo").await;
+    let mut wr = second_handle(&c.stream);
+    let writer = tokio::spawn(async move {
+        // Each round: a 1-byte text frame and a ping carrying the round number.
+        let mut batch = Vec::new();
+        for round in 0..ROUNDS {
+            batch.extend(frame(0x81, b"x"));
+            batch.extend(frame(0x89, &round.to_be_bytes()));
+            if batch.len() > 16 << 10 {
+                wr.write_all(&batch).await.expect("write");
+                batch.clear();
+            }
+        }
+        wr.write_all(&batch).await.expect("write");
+        wr
+    });
+    let addr = gw.addr;
+    let watcher = tokio::spawn(async move {
+        let mut peak = 0;
+        for _ in 0..20 {
+            peak = peak.max(metric(addr, "weir_receive_buffer_bytes_held").await);
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        peak
+    });
+    for round in 0..ROUNDS {
+        let (first, payload) = c.next_frame().await.expect("echo");
+        assert_eq!(
+            (first, payload.as_slice()),
+            (0x81, &b"x"[..]),
+            "round {round}"
+        );
+        let (first, payload) = c.next_frame().await.expect("pong");
+        assert_eq!(first, 0x8A, "round {round}: a pong");
+        assert_eq!(payload, round.to_be_bytes(), "pong for the wrong ping");
+        if round % 1000 == 0 {
+            // A slow reader: the flood backs up into the kernel buffers.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let _wr = writer.await.unwrap();
+    let peak = watcher.await.unwrap();
+    assert!(peak <= SMALL_BUF, "{peak} bytes of receive buffers held");
+    assert_eq!(metric(gw.addr, "weir_outbound_queued_bytes").await, 0);
+    gw.stop();
+}
+
+/// A message declared larger than `max_message` gets 1009 before any of its
+/// payload is sent (so none was buffered); so does a fragment whose length
+/// would take the message past the limit, and a fragmented message that
+/// never ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_and_endless_messages_get_1009_before_buffering() {
+    const MAX: usize = 64 << 10;
+    let mut config = one_worker();
+    for route in &mut config.routes {
+        route.limits.max_message = MAX;
+    }
+    let gw = Gateway::start(config);
+
+    // A header declaring 1 GiB, and no payload at all.
+    let mut c = Raw::connect(gw.addr, "/echo").await;
+    let mut header = vec![0x82, 0x80 | 127];
+    header.extend((1u64 << 30).to_be_bytes());
+    header.extend(KEY);
+    c.send(&header).await;
+    assert_eq!(c.close_code().await, Some(1009));
+
+    // 60 KiB in a first fragment, then a continuation header for 8 KiB more.
+    let mut c = Raw::connect(gw.addr, "/echo").await;
+    c.send(&frame(0x02, &vec![1; 60 << 10])).await;
+    let mut header = vec![0x80, 0x80 | 126];
+    header.extend((8u16 << 10).to_be_bytes());
+    header.extend(KEY);
+    c.send(&header).await;
+    assert_eq!(c.close_code().await, Some(1009));
+
+    // Fragments that never end: the close comes once they pass MAX, while
+    // the writer is still sending (it would go on for 1 GiB).
+    let mut c = Raw::connect(gw.addr, "/echo").await;
+    let mut wr = second_handle(&c.stream);
+    let writer = tokio::spawn(async move {
+        let _ = wr.write_all(&frame(0x01, b"start")).await;
+        let piece = frame(0x00, &[b'a'; 1024]);
+        for _ in 0..(1 << 20) {
+            if wr.write_all(&piece).await.is_err() {
+                return;
+            }
+        }
+        panic!("1 GiB of fragments were accepted");
+    });
+    assert_eq!(c.close_code().await, Some(1009));
+    drop(c);
+    timeout(STEP, writer).await.unwrap().unwrap();
+    await_metric(gw.addr, "weir_websocket_connections", 0).await;
+    assert_eq!(metric(gw.addr, "weir_receive_buffer_bytes_held").await, 0);
+    gw.stop();
+}
+
+/// A client that leaves the gateway's writes blocked (it never reads) is
+/// dropped once a write has waited `idle_timeout`, so it cannot hold a
+/// connection and its buffer forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_dropped_after_the_idle_timeout() {
+    let mut config = one_worker();
+    for route in &mut config.routes {
+        route.limits.idle_timeout = Duration::from_millis(500);
+    }
+    let gw = Gateway::start(config);
+    let c = Raw::connect(gw.addr, "/echo").await;
+    let (progress, writer) = spawn_writer(&c, 1 << 16, 16 << 10);
+    await_stall(&progress, 1 << 16).await;
+    // Stalled: the connection goes away without the client reading a byte.
+    await_metric(gw.addr, "weir_websocket_connections", 0).await;
+    await_metric(gw.addr, "weir_receive_buffer_bytes_held", 0).await;
+    writer.abort();
+    drop(c);
+    gw.stop();
+}
