@@ -426,9 +426,12 @@ async fn serve_http(stream: TcpStream, peer: SocketAddr, worker: Rc<Worker>, mut
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     tokio::pin!(http);
+    // A connection accepted while draining is answered 503 and closed by
+    // its response; only ones open before the drain need closing here.
+    let accepted_while_draining = *stop.borrow_and_update();
     let ended = tokio::select! {
         ended = http.as_mut() => ended,
-        _ = stop.wait_for(|stop| *stop) => {
+        _ = stop.wait_for(|stop| *stop), if !accepted_while_draining => {
             http.as_mut().graceful_shutdown();
             http.await
         }
