@@ -35,6 +35,9 @@ pub struct Outbound {
     drained: Notify,
     budget: usize,
     gone: AtomicBool,
+    /// A close is queued: later ones are dropped (a publisher would
+    /// otherwise queue one per message to a subscriber that stopped reading).
+    closing: AtomicBool,
 }
 
 impl Outbound {
@@ -47,6 +50,7 @@ impl Outbound {
             drained: Notify::new(),
             budget,
             gone: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
         }
     }
 
@@ -73,8 +77,11 @@ impl Outbound {
         true
     }
 
+    /// Queues a close after what is already queued; only the first counts.
     pub fn close(&self, code: u16, reason: &str) {
-        self.push(OutMsg::Close(code, reason.to_string()));
+        if !self.closing.swap(true, Ordering::AcqRel) {
+            self.push(OutMsg::Close(code, reason.to_string()));
+        }
     }
 
     pub fn is_closed(&self) -> bool {
@@ -146,5 +153,25 @@ impl Outbound {
             }
             notified.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A subscriber that stopped reading is asked to close once per publish;
+    /// its queue must not grow by a close message each time.
+    #[test]
+    fn only_the_first_close_is_queued() {
+        let out = Outbound::new(10);
+        assert!(out.send(Bytes::from_static(b"0123456789ab")));
+        assert!(out.over_budget());
+        for _ in 0..1000 {
+            out.close(1008, "subscriber too slow");
+        }
+        assert!(matches!(out.try_recv(), Some(OutMsg::Frames(_))));
+        assert!(matches!(out.try_recv(), Some(OutMsg::Close(1008, _))));
+        assert!(out.try_recv().is_none());
     }
 }
