@@ -28,20 +28,17 @@ fn one_worker() -> Config {
 }
 
 /// Reads until the gateway closes the connection; returns how long it took.
-/// Panics if it stays open past `limit` or if anything but EOF/reset arrives
-/// with data that looks like an HTTP response to the (unfinished) request.
+/// Panics if it stays open past `limit` or if any answer arrives.
 async fn dropped_within(stream: &mut TcpStream, limit: Duration) -> Duration {
     let started = Instant::now();
     let mut buf = [0u8; 1024];
-    loop {
-        match timeout(limit, stream.read(&mut buf)).await {
-            Err(_) => panic!("connection still open after {limit:?}"),
-            Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
-            Ok(Ok(n)) => panic!(
-                "unexpected answer: {:?}",
-                String::from_utf8_lossy(&buf[..n])
-            ),
-        }
+    match timeout(limit, stream.read(&mut buf)).await {
+        Err(_) => panic!("connection still open after {limit:?}"),
+        Ok(Ok(0)) | Ok(Err(_)) => started.elapsed(),
+        Ok(Ok(n)) => panic!(
+            "unexpected answer: {:?}",
+            String::from_utf8_lossy(&buf[..n])
+        ),
     }
 }
 
@@ -370,5 +367,39 @@ async fn a_client_that_never_reads_is_dropped_after_the_idle_timeout() {
     await_metric(gw.addr, "weir_receive_buffer_bytes_held", 0).await;
     writer.abort();
     drop(c);
+    gw.stop();
+}
+
+/// Past `max_connections_per_ip`, one address gets 503 with Retry-After
+/// while another address is still served (127.0.0.2 is loopback too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_ip_connection_limit_answers_503_to_that_address_only() {
+    let mut config = one_worker();
+    config.server.max_connections_per_ip = 2;
+    let gw = Gateway::start(config);
+    let _a = Raw::connect(gw.addr, "/echo").await;
+    let _b = Raw::connect(gw.addr, "/echo").await;
+    let mut refused = TcpStream::connect(gw.addr).await.unwrap();
+    refused.write_all(UPGRADE.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    timeout(STEP, refused.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 503"), "{answer}");
+    assert!(answer.contains("\r\nretry-after: "), "{answer}");
+    // From another address: served.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut other = socket.connect(gw.addr).await.unwrap();
+    other.write_all(UPGRADE.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    timeout(STEP, other.read_exact(&mut head))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&head, b"HTTP/1.1 101");
+    assert_eq!(metric(gw.addr, "weir_refused_over_limit_total").await, 1);
     gw.stop();
 }
