@@ -106,14 +106,14 @@ native = "relay"
     let [echo, chat, files] = &config.routes[..] else {
         panic!("expected three routes, got {:?}", config.routes);
     };
-    assert_eq!((echo.path.as_str(), echo.line), ("/echo", 14));
+    assert_eq!((echo.path.as_str(), echo.line), ("/echo", 15));
     assert_eq!(echo.behaviour, Behaviour::Native(NativeKind::Echo));
     // A route override replaces one key; the others come from [server].
     assert_eq!(echo.limits.max_message, 1024);
     assert_eq!(echo.limits.outbound_budget, 1 << 20);
     assert_eq!(echo.limits.subprotocols, server.limits.subprotocols);
 
-    assert_eq!((chat.path.as_str(), chat.line), ("/rooms/{room}", 19));
+    assert_eq!((chat.path.as_str(), chat.line), ("/rooms/{room}", 20));
     let mut env = BTreeMap::new();
     env.insert("MODE".to_string(), "test".to_string());
     env.insert("WEIR_AUTH_TOKEN".to_string(), "let-me-in".to_string());
@@ -135,7 +135,7 @@ native = "relay"
     assert_eq!(chat.limits.max_message, 16 << 20);
 
     // The file's `/files/*` is matchit's catch-all.
-    assert_eq!((files.path.as_str(), files.line), ("/files/{*rest}", 32));
+    assert_eq!((files.path.as_str(), files.line), ("/files/{*rest}", 33));
     assert_eq!(files.behaviour, Behaviour::Native(NativeKind::Relay));
 }
 
