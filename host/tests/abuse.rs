@@ -403,3 +403,66 @@ async fn per_ip_connection_limit_answers_503_to_that_address_only() {
     assert_eq!(metric(gw.addr, "weir_refused_over_limit_total").await, 1);
     gw.stop();
 }
+
+/// Relay partners write straight into each other's sockets; when a socket
+/// fills mid-frame the rest is queued, and the receiver's own pongs must
+/// still land between frames, never inside one. Several pairs on two
+/// workers, large frames (so writes are cut short), pings all the while,
+/// and a slow reader: every frame arrives whole, in order, and every ping
+/// gets its pong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_frames_stay_whole_around_pongs_when_writes_are_cut_short() {
+    const LEN: usize = 60 << 10;
+    const COUNT: u32 = 150; // ~9 MiB per pair: past the socket buffers
+    let mut config = Config::builtin_default();
+    config.server.workers = 2;
+    let gw = Gateway::start(config);
+    let mut pairs = Vec::new();
+    for _ in 0..4 {
+        let a = Raw::connect(gw.addr, "/relay").await;
+        let b = Raw::connect(gw.addr, "/relay").await;
+        pairs.push((a, b));
+    }
+    let mut tasks = Vec::new();
+    for (a, mut b) in pairs {
+        let (_progress, writer) = spawn_writer(&a, COUNT, LEN);
+        let mut pinger = second_handle(&b.stream);
+        tasks.push(tokio::spawn(async move {
+            let mut pings_sent = 0u32;
+            let mut pongs = 0u32;
+            let mut seq = 0u32;
+            while seq < COUNT {
+                if pings_sent < 200 {
+                    pinger
+                        .write_all(&frame(0x89, &pings_sent.to_be_bytes()))
+                        .await
+                        .unwrap();
+                    pings_sent += 1;
+                }
+                let (first, payload) = b.next_frame().await.expect("a frame");
+                if first == 0x8A {
+                    assert_eq!(payload, pongs.to_be_bytes(), "pong out of order");
+                    pongs += 1;
+                    continue;
+                }
+                check_numbered(seq, first, &payload, LEN);
+                seq += 1;
+                if seq.is_multiple_of(4) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            while pongs < pings_sent {
+                let (first, payload) = b.next_frame().await.expect("a pong");
+                assert_eq!(first, 0x8A);
+                assert_eq!(payload, pongs.to_be_bytes());
+                pongs += 1;
+            }
+            writer.abort();
+            drop(a);
+        }));
+    }
+    for t in tasks {
+        timeout(STEP * 2, t).await.expect("pair timed out").unwrap();
+    }
+    gw.stop();
+}

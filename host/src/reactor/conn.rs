@@ -214,6 +214,10 @@ impl Conn {
                     Err(flow) => return flow,
                 },
             }
+            // The partner writes its messages straight into this socket.
+            // `Drop for Conn` ends that before the socket closes.
+            use std::os::fd::AsRawFd;
+            self.outbound.enable_direct(self.stream.as_raw_fd());
         }
         let idle_timeout = self.env.limits.idle_timeout;
         let idle = tokio::time::sleep(idle_timeout);
@@ -229,7 +233,7 @@ impl Conn {
             let blocked = blocker.is_some();
             let flow = tokio::select! {
                 biased;
-                msg = self.outbound.recv() => self.deliver(msg).await,
+                _ = self.outbound.ready() => self.deliver().await,
                 _ = wait_drained(blocker.as_deref()), if blocked => Flow::Continue,
                 ready = self.stream.readable(), if !blocked => match ready {
                     Ok(()) => self.read(mode).await,
@@ -246,7 +250,7 @@ impl Conn {
                         self.ping_sent = true;
                         idle.as_mut().reset(Instant::now() + idle_timeout);
                         let ping = server_frame(OpCode::Ping, b"");
-                        match unless_stalled(idle_timeout, self.stream.write_all(&ping)).await {
+                        match self.write_own(&ping, idle_timeout).await {
                             Ok(()) => Flow::Continue,
                             Err(_) => Flow::Done,
                         }
@@ -272,8 +276,8 @@ impl Conn {
                 partner = &mut paired => {
                     return partner.map_err(|_| Flow::Done);
                 }
-                msg = self.outbound.recv() => {
-                    if let flow @ (Flow::Done | Flow::Close(..)) = self.deliver(msg).await {
+                _ = self.outbound.ready() => {
+                    if let flow @ (Flow::Done | Flow::Close(..)) = self.deliver().await {
                         return Err(flow);
                     }
                 }
@@ -361,10 +365,23 @@ impl Conn {
             Mode::Echo(_) => {}
         }
         let stall_limit = self.env.limits.idle_timeout;
-        if unless_stalled(stall_limit, self.out.flush(&mut self.stream, buf))
-            .await
-            .is_err()
-        {
+        let written = if self.outbound.direct() && !self.out.is_empty() {
+            // The relay partner may be writing into this socket too: take
+            // the turn, and finish a frame it began first.
+            let _turn = self.outbound.write_turn();
+            let mut result = Ok(());
+            if let Some(rest) = self.outbound.take_remainder() {
+                result = unless_stalled(stall_limit, self.stream.write_all(&rest)).await;
+                self.outbound.written(rest.len());
+            }
+            if result.is_ok() {
+                result = unless_stalled(stall_limit, self.out.flush(&mut self.stream, buf)).await;
+            }
+            result
+        } else {
+            unless_stalled(stall_limit, self.out.flush(&mut self.stream, buf)).await
+        };
+        if written.is_err() {
             return Flow::Done;
         }
         // Keep what the decoder could not use yet at the front of the buffer.
@@ -380,11 +397,19 @@ impl Conn {
     }
 
     /// Writes frames other connections or the guest queued for this one.
-    async fn deliver(&mut self, first: OutMsg) -> Flow {
+    async fn deliver(&mut self) -> Flow {
+        // Messages are taken under the write turn, so a direct write from
+        // the relay partner cannot overtake them.
+        let _turn = self.outbound.direct().then(|| self.outbound.write_turn());
+        self.outbound.clear_remainder();
         let mut frames = Vec::new();
         let mut closing = None;
-        let mut next = Some(first);
-        while let Some(msg) = next.take() {
+        let mut taken = 0;
+        while frames.len() < OUTBOUND_BATCH {
+            let Some(msg) = self.outbound.try_recv() else {
+                break;
+            };
+            taken += 1;
             match msg {
                 OutMsg::Frames(f) => frames.push(f),
                 OutMsg::Close(code, reason) => {
@@ -392,20 +417,20 @@ impl Conn {
                     break;
                 }
             }
-            if frames.len() < OUTBOUND_BATCH {
-                next = self.outbound.try_recv();
-            }
         }
         let total: usize = frames.iter().map(|f| f.len()).sum();
         let stall_limit = self.env.limits.idle_timeout;
-        let written = if let [one] = frames.as_slice() {
-            unless_stalled(stall_limit, self.stream.write_all(one)).await
-        } else {
-            let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
-            let write = super::buffer::write_all_vectored(&mut self.stream, &mut slices);
-            unless_stalled(stall_limit, write).await
+        let written = match frames.as_slice() {
+            [] => Ok(()),
+            [one] => unless_stalled(stall_limit, self.stream.write_all(one)).await,
+            _ => {
+                let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
+                let write = super::buffer::write_all_vectored(&mut self.stream, &mut slices);
+                unless_stalled(stall_limit, write).await
+            }
         };
         self.outbound.written(total);
+        self.outbound.delivered(taken);
         match (written, closing) {
             (Err(_), _) => Flow::Done,
             (Ok(()), Some(flow)) => flow,
@@ -413,14 +438,24 @@ impl Conn {
         }
     }
 
+    /// Writes bytes of the connection's own (a ping) to its socket, taking
+    /// the write turn when the relay partner may write too.
+    async fn write_own(&mut self, bytes: &[u8], stall_limit: Duration) -> std::io::Result<()> {
+        let _turn = self.outbound.direct().then(|| self.outbound.write_turn());
+        if let Some(rest) = self.outbound.take_remainder() {
+            unless_stalled(stall_limit, self.stream.write_all(&rest)).await?;
+            self.outbound.written(rest.len());
+        }
+        unless_stalled(stall_limit, self.stream.write_all(bytes)).await
+    }
+
     /// Sends a close frame, then reads until the client's close (or EOF, or
     /// the linger time) so the client sees a clean close (RFC 6455 §7.1.1).
     async fn close_and_linger(&mut self, code: u16, reason: &str) {
+        // No direct writes after the close frame.
+        self.outbound.end_direct();
         let frame = close_frame(code, reason);
-        if unless_stalled(CLOSE_LINGER, self.stream.write_all(&frame))
-            .await
-            .is_err()
-        {
+        if self.write_own(&frame, CLOSE_LINGER).await.is_err() {
             return;
         }
         if !self.decoder.peer_closed() {
@@ -458,6 +493,14 @@ impl Conn {
             self.start = HEADROOM_BYTES;
             self.end = HEADROOM_BYTES + left;
         }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // Before the socket closes: its descriptor number could be reused
+        // by another connection while the relay partner still writes to it.
+        self.outbound.end_direct();
     }
 }
 
