@@ -214,8 +214,11 @@ impl Conn {
                     Err(flow) => return flow,
                 },
             }
-            // The partner writes its messages straight into this socket.
-            // `Drop for Conn` ends that before the socket closes.
+        }
+        if matches!(mode, Mode::Relay(..) | Mode::Guest(..)) {
+            // The relay partner or the guest runner writes its messages
+            // straight into this socket when it can. `Drop for Conn` ends
+            // that before the socket closes.
             use std::os::fd::AsRawFd;
             self.outbound.enable_direct(self.stream.as_raw_fd());
         }

@@ -4,11 +4,11 @@
 //! producers can wait, and allocates nothing until something is queued, so
 //! an idle connection pays for it only a few words.
 //!
-//! A relay connection also lets its partner write straight into its socket
-//! (`send_direct`) when nothing is queued and nobody is writing: the partner
-//! saves the queue, the wake-up of this connection's task and its turn
-//! through the loop — most of the user-space cost of forwarding a small
-//! message. Whoever writes to the socket holds the write turn; a partial
+//! A relay or guest connection also lets its producer (the relay partner,
+//! the guest runner) write straight into its socket (`send_direct`) when
+//! nothing is queued and nobody is writing: that saves the queue, the
+//! wake-up of this connection's task and its turn through the loop — most
+//! of the user-space cost of forwarding a small message. Whoever writes to the socket holds the write turn; a partial
 //! direct write leaves its remainder at the head of the queue, and the
 //! consumer writes queued bytes before any of its own.
 
