@@ -28,9 +28,9 @@ def write(target, name, data):
         f.write(data)
 
 
-# frame_stream: [mode, size, max_message, n, chunks..., wire]
-def stream(name, wire, mode=0, size=0, max_message=255, chunks=()):
-    write("frame_stream", name, bytes([mode, size, max_message, len(chunks), *chunks]) + wire)
+# frame_stream: [mode, size, max_message, junk, n, chunks..., wire]
+def stream(name, wire, mode=0, size=0, max_message=255, chunks=(), junk=0xA5):
+    write("frame_stream", name, bytes([mode, size, max_message, junk, len(chunks), *chunks]) + wire)
 
 stream("text_hello", frame(1, b"Hello"))
 stream("text_hello_bytewise", frame(1, b"Hello"), chunks=[0])

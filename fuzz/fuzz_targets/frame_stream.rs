@@ -13,12 +13,13 @@
 //! `parse_client_header` is also checked directly against the reference
 //! header parser on every prefix of the stream's first header.
 //!
-//! Input: `[mode, size, max_message, n, chunk_1 .. chunk_n, wire ...]`:
+//! Input: `[mode, size, max_message, junk, n, chunk_1 .. chunk_n, wire ...]`:
 //! - `mode % 3`: 0 = the shipped buffer sizes; 1 = the same layout scaled
 //!   down (payload room `125 + 4 * size`, so frames stream at fuzz sizes);
 //!   2 = one buffer big enough for everything and any `stream_above`
 //!   (`size`), the decoder's API without the loop's sizing.
 //! - `max_message`: 255 = the default 32 MiB, else `8 * max_message` bytes.
+//! - `junk`: what a fresh buffer holds (pooled buffers keep old bytes).
 //! - reads take `chunk_i + 1` bytes in turn (cycling); `n % 16 == 0` means
 //!   each read takes all it can.
 #![no_main]
@@ -56,12 +57,14 @@ struct Params {
     large: usize,
     stream_above: usize,
     max_message: usize,
+    /// The bytes a buffer from the pool holds before a read fills it.
+    junk: u8,
     /// Read sizes, used in turn; empty = read all that fits.
     chunks: Vec<usize>,
 }
 
 fn params(data: &[u8]) -> Option<(Params, &[u8])> {
-    let [mode, size, max, n, rest @ ..] = data else {
+    let [mode, size, max, junk, n, rest @ ..] = data else {
         return None;
     };
     let n = usize::from(n % 16);
@@ -89,6 +92,7 @@ fn params(data: &[u8]) -> Option<(Params, &[u8])> {
     let chunks = chunk_bytes.iter().map(|&c| usize::from(c) + 1).collect();
     Some((
         Params {
+            junk: *junk,
             small,
             large,
             stream_above,
@@ -119,7 +123,9 @@ enum Event {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum End {
     /// The input ran out (the decoder wants more).
-    Eof { mid_frame: bool },
+    Eof {
+        mid_frame: bool,
+    },
     /// A valid close frame: the loop stops reading.
     Closed,
     Failed(ProtocolError),
@@ -147,7 +153,10 @@ impl Recorder {
                 let bytes = &buf[d.payload.clone()];
                 self.payload_bytes += bytes.len();
                 assert!(
-                    matches!(d.opcode, OpCode::Text | OpCode::Binary | OpCode::Continuation),
+                    matches!(
+                        d.opcode,
+                        OpCode::Text | OpCode::Binary | OpCode::Continuation
+                    ),
                     "data piece with opcode {:?}",
                     d.opcode
                 );
@@ -235,7 +244,7 @@ fn feed(wire: &[u8], p: &Params, chunks: &[usize]) -> Outcome {
     while fed < wire.len() {
         let large = d.streamed_remaining() > p.stream_above as u64;
         // Pooled buffers hold old bytes: model that with junk.
-        let b = buf.get_or_insert_with(|| vec![0xA5; if large { p.large } else { p.small }]);
+        let b = buf.get_or_insert_with(|| vec![p.junk; if large { p.large } else { p.small }]);
         let space = b.len() - end;
         assert!(
             space > 0,
@@ -324,7 +333,15 @@ fn same_frames(a: &Outcome, b: &Outcome, what: &str) {
     assert_eq!(a.peer_closed, b.peer_closed, "{what}: peer_closed differs");
     if a.end == End::Failed(ProtocolError::InvalidUtf8) {
         let (mut ea, mut eb) = (a.events.clone(), b.events.clone());
-        let partial = |e: &Event| matches!(e, Event::Frame { complete: false, .. });
+        let partial = |e: &Event| {
+            matches!(
+                e,
+                Event::Frame {
+                    complete: false,
+                    ..
+                }
+            )
+        };
         let pa = ea.last().filter(|e| partial(e)).cloned();
         let pb = eb.last().filter(|e| partial(e)).cloned();
         if pa.is_some() {
@@ -333,13 +350,18 @@ fn same_frames(a: &Outcome, b: &Outcome, what: &str) {
         if pb.is_some() {
             eb.pop();
         }
-        if let (Some(Event::Frame { bytes: x, .. }), Some(Event::Frame { bytes: y, .. })) = (&pa, &pb) {
+        if let (Some(Event::Frame { bytes: x, .. }), Some(Event::Frame { bytes: y, .. })) =
+            (&pa, &pb)
+        {
             let n = x.len().min(y.len());
             assert_eq!(x[..n], y[..n], "{what}: partial frames differ");
         }
         assert_eq!(ea, eb, "{what}: different frames\n{a:#?}\n{b:#?}");
     } else {
-        assert_eq!(a.events, b.events, "{what}: different frames\n{a:#?}\n{b:#?}");
+        assert_eq!(
+            a.events, b.events,
+            "{what}: different frames\n{a:#?}\n{b:#?}"
+        );
     }
 }
 
@@ -483,7 +505,9 @@ fn reference(wire: &[u8], max_message: u64, stream_above: u64) -> Outcome {
         let control = h.opcode >= 8;
         if !control {
             match (&mut message, h.opcode) {
-                (None, 0) => return fail(events, ProtocolError::UnexpectedContinuation, peer_closed),
+                (None, 0) => {
+                    return fail(events, ProtocolError::UnexpectedContinuation, peer_closed)
+                }
                 (Some(_), 1 | 2) => {
                     return fail(events, ProtocolError::ExpectedContinuation, peer_closed)
                 }
@@ -539,7 +563,11 @@ fn reference(wire: &[u8], max_message: u64, stream_above: u64) -> Outcome {
                     _ => {
                         let code = u16::from(bytes[0]) * 256 + u16::from(bytes[1]);
                         if !ref_close_code_ok(code) {
-                            return fail(events, ProtocolError::InvalidCloseCode(code), peer_closed);
+                            return fail(
+                                events,
+                                ProtocolError::InvalidCloseCode(code),
+                                peer_closed,
+                            );
                         }
                         if !ref_utf8_ok(&bytes[2..], false) {
                             return fail(events, ProtocolError::InvalidUtf8, peer_closed);

@@ -58,7 +58,10 @@ fuzz_target!(|input: Input| {
         unmask(&mut pieces[start + at..start + at + n], key, offset + at);
         at += n;
     }
-    assert_eq!(pieces, slow, "in pieces: len {len} start {start} offset {offset}");
+    assert_eq!(
+        pieces, slow,
+        "in pieces: len {len} start {start} offset {offset}"
+    );
 
     // Unmasking twice gives the input back (XOR is an involution).
     unmask(&mut fast[start..start + len], key, offset);

@@ -49,7 +49,11 @@ fuzz_target!(|data: &[u8]| {
         assert!(ref_has_token_lossy(&headers, "connection", "upgrade"));
         let v = headers.get("sec-websocket-version").expect("version");
         assert_eq!(v.as_bytes().trim_ascii(), b"13");
-        let key = headers.get("sec-websocket-key").expect("key").as_bytes().trim_ascii();
+        let key = headers
+            .get("sec-websocket-key")
+            .expect("key")
+            .as_bytes()
+            .trim_ascii();
         assert!(ref_key_ok(key), "accepted key {key:?}");
         assert_eq!(*accept, ref_accept(key), "accept key for {key:?}");
         assert_eq!(*accept, accept_key(key));
@@ -58,7 +62,11 @@ fuzz_target!(|data: &[u8]| {
     for supported in [
         vec![],
         vec!["chat".to_string()],
-        vec!["v2.json".to_string(), "chat".to_string(), "mqtt".to_string()],
+        vec![
+            "v2.json".to_string(),
+            "chat".to_string(),
+            "mqtt".to_string(),
+        ],
     ] {
         let chosen = negotiate_subprotocol(&headers, &supported);
         let offered = ref_offered(&headers);
@@ -96,7 +104,9 @@ fn parse_head(data: &[u8]) -> Option<(Method, Version, HeaderMap)> {
 }
 
 fn visible(value: &[u8]) -> bool {
-    value.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
+    value
+        .iter()
+        .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
 }
 
 /// Whether any `name` header lists `token` (comma-separated, optional
