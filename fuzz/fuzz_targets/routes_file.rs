@@ -266,7 +266,7 @@ fn generate(u: &mut Unstructured) -> Result<String> {
     }
     if u.ratio(1, 8)? {
         // Trailing fuzz bytes as text.
-        let tail = u.take_rest();
+        let tail = u.bytes(u.len())?;
         out.push_str(&String::from_utf8_lossy(tail));
     }
     Ok(out)

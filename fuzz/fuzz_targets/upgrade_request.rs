@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
     let checked = check_request(&method, version, &headers);
     if let Some(expected) = ref_check(&method, version, &headers) {
         assert_eq!(
-            checked.as_ref().map(|_| ()),
+            checked.clone().map(|_| ()),
             expected,
             "check_request on {method} {version:?} {headers:?}"
         );
