@@ -82,8 +82,8 @@ for t in "${TARGETS[@]}"; do
     set -e
     after=$(find "$artifacts" -type f | wc -l)
     crashes=$((after - before))
-    execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$logf" | tail -n 1 | awk '{print $2}')
-    speed=$(grep -o 'stat::average_exec_per_sec: [0-9]*' "$logf" | tail -n 1 | awk '{print $2}')
+    execs=$(awk '/stat::number_of_executed_units:/ {v = $2} END {print v}' "$logf")
+    speed=$(awk '/stat::average_exec_per_sec:/ {v = $2} END {print v}' "$logf")
     # The last status line: "#N  DONE|REDUCE|...  cov: C ft: F corp: U/S ..."
     status=$(grep -E '^#[0-9]+' "$logf" | grep 'cov:' | tail -n 1 || true)
     cov=$(sed -nE 's/.* cov: ([0-9]+).*/\1/p' <<<"$status")
