@@ -145,8 +145,8 @@ impl Decoder {
     ) -> Result<Option<Piece>, ProtocolError> {
         if self.current.is_none() {
             // Noted before the header is checked: an invalid close is a close too.
-            self.peer_closed |= buf
-                .get(*pos)
+            self.peer_closed |= buf[*pos..end]
+                .first()
                 .is_some_and(|b| b & 0x0F == OpCode::Close as u8);
             let Some(header) = parse_client_header(&buf[*pos..end])? else {
                 return Ok(None);
@@ -433,6 +433,23 @@ mod tests {
         assert_eq!(pieces.len(), 1);
         assert_eq!(pieces[0].1, vec![9; 17]);
         assert!(matches!(pieces[0].0, Piece::Ping { .. }));
+    }
+
+    /// Fuzz regression (frame_stream): when a read ended on a frame boundary,
+    /// the byte just past `end` (stale data from an earlier read or a pooled
+    /// buffer) was taken for the next frame's first byte; a stale 0x88 made
+    /// `peer_closed` true, and the server would then skip waiting for the
+    /// client's close after sending its own.
+    #[test]
+    fn fuzz_regression_peer_closed_read_past_end() {
+        let mut buf = frame(true, OpCode::Binary, b"ab");
+        let end = buf.len();
+        buf.push(0x88);
+        let mut d = Decoder::new(1 << 20, 1 << 16);
+        let mut pos = 0;
+        assert!(d.next(&mut buf, &mut pos, end).unwrap().is_some());
+        assert_eq!(d.next(&mut buf, &mut pos, end), Ok(None));
+        assert!(!d.peer_closed());
     }
 
     #[test]
