@@ -79,6 +79,10 @@ pub struct Decoder {
     /// A close frame has started: the client's side of the closing
     /// handshake is done, valid or not.
     peer_closed: bool,
+    /// The first protocol error. The loop keeps decoding after one while it
+    /// waits for the client's close (`Conn::await_close`); every later call
+    /// repeats it instead of decoding from a half-checked frame.
+    failed: Option<ProtocolError>,
 }
 
 impl Decoder {
@@ -91,6 +95,7 @@ impl Decoder {
             message_len: 0,
             utf8: Utf8Validator::default(),
             peer_closed: false,
+            failed: None,
         }
     }
 
@@ -115,8 +120,24 @@ impl Decoder {
 
     /// Decodes the next piece from `buf[*pos..end]`. `Ok(None)` means more
     /// bytes are needed; `buf[*pos..end]` must then be kept, in order, at the
-    /// front of the next read's data.
+    /// front of the next read's data. After an error, every call returns it.
     pub fn next(
+        &mut self,
+        buf: &mut [u8],
+        pos: &mut usize,
+        end: usize,
+    ) -> Result<Option<Piece>, ProtocolError> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        let piece = self.decode(buf, pos, end);
+        if let Err(e) = piece {
+            self.failed = Some(e);
+        }
+        piece
+    }
+
+    fn decode(
         &mut self,
         buf: &mut [u8],
         pos: &mut usize,
@@ -124,8 +145,8 @@ impl Decoder {
     ) -> Result<Option<Piece>, ProtocolError> {
         if self.current.is_none() {
             // Noted before the header is checked: an invalid close is a close too.
-            self.peer_closed |= buf
-                .get(*pos)
+            self.peer_closed |= buf[*pos..end]
+                .first()
                 .is_some_and(|b| b & 0x0F == OpCode::Close as u8);
             let Some(header) = parse_client_header(&buf[*pos..end])? else {
                 return Ok(None);
@@ -133,7 +154,9 @@ impl Decoder {
             self.start_frame(&header)?;
             *pos += header.header_len;
             self.current = Some(Current {
-                streamed: header.payload_len > self.stream_above,
+                // Control frames (at most 125 bytes) always come whole: a
+                // piece of one would be handed out as data.
+                streamed: !header.opcode.is_control() && header.payload_len > self.stream_above,
                 header,
                 emitted: 0,
                 checked: 0,
@@ -363,6 +386,70 @@ mod tests {
             d.next(&mut wire, &mut pos, end),
             Err(ProtocolError::MessageTooBig)
         );
+    }
+
+    /// Fuzz regression (frame_stream): after a protocol error the decoder
+    /// went on decoding. A bad close had already been consumed, so the next
+    /// call parsed the following frame; a text frame failing UTF-8 had been
+    /// unmasked in place but not marked checked, so the next call (the loop
+    /// keeps calling while it waits for the client's close) unmasked it again
+    /// and handed out the re-masked bytes as a valid message.
+    #[test]
+    fn fuzz_regression_decoder_recovers_after_error() {
+        let mut wire = frame(true, OpCode::Close, &[0x03]);
+        wire.extend(frame(true, OpCode::Text, b"after"));
+        let mut d = Decoder::new(1 << 20, 1 << 16);
+        let (mut pos, end) = (0, wire.len());
+        for _ in 0..2 {
+            assert_eq!(
+                d.next(&mut wire, &mut pos, end),
+                Err(ProtocolError::CloseFrameTooShort)
+            );
+        }
+
+        let mut wire = frame(true, OpCode::Text, b"a\xFF");
+        let mut d = Decoder::new(1 << 20, 1 << 16);
+        let (mut pos, end) = (0, wire.len());
+        for _ in 0..2 {
+            assert_eq!(
+                d.next(&mut wire, &mut pos, end),
+                Err(ProtocolError::InvalidUtf8)
+            );
+        }
+    }
+
+    /// Fuzz regression (frame_stream): with `stream_above` under 125 bytes a
+    /// ping that had only partly arrived was streamed like a data frame, and
+    /// the decoder panicked on "data frame opens a message" (or, inside a
+    /// fragmented message, handed the ping's bytes out as message data).
+    #[test]
+    fn fuzz_regression_control_frame_streamed_below_125_bytes() {
+        let wire = frame(true, OpCode::Ping, &[9; 17]);
+        let mut d = Decoder::new(1 << 20, 3);
+        let mut buf = wire[..10].to_vec();
+        let end = buf.len();
+        assert_eq!(d.next(&mut buf, &mut 0, end), Ok(None));
+        let pieces = run(&wire, 5, 3).unwrap();
+        assert_eq!(pieces.len(), 1);
+        assert_eq!(pieces[0].1, vec![9; 17]);
+        assert!(matches!(pieces[0].0, Piece::Ping { .. }));
+    }
+
+    /// Fuzz regression (frame_stream): when a read ended on a frame boundary,
+    /// the byte just past `end` (stale data from an earlier read or a pooled
+    /// buffer) was taken for the next frame's first byte; a stale 0x88 made
+    /// `peer_closed` true, and the server would then skip waiting for the
+    /// client's close after sending its own.
+    #[test]
+    fn fuzz_regression_peer_closed_read_past_end() {
+        let mut buf = frame(true, OpCode::Binary, b"ab");
+        let end = buf.len();
+        buf.push(0x88);
+        let mut d = Decoder::new(1 << 20, 1 << 16);
+        let mut pos = 0;
+        assert!(d.next(&mut buf, &mut pos, end).unwrap().is_some());
+        assert_eq!(d.next(&mut buf, &mut pos, end), Ok(None));
+        assert!(!d.peer_closed());
     }
 
     #[test]
