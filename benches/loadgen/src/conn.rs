@@ -1,10 +1,10 @@
 //! One open WebSocket connection on a non-blocking socket: the opening
 //! handshake, the queue of frames to send (written with one `writev` per
-//! flush, so pipelined frames are coalesced), and the parser + checker for
-//! what comes back.
+//! flush, so pipelined frames are coalesced), the parser + checker for
+//! what comes back, and the closing handshake.
 
 use crate::payload::{Checker, Expect, Source, MASK_KEY};
-use crate::ws::{self, Parser, Rng, OP_PONG};
+use crate::ws::{self, Parser, Rng, OP_CLOSE, OP_PONG};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
@@ -252,6 +252,85 @@ impl Conn {
             Err(e) => {
                 self.dead = Some(format!("write: {e}"));
                 false
+            }
+        }
+    }
+
+    /// Ends the connection with a closing handshake (RFC 6455 §5.5.1, §7.1):
+    /// when `initiate`, sends close 1000 first; otherwise waits for the
+    /// server's close frame (a relay closes the partner of a leaving
+    /// connection) and answers it with the same code. Either way the server's
+    /// close frame must arrive and then the server must end the TCP
+    /// connection (§7.1.1: the server closes first), all within `wait`. Data
+    /// that arrives meanwhile goes through the checker, so a message that
+    /// was not due is a mismatch. Returns the server's close code (0: none).
+    pub fn close_handshake(&mut self, initiate: bool, wait: Duration) -> Result<u16, String> {
+        let deadline = Instant::now() + wait;
+        self.stream
+            .set_nonblocking(false)
+            .map_err(|e| format!("set blocking: {e}"))?;
+        let mut sent = false;
+        if initiate {
+            self.out.push_control(&ws::client_frame(
+                OP_CLOSE,
+                &1000u16.to_be_bytes(),
+                MASK_KEY,
+            ));
+            sent = true;
+        }
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            if let (Some(code), false) = (self.check.close_code, sent) {
+                let payload = if code == 0 {
+                    vec![]
+                } else {
+                    code.to_be_bytes().to_vec()
+                };
+                self.out
+                    .push_control(&ws::client_frame(OP_CLOSE, &payload, MASK_KEY));
+                sent = true;
+            }
+            if !self.out.is_empty() {
+                self.out
+                    .flush(&self.stream)
+                    .map_err(|e| format!("send close: {e}"))?;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let waiting_for = match self.check.close_code {
+                None => "the server's close frame",
+                Some(_) => "the server to end the connection after the close frames",
+            };
+            if left.is_zero() {
+                return Err(format!("no sign of {waiting_for} within {wait:?}"));
+            }
+            self.stream.set_read_timeout(Some(left)).ok();
+            match (&self.stream).read(&mut buf) {
+                Ok(0) => {
+                    return match self.check.close_code {
+                        Some(code) if sent => Ok(code),
+                        _ => Err("server ended the connection without a close frame".into()),
+                    }
+                }
+                Ok(n) => {
+                    self.parser
+                        .feed(&buf[..n], &mut self.check)
+                        .map_err(|e| format!("protocol error while closing: {e}"))?;
+                    // Nothing goes out after our close frame, not even a pong (§5.5.1).
+                    for p in std::mem::take(&mut self.check.pings) {
+                        if !sent {
+                            self.out
+                                .push_control(&ws::client_frame(OP_PONG, &p, MASK_KEY));
+                        }
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(format!("read while closing ({waiting_for}): {e}")),
             }
         }
     }

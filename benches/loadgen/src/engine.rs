@@ -5,6 +5,11 @@
 //! Loads: request/response (echo, json, binary) with a pipeline depth,
 //! relay pairs (A→B then B→A is one round trip), and fan-out (one publisher,
 //! subscribers checking order, the publisher a bounded window ahead).
+//!
+//! A run can end in two ways: DONE stops at once (a benchmark does not care
+//! about the messages still in flight); DRAIN stops sending and returns once
+//! every reply due has arrived, so the caller can close the connections
+//! cleanly and know that every message sent was answered (the soak test).
 
 use crate::conn::Conn;
 use crate::hist::Histogram;
@@ -15,6 +20,9 @@ use std::time::{Duration, Instant};
 /// Phase 0 (the default) is warm-up: messages flow but are not counted.
 pub const MEASURE: u8 = 1;
 pub const DONE: u8 = 2;
+/// Send nothing new (a relay pair still completes its round trip), return
+/// once no reply is due. Messages completed while draining are counted.
+pub const DRAIN: u8 = 3;
 
 /// The phase every thread reads once per wake-up.
 #[derive(Default)]
@@ -79,8 +87,9 @@ fn ns(d: Duration) -> u64 {
     d.as_nanos() as u64
 }
 
-/// Runs `load` over `conns` until the phase is DONE.
-pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
+/// Runs `load` over `conns` until the phase is DONE, or until it is DRAIN
+/// and nothing is due. The connections stay open.
+pub fn run(conns: &mut [Conn], load: Load, ctl: &Control) -> ThreadResult {
     let ep = Epoll::new().expect("epoll_create1");
     for (i, c) in conns.iter().enumerate() {
         use std::os::fd::AsRawFd;
@@ -95,7 +104,7 @@ pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
     // Prime the first messages.
     match load {
         Load::ReqResp { depth } => {
-            for c in &mut conns {
+            for c in conns.iter_mut() {
                 for _ in 0..depth {
                     c.queue_next(now);
                 }
@@ -139,7 +148,7 @@ pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
         }
         let n = ep.wait(&mut events, 10);
         let phase = ctl.get();
-        if phase == DONE {
+        if phase == DONE || (phase == DRAIN && !anything_due(conns, load)) {
             break;
         }
         let now = Instant::now();
@@ -152,7 +161,7 @@ pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
                 conns[i].read_all(&mut buf);
                 let done = std::mem::take(&mut conns[i].check.done);
                 if done > 0 {
-                    react(&mut conns, i, done, load, phase, now, &mut res);
+                    react(conns, i, done, load, phase, now, &mut res);
                 }
             }
             let c = &mut conns[i];
@@ -199,6 +208,17 @@ pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
     res
 }
 
+/// Whether a live connection still waits for a message (fan-out: never, its
+/// subscribers take whatever comes).
+fn anything_due(conns: &[Conn], load: Load) -> bool {
+    match load {
+        Load::Fanout { .. } => false,
+        _ => conns
+            .iter()
+            .any(|c| c.dead.is_none() && c.check.allowed > 0),
+    }
+}
+
 /// Handles `done` messages just completed on connection `i`.
 fn react(
     conns: &mut [Conn],
@@ -209,7 +229,8 @@ fn react(
     now: Instant,
     res: &mut ThreadResult,
 ) {
-    let measuring = phase == MEASURE;
+    let measuring = phase == MEASURE || phase == DRAIN;
+    let sending = phase != DRAIN;
     match load {
         Load::ReqResp { .. } => {
             let c = &mut conns[i];
@@ -219,10 +240,12 @@ fn react(
                     res.hist.record(ns(now.duration_since(c.sent_time(seq))));
                 }
             }
-            for _ in 0..done {
-                c.queue_next(now);
+            if sending {
+                for _ in 0..done {
+                    c.queue_next(now);
+                }
+                c.check.allowed += done;
             }
-            c.check.allowed += done;
         }
         Load::Relay => {
             let partner = i ^ 1;
@@ -242,10 +265,12 @@ fn react(
                     res.hist
                         .record_n(ns(now.duration_since(c.sent_time(seq))), done);
                 }
-                for _ in 0..done {
-                    c.queue_next(now);
+                if sending {
+                    for _ in 0..done {
+                        c.queue_next(now);
+                    }
+                    conns[partner].check.allowed += done;
                 }
-                conns[partner].check.allowed += done;
             }
         }
         Load::Fanout { .. } => {

@@ -1,5 +1,6 @@
 //! Linux plumbing: epoll, CPU pinning, the open-file limit, and the CPU
-//! clocks (our own via getrusage, the server's via /proc/PID/stat).
+//! clocks (our own via getrusage, the server's via /proc/PID/stat), and the
+//! server's resident memory and open fds.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -128,6 +129,12 @@ pub fn proc_rss_kib(pid: u32) -> io::Result<u64> {
         .ok_or_else(|| io::Error::other("no VmRSS"))
 }
 
+/// Open file descriptors of process `pid` (entries of /proc/PID/fd): a
+/// server that leaks sockets shows it here long before it hits a limit.
+pub fn proc_fd_count(pid: u32) -> io::Result<usize> {
+    Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +158,9 @@ mod tests {
         assert!(x > 0);
         assert!(proc_cpu_ns(pid).unwrap() > 0);
         assert!(proc_rss_kib(pid).unwrap() > 0);
+        assert!(
+            proc_fd_count(pid).unwrap() >= 3,
+            "stdin, stdout, stderr at least"
+        );
     }
 }
