@@ -170,6 +170,8 @@ pub struct Checker {
     pub errors: Vec<String>,
     /// Close frame received: its code (0 when it had none).
     pub close_code: Option<u16>,
+    /// The close frame's reason text (lossy UTF-8), for reports.
+    pub close_reason: String,
     /// Ping payloads to answer with pongs.
     pub pings: Vec<Vec<u8>>,
     pos: usize,
@@ -192,6 +194,7 @@ impl Checker {
             lost: 0,
             errors: Vec::new(),
             close_code: None,
+            close_reason: String::new(),
             pings: Vec::new(),
             pos: 0,
             bad: None,
@@ -368,6 +371,7 @@ impl Sink for Checker {
                     0
                 };
                 self.close_code = Some(code);
+                self.close_reason = String::from_utf8_lossy(payload.get(2..).unwrap_or(&[])).into();
             }
             _ => {}
         }

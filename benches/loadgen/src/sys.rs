@@ -149,10 +149,11 @@ mod tests {
     #[test]
     fn own_stat_is_readable() {
         let pid = std::process::id();
-        // Burn a little CPU so the counters move.
-        let t = std::time::Instant::now();
+        // Burn 30 ms of CPU (not of wall time: on a busy machine 30 ms of
+        // wall time can pass without a clock tick of CPU) so the counters move.
+        let start = self_cpu_ns();
         let mut x = 0u64;
-        while t.elapsed().as_millis() < 30 {
+        while self_cpu_ns() - start < 30_000_000 {
             x = x.wrapping_add(std::hint::black_box(1));
         }
         assert!(x > 0);
