@@ -54,8 +54,13 @@ fn main() -> ExitCode {
         guest: !a.no_guest,
         seed: a.seed,
     };
+    // The start in Unix seconds: cycle times are relative to it, so a
+    // problem can be matched with the gateway's log.
+    let start_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
     println!(
-        "weir-soak: {} pid {} for {:?}, cycles of {:?}, guest routes {}",
+        "weir-soak: {} pid {} for {:?}, cycles of {:?}, guest routes {}, started at Unix time {start_unix:.1}",
         opts.addr,
         opts.pid,
         opts.duration,
