@@ -93,7 +93,8 @@ pub fn run(conns: &mut [Conn], load: Load, ctl: &Control) -> ThreadResult {
     let ep = Epoll::new().expect("epoll_create1");
     for (i, c) in conns.iter().enumerate() {
         use std::os::fd::AsRawFd;
-        ep.add(c.stream.as_raw_fd(), i as u64, sys::IN | sys::OUT | sys::ET)
+        let events = sys::IN | sys::OUT | sys::ET | sys::RDHUP;
+        ep.add(c.stream.as_raw_fd(), i as u64, events)
             .expect("epoll_ctl");
     }
     let mut res = ThreadResult::default();
@@ -158,7 +159,11 @@ pub fn run(conns: &mut [Conn], load: Load, ctl: &Control) -> ThreadResult {
                 continue;
             }
             if ev.events & (sys::IN | sys::ERR) != 0 {
-                conns[i].read_all(&mut buf);
+                // read_all stops at a short read; a FIN that came with the
+                // last data gives no further edge, so read on to the EOF.
+                if conns[i].read_all(&mut buf) && ev.events & sys::RDHUP != 0 {
+                    conns[i].read_all(&mut buf);
+                }
                 let done = std::mem::take(&mut conns[i].check.done);
                 if done > 0 {
                     react(conns, i, done, load, phase, now, &mut res);
@@ -284,5 +289,52 @@ fn react(
                     .record_n(ns(now.duration_since(conns[0].sent_time(seq))), done);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::{Expect, Source, Template};
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+
+    /// Regression: a server that answered and shut down in one go (reply
+    /// and FIN in one read) left the connection looking alive and stalled,
+    /// because the short read ended the read loop and no further edge came.
+    #[test]
+    fn reply_and_fin_together_end_the_connection() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut server, _) = l.accept().unwrap();
+        client.set_nonblocking(true).unwrap();
+        let t = Template::new(16, false, 1);
+        let mut conns = vec![Conn::new(client, Source::Pattern(t), Expect::Pattern(t), 1)];
+        let answer = std::thread::spawn(move || {
+            // The 16-byte message is 6 header + 16 payload bytes, masked.
+            let mut req = [0u8; 22];
+            server.read_exact(&mut req).unwrap();
+            let mut payload: Vec<u8> = (0..16).map(|i| req[6 + i] ^ req[2 + i % 4]).collect();
+            let mut reply = vec![0x82, 16];
+            reply.append(&mut payload);
+            server.write_all(&reply).unwrap();
+            server.shutdown(Shutdown::Write).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+        });
+        let ctl = Control::default();
+        ctl.set(MEASURE);
+        let res = std::thread::scope(|sc| {
+            let h = sc.spawn(|| run(&mut conns, Load::ReqResp { depth: 1 }, &ctl));
+            std::thread::sleep(Duration::from_millis(300));
+            ctl.set(DONE);
+            h.join().unwrap()
+        });
+        answer.join().unwrap();
+        assert_eq!((res.msgs, res.mismatches), (1, 0), "{:?}", res.errors);
+        let dead = conns[0].dead.clone();
+        assert!(
+            dead.as_deref().is_some_and(|d| d.contains("closed")),
+            "{dead:?}"
+        );
     }
 }

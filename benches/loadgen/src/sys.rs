@@ -12,6 +12,8 @@ pub const IN: u32 = libc::EPOLLIN as u32;
 pub const OUT: u32 = libc::EPOLLOUT as u32;
 pub const ET: u32 = libc::EPOLLET as u32;
 pub const ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+/// The peer shut down its side (its FIN arrived), possibly with the last data.
+pub const RDHUP: u32 = libc::EPOLLRDHUP as u32;
 
 impl Epoll {
     pub fn new() -> io::Result<Self> {
