@@ -49,6 +49,12 @@ stream("close_one_byte", frame(8, b"\x03"))
 stream("too_big", frame(2, bytes(100)), max_message=2)
 stream("continuation_first", frame(0, b"x"))
 stream("ping_too_long", frame(9, bytes(126)))
+# The inputs that found the decoder bugs (fuzz/README.md); the first one
+# was close_one_byte above.
+write("frame_stream", "regress_control_frame_streamed",
+      bytes.fromhex("0203ffa503000102899137fa213df940ffffff02ef2940eeb127c3bf9b7e0abcb9a9"))
+write("frame_stream", "regress_peer_closed_past_end",
+      bytes.fromhex("00000d08828282828282828282828282828282828282828282820000000282"))
 
 # unmask: arbitrary-derived input; any bytes do.
 write("unmask", "short", bytes([1, 2, 3, 4, 3, 5, 0, 0, 0]) + b"hello")
