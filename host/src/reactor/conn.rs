@@ -62,7 +62,7 @@ impl OpenConns {
         // Checked under the lock: a connection opening while shutdown
         // begins is either closed here or by `close_all`.
         if self.closing.load(Ordering::Acquire) {
-            outbound.close(close::GOING_AWAY, SHUTDOWN_REASON);
+            outbound.drain();
         }
         conns.insert(id, outbound);
     }
@@ -82,7 +82,7 @@ impl OpenConns {
             return;
         }
         for out in conns.values() {
-            out.close(close::GOING_AWAY, SHUTDOWN_REASON);
+            out.drain();
         }
     }
 
@@ -125,6 +125,8 @@ enum Flow {
     Done,
     /// Send this close and wait for the client's reply.
     Close(u16, String),
+    /// Shutdown: answer what the client has sent so far, then close 1001.
+    Drain,
 }
 
 struct Conn {
@@ -260,10 +262,51 @@ impl Conn {
                     }
                 }
             };
-            if !matches!(flow, Flow::Continue) {
-                return flow;
+            match flow {
+                Flow::Continue => {}
+                Flow::Drain => return self.read_rest(mode).await,
+                flow => return flow,
             }
         }
+    }
+
+    /// Shutdown: what the client sent before the 1001 and is already in
+    /// the socket is read and answered first (a bounded number of reads,
+    /// without waiting for more). Guest routes skip this: their replies
+    /// would come from a batch that runs after the close.
+    async fn read_rest(&mut self, mode: &mut Mode) -> Flow {
+        const DRAIN_READS: usize = 16;
+        let going_away = Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into());
+        if matches!(mode, Mode::Guest(..)) {
+            return going_away;
+        }
+        for _ in 0..DRAIN_READS {
+            let large = self.decoder.streamed_remaining() > STREAM_ABOVE_BYTES as u64;
+            let buf = self.buf.get_or_insert_with(|| self.env.pool.take(large));
+            let room = &mut buf[self.end..];
+            // A plain non-blocking recv: tokio's readiness may not know yet
+            // about bytes that have arrived.
+            use std::os::fd::AsRawFd;
+            // SAFETY: `room` is valid for writes of its length; the
+            // descriptor belongs to `self.stream`.
+            let n = unsafe {
+                libc::recv(
+                    self.stream.as_raw_fd(),
+                    room.as_mut_ptr().cast(),
+                    room.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n <= 0 {
+                break;
+            }
+            self.end += n as usize;
+            match self.process(mode).await {
+                Flow::Continue => {}
+                flow => return flow,
+            }
+        }
+        going_away
     }
 
     /// An unpaired relay connection is not read from; it waits for a partner,
@@ -279,11 +322,14 @@ impl Conn {
                 partner = &mut paired => {
                     return partner.map_err(|_| Flow::Done);
                 }
-                _ = self.outbound.ready() => {
-                    if let flow @ (Flow::Done | Flow::Close(..)) = self.deliver().await {
-                        return Err(flow);
+                _ = self.outbound.ready() => match self.deliver().await {
+                    Flow::Continue => {}
+                    // Nothing was read while unpaired: nothing to answer.
+                    Flow::Drain => {
+                        return Err(Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()))
                     }
-                }
+                    flow => return Err(flow),
+                },
                 peeked = self.stream.peek(&mut probe), if watch_socket => match peeked {
                     // Data waits for the partner; only a hang-up matters now.
                     Ok(n) if n > 0 => watch_socket = false,
@@ -417,6 +463,10 @@ impl Conn {
                 OutMsg::Frames(f) => frames.push(f),
                 OutMsg::Close(code, reason) => {
                     closing = Some(Flow::Close(code, reason));
+                    break;
+                }
+                OutMsg::Drain => {
+                    closing = Some(Flow::Drain);
                     break;
                 }
             }

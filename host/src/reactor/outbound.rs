@@ -60,6 +60,9 @@ pub enum OutMsg {
     Frames(Bytes),
     /// Close with this code and reason, then end the connection.
     Close(u16, String),
+    /// The gateway is shutting down: answer what the client already sent,
+    /// then close with 1001.
+    Drain,
 }
 
 /// Shared through `Arc` between the connection (the only consumer) and its
@@ -264,10 +267,18 @@ impl Outbound {
             .is_ok()
     }
 
-    /// Queues a close after what is already queued; only the first counts.
+    /// Queues a close after what is already queued; only the first close
+    /// (or drain) counts.
     pub fn close(&self, code: u16, reason: &str) {
         if !self.closing.swap(true, Ordering::AcqRel) {
             self.push(OutMsg::Close(code, reason.to_string()));
+        }
+    }
+
+    /// Queues the shutdown's drain; a close already queued wins.
+    pub fn drain(&self) {
+        if !self.closing.swap(true, Ordering::AcqRel) {
+            self.push(OutMsg::Drain);
         }
     }
 
