@@ -468,3 +468,19 @@ async fn relay_frames_stay_whole_around_pongs_when_writes_are_cut_short() {
     }
     gw.stop();
 }
+
+/// A relay client that sent data while waiting for a partner, then hung up,
+/// is not paired with the next client: the next two pair with each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_client_gone_while_unpaired_is_not_anyones_partner() {
+    let gw = Gateway::start(one_worker());
+    let mut gone = Raw::connect(gw.addr, "/relay").await;
+    gone.send(&frame(0x81, b"anyone there?")).await;
+    drop(gone);
+    await_metric(gw.addr, "weir_websocket_connections", 0).await;
+    let mut a = Raw::connect(gw.addr, "/relay").await;
+    let mut b = Raw::connect(gw.addr, "/relay").await;
+    a.send(&frame(0x81, b"hi b")).await;
+    assert_eq!(b.next_frame().await, Some((0x81, b"hi b".to_vec())));
+    gw.stop();
+}

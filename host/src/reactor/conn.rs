@@ -310,7 +310,8 @@ impl Conn {
     }
 
     /// An unpaired relay connection is not read from; it waits for a partner,
-    /// for shutdown, or for the client to go away (seen with a peek).
+    /// for shutdown, or for the client to go away (seen with a peek, or in
+    /// the TCP state once data is pending).
     async fn wait_for_partner(
         &mut self,
         mut paired: tokio::sync::oneshot::Receiver<Arc<Outbound>>,
@@ -335,6 +336,14 @@ impl Conn {
                     Ok(n) if n > 0 => watch_socket = false,
                     _ => return Err(Flow::Done),
                 },
+                // With data pending the socket stays readable, so a hang-up
+                // behind it is seen in the TCP state instead: a dead
+                // connection must not be paired with the next client.
+                _ = tokio::time::sleep(HANGUP_PROBE), if !watch_socket => {
+                    if peer_hung_up(&self.stream) {
+                        return Err(Flow::Done);
+                    }
+                }
             }
         }
     }
@@ -554,6 +563,32 @@ impl Drop for Conn {
         // Before the socket closes: its descriptor number could be reused
         // by another connection while the relay partner still writes to it.
         self.outbound.end_direct();
+    }
+}
+
+/// How often an unpaired relay connection holding unread data checks that
+/// its client is still there.
+const HANGUP_PROBE: Duration = Duration::from_millis(250);
+
+/// The client closed its side (or the connection is gone), by the kernel's
+/// TCP state.
+fn peer_hung_up(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero tcp_info is valid; getsockopt writes at most `len`
+    // bytes into it, and the descriptor belongs to `stream`.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let got = libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        const TCP_CLOSE: u8 = 7;
+        const TCP_CLOSE_WAIT: u8 = 8;
+        got != 0 || matches!(info.tcpi_state, TCP_CLOSE | TCP_CLOSE_WAIT)
     }
 }
 
