@@ -21,6 +21,7 @@ use crate::pubsub::Topics;
 use crate::reactor::buffer::{BufPool, PoolStats};
 use crate::reactor::conn::{self, ConnEnv, Mode, OpenConns};
 use crate::reactor::guest::{GuestConn, GuestRoute, GuestSlot};
+use crate::reactor::outbound::Outbound;
 use crate::ws::handshake::{self, HandshakeError};
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode};
@@ -543,9 +544,18 @@ async fn handle_request(
     };
     let mut protocol = handshake::negotiate_subprotocol(req.headers(), &route.limits.subprotocols)
         .and_then(|p| HeaderValue::from_str(p).ok());
+    let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    let mut early_outbound = None;
     let mode = match &route.kind {
         RouteKind::Echo => Mode::Echo(Echo::default()),
-        RouteKind::Relay(hub) => Mode::Relay(hub.clone(), Relay::new()),
+        RouteKind::Relay(hub) => {
+            // Joined before the 101: relay connections pair in the order
+            // their upgrades are answered, whichever worker runs them.
+            let outbound = Arc::new(Outbound::new(route.limits.outbound_budget));
+            let join = hub.join(id, outbound.clone());
+            early_outbound = Some(outbound);
+            Mode::Relay(hub.clone(), Relay::joined(join))
+        }
         RouteKind::Guest(_) => {
             let slot = worker.guests[*matched.value]
                 .clone()
@@ -576,7 +586,8 @@ async fn handle_request(
         }
     };
     let env = ConnEnv {
-        id: shared.next_conn.fetch_add(1, Ordering::Relaxed),
+        id,
+        outbound: early_outbound,
         pool: worker.pool.clone(),
         limits: route.limits.clone(),
         open: shared.open.clone(),
@@ -588,9 +599,15 @@ async fn handle_request(
         match upgrade.await {
             Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
                 Ok(parts) => conn::run(parts.io.into_inner(), parts.read_buf, env, mode).await,
-                Err(_) => warn!("upgraded connection is not a TcpStream"),
+                Err(_) => {
+                    warn!("upgraded connection is not a TcpStream");
+                    conn::abandon(env, mode);
+                }
             },
-            Err(e) => debug!(%peer, error = %e, "upgrade did not complete"),
+            Err(e) => {
+                debug!(%peer, error = %e, "upgrade did not complete");
+                conn::abandon(env, mode);
+            }
         }
     });
     let mut resp = Response::new(Full::new(Bytes::new()));

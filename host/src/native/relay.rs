@@ -59,6 +59,9 @@ impl RelayHub {
 /// Relay state of one connection.
 pub struct Relay {
     pub partner: Option<Arc<Outbound>>,
+    /// The hub's answer, taken before the 101 was sent, so connections pair
+    /// in the order their upgrades were answered.
+    pub join: Option<Join>,
     /// Server frames built from this read batch; only whole frames are sent,
     /// since the partner's own control replies must never land inside one.
     pending: Vec<u8>,
@@ -70,8 +73,17 @@ impl Relay {
     pub fn new() -> Relay {
         Relay {
             partner: None,
+            join: None,
             pending: Vec::new(),
             complete: 0,
+        }
+    }
+
+    /// A relay that joined the hub at upgrade time.
+    pub fn joined(join: Join) -> Relay {
+        Relay {
+            join: Some(join),
+            ..Relay::new()
         }
     }
 

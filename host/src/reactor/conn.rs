@@ -35,6 +35,23 @@ pub struct ConnEnv {
     pub limits: Arc<Limits>,
     /// The gateway's open connections; shutdown closes them through it.
     pub open: Arc<OpenConns>,
+    /// The connection's queue, when it was made before the upgrade (a relay
+    /// joins its hub with it before the 101).
+    pub outbound: Option<Arc<Outbound>>,
+}
+
+/// The upgrade never completed: undo what was set up for the connection
+/// (a relay's place in the hub, its partner, its queue).
+pub fn abandon(env: ConnEnv, mode: Mode) {
+    if let Mode::Relay(hub, relay) = mode {
+        hub.leave(env.id);
+        if let Some(Join::Paired(partner)) = relay.join {
+            partner.close(close::GOING_AWAY, "relay partner left");
+        }
+    }
+    if let Some(out) = env.outbound {
+        out.consumer_gone();
+    }
 }
 
 /// The gateway's open WebSocket connections, by id. Shutdown goes through
@@ -148,8 +165,11 @@ struct Conn {
 
 /// Runs a connection after the 101 until it closes. `prefix` holds bytes
 /// hyper had already read past the request head.
-pub async fn run(stream: TcpStream, prefix: bytes::Bytes, env: ConnEnv, mut mode: Mode) {
-    let outbound = Outbound::new(env.limits.outbound_budget);
+pub async fn run(stream: TcpStream, prefix: bytes::Bytes, mut env: ConnEnv, mut mode: Mode) {
+    let outbound = env
+        .outbound
+        .take()
+        .unwrap_or_else(|| Arc::new(Outbound::new(env.limits.outbound_budget)));
     let mut c = Conn {
         decoder: Decoder::new(env.limits.max_message, STREAM_ABOVE_BYTES),
         env,
@@ -158,7 +178,7 @@ pub async fn run(stream: TcpStream, prefix: bytes::Bytes, env: ConnEnv, mut mode
         start: HEADROOM_BYTES,
         end: HEADROOM_BYTES,
         out: Output::default(),
-        outbound: Arc::new(outbound),
+        outbound,
         last_read: Instant::now(),
         ping_sent: false,
         peer_close: None,
@@ -195,6 +215,20 @@ pub async fn run(stream: TcpStream, prefix: bytes::Bytes, env: ConnEnv, mut mode
 
 impl Conn {
     async fn drive(&mut self, prefix: bytes::Bytes, mode: &mut Mode) -> Flow {
+        // A relay is paired before anything it sent is handled.
+        if let Mode::Relay(hub, relay) = mode {
+            let join = relay
+                .join
+                .take()
+                .unwrap_or_else(|| hub.join(self.env.id, self.outbound.clone()));
+            match join {
+                Join::Paired(partner) => relay.partner = Some(partner),
+                Join::Waiting(paired) => match self.wait_for_partner(paired).await {
+                    Ok(partner) => relay.partner = Some(partner),
+                    Err(flow) => return flow,
+                },
+            }
+        }
         for chunk in prefix.chunks(READ_BUF_BYTES - HEADROOM_BYTES) {
             let buf = self.buf.get_or_insert_with(|| self.env.pool.take(false));
             let room = buf.len() - self.end;
@@ -208,15 +242,6 @@ impl Conn {
         // hyper's read buffer is several KiB: not something to keep for the
         // life of an idle connection.
         drop(prefix);
-        if let Mode::Relay(hub, relay) = mode {
-            match hub.join(self.env.id, self.outbound.clone()) {
-                Join::Paired(partner) => relay.partner = Some(partner),
-                Join::Waiting(paired) => match self.wait_for_partner(paired).await {
-                    Ok(partner) => relay.partner = Some(partner),
-                    Err(flow) => return flow,
-                },
-            }
-        }
         if matches!(mode, Mode::Relay(..) | Mode::Guest(..)) {
             // The relay partner or the guest runner writes its messages
             // straight into this socket when it can. `Drop for Conn` ends
