@@ -26,6 +26,10 @@ pub const DEFAULT_OUTBOUND_BUDGET_BYTES: usize = 4 << 20;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Time a client has to finish its HTTP upgrade request.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time open connections get to finish their close handshakes after
+/// SIGTERM before the gateway exits anyway: long enough for clients to
+/// answer a close, short enough for an orchestrator's grace period (30 s).
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default listen address of `weir serve` without a file.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9001";
 /// Open connections across all workers before new ones get HTTP 503: a
@@ -62,6 +66,8 @@ pub struct ServerConfig {
     /// Worker threads; already resolved (0 in the file = one per core).
     pub workers: usize,
     pub handshake_timeout: Duration,
+    /// How long shutdown waits for connections to close (see [`DEFAULT_DRAIN_TIMEOUT`]).
+    pub drain_timeout: Duration,
     /// Server-wide defaults; each route's `limits` starts from these.
     pub limits: Limits,
     /// Global connection limit (0 = none); over it, upgrades get HTTP 503.
@@ -150,6 +156,7 @@ impl Default for ServerConfig {
             listen: DEFAULT_LISTEN.parse().expect("valid default address"),
             workers: default_workers(),
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             limits: Limits::default(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,

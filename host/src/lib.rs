@@ -14,10 +14,12 @@
 //! - [`pubsub`] — the topic registry shared by all workers.
 //! - [`config`] — the routes file.
 //! - [`admission`] — global and per-IP connection limits (503 past them).
+//! - [`metrics`] — `GET /metrics` in the Prometheus text format.
 
 pub mod admission;
 pub mod config;
 pub mod guest;
+pub mod metrics;
 pub mod native;
 pub mod pubsub;
 pub mod reactor;

@@ -1,19 +1,25 @@
-//! Listeners, worker threads, HTTP/1.1 via hyper, upgrade, route match and the
-//! non-WebSocket endpoints (`/healthz`).
+//! Listeners, worker threads, HTTP/1.1 via hyper, upgrade, route match, the
+//! non-WebSocket endpoints (`/healthz`, `/metrics`) and the drain on shutdown.
 //!
 //! Thread per core: each worker has its own `SO_REUSEPORT` listener (the
 //! kernel spreads connections), its own current-thread runtime and buffer
 //! pool. After the 101 the raw `TcpStream` is taken back from hyper so the
 //! connection loop runs with no layer in between.
+//!
+//! Shutdown drains: every request gets 503 (`/healthz` too, so a load
+//! balancer stops sending clients), idle HTTP connections are closed, every
+//! WebSocket connection is sent a 1001 close, and the workers wait for the
+//! close handshakes up to `drain_timeout` before they stop.
 
 use crate::admission::{Admission, Ticket, RETRY_AFTER_SECS};
 use crate::config::{Behaviour, Config, Limits, NativeKind};
 use crate::guest::{GuestEngine, GuestError, UpgradeRequest, UpgradeResponse};
+use crate::metrics::Snapshot;
 use crate::native::echo::Echo;
 use crate::native::relay::{Relay, RelayHub};
 use crate::pubsub::Topics;
-use crate::reactor::buffer::BufPool;
-use crate::reactor::conn::{self, ConnEnv, Mode, OpenConns, CLOSE_LINGER};
+use crate::reactor::buffer::{BufPool, PoolStats};
+use crate::reactor::conn::{self, ConnEnv, Mode, OpenConns};
 use crate::reactor::guest::{GuestConn, GuestRoute, GuestSlot};
 use crate::ws::handshake::{self, HandshakeError};
 use bytes::Bytes;
@@ -23,18 +29,17 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, warn};
 
-/// Resolves when the gateway should stop: stop accepting, close open
-/// connections with 1001, return. A dropped sender also means stop.
+/// Flips to true when the gateway should drain and stop (see the module
+/// docs). A dropped sender also means stop.
 pub type Shutdown = tokio::sync::watch::Receiver<bool>;
 
 /// Pending connections the kernel queues per listener before refusing.
@@ -44,6 +49,8 @@ const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
 /// Pause after a failed accept (e.g. out of file descriptors) so the worker
 /// does not spin while the condition lasts.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
+/// How often a draining worker checks whether every connection has closed.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -78,13 +85,24 @@ enum RouteKind {
     Guest(Arc<GuestRoute>),
 }
 
-/// What all workers share: routes and connection ids.
+/// What all workers share: routes, connection ids, limits and counters.
 struct Shared {
     router: matchit::Router<usize>,
     routes: Vec<RouteRuntime>,
     handshake_timeout: Duration,
+    drain_timeout: Duration,
     next_conn: AtomicU64,
     admission: Arc<Admission>,
+    /// Open WebSocket connections of every worker.
+    open: Arc<OpenConns>,
+    /// Open TCP connections (HTTP or WebSocket), so the drain can wait for them.
+    tcp_open: AtomicUsize,
+    /// Each worker's receive-buffer pool, by worker index.
+    pools: Vec<Arc<PoolStats>>,
+    draining: AtomicBool,
+    upgrades: AtomicU64,
+    refused_over_limit: AtomicU64,
+    refused_draining: AtomicU64,
 }
 
 /// A bound gateway, ready to run. Binding first lets callers (tests, `--listen
@@ -98,8 +116,8 @@ pub struct Server {
 impl Server {
     /// Binds one listener per worker on the configured address.
     pub fn bind(config: Config) -> Result<Server, ServeError> {
-        let shared = Arc::new(Shared::new(&config)?);
         let workers = config.server.workers.max(1);
+        let shared = Arc::new(Shared::new(&config, workers)?);
         let first = listen(config.server.listen)?;
         let local_addr = first.local_addr().map_err(|source| ServeError::Bind {
             addr: config.server.listen,
@@ -129,7 +147,7 @@ impl Server {
             let shutdown = shutdown.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("weir-worker-{index}"))
-                .spawn(move || run_worker(listener, shared, shutdown))
+                .spawn(move || run_worker(index, listener, shared, shutdown))
                 .map_err(ServeError::Worker)?;
             threads.push(thread);
         }
@@ -147,7 +165,7 @@ pub fn serve(config: Config, shutdown: Shutdown) -> Result<(), ServeError> {
 }
 
 impl Shared {
-    fn new(config: &Config) -> Result<Shared, ServeError> {
+    fn new(config: &Config, workers: usize) -> Result<Shared, ServeError> {
         let mut router = matchit::Router::new();
         let mut routes = Vec::new();
         let topics = Arc::new(Topics::default());
@@ -190,12 +208,37 @@ impl Shared {
             router,
             routes,
             handshake_timeout: config.server.handshake_timeout,
+            drain_timeout: config.server.drain_timeout,
             next_conn: AtomicU64::new(1),
             admission: Admission::new(
                 config.server.max_connections,
                 config.server.max_connections_per_ip,
             ),
+            open: Arc::default(),
+            tcp_open: AtomicUsize::new(0),
+            pools: (0..workers).map(|_| Arc::default()).collect(),
+            draining: AtomicBool::new(false),
+            upgrades: AtomicU64::new(0),
+            refused_over_limit: AtomicU64::new(0),
+            refused_draining: AtomicU64::new(0),
         })
+    }
+
+    /// The figures `/metrics` shows.
+    fn snapshot(&self) -> Snapshot {
+        let queues = self.open.stats();
+        Snapshot {
+            websocket_connections: queues.connections,
+            tcp_connections: self.tcp_open.load(Ordering::Relaxed),
+            upgrades: self.upgrades.load(Ordering::Relaxed),
+            refused_over_limit: self.refused_over_limit.load(Ordering::Relaxed),
+            refused_draining: self.refused_draining.load(Ordering::Relaxed),
+            outbound_queued_bytes: queues.queued_bytes,
+            outbound_queued_bytes_max: queues.max_queued_bytes,
+            receive_buffer_bytes_held: self.pools.iter().map(|p| p.held_bytes()).sum(),
+            receive_buffer_bytes_pooled: self.pools.iter().map(|p| p.pooled_bytes()).sum(),
+            draining: self.draining.load(Ordering::Relaxed),
+        }
     }
 }
 
@@ -218,15 +261,16 @@ fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
 struct Worker {
     shared: Arc<Shared>,
     pool: Rc<BufPool>,
-    /// Open WebSocket connections, closed with 1001 on shutdown.
-    open: Rc<OpenConns>,
-    /// Open TCP connections, so shutdown can wait for their close handshakes.
-    live: Cell<usize>,
     /// This worker's instance of each guest route, by route index.
     guests: Vec<Option<Rc<GuestSlot>>>,
 }
 
-fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Shutdown) {
+fn run_worker(
+    index: usize,
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    shutdown: Shutdown,
+) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -250,6 +294,7 @@ fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Sh
         })
         .collect();
     let slots: Vec<Rc<GuestSlot>> = guests.iter().flatten().cloned().collect();
+    let wake_guests = guest_work.clone();
     let mut main = local.spawn_local(async move {
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
@@ -260,32 +305,44 @@ fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Sh
         };
         let worker = Rc::new(Worker {
             guests,
+            pool: Rc::new(BufPool::new(shared.pools[index].clone())),
             shared,
-            pool: Rc::default(),
-            open: Rc::default(),
-            live: Cell::new(0),
         });
         let mut stop = shutdown.clone();
         while !*stop.borrow() {
             tokio::select! {
                 changed = stop.changed() => if changed.is_err() { break },
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, peer)) => {
-                        tokio::task::spawn_local(serve_http(stream, peer, worker.clone()));
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    }
-                },
+                accepted = listener.accept() => accept(accepted, &worker, &shutdown).await,
             }
         }
-        drop(listener);
-        worker.open.close_all();
-        // Open connections are closing with 1001; give them time to finish.
-        let deadline = tokio::time::Instant::now() + CLOSE_LINGER + Duration::from_secs(1);
-        while worker.live.get() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let shared = &worker.shared;
+        if !shared.draining.swap(true, Ordering::AcqRel) {
+            info!(
+                connections = shared.open.stats().connections,
+                timeout = ?shared.drain_timeout,
+                "draining: new requests get 503, open connections are closed with 1001"
+            );
+        }
+        // Batches of messages already read go to their guests first, so
+        // their replies are queued before the 1001.
+        wake_guests.notify_one();
+        tokio::task::yield_now().await;
+        shared.open.close_all();
+        // The listener stays open while draining: health checks and new
+        // clients get a 503 rather than a refused connection.
+        let deadline = tokio::time::Instant::now() + shared.drain_timeout;
+        while shared.tcp_open.load(Ordering::Acquire) > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                warn!(
+                    remaining = shared.tcp_open.load(Ordering::Acquire),
+                    "drain timeout: dropping the connections still open"
+                );
+                break;
+            }
+            tokio::select! {
+                accepted = listener.accept() => accept(accepted, &worker, &shutdown).await,
+                _ = tokio::time::sleep(DRAIN_POLL) => {}
+            }
         }
     });
     // The worker leaves the runtime to run guests (see reactor::guest): it
@@ -311,30 +368,49 @@ fn run_worker(listener: std::net::TcpListener, shared: Arc<Shared>, shutdown: Sh
     }
 }
 
-/// Counts a connection as live for as long as it exists, and holds its
+/// Starts serving an accepted connection, or backs off after a failed accept.
+async fn accept(
+    accepted: std::io::Result<(TcpStream, SocketAddr)>,
+    worker: &Rc<Worker>,
+    shutdown: &Shutdown,
+) {
+    match accepted {
+        Ok((stream, peer)) => {
+            tokio::task::spawn_local(serve_http(stream, peer, worker.clone(), shutdown.clone()));
+        }
+        Err(e) => {
+            warn!(error = %e, "accept failed");
+            tokio::time::sleep(ACCEPT_BACKOFF).await;
+        }
+    }
+}
+
+/// Counts a connection as open for as long as it exists, and holds its
 /// place under the connection limits (None: over a limit, refuse).
-struct LiveGuard(Rc<Worker>, Option<Ticket>);
+struct LiveGuard(Arc<Shared>, Option<Ticket>);
 
 impl LiveGuard {
-    fn new(worker: Rc<Worker>, ticket: Option<Ticket>) -> LiveGuard {
-        worker.live.set(worker.live.get() + 1);
-        LiveGuard(worker, ticket)
+    fn new(shared: Arc<Shared>, ticket: Option<Ticket>) -> LiveGuard {
+        shared.tcp_open.fetch_add(1, Ordering::AcqRel);
+        LiveGuard(shared, ticket)
     }
 }
 
 impl Drop for LiveGuard {
     fn drop(&mut self) {
-        self.0.live.set(self.0.live.get() - 1);
+        self.0.tcp_open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-/// Serves HTTP/1.1 on a new connection until it upgrades or ends.
-async fn serve_http(stream: TcpStream, peer: SocketAddr, worker: Rc<Worker>) {
+/// Serves HTTP/1.1 on a new connection until it upgrades or ends. On
+/// shutdown an idle keep-alive connection is closed; one in the middle of a
+/// request gets its answer first.
+async fn serve_http(stream: TcpStream, peer: SocketAddr, worker: Rc<Worker>, mut stop: Shutdown) {
     // Replies are small and latency matters more than packet count; batching
     // already happens in the reactor (one write per read batch).
     let _ = stream.set_nodelay(true);
     let ticket = worker.shared.admission.admit(peer.ip());
-    let guard = Rc::new(LiveGuard::new(worker.clone(), ticket));
+    let guard = Rc::new(LiveGuard::new(worker.shared.clone(), ticket));
     let service = {
         let worker = worker.clone();
         service_fn(move |req| {
@@ -349,7 +425,18 @@ async fn serve_http(stream: TcpStream, peer: SocketAddr, worker: Rc<Worker>) {
         .max_buf_size(MAX_REQUEST_HEAD_BYTES)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
-    if let Err(e) = http.await {
+    tokio::pin!(http);
+    // A connection accepted while draining is answered 503 and closed by
+    // its response; only ones open before the drain need closing here.
+    let accepted_while_draining = *stop.borrow_and_update();
+    let ended = tokio::select! {
+        ended = http.as_mut() => ended,
+        _ = stop.wait_for(|stop| *stop), if !accepted_while_draining => {
+            http.as_mut().graceful_shutdown();
+            http.await
+        }
+    };
+    if let Err(e) = ended {
         debug!(%peer, error = %e, "http connection ended");
     }
 }
@@ -378,6 +465,16 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     resp
 }
 
+/// 503 with Retry-After; the connection closes after it.
+fn unavailable(body: &'static str) -> Response<Full<Bytes>> {
+    let mut resp = text(StatusCode::SERVICE_UNAVAILABLE, body);
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
 /// Routes a request: health check, 404, refusal, or the 101 and the handoff
 /// of the socket to the connection loop.
 async fn handle_request(
@@ -387,21 +484,31 @@ async fn handle_request(
     guard: Rc<LiveGuard>,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path();
+    let shared = &worker.shared;
+    if path == "/metrics" {
+        let mut resp = Response::new(Full::new(Bytes::from(shared.snapshot().render())));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+        );
+        return resp;
+    }
+    if shared.draining.load(Ordering::Acquire) {
+        let body = if path == "/healthz" {
+            "draining\n"
+        } else {
+            shared.refused_draining.fetch_add(1, Ordering::Relaxed);
+            "shutting down; retry later\n"
+        };
+        return unavailable(body);
+    }
     if path == "/healthz" {
         return text(StatusCode::OK, "ok\n");
     }
     if guard.1.is_none() {
-        let mut resp = text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many connections; retry later\n",
-        );
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-        resp.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        return resp;
+        shared.refused_over_limit.fetch_add(1, Ordering::Relaxed);
+        return unavailable("too many connections; retry later\n");
     }
-    let shared = &worker.shared;
     let Ok(matched) = shared.router.at(path) else {
         return text(StatusCode::NOT_FOUND, "no route for this path\n");
     };
@@ -472,8 +579,9 @@ async fn handle_request(
         id: shared.next_conn.fetch_add(1, Ordering::Relaxed),
         pool: worker.pool.clone(),
         limits: route.limits.clone(),
-        open: worker.open.clone(),
+        open: shared.open.clone(),
     };
+    shared.upgrades.fetch_add(1, Ordering::Relaxed);
     let upgrade = hyper::upgrade::on(&mut req);
     tokio::task::spawn_local(async move {
         let _live = guard;

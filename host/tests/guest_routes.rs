@@ -47,9 +47,12 @@ fn gateway() -> Gateway {
         } else {
             format!("/{name}")
         };
-        config
-            .routes
-            .push(guest_route(&path, GuestConfig::defaults(wasm(name))));
+        let mut guest = GuestConfig::defaults(wasm(name));
+        // The deadline is wall time: on a loaded 2-core CI machine a 16 MiB
+        // batch (many_large_messages_...) can take longer than the default
+        // 100 ms. Deadlines have their own test on /faulty.
+        guest.timeout = Duration::from_secs(2);
+        config.routes.push(guest_route(&path, guest));
     }
     config.routes.push(guest_route(
         "/chat/{room}",
@@ -327,5 +330,56 @@ async fn many_large_messages_at_once_are_split_across_calls() {
     for t in tasks {
         timeout(STEP, t).await.expect("timed out").unwrap();
     }
+    gw.stop();
+}
+
+/// Fan-out to a subscriber that never reads: once its queue is over the
+/// route's outbound budget it is closed with 1008 (after the messages queued
+/// before), the publisher and a reading subscriber keep being served, and
+/// nothing queued for it exceeds the budget by more than one message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_never_reads_is_closed_with_1008() {
+    const BUDGET: usize = 64 << 10;
+    let mut config = Config::builtin_default();
+    config.server.workers = 1;
+    let mut chat = guest_route("/chat/{room}", GuestConfig::defaults(wasm("chat")));
+    chat.limits.outbound_budget = BUDGET;
+    config.routes.push(chat);
+    let gw = Gateway::start(config);
+    let mut slow = common::Raw::connect(gw.addr, "/chat/busy").await;
+    let mut reader = client(&gw.url("/chat/busy")).await;
+    let mut publisher = client(&gw.url("/chat/busy")).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let text = |i: u32| format!("{i:08}{}", "x".repeat(32 << 10));
+    // 32 MiB: far past the budget and the loopback socket buffers (which
+    // grow to several MiB each way).
+    const COUNT: u32 = 1000;
+    for i in 0..COUNT {
+        publisher.send(Message::text(text(i))).await.unwrap();
+        assert_eq!(next(&mut reader).await, Message::text(text(i)));
+        if i % 50 == 0 {
+            let queued = common::metric(gw.addr, "weir_outbound_queued_bytes_max").await;
+            assert!(
+                queued <= (BUDGET + (33 << 10)) as u64,
+                "{queued} bytes queued for one subscriber"
+            );
+        }
+    }
+    // The slow subscriber now reads: messages in order, then 1008.
+    let mut seen = 0u32;
+    let code = loop {
+        let (first, payload) = slow.next_frame().await.expect("frames, then a close");
+        if first & 0x0F == 0x8 {
+            break u16::from_be_bytes([payload[0], payload[1]]);
+        }
+        assert_eq!(payload, text(seen).as_bytes(), "message {seen}");
+        seen += 1;
+    };
+    assert_eq!(code, 1008);
+    assert!(seen < COUNT, "the slow subscriber was never cut off");
+    // The publisher and the reader are still served.
+    publisher.send(Message::text("still here")).await.unwrap();
+    assert_eq!(next(&mut reader).await, Message::text("still here"));
     gw.stop();
 }

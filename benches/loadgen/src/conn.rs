@@ -1,10 +1,10 @@
 //! One open WebSocket connection on a non-blocking socket: the opening
 //! handshake, the queue of frames to send (written with one `writev` per
-//! flush, so pipelined frames are coalesced), and the parser + checker for
-//! what comes back.
+//! flush, so pipelined frames are coalesced), the parser + checker for
+//! what comes back, and the closing handshake.
 
 use crate::payload::{Checker, Expect, Source, MASK_KEY};
-use crate::ws::{self, Parser, Rng, OP_PONG};
+use crate::ws::{self, Parser, Rng, OP_CLOSE, OP_PONG};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
@@ -211,7 +211,8 @@ impl Conn {
     }
 
     /// Reads until the socket is drained (edge-triggered epoll), feeding the
-    /// checker. Returns false on EOF or error (the connection is then dead).
+    /// checker. Returns false on EOF, error or a close frame from the server
+    /// (answered with a close frame, §5.5.1); the connection is then dead.
     pub fn read_all(&mut self, buf: &mut [u8]) -> bool {
         loop {
             match (&self.stream).read(buf) {
@@ -230,6 +231,15 @@ impl Conn {
                     for p in std::mem::take(&mut self.check.pings) {
                         self.out
                             .push_control(&ws::client_frame(OP_PONG, &p, MASK_KEY));
+                    }
+                    if let Some(code) = self.check.close_code {
+                        self.out.push_control(&close_frame(code));
+                        let _ = self.out.flush(&self.stream);
+                        self.dead = Some(format!(
+                            "server closed the connection with code {code} {:?}",
+                            self.check.close_reason
+                        ));
+                        return false;
                     }
                     if n < buf.len() {
                         return true;
@@ -254,5 +264,161 @@ impl Conn {
                 false
             }
         }
+    }
+
+    /// Ends the connection with a closing handshake (RFC 6455 §5.5.1, §7.1):
+    /// when `initiate`, sends close 1000 first; otherwise waits for the
+    /// server's close frame (a relay closes the partner of a leaving
+    /// connection) and answers it with the same code. Either way the server's
+    /// close frame must arrive and then the server must end the TCP
+    /// connection (§7.1.1: the server closes first), all within `wait`. Data
+    /// that arrives meanwhile goes through the checker, so a message that
+    /// was not due is a mismatch. Returns the server's close code (0: none).
+    pub fn close_handshake(&mut self, initiate: bool, wait: Duration) -> Result<u16, String> {
+        let deadline = Instant::now() + wait;
+        self.stream
+            .set_nonblocking(false)
+            .map_err(|e| format!("set blocking: {e}"))?;
+        let mut sent = false;
+        if initiate {
+            self.out.push_control(&close_frame(1000));
+            sent = true;
+        }
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            if let (Some(code), false) = (self.check.close_code, sent) {
+                self.out.push_control(&close_frame(code));
+                sent = true;
+            }
+            if !self.out.is_empty() {
+                self.out
+                    .flush(&self.stream)
+                    .map_err(|e| format!("send close: {e}"))?;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let waiting_for = match self.check.close_code {
+                None => "the server's close frame",
+                Some(_) => "the server to end the connection after the close frames",
+            };
+            if left.is_zero() {
+                return Err(format!("no sign of {waiting_for} within {wait:?}"));
+            }
+            self.stream.set_read_timeout(Some(left)).ok();
+            match (&self.stream).read(&mut buf) {
+                Ok(0) => {
+                    return match self.check.close_code {
+                        Some(code) if sent => Ok(code),
+                        _ => Err("server ended the connection without a close frame".into()),
+                    }
+                }
+                Ok(n) => {
+                    self.parser
+                        .feed(&buf[..n], &mut self.check)
+                        .map_err(|e| format!("protocol error while closing: {e}"))?;
+                    // Nothing goes out after our close frame, not even a pong (§5.5.1).
+                    for p in std::mem::take(&mut self.check.pings) {
+                        if !sent {
+                            self.out
+                                .push_control(&ws::client_frame(OP_PONG, &p, MASK_KEY));
+                        }
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(format!("read while closing ({waiting_for}): {e}")),
+            }
+        }
+    }
+}
+
+/// A masked close frame with `code` (0: no code, an empty payload).
+fn close_frame(code: u16) -> Vec<u8> {
+    let payload = match code {
+        0 => vec![],
+        c => c.to_be_bytes().to_vec(),
+    };
+    ws::client_frame(OP_CLOSE, &payload, MASK_KEY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::Template;
+    use std::net::TcpListener;
+
+    /// A connected pair: our `Conn` (non-blocking) and the raw server side.
+    fn pair() -> (Conn, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        client.set_nonblocking(true).unwrap();
+        let t = Template::new(16, false, 1);
+        let c = Conn::new(client, Source::Pattern(t), Expect::Pattern(t), 1);
+        (c, server)
+    }
+
+    fn server_close(code: u16, reason: &[u8]) -> Vec<u8> {
+        let mut f = vec![0x80 | OP_CLOSE, 2 + reason.len() as u8];
+        f.extend_from_slice(&code.to_be_bytes());
+        f.extend_from_slice(reason);
+        f
+    }
+
+    /// The close code carried by a masked client close frame of 2 payload bytes.
+    fn read_client_close(server: &mut TcpStream) -> u16 {
+        let mut f = [0u8; 8];
+        server.read_exact(&mut f).unwrap();
+        assert_eq!((f[0], f[1]), (0x80 | OP_CLOSE, 0x80 | 2), "{f:?}");
+        u16::from_be_bytes([f[6] ^ f[2], f[7] ^ f[3]])
+    }
+
+    /// A close frame from the server in the middle of a load ends the
+    /// connection at once, with its code and reason in the report, and is
+    /// answered with a close frame (§5.5.1), instead of looking like a stall.
+    #[test]
+    fn server_close_is_answered_and_reported() {
+        let (mut c, mut server) = pair();
+        server
+            .write_all(&server_close(1011, b"guest handler failed"))
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while c.read_all(&mut buf) {
+            assert!(Instant::now() < deadline, "close frame not seen");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let why = c.dead.clone().unwrap();
+        assert!(
+            why.contains("1011") && why.contains("guest handler failed"),
+            "{why}"
+        );
+        assert_eq!(read_client_close(&mut server), 1011);
+    }
+
+    /// Our close 1000, the server's close 1000, then its FIN: a clean end.
+    #[test]
+    fn close_handshake_initiated_by_us() {
+        let (mut c, mut server) = pair();
+        let t = std::thread::spawn(move || {
+            assert_eq!(read_client_close(&mut server), 1000);
+            server.write_all(&server_close(1000, b"")).unwrap();
+        });
+        assert_eq!(c.close_handshake(true, Duration::from_secs(5)), Ok(1000));
+        t.join().unwrap();
+    }
+
+    /// A server that never answers our close is reported, not waited on forever.
+    #[test]
+    fn close_handshake_without_answer_times_out() {
+        let (mut c, _server) = pair();
+        let err = c
+            .close_handshake(true, Duration::from_millis(200))
+            .unwrap_err();
+        assert!(err.contains("close frame"), "{err}");
     }
 }

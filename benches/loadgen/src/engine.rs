@@ -5,6 +5,11 @@
 //! Loads: request/response (echo, json, binary) with a pipeline depth,
 //! relay pairs (A→B then B→A is one round trip), and fan-out (one publisher,
 //! subscribers checking order, the publisher a bounded window ahead).
+//!
+//! A run can end in two ways: DONE stops at once (a benchmark does not care
+//! about the messages still in flight); DRAIN stops sending and returns once
+//! every reply due has arrived, so the caller can close the connections
+//! cleanly and know that every message sent was answered (the soak test).
 
 use crate::conn::Conn;
 use crate::hist::Histogram;
@@ -15,6 +20,9 @@ use std::time::{Duration, Instant};
 /// Phase 0 (the default) is warm-up: messages flow but are not counted.
 pub const MEASURE: u8 = 1;
 pub const DONE: u8 = 2;
+/// Send nothing new (a relay pair still completes its round trip), return
+/// once no reply is due. Messages completed while draining are counted.
+pub const DRAIN: u8 = 3;
 
 /// The phase every thread reads once per wake-up.
 #[derive(Default)]
@@ -79,12 +87,14 @@ fn ns(d: Duration) -> u64 {
     d.as_nanos() as u64
 }
 
-/// Runs `load` over `conns` until the phase is DONE.
-pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
+/// Runs `load` over `conns` until the phase is DONE, or until it is DRAIN
+/// and nothing is due. The connections stay open.
+pub fn run(conns: &mut [Conn], load: Load, ctl: &Control) -> ThreadResult {
     let ep = Epoll::new().expect("epoll_create1");
     for (i, c) in conns.iter().enumerate() {
         use std::os::fd::AsRawFd;
-        ep.add(c.stream.as_raw_fd(), i as u64, sys::IN | sys::OUT | sys::ET)
+        let events = sys::IN | sys::OUT | sys::ET | sys::RDHUP;
+        ep.add(c.stream.as_raw_fd(), i as u64, events)
             .expect("epoll_ctl");
     }
     let mut res = ThreadResult::default();
@@ -95,7 +105,7 @@ pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
     // Prime the first messages.
     match load {
         Load::ReqResp { depth } => {
-            for c in &mut conns {
+            for c in conns.iter_mut() {
                 for _ in 0..depth {
                     c.queue_next(now);
                 }
@@ -139,7 +149,7 @@ pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
         }
         let n = ep.wait(&mut events, 10);
         let phase = ctl.get();
-        if phase == DONE {
+        if phase == DONE || (phase == DRAIN && !anything_due(conns, load)) {
             break;
         }
         let now = Instant::now();
@@ -149,10 +159,14 @@ pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
                 continue;
             }
             if ev.events & (sys::IN | sys::ERR) != 0 {
-                conns[i].read_all(&mut buf);
+                // read_all stops at a short read; a FIN that came with the
+                // last data gives no further edge, so read on to the EOF.
+                if conns[i].read_all(&mut buf) && ev.events & sys::RDHUP != 0 {
+                    conns[i].read_all(&mut buf);
+                }
                 let done = std::mem::take(&mut conns[i].check.done);
                 if done > 0 {
-                    react(&mut conns, i, done, load, phase, now, &mut res);
+                    react(conns, i, done, load, phase, now, &mut res);
                 }
             }
             let c = &mut conns[i];
@@ -199,6 +213,17 @@ pub fn run(mut conns: Vec<Conn>, load: Load, ctl: &Control) -> ThreadResult {
     res
 }
 
+/// Whether a live connection still waits for a message (fan-out: never, its
+/// subscribers take whatever comes).
+fn anything_due(conns: &[Conn], load: Load) -> bool {
+    match load {
+        Load::Fanout { .. } => false,
+        _ => conns
+            .iter()
+            .any(|c| c.dead.is_none() && c.check.allowed > 0),
+    }
+}
+
 /// Handles `done` messages just completed on connection `i`.
 fn react(
     conns: &mut [Conn],
@@ -209,7 +234,8 @@ fn react(
     now: Instant,
     res: &mut ThreadResult,
 ) {
-    let measuring = phase == MEASURE;
+    let measuring = phase == MEASURE || phase == DRAIN;
+    let sending = phase != DRAIN;
     match load {
         Load::ReqResp { .. } => {
             let c = &mut conns[i];
@@ -219,10 +245,12 @@ fn react(
                     res.hist.record(ns(now.duration_since(c.sent_time(seq))));
                 }
             }
-            for _ in 0..done {
-                c.queue_next(now);
+            if sending {
+                for _ in 0..done {
+                    c.queue_next(now);
+                }
+                c.check.allowed += done;
             }
-            c.check.allowed += done;
         }
         Load::Relay => {
             let partner = i ^ 1;
@@ -242,10 +270,12 @@ fn react(
                     res.hist
                         .record_n(ns(now.duration_since(c.sent_time(seq))), done);
                 }
-                for _ in 0..done {
-                    c.queue_next(now);
+                if sending {
+                    for _ in 0..done {
+                        c.queue_next(now);
+                    }
+                    conns[partner].check.allowed += done;
                 }
-                conns[partner].check.allowed += done;
             }
         }
         Load::Fanout { .. } => {
@@ -259,5 +289,52 @@ fn react(
                     .record_n(ns(now.duration_since(conns[0].sent_time(seq))), done);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::payload::{Expect, Source, Template};
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+
+    /// Regression: a server that answered and shut down in one go (reply
+    /// and FIN in one read) left the connection looking alive and stalled,
+    /// because the short read ended the read loop and no further edge came.
+    #[test]
+    fn reply_and_fin_together_end_the_connection() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut server, _) = l.accept().unwrap();
+        client.set_nonblocking(true).unwrap();
+        let t = Template::new(16, false, 1);
+        let mut conns = vec![Conn::new(client, Source::Pattern(t), Expect::Pattern(t), 1)];
+        let answer = std::thread::spawn(move || {
+            // The 16-byte message is 6 header + 16 payload bytes, masked.
+            let mut req = [0u8; 22];
+            server.read_exact(&mut req).unwrap();
+            let mut payload: Vec<u8> = (0..16).map(|i| req[6 + i] ^ req[2 + i % 4]).collect();
+            let mut reply = vec![0x82, 16];
+            reply.append(&mut payload);
+            server.write_all(&reply).unwrap();
+            server.shutdown(Shutdown::Write).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+        });
+        let ctl = Control::default();
+        ctl.set(MEASURE);
+        let res = std::thread::scope(|sc| {
+            let h = sc.spawn(|| run(&mut conns, Load::ReqResp { depth: 1 }, &ctl));
+            std::thread::sleep(Duration::from_millis(300));
+            ctl.set(DONE);
+            h.join().unwrap()
+        });
+        answer.join().unwrap();
+        assert_eq!((res.msgs, res.mismatches), (1, 0), "{:?}", res.errors);
+        let dead = conns[0].dead.clone();
+        assert!(
+            dead.as_deref().is_some_and(|d| d.contains("closed")),
+            "{dead:?}"
+        );
     }
 }

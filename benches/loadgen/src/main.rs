@@ -1,27 +1,16 @@
 //! `weir-load`: a WebSocket load generator that verifies every reply byte
 //! for byte. A fast wrong answer is a failure, not a result: mismatches are
-//! counted, printed, and make the exit code non-zero.
-//!
-//! Modules: `ws` (RFC 6455 client side), `payload` (what is sent, what must
-//! come back), `conn` (one connection: handshake, coalesced writes),
-//! `engine` (the measuring epoll loop), `connect` and `idle` (their own
-//! loops), `hist` (latency histogram), `sys` (epoll, pinning, CPU clocks).
-
-mod conn;
-mod connect;
-mod engine;
-mod hist;
-mod idle;
-mod payload;
-mod sys;
-mod ws;
+//! counted, printed, and make the exit code non-zero. The modules are in the
+//! library (`src/lib.rs`); this is the command line.
 
 use clap::{Parser, ValueEnum};
-use conn::{Conn, Target};
-use engine::{Control, Load, ThreadResult, DONE, MEASURE};
-use payload::{Expect, Source, Template};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use weir_load::conn::{self, Conn, Target};
+use weir_load::engine::{self, Control, Load, ThreadResult, DONE, MEASURE};
+use weir_load::payload::{Expect, Source, Template};
+use weir_load::units::{parse_duration, parse_size};
+use weir_load::{connect, idle, sys, ws};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -109,36 +98,6 @@ struct Args {
     /// Report this process's CPU time per message (and RSS in idle mode).
     #[arg(long)]
     server_pid: Option<u32>,
-}
-
-fn parse_size(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-    let mult = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1024,
-        "m" | "mb" | "mib" => 1024 * 1024,
-        _ => return Err(format!("bad size unit in {s:?}")),
-    };
-    Ok(n * mult)
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(
-        s.find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(s.len()),
-    );
-    let v: f64 = num.parse().map_err(|_| format!("bad duration {s:?}"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "s" | "" => v,
-        "m" => v * 60.0,
-        _ => return Err(format!("bad duration unit in {s:?}")),
-    };
-    Ok(Duration::from_secs_f64(secs))
 }
 
 /// CPU clocks and wall time over the measured window.
@@ -318,9 +277,9 @@ fn run(a: &Args) -> Result<bool, String> {
                 handles.push(sc.spawn(move || connect::run(target, slots, t as u64 + 1, ctl)));
             }
         } else {
-            for g in groups.drain(..).filter(|g| !g.is_empty()) {
+            for mut g in groups.drain(..).filter(|g| !g.is_empty()) {
                 let ctl = &ctl;
-                handles.push(sc.spawn(move || engine::run(g, load, ctl)));
+                handles.push(sc.spawn(move || engine::run(&mut g, load, ctl)));
             }
         }
         let win = measure(&ctl, a.warmup, a.duration, a.server_pid);

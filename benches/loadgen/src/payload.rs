@@ -31,7 +31,7 @@ impl Template {
         let mut rng = Rng::new(seed + 17);
         let plain: Vec<u8> = (0..size)
             .map(|_| {
-                let r = rng.next() as u8;
+                let r = rng.next_u64() as u8;
                 if text {
                     b' ' + r % 95
                 } else {
@@ -161,6 +161,8 @@ pub struct Checker {
     pub allowed: u64,
     /// Completed messages since the owner last reset this.
     pub done: u64,
+    /// Payload bytes of all completed messages (a soak reports the volume verified).
+    pub bytes: u64,
     pub mismatches: u64,
     /// Messages skipped in an ordered stream.
     pub lost: u64,
@@ -168,6 +170,8 @@ pub struct Checker {
     pub errors: Vec<String>,
     /// Close frame received: its code (0 when it had none).
     pub close_code: Option<u16>,
+    /// The close frame's reason text (lossy UTF-8), for reports.
+    pub close_reason: String,
     /// Ping payloads to answer with pongs.
     pub pings: Vec<Vec<u8>>,
     pos: usize,
@@ -185,10 +189,12 @@ impl Checker {
             next_seq: 0,
             allowed: 0,
             done: 0,
+            bytes: 0,
             mismatches: 0,
             lost: 0,
             errors: Vec::new(),
             close_code: None,
+            close_reason: String::new(),
             pings: Vec::new(),
             pos: 0,
             bad: None,
@@ -351,6 +357,7 @@ impl Sink for Checker {
         self.allowed = self.allowed.saturating_sub(1);
         self.next_seq += 1;
         self.done += 1;
+        self.bytes += len;
     }
 
     fn control(&mut self, opcode: u8, payload: &[u8]) {
@@ -364,6 +371,7 @@ impl Sink for Checker {
                     0
                 };
                 self.close_code = Some(code);
+                self.close_reason = String::from_utf8_lossy(payload.get(2..).unwrap_or(&[])).into();
             }
             _ => {}
         }

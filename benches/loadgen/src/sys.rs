@@ -1,5 +1,6 @@
 //! Linux plumbing: epoll, CPU pinning, the open-file limit, and the CPU
-//! clocks (our own via getrusage, the server's via /proc/PID/stat).
+//! clocks (our own via getrusage, the server's via /proc/PID/stat), and the
+//! server's resident memory and open fds.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -11,6 +12,8 @@ pub const IN: u32 = libc::EPOLLIN as u32;
 pub const OUT: u32 = libc::EPOLLOUT as u32;
 pub const ET: u32 = libc::EPOLLET as u32;
 pub const ERR: u32 = (libc::EPOLLERR | libc::EPOLLHUP) as u32;
+/// The peer shut down its side (its FIN arrived), possibly with the last data.
+pub const RDHUP: u32 = libc::EPOLLRDHUP as u32;
 
 impl Epoll {
     pub fn new() -> io::Result<Self> {
@@ -128,6 +131,12 @@ pub fn proc_rss_kib(pid: u32) -> io::Result<u64> {
         .ok_or_else(|| io::Error::other("no VmRSS"))
 }
 
+/// Open file descriptors of process `pid` (entries of /proc/PID/fd): a
+/// server that leaks sockets shows it here long before it hits a limit.
+pub fn proc_fd_count(pid: u32) -> io::Result<usize> {
+    Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,14 +151,19 @@ mod tests {
     #[test]
     fn own_stat_is_readable() {
         let pid = std::process::id();
-        // Burn a little CPU so the counters move.
-        let t = std::time::Instant::now();
+        // Burn 30 ms of CPU (not of wall time: on a busy machine 30 ms of
+        // wall time can pass without a clock tick of CPU) so the counters move.
+        let start = self_cpu_ns();
         let mut x = 0u64;
-        while t.elapsed().as_millis() < 30 {
+        while self_cpu_ns() - start < 30_000_000 {
             x = x.wrapping_add(std::hint::black_box(1));
         }
         assert!(x > 0);
         assert!(proc_cpu_ns(pid).unwrap() > 0);
         assert!(proc_rss_kib(pid).unwrap() > 0);
+        assert!(
+            proc_fd_count(pid).unwrap() >= 3,
+            "stdin, stdout, stderr at least"
+        );
     }
 }

@@ -27,8 +27,8 @@ pub fn accept_key(key: &str) -> String {
 /// A fresh `Sec-WebSocket-Key`: 16 pseudo-random bytes, base64 (§4.1).
 pub fn new_key(rng: &mut Rng) -> String {
     let mut b = [0u8; 16];
-    b[..8].copy_from_slice(&rng.next().to_le_bytes());
-    b[8..].copy_from_slice(&rng.next().to_le_bytes());
+    b[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
+    b[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
     base64::engine::general_purpose::STANDARD.encode(b)
 }
 
@@ -273,7 +273,7 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;

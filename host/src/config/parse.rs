@@ -31,6 +31,7 @@ struct RawServer {
     outbound_budget: Field,
     idle_timeout: Field,
     handshake_timeout: Field,
+    drain_timeout: Field,
     subprotocols: Field,
     max_connections: Field,
     max_connections_per_ip: Field,
@@ -123,6 +124,9 @@ fn server(
     }
     if let Some(item) = Item::of("handshake_timeout", &raw.handshake_timeout) {
         server.handshake_timeout = item.duration(src, Duration::from_millis(1), MAX_TIMEOUT)?;
+    }
+    if let Some(item) = Item::of("drain_timeout", &raw.drain_timeout) {
+        server.drain_timeout = item.duration(src, Duration::ZERO, MAX_TIMEOUT)?;
     }
     if let Some(item) = Item::of("max_connections", &raw.max_connections) {
         server.max_connections = item.count(src, 0, u32::MAX as u64)? as usize;

@@ -56,6 +56,7 @@ max_message = "16MiB"
 outbound_budget = "1MiB"
 idle_timeout = "2m"
 handshake_timeout = "5s"
+drain_timeout = "20s"
 subprotocols = ["chat.v2", "chat.v1"]
 max_connections = 5000
 max_connections_per_ip = 100
@@ -88,6 +89,7 @@ native = "relay"
     assert_eq!(server.listen, "0.0.0.0:8080".parse().unwrap());
     assert_eq!(server.workers, 3);
     assert_eq!(server.handshake_timeout, Duration::from_secs(5));
+    assert_eq!(server.drain_timeout, Duration::from_secs(20));
     assert_eq!(server.max_connections, 5000);
     assert_eq!(server.max_connections_per_ip, 100);
     assert_eq!(server.cache_dir, Some(PathBuf::from("/etc/weir/cache")));
@@ -104,14 +106,14 @@ native = "relay"
     let [echo, chat, files] = &config.routes[..] else {
         panic!("expected three routes, got {:?}", config.routes);
     };
-    assert_eq!((echo.path.as_str(), echo.line), ("/echo", 14));
+    assert_eq!((echo.path.as_str(), echo.line), ("/echo", 15));
     assert_eq!(echo.behaviour, Behaviour::Native(NativeKind::Echo));
     // A route override replaces one key; the others come from [server].
     assert_eq!(echo.limits.max_message, 1024);
     assert_eq!(echo.limits.outbound_budget, 1 << 20);
     assert_eq!(echo.limits.subprotocols, server.limits.subprotocols);
 
-    assert_eq!((chat.path.as_str(), chat.line), ("/rooms/{room}", 19));
+    assert_eq!((chat.path.as_str(), chat.line), ("/rooms/{room}", 20));
     let mut env = BTreeMap::new();
     env.insert("MODE".to_string(), "test".to_string());
     env.insert("WEIR_AUTH_TOKEN".to_string(), "let-me-in".to_string());
@@ -133,7 +135,7 @@ native = "relay"
     assert_eq!(chat.limits.max_message, 16 << 20);
 
     // The file's `/files/*` is matchit's catch-all.
-    assert_eq!((files.path.as_str(), files.line), ("/files/{*rest}", 32));
+    assert_eq!((files.path.as_str(), files.line), ("/files/{*rest}", 33));
     assert_eq!(files.behaviour, Behaviour::Native(NativeKind::Relay));
 }
 
@@ -143,6 +145,7 @@ fn defaults_without_a_server_section() {
     assert_eq!(config.server.listen, DEFAULT_LISTEN.parse().unwrap());
     assert_eq!(config.server.workers, default_workers());
     assert_eq!(config.server.handshake_timeout, DEFAULT_HANDSHAKE_TIMEOUT);
+    assert_eq!(config.server.drain_timeout, DEFAULT_DRAIN_TIMEOUT);
     assert_eq!(config.server.limits, Limits::default());
     assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
     assert_eq!(config.server.max_connections_per_ip, 0);

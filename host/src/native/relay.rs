@@ -96,10 +96,15 @@ impl Relay {
         if self.complete == 0 {
             return true;
         }
-        let rest = self.pending.split_off(self.complete);
-        let frames = std::mem::replace(&mut self.pending, rest);
+        let Some(partner) = &self.partner else {
+            return false;
+        };
+        let ok = partner.send_direct(&self.pending[..self.complete]);
+        // Keep the allocation for the next batch; a frame still arriving
+        // moves to the front.
+        self.pending.drain(..self.complete);
         self.complete = 0;
-        self.partner.as_ref().is_some_and(|p| p.send(frames.into()))
+        ok
     }
 
     /// The partner holds more than its budget: stop reading until it drains.

@@ -5,6 +5,8 @@
 use std::cell::RefCell;
 use std::io::IoSlice;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Free bytes kept in front of the data: a piece of a frame that began in an
@@ -36,9 +38,45 @@ const COALESCE_MAX_BYTES: usize = 2048;
 pub struct BufPool {
     free: RefCell<Vec<Box<[u8]>>>,
     free_large: RefCell<Vec<Box<[u8]>>>,
+    stats: Arc<PoolStats>,
+}
+
+/// What a worker's receive buffers hold, for `/metrics` and the tests that
+/// bound memory under abusive clients. Written only by the pool's worker
+/// (a plain load and store, no locked instruction on the hot path); read by
+/// whichever worker renders the metrics.
+#[derive(Default, Debug)]
+pub struct PoolStats {
+    /// Bytes in buffers that connections hold right now.
+    held_bytes: AtomicUsize,
+    /// Bytes in free buffers the pool keeps for reuse.
+    pooled_bytes: AtomicUsize,
+}
+
+impl PoolStats {
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn pooled_bytes(&self) -> usize {
+        self.pooled_bytes.load(Ordering::Relaxed)
+    }
+}
+
+/// `counter += delta` by its only writer.
+fn bump(counter: &AtomicUsize, delta: isize) {
+    let now = counter.load(Ordering::Relaxed).wrapping_add_signed(delta);
+    counter.store(now, Ordering::Relaxed);
 }
 
 impl BufPool {
+    pub fn new(stats: Arc<PoolStats>) -> BufPool {
+        BufPool {
+            stats,
+            ..BufPool::default()
+        }
+    }
+
     /// A receive buffer; `large` for the rest of a big streamed frame.
     pub fn take(&self, large: bool) -> Box<[u8]> {
         let (free, size) = if large {
@@ -46,13 +84,18 @@ impl BufPool {
         } else {
             (&self.free, READ_BUF_BYTES)
         };
-        free.borrow_mut()
-            .pop()
-            .unwrap_or_else(|| vec![0u8; size].into_boxed_slice())
+        let buf = free.borrow_mut().pop();
+        if buf.is_some() {
+            bump(&self.stats.pooled_bytes, -(size as isize));
+        }
+        bump(&self.stats.held_bytes, size as isize);
+        buf.unwrap_or_else(|| vec![0u8; size].into_boxed_slice())
     }
 
     pub fn give(&self, buf: Box<[u8]>) {
-        let (free, keep) = if buf.len() == LARGE_READ_BUF_BYTES {
+        let size = buf.len();
+        bump(&self.stats.held_bytes, -(size as isize));
+        let (free, keep) = if size == LARGE_READ_BUF_BYTES {
             (&self.free_large, POOL_KEEP_LARGE)
         } else {
             (&self.free, POOL_KEEP)
@@ -60,6 +103,7 @@ impl BufPool {
         let mut free = free.borrow_mut();
         if free.len() < keep {
             free.push(buf);
+            bump(&self.stats.pooled_bytes, size as isize);
         }
     }
 }
@@ -155,5 +199,23 @@ mod tests {
         out.push(&mut buf, 5000..9000);
         assert_eq!(out.segs, vec![10..24, 5000..9000]);
         assert_eq!(&buf[10..18], b"aaaabbbb");
+    }
+
+    #[test]
+    fn pool_stats_follow_take_and_give() {
+        let stats = Arc::new(PoolStats::default());
+        let pool = BufPool::new(stats.clone());
+        let a = pool.take(false);
+        let b = pool.take(true);
+        assert_eq!(stats.held_bytes(), READ_BUF_BYTES + LARGE_READ_BUF_BYTES);
+        pool.give(a);
+        assert_eq!(stats.held_bytes(), LARGE_READ_BUF_BYTES);
+        assert_eq!(stats.pooled_bytes(), READ_BUF_BYTES);
+        let again = pool.take(false);
+        assert_eq!(stats.pooled_bytes(), 0);
+        pool.give(again);
+        pool.give(b);
+        assert_eq!(stats.held_bytes(), 0);
+        assert_eq!(stats.pooled_bytes(), READ_BUF_BYTES + LARGE_READ_BUF_BYTES);
     }
 }

@@ -12,11 +12,11 @@ use crate::native::echo::Echo;
 use crate::native::relay::{Join, Relay, RelayHub};
 use crate::ws::close::{self, close_frame};
 use crate::ws::frame::{server_frame, OpCode, ProtocolError};
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::{ErrorKind, IoSlice};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -33,37 +33,71 @@ pub struct ConnEnv {
     pub id: u64,
     pub pool: Rc<BufPool>,
     pub limits: Arc<Limits>,
-    /// The worker's open connections; shutdown closes them through it.
-    pub open: Rc<OpenConns>,
+    /// The gateway's open connections; shutdown closes them through it.
+    pub open: Arc<OpenConns>,
 }
 
-/// A worker's open WebSocket connections. Shutdown goes through their inboxes
-/// rather than a watch in every connection's select, which would cost a
-/// waiter registration per read on the hot path.
+/// The gateway's open WebSocket connections, by id. Shutdown goes through
+/// their inboxes rather than a watch in every connection's select, which
+/// would cost a waiter registration per read on the hot path; `/metrics`
+/// reads their queues. Locked once per connection open and close.
 #[derive(Default)]
 pub struct OpenConns {
-    conns: RefCell<HashMap<u64, Arc<Outbound>>>,
-    closing: Cell<bool>,
+    conns: Mutex<HashMap<u64, Arc<Outbound>>>,
+    closing: AtomicBool,
+}
+
+/// What the open connections' outbound queues hold, for `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    pub connections: usize,
+    pub queued_bytes: usize,
+    /// The most any one connection has queued.
+    pub max_queued_bytes: usize,
 }
 
 impl OpenConns {
     fn insert(&self, id: u64, outbound: Arc<Outbound>) {
-        if self.closing.get() {
-            outbound.close(close::GOING_AWAY, SHUTDOWN_REASON);
+        let mut conns = self.conns.lock().expect("open connections lock");
+        // Checked under the lock: a connection opening while shutdown
+        // begins is either closed here or by `close_all`.
+        if self.closing.load(Ordering::Acquire) {
+            outbound.drain();
         }
-        self.conns.borrow_mut().insert(id, outbound);
+        conns.insert(id, outbound);
     }
 
     fn remove(&self, id: u64) {
-        self.conns.borrow_mut().remove(&id);
+        self.conns
+            .lock()
+            .expect("open connections lock")
+            .remove(&id);
     }
 
-    /// Asks every open connection to close with 1001.
+    /// Asks every open connection, and every one that opens later, to close
+    /// with 1001. Only the first call does anything.
     pub fn close_all(&self) {
-        self.closing.set(true);
-        for out in self.conns.borrow().values() {
-            out.close(close::GOING_AWAY, SHUTDOWN_REASON);
+        let conns = self.conns.lock().expect("open connections lock");
+        if self.closing.swap(true, Ordering::AcqRel) {
+            return;
         }
+        for out in conns.values() {
+            out.drain();
+        }
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        let conns = self.conns.lock().expect("open connections lock");
+        let mut stats = QueueStats {
+            connections: conns.len(),
+            ..QueueStats::default()
+        };
+        for out in conns.values() {
+            let queued = out.queued_bytes();
+            stats.queued_bytes += queued;
+            stats.max_queued_bytes = stats.max_queued_bytes.max(queued);
+        }
+        stats
     }
 }
 
@@ -91,6 +125,8 @@ enum Flow {
     Done,
     /// Send this close and wait for the client's reply.
     Close(u16, String),
+    /// Shutdown: answer what the client has sent so far, then close 1001.
+    Drain,
 }
 
 struct Conn {
@@ -181,6 +217,13 @@ impl Conn {
                 },
             }
         }
+        if matches!(mode, Mode::Relay(..) | Mode::Guest(..)) {
+            // The relay partner or the guest runner writes its messages
+            // straight into this socket when it can. `Drop for Conn` ends
+            // that before the socket closes.
+            use std::os::fd::AsRawFd;
+            self.outbound.enable_direct(self.stream.as_raw_fd());
+        }
         let idle_timeout = self.env.limits.idle_timeout;
         let idle = tokio::time::sleep(idle_timeout);
         tokio::pin!(idle);
@@ -195,7 +238,7 @@ impl Conn {
             let blocked = blocker.is_some();
             let flow = tokio::select! {
                 biased;
-                msg = self.outbound.recv() => self.deliver(msg).await,
+                _ = self.outbound.ready() => self.deliver().await,
                 _ = wait_drained(blocker.as_deref()), if blocked => Flow::Continue,
                 ready = self.stream.readable(), if !blocked => match ready {
                     Ok(()) => self.read(mode).await,
@@ -211,17 +254,59 @@ impl Conn {
                     } else {
                         self.ping_sent = true;
                         idle.as_mut().reset(Instant::now() + idle_timeout);
-                        match self.stream.write_all(&server_frame(OpCode::Ping, b"")).await {
+                        let ping = server_frame(OpCode::Ping, b"");
+                        match self.write_own(&ping, idle_timeout).await {
                             Ok(()) => Flow::Continue,
                             Err(_) => Flow::Done,
                         }
                     }
                 }
             };
-            if !matches!(flow, Flow::Continue) {
-                return flow;
+            match flow {
+                Flow::Continue => {}
+                Flow::Drain => return self.read_rest(mode).await,
+                flow => return flow,
             }
         }
+    }
+
+    /// Shutdown: what the client sent before the 1001 and is already in
+    /// the socket is read and answered first (a bounded number of reads,
+    /// without waiting for more). Guest routes skip this: their replies
+    /// would come from a batch that runs after the close.
+    async fn read_rest(&mut self, mode: &mut Mode) -> Flow {
+        const DRAIN_READS: usize = 16;
+        let going_away = Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into());
+        if matches!(mode, Mode::Guest(..)) {
+            return going_away;
+        }
+        for _ in 0..DRAIN_READS {
+            let large = self.decoder.streamed_remaining() > STREAM_ABOVE_BYTES as u64;
+            let buf = self.buf.get_or_insert_with(|| self.env.pool.take(large));
+            let room = &mut buf[self.end..];
+            // A plain non-blocking recv: tokio's readiness may not know yet
+            // about bytes that have arrived.
+            use std::os::fd::AsRawFd;
+            // SAFETY: `room` is valid for writes of its length; the
+            // descriptor belongs to `self.stream`.
+            let n = unsafe {
+                libc::recv(
+                    self.stream.as_raw_fd(),
+                    room.as_mut_ptr().cast(),
+                    room.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n <= 0 {
+                break;
+            }
+            self.end += n as usize;
+            match self.process(mode).await {
+                Flow::Continue => {}
+                flow => return flow,
+            }
+        }
+        going_away
     }
 
     /// An unpaired relay connection is not read from; it waits for a partner,
@@ -237,11 +322,14 @@ impl Conn {
                 partner = &mut paired => {
                     return partner.map_err(|_| Flow::Done);
                 }
-                msg = self.outbound.recv() => {
-                    if let flow @ (Flow::Done | Flow::Close(..)) = self.deliver(msg).await {
-                        return Err(flow);
+                _ = self.outbound.ready() => match self.deliver().await {
+                    Flow::Continue => {}
+                    // Nothing was read while unpaired: nothing to answer.
+                    Flow::Drain => {
+                        return Err(Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()))
                     }
-                }
+                    flow => return Err(flow),
+                },
                 peeked = self.stream.peek(&mut probe), if watch_socket => match peeked {
                     // Data waits for the partner; only a hang-up matters now.
                     Ok(n) if n > 0 => watch_socket = false,
@@ -325,7 +413,24 @@ impl Conn {
             Mode::Guest(g, _) => g.end_of_read(),
             Mode::Echo(_) => {}
         }
-        if self.out.flush(&mut self.stream, buf).await.is_err() {
+        let stall_limit = self.env.limits.idle_timeout;
+        let written = if self.outbound.direct() && !self.out.is_empty() {
+            // The relay partner may be writing into this socket too: take
+            // the turn, and finish a frame it began first.
+            let _turn = self.outbound.write_turn();
+            let mut result = Ok(());
+            if let Some(rest) = self.outbound.take_remainder() {
+                result = unless_stalled(stall_limit, self.stream.write_all(&rest)).await;
+                self.outbound.written(rest.len());
+            }
+            if result.is_ok() {
+                result = unless_stalled(stall_limit, self.out.flush(&mut self.stream, buf)).await;
+            }
+            result
+        } else {
+            unless_stalled(stall_limit, self.out.flush(&mut self.stream, buf)).await
+        };
+        if written.is_err() {
             return Flow::Done;
         }
         // Keep what the decoder could not use yet at the front of the buffer.
@@ -341,30 +446,44 @@ impl Conn {
     }
 
     /// Writes frames other connections or the guest queued for this one.
-    async fn deliver(&mut self, first: OutMsg) -> Flow {
+    async fn deliver(&mut self) -> Flow {
+        // Messages are taken under the write turn, so a direct write from
+        // the relay partner cannot overtake them.
+        let _turn = self.outbound.direct().then(|| self.outbound.write_turn());
+        self.outbound.clear_remainder();
         let mut frames = Vec::new();
         let mut closing = None;
-        let mut next = Some(first);
-        while let Some(msg) = next.take() {
+        let mut taken = 0;
+        while frames.len() < OUTBOUND_BATCH {
+            let Some(msg) = self.outbound.try_recv() else {
+                break;
+            };
+            taken += 1;
             match msg {
                 OutMsg::Frames(f) => frames.push(f),
                 OutMsg::Close(code, reason) => {
                     closing = Some(Flow::Close(code, reason));
                     break;
                 }
-            }
-            if frames.len() < OUTBOUND_BATCH {
-                next = self.outbound.try_recv();
+                OutMsg::Drain => {
+                    closing = Some(Flow::Drain);
+                    break;
+                }
             }
         }
         let total: usize = frames.iter().map(|f| f.len()).sum();
-        let written = if let [one] = frames.as_slice() {
-            self.stream.write_all(one).await
-        } else {
-            let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
-            super::buffer::write_all_vectored(&mut self.stream, &mut slices).await
+        let stall_limit = self.env.limits.idle_timeout;
+        let written = match frames.as_slice() {
+            [] => Ok(()),
+            [one] => unless_stalled(stall_limit, self.stream.write_all(one)).await,
+            _ => {
+                let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
+                let write = super::buffer::write_all_vectored(&mut self.stream, &mut slices);
+                unless_stalled(stall_limit, write).await
+            }
         };
         self.outbound.written(total);
+        self.outbound.delivered(taken);
         match (written, closing) {
             (Err(_), _) => Flow::Done,
             (Ok(()), Some(flow)) => flow,
@@ -372,15 +491,24 @@ impl Conn {
         }
     }
 
+    /// Writes bytes of the connection's own (a ping) to its socket, taking
+    /// the write turn when the relay partner may write too.
+    async fn write_own(&mut self, bytes: &[u8], stall_limit: Duration) -> std::io::Result<()> {
+        let _turn = self.outbound.direct().then(|| self.outbound.write_turn());
+        if let Some(rest) = self.outbound.take_remainder() {
+            unless_stalled(stall_limit, self.stream.write_all(&rest)).await?;
+            self.outbound.written(rest.len());
+        }
+        unless_stalled(stall_limit, self.stream.write_all(bytes)).await
+    }
+
     /// Sends a close frame, then reads until the client's close (or EOF, or
     /// the linger time) so the client sees a clean close (RFC 6455 §7.1.1).
     async fn close_and_linger(&mut self, code: u16, reason: &str) {
-        if self
-            .stream
-            .write_all(&close_frame(code, reason))
-            .await
-            .is_err()
-        {
+        // No direct writes after the close frame.
+        self.outbound.end_direct();
+        let frame = close_frame(code, reason);
+        if self.write_own(&frame, CLOSE_LINGER).await.is_err() {
             return;
         }
         if !self.decoder.peer_closed() {
@@ -421,6 +549,14 @@ impl Conn {
     }
 }
 
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // Before the socket closes: its descriptor number could be reused
+        // by another connection while the relay partner still writes to it.
+        self.outbound.end_direct();
+    }
+}
+
 /// One `recv` into `buf`. A read shorter than `buf` drained the socket, so
 /// the readiness is cleared with it: otherwise the next turn of the loop
 /// would make a second `recv` only to learn `EAGAIN` — one wasted syscall per
@@ -447,6 +583,29 @@ fn read_drained(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
     match result {
         Err(e) if e.kind() == ErrorKind::WouldBlock && got > 0 => Ok(got),
         other => other,
+    }
+}
+
+/// Runs a write; if the client leaves it blocked (its receive window full)
+/// for `limit`, gives up with `TimedOut` so the connection is dropped: a
+/// client that stops reading holds its socket and buffer only that long.
+/// The timer is set only once the write has had to wait, so the usual write
+/// that completes at once costs none.
+async fn unless_stalled<F>(limit: Duration, write: F) -> std::io::Result<()>
+where
+    F: std::future::Future<Output = std::io::Result<()>>,
+{
+    let mut write = std::pin::pin!(write);
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(write.as_mut().poll(cx))).await;
+    match first {
+        std::task::Poll::Ready(result) => result,
+        std::task::Poll::Pending => match tokio::time::timeout(limit, write).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::debug!(?limit, "client stopped reading; dropping the connection");
+                Err(ErrorKind::TimedOut.into())
+            }
+        },
     }
 }
 

@@ -215,14 +215,18 @@ impl GuestSlot {
     }
 
     /// Applies a guest's commands in order. Consecutive sends to one
-    /// connection are written into one buffer and queued once.
+    /// connection are written into one buffer and handed over once, straight
+    /// into the socket when the connection is not writing itself (see
+    /// `Outbound::send_direct`).
     fn apply(&self, commands: &Commands) {
-        let mut pending: Option<(u64, Vec<u8>)> = None;
-        let flush = |pending: &mut Option<(u64, Vec<u8>)>| {
-            if let Some((conn, frames)) = pending.take() {
+        let mut pending: Option<u64> = None;
+        let mut frames = Vec::new();
+        let flush = |pending: &mut Option<u64>, frames: &mut Vec<u8>| {
+            if let Some(conn) = pending.take() {
                 if let Some(out) = self.lookup(conn) {
-                    out.send(Bytes::from(frames));
+                    out.send_direct(frames);
                 }
+                frames.clear();
             }
         };
         for command in commands.iter() {
@@ -232,14 +236,14 @@ impl GuestSlot {
                 payload,
             } = command
             {
-                if pending.as_ref().is_some_and(|(c, _)| *c != conn) {
-                    flush(&mut pending);
+                if pending.is_some_and(|c| c != conn) {
+                    flush(&mut pending, &mut frames);
                 }
-                let (_, frames) = pending.get_or_insert_with(|| (conn, Vec::new()));
-                append_frame(frames, text, payload);
+                pending = Some(conn);
+                append_frame(&mut frames, text, payload);
                 continue;
             }
-            flush(&mut pending);
+            flush(&mut pending, &mut frames);
             match command {
                 Command::Send { .. } => unreachable!("handled above"),
                 Command::Close { conn, code, reason } => {
@@ -273,7 +277,7 @@ impl GuestSlot {
                 }
             }
         }
-        flush(&mut pending);
+        flush(&mut pending, &mut frames);
     }
 }
 

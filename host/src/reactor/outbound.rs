@@ -3,6 +3,21 @@
 //! worker thread. It counts queued bytes against the route's budget so
 //! producers can wait, and allocates nothing until something is queued, so
 //! an idle connection pays for it only a few words.
+//!
+//! A relay or guest connection also lets its producer (the relay partner,
+//! the guest runner) write straight into its socket (`send_direct`) when
+//! nothing is queued and nobody is writing: that saves the queue, the
+//! wake-up of this connection's task and its turn through the loop — most
+//! of the user-space cost of forwarding a small message. Whoever writes to the socket holds the write turn; a partial
+//! direct write leaves its remainder at the head of the queue, and the
+//! consumer writes queued bytes before any of its own.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicI32, AtomicU8};
+
+const FREE: u8 = 0;
+const CONSUMER: u8 = 1;
+const PRODUCER: u8 = 2;
 
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
@@ -12,20 +27,52 @@ use std::sync::Mutex;
 use std::task::Poll;
 use tokio::sync::Notify;
 
+/// The consumer's write turn; released on drop (also when the connection's
+/// task is dropped in the middle of a write).
+pub struct WriteTurn<'a>(&'a Outbound);
+
+impl Drop for WriteTurn<'_> {
+    fn drop(&mut self) {
+        self.0.turn.store(FREE, Ordering::Release);
+    }
+}
+
+/// One non-blocking `send` of as much of `bytes` as the socket takes now;
+/// 0 on any error (the consumer's own next write or read reports it).
+fn send_now(fd: RawFd, bytes: &[u8]) -> usize {
+    // SAFETY: `bytes` is valid for reads of its length; `fd` is the
+    // consumer's socket, open while direct writes are on (`end_direct` runs
+    // before it is closed, under the write turn held here).
+    let n = unsafe {
+        libc::send(
+            fd,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    usize::try_from(n).unwrap_or(0)
+}
+
 /// What other connections or the guest runner ask a connection to write.
 pub enum OutMsg {
     /// One or more complete server frames.
     Frames(Bytes),
     /// Close with this code and reason, then end the connection.
     Close(u16, String),
+    /// The gateway is shutting down: answer what the client already sent,
+    /// then close with 1001.
+    Drain,
 }
 
 /// Shared through `Arc` between the connection (the only consumer) and its
 /// producers.
 pub struct Outbound {
     queue: Mutex<VecDeque<OutMsg>>,
-    /// Messages in `queue`: the consumer polls this on every turn of its
-    /// loop, and an empty queue must cost it no lock.
+    /// Messages queued, or taken by the consumer and not yet written
+    /// (`delivered` counts those off): the consumer polls this on every turn
+    /// of its loop, and an empty queue must cost it no lock; a direct write
+    /// must not overtake messages the consumer is about to write.
     len: AtomicUsize,
     /// The consumer's waker: registering it is a compare when unchanged,
     /// unlike a `Notify` waiter list (a lock per poll).
@@ -35,6 +82,17 @@ pub struct Outbound {
     drained: Notify,
     budget: usize,
     gone: AtomicBool,
+    /// A direct write left part of a frame at the head of the queue: the
+    /// consumer must write it before anything of its own.
+    remainder: AtomicBool,
+    /// Who writes to the consumer's socket now: `FREE`, `CONSUMER` or
+    /// `PRODUCER` (a direct write).
+    turn: AtomicU8,
+    /// The consumer's socket for direct writes; -1 when they are off.
+    direct_fd: AtomicI32,
+    /// A close is queued: later ones are dropped (a publisher would
+    /// otherwise queue one per message to a subscriber that stopped reading).
+    closing: AtomicBool,
 }
 
 impl Outbound {
@@ -47,6 +105,10 @@ impl Outbound {
             drained: Notify::new(),
             budget,
             gone: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            turn: AtomicU8::new(FREE),
+            remainder: AtomicBool::new(false),
+            direct_fd: AtomicI32::new(-1),
         }
     }
 
@@ -56,6 +118,23 @@ impl Outbound {
         }
         let mut queue = self.queue.lock().expect("outbound lock");
         queue.push_back(msg);
+        self.len.fetch_add(1, Ordering::Release);
+        drop(queue);
+        self.consumer.wake();
+        true
+    }
+
+    /// Queues frames ahead of everything queued (a direct write's remainder:
+    /// a close queued meanwhile must not land inside its frame).
+    fn send_first(&self, frames: Bytes) -> bool {
+        let len = frames.len();
+        self.queued.fetch_add(len, Ordering::Relaxed);
+        if self.is_closed() {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
+            return false;
+        }
+        let mut queue = self.queue.lock().expect("outbound lock");
+        queue.push_front(OutMsg::Frames(frames));
         self.len.fetch_add(1, Ordering::Release);
         drop(queue);
         self.consumer.wake();
@@ -73,12 +152,143 @@ impl Outbound {
         true
     }
 
+    /// Lets producers write straight to `fd`, the consumer's socket, which
+    /// must stay open until `end_direct`.
+    pub fn enable_direct(&self, fd: RawFd) {
+        self.direct_fd.store(fd, Ordering::Release);
+    }
+
+    /// Consumer: direct writes stop (before its close frame, and before its
+    /// socket is closed, also when its task is dropped mid-write). Waits out
+    /// a direct write in progress.
+    pub fn end_direct(&self) {
+        if self.direct_fd.load(Ordering::Acquire) < 0 {
+            return;
+        }
+        loop {
+            match self.turn.compare_exchange_weak(
+                FREE,
+                CONSUMER,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.direct_fd.store(-1, Ordering::Release);
+                    self.turn.store(FREE, Ordering::Release);
+                    return;
+                }
+                // The consumer's own turn (its write was cut short): no
+                // producer can be writing.
+                Err(CONSUMER) => {
+                    self.direct_fd.store(-1, Ordering::Release);
+                    return;
+                }
+                Err(_) => std::hint::spin_loop(),
+            }
+        }
+    }
+
+    /// Direct writes are on: the consumer must hold the write turn to write.
+    pub fn direct(&self) -> bool {
+        self.direct_fd.load(Ordering::Relaxed) >= 0
+    }
+
+    /// Consumer: takes the write turn until the guard drops. A producer
+    /// holds the turn only for one non-blocking `send`, so this spins at
+    /// most that long.
+    pub fn write_turn(&self) -> WriteTurn<'_> {
+        while self
+            .turn
+            .compare_exchange_weak(FREE, CONSUMER, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::hint::spin_loop();
+        }
+        WriteTurn(self)
+    }
+
+    /// Consumer, holding the write turn: the rest of a frame a direct write
+    /// began, which must go out before anything else (None if there is none).
+    pub fn take_remainder(&self) -> Option<Bytes> {
+        if !self.remainder.swap(false, Ordering::AcqRel) {
+            return None;
+        }
+        match self.try_recv() {
+            Some(OutMsg::Frames(rest)) => {
+                self.delivered(1);
+                Some(rest)
+            }
+            _ => unreachable!("a remainder is queued first, under the write turn"),
+        }
+    }
+
+    /// Consumer, holding the write turn, about to write messages it took in
+    /// order: a remainder among them needs nothing more.
+    pub fn clear_remainder(&self) {
+        self.remainder.store(false, Ordering::Release);
+    }
+
+    /// Nothing is queued (or taken and not yet written).
+    pub fn is_empty(&self) -> bool {
+        self.len.load(Ordering::Acquire) == 0
+    }
+
+    /// Producer: writes `frames` (whole frames) straight to the consumer's
+    /// socket if direct writes are on, nothing is queued ahead of them and
+    /// nobody else is writing; whatever the socket did not take is queued.
+    /// False when the connection is gone.
+    pub fn send_direct(&self, frames: &[u8]) -> bool {
+        if self.is_empty() && self.direct() && self.try_producer_turn() {
+            let fd = self.direct_fd.load(Ordering::Acquire);
+            // Checked again under the turn: direct writes may have ended.
+            let written = if fd >= 0 && self.is_empty() {
+                send_now(fd, frames)
+            } else {
+                0
+            };
+            // The rest is queued first, before the turn is released, so it
+            // is the next thing the socket gets (a close queued meanwhile
+            // must not land inside its frame).
+            let ok = written == frames.len() || {
+                if written > 0 {
+                    self.remainder.store(true, Ordering::Release);
+                }
+                self.send_first(Bytes::copy_from_slice(&frames[written..]))
+            };
+            self.turn.store(FREE, Ordering::Release);
+            return ok;
+        }
+        self.send(Bytes::copy_from_slice(frames))
+    }
+
+    fn try_producer_turn(&self) -> bool {
+        self.turn
+            .compare_exchange(FREE, PRODUCER, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Queues a close after what is already queued; only the first close
+    /// (or drain) counts.
     pub fn close(&self, code: u16, reason: &str) {
-        self.push(OutMsg::Close(code, reason.to_string()));
+        if !self.closing.swap(true, Ordering::AcqRel) {
+            self.push(OutMsg::Close(code, reason.to_string()));
+        }
+    }
+
+    /// Queues the shutdown's drain; a close already queued wins.
+    pub fn drain(&self) {
+        if !self.closing.swap(true, Ordering::AcqRel) {
+            self.push(OutMsg::Drain);
+        }
     }
 
     pub fn is_closed(&self) -> bool {
         self.gone.load(Ordering::Acquire)
+    }
+
+    /// Bytes queued and not yet written.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
     }
 
     /// More than the budget is queued: producers should stop reading.
@@ -86,29 +296,36 @@ impl Outbound {
         self.queued.load(Ordering::Relaxed) > self.budget
     }
 
-    /// The consumer's next message, waiting for one.
-    pub async fn recv(&self) -> OutMsg {
+    /// Waits until something is queued; the consumer then takes it with
+    /// `try_recv` (under the write turn when direct writes are on).
+    pub async fn ready(&self) {
         std::future::poll_fn(|cx| {
-            if let Some(msg) = self.try_recv() {
-                return Poll::Ready(msg);
+            if !self.is_empty() {
+                return Poll::Ready(());
             }
             self.consumer.register(cx.waker());
             // A message pushed between the check and the registration.
-            self.try_recv().map_or(Poll::Pending, Poll::Ready)
+            if self.is_empty() {
+                Poll::Pending
+            } else {
+                Poll::Ready(())
+            }
         })
         .await
     }
 
+    /// The next queued message; the consumer calls `delivered` once it is
+    /// written.
     pub fn try_recv(&self) -> Option<OutMsg> {
         if self.len.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let mut queue = self.queue.lock().expect("outbound lock");
-        let msg = queue.pop_front();
-        if msg.is_some() {
-            self.len.fetch_sub(1, Ordering::Release);
-        }
-        msg
+        self.queue.lock().expect("outbound lock").pop_front()
+    }
+
+    /// The consumer wrote (or dropped) `count` messages it took.
+    pub fn delivered(&self, count: usize) {
+        self.len.fetch_sub(count, Ordering::Release);
     }
 
     /// The consumer wrote `len` bytes; wakes producers once under budget.
@@ -124,7 +341,7 @@ impl Outbound {
     pub fn consumer_gone(&self) {
         self.gone.store(true, Ordering::Release);
         let mut queue = self.queue.lock().expect("outbound lock");
-        self.len.fetch_sub(queue.len(), Ordering::Release);
+        self.len.store(0, Ordering::Release);
         queue.clear();
         drop(queue);
         self.drained.notify_waiters();
@@ -141,5 +358,60 @@ impl Outbound {
             }
             notified.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A direct write the socket takes only in part leaves the rest at the
+    /// head of the queue, flagged as a remainder; later sends queue behind
+    /// it, and the bytes come out whole and in order.
+    #[test]
+    fn a_cut_short_direct_write_queues_its_remainder_first() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::net::UnixStream;
+        let (tx, mut rx) = UnixStream::pair().unwrap();
+        tx.set_nonblocking(true).unwrap();
+        let out = Outbound::new(usize::MAX);
+        out.enable_direct(tx.as_raw_fd());
+        let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
+        assert!(out.send_direct(&big));
+        out.close(1001, "after the frame");
+        assert!(out.send_direct(b"next"));
+        // The socket took part of it; the rest waits, ahead of the close.
+        let rest = {
+            let _turn = out.write_turn();
+            out.take_remainder().expect("a remainder")
+        };
+        assert!(!rest.is_empty() && rest.len() < big.len());
+        assert!(matches!(out.try_recv(), Some(OutMsg::Close(1001, _))));
+        assert!(matches!(out.try_recv(), Some(OutMsg::Frames(f)) if &f[..] == b"next"));
+        out.delivered(2);
+        let mut got = vec![0u8; big.len() - rest.len()];
+        rx.read_exact(&mut got).unwrap();
+        got.extend_from_slice(&rest);
+        assert!(got == big, "bytes lost or reordered");
+        out.end_direct();
+        assert!(!out.direct());
+    }
+
+    /// A subscriber that stopped reading is asked to close once per publish;
+    /// its queue must not grow by a close message each time.
+    #[test]
+    fn only_the_first_close_is_queued() {
+        let out = Outbound::new(10);
+        assert!(out.send(Bytes::from_static(b"0123456789ab")));
+        assert!(out.over_budget());
+        for _ in 0..1000 {
+            out.close(1008, "subscriber too slow");
+        }
+        assert!(matches!(out.try_recv(), Some(OutMsg::Frames(_))));
+        assert!(matches!(out.try_recv(), Some(OutMsg::Close(1008, _))));
+        assert!(out.try_recv().is_none());
+        out.delivered(2);
+        assert!(out.is_empty());
     }
 }

@@ -209,3 +209,45 @@ impl Raw {
         None
     }
 }
+
+/// The body of `GET /metrics`.
+pub async fn metrics(addr: SocketAddr) -> String {
+    let mut stream = timeout(STEP, TcpStream::connect(addr))
+        .await
+        .unwrap()
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut all = Vec::new();
+    timeout(STEP, stream.read_to_end(&mut all))
+        .await
+        .expect("metrics timed out")
+        .unwrap();
+    let text = String::from_utf8(all).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// One figure of `/metrics`.
+pub async fn metric(addr: SocketAddr, name: &str) -> u64 {
+    let body = metrics(addr).await;
+    weir::metrics::read(&body, name).unwrap_or_else(|| panic!("no {name} in\n{body}"))
+}
+
+/// Waits (bounded by `STEP`) until `/metrics` shows `name` at `want`.
+pub async fn await_metric(addr: SocketAddr, name: &str, want: u64) {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        let got = metric(addr, name).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} stayed at {got}, expected {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,24 @@
+//! The library behind `weir-load` (and the `weir-soak` soak test in
+//! `benches/soak`): a WebSocket client that verifies every reply byte for byte.
+//!
+//! Modules: `ws` (RFC 6455 client side), `payload` (what is sent, what must
+//! come back), `conn` (one connection: handshake, coalesced writes, close
+//! handshake), `engine` (the measuring epoll loop), `connect` and `idle`
+//! (their own loops), `hist` (latency histogram), `sys` (epoll, pinning, CPU
+//! clocks, the server's RSS and open fds), `units` (sizes and durations on
+//! the command line).
+//!
+//! A message's path: `payload::Source` builds its masked frame, `conn::Outbox`
+//! writes it, the server's reply is read by `conn::Conn::read_all`, split into
+//! frames by `ws::Parser` and compared by `payload::Checker`, and `engine`
+//! counts the round trip and sends the next one.
+
+pub mod conn;
+pub mod connect;
+pub mod engine;
+pub mod hist;
+pub mod idle;
+pub mod payload;
+pub mod sys;
+pub mod units;
+pub mod ws;

@@ -1,0 +1,149 @@
+//! `GET /metrics`: the gateway's state in the Prometheus text format.
+//!
+//! Only figures that cost the message path nothing are kept: gauges are read
+//! from the structures that already exist (the open-connection registry, the
+//! outbound queues' byte counts, the buffer pools' single-writer counters),
+//! and counters move once per connection, not per message.
+
+use std::fmt::Write;
+
+/// `Content-Type` of the text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// One reading of the gateway, taken when `/metrics` is asked for.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub websocket_connections: usize,
+    pub tcp_connections: usize,
+    pub upgrades: u64,
+    pub refused_over_limit: u64,
+    pub refused_draining: u64,
+    pub outbound_queued_bytes: usize,
+    pub outbound_queued_bytes_max: usize,
+    pub receive_buffer_bytes_held: usize,
+    pub receive_buffer_bytes_pooled: usize,
+    pub draining: bool,
+}
+
+impl Snapshot {
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(1536);
+        let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
+            // Writing to a String cannot fail.
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+            );
+        };
+        metric(
+            "weir_websocket_connections",
+            "gauge",
+            "WebSocket connections open now.",
+            self.websocket_connections as u64,
+        );
+        metric(
+            "weir_tcp_connections",
+            "gauge",
+            "TCP connections open now, before and after their upgrade.",
+            self.tcp_connections as u64,
+        );
+        metric(
+            "weir_upgrades_total",
+            "counter",
+            "Upgrade requests answered with 101.",
+            self.upgrades,
+        );
+        metric(
+            "weir_refused_over_limit_total",
+            "counter",
+            "Requests answered 503 for being over max_connections or max_connections_per_ip.",
+            self.refused_over_limit,
+        );
+        metric(
+            "weir_refused_draining_total",
+            "counter",
+            "Requests answered 503 because the gateway was shutting down.",
+            self.refused_draining,
+        );
+        metric(
+            "weir_outbound_queued_bytes",
+            "gauge",
+            "Bytes queued toward clients by relay partners, guests and publishers, not yet written.",
+            self.outbound_queued_bytes as u64,
+        );
+        metric(
+            "weir_outbound_queued_bytes_max",
+            "gauge",
+            "The most bytes queued toward any one client.",
+            self.outbound_queued_bytes_max as u64,
+        );
+        metric(
+            "weir_receive_buffer_bytes_held",
+            "gauge",
+            "Bytes of receive buffers held by connections with bytes in flight.",
+            self.receive_buffer_bytes_held as u64,
+        );
+        metric(
+            "weir_receive_buffer_bytes_pooled",
+            "gauge",
+            "Bytes of free receive buffers kept for reuse.",
+            self.receive_buffer_bytes_pooled as u64,
+        );
+        metric(
+            "weir_draining",
+            "gauge",
+            "1 while the gateway is shutting down.",
+            u64::from(self.draining),
+        );
+        out
+    }
+}
+
+/// Reads one metric's value out of a `/metrics` body (for tests and tools).
+pub fn read(body: &str, name: &str) -> Option<u64> {
+    body.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_figure_is_rendered_and_read_back() {
+        let snap = Snapshot {
+            websocket_connections: 3,
+            tcp_connections: 4,
+            upgrades: 5,
+            refused_over_limit: 6,
+            refused_draining: 7,
+            outbound_queued_bytes: 8,
+            outbound_queued_bytes_max: 9,
+            receive_buffer_bytes_held: 10,
+            receive_buffer_bytes_pooled: 11,
+            draining: true,
+        };
+        let body = snap.render();
+        let expect = [
+            ("weir_websocket_connections", 3),
+            ("weir_tcp_connections", 4),
+            ("weir_upgrades_total", 5),
+            ("weir_refused_over_limit_total", 6),
+            ("weir_refused_draining_total", 7),
+            ("weir_outbound_queued_bytes", 8),
+            ("weir_outbound_queued_bytes_max", 9),
+            ("weir_receive_buffer_bytes_held", 10),
+            ("weir_receive_buffer_bytes_pooled", 11),
+            ("weir_draining", 1),
+        ];
+        for (name, value) in expect {
+            assert_eq!(read(&body, name), Some(value), "{name} in\n{body}");
+            assert!(
+                body.contains(&format!("# TYPE {name} ")),
+                "{name} has a TYPE line"
+            );
+        }
+        assert_eq!(read(&body, "weir_nothing"), None);
+    }
+}
