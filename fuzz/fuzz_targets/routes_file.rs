@@ -88,6 +88,7 @@ const SERVER_KEYS: &[&str] = &[
     "max_connections",
     "max_connections_per_ip",
     "cache_dir",
+    "drain_timeout",
 ];
 
 const ROUTE_KEYS: &[&str] = &[
