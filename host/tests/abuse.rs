@@ -147,16 +147,6 @@ fn spawn_writer(
     (progress, task)
 }
 
-/// A second handle on the same socket (a dup'd descriptor), so one task can
-/// write while the test reads through `Raw`.
-fn second_handle(stream: &TcpStream) -> TcpStream {
-    use std::os::fd::AsFd;
-    let fd = stream.as_fd().try_clone_to_owned().unwrap();
-    let std = std::net::TcpStream::from(fd);
-    std.set_nonblocking(true).unwrap();
-    TcpStream::from_std(std).unwrap()
-}
-
 /// Waits until `progress` stops moving for a while: the gateway stopped
 /// reading. Panics if everything was written (no backpressure at all).
 async fn await_stall(progress: &std::sync::atomic::AtomicU32, count: u32) -> u32 {

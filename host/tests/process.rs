@@ -188,13 +188,7 @@ async fn drain_timeout_bounds_the_wait_for_stuck_clients() {
     let mut weir = Weir::start("drain_timeout = \"1s\"").await;
     let stuck = Raw::connect(weir.addr, "/echo").await;
     // Fill both directions so the gateway's write to it blocks.
-    let mut wr = {
-        use std::os::fd::AsFd;
-        let fd = stuck.stream.as_fd().try_clone_to_owned().unwrap();
-        let std = std::net::TcpStream::from(fd);
-        std.set_nonblocking(true).unwrap();
-        TcpStream::from_std(std).unwrap()
-    };
+    let mut wr = second_handle(&stuck.stream);
     let chunk = frame(0x82, &vec![0; 64 << 10]);
     while timeout(Duration::from_millis(300), wr.write_all(&chunk))
         .await

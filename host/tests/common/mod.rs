@@ -251,3 +251,13 @@ pub async fn await_metric(addr: SocketAddr, name: &str, want: u64) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A second handle on the same socket (a dup'd descriptor), so one task can
+/// write while the test reads through `Raw`.
+pub fn second_handle(stream: &TcpStream) -> TcpStream {
+    use std::os::fd::AsFd;
+    let fd = stream.as_fd().try_clone_to_owned().unwrap();
+    let std = std::net::TcpStream::from(fd);
+    std.set_nonblocking(true).unwrap();
+    TcpStream::from_std(std).unwrap()
+}
