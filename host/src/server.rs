@@ -239,6 +239,7 @@ impl Shared {
             receive_buffer_bytes_held: self.pools.iter().map(|p| p.held_bytes()).sum(),
             receive_buffer_bytes_pooled: self.pools.iter().map(|p| p.pooled_bytes()).sum(),
             draining: self.draining.load(Ordering::Relaxed),
+            heap: crate::metrics::Heap::read(),
         }
     }
 }

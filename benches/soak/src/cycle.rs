@@ -47,6 +47,9 @@ pub struct CycleStats {
     /// Server RSS (KiB) and fds before the cycle.
     pub rest_rss_kib: u64,
     pub rest_fds: usize,
+    /// The gateway's C heap in use (KiB) before the cycle, from its
+    /// `/metrics`; `None` for a server that does not report it.
+    pub rest_heap_kib: Option<u64>,
     /// Highest samples under load.
     pub load_rss_kib: u64,
     pub load_fds: usize,
@@ -75,10 +78,31 @@ pub fn sample(pid: u32) -> (u64, usize) {
     )
 }
 
+/// The C heap in use (KiB) that weir's `GET /metrics` reports
+/// (`weir_heap_bytes_in_use`). Beside RSS it tells a leak (heap in use
+/// grows) from the allocator keeping freed memory (RSS grows, heap does not).
+/// `None` when the server has no such figure.
+pub fn heap_kib(addr: &str) -> Option<u64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    s.read_to_string(&mut response).ok()?;
+    response.lines().find_map(|l| {
+        let bytes: u64 = l.strip_prefix("weir_heap_bytes_in_use ")?.trim().parse().ok()?;
+        Some(bytes / 1024)
+    })
+}
+
 /// Runs one cycle of `mix` against the server.
 pub fn run(mix: &Mix, setup: &CycleSetup, rng: &mut Rng) -> CycleStats {
     let mut st = CycleStats::default();
     (st.rest_rss_kib, st.rest_fds) = sample(setup.pid);
+    // After the fd count: the scrape's own connection is closed by the
+    // server (Connection: close) before it is read to the end.
+    st.rest_heap_kib = heap_kib(setup.addr);
     st.load_rss_kib = st.rest_rss_kib;
     st.load_fds = st.rest_fds;
 

@@ -95,11 +95,27 @@ impl Summary {
     /// Least-squares slope of the resting RSS after warm-up, in KiB per hour:
     /// a leak shows as a steady positive slope, noise as a small one of either sign.
     pub fn rss_rest_slope_kib_per_hour(&self) -> Option<f64> {
+        self.rest_slope(|c| Some(c.rest_rss_kib))
+    }
+
+    /// Min and max of the gateway's heap in use at rest after warm-up.
+    pub fn heap_rest_after_warmup(&self) -> Option<(u64, u64)> {
+        span(self.steady().filter_map(|c| c.rest_heap_kib))
+    }
+
+    /// Slope of the resting heap in use after warm-up, KiB per hour: growth
+    /// here is memory still referenced (a leak); RSS growth without it is
+    /// the allocator keeping freed pages.
+    pub fn heap_rest_slope_kib_per_hour(&self) -> Option<f64> {
+        self.rest_slope(|c| c.rest_heap_kib)
+    }
+
+    fn rest_slope(&self, value: impl Fn(&CycleStats) -> Option<u64>) -> Option<f64> {
         let pts: Vec<(f64, f64)> = self
             .cycles
             .iter()
             .skip(self.warmup_cycles())
-            .map(|(at, c)| (at.as_secs_f64() / 3600.0, c.rest_rss_kib as f64))
+            .filter_map(|(at, c)| Some((at.as_secs_f64() / 3600.0, value(c)? as f64)))
             .collect();
         if pts.len() < 3 {
             return None;
@@ -194,6 +210,15 @@ impl Summary {
                 None => s.push('\n'),
             }
         }
+        if let Some((hl, hh)) = self.heap_rest_after_warmup() {
+            let _ = write!(s, "gateway heap in use at rest after warm-up: {hl}..{hh} KiB");
+            match self.heap_rest_slope_kib_per_hour() {
+                Some(slope) => {
+                    let _ = writeln!(s, ", trend {slope:+.0} KiB/h");
+                }
+                None => s.push('\n'),
+            }
+        }
         let (lo, hi) = self.fds_rest_span();
         let _ = writeln!(
             s,
@@ -220,7 +245,8 @@ impl Summary {
             "SOAK {{\"cycles\":{},\"secs\":{:.1},\"sessions\":{},\"round_trips\":{},\"payload_bytes\":{},\
              \"mismatches\":{},\"failures\":{},\"rss_start_kib\":{},\"rss_end_kib\":{},\"rss_peak_kib\":{},\
              \"warmup_cycles\":{},\"rss_rest_after_warmup_kib\":{},\"rss_load_after_warmup_kib\":{},\
-             \"rss_rest_slope_kib_per_h\":{},\"fds_rest\":{},\"fds_rest_span\":[{lo},{hi}],\"fds_load_max\":{},\
+             \"rss_rest_slope_kib_per_h\":{},\"heap_rest_after_warmup_kib\":{},\"heap_rest_slope_kib_per_h\":{},\
+             \"fds_rest\":{},\"fds_rest_span\":[{lo},{hi}],\"fds_load_max\":{},\
              \"ok\":{}}}",
             self.cycles.len(),
             self.elapsed.as_secs_f64(),
@@ -237,6 +263,9 @@ impl Summary {
             pair(self.rss_load_after_warmup()),
             self.rss_rest_slope_kib_per_hour()
                 .map_or("null".into(), |v| format!("{v:.1}")),
+            pair(self.heap_rest_after_warmup()),
+            self.heap_rest_slope_kib_per_hour()
+                .map_or("null".into(), |v| format!("{v:.1}")),
             self.fds_rest_first(),
             self.fds_load_max(),
             self.ok()
@@ -248,7 +277,7 @@ impl Summary {
 pub fn cycle_line(n: usize, at: Duration, c: &CycleStats) -> String {
     format!(
         "cycle {n:>3} @{:>5.0}s: {} sessions, {} round trips, {:.0} MiB, mismatches {}, failures {}, \
-         RSS {} KiB rest / {} KiB load, fds {} rest / {} load / {} after close ({:.2}s)",
+         RSS {} KiB rest / {} KiB load, fds {} rest / {} load / {} after close ({:.2}s){}",
         at.as_secs_f64(),
         c.sessions,
         c.round_trips,
@@ -260,7 +289,9 @@ pub fn cycle_line(n: usize, at: Duration, c: &CycleStats) -> String {
         c.rest_fds,
         c.load_fds,
         c.after_fds,
-        c.settle.as_secs_f64()
+        c.settle.as_secs_f64(),
+        c.rest_heap_kib
+            .map_or(String::new(), |h| format!(", heap {h} KiB rest"))
     )
 }
 
@@ -315,6 +346,19 @@ mod tests {
         let cs: Vec<_> = (0..10).map(|i| cycle(1000 + 10 * i, 2000, 9, 9)).collect();
         let slope = summary(cs, 9).rss_rest_slope_kib_per_hour().unwrap();
         assert!((slope - 1800.0).abs() < 1.0, "{slope}");
+
+        // Heap in use flat while RSS grows: the report tells the two apart.
+        let cs: Vec<_> = (0..10)
+            .map(|i| CycleStats {
+                rest_heap_kib: Some(700),
+                ..cycle(1000 + 10 * i, 2000, 9, 9)
+            })
+            .collect();
+        let s = summary(cs, 9);
+        assert_eq!(s.heap_rest_slope_kib_per_hour(), Some(0.0));
+        assert_eq!(s.heap_rest_after_warmup(), Some((700, 700)));
+        assert!(s.human().contains("heap in use at rest after warm-up: 700..700 KiB"));
+        assert!(s.json().contains("\"heap_rest_after_warmup_kib\":[700,700]"));
 
         // One fd not returned after cycle 3: not ok even without a failure counted.
         let mut cs: Vec<_> = (0..5).map(|_| cycle(1000, 2000, 9, 9)).collect();

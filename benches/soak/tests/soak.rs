@@ -56,6 +56,8 @@ fn three_cycles_against_the_builtin_routes() {
     );
     for (_, c) in &summary.cycles {
         assert!(c.round_trips > 0, "{report}");
+        // Scraped from the gateway's /metrics (glibc's figures).
+        assert!(c.rest_heap_kib.is_some_and(|h| h > 0), "{report}");
     }
     assert!(summary.ok(), "{report}");
 

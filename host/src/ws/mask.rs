@@ -12,10 +12,20 @@
 /// there: the vector width buys nothing on a few words.
 const WIDE_MIN_BYTES: usize = 128;
 
+/// Payloads up to this size are unmasked inline, eight bytes at a time: for
+/// them the feature check and the call into a vector build cost more than
+/// the work (most frames of a chat or a game are this small).
+const SHORT_MAX_BYTES: usize = 64;
+
 /// XORs `buf` in place with `key`. `offset` is the position of `buf[0]` in the
 /// frame's payload, so a payload that arrives in pieces unmasks piece by piece.
 #[inline]
 pub fn unmask(buf: &mut [u8], key: [u8; 4], offset: usize) {
+    if buf.len() <= SHORT_MAX_BYTES {
+        let mut key = key;
+        key.rotate_left(offset % 4);
+        return unmask_short(buf, key);
+    }
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512bw") {
@@ -100,6 +110,33 @@ unsafe fn unmask_avx512(buf: &mut [u8], key: [u8; 4], offset: usize) {
     }
 }
 
+/// Unaligned 8-byte words, then one 4-byte word, then at most three bytes:
+/// no loop runs more than once per 8 bytes, whatever the alignment.
+#[inline(always)]
+fn unmask_short(buf: &mut [u8], key: [u8; 4]) {
+    let k4 = u32::from_ne_bytes(key);
+    let k8 = u64::from(k4) | (u64::from(k4) << 32);
+    let mut words = buf.chunks_exact_mut(8);
+    for w in &mut words {
+        let v = u64::from_ne_bytes((&*w).try_into().expect("8 bytes")) ^ k8;
+        w.copy_from_slice(&v.to_ne_bytes());
+    }
+    // Every word was 8 bytes, so the key starts again at key[0] here.
+    let rest = words.into_remainder();
+    let (four, bytes) = if rest.len() >= 4 {
+        rest.split_at_mut(4)
+    } else {
+        rest.split_at_mut(0)
+    };
+    if !four.is_empty() {
+        let v = u32::from_ne_bytes((&*four).try_into().expect("4 bytes")) ^ k4;
+        four.copy_from_slice(&v.to_ne_bytes());
+    }
+    for (b, k) in bytes.iter_mut().zip(key) {
+        *b ^= k;
+    }
+}
+
 #[inline(always)]
 fn unmask_words(buf: &mut [u8], key: [u8; 4], offset: usize) {
     let mut key = key;
@@ -168,6 +205,24 @@ mod tests {
                     prop_assert_eq!(&wide, &slow);
                 }
             }
+        }
+
+        /// The inline path for short payloads, past its own size limit too.
+        #[test]
+        fn short_path_matches(
+            data in prop::collection::vec(any::<u8>(), 0..SHORT_MAX_BYTES + 24),
+            key in any::<[u8; 4]>(),
+            start in 0usize..9,
+            offset in 0usize..8,
+        ) {
+            let start = start.min(data.len());
+            let mut short = data.clone();
+            let mut slow = data.clone();
+            let mut rotated = key;
+            rotated.rotate_left(offset % 4);
+            unmask_short(&mut short[start..], rotated);
+            naive(&mut slow[start..], key, offset);
+            prop_assert_eq!(short, slow);
         }
 
         /// Unmasking in pieces equals unmasking at once.
