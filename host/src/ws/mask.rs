@@ -22,10 +22,14 @@ const SHORT_MAX_BYTES: usize = 64;
 #[inline]
 pub fn unmask(buf: &mut [u8], key: [u8; 4], offset: usize) {
     if buf.len() <= SHORT_MAX_BYTES {
-        let mut key = key;
-        key.rotate_left(offset % 4);
-        return unmask_short(buf, key);
+        unmask_short(buf, rotated(key, offset));
+    } else {
+        unmask_long(buf, key, offset);
     }
+}
+
+/// Longer payloads: the best build this CPU has.
+fn unmask_long(buf: &mut [u8], key: [u8; 4], offset: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512bw") {
@@ -62,8 +66,7 @@ unsafe fn unmask_avx512(buf: &mut [u8], key: [u8; 4], offset: usize) {
     use std::arch::x86_64::*;
     let len = buf.len();
     let p = buf.as_mut_ptr();
-    let mut key = key;
-    key.rotate_left(offset % 4);
+    let mut key = rotated(key, offset);
     // SAFETY (every access below): blocks lie within `buf[at..at + 64]` with
     // `at + 64 <= len` (loadu/storeu: any alignment); partial blocks are
     // masked to bytes inside `buf`, and masked-off bytes are neither read
@@ -80,7 +83,7 @@ unsafe fn unmask_avx512(buf: &mut [u8], key: [u8; 4], offset: usize) {
         let pattern = _mm512_set1_epi32(i32::from_ne_bytes(key));
         let v = _mm512_maskz_loadu_epi8(mask, p.cast());
         _mm512_mask_storeu_epi8(p.cast(), mask, _mm512_xor_si512(v, pattern));
-        key.rotate_left(head % 4);
+        key = rotated(key, head);
     }
     // Every block from here starts a multiple of 4 bytes after `head`, so
     // one key pattern serves them all.
@@ -108,6 +111,18 @@ unsafe fn unmask_avx512(buf: &mut [u8], key: [u8; 4], offset: usize) {
         let v = _mm512_maskz_loadu_epi8(mask, p.add(at).cast());
         _mm512_mask_storeu_epi8(p.add(at).cast(), mask, _mm512_xor_si512(v, pattern));
     }
+}
+
+/// The key as seen from `at` bytes into the payload: `key` turned left by
+/// `at % 4`. One rotate of a 32-bit word (`<[u8]>::rotate_left` is a
+/// general-purpose routine and a call).
+#[inline(always)]
+fn rotated(key: [u8; 4], at: usize) -> [u8; 4] {
+    // Little-endian: byte i is bits 8i..8i+8, so turning the bytes left
+    // turns the word right.
+    u32::from_le_bytes(key)
+        .rotate_right(8 * (at % 4) as u32)
+        .to_le_bytes()
 }
 
 /// Unaligned 8-byte words, then one 4-byte word, then at most three bytes:
@@ -139,15 +154,14 @@ fn unmask_short(buf: &mut [u8], key: [u8; 4]) {
 
 #[inline(always)]
 fn unmask_words(buf: &mut [u8], key: [u8; 4], offset: usize) {
-    let mut key = key;
-    key.rotate_left(offset % 4);
+    let key = rotated(key, offset);
     // SAFETY: every bit pattern is a valid u64, and align_to_mut only hands
     // out the aligned middle as words.
     let (head, words, tail) = unsafe { buf.align_to_mut::<u64>() };
     for (i, b) in head.iter_mut().enumerate() {
         *b ^= key[i % 4];
     }
-    key.rotate_left(head.len() % 4);
+    let key = rotated(key, head.len());
     let word = u64::from_ne_bytes([
         key[0], key[1], key[2], key[3], key[0], key[1], key[2], key[3],
     ]);
@@ -218,9 +232,7 @@ mod tests {
             let start = start.min(data.len());
             let mut short = data.clone();
             let mut slow = data.clone();
-            let mut rotated = key;
-            rotated.rotate_left(offset % 4);
-            unmask_short(&mut short[start..], rotated);
+            unmask_short(&mut short[start..], rotated(key, offset));
             naive(&mut slow[start..], key, offset);
             prop_assert_eq!(short, slow);
         }
