@@ -91,7 +91,11 @@ pub fn heap_kib(addr: &str) -> Option<u64> {
     let mut response = String::new();
     s.read_to_string(&mut response).ok()?;
     response.lines().find_map(|l| {
-        let bytes: u64 = l.strip_prefix("weir_heap_bytes_in_use ")?.trim().parse().ok()?;
+        let bytes: u64 = l
+            .strip_prefix("weir_heap_bytes_in_use ")?
+            .trim()
+            .parse()
+            .ok()?;
         Some(bytes / 1024)
     })
 }

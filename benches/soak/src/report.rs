@@ -211,7 +211,10 @@ impl Summary {
             }
         }
         if let Some((hl, hh)) = self.heap_rest_after_warmup() {
-            let _ = write!(s, "gateway heap in use at rest after warm-up: {hl}..{hh} KiB");
+            let _ = write!(
+                s,
+                "gateway heap in use at rest after warm-up: {hl}..{hh} KiB"
+            );
             match self.heap_rest_slope_kib_per_hour() {
                 Some(slope) => {
                     let _ = writeln!(s, ", trend {slope:+.0} KiB/h");
@@ -357,8 +360,12 @@ mod tests {
         let s = summary(cs, 9);
         assert_eq!(s.heap_rest_slope_kib_per_hour(), Some(0.0));
         assert_eq!(s.heap_rest_after_warmup(), Some((700, 700)));
-        assert!(s.human().contains("heap in use at rest after warm-up: 700..700 KiB"));
-        assert!(s.json().contains("\"heap_rest_after_warmup_kib\":[700,700]"));
+        assert!(s
+            .human()
+            .contains("heap in use at rest after warm-up: 700..700 KiB"));
+        assert!(s
+            .json()
+            .contains("\"heap_rest_after_warmup_kib\":[700,700]"));
 
         // One fd not returned after cycle 3: not ok even without a failure counted.
         let mut cs: Vec<_> = (0..5).map(|_| cycle(1000, 2000, 9, 9)).collect();
