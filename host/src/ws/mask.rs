@@ -1,9 +1,10 @@
 //! Unmasking (RFC 6455 §5.3): XOR the payload with the 4-byte key.
 //!
-//! Three builds, the best one the CPU has chosen at run time:
+//! Payloads up to 64 bytes are unmasked inline, in 8-byte words: for them a
+//! call into a vector build costs more than the work. Longer ones go to the
+//! best of three builds the CPU has, chosen at run time:
 //! - AVX-512 (F + BW): 64 bytes per instruction, and the last partial block
-//!   (or a whole payload under 64 bytes) in one masked load and store, so a
-//!   small frame costs one vector operation instead of a byte loop;
+//!   in one masked load and store instead of a byte loop;
 //! - AVX2: the word loop below compiled for 32-byte vectors;
 //! - portable: a machine word at a time, which the compiler vectorises with
 //!   SSE2 (35–41% of memcpy's bandwidth at 16 KiB; benches/micro unmask.rs).
