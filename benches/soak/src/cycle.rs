@@ -50,6 +50,10 @@ pub struct CycleStats {
     /// The gateway's C heap in use (KiB) before the cycle, from its
     /// `/metrics`; `None` for a server that does not report it.
     pub rest_heap_kib: Option<u64>,
+    /// Of that, receive buffers held or kept in the pools (KiB). The pools
+    /// keep up to a fixed number of buffers, so they can grow by a buffer
+    /// when more connections than ever before read at the same moment.
+    pub rest_buffers_kib: Option<u64>,
     /// Highest samples under load.
     pub load_rss_kib: u64,
     pub load_fds: usize,
@@ -60,6 +64,14 @@ pub struct CycleStats {
 }
 
 impl CycleStats {
+    /// Heap in use at rest outside the receive buffers: what a leak would grow.
+    pub fn rest_heap_outside_buffers_kib(&self) -> Option<u64> {
+        Some(
+            self.rest_heap_kib?
+                .saturating_sub(self.rest_buffers_kib.unwrap_or(0)),
+        )
+    }
+
     fn problem(&mut self, failure: bool, why: String) {
         if failure {
             self.failures += 1;
@@ -79,10 +91,11 @@ pub fn sample(pid: u32) -> (u64, usize) {
 }
 
 /// The C heap in use (KiB) that weir's `GET /metrics` reports
-/// (`weir_heap_bytes_in_use`). Beside RSS it tells a leak (heap in use
-/// grows) from the allocator keeping freed memory (RSS grows, heap does not).
-/// `None` when the server has no such figure.
-pub fn heap_kib(addr: &str) -> Option<u64> {
+/// (`weir_heap_bytes_in_use`), and how much of it is receive buffers (held
+/// and pooled). Beside RSS it tells a leak (heap in use outside the buffer
+/// pools grows) from the allocator keeping freed memory (RSS grows, heap
+/// does not). `None` when the server has no such figure.
+pub fn heap_kib(addr: &str) -> Option<(u64, u64)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
@@ -90,14 +103,21 @@ pub fn heap_kib(addr: &str) -> Option<u64> {
         .ok()?;
     let mut response = String::new();
     s.read_to_string(&mut response).ok()?;
-    response.lines().find_map(|l| {
-        let bytes: u64 = l
-            .strip_prefix("weir_heap_bytes_in_use ")?
-            .trim()
-            .parse()
-            .ok()?;
-        Some(bytes / 1024)
-    })
+    let metric = |name: &str| {
+        response.lines().find_map(|l| {
+            let bytes: u64 = l
+                .strip_prefix(name)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()?;
+            Some(bytes / 1024)
+        })
+    };
+    let heap = metric("weir_heap_bytes_in_use")?;
+    let buffers = metric("weir_receive_buffer_bytes_held").unwrap_or(0)
+        + metric("weir_receive_buffer_bytes_pooled").unwrap_or(0);
+    Some((heap, buffers))
 }
 
 /// Runs one cycle of `mix` against the server.
@@ -106,7 +126,10 @@ pub fn run(mix: &Mix, setup: &CycleSetup, rng: &mut Rng) -> CycleStats {
     (st.rest_rss_kib, st.rest_fds) = sample(setup.pid);
     // After the fd count: the scrape's own connection is closed by the
     // server (Connection: close) before it is read to the end.
-    st.rest_heap_kib = heap_kib(setup.addr);
+    if let Some((heap, buffers)) = heap_kib(setup.addr) {
+        st.rest_heap_kib = Some(heap);
+        st.rest_buffers_kib = Some(buffers);
+    }
     st.load_rss_kib = st.rest_rss_kib;
     st.load_fds = st.rest_fds;
 

@@ -103,11 +103,19 @@ impl Summary {
         span(self.steady().filter_map(|c| c.rest_heap_kib))
     }
 
-    /// Slope of the resting heap in use after warm-up, KiB per hour: growth
-    /// here is memory still referenced (a leak); RSS growth without it is
-    /// the allocator keeping freed pages.
+    /// Min and max of the heap in use at rest outside the receive buffers.
+    pub fn heap_outside_buffers_after_warmup(&self) -> Option<(u64, u64)> {
+        span(
+            self.steady()
+                .filter_map(CycleStats::rest_heap_outside_buffers_kib),
+        )
+    }
+
+    /// Slope of the resting heap in use outside the receive buffers after
+    /// warm-up, KiB per hour: growth here is memory still referenced (a
+    /// leak); RSS growth without it is the allocator keeping freed pages.
     pub fn heap_rest_slope_kib_per_hour(&self) -> Option<f64> {
-        self.rest_slope(|c| c.rest_heap_kib)
+        self.rest_slope(CycleStats::rest_heap_outside_buffers_kib)
     }
 
     fn rest_slope(&self, value: impl Fn(&CycleStats) -> Option<u64>) -> Option<f64> {
@@ -210,10 +218,14 @@ impl Summary {
                 None => s.push('\n'),
             }
         }
-        if let Some((hl, hh)) = self.heap_rest_after_warmup() {
+        if let (Some((hl, hh)), Some((ol, oh))) = (
+            self.heap_rest_after_warmup(),
+            self.heap_outside_buffers_after_warmup(),
+        ) {
             let _ = write!(
                 s,
-                "gateway heap in use at rest after warm-up: {hl}..{hh} KiB"
+                "gateway heap in use at rest after warm-up: {hl}..{hh} KiB, \
+                 outside receive buffers {ol}..{oh} KiB"
             );
             match self.heap_rest_slope_kib_per_hour() {
                 Some(slope) => {
@@ -248,7 +260,8 @@ impl Summary {
             "SOAK {{\"cycles\":{},\"secs\":{:.1},\"sessions\":{},\"round_trips\":{},\"payload_bytes\":{},\
              \"mismatches\":{},\"failures\":{},\"rss_start_kib\":{},\"rss_end_kib\":{},\"rss_peak_kib\":{},\
              \"warmup_cycles\":{},\"rss_rest_after_warmup_kib\":{},\"rss_load_after_warmup_kib\":{},\
-             \"rss_rest_slope_kib_per_h\":{},\"heap_rest_after_warmup_kib\":{},\"heap_rest_slope_kib_per_h\":{},\
+             \"rss_rest_slope_kib_per_h\":{},\"heap_rest_after_warmup_kib\":{},\"heap_outside_buffers_after_warmup_kib\":{},\
+             \"heap_outside_buffers_slope_kib_per_h\":{},\
              \"fds_rest\":{},\"fds_rest_span\":[{lo},{hi}],\"fds_load_max\":{},\
              \"ok\":{}}}",
             self.cycles.len(),
@@ -267,6 +280,7 @@ impl Summary {
             self.rss_rest_slope_kib_per_hour()
                 .map_or("null".into(), |v| format!("{v:.1}")),
             pair(self.heap_rest_after_warmup()),
+            pair(self.heap_outside_buffers_after_warmup()),
             self.heap_rest_slope_kib_per_hour()
                 .map_or("null".into(), |v| format!("{v:.1}")),
             self.fds_rest_first(),
@@ -293,8 +307,10 @@ pub fn cycle_line(n: usize, at: Duration, c: &CycleStats) -> String {
         c.load_fds,
         c.after_fds,
         c.settle.as_secs_f64(),
-        c.rest_heap_kib
-            .map_or(String::new(), |h| format!(", heap {h} KiB rest"))
+        c.rest_heap_kib.map_or(String::new(), |h| format!(
+            ", heap {h} KiB rest ({} KiB receive buffers)",
+            c.rest_buffers_kib.unwrap_or(0)
+        ))
     )
 }
 
@@ -350,22 +366,25 @@ mod tests {
         let slope = summary(cs, 9).rss_rest_slope_kib_per_hour().unwrap();
         assert!((slope - 1800.0).abs() < 1.0, "{slope}");
 
-        // Heap in use flat while RSS grows: the report tells the two apart.
+        // Heap in use flat outside the buffer pool (the pool alone moving)
+        // while RSS grows: the report tells the three apart.
         let cs: Vec<_> = (0..10)
             .map(|i| CycleStats {
-                rest_heap_kib: Some(700),
+                rest_heap_kib: Some(700 + 64 * (i % 2)),
+                rest_buffers_kib: Some(64 * (i % 2)),
                 ..cycle(1000 + 10 * i, 2000, 9, 9)
             })
             .collect();
         let s = summary(cs, 9);
         assert_eq!(s.heap_rest_slope_kib_per_hour(), Some(0.0));
-        assert_eq!(s.heap_rest_after_warmup(), Some((700, 700)));
-        assert!(s
-            .human()
-            .contains("heap in use at rest after warm-up: 700..700 KiB"));
+        assert_eq!(s.heap_rest_after_warmup(), Some((700, 764)));
+        assert_eq!(s.heap_outside_buffers_after_warmup(), Some((700, 700)));
+        assert!(s.human().contains(
+            "heap in use at rest after warm-up: 700..764 KiB, outside receive buffers 700..700 KiB"
+        ));
         assert!(s
             .json()
-            .contains("\"heap_rest_after_warmup_kib\":[700,700]"));
+            .contains("\"heap_outside_buffers_after_warmup_kib\":[700,700]"));
 
         // One fd not returned after cycle 3: not ok even without a failure counted.
         let mut cs: Vec<_> = (0..5).map(|_| cycle(1000, 2000, 9, 9)).collect();
