@@ -138,17 +138,14 @@ fn unmask_short(buf: &mut [u8], key: [u8; 4]) {
         w.copy_from_slice(&v.to_ne_bytes());
     }
     // Every word was 8 bytes, so the key starts again at key[0] here.
-    let rest = words.into_remainder();
-    let (four, bytes) = if rest.len() >= 4 {
-        rest.split_at_mut(4)
-    } else {
-        rest.split_at_mut(0)
-    };
-    if !four.is_empty() {
+    let mut rest = words.into_remainder();
+    if rest.len() >= 4 {
+        let (four, bytes) = rest.split_at_mut(4);
         let v = u32::from_ne_bytes((&*four).try_into().expect("4 bytes")) ^ k4;
         four.copy_from_slice(&v.to_ne_bytes());
+        rest = bytes;
     }
-    for (b, k) in bytes.iter_mut().zip(key) {
+    for (b, k) in rest.iter_mut().zip(key) {
         *b ^= k;
     }
 }
