@@ -55,64 +55,58 @@ unsafe fn unmask_avx2(buf: &mut [u8], key: [u8; 4], offset: usize) {
 
 /// Payloads from this size on are unmasked from a 64-byte boundary.
 #[cfg(target_arch = "x86_64")]
-const ALIGN_MIN_BYTES: usize = 2048;
+const ALIGN_MIN_BYTES: usize = 256;
 
-/// The bytes up to the first 64-byte boundary under a byte mask (a frame's
-/// payload rarely starts on one, and loads that straddle cache lines run at
-/// about half speed), then aligned 64-byte blocks four per turn, then the
-/// rest under a mask. A payload under 64 bytes is one or two masked
-/// operations, never a byte loop.
+/// The bytes up to the first 64-byte boundary (a frame's payload rarely
+/// starts on one, and loads that straddle cache lines run at about half
+/// speed), then aligned 64-byte blocks four per turn, then the rest. The
+/// start and the rest (under 64 bytes each) take the inline short path:
+/// plain loads and stores, which a later load of the same bytes picks up
+/// from the store buffer, where a masked store makes it wait.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn unmask_avx512(buf: &mut [u8], key: [u8; 4], offset: usize) {
     use std::arch::x86_64::*;
-    let len = buf.len();
-    let p = buf.as_mut_ptr();
-    let mut key = rotated(key, offset);
-    // SAFETY (every access below): blocks lie within `buf[at..at + 64]` with
-    // `at + 64 <= len` (loadu/storeu: any alignment); partial blocks are
-    // masked to bytes inside `buf`, and masked-off bytes are neither read
-    // nor written.
-    // Short payloads skip the aligned start: the extra masked operation
-    // costs more than the straddling loads it saves.
-    let head = if len >= ALIGN_MIN_BYTES {
-        p.align_offset(64)
+    let key = rotated(key, offset);
+    // Short payloads skip the aligned start: the extra step costs more than
+    // the straddling loads it saves.
+    let head = if buf.len() >= ALIGN_MIN_BYTES {
+        buf.as_ptr().align_offset(64).min(buf.len())
     } else {
         0
     };
-    if head > 0 {
-        let mask: __mmask64 = (1u64 << head) - 1;
-        let pattern = _mm512_set1_epi32(i32::from_ne_bytes(key));
-        let v = _mm512_maskz_loadu_epi8(mask, p.cast());
-        _mm512_mask_storeu_epi8(p.cast(), mask, _mm512_xor_si512(v, pattern));
-        key = rotated(key, head);
-    }
+    let (start, rest) = buf.split_at_mut(head);
+    unmask_short(start, key);
     // Every block from here starts a multiple of 4 bytes after `head`, so
-    // one key pattern serves them all.
+    // one key pattern serves them all, and the rest after them.
+    let key = rotated(key, head);
+    let (blocks, tail) = rest.split_at_mut(rest.len() & !63);
     let pattern = _mm512_set1_epi32(i32::from_ne_bytes(key));
-    let mut at = head;
-    while at + 256 <= len {
-        let a = _mm512_loadu_si512(p.add(at).cast());
-        let b = _mm512_loadu_si512(p.add(at + 64).cast());
-        let c = _mm512_loadu_si512(p.add(at + 128).cast());
-        let d = _mm512_loadu_si512(p.add(at + 192).cast());
-        _mm512_storeu_si512(p.add(at).cast(), _mm512_xor_si512(a, pattern));
-        _mm512_storeu_si512(p.add(at + 64).cast(), _mm512_xor_si512(b, pattern));
-        _mm512_storeu_si512(p.add(at + 128).cast(), _mm512_xor_si512(c, pattern));
-        _mm512_storeu_si512(p.add(at + 192).cast(), _mm512_xor_si512(d, pattern));
-        at += 256;
+    let len = blocks.len();
+    let p = blocks.as_mut_ptr();
+    let mut at = 0;
+    // SAFETY (every access below): `len` is a multiple of 64 and each block
+    // is `blocks[at..at + 64]` with `at + 64 <= len` (loadu/storeu: any
+    // alignment).
+    unsafe {
+        while at + 256 <= len {
+            let a = _mm512_loadu_si512(p.add(at).cast());
+            let b = _mm512_loadu_si512(p.add(at + 64).cast());
+            let c = _mm512_loadu_si512(p.add(at + 128).cast());
+            let d = _mm512_loadu_si512(p.add(at + 192).cast());
+            _mm512_storeu_si512(p.add(at).cast(), _mm512_xor_si512(a, pattern));
+            _mm512_storeu_si512(p.add(at + 64).cast(), _mm512_xor_si512(b, pattern));
+            _mm512_storeu_si512(p.add(at + 128).cast(), _mm512_xor_si512(c, pattern));
+            _mm512_storeu_si512(p.add(at + 192).cast(), _mm512_xor_si512(d, pattern));
+            at += 256;
+        }
+        while at < len {
+            let v = _mm512_loadu_si512(p.add(at).cast());
+            _mm512_storeu_si512(p.add(at).cast(), _mm512_xor_si512(v, pattern));
+            at += 64;
+        }
     }
-    while at + 64 <= len {
-        let v = _mm512_loadu_si512(p.add(at).cast());
-        _mm512_storeu_si512(p.add(at).cast(), _mm512_xor_si512(v, pattern));
-        at += 64;
-    }
-    let rest = len - at;
-    if rest > 0 {
-        let mask: __mmask64 = (1u64 << rest) - 1;
-        let v = _mm512_maskz_loadu_epi8(mask, p.add(at).cast());
-        _mm512_mask_storeu_epi8(p.add(at).cast(), mask, _mm512_xor_si512(v, pattern));
-    }
+    unmask_short(tail, key);
 }
 
 /// The key as seen from `at` bytes into the payload: `key` turned left by
