@@ -2,10 +2,10 @@
 //!
 //! Payloads up to 64 bytes are unmasked inline, one 16-, 8-, 4-, 2- or
 //! 1-byte step per set bit of the length: for them a call into a vector
-//! build costs more than the work. Longer ones go to the
-//! best of three builds the CPU has, chosen at run time:
-//! - AVX-512 (F + BW): 64 bytes per instruction, and the last partial block
-//!   in one masked load and store instead of a byte loop;
+//! build costs more than the work. Longer ones go to the best of three
+//! builds the CPU has, chosen at run time:
+//! - AVX-512 (F + BW): 64 bytes per instruction, with the bytes before the
+//!   first 64-byte boundary and after the last whole block on the short path;
 //! - AVX2: the word loop below compiled for 32-byte vectors;
 //! - portable: a machine word at a time, which the compiler vectorises with
 //!   SSE2 (35–41% of memcpy's bandwidth at 16 KiB; benches/micro unmask.rs).
