@@ -53,6 +53,58 @@ async fn echo_every_size_text_and_binary() {
     gw.stop();
 }
 
+/// Large and small messages mixed on one connection, sent back to back so
+/// a read often holds the end of one and the start of the next: a
+/// connection switches between its small and large receive buffers with
+/// every change of size, and every reply stays byte-exact and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_alternating_large_and_small_messages() {
+    let gw = Gateway::default_routes();
+    let ws = client(&gw.url("/echo")).await;
+    let (mut tx, mut rx) = ws.split();
+    let sizes = [
+        130_000,
+        10,
+        70_000,
+        0,
+        300_000,
+        125,
+        65_550,
+        3,
+        1 << 20,
+        64,
+        131_072,
+        131_072,
+        1,
+        200_000,
+    ];
+    let messages: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| pattern(n, i as u8))
+        .collect();
+    let send = async {
+        for m in &messages {
+            tx.send(Message::binary(m.clone())).await.unwrap();
+        }
+    };
+    let receive = async {
+        for (i, m) in messages.iter().enumerate() {
+            let got = timeout(STEP, rx.next()).await.expect("reply timed out");
+            match got.unwrap().unwrap() {
+                Message::Binary(got) => {
+                    assert!(got[..] == m[..], "message {i} ({} bytes) differs", m.len())
+                }
+                other => panic!("message {i}: got {other:?}"),
+            }
+        }
+    };
+    tokio::join!(send, receive);
+    let mut ws = tx.reunite(rx).unwrap();
+    ws.close(None).await.unwrap();
+    gw.stop();
+}
+
 /// Many messages in one write come back complete and in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_messages_in_one_write() {

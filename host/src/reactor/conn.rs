@@ -383,8 +383,8 @@ impl Conn {
         // the next one into a large buffer from its first byte halves the
         // reads and writes of a 128 KiB echo (one each instead of two) and
         // saves a fifth of its CPU. Other connections keep the small buffer.
-        let large = self.large_frames
-            || self.decoder.streamed_remaining() > STREAM_ABOVE_BYTES as u64;
+        let large =
+            self.large_frames || self.decoder.streamed_remaining() > STREAM_ABOVE_BYTES as u64;
         let buf = self.buf.get_or_insert_with(|| self.env.pool.take(large));
         match read_drained(&self.stream, &mut buf[self.end..]) {
             Ok(0) => return Flow::Done,
@@ -409,9 +409,9 @@ impl Conn {
                 Ok(Some(Piece::Data(piece))) => {
                     large_frames |= piece.frame_len > STREAM_ABOVE_BYTES as u64;
                     match mode {
-                    Mode::Echo(echo) => echo.reply(buf, &piece, &mut self.out),
-                    Mode::Relay(_, relay) => relay.take_piece(buf, &piece),
-                    Mode::Guest(g, _) => g.take_piece(self.env.id, buf, &piece),
+                        Mode::Echo(echo) => echo.reply(buf, &piece, &mut self.out),
+                        Mode::Relay(_, relay) => relay.take_piece(buf, &piece),
+                        Mode::Guest(g, _) => g.take_piece(self.env.id, buf, &piece),
                     }
                 }
                 Ok(Some(Piece::Ping { payload })) => {
