@@ -77,6 +77,10 @@ async fn echo_alternating_large_and_small_messages() {
         131_072,
         1,
         200_000,
+        262_144,
+        262_144,
+        262_200,
+        5,
     ];
     let messages: Vec<Vec<u8>> = sizes
         .iter()

@@ -23,8 +23,10 @@ const HEADER_SLACK_BYTES: usize = 64;
 pub const STREAM_ABOVE_BYTES: usize = READ_BUF_BYTES - HEADROOM_BYTES;
 /// Receive buffer for the rest of a large streamed frame: fewer, bigger
 /// reads and writes (a 1 MiB echo takes 4 round trips through the kernel
-/// instead of 16). Only a connection in the middle of such a frame holds one.
-pub const LARGE_READ_BUF_BYTES: usize = 256 * 1024 + HEADROOM_BYTES;
+/// instead of 16). Only a connection in the middle of such a frame, or just
+/// past one, holds one. The header slack again: a 256 KiB message read from
+/// its first byte fits in one read, not 256 KiB plus a 14-byte straggler.
+pub const LARGE_READ_BUF_BYTES: usize = 256 * 1024 + HEADER_SLACK_BYTES + HEADROOM_BYTES;
 /// Buffers a worker keeps for reuse; more are freed.
 const POOL_KEEP: usize = 64;
 const POOL_KEEP_LARGE: usize = 8;
