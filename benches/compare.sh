@@ -99,6 +99,11 @@ if [ -z "$servers" ]; then
 fi
 IFS=, read -r -a server_list <<< "$servers"
 IFS=, read -r -a scenario_list <<< "$scenarios"
+if [ -z "$baseline" ] && [ -n "$from" ]; then
+  # Tabulating an earlier run: weir is the baseline if that run measured it,
+  # whether or not a weir binary is here now.
+  grep -q '"server":"weir' "$from" && baseline=weir
+fi
 [ -n "$baseline" ] || { [[ ",$servers," == *",weir,"* ]] && baseline=weir || baseline="${server_list[0]}"; }
 
 [ -x "$load" ] || { echo "build weir-load first: cargo build --release -p weir-load" >&2; exit 1; }
