@@ -118,25 +118,45 @@ fn rule_reply(opcode: u8, p: &[u8], wrong: bool) -> Vec<u8> {
     }
 }
 
-fn serve_conn(mut s: TcpStream, how: Behaviour, shared: Arc<Mutex<Shared>>) {
+/// A relay connection's partner: known at accept (it is the second of its
+/// pair), or sent once the second arrives.
+enum Partner {
+    Known(Peer),
+    Later(std::sync::mpsc::Receiver<Peer>),
+}
+
+/// Pairs relay connections in accept order, before their handshakes, as
+/// weir does: weir-load opens a pair's two connections one after the other,
+/// but their threads may reach a shared lock in either order, and pairing
+/// there crossed pairs now and then.
+fn pair_at_accept(me: &Peer, shared: &Mutex<Shared>) -> Partner {
+    let mut sh = shared.lock().unwrap();
+    if let Some((other, tx)) = sh.waiting.take() {
+        tx.send(me.clone()).unwrap();
+        Partner::Known(other)
+    } else {
+        let (tx, rx) = std::sync::mpsc::channel();
+        sh.waiting = Some((me.clone(), tx));
+        Partner::Later(rx)
+    }
+}
+
+fn serve_conn(
+    mut s: TcpStream,
+    how: Behaviour,
+    shared: Arc<Mutex<Shared>>,
+    me: Peer,
+    paired: Option<Partner>,
+) {
     if handshake(&mut s).is_none() {
         return;
     }
     s.set_nodelay(true).ok();
-    let me: Peer = Arc::new(Mutex::new(s.try_clone().unwrap()));
     let partner: Option<Peer> = match how {
-        Behaviour::Relay => {
-            let mut sh = shared.lock().unwrap();
-            if let Some((other, tx)) = sh.waiting.take() {
-                tx.send(me.clone()).unwrap();
-                Some(other)
-            } else {
-                let (tx, rx) = std::sync::mpsc::channel();
-                sh.waiting = Some((me.clone(), tx));
-                drop(sh);
-                Some(rx.recv().unwrap())
-            }
-        }
+        Behaviour::Relay => match paired.expect("relay connections are paired at accept") {
+            Partner::Known(p) => Some(p),
+            Partner::Later(rx) => Some(rx.recv().unwrap()),
+        },
         Behaviour::Chat => {
             shared.lock().unwrap().room.push(me.clone());
             None
@@ -208,7 +228,9 @@ fn start(how: Behaviour) -> u16 {
     thread::spawn(move || {
         for s in l.incoming().flatten() {
             let shared = shared.clone();
-            thread::spawn(move || serve_conn(s, how, shared));
+            let me: Peer = Arc::new(Mutex::new(s.try_clone().unwrap()));
+            let paired = matches!(how, Behaviour::Relay).then(|| pair_at_accept(&me, &shared));
+            thread::spawn(move || serve_conn(s, how, shared, me, paired));
         }
     });
     port
