@@ -98,6 +98,9 @@ pub struct RouteConfig {
     pub line: usize,
     pub behaviour: Behaviour,
     pub limits: Limits,
+    /// A shared topic namespace (`topics = "name"`): routes naming the same
+    /// one share topics. None: the route's topics are its own.
+    pub topics: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -195,6 +198,7 @@ impl Config {
             line: 0,
             behaviour: Behaviour::Native(kind),
             limits: limits.clone(),
+            topics: None,
         };
         Config {
             server: ServerConfig::default(),

@@ -4,17 +4,26 @@
 //!
 //! - [`server`] — worker threads, each with its own `SO_REUSEPORT` listener and
 //!   current-thread tokio runtime; hyper parses the HTTP/1.1 request, the route
-//!   is matched, the upgrade answered, and the raw `TcpStream` taken back.
-//! - [`reactor`] — the per-connection loop: read into the connection's buffer,
-//!   decode frames ([`ws`]), unmask in place, dispatch, write replies in one
-//!   write per read batch, apply backpressure and timeouts.
+//!   is matched ([`routes`]), its kind answers the upgrade, and the raw
+//!   `TcpStream` is taken back.
+//! - [`reactor`] — the per-connection loop, generic over the route's
+//!   behaviour: read into the connection's buffer, decode frames ([`ws`]),
+//!   unmask in place, hand pieces to the behaviour, write replies in one
+//!   write per read batch, apply backpressure, timeouts and the close.
 //! - [`native`] — declared behaviours (echo, relay) that reply without a guest.
 //! - [`guest`] — routes served by WebAssembly components: engine, component
-//!   cache, per-worker instances, limits, batching of events into one call.
-//! - [`pubsub`] — the topic registry shared by all workers.
+//!   cache, per-worker instances and scheduler, limits, batching of events
+//!   into one call, commands applied to connections.
+//! - [`ws::encode`] — the one place a message becomes wire bytes.
+//! - [`registry`] — the one map of live connections (shutdown, guest sends,
+//!   subscriptions, `/metrics`).
+//! - [`pubsub`] — a topic namespace (one per route unless shared).
 //! - [`config`] — the routes file.
 //! - [`admission`] — global and per-IP connection limits (503 past them).
 //! - [`metrics`] — `GET /metrics` in the Prometheus text format.
+//!
+//! `docs/architecture.md` tells the whole story: layers, a message's path
+//! for echo, relay and a guest route, socket ownership and threading.
 
 pub mod admission;
 pub mod config;
@@ -23,6 +32,8 @@ pub mod metrics;
 pub mod native;
 pub mod pubsub;
 pub mod reactor;
+pub mod registry;
+pub mod routes;
 pub mod server;
 pub mod ws;
 

@@ -1,9 +1,12 @@
-//! The topic registry shared by all workers: who is subscribed to what, and
-//! delivery of a published frame to every subscriber's outbound queue.
+//! One topic namespace, shared by all workers: who is subscribed to what,
+//! and delivery of a published frame to every subscriber's outbound queue.
+//! Each route has a namespace of its own unless routes name a shared one
+//! (`topics = "name"`, see `routes`): a guest cannot publish into another
+//! route's sockets by using the same topic name.
 //!
-//! Publishing takes a read lock on the registry; subscribe and unsubscribe a
-//! write lock. Subscribers over their outbound budget are closed with 1008
-//! (DESIGN.md, Backpressure: a fan-out never buffers without a bound).
+//! Publishing takes a read lock on the namespace; subscribe and unsubscribe
+//! a write lock. Subscribers over their outbound budget are closed with 1008:
+//! a fan-out never buffers without a bound.
 
 use crate::reactor::outbound::Outbound;
 use crate::ws::close;
@@ -58,11 +61,5 @@ impl Topics {
             }
         }
         delivered
-    }
-
-    /// Number of subscribers of `topic` (for tests and metrics).
-    pub fn subscribers(&self, topic: &str) -> usize {
-        let topics = self.topics.read().expect("topics lock");
-        topics.get(topic).map_or(0, HashMap::len)
     }
 }

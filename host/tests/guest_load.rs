@@ -83,6 +83,7 @@ fn guest_route(path: &str, cfg: GuestConfig) -> weir::config::RouteConfig {
         line: 1,
         behaviour: Behaviour::Guest(cfg),
         limits: Default::default(),
+        topics: None,
     }
 }
 

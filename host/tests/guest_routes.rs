@@ -33,6 +33,7 @@ fn guest_route(path: &str, guest: GuestConfig) -> RouteConfig {
         line: 0,
         behaviour: Behaviour::Guest(guest),
         limits,
+        topics: None,
     }
 }
 

@@ -5,7 +5,7 @@
 //!
 //! - weir: the reactor's per-read loop (`conn.rs` `process()`): read into a
 //!   buffer after `HEADROOM_BYTES`, `Decoder::next` until it needs more,
-//!   `Echo::reply` writes the reply header in place, `Output::flush` writes
+//!   `Echo::on_data` writes the reply header in place, `Output::flush` writes
 //!   the batch, leftovers move back to the front.
 //! - tungstenite: `WebSocketStream::from_raw_socket` (server role), echoing
 //!   each data message with `send`.
@@ -22,9 +22,11 @@ use tokio::runtime::Runtime;
 use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::WebSocketStream;
 use weir::native::echo::Echo;
+use weir::reactor::behaviour::Behaviour;
 use weir::reactor::buffer::{Output, HEADROOM_BYTES, READ_BUF_BYTES, STREAM_ABOVE_BYTES};
 use weir::reactor::decode::{Decoder, Piece};
-use weir::ws::frame::{encode_client_header, OpCode, MAX_HEADER_BYTES};
+use weir::ws::encode::encode_client_header;
+use weir::ws::frame::{OpCode, MAX_HEADER_BYTES};
 use weir::ws::mask::unmask;
 
 const PAYLOAD: usize = 512;
@@ -55,7 +57,7 @@ async fn weir_echo(mut stream: DuplexStream) {
         let mut pos = HEADROOM_BYTES;
         loop {
             match decoder.next(&mut buf, &mut pos, end) {
-                Ok(Some(Piece::Data(piece))) => echo.reply(&mut buf, &piece, &mut out),
+                Ok(Some(Piece::Data(piece))) => echo.on_data(&mut buf, &piece, &mut out),
                 Ok(Some(_)) => {}
                 Ok(None) => break,
                 Err(e) => panic!("weir decoder: {e:?}"),

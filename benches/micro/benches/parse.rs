@@ -7,7 +7,8 @@
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use weir::reactor::buffer::{HEADROOM_BYTES, STREAM_ABOVE_BYTES};
 use weir::reactor::decode::{Decoder, Piece};
-use weir::ws::frame::{encode_client_header, parse_client_header, OpCode, MAX_HEADER_BYTES};
+use weir::ws::encode::encode_client_header;
+use weir::ws::frame::{parse_client_header, OpCode, MAX_HEADER_BYTES};
 use weir::ws::mask::unmask;
 
 const KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];

@@ -55,6 +55,7 @@ struct RawRoute {
     recycle_after: Field,
     attachment_max: Field,
     env: Option<Spanned<BTreeMap<String, Spanned<Value>>>>,
+    topics: Field,
 }
 
 /// Largest message the gateway will assemble.
@@ -235,12 +236,35 @@ fn route(
             &raw.subprotocols,
         ],
     )?;
+    let topics = match Item::of("topics", &raw.topics) {
+        Some(item) => Some(topic_namespace(src, &item)?),
+        None => None,
+    };
     Ok(RouteConfig {
         path,
         line,
         behaviour,
         limits,
+        topics,
     })
+}
+
+/// A shared topic namespace's name: routes that give the same one share
+/// their topics.
+fn topic_namespace(src: &Source, item: &Item) -> Result<String, ConfigError> {
+    let name = item.string(src, r#""shared-room-names""#)?;
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !valid {
+        return Err(item.fail(
+            src,
+            "a topic namespace is 1 to 64 letters, digits, '-', '_' or '.'; e.g. topics = \"chat\"",
+        ));
+    }
+    Ok(name.to_string())
 }
 
 /// The line the operator thinks of as "the route" is its `[[route]]` header;
@@ -350,6 +374,7 @@ fn refuse_guest_keys(src: &Source, raw: &RawRoute, native: &Item) -> Result<(), 
         ("instances", &raw.instances),
         ("recycle_after", &raw.recycle_after),
         ("attachment_max", &raw.attachment_max),
+        ("topics", &raw.topics),
     ];
     let env_span = raw.env.as_ref().map(|env| ("env", env.span()));
     let first = guest_fields

@@ -37,6 +37,7 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "recycle_after",
     "attachment_max",
     "env",
+    "topics",
 ];
 
 /// Rewrites serde/toml's messages into ones that say what to write instead.

@@ -30,12 +30,14 @@ pub mod engine;
 pub mod error;
 mod host;
 pub mod program;
+pub mod route;
 pub mod runner;
 
 pub use abi::{Batch, Command, Commands, UpgradeRequest, UpgradeResponse};
 pub use engine::GuestEngine;
 pub use error::{Fault, GuestError};
 pub use program::{check_routes, Program};
+pub use route::{GuestRoute, Scheduler};
 pub use runner::Runner;
 
 /// Identifies one WebSocket connection; unique per process, never 0 (0 marks

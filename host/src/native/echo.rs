@@ -4,31 +4,39 @@
 //! bytes themselves; a frame too large for the buffer streams back as it
 //! arrives, with the full length announced up front.
 
+use crate::reactor::behaviour::Behaviour;
 use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
-use crate::ws::frame::{encode_server_header, server_header_len};
+use crate::ws::encode;
 
 /// Echo state between reads.
 #[derive(Debug, Default)]
 pub struct Echo {
     /// A streamed reply frame is half written: a protocol error now cannot be
     /// answered with a close frame, only by dropping the connection.
-    pub mid_frame: bool,
+    mid_frame: bool,
 }
 
-impl Echo {
+impl Behaviour for Echo {
     /// Adds the reply for `piece` to `out`, in place in `buf`.
     #[inline]
-    pub fn reply(&mut self, buf: &mut [u8], piece: &DataPiece, out: &mut Output) {
+    fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, out: &mut Output) {
         let start = if piece.frame_start {
-            let len = server_header_len(piece.frame_len);
-            let at = piece.payload.start - len;
-            encode_server_header(&mut buf[at..], piece.fin, piece.opcode, piece.frame_len);
-            at
+            encode::header_before(
+                buf,
+                piece.payload.start,
+                piece.fin,
+                piece.opcode,
+                piece.frame_len,
+            )
         } else {
             piece.payload.start
         };
         self.mid_frame = !piece.frame_end;
         out.push(buf, start..piece.payload.end);
+    }
+
+    fn mid_frame(&self) -> bool {
+        self.mid_frame
     }
 }

@@ -1,4 +1,59 @@
-//! Declared behaviours that reply without a guest: echo and relay.
+//! Declared behaviours that reply without a guest, one module each, and the
+//! route kinds the routes file's `native = "…"` keywords name.
+//!
+//! Adding one: a module with a [`Behaviour`](crate::reactor::behaviour::Behaviour)
+//! (what a connection does) and a [`RouteKind`] (what the route shares, and
+//! how an upgrade is answered), its keyword in `config::NativeKind`, and its
+//! line in [`route_kind`]. The connection loop does not change.
 
 pub mod echo;
 pub mod relay;
+
+use crate::config::NativeKind;
+use crate::reactor::behaviour::LocalFuture;
+use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// The route kind a `native = "…"` keyword names.
+pub fn route_kind(kind: NativeKind) -> Arc<dyn RouteKind> {
+    match kind {
+        NativeKind::Echo => Arc::new(EchoRoute),
+        NativeKind::Relay => Arc::new(RelayRoute(Arc::default())),
+    }
+}
+
+/// `native = "echo"`: nothing shared, every upgrade accepted.
+struct EchoRoute;
+
+impl RouteKind for EchoRoute {
+    fn on_worker(&self, _: &WorkerSetup) -> Rc<dyn WorkerRoute> {
+        Rc::new(EchoRoute)
+    }
+}
+
+impl WorkerRoute for EchoRoute {
+    fn upgrade<'a>(&'a self, _: Upgrade<'a>) -> LocalFuture<'a, Result<Accepted, Refusal>> {
+        Box::pin(std::future::ready(Ok(
+            Accepted::with(echo::Echo::default()),
+        )))
+    }
+}
+
+/// `native = "relay"`: the route's hub, shared by all workers.
+struct RelayRoute(Arc<relay::RelayHub>);
+
+impl RouteKind for RelayRoute {
+    fn on_worker(&self, _: &WorkerSetup) -> Rc<dyn WorkerRoute> {
+        Rc::new(RelayRoute(self.0.clone()))
+    }
+}
+
+impl WorkerRoute for RelayRoute {
+    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> LocalFuture<'a, Result<Accepted, Refusal>> {
+        // Joined before the 101: relay connections pair in the order their
+        // upgrades are answered, whichever worker runs them.
+        let relay = self.0.join(up.id, up.outbound.clone());
+        Box::pin(std::future::ready(Ok(Accepted::with(relay))))
+    }
+}

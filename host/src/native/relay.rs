@@ -3,11 +3,15 @@
 //! An unpaired connection is not read from until it has a partner, so nothing
 //! it sends is lost or reordered.
 
+use crate::reactor::behaviour::{Behaviour, Stop};
+use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
 use crate::reactor::outbound::Outbound;
-use crate::ws::frame::encode_server_header;
+use crate::ws::{close, encode};
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
+
+const PARTNER_LEFT: &str = "relay partner left";
 
 /// The route's pairing point, shared by all workers. Its lock is taken once
 /// per connection, at pairing time, never per message.
@@ -22,19 +26,23 @@ struct Waiter {
     notify: oneshot::Sender<Arc<Outbound>>,
 }
 
-/// Result of joining the hub.
-pub enum Join {
-    Paired(Arc<Outbound>),
-    Waiting(oneshot::Receiver<Arc<Outbound>>),
-}
-
 impl RelayHub {
-    /// Pairs `conn` with the waiting connection, or makes it the one waiting.
-    pub fn join(&self, conn: u64, me: Arc<Outbound>) -> Join {
+    /// Joins the hub before the 101, so connections pair in the order their
+    /// upgrades were answered, whichever worker runs them: paired with the
+    /// waiting connection, or made the one waiting.
+    pub fn join(self: &Arc<Self>, conn: u64, me: Arc<Outbound>) -> Relay {
         let mut waiting = self.waiting.lock().expect("relay hub lock");
+        let mut relay = Relay {
+            hub: self.clone(),
+            partner: None,
+            paired: None,
+            pending: Vec::new(),
+            complete: 0,
+        };
         while let Some(w) = waiting.take() {
             if w.notify.send(me.clone()).is_ok() {
-                return Join::Paired(w.outbound);
+                relay.partner = Some(w.outbound);
+                return relay;
             }
             // That connection left while waiting; try the next state.
         }
@@ -44,11 +52,12 @@ impl RelayHub {
             outbound: me,
             notify,
         });
-        Join::Waiting(rx)
+        relay.paired = Some(rx);
+        relay
     }
 
     /// Removes `conn` from the waiting slot if it is there.
-    pub fn leave(&self, conn: u64) {
+    fn leave(&self, conn: u64) {
         let mut waiting = self.waiting.lock().expect("relay hub lock");
         if waiting.as_ref().is_some_and(|w| w.conn == conn) {
             *waiting = None;
@@ -58,10 +67,10 @@ impl RelayHub {
 
 /// Relay state of one connection.
 pub struct Relay {
-    pub partner: Option<Arc<Outbound>>,
-    /// The hub's answer, taken before the 101 was sent, so connections pair
-    /// in the order their upgrades were answered.
-    pub join: Option<Join>,
+    hub: Arc<RelayHub>,
+    partner: Option<Arc<Outbound>>,
+    /// Where the partner arrives while this connection waits for one.
+    paired: Option<oneshot::Receiver<Arc<Outbound>>>,
     /// Server frames built from this read batch; only whole frames are sent,
     /// since the partner's own control replies must never land inside one.
     pending: Vec<u8>,
@@ -70,32 +79,48 @@ pub struct Relay {
 }
 
 impl Relay {
-    pub fn new() -> Relay {
-        Relay {
-            partner: None,
-            join: None,
-            pending: Vec::new(),
-            complete: 0,
+    fn end(&mut self, conn: u64) {
+        self.hub.leave(conn);
+        if let Some(partner) = self.partner.take() {
+            partner.close(close::GOING_AWAY, PARTNER_LEFT);
         }
     }
+}
 
-    /// A relay that joined the hub at upgrade time.
-    pub fn joined(join: Join) -> Relay {
-        Relay {
-            join: Some(join),
-            ..Relay::new()
+impl Behaviour for Relay {
+    const DIRECT_WRITES: bool = true;
+
+    /// Not read until paired, nor while the partner holds more than its
+    /// budget.
+    #[inline]
+    fn reads_blocked(&self, _own: &Outbound) -> bool {
+        self.partner.as_ref().is_none_or(|p| p.over_budget())
+    }
+
+    async fn unblocked(&mut self, _own: &Outbound) -> Result<(), Stop> {
+        match (&self.partner, &mut self.paired) {
+            (Some(partner), _) => {
+                partner.wait_drained().await;
+                Ok(())
+            }
+            (None, Some(paired)) => {
+                let partner = paired.await.map_err(|_| Stop::Gone)?;
+                self.paired = None;
+                self.partner = Some(partner);
+                Ok(())
+            }
+            (None, None) => Err(Stop::Close(close::GOING_AWAY, PARTNER_LEFT)),
         }
     }
 
     /// Copies a piece of a client frame into the partner-bound server frame.
     #[inline]
-    pub fn take_piece(&mut self, buf: &[u8], piece: &DataPiece) {
+    fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, _out: &mut Output) {
         if piece.frame_start {
             // One allocation for the whole frame, not a growth series.
-            self.pending.reserve(10 + piece.frame_len as usize);
-            let mut header = [0u8; 10];
-            let n = encode_server_header(&mut header, piece.fin, piece.opcode, piece.frame_len);
-            self.pending.extend_from_slice(&header[..n]);
+            self.pending
+                .reserve(encode::MAX_SERVER_HEADER_BYTES + piece.frame_len as usize);
+            encode::append_header(&mut self.pending, piece.fin, piece.opcode, piece.frame_len);
         }
         self.pending.extend_from_slice(&buf[piece.payload.clone()]);
         if piece.frame_end {
@@ -103,30 +128,37 @@ impl Relay {
         }
     }
 
-    /// Hands the complete frames to the partner. False if the partner is gone.
-    pub fn flush(&mut self) -> bool {
+    /// Hands the complete frames to the partner.
+    #[inline]
+    fn end_of_read(&mut self) -> Result<(), Stop> {
         if self.complete == 0 {
-            return true;
+            return Ok(());
         }
         let Some(partner) = &self.partner else {
-            return false;
+            return Err(Stop::Close(close::GOING_AWAY, PARTNER_LEFT));
         };
         let ok = partner.send_direct(&self.pending[..self.complete]);
         // Keep the allocation for the next batch; a frame still arriving
         // moves to the front.
         self.pending.drain(..self.complete);
         self.complete = 0;
-        ok
+        if ok {
+            Ok(())
+        } else {
+            Err(Stop::Close(close::GOING_AWAY, PARTNER_LEFT))
+        }
     }
 
-    /// The partner holds more than its budget: stop reading until it drains.
-    pub fn partner_over_budget(&self) -> bool {
-        self.partner.as_ref().is_some_and(|p| p.over_budget())
+    /// An unpaired connection read nothing, so it has nothing to answer.
+    fn answers_before_drain(&self) -> bool {
+        self.partner.is_some()
     }
-}
 
-impl Default for Relay {
-    fn default() -> Self {
-        Relay::new()
+    fn on_close(&mut self, conn: u64) {
+        self.end(conn);
+    }
+
+    fn abandon(mut self, conn: u64) {
+        self.end(conn);
     }
 }

@@ -249,7 +249,7 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ws::frame::encode_client_header;
+    use crate::ws::encode::encode_client_header;
 
     const KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 

@@ -1,10 +1,13 @@
-//! The per-connection loop: read, decode, dispatch, write, backpressure,
-//! timeouts. `decode` turns reads into pieces, `buffer` owns receive buffers
-//! and the gather list of replies, `outbound` is the queue other connections
-//! and guests write into, `conn` is the loop itself.
+//! The per-connection loop: read, decode, hand pieces to the route's
+//! behaviour, write, backpressure, timeouts, close. `decode` turns reads into
+//! pieces, `behaviour` is the interface every route kind implements,
+//! `buffer` owns receive buffers and the gather list of replies, `outbound`
+//! is the queue other connections and guests write into, `socket` says who
+//! may touch a connection's socket, `conn` is the loop itself.
 
+pub mod behaviour;
 pub mod buffer;
 pub mod conn;
 pub mod decode;
-pub mod guest;
 pub mod outbound;
+pub mod socket;

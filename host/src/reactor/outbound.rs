@@ -8,24 +8,26 @@
 //! the guest runner) write straight into its socket (`send_direct`) when
 //! nothing is queued and nobody is writing: that saves the queue, the
 //! wake-up of this connection's task and its turn through the loop — most
-//! of the user-space cost of forwarding a small message. Whoever writes to the socket holds the write turn; a partial
-//! direct write leaves its remainder at the head of the queue, and the
-//! consumer writes queued bytes before any of its own.
+//! of the user-space cost of forwarding a small message. Whoever writes to
+//! the socket holds the write turn; a partial direct write leaves its
+//! remainder at the head of the queue, and the consumer writes queued bytes
+//! before any of its own. A producer reaches the socket only through a
+//! `Weak` it upgrades for one `send` ([`super::socket`]): it can never write
+//! into a descriptor that was closed and reused.
 
-use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, AtomicU8};
+use super::socket::{send_now, Socket};
+use atomic_waker::AtomicWaker;
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock, Weak};
+use std::task::Poll;
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
 
 const FREE: u8 = 0;
 const CONSUMER: u8 = 1;
 const PRODUCER: u8 = 2;
-
-use atomic_waker::AtomicWaker;
-use bytes::Bytes;
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::task::Poll;
-use tokio::sync::Notify;
 
 /// The consumer's write turn; released on drop (also when the connection's
 /// task is dropped in the middle of a write).
@@ -35,23 +37,6 @@ impl Drop for WriteTurn<'_> {
     fn drop(&mut self) {
         self.0.turn.store(FREE, Ordering::Release);
     }
-}
-
-/// One non-blocking `send` of as much of `bytes` as the socket takes now;
-/// 0 on any error (the consumer's own next write or read reports it).
-fn send_now(fd: RawFd, bytes: &[u8]) -> usize {
-    // SAFETY: `bytes` is valid for reads of its length; `fd` is the
-    // consumer's socket, open while direct writes are on (`end_direct` runs
-    // before it is closed, under the write turn held here).
-    let n = unsafe {
-        libc::send(
-            fd,
-            bytes.as_ptr().cast(),
-            bytes.len(),
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-    };
-    usize::try_from(n).unwrap_or(0)
 }
 
 /// What other connections or the guest runner ask a connection to write.
@@ -88,8 +73,11 @@ pub struct Outbound {
     /// Who writes to the consumer's socket now: `FREE`, `CONSUMER` or
     /// `PRODUCER` (a direct write).
     turn: AtomicU8,
-    /// The consumer's socket for direct writes; -1 when they are off.
-    direct_fd: AtomicI32,
+    /// Direct writes are on (between `enable_direct` and `end_direct`).
+    direct: AtomicBool,
+    /// The consumer's socket, for direct writes; a `Weak` so a producer keeps
+    /// it open only while it writes.
+    socket: OnceLock<Weak<TcpStream>>,
     /// A close is queued: later ones are dropped (a publisher would
     /// otherwise queue one per message to a subscriber that stopped reading).
     closing: AtomicBool,
@@ -108,7 +96,8 @@ impl Outbound {
             closing: AtomicBool::new(false),
             turn: AtomicU8::new(FREE),
             remainder: AtomicBool::new(false),
-            direct_fd: AtomicI32::new(-1),
+            direct: AtomicBool::new(false),
+            socket: OnceLock::new(),
         }
     }
 
@@ -152,17 +141,16 @@ impl Outbound {
         true
     }
 
-    /// Lets producers write straight to `fd`, the consumer's socket, which
-    /// must stay open until `end_direct`.
-    pub fn enable_direct(&self, fd: RawFd) {
-        self.direct_fd.store(fd, Ordering::Release);
+    /// Lets producers write straight into `socket`, the consumer's.
+    pub fn enable_direct(&self, socket: &Socket) {
+        let _ = self.socket.set(std::sync::Arc::downgrade(socket));
+        self.direct.store(true, Ordering::Release);
     }
 
-    /// Consumer: direct writes stop (before its close frame, and before its
-    /// socket is closed, also when its task is dropped mid-write). Waits out
-    /// a direct write in progress.
+    /// Consumer: direct writes stop (before its close frame: nothing may
+    /// follow it). Waits out a direct write in progress.
     pub fn end_direct(&self) {
-        if self.direct_fd.load(Ordering::Acquire) < 0 {
+        if !self.direct.load(Ordering::Acquire) {
             return;
         }
         loop {
@@ -173,14 +161,14 @@ impl Outbound {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    self.direct_fd.store(-1, Ordering::Release);
+                    self.direct.store(false, Ordering::Release);
                     self.turn.store(FREE, Ordering::Release);
                     return;
                 }
                 // The consumer's own turn (its write was cut short): no
                 // producer can be writing.
                 Err(CONSUMER) => {
-                    self.direct_fd.store(-1, Ordering::Release);
+                    self.direct.store(false, Ordering::Release);
                     return;
                 }
                 Err(_) => std::hint::spin_loop(),
@@ -190,7 +178,7 @@ impl Outbound {
 
     /// Direct writes are on: the consumer must hold the write turn to write.
     pub fn direct(&self) -> bool {
-        self.direct_fd.load(Ordering::Relaxed) >= 0
+        self.direct.load(Ordering::Relaxed)
     }
 
     /// Consumer: takes the write turn until the guard drops. A producer
@@ -239,12 +227,13 @@ impl Outbound {
     /// False when the connection is gone.
     pub fn send_direct(&self, frames: &[u8]) -> bool {
         if self.is_empty() && self.direct() && self.try_producer_turn() {
-            let fd = self.direct_fd.load(Ordering::Acquire);
-            // Checked again under the turn: direct writes may have ended.
-            let written = if fd >= 0 && self.is_empty() {
-                send_now(fd, frames)
-            } else {
-                0
+            // Checked again under the turn: direct writes may have ended,
+            // and the socket may be gone (then everything is queued, and
+            // dropped with the queue).
+            let socket = self.socket.get().and_then(Weak::upgrade);
+            let written = match socket {
+                Some(socket) if self.direct() && self.is_empty() => send_now(&socket, frames),
+                _ => 0,
             };
             // The rest is queued first, before the turn is released, so it
             // is the next thing the socket gets (a close queued meanwhile
@@ -364,20 +353,28 @@ impl Outbound {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    /// A connected loopback pair: the gateway's side as a shared tokio
+    /// socket, the client's as a blocking std stream.
+    fn socket_pair() -> (Socket, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        (Arc::new(TcpStream::from_std(server).unwrap()), client)
+    }
 
     /// A direct write the socket takes only in part leaves the rest at the
     /// head of the queue, flagged as a remainder; later sends queue behind
     /// it, and the bytes come out whole and in order.
-    #[test]
-    fn a_cut_short_direct_write_queues_its_remainder_first() {
+    #[tokio::test]
+    async fn a_cut_short_direct_write_queues_its_remainder_first() {
         use std::io::Read;
-        use std::os::fd::AsRawFd;
-        use std::os::unix::net::UnixStream;
-        let (tx, mut rx) = UnixStream::pair().unwrap();
-        tx.set_nonblocking(true).unwrap();
+        let (tx, mut rx) = socket_pair();
         let out = Outbound::new(usize::MAX);
-        out.enable_direct(tx.as_raw_fd());
-        let big: Vec<u8> = (0..8 << 20).map(|i| (i % 251) as u8).collect();
+        out.enable_direct(&tx);
+        let big: Vec<u8> = (0..64 << 20).map(|i| (i % 251) as u8).collect();
         assert!(out.send_direct(&big));
         out.close(1001, "after the frame");
         assert!(out.send_direct(b"next"));
@@ -396,6 +393,34 @@ mod tests {
         assert!(got == big, "bytes lost or reordered");
         out.end_direct();
         assert!(!out.direct());
+    }
+
+    /// Regression: direct writes used to go to a raw descriptor number, sound
+    /// only while the connection ended them before closing its socket. A
+    /// socket dropped without `end_direct` must take no more bytes, and a
+    /// new connection that reuses its descriptor number must get none.
+    #[tokio::test]
+    async fn a_dropped_socket_is_never_written_even_if_direct_writes_were_not_ended() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let (tx, _old_client) = socket_pair();
+        let old_fd = tx.as_raw_fd();
+        let out = Outbound::new(usize::MAX);
+        out.enable_direct(&tx);
+        drop(tx);
+        let (reused, mut new_client) = socket_pair();
+        assert!(out.send_direct(b"for the old client only"));
+        assert!(
+            matches!(out.try_recv(), Some(OutMsg::Frames(f)) if &f[..] == b"for the old client only")
+        );
+        new_client.set_nonblocking(true).unwrap();
+        let mut got = [0u8; 64];
+        let read = new_client.read(&mut got);
+        assert!(
+            matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "bytes reached another connection (descriptor {old_fd} reused as {}): {read:?}",
+            reused.as_raw_fd()
+        );
     }
 
     /// A subscriber that stopped reading is asked to close once per publish;

@@ -10,6 +10,15 @@ pub const INVALID_PAYLOAD: u16 = 1007;
 pub const POLICY_VIOLATION: u16 = 1008;
 pub const MESSAGE_TOO_BIG: u16 = 1009;
 pub const INTERNAL_ERROR: u16 = 1011;
+pub const TRY_AGAIN_LATER: u16 = 1013;
+/// Reported, never sent: the peer's close frame carried no code.
+pub const NO_STATUS: u16 = 1005;
+/// Reported, never sent: the connection ended without a close frame.
+pub const ABNORMAL: u16 = 1006;
+
+/// Longest close reason: a control payload is at most 125 bytes, 2 of which
+/// are the code (RFC 6455 §5.5).
+pub const MAX_REASON_BYTES: usize = 123;
 
 /// Whether `code` may appear in a close frame (RFC 6455 §7.4.1-2): the defined
 /// codes except 1004-1006 and 1015 (reserved, never sent), the IANA-registered
@@ -18,11 +27,30 @@ pub fn is_valid_close_code(code: u16) -> bool {
     matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
 }
 
+/// `code` if it may be sent, else 1011: a close the server sends (for itself
+/// or for a guest) always carries a valid code.
+pub fn sendable(code: u16) -> u16 {
+    if is_valid_close_code(code) {
+        code
+    } else {
+        INTERNAL_ERROR
+    }
+}
+
+/// `reason` cut to [`MAX_REASON_BYTES`] on a character boundary.
+pub fn fit_reason(reason: &str) -> &str {
+    let mut end = reason.len().min(MAX_REASON_BYTES);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    &reason[..end]
+}
+
 /// Parses a client's close payload: empty, or a valid code followed by a
 /// UTF-8 reason. Returns the code (1005 "no status" when absent).
 pub fn parse_close_payload(payload: &[u8]) -> Result<(u16, &str), ProtocolError> {
     match payload {
-        [] => Ok((1005, "")),
+        [] => Ok((NO_STATUS, "")),
         [_] => Err(ProtocolError::CloseFrameTooShort),
         [hi, lo, reason @ ..] => {
             let code = u16::from_be_bytes([*hi, *lo]);
@@ -34,19 +62,6 @@ pub fn parse_close_payload(payload: &[u8]) -> Result<(u16, &str), ProtocolError>
             Ok((code, reason))
         }
     }
-}
-
-/// A whole server close frame with `code` and a reason cut to fit the 125-byte
-/// control frame limit (on a character boundary).
-pub fn close_frame(code: u16, reason: &str) -> Vec<u8> {
-    let mut end = reason.len().min(123);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut payload = Vec::with_capacity(2 + end);
-    payload.extend_from_slice(&code.to_be_bytes());
-    payload.extend_from_slice(&reason.as_bytes()[..end]);
-    super::frame::server_frame(super::frame::OpCode::Close, &payload)
 }
 
 #[cfg(test)]
@@ -93,11 +108,12 @@ mod tests {
     }
 
     #[test]
-    fn close_frame_fits_a_control_frame() {
+    fn reasons_are_cut_on_a_character_boundary() {
         let long = "é".repeat(100);
-        let f = close_frame(1001, &long);
-        assert_eq!(f[0], 0x88);
-        assert!(usize::from(f[1]) <= 125);
-        assert!(std::str::from_utf8(&f[4..]).is_ok());
+        let cut = fit_reason(&long);
+        assert!(cut.len() <= MAX_REASON_BYTES && cut.len() >= MAX_REASON_BYTES - 1);
+        assert_eq!(fit_reason("short"), "short");
+        assert_eq!(sendable(1005), INTERNAL_ERROR);
+        assert_eq!(sendable(4001), 4001);
     }
 }

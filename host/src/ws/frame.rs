@@ -1,5 +1,5 @@
-//! Frame headers (RFC 6455 §5.2): parse a client header, encode a server
-//! header, and the flat list of protocol violations with their close codes.
+//! Frame headers (RFC 6455 §5.2): parse a client header, and the flat list of
+//! protocol violations with their close codes. Encoding is in [`super::encode`].
 
 /// Largest header a client can send: 2 bytes, 8 of extended length, 4 of mask.
 pub const MAX_HEADER_BYTES: usize = 14;
@@ -145,65 +145,10 @@ pub fn parse_client_header(buf: &[u8]) -> Result<Option<FrameHeader>, ProtocolEr
     }))
 }
 
-/// Length of an unmasked server header for a payload of `len` bytes.
-#[inline]
-pub fn server_header_len(len: u64) -> usize {
-    match len {
-        0..=125 => 2,
-        126..=0xFFFF => 4,
-        _ => 10,
-    }
-}
-
-/// Writes an unmasked server frame header (servers never mask, RFC 6455 §5.1)
-/// into the front of `out` and returns its length (2, 4 or 10 bytes).
-#[inline]
-pub fn encode_server_header(out: &mut [u8], fin: bool, opcode: OpCode, len: u64) -> usize {
-    out[0] = (u8::from(fin) << 7) | opcode as u8;
-    match len {
-        0..=125 => {
-            out[1] = len as u8;
-            2
-        }
-        126..=0xFFFF => {
-            out[1] = 126;
-            out[2..4].copy_from_slice(&(len as u16).to_be_bytes());
-            4
-        }
-        _ => {
-            out[1] = 127;
-            out[2..10].copy_from_slice(&len.to_be_bytes());
-            10
-        }
-    }
-}
-
-/// A whole unmasked server frame, for control frames and off-path messages.
-pub fn server_frame(opcode: OpCode, payload: &[u8]) -> Vec<u8> {
-    let mut out = vec![0; server_header_len(payload.len() as u64) + payload.len()];
-    let at = encode_server_header(&mut out, true, opcode, payload.len() as u64);
-    out[at..].copy_from_slice(payload);
-    out
-}
-
-/// Encodes a masked client header (used by tests and the load generator's
-/// checks); returns its length.
-pub fn encode_client_header(
-    out: &mut [u8],
-    fin: bool,
-    opcode: OpCode,
-    mask: [u8; 4],
-    len: u64,
-) -> usize {
-    let at = encode_server_header(out, fin, opcode, len);
-    out[1] |= 0x80;
-    out[at..at + 4].copy_from_slice(&mask);
-    at + 4
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ws::encode::{encode_client_header, header_len as server_header_len};
     use proptest::prelude::*;
 
     fn client(fin: bool, op: OpCode, len: u64) -> Vec<u8> {

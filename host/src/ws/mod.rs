@@ -1,4 +1,5 @@
-//! RFC 6455: frame header parse/encode, unmask, close codes, UTF-8 checks and
+//! RFC 6455: frame header parse, the encoder (the one place bytes for the
+//! wire are built), unmask, close codes, UTF-8 checks and
 //! the opening handshake. Written by hand: this is the hot path weir exists to
 //! make fast, and it needs in-place unmasking and replies built in the receive
 //! buffer, which general-purpose WebSocket crates do not expose.
@@ -6,6 +7,7 @@
 //! permessage-deflate is not supported yet: RSV1 set is a protocol error.
 
 pub mod close;
+pub mod encode;
 pub mod frame;
 pub mod handshake;
 pub mod mask;

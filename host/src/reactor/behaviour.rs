@@ -1,0 +1,120 @@
+//! What a route does with a connection: the [`Behaviour`] trait, one
+//! implementation per route kind (`native::echo`, `native::relay`,
+//! `guest::route`). The connection loop (`conn`) is generic over it, so each
+//! kind's hooks are compiled into its own loop with no dispatch per message,
+//! and a new kind is a new implementation, not an edit to the loop.
+
+use super::buffer::Output;
+use super::conn::ConnEnv;
+use super::decode::DataPiece;
+use super::outbound::Outbound;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::net::TcpStream;
+
+/// Why a behaviour ends its connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// The connection is over; drop it without a close frame.
+    Gone,
+    /// Send this close (code, reason) and end the connection.
+    Close(u16, &'static str),
+}
+
+/// A route kind's per-connection state and hooks, in the order the loop
+/// calls them: `on_open`, then per read `on_data` for each data piece and
+/// `end_of_read`, and `on_close` once at the end (or `abandon` when the
+/// upgrade never completed).
+pub trait Behaviour: 'static {
+    /// Producers (a relay partner, the guest runner) may write straight
+    /// into this connection's socket (see `outbound`).
+    const DIRECT_WRITES: bool = false;
+
+    /// The socket is the connection's; nothing has been read yet.
+    fn on_open(&mut self, _id: u64, _outbound: &Arc<Outbound>) {}
+
+    /// Reading must wait: for a relay partner, or while a queue this
+    /// connection's messages feed is over its budget (`own` is this
+    /// connection's outbound queue). Checked before every read.
+    #[inline]
+    fn reads_blocked(&self, _own: &Outbound) -> bool {
+        false
+    }
+
+    /// Resolves once reads may go on (only awaited while `reads_blocked`).
+    fn unblocked(&mut self, _own: &Outbound) -> impl Future<Output = Result<(), Stop>> {
+        std::future::ready(Ok(()))
+    }
+
+    /// A piece of a data frame, unmasked in `buf`. Replies in place go to
+    /// `out`, written once per read.
+    fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, out: &mut Output);
+
+    /// The client sent a close with `code` (1005 when it gave none) and
+    /// `reason` (valid UTF-8, checked by the decoder).
+    fn on_peer_close(&mut self, _code: u16, _reason: &str) {}
+
+    /// Every piece of one read was handed over.
+    #[inline]
+    fn end_of_read(&mut self) -> Result<(), Stop> {
+        Ok(())
+    }
+
+    /// A reply frame is half written: no close frame can follow it.
+    #[inline]
+    fn mid_frame(&self) -> bool {
+        false
+    }
+
+    /// On shutdown, what the client already sent is read and answered before
+    /// the 1001 (false when the answer could not come before it).
+    fn answers_before_drain(&self) -> bool {
+        true
+    }
+
+    /// The connection ended (after `on_peer_close` if the client sent a
+    /// close).
+    fn on_close(&mut self, _id: u64) {}
+
+    /// The upgrade never completed: undo what was set up before the 101.
+    fn abandon(self, _id: u64)
+    where
+        Self: Sized,
+    {
+    }
+}
+
+/// A boxed future run on the worker's local task set.
+pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// A connection's behaviour, ready to run once the upgrade completes; the
+/// server holds it without knowing its kind.
+pub trait Start {
+    /// Runs the connection loop on `stream` (`prefix`: bytes hyper read past
+    /// the request head).
+    fn start(
+        self: Box<Self>,
+        stream: TcpStream,
+        prefix: bytes::Bytes,
+        env: ConnEnv,
+    ) -> LocalFuture<'static, ()>;
+    /// The upgrade failed.
+    fn abandon(self: Box<Self>, env: ConnEnv);
+}
+
+impl<B: Behaviour> Start for B {
+    fn start(
+        self: Box<Self>,
+        stream: TcpStream,
+        prefix: bytes::Bytes,
+        env: ConnEnv,
+    ) -> LocalFuture<'static, ()> {
+        Box::pin(super::conn::run(stream, prefix, env, *self))
+    }
+
+    fn abandon(self: Box<Self>, env: ConnEnv) {
+        (*self).abandon(env.id);
+        env.outbound.consumer_gone();
+    }
+}

@@ -1,0 +1,155 @@
+//! A connection's socket and who may touch it. The connection loop holds it
+//! as a [`Socket`] (`Arc<TcpStream>`); a producer on another thread that
+//! writes into it directly (relay partner, guest runner) holds only a `Weak`,
+//! upgraded for the length of one `send` ([`super::outbound`]). The
+//! descriptor therefore cannot close, and its number cannot be reused by
+//! another client, while anyone is writing into it: a mistake in drop order
+//! can lose bytes, never deliver them to the wrong client.
+//!
+//! Reads and writes go through socket2's safe calls on the borrowed socket;
+//! the only `unsafe` left is reading the kernel's TCP state.
+
+use socket2::SockRef;
+use std::io::{ErrorKind, Read, Write};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::AsyncWrite;
+use tokio::net::TcpStream;
+
+/// The connection's socket, shared with producers that write into it.
+pub type Socket = Arc<TcpStream>;
+
+/// One `recv` into `buf`. A read shorter than `buf` drained the socket, so
+/// the readiness is cleared with it: otherwise the next turn of the loop
+/// would make a second `recv` only to learn `EAGAIN` — one wasted syscall per
+/// read, which for one-message-per-read traffic (relay, ping-pong) is a third
+/// of all syscalls. tokio only clears readiness it has not seen renewed, so
+/// data arriving meanwhile still wakes the connection.
+pub fn read_drained(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    let result = stream.try_io(tokio::io::Interest::READABLE, || {
+        got = (&*SockRef::from(stream)).read(buf)?;
+        if got > 0 && got < buf.len() {
+            // Drained: report WouldBlock so tokio clears the readiness.
+            return Err(ErrorKind::WouldBlock.into());
+        }
+        Ok(got)
+    });
+    match result {
+        Err(e) if e.kind() == ErrorKind::WouldBlock && got > 0 => Ok(got),
+        other => other,
+    }
+}
+
+/// One non-blocking `recv` outside tokio's readiness tracking, which may not
+/// know yet about bytes that have arrived. 0 when nothing is there or the
+/// peer is gone.
+pub fn read_now(stream: &TcpStream, buf: &mut [u8]) -> usize {
+    (&*SockRef::from(stream)).read(buf).unwrap_or(0)
+}
+
+/// One non-blocking `send` of as much of `bytes` as the socket takes now
+/// (socket2 sends with `MSG_NOSIGNAL`); 0 on any error: the connection's own
+/// next write or read reports it.
+pub fn send_now(stream: &TcpStream, bytes: &[u8]) -> usize {
+    (&*SockRef::from(stream)).write(bytes).unwrap_or(0)
+}
+
+/// Sends FIN after what was written: the client reads everything, then EOF.
+pub fn shutdown_write(stream: &TcpStream) {
+    let _ = SockRef::from(stream).shutdown(std::net::Shutdown::Write);
+}
+
+/// The client closed its side (or the connection is gone), by the kernel's
+/// TCP state.
+pub fn peer_hung_up(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero tcp_info is valid; getsockopt writes at most `len`
+    // bytes into it, and the descriptor belongs to `stream`, borrowed here.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let got = libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        );
+        const TCP_CLOSE: u8 = 7;
+        const TCP_CLOSE_WAIT: u8 = 8;
+        got != 0 || matches!(info.tcpi_state, TCP_CLOSE | TCP_CLOSE_WAIT)
+    }
+}
+
+/// The connection's writes through a shared reference to its socket (tokio
+/// implements `AsyncWrite` only for an owned stream).
+pub struct Writer<'a>(pub &'a TcpStream);
+
+impl AsyncWrite for Writer<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        loop {
+            std::task::ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write(buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        loop {
+            std::task::ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write_vectored(bufs) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        shutdown_write(self.0);
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Runs a write; if the client leaves it blocked (its receive window full)
+/// for `limit`, gives up with `TimedOut` so the connection is dropped: a
+/// client that stops reading holds its socket and buffer only that long.
+/// The timer is set only once the write has had to wait, so the usual write
+/// that completes at once costs none.
+pub async fn unless_stalled<F>(limit: Duration, write: F) -> std::io::Result<()>
+where
+    F: std::future::Future<Output = std::io::Result<()>>,
+{
+    let mut write = std::pin::pin!(write);
+    let first = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
+    match first {
+        Poll::Ready(result) => result,
+        Poll::Pending => match tokio::time::timeout(limit, write).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::debug!(?limit, "client stopped reading; dropping the connection");
+                Err(ErrorKind::TimedOut.into())
+            }
+        },
+    }
+}

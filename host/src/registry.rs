@@ -1,0 +1,213 @@
+//! The one map of live WebSocket connections: id → route, outbound queue and
+//! topic subscriptions. Shutdown closes connections through it, guests send
+//! to connections of their route through it, topic subscriptions are dropped
+//! through it when a connection ends, and `/metrics` reads it.
+//!
+//! A connection id carries the worker that runs it (and, later, the node):
+//! the map is sharded by worker, so a lookup locks only the owning worker's
+//! shard, taken by that worker once per open and close and by guests per
+//! run of sends. No lock is shared by every worker on the message path.
+
+use crate::reactor::outbound::Outbound;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Identifies one connection: unique per process, never reused while it
+/// runs, never 0 (0 means "no connection" to guests).
+pub type ConnId = u64;
+
+/// Bits of an id that count connections within one worker.
+const SEQ_BITS: u32 = 40;
+/// Bits that name the worker (up to 4096 workers).
+const WORKER_BITS: u32 = 12;
+/// The node's bits, above the worker's: 0 until weir runs as a cluster,
+/// when a node id keeps ids unique across gateway processes.
+pub const NODE_SHIFT: u32 = SEQ_BITS + WORKER_BITS;
+
+/// The id of `worker`'s `seq`-th connection (`seq` starts at 1).
+pub fn conn_id(worker: usize, seq: u64) -> ConnId {
+    debug_assert!(seq > 0 && seq < 1 << SEQ_BITS);
+    ((worker as u64) << SEQ_BITS) | seq
+}
+
+/// The worker that runs connection `id`.
+pub fn worker_of(id: ConnId) -> usize {
+    ((id >> SEQ_BITS) & ((1 << WORKER_BITS) - 1)) as usize
+}
+
+/// What the gateway knows of one live connection.
+struct Entry {
+    /// Index of the connection's route: a guest may reach only its own.
+    route: usize,
+    outbound: Arc<Outbound>,
+    /// Topics the connection subscribed to, unsubscribed when it ends.
+    topics: Vec<Box<str>>,
+}
+
+/// What the open connections' outbound queues hold, for `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    pub connections: usize,
+    pub queued_bytes: usize,
+    /// The most any one connection has queued.
+    pub max_queued_bytes: usize,
+}
+
+pub struct Registry {
+    /// One map per worker, indexed by [`worker_of`].
+    shards: Vec<Mutex<HashMap<ConnId, Entry>>>,
+    /// Shutdown began: connections that open now are drained at once.
+    closing: AtomicBool,
+}
+
+impl Registry {
+    pub fn new(workers: usize) -> Registry {
+        assert!(workers < 1 << WORKER_BITS, "at most 4095 workers");
+        Registry {
+            shards: (0..workers.max(1)).map(|_| Mutex::default()).collect(),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    fn shard(&self, id: ConnId) -> MutexGuard<'_, HashMap<ConnId, Entry>> {
+        self.shards[worker_of(id) % self.shards.len()]
+            .lock()
+            .expect("registry lock")
+    }
+
+    /// A connection opened on `route`.
+    pub fn insert(&self, id: ConnId, route: usize, outbound: Arc<Outbound>) {
+        let mut shard = self.shard(id);
+        // Checked under the lock: a connection opening while shutdown
+        // begins is either drained here or by `close_all`.
+        if self.closing.load(Ordering::Acquire) {
+            outbound.drain();
+        }
+        let entry = Entry {
+            route,
+            outbound,
+            topics: Vec::new(),
+        };
+        shard.insert(id, entry);
+    }
+
+    /// The connection ended.
+    pub fn remove(&self, id: ConnId) {
+        self.shard(id).remove(&id);
+    }
+
+    /// Takes the topics connection `id` is subscribed to (when it closes:
+    /// its route unsubscribes them).
+    pub fn take_topics(&self, id: ConnId) -> Vec<Box<str>> {
+        let mut shard = self.shard(id);
+        shard
+            .get_mut(&id)
+            .map(|e| std::mem::take(&mut e.topics))
+            .unwrap_or_default()
+    }
+
+    /// The queue of connection `id` if it is open on `route`; None for a
+    /// connection of another route, so no route reaches another's clients.
+    pub fn outbound(&self, id: ConnId, route: usize) -> Option<Arc<Outbound>> {
+        let shard = self.shard(id);
+        let entry = shard.get(&id).filter(|e| e.route == route)?;
+        Some(entry.outbound.clone())
+    }
+
+    /// Records a subscription of connection `id` (of `route`); returns its
+    /// queue, or None when the connection is not open on `route`.
+    pub fn subscribe(&self, id: ConnId, route: usize, topic: &str) -> Option<Arc<Outbound>> {
+        let mut shard = self.shard(id);
+        let entry = shard.get_mut(&id).filter(|e| e.route == route)?;
+        if !entry.topics.iter().any(|t| &**t == topic) {
+            entry.topics.push(topic.into());
+        }
+        Some(entry.outbound.clone())
+    }
+
+    /// Forgets a subscription; false when there was none.
+    pub fn unsubscribe(&self, id: ConnId, route: usize, topic: &str) -> bool {
+        let mut shard = self.shard(id);
+        let Some(entry) = shard.get_mut(&id).filter(|e| e.route == route) else {
+            return false;
+        };
+        let before = entry.topics.len();
+        entry.topics.retain(|t| &**t != topic);
+        entry.topics.len() != before
+    }
+
+    /// Asks every open connection, and every one that opens later, to close
+    /// with 1001. Only the first call does anything.
+    pub fn close_all(&self) {
+        if self.closing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        for shard in &self.shards {
+            for entry in shard.lock().expect("registry lock").values() {
+                entry.outbound.drain();
+            }
+        }
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        let mut stats = QueueStats::default();
+        for shard in &self.shards {
+            let shard = shard.lock().expect("registry lock");
+            stats.connections += shard.len();
+            for entry in shard.values() {
+                let queued = entry.outbound.queued_bytes();
+                stats.queued_bytes += queued;
+                stats.max_queued_bytes = stats.max_queued_bytes.max(queued);
+            }
+        }
+        stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_carry_their_worker() {
+        let id = conn_id(3, 17);
+        assert_eq!(worker_of(id), 3);
+        assert_ne!(conn_id(0, 1), 0);
+        assert_ne!(conn_id(1, 1), conn_id(2, 1));
+        assert!(id < 1 << NODE_SHIFT);
+    }
+
+    /// Isolation: a connection is reachable only through its own route.
+    #[test]
+    fn lookups_are_limited_to_the_route() {
+        let reg = Registry::new(2);
+        let id = conn_id(1, 1);
+        reg.insert(id, 0, Arc::new(Outbound::new(1024)));
+        assert!(reg.outbound(id, 0).is_some());
+        assert!(reg.outbound(id, 1).is_none());
+        assert!(reg.subscribe(id, 1, "lobby").is_none());
+        assert!(reg.subscribe(id, 0, "lobby").is_some());
+        assert!(reg.subscribe(id, 0, "lobby").is_some());
+        assert_eq!(reg.stats().connections, 1);
+        assert_eq!(reg.take_topics(id), vec![Box::<str>::from("lobby")]);
+        reg.remove(id);
+        assert!(reg.outbound(id, 0).is_none());
+    }
+
+    #[test]
+    fn close_all_drains_open_and_later_connections() {
+        let reg = Registry::new(1);
+        let early = Arc::new(Outbound::new(1024));
+        reg.insert(conn_id(0, 1), 0, early.clone());
+        reg.close_all();
+        let late = Arc::new(Outbound::new(1024));
+        reg.insert(conn_id(0, 2), 0, late.clone());
+        for out in [early, late] {
+            assert!(matches!(
+                out.try_recv(),
+                Some(crate::reactor::outbound::OutMsg::Drain)
+            ));
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The gateway process: binds one `SO_REUSEPORT` listener per worker, builds
+//! the route table and the connection registry, and runs the workers
+//! ([`worker`]) until shutdown. [`http`] answers each request: health,
+//! metrics, refusals, or the upgrade that hands the socket to the
+//! connection loop.
+//!
+//! Thread per core: each worker has its own listener (the kernel spreads
+//! connections), its own current-thread runtime and buffer pool. After the
+//! 101 the raw `TcpStream` is taken back from hyper so the connection loop
+//! runs with no layer in between.
+//!
+//! Shutdown drains: every request gets 503 (`/healthz` too, so a load
+//! balancer stops sending clients), idle HTTP connections are closed, every
+//! WebSocket connection is sent a 1001 close, and the workers wait for the
+//! close handshakes up to `drain_timeout` before they stop.
+
+mod http;
+mod worker;
+
+use crate::admission::Admission;
+use crate::config::Config;
+use crate::guest::GuestError;
+use crate::metrics::Snapshot;
+use crate::reactor::buffer::PoolStats;
+use crate::registry::Registry;
+use crate::routes::Routes;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::info;
+
+/// Flips to true when the gateway should drain and stop (see the module
+/// docs). A dropped sender also means stop.
+pub type Shutdown = tokio::sync::watch::Receiver<bool>;
+
+/// Pending connections the kernel queues per listener before refusing.
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("route {path} (line {line}): {reason}")]
+    Route {
+        path: String,
+        line: usize,
+        reason: String,
+    },
+    #[error(transparent)]
+    Guest(#[from] GuestError),
+    #[error("cannot start worker thread: {0}")]
+    Worker(std::io::Error),
+}
+
+/// What all workers share: routes, the registry, limits and counters.
+struct Shared {
+    routes: Routes,
+    handshake_timeout: Duration,
+    drain_timeout: Duration,
+    admission: Arc<Admission>,
+    /// Open WebSocket connections of every worker.
+    registry: Arc<Registry>,
+    /// Open TCP connections (HTTP or WebSocket), so the drain can wait for them.
+    tcp_open: AtomicUsize,
+    /// Each worker's receive-buffer pool, by worker index.
+    pools: Vec<Arc<PoolStats>>,
+    draining: AtomicBool,
+    upgrades: AtomicU64,
+    refused_over_limit: AtomicU64,
+    refused_draining: AtomicU64,
+}
+
+/// A bound gateway, ready to run. Binding first lets callers (tests, `--listen
+/// 127.0.0.1:0`) learn the address before serving.
+pub struct Server {
+    listeners: Vec<std::net::TcpListener>,
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+}
+
+impl Server {
+    /// Binds one listener per worker on the configured address.
+    pub fn bind(config: Config) -> Result<Server, ServeError> {
+        let workers = config.server.workers.max(1);
+        let shared = Arc::new(Shared::new(&config, workers)?);
+        let first = listen(config.server.listen)?;
+        let local_addr = first.local_addr().map_err(|source| ServeError::Bind {
+            addr: config.server.listen,
+            source,
+        })?;
+        let mut listeners = vec![first];
+        for _ in 1..workers {
+            listeners.push(listen(local_addr)?);
+        }
+        Ok(Server {
+            listeners,
+            shared,
+            local_addr,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Runs the workers until `shutdown`; returns when all have stopped.
+    pub fn run(self, shutdown: Shutdown) -> Result<(), ServeError> {
+        info!(addr = %self.local_addr, workers = self.listeners.len(), "weir listening");
+        let mut threads = Vec::new();
+        for (index, listener) in self.listeners.into_iter().enumerate() {
+            let shared = self.shared.clone();
+            let shutdown = shutdown.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("weir-worker-{index}"))
+                .spawn(move || worker::run(index, listener, shared, shutdown))
+                .map_err(ServeError::Worker)?;
+            threads.push(thread);
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+        info!("weir stopped");
+        Ok(())
+    }
+}
+
+/// Binds and runs until `shutdown` flips to true.
+pub fn serve(config: Config, shutdown: Shutdown) -> Result<(), ServeError> {
+    Server::bind(config)?.run(shutdown)
+}
+
+impl Shared {
+    fn new(config: &Config, workers: usize) -> Result<Shared, ServeError> {
+        let registry = Arc::new(Registry::new(workers));
+        Ok(Shared {
+            routes: Routes::build(config, &registry)?,
+            handshake_timeout: config.server.handshake_timeout,
+            drain_timeout: config.server.drain_timeout,
+            admission: Admission::new(
+                config.server.max_connections,
+                config.server.max_connections_per_ip,
+            ),
+            registry,
+            tcp_open: AtomicUsize::new(0),
+            pools: (0..workers).map(|_| Arc::default()).collect(),
+            draining: AtomicBool::new(false),
+            upgrades: AtomicU64::new(0),
+            refused_over_limit: AtomicU64::new(0),
+            refused_draining: AtomicU64::new(0),
+        })
+    }
+
+    /// The figures `/metrics` shows.
+    fn snapshot(&self) -> Snapshot {
+        let queues = self.registry.stats();
+        Snapshot {
+            websocket_connections: queues.connections,
+            tcp_connections: self.tcp_open.load(Ordering::Relaxed),
+            upgrades: self.upgrades.load(Ordering::Relaxed),
+            refused_over_limit: self.refused_over_limit.load(Ordering::Relaxed),
+            refused_draining: self.refused_draining.load(Ordering::Relaxed),
+            outbound_queued_bytes: queues.queued_bytes,
+            outbound_queued_bytes_max: queues.max_queued_bytes,
+            receive_buffer_bytes_held: self.pools.iter().map(|p| p.held_bytes()).sum(),
+            receive_buffer_bytes_pooled: self.pools.iter().map(|p| p.pooled_bytes()).sum(),
+            draining: self.draining.load(Ordering::Relaxed),
+            heap: crate::metrics::Heap::read(),
+        }
+    }
+}
+
+/// A listening socket that shares its port with the other workers'.
+fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let bind = || -> std::io::Result<std::net::TcpListener> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(LISTEN_BACKLOG)?;
+        Ok(socket.into())
+    };
+    bind().map_err(|source| ServeError::Bind { addr, source })
+}

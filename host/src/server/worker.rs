@@ -1,0 +1,158 @@
+//! One worker thread: its runtime, its listener's accept loop, the drain
+//! at shutdown, and the turns it gives its guests outside the runtime.
+
+use super::http::serve_http;
+use super::{Shared, Shutdown};
+use crate::guest::Scheduler;
+use crate::reactor::buffer::BufPool;
+use crate::registry::conn_id;
+use crate::routes::{WorkerRoute, WorkerSetup};
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{info, warn};
+
+/// Pause after a failed accept (e.g. out of file descriptors) so the worker
+/// does not spin while the condition lasts.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(20);
+/// How often a draining worker checks whether every connection has closed.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
+
+/// One worker's state, shared by its tasks (single thread: `Rc`, no locks).
+pub(super) struct Worker {
+    pub shared: Arc<Shared>,
+    pub index: usize,
+    pub pool: Rc<BufPool>,
+    /// Each route on this worker, by route index.
+    pub routes: Vec<Rc<dyn WorkerRoute>>,
+    /// Connections this worker has opened: the sequence in their ids.
+    opened: Cell<u64>,
+}
+
+impl Worker {
+    /// The id of the next connection this worker runs.
+    pub fn next_conn_id(&self) -> u64 {
+        let seq = self.opened.get() + 1;
+        self.opened.set(seq);
+        conn_id(self.index, seq)
+    }
+}
+
+pub(super) fn run(
+    index: usize,
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    shutdown: Shutdown,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            warn!(error = %e, "worker runtime failed to start");
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    let guests = Rc::new(Scheduler::default());
+    let setup = WorkerSetup {
+        guests: guests.clone(),
+    };
+    let routes = shared
+        .routes
+        .routes
+        .iter()
+        .map(|r| r.kind.on_worker(&setup))
+        .collect();
+    let scheduler = guests.clone();
+    let mut main = local.spawn_local(async move {
+        let listener = match TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "worker listener failed");
+                return;
+            }
+        };
+        let worker = Rc::new(Worker {
+            routes,
+            index,
+            pool: Rc::new(BufPool::new(shared.pools[index].clone())),
+            opened: Cell::new(0),
+            shared,
+        });
+        let mut stop = shutdown.clone();
+        while !*stop.borrow() {
+            tokio::select! {
+                changed = stop.changed() => if changed.is_err() { break },
+                accepted = listener.accept() => accept(accepted, &worker, &shutdown).await,
+            }
+        }
+        let shared = &worker.shared;
+        if !shared.draining.swap(true, Ordering::AcqRel) {
+            info!(
+                connections = shared.registry.stats().connections,
+                timeout = ?shared.drain_timeout,
+                "draining: new requests get 503, open connections are closed with 1001"
+            );
+        }
+        // Batches of messages already read go to their guests first, so
+        // their replies are queued before the 1001.
+        scheduler.wake();
+        tokio::task::yield_now().await;
+        shared.registry.close_all();
+        // The listener stays open while draining: health checks and new
+        // clients get a 503 rather than a refused connection.
+        let deadline = tokio::time::Instant::now() + shared.drain_timeout;
+        while shared.tcp_open.load(Ordering::Acquire) > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                warn!(
+                    remaining = shared.tcp_open.load(Ordering::Acquire),
+                    "drain timeout: dropping the connections still open"
+                );
+                break;
+            }
+            tokio::select! {
+                accepted = listener.accept() => accept(accepted, &worker, &shutdown).await,
+                _ = tokio::time::sleep(DRAIN_POLL) => {}
+            }
+        }
+    });
+    // The worker leaves the runtime to run guests (see guest::route): it
+    // returns from block_on when guest work is pending, after the other ready
+    // tasks had a turn to add their events to the batch.
+    loop {
+        let finished = local.block_on(&runtime, async {
+            tokio::select! {
+                biased;
+                _ = &mut main => true,
+                _ = guests.wait() => false,
+            }
+        });
+        guests.run_pending();
+        if finished {
+            break;
+        }
+    }
+}
+
+/// Starts serving an accepted connection, or backs off after a failed accept.
+async fn accept(
+    accepted: std::io::Result<(TcpStream, SocketAddr)>,
+    worker: &Rc<Worker>,
+    shutdown: &Shutdown,
+) {
+    match accepted {
+        Ok((stream, peer)) => {
+            tokio::task::spawn_local(serve_http(stream, peer, worker.clone(), shutdown.clone()));
+        }
+        Err(e) => {
+            warn!(error = %e, "accept failed");
+            tokio::time::sleep(ACCEPT_BACKOFF).await;
+        }
+    }
+}
