@@ -110,17 +110,16 @@ impl BufPool {
     }
 }
 
-/// Replies of one read batch: ranges of the receive buffer, in order, then
-/// owned frames (close frames built off the buffer).
+/// Replies of one read batch: ranges of the receive buffer, in order (every
+/// reply is built in place, see `ws::encode`).
 #[derive(Default)]
 pub struct Output {
     segs: Vec<Range<usize>>,
-    owned: Vec<u8>,
 }
 
 impl Output {
     pub fn is_empty(&self) -> bool {
-        self.segs.is_empty() && self.owned.is_empty()
+        self.segs.is_empty()
     }
 
     /// Adds `buf[range]` to the reply. Ranges must come in buffer order and
@@ -140,32 +139,22 @@ impl Output {
         self.segs.push(range);
     }
 
-    /// Appends a frame that does not live in the buffer.
-    pub fn push_owned(&mut self, frame: &[u8]) {
-        self.owned.extend_from_slice(frame);
-    }
-
     /// Writes everything with as few syscalls as the kernel allows, then clears.
     pub async fn flush<W: AsyncWrite + Unpin>(
         &mut self,
         stream: &mut W,
         buf: &[u8],
     ) -> std::io::Result<()> {
-        match (self.segs.as_slice(), self.owned.is_empty()) {
-            ([], true) => {}
-            ([one], true) => stream.write_all(&buf[one.clone()]).await?,
-            _ => {
-                let mut slices: Vec<IoSlice<'_>> = self
-                    .segs
-                    .iter()
-                    .map(|r| IoSlice::new(&buf[r.clone()]))
-                    .chain((!self.owned.is_empty()).then(|| IoSlice::new(&self.owned)))
-                    .collect();
+        match self.segs.as_slice() {
+            [] => {}
+            [one] => stream.write_all(&buf[one.clone()]).await?,
+            segs => {
+                let mut slices: Vec<IoSlice<'_>> =
+                    segs.iter().map(|r| IoSlice::new(&buf[r.clone()])).collect();
                 write_all_vectored(stream, &mut slices).await?;
             }
         }
         self.segs.clear();
-        self.owned.clear();
         Ok(())
     }
 }
