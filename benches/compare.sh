@@ -218,6 +218,7 @@ def ratio(scen, srv, field):
     # baseline/peer within the same run; the median of those ratios.
     rs = []
     b_srv = base_of(srv)
+    if b_srv == srv: return None   # a baseline row other than the baseline itself
     for (s, run), res in runs.items():
         if s != scen or srv not in res or b_srv not in res: continue
         a, b = res[b_srv], res[srv]
@@ -237,7 +238,7 @@ for (scen, srv), rs in by.items():
         b = med([r.get("bytes_per_conn") for r in ok])
         print(f"| {scen} | {srv} | {n_ok} | RSS/conn {fmt(b)} B | | | | | | |"); continue
     g = lambda f: med([r.get(f) for r in ok])
-    same = srv == base_of(srv)
+    same = srv == base
     print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
         scen, srv, n_ok, fmt(g("msgs_per_s")), fmt(g("server_cpu_ns_per_msg")), fmt(g("client_cpu_ns_per_msg")),
         fmt(g("p50_us"), 1), fmt(g("p99_us"), 1),
