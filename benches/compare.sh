@@ -10,11 +10,14 @@
 # with a mismatch is reported as FAILED, never as a number.
 #
 # Usage: benches/compare.sh [options]
-#   --servers LIST     comma list of: weir,uws,bun,fastws,tungstenite,ws,deno
-#                      (default: weir if its binary exists, then all peers)
+#   --servers LIST     comma list of: weir,weir-base,uws,bun,fastws,tungstenite,ws,deno
+#                      (default: weir if its binary exists, then all peers);
+#                      weir-base is a second weir build (WEIR_BASE_BIN), to
+#                      compare two builds in one run: --servers weir,weir-base
 #   --scenarios LIST   comma list (default: the quick set); `all` for every one;
-#                      `fanout` (/chat/bench) and `guest` (/echo vs /plain, /json,
-#                      /binary) run against weir only
+#                      scenarios on other paths than /echo and /relay (`fanout`,
+#                      `plain64x200p8`, `json200p8`, and `guest`: /echo vs /plain,
+#                      /json, /binary) run against weir and weir-base only
 #   --runs N           runs per scenario (default 3)
 #   --warmup D --duration D   per measurement (default 1s / 2s)
 #   --baseline NAME    ratios are NAME/peer (default weir, else the first server)
@@ -27,7 +30,9 @@
 # were built, default CARGO_TARGET_DIR), WEIR_BIN (default
 # $CARGO_TARGET_DIR/release/weir), WEIR_ROUTES (routes file for weir; the
 # `guest` scenario needs one with /plain, /json and /binary, default
-# examples/routes.toml).
+# examples/routes.toml), WEIR_BASE_BIN and WEIR_BASE_ROUTES (the same for
+# weir-base; WEIR_BASE_ROUTES defaults to WEIR_ROUTES: set it when the two
+# builds need guests built for different ABIs).
 set -euo pipefail
 
 # Run from a private copy: bash reads a script as it goes, so editing this
@@ -44,6 +49,8 @@ export CARGO_TARGET_DIR="$target"
 load="${WEIR_LOAD:-$target/release/weir-load}"
 weir_bin="${WEIR_BIN:-$target/release/weir}"
 weir_routes="${WEIR_ROUTES:-$root/examples/routes.toml}"
+weir_base_bin="${WEIR_BASE_BIN:-}"
+weir_base_routes="${WEIR_BASE_ROUTES:-$weir_routes}"
 
 # name | mode | path | weir-load arguments
 scenario_defs=(
@@ -63,6 +70,8 @@ scenario_defs=(
   "connect|connect|/echo|-c 32"
   "idle10k|idle|/echo|-c 10000"
   "fanout|fanout|/chat/bench|-c 100 -s 64 -p 32"
+  "plain64x200p8|echo|/plain|-c 200 -p 8 -s 64"
+  "json200p8|json|/json|-c 200 -p 8 --async"
   "guest|guest|-|-"
 )
 quick="echo64x50,echo64x200p8,size16k,size1m,relay16,pingpong,connect"
@@ -107,6 +116,14 @@ fi
 [ -n "$baseline" ] || { [[ ",$servers," == *",weir,"* ]] && baseline=weir || baseline="${server_list[0]}"; }
 
 [ -x "$load" ] || { echo "build weir-load first: cargo build --release -p weir-load" >&2; exit 1; }
+if [ -z "$from" ] && [[ ",$servers," == *",weir-base,"* ]] && [ ! -x "$weir_base_bin" ]; then
+  echo "weir-base needs WEIR_BASE_BIN (a weir binary)" >&2; exit 2
+fi
+# The servers that can serve weir's own routes (guests, the chat room).
+weir_servers=()
+for s in "${server_list[@]}"; do
+  case "$s" in weir|weir-base) weir_servers+=("$s") ;; esac
+done
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 raw="$(mktemp /tmp/weir-compare.XXXXXX.jsonl)"
@@ -125,10 +142,11 @@ free_port() {
 # start_server NAME PORT: starts it on CPU 0, sets server_pid, waits for the port.
 start_server() {
   local name="$1" port="$2"
-  if [ "$name" = weir ]; then
-    local file=()
-    [ -f "$weir_routes" ] && file=("$weir_routes")
-    taskset -c 0 "$weir_bin" serve "${file[@]}" --listen "127.0.0.1:$port" --workers 1 >>"$log" 2>&1 &
+  if [ "$name" = weir ] || [ "$name" = weir-base ]; then
+    local bin="$weir_bin" routes="$weir_routes" file=()
+    [ "$name" = weir-base ] && { bin="$weir_base_bin"; routes="$weir_base_routes"; }
+    [ -f "$routes" ] && file=("$routes")
+    taskset -c 0 "$bin" serve "${file[@]}" --listen "127.0.0.1:$port" --workers 1 >>"$log" 2>&1 &
   else
     taskset -c 0 "$here/peers/run.sh" "$name" "$port" >>"$log" 2>&1 &
   fi
@@ -192,12 +210,18 @@ def fmt(v, digits=0):
     if digits == 0: return f"{v:,.0f}"
     return f"{v:.{digits}f}"
 
+def base_of(srv):
+    # "weir-base /plain guest" is compared with "weir /plain guest".
+    return base + srv[len(srv.split(" ")[0]):]
+
 def ratio(scen, srv, field):
     # baseline/peer within the same run; the median of those ratios.
     rs = []
+    b_srv = base_of(srv)
+    if b_srv == srv: return None   # a baseline row other than the baseline itself
     for (s, run), res in runs.items():
-        if s != scen or srv not in res or base not in res: continue
-        a, b = res[base], res[srv]
+        if s != scen or srv not in res or b_srv not in res: continue
+        a, b = res[b_srv], res[srv]
         if not (a.get("ok") and b.get("ok")): continue
         va, vb = a.get(field), b.get(field)
         if va and vb: rs.append(va / vb)
@@ -242,21 +266,26 @@ for scen in "${scenario_list[@]}"; do
     if [ $((run % 2)) -eq 0 ]; then
       order=(); for ((i=${#server_list[@]}-1; i>=0; i--)); do order+=("${server_list[i]}"); done
     fi
-    if [ "$mode" = guest ]; then
-      # Within weir: native echo vs guest routes at equal load (weir only).
-      [[ ",$servers," == *",weir,"* ]] || { echo "guest scenario needs weir" >&2; continue; }
-      measure "$scen" weir "$run" "weir /echo native" echo /echo -c 64 -s 16 --text
-      measure "$scen" weir "$run" "weir /plain guest" echo /plain -c 64 -s 16 --text
-      measure "$scen" weir "$run" "weir /json sync" json /json -c 64 --sync
-      measure "$scen" weir "$run" "weir /json async" json /json -c 128 --async
-      measure "$scen" weir "$run" "weir /binary sync" binary /binary -c 64 --sync
-      measure "$scen" weir "$run" "weir /binary async" binary /binary -c 128 --async
-      continue
+    if [ "$path" != /echo ] && [ "$path" != /relay ]; then
+      # Guest routes and the chat room are weir's; the peers only serve
+      # /echo and /relay.
+      [ ${#weir_servers[@]} -gt 0 ] || { echo "$scen scenario needs weir or weir-base" >&2; continue; }
+      order=()
+      for srv in "${weir_servers[@]}"; do order+=("$srv"); done
+      if [ $((run % 2)) -eq 0 ]; then
+        order=(); for ((i=${#weir_servers[@]}-1; i>=0; i--)); do order+=("${weir_servers[i]}"); done
+      fi
     fi
-    if [ "$mode" = fanout ]; then
-      # The chat room is a weir route; the peers only serve /echo and /relay.
-      [[ ",$servers," == *",weir,"* ]] || { echo "fanout scenario needs weir" >&2; continue; }
-      measure "$scen" weir "$run" weir fanout "$path" "${argv[@]}"
+    if [ "$mode" = guest ]; then
+      # Within weir: native echo vs guest routes at equal load.
+      for srv in "${order[@]}"; do
+        measure "$scen" "$srv" "$run" "$srv /echo native" echo /echo -c 64 -s 16 --text
+        measure "$scen" "$srv" "$run" "$srv /plain guest" echo /plain -c 64 -s 16 --text
+        measure "$scen" "$srv" "$run" "$srv /json sync" json /json -c 64 --sync
+        measure "$scen" "$srv" "$run" "$srv /json async" json /json -c 128 --async
+        measure "$scen" "$srv" "$run" "$srv /binary sync" binary /binary -c 64 --sync
+        measure "$scen" "$srv" "$run" "$srv /binary async" binary /binary -c 128 --async
+      done
       continue
     fi
     for srv in "${order[@]}"; do
