@@ -299,25 +299,23 @@ mod tests {
             .collect()
     }
 
+    /// One command header, reserved byte and code 0.
+    fn cmd(kind: CommandKind, conn: u64, topic: (u32, u32), payload: (u32, u32)) -> CommandHeader {
+        CommandHeader {
+            conn,
+            kind: kind as u8,
+            topic_offset: topic.0,
+            topic_len: topic.1,
+            offset: payload.0,
+            len: payload.1,
+            ..CommandHeader::default()
+        }
+    }
+
     /// A guest's answer, packed.
-    fn answer(cmds: &[(CommandKind, u64, (u32, u32), (u32, u32))], data: &[u8]) -> RawCommands {
-        let commands = cmds
-            .iter()
-            .flat_map(|&(kind, conn, topic, payload)| {
-                CommandHeader {
-                    conn,
-                    kind: kind as u8,
-                    topic_offset: topic.0,
-                    topic_len: topic.1,
-                    offset: payload.0,
-                    len: payload.1,
-                    ..CommandHeader::default()
-                }
-                .encode()
-            })
-            .collect();
+    fn answer(cmds: &[CommandHeader], data: &[u8]) -> RawCommands {
         RawCommands {
-            commands,
+            commands: cmds.iter().flat_map(CommandHeader::encode).collect(),
             data: data.to_vec(),
         }
     }
@@ -380,7 +378,7 @@ mod tests {
 
     #[test]
     fn an_answer_that_breaks_the_abi_is_an_invalid_output_fault() {
-        let raw = answer(&[(CommandKind::Subscribe, 1, (0, 0), (0, 0))], b"");
+        let raw = answer(&[cmd(CommandKind::Subscribe, 1, (0, 0), (0, 0))], b"");
         let fault = Commands::parse(raw).err().unwrap();
         assert_eq!(
             fault,
@@ -394,9 +392,9 @@ mod tests {
     fn attachments_are_for_the_runner_and_not_yielded() {
         let raw = answer(
             &[
-                (CommandKind::PublishText, 0, (0, 1), (1, 2)),
-                (CommandKind::SetAttachment, 9, (0, 0), (1, 2)),
-                (CommandKind::Subscribe, 9, (0, 1), (0, 0)),
+                cmd(CommandKind::PublishText, 0, (0, 1), (1, 2)),
+                cmd(CommandKind::SetAttachment, 9, (0, 0), (1, 2)),
+                cmd(CommandKind::Subscribe, 9, (0, 1), (0, 0)),
             ],
             b"tok",
         );
