@@ -2,9 +2,11 @@
 //!
 //! The gateway calls a guest once per *batch* of events (opens, messages,
 //! closes of many connections) through the `weir:gateway` WIT ABI. This crate
-//! hides that: it walks the batch's packed event headers, calls your
+//! hides that: it walks the batch's packed event headers (read and checked
+//! by `weir-abi`, the codec it shares with the gateway), calls your
 //! [`Handler`] once per event, and packs every reply into one header buffer
-//! and one byte buffer, so a message costs no guest allocation of its own. It also keeps your typed per-connection
+//! and one byte buffer, so a message costs no guest allocation of its own.
+//! It also keeps your typed per-connection
 //! [`Handler::State`], and restores it from the host-held *attachment* when an
 //! instance meets a connection it does not know (the gateway replaced the
 //! instance that did: recycling, a trap elsewhere, `isolation = "batch"`).
@@ -113,46 +115,26 @@ use bindings::weir::gateway::host;
 use bindings::weir::gateway::types::{
     Batch, CommandKind, Commands, EventKind, UpgradeRequest, UpgradeResponse,
 };
+use weir_abi::{CommandHeader, Event, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
 
-/// Bytes of one packed event header: `conn u64, kind u8, reserved u8,
-/// code u16, offset u32, len u32`, little-endian (wit/weir.wit).
-const EVENT_HEADER_BYTES: usize = 20;
-
-/// Bytes of one packed command header: `conn u64, kind u8, reserved u8,
-/// code u16, topic-offset u32, topic-len u32, offset u32, len u32`,
-/// little-endian (wit/weir.wit).
-const COMMAND_HEADER_BYTES: usize = 28;
-
-/// `kind` bytes of event headers: a WIT enum case travels as its index.
-const EVENT_OPEN: u8 = EventKind::Open as u8;
-const EVENT_TEXT: u8 = EventKind::Text as u8;
-const EVENT_BINARY: u8 = EventKind::Binary as u8;
-const EVENT_CLOSE: u8 = EventKind::Close as u8;
-
-/// One event header, unpacked.
-struct Event {
-    conn: ConnectionId,
-    kind: u8,
-    code: u16,
-    offset: u32,
-    len: u32,
-}
-
-impl Event {
-    /// `h` is exactly one header (from `chunks_exact`).
-    fn decode(h: &[u8]) -> Self {
-        let u32_at = |at: usize| u32::from_le_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]);
-        let mut conn = [0u8; 8];
-        conn.copy_from_slice(&h[0..8]);
-        Event {
-            conn: u64::from_le_bytes(conn),
-            kind: h[8],
-            code: u16::from_le_bytes([h[10], h[11]]),
-            offset: u32_at(12),
-            len: u32_at(16),
-        }
-    }
-}
+/// A kind travels as its WIT enum case index; weir-abi numbers them by hand,
+/// so a reordered WIT enum fails the build here instead of misreading every
+/// event.
+const _: () = {
+    use weir_abi::{CommandKind as K, EventKind as E};
+    assert!(E::Open as u8 == EventKind::Open as u8);
+    assert!(E::Text as u8 == EventKind::Text as u8);
+    assert!(E::Binary as u8 == EventKind::Binary as u8);
+    assert!(E::Close as u8 == EventKind::Close as u8);
+    assert!(K::SendText as u8 == CommandKind::SendText as u8);
+    assert!(K::SendBinary as u8 == CommandKind::SendBinary as u8);
+    assert!(K::Close as u8 == CommandKind::Close as u8);
+    assert!(K::PublishText as u8 == CommandKind::PublishText as u8);
+    assert!(K::PublishBinary as u8 == CommandKind::PublishBinary as u8);
+    assert!(K::Subscribe as u8 == CommandKind::Subscribe as u8);
+    assert!(K::Unsubscribe as u8 == CommandKind::Unsubscribe as u8);
+    assert!(K::SetAttachment as u8 == CommandKind::SetAttachment as u8);
+};
 
 pub use bindings::weir::gateway::host::Level;
 
@@ -284,15 +266,17 @@ impl Context {
         topic: (u32, u32),
         payload: (u32, u32),
     ) {
-        let mut h = [0u8; COMMAND_HEADER_BYTES];
-        h[0..8].copy_from_slice(&conn.to_le_bytes());
-        h[8] = kind as u8;
-        h[10..12].copy_from_slice(&code.to_le_bytes());
-        h[12..16].copy_from_slice(&topic.0.to_le_bytes());
-        h[16..20].copy_from_slice(&topic.1.to_le_bytes());
-        h[20..24].copy_from_slice(&payload.0.to_le_bytes());
-        h[24..28].copy_from_slice(&payload.1.to_le_bytes());
-        self.commands.extend_from_slice(&h);
+        let header = CommandHeader {
+            conn,
+            kind: kind as u8,
+            reserved: 0,
+            code,
+            topic_offset: topic.0,
+            topic_len: topic.1,
+            offset: payload.0,
+            len: payload.1,
+        };
+        self.commands.extend_from_slice(&header.encode());
     }
 
     /// Send a text message to `conn`.
@@ -508,9 +492,9 @@ pub mod __private {
     /// The `handle` export: one handler call per event, one answer per batch.
     pub fn handle<H: Handler>(batch: Batch) -> Commands {
         with_runtime::<H, _>(|rt| {
-            let events = batch.events.len() / EVENT_HEADER_BYTES;
+            let event_count = batch.events.len() / EVENT_HEADER_BYTES;
             let mut ctx = Context::with_capacity(
-                rt.last_commands.max(events * COMMAND_HEADER_BYTES),
+                rt.last_commands.max(event_count * COMMAND_HEADER_BYTES),
                 rt.last_data.max(batch.data.len()),
             );
             let Runtime {
@@ -519,46 +503,45 @@ pub mod __private {
                 scratch,
                 ..
             } = rt;
-            for h in batch.events.chunks_exact(EVENT_HEADER_BYTES) {
-                let ev = Event::decode(h);
-                let start = ev.offset as usize;
-                let bytes = batch
-                    .data
-                    .get(start..start.saturating_add(ev.len as usize))
-                    .unwrap_or(&[]);
-                match ev.kind {
-                    EVENT_OPEN => {
+            // The host checked what it sends; a batch that still breaks the
+            // ABI is a host bug, and failing the batch (1011 for its
+            // connections) is the honest answer.
+            let events = match weir_abi::parse_events(&batch.events, &batch.data) {
+                Ok(events) => events,
+                Err(e) => {
+                    host::log(
+                        Level::Error,
+                        &format!("batch breaks the weir:gateway ABI: {e}"),
+                    );
+                    panic!("batch breaks the weir:gateway ABI: {e}");
+                }
+            };
+            // Kinds this SDK does not know (a newer host) are skipped.
+            for event in &events {
+                match event {
+                    Event::Open { conn, target } => {
                         let state = if std::mem::size_of::<H::State>() == 0 {
                             &mut *scratch
                         } else {
                             // A fresh state even if the id was seen before.
-                            conns.insert(ev.conn, H::State::default());
-                            conns.get_mut(&ev.conn).expect("inserted above")
+                            conns.insert(conn, H::State::default());
+                            conns.get_mut(&conn).expect("inserted above")
                         };
-                        let target = std::str::from_utf8(bytes).unwrap_or("/");
-                        handler.on_open(&mut ctx, ev.conn, state, target);
+                        handler.on_open(&mut ctx, conn, state, target);
                     }
-                    EVENT_TEXT => {
-                        let state = state_of(conns, scratch, ev.conn);
-                        match std::str::from_utf8(bytes) {
-                            Ok(text) => {
-                                handler.on_message(&mut ctx, ev.conn, state, Message::Text(text))
-                            }
-                            Err(_) => ctx.close(ev.conn, 1007, "invalid UTF-8"),
-                        }
+                    Event::Text { conn, text } => {
+                        let state = state_of(conns, scratch, conn);
+                        handler.on_message(&mut ctx, conn, state, Message::Text(text));
                     }
-                    EVENT_BINARY => {
-                        let state = state_of(conns, scratch, ev.conn);
-                        handler.on_message(&mut ctx, ev.conn, state, Message::Binary(bytes));
+                    Event::Binary { conn, payload } => {
+                        let state = state_of(conns, scratch, conn);
+                        handler.on_message(&mut ctx, conn, state, Message::Binary(payload));
                     }
-                    EVENT_CLOSE => {
-                        let state = state_of(conns, scratch, ev.conn);
-                        let reason = std::str::from_utf8(bytes).unwrap_or("");
-                        handler.on_close(&mut ctx, ev.conn, state, ev.code, reason);
-                        conns.remove(&ev.conn);
+                    Event::Close { conn, code, reason } => {
+                        let state = state_of(conns, scratch, conn);
+                        handler.on_close(&mut ctx, conn, state, code, reason);
+                        conns.remove(&conn);
                     }
-                    // A kind this SDK does not know (a newer host): skip it.
-                    _ => {}
                 }
             }
             rt.last_commands = ctx.commands.len();
@@ -591,4 +574,32 @@ macro_rules! export {
 
         $crate::bindings::__export_gateway_handler!(__WeirGuestExport with_types_in $crate::bindings);
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The commands of the shared vector "every-kind" (abi/vectors/
+    /// commands.json), issued through `Context`, pack to its exact bytes:
+    /// what this SDK sends is what other SDKs are tested against.
+    #[test]
+    fn context_packs_answers_as_the_shared_vectors_say() {
+        let vectors: serde_json::Value =
+            serde_json::from_str(include_str!("../../abi/vectors/commands.json")).unwrap();
+        let case = &vectors["valid"][0];
+        assert_eq!(case["name"], "every-kind");
+        let mut ctx = Context::with_capacity(0, 0);
+        ctx.send_text(1, "héllo");
+        ctx.send_binary(0x0001_0203_0405_0607, &[0, 0xff]);
+        ctx.close(3, 4000, "done");
+        ctx.publish_text("room", "hi all", None);
+        ctx.publish_binary("room", &[1, 2], Some(4));
+        ctx.subscribe(4, "room");
+        ctx.unsubscribe(4, "lobby");
+        ctx.set_attachment(4, b"state");
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        assert_eq!(hex(&ctx.commands), case["headers_hex"]);
+        assert_eq!(hex(&ctx.data), case["data_hex"]);
+    }
 }

@@ -64,8 +64,9 @@ const MAX_MESSAGE_CEILING_BYTES: u64 = 1 << 30;
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// A guest call longer than this is a stuck guest, not a slow one.
 const MAX_GUEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// wasm32 linear memory is at most 4 GiB; one page is 64 KiB.
-const GUEST_MEMORY_RANGE: (u64, u64) = (64 << 10, 4 << 30);
+/// One wasm page (64 KiB) up to the engine's pool ceiling (1 GiB).
+const GUEST_MEMORY_RANGE: (u64, u64) =
+    (64 << 10, crate::guest::engine::POOL_MAX_MEMORY_BYTES as u64);
 /// Attachments are meant to be small state blobs kept by the host.
 const MAX_ATTACHMENT_BYTES: u64 = 1 << 20;
 /// More worker threads than this is a typo, not a machine.

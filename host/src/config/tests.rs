@@ -264,7 +264,7 @@ fn size_out_of_range() {
     let memory = guest_route("memory = \"1KiB\"");
     refused(&memory, 4, &["memory = \"1KiB\"", "at least \"64KiB\""]);
     let memory = guest_route("memory = \"8GiB\"");
-    refused(&memory, 4, &["at most \"4GiB\""]);
+    refused(&memory, 4, &["at most \"1GiB\""]);
     let attachment = guest_route("attachment_max = \"2MiB\"");
     refused(&attachment, 4, &["attachment_max", "at most \"1MiB\""]);
 }

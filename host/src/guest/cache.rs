@@ -66,10 +66,6 @@ impl ComponentCache {
         }
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// The artifact path for `wasm` under `engine`.
     pub fn artifact_path(&self, engine: &Engine, wasm: &[u8]) -> PathBuf {
         let mut sha = Sha256::new();

@@ -32,9 +32,12 @@ pub const POOL_COMPONENT_INSTANCES: u32 = 1024;
 /// module plus adapter shims), with headroom for bigger toolchains.
 const CORE_INSTANCES_PER_COMPONENT: u32 = 8;
 
-/// Largest linear memory any guest may have (a route's `memory` must not
-/// exceed it). A ceiling on the pool, not a reservation: slots are virtual
-/// address space and only touched pages cost RAM.
+/// Largest linear memory any guest may have: a route's `memory` must not
+/// exceed it (the routes file refuses more, README says so). A ceiling on
+/// the pool, not a reservation: slots are virtual address space and only
+/// touched pages cost RAM. 1 GiB rather than wasm32's 4 GiB: `memory` is
+/// per instance and a route may run hundreds of them, so one instance
+/// wanting more than this is far more likely a leak than a workload.
 pub const POOL_MAX_MEMORY_BYTES: usize = 1 << 30;
 
 /// The process-wide engine. Create one with [`GuestEngine::new`] and share
@@ -85,11 +88,6 @@ impl GuestEngine {
             ticker: Some(ticker),
             stop,
         }))
-    }
-
-    /// Where precompiled artifacts go, if caching is on.
-    pub fn cache_dir(&self) -> Option<&std::path::Path> {
-        self.cache.as_ref().map(|c| c.dir())
     }
 
     /// Compile `wasm` (a component), through the cache when there is one.

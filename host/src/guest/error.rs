@@ -64,9 +64,10 @@ pub enum Fault {
     /// The answer was bigger than the gateway accepts from one call.
     #[error("guest output of {bytes} bytes is over the cap of {cap} bytes")]
     OutputTooLarge { bytes: usize, cap: usize },
-    /// The answer broke the ABI (range out of bounds, topic or text not UTF-8).
+    /// The answer broke the ABI (the rules are weir-abi's: range out of
+    /// bounds, topic or text not UTF-8, ...).
     #[error("guest output is invalid: {0}")]
-    InvalidOutput(String),
+    InvalidOutput(#[from] weir_abi::AbiError),
     /// A fresh instance could not be created.
     #[error("guest instance could not start: {0}")]
     Instantiate(String),

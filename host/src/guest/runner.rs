@@ -10,7 +10,7 @@ use std::sync::Arc;
 use wasmtime::{PoolConcurrencyLimitError, Store, Trap};
 
 use super::abi::bindings::GatewayHandler;
-use super::abi::{self, AttachmentRequest, Batch, Commands, UpgradeRequest, UpgradeResponse};
+use super::abi::{Batch, Commands, UpgradeRequest, UpgradeResponse};
 use super::engine::POOL_COMPONENT_INSTANCES;
 use super::error::Fault;
 use super::host::StoreState;
@@ -34,8 +34,9 @@ pub struct Runner {
     /// Moved into the Store for each call so the `attachment` import can
     /// read it, and back out afterwards, so it survives instance replacement.
     attachments: HashMap<ConnectionId, Vec<u8>>,
-    /// Scratch for validation, kept to reuse its allocation.
-    requests: Vec<AttachmentRequest>,
+    /// Scratch: indices of attachment commands over the cap, to be turned
+    /// into closes (kept to reuse its allocation).
+    over_cap: Vec<usize>,
     /// Scratch: the connections present in the current batch.
     batch_conns: HashSet<ConnectionId>,
     /// Instances replaced because they faulted (for metrics).
@@ -49,7 +50,7 @@ impl Runner {
             program,
             live: None,
             attachments: HashMap::new(),
-            requests: Vec::new(),
+            over_cap: Vec::new(),
             batch_conns: HashSet::new(),
             faults: 0,
         }
@@ -114,46 +115,46 @@ impl Runner {
                 .call_handle(store, &batch.raw)
         });
         let raw = self.finish_call(result)?;
-        let mut commands = Commands::from_raw(raw);
-        self.requests.clear();
-        if let Err(fault) = abi::validate(commands.raw_mut(), &mut self.requests) {
-            return Err(self.fault(fault));
-        }
-        if !self.requests.is_empty() {
+        let mut commands = match Commands::parse(raw) {
+            Ok(commands) => commands,
+            Err(fault) => return Err(self.fault(fault)),
+        };
+        if commands.has_attachments() {
             self.apply_attachments(batch, &mut commands);
         }
         Ok(commands)
     }
 
-    /// Store the batch's attachment requests; one over the cap closes its
+    /// Store the batch's attachments; one over the cap closes its
     /// connection instead (the others in the batch are unaffected).
     fn apply_attachments(&mut self, batch: &Batch, commands: &mut Commands) {
         self.batch_conns.clear();
         self.batch_conns.extend(batch.connections());
+        self.over_cap.clear();
         let cap = self.program.cfg.attachment_max;
-        let mut requests = std::mem::take(&mut self.requests);
-        for r in requests.drain(..) {
-            if !self.batch_conns.contains(&r.conn) {
-                tracing::warn!(route = %self.program.route, conn = r.conn,
+        for (index, conn, bytes) in commands.attachments() {
+            if !self.batch_conns.contains(&conn) {
+                tracing::warn!(route = %self.program.route, conn,
                     "guest set an attachment for a connection outside its batch; ignored");
                 continue;
             }
-            if r.len > cap {
-                tracing::warn!(route = %self.program.route, conn = r.conn, bytes = r.len, cap,
+            if bytes.len() > cap {
+                tracing::warn!(route = %self.program.route, conn, bytes = bytes.len(), cap,
                     "guest attachment over attachment_max; closing the connection with 1011");
-                abi::replace_with_close(commands.raw_mut(), r.index);
+                self.over_cap.push(index);
                 continue;
             }
-            if r.len == 0 {
-                self.attachments.remove(&r.conn);
+            if bytes.is_empty() {
+                self.attachments.remove(&conn);
             } else {
-                let bytes = &commands.data()[r.offset..r.offset + r.len];
-                let slot = self.attachments.entry(r.conn).or_default();
+                let slot = self.attachments.entry(conn).or_default();
                 slot.clear();
                 slot.extend_from_slice(bytes);
             }
         }
-        self.requests = requests;
+        for &index in &self.over_cap {
+            commands.replace_with_close(index);
+        }
     }
 
     /// Run `f` against a live instance with a fresh deadline and the

@@ -1,0 +1,241 @@
+//! The guest's side of a batch: [`parse_events`] checks the host's event
+//! headers and data once, and [`EventList::iter`] then yields typed
+//! [`Event`]s without further checks.
+//!
+//! Strict where a broken host would hand out bad data (whole headers, ranges,
+//! UTF-8), lenient where a newer host may add meaning: an unknown event kind
+//! is skipped and the reserved byte is not looked at.
+
+use crate::error::{AbiError, Field};
+use crate::header::{checked_str, is_utf8, range, split_headers, EventHeader, EventKind};
+use crate::header::{EVENT_HEADER_BYTES as N, EVENT_HEADER_BYTES};
+use crate::ConnectionId;
+
+/// One event of a batch, borrowed from its [`EventList`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// `conn` was upgraded on this route; `target` is `path` or `path?query`.
+    Open { conn: ConnectionId, target: &'a str },
+    /// A complete text message.
+    Text { conn: ConnectionId, text: &'a str },
+    /// A complete binary message.
+    Binary {
+        conn: ConnectionId,
+        payload: &'a [u8],
+    },
+    /// `conn` is gone: the peer's close code (1005 none sent, 1006 dropped)
+    /// and reason.
+    Close {
+        conn: ConnectionId,
+        code: u16,
+        reason: &'a str,
+    },
+}
+
+/// A batch whose every event header was checked by [`parse_events`].
+#[derive(Debug, Clone, Copy)]
+pub struct EventList<'a> {
+    headers: &'a [[u8; N]],
+    data: &'a [u8],
+}
+
+/// Check a batch (`events` header bytes, `data` buffer) against the ABI:
+/// whole headers, every range inside `data`, open targets, text payloads and
+/// close reasons UTF-8. Headers of unknown kinds are range-checked only.
+pub fn parse_events<'a>(events: &'a [u8], data: &'a [u8]) -> Result<EventList<'a>, AbiError> {
+    let headers = split_headers::<EVENT_HEADER_BYTES>(events)?;
+    for (index, h) in headers.iter().enumerate() {
+        let e = EventHeader::decode(h);
+        let bytes = range(data, e.offset, e.len).ok_or(AbiError::RangeOutOfBounds {
+            index,
+            field: Field::Payload,
+            offset: e.offset,
+            len: e.len,
+            data_len: data.len(),
+        })?;
+        let utf8 = || is_utf8(bytes);
+        match EventKind::from_byte(e.kind) {
+            Some(EventKind::Open) if !utf8() => return Err(AbiError::TargetNotUtf8 { index }),
+            Some(EventKind::Text) if !utf8() => return Err(AbiError::TextNotUtf8 { index }),
+            Some(EventKind::Close) if !utf8() => return Err(AbiError::ReasonNotUtf8 { index }),
+            _ => {}
+        }
+    }
+    Ok(EventList { headers, data })
+}
+
+impl<'a> EventList<'a> {
+    /// Number of event headers, unknown kinds included.
+    pub fn len(&self) -> usize {
+        self.headers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.headers.is_empty()
+    }
+
+    /// The events in batch order, skipping kinds this crate does not know.
+    pub fn iter(&self) -> EventIter<'a> {
+        EventIter {
+            headers: self.headers.iter(),
+            data: self.data,
+        }
+    }
+}
+
+impl<'a> IntoIterator for &EventList<'a> {
+    type Item = Event<'a>;
+    type IntoIter = EventIter<'a>;
+    fn into_iter(self) -> EventIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over an [`EventList`].
+#[derive(Debug, Clone)]
+pub struct EventIter<'a> {
+    headers: core::slice::Iter<'a, [u8; N]>,
+    data: &'a [u8],
+}
+
+impl<'a> Iterator for EventIter<'a> {
+    type Item = Event<'a>;
+
+    fn next(&mut self) -> Option<Event<'a>> {
+        for h in self.headers.by_ref() {
+            let e = EventHeader::decode(h);
+            let start = e.offset as usize;
+            // In range: checked by parse_events.
+            let bytes = &self.data[start..start + e.len as usize];
+            // SAFETY (checked_str): parse_events checked these ranges are
+            // UTF-8 for open, text and close, and `data` is borrowed
+            // immutably since.
+            let conn = e.conn;
+            return Some(match EventKind::from_byte(e.kind) {
+                Some(EventKind::Open) => Event::Open {
+                    conn,
+                    target: unsafe { checked_str(bytes) },
+                },
+                Some(EventKind::Text) => Event::Text {
+                    conn,
+                    text: unsafe { checked_str(bytes) },
+                },
+                Some(EventKind::Binary) => Event::Binary {
+                    conn,
+                    payload: bytes,
+                },
+                Some(EventKind::Close) => Event::Close {
+                    conn,
+                    code: e.code,
+                    reason: unsafe { checked_str(bytes) },
+                },
+                None => continue,
+            });
+        }
+        None
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.headers.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use super::*;
+
+    /// A batch as the host's `Batch` builds it: headers plus data back to back.
+    fn batch(events: &[(u64, u8, u16, &[u8])]) -> (Vec<u8>, Vec<u8>) {
+        let (mut headers, mut data) = (Vec::new(), Vec::new());
+        for &(conn, kind, code, bytes) in events {
+            let h = EventHeader {
+                conn,
+                kind,
+                reserved: 0,
+                code,
+                offset: data.len() as u32,
+                len: bytes.len() as u32,
+            };
+            headers.extend_from_slice(&h.encode());
+            data.extend_from_slice(bytes);
+        }
+        (headers, data)
+    }
+
+    #[test]
+    fn every_event_kind_reads_back_and_unknown_kinds_are_skipped() {
+        let (h, d) = batch(&[
+            (1, 0, 0, b"/chat/a?x=1"),
+            (1, 1, 0, "héllo".as_bytes()),
+            (2, 9, 0, b"from a newer host"),
+            (2, 2, 0, &[0xff, 0]),
+            (1, 3, 1001, b"bye"),
+        ]);
+        let list = parse_events(&h, &d).unwrap();
+        assert_eq!(list.len(), 5);
+        let all: Vec<_> = list.iter().collect();
+        assert_eq!(
+            all,
+            [
+                Event::Open {
+                    conn: 1,
+                    target: "/chat/a?x=1"
+                },
+                Event::Text {
+                    conn: 1,
+                    text: "héllo"
+                },
+                Event::Binary {
+                    conn: 2,
+                    payload: &[0xff, 0]
+                },
+                Event::Close {
+                    conn: 1,
+                    code: 1001,
+                    reason: "bye"
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn broken_batches_are_refused() {
+        let (h, d) = batch(&[(1, 1, 0, b"hi")]);
+        assert!(matches!(
+            parse_events(&h[..19], &d),
+            Err(AbiError::HeadersNotWhole { bytes: 19, .. })
+        ));
+        assert!(matches!(
+            parse_events(&h, &d[..1]),
+            Err(AbiError::RangeOutOfBounds {
+                index: 0,
+                field: Field::Payload,
+                ..
+            })
+        ));
+        for (kind, want) in [
+            (0, AbiError::TargetNotUtf8 { index: 1 }),
+            (1, AbiError::TextNotUtf8 { index: 1 }),
+            (3, AbiError::ReasonNotUtf8 { index: 1 }),
+        ] {
+            let (h, d) = batch(&[(1, 2, 0, &[0xff]), (1, kind, 0, &[0xc3])]);
+            assert_eq!(parse_events(&h, &d).err(), Some(want), "kind {kind}");
+        }
+        // Out-of-range bytes of an unknown kind are still refused.
+        let mut h = EventHeader {
+            conn: 1,
+            kind: 200,
+            reserved: 0,
+            code: 0,
+            offset: 0,
+            len: 1,
+        }
+        .encode();
+        assert!(parse_events(&h, &[]).is_err());
+        h[9] = 7; // reserved is ignored on this side
+        assert_eq!(parse_events(&h, &[0]).map(|l| l.iter().count()), Ok(0));
+    }
+}

@@ -1,0 +1,108 @@
+//! `weir-abi`: the byte layout of the `weir:gateway` batch ABI, written down
+//! once and implemented once, for the gateway (host/) and the guest SDK
+//! (guest-sdk/). `no_std`, no allocation unless the `alloc` feature asks for
+//! the owned [`CommandBuf`].
+//!
+//! - [`header`]: header sizes, kind numbers, pack/unpack of one header.
+//! - [`events`]: [`parse_events`], what a guest does with the host's batch.
+//! - [`commands`]: [`parse_commands`], what the host does with a guest's
+//!   answer; validation happens there once, walking the result cannot fail.
+//! - [`error`]: [`AbiError`], one variant per way an answer breaks the ABI.
+//!
+//! Test vectors for SDKs in other languages are in `abi/vectors/` (format in
+//! its README); `tests/vectors.rs` holds this crate to them.
+//!
+//! # Layout
+//!
+//! The WIT (`wit/weir.wit`) passes a batch as two `list<u8>`: packed
+//! fixed-size headers and one data buffer with every header's bytes back to
+//! back; a guest answers with the same shape. Byte lists instead of typed
+//! records because wasmtime lowers a record field by field: with
+//! `list<event>` that was ~40% of a 64-message call, a byte list is one copy.
+//!
+//! Headers are little-endian, unaligned, back to back, no padding between
+//! them; a header buffer's length is a multiple of the header size.
+//!
+//! Event header ([`EVENT_HEADER_BYTES`] = 20), host to guest:
+//!
+//! | bytes  | field    | meaning                                               |
+//! |--------|----------|-------------------------------------------------------|
+//! | 0..8   | conn     | connection id, u64, never 0                           |
+//! | 8      | kind     | [`EventKind`]: open 0, text 1, binary 2, close 3      |
+//! | 9      | reserved | 0                                                     |
+//! | 10..12 | code     | close code for `close`, 0 otherwise, u16              |
+//! | 12..16 | offset   | start of the event's bytes in the data buffer, u32    |
+//! | 16..20 | len      | length of the event's bytes, u32                      |
+//!
+//! An event's bytes: the request target (`/path?query`) for open, the payload
+//! for text (UTF-8) and binary, the close reason (UTF-8) for close.
+//!
+//! Command header ([`COMMAND_HEADER_BYTES`] = 28), guest to host:
+//!
+//! | bytes  | field        | meaning                                           |
+//! |--------|--------------|---------------------------------------------------|
+//! | 0..8   | conn         | connection id, u64; for publish the one to leave  |
+//! |        |              | out, 0 for none                                   |
+//! | 8      | kind         | [`CommandKind`]: send-text 0, send-binary 1,      |
+//! |        |              | close 2, publish-text 3, publish-binary 4,        |
+//! |        |              | subscribe 5, unsubscribe 6, set-attachment 7      |
+//! | 9      | reserved     | must be 0                                         |
+//! | 10..12 | code         | close code for `close`, 0 otherwise, u16          |
+//! | 12..16 | topic-offset | start of the topic in the data buffer, u32        |
+//! | 16..20 | topic-len    | length of the topic, u32 (0: the kind has none)   |
+//! | 20..24 | offset       | start of the payload (message, close reason,      |
+//! |        |              | attachment) in the data buffer, u32               |
+//! | 24..28 | len          | length of the payload, u32                        |
+//!
+//! Kind numbers are the case indices of the WIT enums `event-kind` and
+//! `command-kind`; the host and the SDK assert at compile time that their
+//! generated bindings agree.
+//!
+//! # Rules a guest's answer must follow
+//!
+//! Every `offset`/`len` pair names `data[offset .. offset + len]` and must lie
+//! inside the data buffer (the topic pair too, even for kinds without a
+//! topic). The host rejects the whole answer ([`parse_commands`] returns the
+//! [`AbiError`] named in brackets) when
+//!
+//! - the header buffer is not a whole number of headers \[`HeadersNotWhole`\],
+//! - a reserved byte is not 0 \[`ReservedByteSet`\],
+//! - a range falls outside the data buffer \[`RangeOutOfBounds`\],
+//! - a kind is unknown \[`UnknownKind`\],
+//! - a text payload (send-text, publish-text) is not UTF-8 \[`TextNotUtf8`\],
+//! - a close reason is not UTF-8 \[`ReasonNotUtf8`\],
+//! - a publish, subscribe or unsubscribe has an empty topic \[`EmptyTopic`\]
+//!   or one that is not UTF-8 \[`TopicNotUtf8`\];
+//!
+//! checked in that order per command, commands in order; the first violation
+//! is reported. The gateway then closes every connection of the batch with
+//! 1011. Two things are repaired rather than refused: a close code an
+//! endpoint may not send (RFC 6455 §7.4) becomes 1011, and a close reason
+//! over [`MAX_CLOSE_REASON_BYTES`] is cut at the last character boundary
+//! before that length (RFC 6455 §5.5).
+//!
+//! [`AbiError`]: error::AbiError
+
+#![no_std]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+pub mod commands;
+pub mod error;
+pub mod events;
+pub mod header;
+
+#[cfg(feature = "alloc")]
+pub use commands::CommandBuf;
+pub use commands::{parse_commands, Command, CommandIter, CommandList, MAX_CLOSE_REASON_BYTES};
+pub use error::{AbiError, Field};
+pub use events::{parse_events, Event, EventIter, EventList};
+pub use header::{
+    CommandHeader, CommandKind, EventHeader, EventKind, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES,
+};
+
+/// Connection id as the ABI carries it: unique per gateway process, never 0
+/// (0 means "no connection" in a publish's `conn`).
+pub type ConnectionId = u64;

@@ -1,0 +1,246 @@
+//! Holds weir-abi to the shared test vectors in abi/vectors/ (written by an
+//! independent Python packer, make_vectors.py): every header packs to the
+//! vector's bytes and unpacks to its fields, every valid case decodes to the
+//! listed events or commands, every invalid one fails with the named error.
+
+use serde_json::{json, Value};
+use weir_abi::{
+    parse_commands, parse_events, AbiError, Command, CommandHeader, Event, EventHeader,
+    COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES,
+};
+
+const EVENTS: &str = include_str!("../vectors/events.json");
+const COMMANDS: &str = include_str!("../vectors/commands.json");
+
+fn unhex(s: &str) -> Vec<u8> {
+    assert!(s.len().is_multiple_of(2), "odd hex {s}");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn num(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing in {v}"))
+}
+
+/// The variant name of an error, as the vectors spell it.
+fn name(e: &AbiError) -> String {
+    let debug = format!("{e:?}");
+    debug
+        .split(|c: char| !c.is_alphanumeric())
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// `vectors[set]` with at least one case: a vector file that lost its cases
+/// must not pass by checking nothing.
+fn cases<'a>(vectors: &'a Value, set: &str) -> &'a Vec<Value> {
+    let cases = vectors[set].as_array().expect("a list of cases");
+    assert!(!cases.is_empty(), "no {set} cases");
+    cases
+}
+
+fn event_header(v: &Value) -> EventHeader {
+    EventHeader {
+        conn: num(v, "conn"),
+        kind: num(v, "kind") as u8,
+        reserved: num(v, "reserved") as u8,
+        code: num(v, "code") as u16,
+        offset: num(v, "offset") as u32,
+        len: num(v, "len") as u32,
+    }
+}
+
+fn command_header(v: &Value) -> CommandHeader {
+    CommandHeader {
+        conn: num(v, "conn"),
+        kind: num(v, "kind") as u8,
+        reserved: num(v, "reserved") as u8,
+        code: num(v, "code") as u16,
+        topic_offset: num(v, "topic_offset") as u32,
+        topic_len: num(v, "topic_len") as u32,
+        offset: num(v, "offset") as u32,
+        len: num(v, "len") as u32,
+    }
+}
+
+/// Packing the listed header fields gives `headers_hex`; unpacking its
+/// bytes gives the fields back.
+fn check_headers<H: PartialEq + std::fmt::Debug, const N: usize>(
+    case: &Value,
+    from_json: fn(&Value) -> H,
+    encode: fn(&H) -> [u8; N],
+    decode: fn(&[u8; N]) -> H,
+) {
+    let Some(fields) = case["headers"].as_array() else {
+        return;
+    };
+    let name = &case["name"];
+    let want: Vec<H> = fields.iter().map(from_json).collect();
+    let packed: Vec<u8> = want.iter().flat_map(encode).collect();
+    assert_eq!(hex(&packed), case["headers_hex"], "{name}: pack");
+    let bytes = unhex(case["headers_hex"].as_str().expect("headers_hex"));
+    let (chunks, rest) = bytes.as_chunks::<N>();
+    assert!(rest.is_empty(), "{name}: whole headers");
+    let got: Vec<H> = chunks.iter().map(decode).collect();
+    assert_eq!(got, want, "{name}: unpack");
+}
+
+fn buffers(case: &Value) -> (Vec<u8>, Vec<u8>) {
+    (
+        unhex(case["headers_hex"].as_str().expect("headers_hex")),
+        unhex(case["data_hex"].as_str().expect("data_hex")),
+    )
+}
+
+fn check_error(case: &Value, got: AbiError) {
+    let n = &case["name"];
+    assert_eq!(name(&got), case["error"], "{n}: {got}");
+    let index = match got {
+        AbiError::HeadersNotWhole { .. } => None,
+        AbiError::ReservedByteSet { index, .. }
+        | AbiError::RangeOutOfBounds { index, .. }
+        | AbiError::UnknownKind { index, .. }
+        | AbiError::TextNotUtf8 { index }
+        | AbiError::ReasonNotUtf8 { index }
+        | AbiError::EmptyTopic { index }
+        | AbiError::TopicNotUtf8 { index }
+        | AbiError::TargetNotUtf8 { index } => Some(index as u64),
+    };
+    assert_eq!(index, case["index"].as_u64(), "{n}: index");
+}
+
+fn event_json(e: Event<'_>) -> Value {
+    match e {
+        Event::Open { conn, target } => json!({"kind": "open", "conn": conn, "target": target}),
+        Event::Text { conn, text } => json!({"kind": "text", "conn": conn, "text": text}),
+        Event::Binary { conn, payload } => {
+            json!({"kind": "binary", "conn": conn, "payload_hex": hex(payload)})
+        }
+        Event::Close { conn, code, reason } => {
+            json!({"kind": "close", "conn": conn, "code": code, "reason": reason})
+        }
+    }
+}
+
+fn command_json(c: Command<'_>) -> Value {
+    let text = |text: bool, payload: &[u8]| {
+        if text {
+            ("text", json!(std::str::from_utf8(payload).expect("UTF-8")))
+        } else {
+            ("payload_hex", json!(hex(payload)))
+        }
+    };
+    match c {
+        Command::Send {
+            conn,
+            text: t,
+            payload,
+        } => {
+            let (key, value) = text(t, payload);
+            let kind = if t { "send-text" } else { "send-binary" };
+            json!({"kind": kind, "conn": conn, key: value})
+        }
+        Command::Close { conn, code, reason } => {
+            json!({"kind": "close", "conn": conn, "code": code, "reason": reason})
+        }
+        Command::Publish {
+            topic,
+            text: t,
+            payload,
+            exclude,
+        } => {
+            let (key, value) = text(t, payload);
+            let kind = if t { "publish-text" } else { "publish-binary" };
+            json!({"kind": kind, "topic": topic, key: value, "exclude": exclude})
+        }
+        Command::Subscribe { conn, topic } => {
+            json!({"kind": "subscribe", "conn": conn, "topic": topic})
+        }
+        Command::Unsubscribe { conn, topic } => {
+            json!({"kind": "unsubscribe", "conn": conn, "topic": topic})
+        }
+        Command::SetAttachment { conn, attachment } => {
+            json!({"kind": "set-attachment", "conn": conn, "attachment_hex": hex(attachment)})
+        }
+    }
+}
+
+#[test]
+fn event_batches_match_the_vectors() {
+    let v: Value = serde_json::from_str(EVENTS).expect("events.json");
+    for case in cases(&v, "valid") {
+        check_headers::<_, EVENT_HEADER_BYTES>(
+            case,
+            event_header,
+            EventHeader::encode,
+            EventHeader::decode,
+        );
+        let (h, d) = buffers(case);
+        let list = parse_events(&h, &d).unwrap_or_else(|e| panic!("{}: {e}", case["name"]));
+        let got: Vec<Value> = list.iter().map(event_json).collect();
+        assert_eq!(Value::from(got), case["events"], "{}", case["name"]);
+    }
+    for case in cases(&v, "invalid") {
+        check_headers::<_, EVENT_HEADER_BYTES>(
+            case,
+            event_header,
+            EventHeader::encode,
+            EventHeader::decode,
+        );
+        let (h, d) = buffers(case);
+        let err = parse_events(&h, &d).expect_err(case["name"].as_str().unwrap_or_default());
+        check_error(case, err);
+    }
+}
+
+#[test]
+fn command_answers_match_the_vectors() {
+    let v: Value = serde_json::from_str(COMMANDS).expect("commands.json");
+    for case in cases(&v, "valid") {
+        check_headers::<_, COMMAND_HEADER_BYTES>(
+            case,
+            command_header,
+            CommandHeader::encode,
+            CommandHeader::decode,
+        );
+        let (h, d) = buffers(case);
+        let list = parse_commands(&h, &d).unwrap_or_else(|e| panic!("{}: {e}", case["name"]));
+        let got: Vec<Value> = list.iter().map(command_json).collect();
+        assert_eq!(Value::from(got), case["commands"], "{}", case["name"]);
+    }
+    let mut seen = Vec::new();
+    for case in cases(&v, "invalid") {
+        check_headers::<_, COMMAND_HEADER_BYTES>(
+            case,
+            command_header,
+            CommandHeader::encode,
+            CommandHeader::decode,
+        );
+        let (h, d) = buffers(case);
+        let err = parse_commands(&h, &d).expect_err(case["name"].as_str().unwrap_or_default());
+        check_error(case, err);
+        seen.push(name(&err));
+    }
+    // Every way a guest's answer can be refused has a vector.
+    for variant in [
+        "HeadersNotWhole",
+        "ReservedByteSet",
+        "RangeOutOfBounds",
+        "UnknownKind",
+        "TextNotUtf8",
+        "ReasonNotUtf8",
+        "EmptyTopic",
+        "TopicNotUtf8",
+    ] {
+        assert!(seen.iter().any(|s| s == variant), "no vector for {variant}");
+    }
+}

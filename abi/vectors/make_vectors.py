@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Writes events.json and commands.json next to this file.
+
+A second implementation of the layout (struct.pack, independent of the Rust
+code), so the vectors check weir-abi rather than echo it. The expected
+decodings and errors are written by hand below; abi/tests/vectors.rs holds the
+crate to them. Run: python3 abi/vectors/make_vectors.py
+"""
+
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+EVENT = {"open": 0, "text": 1, "binary": 2, "close": 3}
+COMMAND = {
+    "send-text": 0,
+    "send-binary": 1,
+    "close": 2,
+    "publish-text": 3,
+    "publish-binary": 4,
+    "subscribe": 5,
+    "unsubscribe": 6,
+    "set-attachment": 7,
+}
+
+# Below 2**53, so every JSON reader keeps it exact; still 7 distinct bytes.
+BIG_CONN = 0x0001020304050607
+
+
+def event_header(conn, kind, code, offset, length, reserved=0):
+    return {"conn": conn, "kind": kind, "reserved": reserved, "code": code,
+            "offset": offset, "len": length}
+
+
+def pack_event(h):
+    return struct.pack("<QBBHII", h["conn"], h["kind"], h["reserved"],
+                       h["code"], h["offset"], h["len"])
+
+
+def command_header(conn, kind, code=0, topic=(0, 0), payload=(0, 0), reserved=0):
+    return {"conn": conn, "kind": kind, "reserved": reserved, "code": code,
+            "topic_offset": topic[0], "topic_len": topic[1],
+            "offset": payload[0], "len": payload[1]}
+
+
+def pack_command(h):
+    return struct.pack("<QBBHIIII", h["conn"], h["kind"], h["reserved"],
+                       h["code"], h["topic_offset"], h["topic_len"],
+                       h["offset"], h["len"])
+
+
+def case(name, about, headers, data, pack, **expected):
+    out = {"name": name, "about": about,
+           "headers_hex": b"".join(pack(h) for h in headers).hex(),
+           "data_hex": data.hex(), "headers": headers}
+    out.update(expected)
+    return out
+
+
+class Batch:
+    """Events appended the way the gateway's Batch does: bytes back to back."""
+
+    def __init__(self):
+        self.headers, self.data = [], b""
+
+    def push(self, conn, kind, code, payload):
+        self.headers.append(event_header(conn, EVENT[kind], code, len(self.data), len(payload)))
+        self.data += payload
+        return self
+
+
+class Answer:
+    """Commands appended the way weir-guest's Context does: for a publish the
+    topic first, then the payload; (un)subscribe has no payload range."""
+
+    def __init__(self):
+        self.headers, self.data = [], b""
+
+    def put(self, b):
+        r = (len(self.data), len(b))
+        self.data += b
+        return r
+
+    def push(self, conn, kind, code=0, topic=b"", payload=b"", has_topic=False):
+        t = self.put(topic) if has_topic else (0, 0)
+        p = (0, 0) if kind in ("subscribe", "unsubscribe") else self.put(payload)
+        self.headers.append(command_header(conn, COMMAND[kind], code, t, p))
+        return self
+
+
+def events():
+    b = (Batch()
+         .push(1, "open", 0, b"/chat/lobby?token=x")
+         .push(BIG_CONN, "text", 0, "héllo".encode())
+         .push(BIG_CONN, "binary", 0, bytes([0, 0xff, 0x80]))
+         .push(1, "close", 1000, b"bye")
+         .push(2, "close", 1006, b""))
+    valid = [
+        case("every-kind",
+             "one event of each kind as the gateway packs them; the conn of "
+             "events 1 and 2 checks byte order",
+             b.headers, b.data, pack_event,
+             events=[
+                 {"kind": "open", "conn": 1, "target": "/chat/lobby?token=x"},
+                 {"kind": "text", "conn": BIG_CONN, "text": "héllo"},
+                 {"kind": "binary", "conn": BIG_CONN, "payload_hex": "00ff80"},
+                 {"kind": "close", "conn": 1, "code": 1000, "reason": "bye"},
+                 {"kind": "close", "conn": 2, "code": 1006, "reason": ""},
+             ]),
+        case("empty", "a batch with no events", [], b"", pack_event, events=[]),
+        case("unknown-kind-skipped",
+             "a kind a newer host may send is skipped (its range is still "
+             "checked); the reserved byte is not looked at",
+             [event_header(5, 9, 0, 0, 2), event_header(5, EVENT["binary"], 0, 0, 2, reserved=1)],
+             b"ab", pack_event,
+             events=[{"kind": "binary", "conn": 5, "payload_hex": "6162"}]),
+    ]
+    invalid = [
+        case("headers-not-whole", "19 header bytes", [], b"", pack_event,
+             error="HeadersNotWhole", index=None),
+        case("range-out-of-bounds", "bytes 1..4 of a 3-byte buffer",
+             [event_header(1, EVENT["binary"], 0, 1, 3)], b"abc", pack_event,
+             error="RangeOutOfBounds", index=0),
+        case("text-not-utf8", "a text event whose payload is not UTF-8",
+             [event_header(1, EVENT["binary"], 0, 0, 1), event_header(1, EVENT["text"], 0, 0, 2)],
+             bytes([0xc3, 0x28]), pack_event, error="TextNotUtf8", index=1),
+        case("target-not-utf8", "an open event whose target is not UTF-8",
+             [event_header(1, EVENT["open"], 0, 0, 1)], bytes([0xff]), pack_event,
+             error="TargetNotUtf8", index=0),
+        case("reason-not-utf8", "a close event whose reason is not UTF-8",
+             [event_header(1, EVENT["close"], 1000, 0, 1)], bytes([0xff]), pack_event,
+             error="ReasonNotUtf8", index=0),
+    ]
+    invalid[0]["headers_hex"] = "00" * 19
+    del invalid[0]["headers"]  # not whole headers: nothing to decode
+    return {"about": "event batches, host to guest; see README.md",
+            "valid": valid, "invalid": invalid}
+
+
+def commands():
+    a = (Answer()
+         .push(1, "send-text", payload="héllo".encode())
+         .push(BIG_CONN, "send-binary", payload=bytes([0, 0xff]))
+         .push(3, "close", 4000, payload=b"done")
+         .push(0, "publish-text", topic=b"room", payload=b"hi all", has_topic=True)
+         .push(4, "publish-binary", topic=b"room", payload=bytes([1, 2]), has_topic=True)
+         .push(4, "subscribe", topic=b"room", has_topic=True)
+         .push(4, "unsubscribe", topic=b"lobby", has_topic=True)
+         .push(4, "set-attachment", payload=b"state"))
+    reason = "é" * 100
+    repaired = (Answer()
+                .push(7, "close", 1005, payload=reason.encode())
+                .push(8, "close", 999, payload=b"")
+                .push(9, "set-attachment", payload=b""))
+    valid = [
+        case("every-kind",
+             "one command of each kind as weir-guest packs them",
+             a.headers, a.data, pack_command,
+             commands=[
+                 {"kind": "send-text", "conn": 1, "text": "héllo"},
+                 {"kind": "send-binary", "conn": BIG_CONN, "payload_hex": "00ff"},
+                 {"kind": "close", "conn": 3, "code": 4000, "reason": "done"},
+                 {"kind": "publish-text", "topic": "room", "text": "hi all", "exclude": None},
+                 {"kind": "publish-binary", "topic": "room", "payload_hex": "0102", "exclude": 4},
+                 {"kind": "subscribe", "conn": 4, "topic": "room"},
+                 {"kind": "unsubscribe", "conn": 4, "topic": "lobby"},
+                 {"kind": "set-attachment", "conn": 4, "attachment_hex": "7374617465"},
+             ]),
+        case("close-repaired",
+             "a code that may not be sent becomes 1011; a 200-byte reason is "
+             "cut to 122 bytes (the last character boundary within 123); an "
+             "empty attachment clears it",
+             repaired.headers, repaired.data, pack_command,
+             commands=[
+                 {"kind": "close", "conn": 7, "code": 1011, "reason": "é" * 61},
+                 {"kind": "close", "conn": 8, "code": 1011, "reason": ""},
+                 {"kind": "set-attachment", "conn": 9, "attachment_hex": ""},
+             ]),
+        case("shared-bytes",
+             "ranges may overlap and reuse bytes; a kind without a topic may "
+             "still carry an in-bounds topic range",
+             [command_header(1, COMMAND["send-text"], payload=(0, 4)),
+              command_header(2, COMMAND["send-binary"], topic=(0, 2), payload=(2, 2)),
+              command_header(0, COMMAND["publish-text"], topic=(0, 2), payload=(0, 4))],
+             b"abcd", pack_command,
+             commands=[
+                 {"kind": "send-text", "conn": 1, "text": "abcd"},
+                 {"kind": "send-binary", "conn": 2, "payload_hex": "6364"},
+                 {"kind": "publish-text", "topic": "ab", "text": "abcd", "exclude": None},
+             ]),
+        case("empty", "an answer with no commands", [], b"", pack_command, commands=[]),
+    ]
+    ok = command_header(1, COMMAND["send-binary"], payload=(0, 1))
+    invalid = [
+        case("headers-not-whole", "29 header bytes", [], b"", pack_command,
+             error="HeadersNotWhole", index=None),
+        case("reserved-byte-set", "byte 9 of the second header is 1",
+             [ok, command_header(1, COMMAND["send-binary"], reserved=1)], b"x",
+             pack_command, error="ReservedByteSet", index=1),
+        case("payload-out-of-bounds", "payload 2+5 of a 4-byte buffer",
+             [command_header(1, COMMAND["send-binary"], payload=(2, 5))], b"abcd",
+             pack_command, error="RangeOutOfBounds", index=0),
+        case("topic-out-of-bounds",
+             "topic 3+2 of a 4-byte buffer, on a kind that has no topic",
+             [command_header(1, COMMAND["send-binary"], topic=(3, 2))], b"abcd",
+             pack_command, error="RangeOutOfBounds", index=0),
+        case("range-wraps", "offset and len both 2**32-1: the end must not wrap",
+             [command_header(1, COMMAND["send-binary"], payload=(0xFFFFFFFF, 0xFFFFFFFF))],
+             b"abcd", pack_command, error="RangeOutOfBounds", index=0),
+        case("unknown-kind", "kind 8",
+             [command_header(1, 8)], b"", pack_command, error="UnknownKind", index=0),
+        case("text-not-utf8", "send-text of 0xff 0xfe",
+             [command_header(1, COMMAND["send-text"], payload=(0, 2))], bytes([0xff, 0xfe]),
+             pack_command, error="TextNotUtf8", index=0),
+        case("publish-text-not-utf8", "publish-text with a payload cut inside a character",
+             [command_header(0, COMMAND["publish-text"], topic=(0, 1), payload=(1, 1))],
+             "té".encode(), pack_command, error="TextNotUtf8", index=0),
+        case("reason-not-utf8", "close reason 0xff",
+             [command_header(1, COMMAND["close"], 1000, payload=(0, 1))], bytes([0xff]),
+             pack_command, error="ReasonNotUtf8", index=0),
+        case("empty-topic", "subscribe to the empty topic",
+             [command_header(1, COMMAND["subscribe"])], b"", pack_command,
+             error="EmptyTopic", index=0),
+        case("topic-not-utf8", "publish-binary to topic 0xff",
+             [command_header(0, COMMAND["publish-binary"], topic=(0, 1))], bytes([0xff]),
+             pack_command, error="TopicNotUtf8", index=0),
+        case("first-violation-wins",
+             "header 0 has an unknown kind and a bad range: the range is checked first",
+             [command_header(1, 200, payload=(9, 9))], b"", pack_command,
+             error="RangeOutOfBounds", index=0),
+    ]
+    invalid[0]["headers_hex"] = pack_command(ok).hex() + "00"
+    invalid[0]["data_hex"] = "78"
+    del invalid[0]["headers"]  # not whole headers: nothing to decode
+    return {"about": "guest answers, guest to host; see README.md",
+            "valid": valid, "invalid": invalid}
+
+
+def write(name, doc):
+    with open(os.path.join(HERE, name), "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    write("events.json", events())
+    write("commands.json", commands())
