@@ -14,7 +14,7 @@ pub const MAX_CLOSE_REASON_BYTES: usize = 123;
 
 /// The code a close command gets when the guest's code may not be sent:
 /// 1011, internal error (RFC 6455 §7.4.1).
-const FALLBACK_CLOSE_CODE: u16 = 1011;
+pub const FALLBACK_CLOSE_CODE: u16 = 1011;
 
 /// One thing a guest asked for, borrowed from its [`CommandList`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,8 +137,8 @@ pub fn sendable_close_code(code: u16) -> bool {
 }
 
 /// `reason` cut to at most [`MAX_CLOSE_REASON_BYTES`], at a character
-/// boundary.
-fn short_reason(reason: &str) -> &str {
+/// boundary (the host cuts its own close reasons with it too).
+pub fn short_reason(reason: &str) -> &str {
     &reason[..reason.floor_char_boundary(MAX_CLOSE_REASON_BYTES)]
 }
 
@@ -352,16 +352,7 @@ mod tests {
         topic: (u32, u32),
         payload: (u32, u32),
     ) -> CommandHeader {
-        CommandHeader {
-            conn,
-            kind,
-            reserved: 0,
-            code,
-            topic_offset: topic.0,
-            topic_len: topic.1,
-            offset: payload.0,
-            len: payload.1,
-        }
+        CommandHeader::new(conn, kind, code, topic, payload)
     }
 
     fn headers(cmds: &[CommandHeader]) -> Vec<u8> {

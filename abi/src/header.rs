@@ -121,6 +121,27 @@ pub struct CommandHeader {
 }
 
 impl CommandHeader {
+    /// A header with the reserved byte 0; `topic` and `payload` are
+    /// (offset, len) ranges of the answer's data buffer.
+    pub fn new(
+        conn: ConnectionId,
+        kind: u8,
+        code: u16,
+        topic: (u32, u32),
+        payload: (u32, u32),
+    ) -> CommandHeader {
+        CommandHeader {
+            conn,
+            kind,
+            reserved: 0,
+            code,
+            topic_offset: topic.0,
+            topic_len: topic.1,
+            offset: payload.0,
+            len: payload.1,
+        }
+    }
+
     /// The wire bytes of this header.
     pub fn encode(&self) -> [u8; COMMAND_HEADER_BYTES] {
         let mut h = [0u8; COMMAND_HEADER_BYTES];

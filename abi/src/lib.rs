@@ -96,7 +96,10 @@ pub mod header;
 
 #[cfg(feature = "alloc")]
 pub use commands::CommandBuf;
-pub use commands::{parse_commands, Command, CommandIter, CommandList, MAX_CLOSE_REASON_BYTES};
+pub use commands::{
+    parse_commands, sendable_close_code, short_reason, Command, CommandIter, CommandList,
+    FALLBACK_CLOSE_CODE, MAX_CLOSE_REASON_BYTES,
+};
 pub use error::{AbiError, Field};
 pub use events::{parse_events, Event, EventIter, EventList};
 pub use header::{

@@ -266,16 +266,7 @@ impl Context {
         topic: (u32, u32),
         payload: (u32, u32),
     ) {
-        let header = CommandHeader {
-            conn,
-            kind: kind as u8,
-            reserved: 0,
-            code,
-            topic_offset: topic.0,
-            topic_len: topic.1,
-            offset: payload.0,
-            len: payload.1,
-        };
+        let header = CommandHeader::new(conn, kind as u8, code, topic, payload);
         self.commands.extend_from_slice(&header.encode());
     }
 

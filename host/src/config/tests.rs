@@ -745,3 +745,23 @@ fn prefix_route_needs_a_segment_after_the_prefix() {
     assert!(router.at("/files/a/b").is_ok());
     assert!(router.at("/files").is_err());
 }
+
+/// Topics are namespaced per route unless a route names a shared namespace.
+#[test]
+fn topic_namespaces() {
+    let config = parse(&guest_route(""));
+    assert_eq!(config.routes[0].topics, None);
+    let config = parse(&guest_route("topics = \"rooms-1.v2\""));
+    assert_eq!(config.routes[0].topics.as_deref(), Some("rooms-1.v2"));
+    refused(
+        &guest_route("topics = \"two words\""),
+        4,
+        &["topic namespace", "topics = \"chat\""],
+    );
+    refused(&guest_route("topics = \"\""), 4, &["topic namespace"]);
+    refused(
+        &format!("{ECHO}topics = \"rooms\"\n"),
+        4,
+        &["topics only applies to guest routes"],
+    );
+}

@@ -26,7 +26,7 @@ pub(crate) mod bindings {
 use bindings::weir::gateway::types::{self as wit, Batch as RawBatch, Commands as RawCommands};
 
 pub use bindings::weir::gateway::types::{UpgradeRequest, UpgradeResponse};
-pub use weir_abi::{COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
+pub use weir_abi::{Command, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
 
 /// Largest answer (command headers plus bytes) accepted from one guest call.
 /// A fixed cap rather than one derived from the route's memory: it bounds
@@ -144,69 +144,6 @@ impl Batch {
     }
 }
 
-/// One thing a guest asked for, borrowed from [`Commands`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Command<'a> {
-    /// Send one message to `conn`; `text` payloads are valid UTF-8.
-    Send {
-        conn: ConnectionId,
-        text: bool,
-        payload: &'a [u8],
-    },
-    /// Close `conn`; `code` is a valid close code to send (RFC 6455 §7.4),
-    /// `reason` at most 123 bytes.
-    Close {
-        conn: ConnectionId,
-        code: u16,
-        reason: &'a str,
-    },
-    /// Deliver to every subscriber of `topic`, except `exclude`.
-    Publish {
-        topic: &'a str,
-        text: bool,
-        payload: &'a [u8],
-        exclude: Option<ConnectionId>,
-    },
-    /// Subscribe `conn` to `topic`.
-    Subscribe { conn: ConnectionId, topic: &'a str },
-    /// Unsubscribe `conn` from `topic`.
-    Unsubscribe { conn: ConnectionId, topic: &'a str },
-}
-
-impl<'a> Command<'a> {
-    /// The reactor's view of an ABI command; None for set-attachment, which
-    /// the runner applies itself.
-    fn from_abi(c: weir_abi::Command<'a>) -> Option<Self> {
-        use weir_abi::Command as Abi;
-        Some(match c {
-            Abi::Send {
-                conn,
-                text,
-                payload,
-            } => Command::Send {
-                conn,
-                text,
-                payload,
-            },
-            Abi::Close { conn, code, reason } => Command::Close { conn, code, reason },
-            Abi::Publish {
-                topic,
-                text,
-                payload,
-                exclude,
-            } => Command::Publish {
-                topic,
-                text,
-                payload,
-                exclude,
-            },
-            Abi::Subscribe { conn, topic } => Command::Subscribe { conn, topic },
-            Abi::Unsubscribe { conn, topic } => Command::Unsubscribe { conn, topic },
-            Abi::SetAttachment { .. } => return None,
-        })
-    }
-}
-
 /// A guest's answer to one batch, checked once when it arrived
 /// ([`Commands::parse`]); walking it cannot fail. Attachment commands are
 /// applied by the runner and not yielded.
@@ -236,9 +173,13 @@ impl Commands {
         Ok(Commands { buf })
     }
 
-    /// The commands, in the order the guest issued them.
+    /// The commands, in the order the guest issued them, without the
+    /// set-attachment ones (the runner applied those).
     pub fn iter(&self) -> impl Iterator<Item = Command<'_>> + '_ {
-        self.buf.list().iter().filter_map(Command::from_abi)
+        self.buf
+            .list()
+            .iter()
+            .filter(|c| !matches!(c, Command::SetAttachment { .. }))
     }
 
     /// Number of commands the iterator yields.
@@ -274,7 +215,8 @@ impl Commands {
     /// Turn the command at `index` into `close(conn, 1011)`: an attachment
     /// over the route's cap costs that connection, not the batch.
     pub(crate) fn replace_with_close(&mut self, index: usize) {
-        self.buf.replace_with_close(index, 1011);
+        self.buf
+            .replace_with_close(index, weir_abi::FALLBACK_CLOSE_CODE);
     }
 }
 

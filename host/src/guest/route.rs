@@ -304,6 +304,8 @@ impl GuestSlot {
                         route.topics.subscribe(topic, conn, out);
                     }
                 }
+                // Applied by the runner before the commands reach here.
+                Command::SetAttachment { .. } => {}
                 Command::Unsubscribe { conn, topic } => {
                     let route = &self.route;
                     if route.registry.unsubscribe(conn, route.index, topic) {

@@ -17,15 +17,14 @@ pub const NO_STATUS: u16 = 1005;
 pub const ABNORMAL: u16 = 1006;
 
 /// Longest close reason: a control payload is at most 125 bytes, 2 of which
-/// are the code (RFC 6455 §5.5).
-pub const MAX_REASON_BYTES: usize = 123;
+/// are the code (RFC 6455 §5.5). The rule is written once, in weir-abi, which
+/// guests' close commands follow too.
+pub use weir_abi::MAX_CLOSE_REASON_BYTES as MAX_REASON_BYTES;
 
 /// Whether `code` may appear in a close frame (RFC 6455 §7.4.1-2): the defined
 /// codes except 1004-1006 and 1015 (reserved, never sent), the IANA-registered
 /// 1012-1014, and 3000-4999 for libraries and applications.
-pub fn is_valid_close_code(code: u16) -> bool {
-    matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
-}
+pub use weir_abi::sendable_close_code as is_valid_close_code;
 
 /// `code` if it may be sent, else 1011: a close the server sends (for itself
 /// or for a guest) always carries a valid code.
@@ -38,13 +37,7 @@ pub fn sendable(code: u16) -> u16 {
 }
 
 /// `reason` cut to [`MAX_REASON_BYTES`] on a character boundary.
-pub fn fit_reason(reason: &str) -> &str {
-    let mut end = reason.len().min(MAX_REASON_BYTES);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    &reason[..end]
-}
+pub use weir_abi::short_reason as fit_reason;
 
 /// Parses a client's close payload: empty, or a valid code followed by a
 /// UTF-8 reason. Returns the code (1005 "no status" when absent).

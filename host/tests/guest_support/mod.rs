@@ -104,6 +104,7 @@ pub fn owned(cmds: &Commands) -> Vec<Owned> {
             },
             Command::Subscribe { conn, topic } => Owned::Subscribe(conn, topic.to_string()),
             Command::Unsubscribe { conn, topic } => Owned::Unsubscribe(conn, topic.to_string()),
+            Command::SetAttachment { .. } => unreachable!("the runner applies attachments"),
         })
         .collect()
 }
