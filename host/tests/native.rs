@@ -198,7 +198,7 @@ async fn expect_close(path: &str, gw: &Gateway, wire: &[u8], code: u16) {
     );
 }
 
-/// DESIGN.md's table of bad input, frame side.
+/// The README's table of bad input ("What bad input gets"), frame side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_frames_get_their_close_codes() {
     let mut config = Config::builtin_default();
@@ -228,7 +228,7 @@ async fn bad_frames_get_their_close_codes() {
     gw.stop();
 }
 
-/// DESIGN.md's table of bad input, HTTP side.
+/// The README's table of bad input ("What bad input gets"), HTTP side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_upgrades_get_their_status() {
     let gw = Gateway::default_routes();

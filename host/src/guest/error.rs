@@ -82,8 +82,8 @@ impl Fault {
     /// (internal error) for everything the guest did wrong.
     pub fn close_code(&self) -> u16 {
         match self {
-            Fault::Overloaded(_) => 1013,
-            _ => 1011,
+            Fault::Overloaded(_) => crate::ws::close::TRY_AGAIN_LATER,
+            _ => crate::ws::close::INTERNAL_ERROR,
         }
     }
 }
