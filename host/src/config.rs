@@ -140,6 +140,48 @@ pub struct GuestConfig {
     pub attachment_max: usize,
     /// Environment variables the guest may see (nothing else is visible).
     pub env: BTreeMap<String, String>,
+    /// What the route's guests may write to the gateway log.
+    pub log: GuestLog,
+}
+
+/// A guest route's log budget (`log`, `log_rate`, `log_bytes`, `log_burst`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestLog {
+    /// Lines above this level are filtered out.
+    pub level: LogLevel,
+    /// Sustained lines per second, for all the route's instances together.
+    pub lines_per_sec: u32,
+    /// Sustained bytes per second (also the bytes a burst may hold).
+    pub bytes_per_sec: u64,
+    /// Lines that may come at once before the rate applies.
+    pub burst: u32,
+}
+
+/// A route's `log` level: `off` writes nothing, `debug` everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Off,
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+/// A developer printing a line per message at moderate load stays under
+/// these; a debugging loop printing thousands of lines per message does not.
+pub const DEFAULT_GUEST_LOG_LINES_PER_SEC: u32 = 200;
+pub const DEFAULT_GUEST_LOG_BYTES_PER_SEC: u64 = 256 << 10;
+pub const DEFAULT_GUEST_LOG_BURST: u32 = 1000;
+
+impl Default for GuestLog {
+    fn default() -> Self {
+        GuestLog {
+            level: LogLevel::Info,
+            lines_per_sec: DEFAULT_GUEST_LOG_LINES_PER_SEC,
+            bytes_per_sec: DEFAULT_GUEST_LOG_BYTES_PER_SEC,
+            burst: DEFAULT_GUEST_LOG_BURST,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -180,6 +222,7 @@ impl GuestConfig {
             recycle_after: DEFAULT_GUEST_RECYCLE_AFTER,
             attachment_max: DEFAULT_ATTACHMENT_MAX_BYTES,
             env: BTreeMap::new(),
+            log: GuestLog::default(),
         }
     }
 }

@@ -21,6 +21,7 @@
 //! - [`config`] — the routes file.
 //! - [`admission`] — global and per-IP connection limits (503 past them).
 //! - [`metrics`] — `GET /metrics` in the Prometheus text format.
+//! - [`logging`] — the gateway's log, written by a thread of its own.
 //!
 //! `docs/architecture.md` tells the whole story: layers, a message's path
 //! for echo, relay and a guest route, socket ownership and threading.
@@ -28,6 +29,7 @@
 pub mod admission;
 pub mod config;
 pub mod guest;
+pub mod logging;
 pub mod metrics;
 pub mod native;
 pub mod pubsub;

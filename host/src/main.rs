@@ -1,7 +1,6 @@
 //! The `weir` command line: parses arguments, sets up logging and signal
 //! handling, and calls the library. Nothing testable lives here.
 
-use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,7 +46,8 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    // Logs go to stderr, so stdout stays for command output (`weir check`).
+    let _log = weir::logging::init();
     let result = match cli.command {
         Command::Serve {
             file,
@@ -63,18 +63,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Logs go to stderr, so stdout stays for command output (`weir check`);
-/// colours only when a terminal reads them, so log files stay plain text.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
 }
 
 fn serve(

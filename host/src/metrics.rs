@@ -25,6 +25,18 @@ pub struct Snapshot {
     pub draining: bool,
     /// The allocator's own figures; `None` where it gives none (not glibc).
     pub heap: Option<Heap>,
+    /// Gateway log lines dropped because stderr was not keeping up.
+    pub log_lines_lost: u64,
+    /// Per guest route: its guests' log lines and bytes dropped over budget.
+    pub guest_log_dropped: Vec<GuestLogDropped>,
+}
+
+/// One guest route's dropped log output.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GuestLogDropped {
+    pub route: String,
+    pub lines: u64,
+    pub bytes: u64,
 }
 
 /// What the C allocator (glibc malloc, which weir uses) holds: bytes handed
@@ -141,6 +153,33 @@ impl Snapshot {
                 heap.free_retained,
             );
         }
+        metric(
+            "weir_log_lines_lost_total",
+            "counter",
+            "Gateway log lines dropped because stderr was not taking them fast enough.",
+            self.log_lines_lost,
+        );
+        for (name, help, value) in [
+            (
+                "weir_guest_log_dropped_lines_total",
+                "Guest log lines dropped for being over the route's log_rate or log_bytes.",
+                (|d: &GuestLogDropped| d.lines) as fn(&GuestLogDropped) -> u64,
+            ),
+            (
+                "weir_guest_log_dropped_bytes_total",
+                "Bytes of guest log lines dropped over the route's budget.",
+                |d: &GuestLogDropped| d.bytes,
+            ),
+        ] {
+            if self.guest_log_dropped.is_empty() {
+                break;
+            }
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for d in &self.guest_log_dropped {
+                let route = d.route.replace('\\', "\\\\").replace('"', "\\\"");
+                let _ = writeln!(out, "{name}{{route=\"{route}\"}} {}", value(d));
+            }
+        }
         out
     }
 }
@@ -173,6 +212,12 @@ mod tests {
                 in_use: 12,
                 free_retained: 13,
             }),
+            log_lines_lost: 14,
+            guest_log_dropped: vec![GuestLogDropped {
+                route: "/say \"hi\"".into(),
+                lines: 15,
+                bytes: 16,
+            }],
         };
         let body = snap.render();
         let expect = [
@@ -188,16 +233,30 @@ mod tests {
             ("weir_draining", 1),
             ("weir_heap_bytes_in_use", 12),
             ("weir_heap_bytes_free_retained", 13),
+            ("weir_log_lines_lost_total", 14),
+            (
+                r#"weir_guest_log_dropped_lines_total{route="/say \"hi\""}"#,
+                15,
+            ),
+            (
+                r#"weir_guest_log_dropped_bytes_total{route="/say \"hi\""}"#,
+                16,
+            ),
         ];
         for (name, value) in expect {
             assert_eq!(read(&body, name), Some(value), "{name} in\n{body}");
+            let family = name.split('{').next().unwrap_or(name);
             assert!(
-                body.contains(&format!("# TYPE {name} ")),
+                body.contains(&format!("# TYPE {family} ")),
                 "{name} has a TYPE line"
             );
         }
         assert_eq!(read(&body, "weir_nothing"), None);
-        let without_heap = Snapshot { heap: None, ..snap }.render();
+        let without_heap = Snapshot {
+            heap: None,
+            ..snap.clone()
+        }
+        .render();
         assert_eq!(read(&without_heap, "weir_heap_bytes_in_use"), None);
     }
 

@@ -6,6 +6,7 @@
 //! own unless routes name a shared one (`topics = "name"`).
 
 use crate::config::{Behaviour, Config, Limits};
+use crate::guest::log::RouteLog;
 use crate::guest::{GuestEngine, GuestRoute, Program, Scheduler};
 use crate::pubsub::Topics;
 use crate::reactor::behaviour::{LocalFuture, Start};
@@ -81,6 +82,8 @@ pub struct Route {
 pub struct Routes {
     pub router: matchit::Router<usize>,
     pub routes: Vec<Route>,
+    /// Every guest route's log limiter, for `/metrics`.
+    pub guest_logs: Vec<Arc<RouteLog>>,
 }
 
 impl Routes {
@@ -89,6 +92,7 @@ impl Routes {
         let mut router = matchit::Router::new();
         let mut routes = Vec::new();
         let mut shared_topics: HashMap<&str, Arc<Topics>> = HashMap::new();
+        let mut guest_logs = Vec::new();
         let has_guests = config
             .routes
             .iter()
@@ -119,6 +123,7 @@ impl Routes {
                         .as_ref()
                         .expect("engine exists when a route is a guest");
                     let program = Program::load(engine, &route.path, guest)?;
+                    guest_logs.push(program.log().clone());
                     Arc::new(GuestRoute::new(index, program, topics, registry.clone()))
                 }
             };
@@ -128,6 +133,10 @@ impl Routes {
                 kind,
             });
         }
-        Ok(Routes { router, routes })
+        Ok(Routes {
+            router,
+            routes,
+            guest_logs,
+        })
     }
 }

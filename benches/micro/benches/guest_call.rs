@@ -31,6 +31,7 @@ fn echo_runner() -> Runner {
         recycle_after: u64::MAX,
         attachment_max: 16 << 10,
         env: BTreeMap::new(),
+        log: Default::default(),
     };
     Runner::new(Program::load(&engine, "/echo", &cfg).expect("load echo"))
 }

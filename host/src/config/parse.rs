@@ -56,6 +56,10 @@ struct RawRoute {
     attachment_max: Field,
     env: Option<Spanned<BTreeMap<String, Spanned<Value>>>>,
     topics: Field,
+    log: Field,
+    log_rate: Field,
+    log_bytes: Field,
+    log_burst: Field,
 }
 
 /// Largest message the gateway will assemble.
@@ -250,6 +254,60 @@ fn route(
     })
 }
 
+/// Most lines or bytes per second a route's guests may log: more is a
+/// flood, whatever the route.
+const MAX_LOG_PER_SEC: u64 = 1_000_000;
+
+/// `log`, `log_rate = "200/s"`, `log_bytes = "256KiB/s"`, `log_burst = 1000`.
+fn guest_log(src: &Source, raw: &RawRoute, log: &mut GuestLog) -> Result<(), ConfigError> {
+    if let Some(item) = Item::of("log", &raw.log) {
+        let levels = r#""off", "error", "warn", "info" or "debug""#;
+        log.level = match item.string(src, levels)? {
+            "off" => LogLevel::Off,
+            "error" => LogLevel::Error,
+            "warn" => LogLevel::Warn,
+            "info" => LogLevel::Info,
+            "debug" => LogLevel::Debug,
+            _ => return Err(item.fail(src, format!("unknown log level; write {levels}"))),
+        };
+    }
+    let per_sec = |item: &Item, example: &str| -> Result<String, ConfigError> {
+        let text = item.string(src, example)?;
+        match text.strip_suffix("/s") {
+            Some(amount) => Ok(amount.trim().to_string()),
+            None => Err(item.fail(src, format!("not a rate per second; write e.g. {example}"))),
+        }
+    };
+    if let Some(item) = Item::of("log_rate", &raw.log_rate) {
+        let amount = per_sec(&item, r#""200/s""#)?;
+        log.lines_per_sec = match amount.parse::<u64>() {
+            Ok(n) if (1..=MAX_LOG_PER_SEC).contains(&n) => n as u32,
+            _ => {
+                return Err(item.fail(
+                    src,
+                    format!(r#"lines per second from 1 to {MAX_LOG_PER_SEC}; write e.g. "200/s""#),
+                ))
+            }
+        };
+    }
+    if let Some(item) = Item::of("log_bytes", &raw.log_bytes) {
+        let amount = per_sec(&item, r#""256KiB/s""#)?;
+        log.bytes_per_sec = match super::units::parse_size(&amount) {
+            Ok(n) if (1..=MAX_LOG_PER_SEC * 1024).contains(&n) => n,
+            _ => {
+                return Err(item.fail(
+                    src,
+                    r#"a size per second from 1B/s to 1000000KiB/s; write e.g. "256KiB/s""#,
+                ))
+            }
+        };
+    }
+    if let Some(item) = Item::of("log_burst", &raw.log_burst) {
+        log.burst = item.count(src, 1, MAX_LOG_PER_SEC)? as u32;
+    }
+    Ok(())
+}
+
 /// A shared topic namespace's name: routes that give the same one share
 /// their topics.
 fn topic_namespace(src: &Source, item: &Item) -> Result<String, ConfigError> {
@@ -376,6 +434,10 @@ fn refuse_guest_keys(src: &Source, raw: &RawRoute, native: &Item) -> Result<(), 
         ("recycle_after", &raw.recycle_after),
         ("attachment_max", &raw.attachment_max),
         ("topics", &raw.topics),
+        ("log", &raw.log),
+        ("log_rate", &raw.log_rate),
+        ("log_bytes", &raw.log_bytes),
+        ("log_burst", &raw.log_burst),
     ];
     let env_span = raw.env.as_ref().map(|env| ("env", env.span()));
     let first = guest_fields
@@ -437,6 +499,7 @@ fn guest_config(
     if let Some(item) = Item::of("attachment_max", &raw.attachment_max) {
         config.attachment_max = item.size(src, 0, MAX_ATTACHMENT_BYTES)?;
     }
+    guest_log(src, raw, &mut config.log)?;
     if let Some(env) = &raw.env {
         for (name, value) in env.get_ref() {
             let item = Item {

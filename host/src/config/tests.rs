@@ -128,6 +128,7 @@ native = "relay"
             recycle_after: 50,
             attachment_max: 4 << 10,
             env,
+            log: GuestLog::default(),
         })
     );
     assert_eq!(chat.limits.idle_timeout, Duration::from_secs(30));
@@ -763,5 +764,39 @@ fn topic_namespaces() {
         &format!("{ECHO}topics = \"rooms\"\n"),
         4,
         &["topics only applies to guest routes"],
+    );
+}
+
+/// A guest route's log budget: level, lines and bytes per second, burst.
+#[test]
+fn guest_log_budget() {
+    let config = parse(&guest_route(""));
+    assert_eq!(only_guest(&config).log, GuestLog::default());
+    let config = parse(&guest_route(
+        "log = \"warn\"\nlog_rate = \"50/s\"\nlog_bytes = \"64KiB/s\"\nlog_burst = 10",
+    ));
+    let log = only_guest(&config).log;
+    assert_eq!(log.level, LogLevel::Warn);
+    assert_eq!(
+        (log.lines_per_sec, log.bytes_per_sec, log.burst),
+        (50, 64 << 10, 10)
+    );
+    refused(
+        &guest_route("log = \"loud\""),
+        4,
+        &["unknown log level", "\"debug\""],
+    );
+    refused(
+        &guest_route("log_rate = \"50\""),
+        4,
+        &["not a rate per second", "\"200/s\""],
+    );
+    refused(&guest_route("log_rate = \"0/s\""), 4, &["lines per second"]);
+    refused(&guest_route("log_bytes = \"lots/s\""), 4, &["\"256KiB/s\""]);
+    refused(&guest_route("log_burst = 0"), 4, &["log_burst"]);
+    refused(
+        &format!("{ECHO}log_rate = \"5/s\"\n"),
+        4,
+        &["log_rate only applies to guest routes"],
     );
 }

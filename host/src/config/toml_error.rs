@@ -38,6 +38,10 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "attachment_max",
     "env",
     "topics",
+    "log",
+    "log_rate",
+    "log_bytes",
+    "log_burst",
 ];
 
 /// Rewrites serde/toml's messages into ones that say what to write instead.

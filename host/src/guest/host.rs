@@ -1,7 +1,8 @@
 //! What a guest instance sees of the host: the per-Store state (WASI context
 //! with no files and no sockets, the route's environment only), the
 //! `weir:gateway/host` imports (log, attachment), the memory limiter, and
-//! guest stdout/stderr forwarded to `tracing` with the route as prefix.
+//! guest stdout/stderr gathered into lines; every line goes through the
+//! route's [`RouteLog`] (level, budget, escaping).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -16,18 +17,16 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::abi::bindings::weir::gateway::{host, types};
+use super::log::{RouteLog, MAX_LOG_LINE_BYTES};
 use super::ConnectionId;
-
-/// Longest log line kept from a guest; the rest is cut, so a guest cannot
-/// flood the gateway log with one call.
-const MAX_LOG_LINE_BYTES: usize = 4096;
+use crate::config::LogLevel;
 
 /// Everything one wasmtime Store carries.
 pub(crate) struct StoreState {
     wasi: WasiCtx,
     table: ResourceTable,
-    /// The route, for log lines.
-    route: Arc<str>,
+    /// The route's log limiter, for the `log` import.
+    log: Arc<RouteLog>,
     /// Memory cap of the route, enforced by [`wasmtime::ResourceLimiter`].
     memory_limit: usize,
     /// Set when the limiter refused growth, so the fault is reported as
@@ -39,7 +38,7 @@ pub(crate) struct StoreState {
 }
 
 impl StoreState {
-    pub(crate) fn new(route: Arc<str>, env: &[(String, String)], memory_limit: usize) -> Self {
+    pub(crate) fn new(log: Arc<RouteLog>, env: &[(String, String)], memory_limit: usize) -> Self {
         let mut b = WasiCtxBuilder::new();
         // No preopened directories and no network: a guest talks to the
         // world only through commands. Clocks and randomness stay available.
@@ -47,12 +46,12 @@ impl StoreState {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
-            .stdout(LogStream::new(route.clone(), "stdout"))
-            .stderr(LogStream::new(route.clone(), "stderr"));
+            .stdout(LogStream::new(log.clone(), "stdout"))
+            .stderr(LogStream::new(log.clone(), "stderr"));
         StoreState {
             wasi: b.build(),
             table: ResourceTable::new(),
-            route,
+            log,
             memory_limit,
             memory_refused: false,
             attachments: HashMap::new(),
@@ -103,15 +102,13 @@ impl types::Host for StoreState {}
 
 impl host::Host for StoreState {
     fn log(&mut self, level: host::Level, msg: String) {
-        let msg = truncate(&msg, MAX_LOG_LINE_BYTES);
-        let route = &*self.route;
-        match level {
-            host::Level::Error => tracing::error!(target: "weir::guest", route, "{msg}"),
-            host::Level::Warn => tracing::warn!(target: "weir::guest", route, "{msg}"),
-            host::Level::Info => tracing::info!(target: "weir::guest", route, "{msg}"),
-            host::Level::Debug => tracing::debug!(target: "weir::guest", route, "{msg}"),
-            host::Level::Trace => tracing::trace!(target: "weir::guest", route, "{msg}"),
-        }
+        let level = match level {
+            host::Level::Error => LogLevel::Error,
+            host::Level::Warn => LogLevel::Warn,
+            host::Level::Info => LogLevel::Info,
+            host::Level::Debug | host::Level::Trace => LogLevel::Debug,
+        };
+        self.log.write(level, "log", msg.as_bytes());
     }
 
     fn attachment(&mut self, conn: ConnectionId) -> Option<Vec<u8>> {
@@ -119,45 +116,32 @@ impl host::Host for StoreState {
     }
 }
 
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut cut = max;
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    &s[..cut]
-}
-
 /// Guest stdout or stderr: bytes are gathered into lines, and each line goes
-/// to `tracing` (info for stdout, warn for stderr) with the route.
+/// to the route's log (info for stdout, warn for stderr).
 #[derive(Clone)]
 struct LogStream {
-    route: Arc<str>,
+    log: Arc<RouteLog>,
     name: &'static str,
     /// The unfinished line; shared by every handle the guest opens.
     pending: Arc<Mutex<Vec<u8>>>,
 }
 
 impl LogStream {
-    fn new(route: Arc<str>, name: &'static str) -> Self {
+    fn new(log: Arc<RouteLog>, name: &'static str) -> Self {
         LogStream {
-            route,
+            log,
             name,
             pending: Arc::default(),
         }
     }
 
     fn emit(&self, line: &[u8]) {
-        let line = String::from_utf8_lossy(line);
-        let line = truncate(line.trim_end_matches('\r'), MAX_LOG_LINE_BYTES);
-        let route = &*self.route;
-        if self.name == "stderr" {
-            tracing::warn!(target: "weir::guest", route, stream = self.name, "{line}");
+        let level = if self.name == "stderr" {
+            LogLevel::Warn
         } else {
-            tracing::info!(target: "weir::guest", route, stream = self.name, "{line}");
-        }
+            LogLevel::Info
+        };
+        self.log.write(level, self.name, line);
     }
 
     fn write_bytes(&self, bytes: &[u8]) {

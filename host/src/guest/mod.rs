@@ -29,6 +29,7 @@ pub mod cache;
 pub mod engine;
 pub mod error;
 mod host;
+pub mod log;
 pub mod program;
 pub mod route;
 pub mod runner;

@@ -15,6 +15,7 @@ use super::abi::bindings::{GatewayHandler, GatewayHandlerPre};
 use super::engine::{GuestEngine, POOL_COMPONENT_INSTANCES, POOL_MAX_MEMORY_BYTES};
 use super::error::GuestError;
 use super::host::StoreState;
+use super::log::RouteLog;
 use crate::config::{Behaviour, Config, GuestConfig, Isolation};
 
 /// Smallest `memory` that makes sense: one wasm page.
@@ -26,6 +27,9 @@ pub struct Program {
     pub(crate) pre: GatewayHandlerPre<StoreState>,
     /// The route path, for logs.
     pub(crate) route: Arc<str>,
+    /// What the route's guests may write to the gateway log, shared by all
+    /// its instances.
+    pub(crate) log: Arc<RouteLog>,
     pub(crate) cfg: GuestConfig,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) deadline_ticks: u64,
@@ -77,6 +81,7 @@ impl Program {
             engine: engine.clone(),
             pre,
             route: route.as_str().into(),
+            log: Arc::new(RouteLog::new(route.as_str().into(), cfg.log)),
             cfg: cfg.clone(),
             env: cfg
                 .env
@@ -109,6 +114,11 @@ impl Program {
         &self.route
     }
 
+    /// The route's guest log: its limiter and dropped-line counts.
+    pub fn log(&self) -> &Arc<RouteLog> {
+        &self.log
+    }
+
     pub fn config(&self) -> &GuestConfig {
         &self.cfg
     }
@@ -120,7 +130,7 @@ impl Program {
 
     /// A fresh Store with the route's environment, limits and deadline.
     pub(crate) fn new_store(&self) -> Store<StoreState> {
-        let state = StoreState::new(self.route.clone(), &self.env, self.cfg.memory);
+        let state = StoreState::new(self.log.clone(), &self.env, self.cfg.memory);
         let mut store = Store::new(&self.engine.engine, state);
         store.limiter(|s| s);
         store.epoch_deadline_trap();

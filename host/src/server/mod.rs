@@ -170,6 +170,17 @@ impl Shared {
             receive_buffer_bytes_pooled: self.pools.iter().map(|p| p.pooled_bytes()).sum(),
             draining: self.draining.load(Ordering::Relaxed),
             heap: crate::metrics::Heap::read(),
+            log_lines_lost: crate::logging::lost_lines(),
+            guest_log_dropped: self
+                .routes
+                .guest_logs
+                .iter()
+                .map(|log| crate::metrics::GuestLogDropped {
+                    route: log.route().to_string(),
+                    lines: log.dropped_lines(),
+                    bytes: log.dropped_bytes(),
+                })
+                .collect(),
         }
     }
 }

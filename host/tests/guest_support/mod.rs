@@ -48,6 +48,7 @@ pub fn config(name: &str) -> GuestConfig {
         recycle_after: 10_000,
         attachment_max: 16 << 10,
         env: BTreeMap::new(),
+        log: Default::default(),
     }
 }
 
