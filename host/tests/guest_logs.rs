@@ -7,86 +7,32 @@
 mod common;
 mod guest_support;
 
-use common::{client, next, STEP};
+use common::{client, next, WeirProcess, STEP};
 use futures_util::SinkExt;
 use std::io::{BufRead, BufReader, Read};
-use std::net::SocketAddr;
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::{ChildStderr, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
 /// A `weir serve` child with native /echo and the `faulty` fixture on
 /// /loud, whose route keys are `loud_keys`; stderr is piped to the test.
-struct Weir {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Weir {
-    async fn start(workers: usize, loud_keys: &str) -> (Weir, ChildStderr) {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir =
-            std::env::temp_dir().join(format!("weir-logs-test-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("routes.toml");
-        let wasm = guest_support::wasm("faulty");
-        std::fs::write(
-            &file,
-            format!(
-                "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = {workers}\n\n\
-                 [[route]]\npath = \"/echo\"\nnative = \"echo\"\n\n\
-                 [[route]]\npath = \"/loud\"\nguest = \"{}\"\ntimeout = \"2s\"\n{loud_keys}\n",
-                wasm.display()
-            ),
-        )
-        .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .arg("serve")
-            .arg(&file)
-            .env("RUST_LOG", "info")
-            .env("WEIR_CACHE_DIR", dir.join("cache"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let weir = Weir {
-            child,
-            addr: format!("127.0.0.1:{port}").parse().unwrap(),
-        };
-        (weir, stderr)
-    }
-
-    /// Waits until the gateway accepts connections.
-    async fn ready(&mut self) {
-        let deadline = Instant::now() + STEP;
-        while TcpStream::connect(self.addr).await.is_err() {
-            assert!(Instant::now() < deadline, "weir serve did not listen");
-            assert!(
-                self.child.try_wait().unwrap().is_none(),
-                "weir serve exited"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("ws://{}{}", self.addr, path)
-    }
-}
-
-impl Drop for Weir {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+async fn start(workers: usize, loud_keys: &str) -> (WeirProcess, ChildStderr) {
+    let routes = format!(
+        "[[route]]\npath = \"/echo\"\nnative = \"echo\"\n\n\
+         [[route]]\npath = \"/loud\"\nguest = \"{}\"\ntimeout = \"2s\"\n{loud_keys}\n",
+        guest_support::wasm("faulty").display()
+    );
+    let mut weir = WeirProcess::start(
+        &format!("workers = {workers}"),
+        &routes,
+        "info",
+        Stdio::piped(),
+    )
+    .await;
+    let stderr = weir.child.stderr.take().unwrap();
+    (weir, stderr)
 }
 
 /// Collects stderr lines on a thread of its own.
@@ -117,13 +63,12 @@ async fn echo_once(ws: &mut common::Ws, i: usize) -> Duration {
 async fn a_flooding_guest_is_held_to_its_log_budget() {
     const BURST: usize = 50;
     const RATE: usize = 100;
-    let (mut weir, stderr) = Weir::start(
+    let (weir, stderr) = start(
         2,
         &format!("log_rate = \"{RATE}/s\"\nlog_burst = {BURST}\nlog_bytes = \"1MiB/s\""),
     )
     .await;
     let lines = collect(stderr);
-    weir.ready().await;
     let started = Instant::now();
     let mut echo = client(&weir.url("/echo")).await;
     let mut loud = client(&weir.url("/loud")).await;
@@ -176,9 +121,8 @@ async fn a_flooding_guest_is_held_to_its_log_budget() {
 /// route field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guest_text_cannot_forge_log_structure() {
-    let (mut weir, stderr) = Weir::start(1, "").await;
+    let (weir, stderr) = start(1, "").await;
     let lines = collect(stderr);
-    weir.ready().await;
     let mut loud = client(&weir.url("/loud")).await;
     let forged = "hello\nroute=/admin \u{1b}[31mred \"quoted\"";
     loud.send(Message::text(format!("say {forged}")))
@@ -219,12 +163,11 @@ async fn guest_text_cannot_forge_log_structure() {
 /// and says so in the log once the pipe is read again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stderr_nobody_reads_never_stalls_a_worker() {
-    let (mut weir, mut stderr) = Weir::start(
+    let (weir, mut stderr) = start(
         1,
         "log_rate = \"1000000/s\"\nlog_burst = 1000000\nlog_bytes = \"1000000KiB/s\"",
     )
     .await;
-    weir.ready().await;
     let mut echo = client(&weir.url("/echo")).await;
     let mut loud = client(&weir.url("/loud")).await;
     let kilobyte = "k".repeat(1000);

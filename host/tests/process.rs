@@ -6,60 +6,27 @@ mod common;
 
 use common::*;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
 
-/// A `weir serve` child on a free loopback port.
-struct Weir {
-    child: Child,
-    addr: SocketAddr,
-}
+type Weir = WeirProcess;
 
-impl Weir {
-    async fn start(server_keys: &str) -> Weir {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir =
-            std::env::temp_dir().join(format!("weir-process-test-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("routes.toml");
-        std::fs::write(
-            &file,
-            format!(
-                "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 2\n{server_keys}\n\
-                 [[route]]\npath = \"/echo\"\nnative = \"echo\"\n\n\
-                 [[route]]\npath = \"/relay\"\nnative = \"relay\"\n"
-            ),
+/// The routes every test here serves.
+const ROUTES: &str = "[[route]]\npath = \"/echo\"\nnative = \"echo\"\n\n\
+                      [[route]]\npath = \"/relay\"\nnative = \"relay\"\n";
+
+impl WeirProcess {
+    async fn with(server_keys: &str) -> Weir {
+        Weir::start(
+            &format!("workers = 2\n{server_keys}"),
+            ROUTES,
+            "warn",
+            Stdio::inherit(),
         )
-        .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .arg("serve")
-            .arg(&file)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut weir = Weir {
-            child,
-            addr: format!("127.0.0.1:{port}").parse().unwrap(),
-        };
-        let deadline = Instant::now() + STEP;
-        while TcpStream::connect(weir.addr).await.is_err() {
-            assert!(Instant::now() < deadline, "weir serve did not listen");
-            assert!(
-                weir.child.try_wait().unwrap().is_none(),
-                "weir serve exited"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        weir
+        .await
     }
 
     fn open_fds(&self) -> usize {
@@ -90,15 +57,6 @@ impl Weir {
     }
 }
 
-impl Drop for Weir {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// One HTTP request on a new connection; the status and the body.
 async fn http(addr: SocketAddr, head: &str) -> (u16, String) {
     let mut s = timeout(STEP, TcpStream::connect(addr))
@@ -124,7 +82,7 @@ const UPGRADE: &str = "GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nCo
 /// connection is gone — well before the drain timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_connections_then_exits_0() {
-    let mut weir = Weir::start("drain_timeout = \"20s\"").await;
+    let mut weir = Weir::with("drain_timeout = \"20s\"").await;
     let mut polite = Vec::new();
     for _ in 0..4 {
         polite.push(Raw::connect(weir.addr, "/echo").await);
@@ -185,7 +143,7 @@ async fn sigterm_drains_connections_then_exits_0() {
 /// be written) holds the exit only until `drain_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_timeout_bounds_the_wait_for_stuck_clients() {
-    let mut weir = Weir::start("drain_timeout = \"1s\"").await;
+    let mut weir = Weir::with("drain_timeout = \"1s\"").await;
     let stuck = Raw::connect(weir.addr, "/echo").await;
     // Fill both directions so the gateway's write to it blocks.
     let mut wr = second_handle(&stuck.stream);
@@ -211,7 +169,7 @@ async fn drain_timeout_bounds_the_wait_for_stuck_clients() {
 /// descriptors, connections and held buffers return to their resting counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abrupt_disconnects_leak_no_descriptor_task_or_buffer() {
-    let weir = Weir::start("").await;
+    let weir = Weir::with("").await;
     let addr = weir.addr;
     // Let the workers settle (lazily opened descriptors), then count.
     await_metric(addr, "weir_tcp_connections", 1).await;

@@ -4,6 +4,7 @@
 
 use futures_util::StreamExt;
 use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -260,4 +261,76 @@ pub fn second_handle(stream: &TcpStream) -> TcpStream {
     let std = std::net::TcpStream::from(fd);
     std.set_nonblocking(true).unwrap();
     TcpStream::from_std(std).unwrap()
+}
+
+/// A real `weir serve` child process on a free loopback port, with the
+/// routes file written by the test; killed when dropped if still running.
+pub struct WeirProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+}
+
+impl WeirProcess {
+    /// Serves `[server]` with `server_keys` (after `listen`), then `routes`
+    /// (`[[route]]` tables), with `RUST_LOG=rust_log` and stderr to `stderr`;
+    /// returns once it accepts connections.
+    pub async fn start(
+        server_keys: &str,
+        routes: &str,
+        rust_log: &str,
+        stderr: Stdio,
+    ) -> WeirProcess {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("weir-process-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("routes.toml");
+        std::fs::write(
+            &file,
+            format!("[server]\nlisten = \"127.0.0.1:{port}\"\n{server_keys}\n\n{routes}\n"),
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("serve")
+            .arg(&file)
+            .env("RUST_LOG", rust_log)
+            .env("WEIR_CACHE_DIR", dir.join("cache"))
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let mut weir = WeirProcess {
+            child,
+            addr: format!("127.0.0.1:{port}").parse().unwrap(),
+        };
+        let deadline = tokio::time::Instant::now() + STEP;
+        while TcpStream::connect(weir.addr).await.is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "weir serve did not listen"
+            );
+            assert!(
+                weir.child.try_wait().unwrap().is_none(),
+                "weir serve exited"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        weir
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("ws://{}{}", self.addr, path)
+    }
+}
+
+impl Drop for WeirProcess {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
