@@ -27,16 +27,21 @@ pub struct Snapshot {
     pub heap: Option<Heap>,
     /// Gateway log lines dropped because stderr was not keeping up.
     pub log_lines_lost: u64,
-    /// Per guest route: its guests' log lines and bytes dropped over budget.
-    pub guest_log_dropped: Vec<GuestLogDropped>,
+    /// Per guest route figures.
+    pub guest_routes: Vec<GuestRouteStats>,
 }
 
-/// One guest route's dropped log output.
+/// One guest route's counters.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct GuestLogDropped {
+pub struct GuestRouteStats {
     pub route: String,
-    pub lines: u64,
-    pub bytes: u64,
+    /// Guest log lines and bytes dropped over the route's budget.
+    pub log_dropped_lines: u64,
+    pub log_dropped_bytes: u64,
+    /// Batches that ran into the route's deadline.
+    pub deadline_trips: u64,
+    /// Upgrades refused (429) to addresses that kept tripping it.
+    pub backoff_refused: u64,
 }
 
 /// What the C allocator (glibc malloc, which weir uses) holds: bytes handed
@@ -159,23 +164,35 @@ impl Snapshot {
             "Gateway log lines dropped because stderr was not taking them fast enough.",
             self.log_lines_lost,
         );
-        for (name, help, value) in [
+        type Figure = fn(&GuestRouteStats) -> u64;
+        let per_route: [(&str, &str, Figure); 4] = [
             (
                 "weir_guest_log_dropped_lines_total",
                 "Guest log lines dropped for being over the route's log_rate or log_bytes.",
-                (|d: &GuestLogDropped| d.lines) as fn(&GuestLogDropped) -> u64,
+                |d| d.log_dropped_lines,
             ),
             (
                 "weir_guest_log_dropped_bytes_total",
                 "Bytes of guest log lines dropped over the route's budget.",
-                |d: &GuestLogDropped| d.bytes,
+                |d| d.log_dropped_bytes,
             ),
-        ] {
-            if self.guest_log_dropped.is_empty() {
+            (
+                "weir_guest_deadline_trips_total",
+                "Guest batches that ran into the route's timeout (their connections closed 1011).",
+                |d| d.deadline_trips,
+            ),
+            (
+                "weir_guest_backoff_refused_total",
+                "Upgrades refused with 429 to client addresses that kept tripping the route's timeout.",
+                |d| d.backoff_refused,
+            ),
+        ];
+        for (name, help, value) in per_route {
+            if self.guest_routes.is_empty() {
                 break;
             }
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for d in &self.guest_log_dropped {
+            for d in &self.guest_routes {
                 let route = d.route.replace('\\', "\\\\").replace('"', "\\\"");
                 let _ = writeln!(out, "{name}{{route=\"{route}\"}} {}", value(d));
             }
@@ -213,10 +230,12 @@ mod tests {
                 free_retained: 13,
             }),
             log_lines_lost: 14,
-            guest_log_dropped: vec![GuestLogDropped {
+            guest_routes: vec![GuestRouteStats {
                 route: "/say \"hi\"".into(),
-                lines: 15,
-                bytes: 16,
+                log_dropped_lines: 15,
+                log_dropped_bytes: 16,
+                deadline_trips: 17,
+                backoff_refused: 18,
             }],
         };
         let body = snap.render();
@@ -241,6 +260,14 @@ mod tests {
             (
                 r#"weir_guest_log_dropped_bytes_total{route="/say \"hi\""}"#,
                 16,
+            ),
+            (
+                r#"weir_guest_deadline_trips_total{route="/say \"hi\""}"#,
+                17,
+            ),
+            (
+                r#"weir_guest_backoff_refused_total{route="/say \"hi\""}"#,
+                18,
             ),
         ];
         for (name, value) in expect {

@@ -10,6 +10,7 @@
 
 use crate::reactor::outbound::Outbound;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -41,6 +42,8 @@ struct Entry {
     /// Index of the connection's route: a guest may reach only its own.
     route: usize,
     outbound: Arc<Outbound>,
+    /// The client's address (for a guest route's back-off).
+    ip: IpAddr,
     /// Topics the connection subscribed to, unsubscribed when it ends.
     topics: Vec<Box<str>>,
 }
@@ -77,7 +80,7 @@ impl Registry {
     }
 
     /// A connection opened on `route`.
-    pub fn insert(&self, id: ConnId, route: usize, outbound: Arc<Outbound>) {
+    pub fn insert(&self, id: ConnId, route: usize, outbound: Arc<Outbound>, ip: IpAddr) {
         let mut shard = self.shard(id);
         // Checked under the lock: a connection opening while shutdown
         // begins is either drained here or by `close_all`.
@@ -87,6 +90,7 @@ impl Registry {
         let entry = Entry {
             route,
             outbound,
+            ip,
             topics: Vec::new(),
         };
         shard.insert(id, entry);
@@ -113,6 +117,11 @@ impl Registry {
         let shard = self.shard(id);
         let entry = shard.get(&id).filter(|e| e.route == route)?;
         Some(entry.outbound.clone())
+    }
+
+    /// The client address of connection `id`, while it is open.
+    pub fn peer_ip(&self, id: ConnId) -> Option<IpAddr> {
+        self.shard(id).get(&id).map(|e| e.ip)
     }
 
     /// Records a subscription of connection `id` (of `route`); returns its
@@ -169,6 +178,8 @@ impl Registry {
 mod tests {
     use super::*;
 
+    const LOCAL: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
     #[test]
     fn ids_carry_their_worker() {
         let id = conn_id(3, 17);
@@ -183,7 +194,8 @@ mod tests {
     fn lookups_are_limited_to_the_route() {
         let reg = Registry::new(2);
         let id = conn_id(1, 1);
-        reg.insert(id, 0, Arc::new(Outbound::new(1024)));
+        reg.insert(id, 0, Arc::new(Outbound::new(1024)), LOCAL);
+        assert_eq!(reg.peer_ip(id), Some(LOCAL));
         assert!(reg.outbound(id, 0).is_some());
         assert!(reg.outbound(id, 1).is_none());
         assert!(reg.subscribe(id, 1, "lobby").is_none());
@@ -199,10 +211,10 @@ mod tests {
     fn close_all_drains_open_and_later_connections() {
         let reg = Registry::new(1);
         let early = Arc::new(Outbound::new(1024));
-        reg.insert(conn_id(0, 1), 0, early.clone());
+        reg.insert(conn_id(0, 1), 0, early.clone(), LOCAL);
         reg.close_all();
         let late = Arc::new(Outbound::new(1024));
-        reg.insert(conn_id(0, 2), 0, late.clone());
+        reg.insert(conn_id(0, 2), 0, late.clone(), LOCAL);
         for out in [early, late] {
             assert!(matches!(
                 out.try_recv(),

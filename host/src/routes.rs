@@ -6,7 +6,6 @@
 //! own unless routes name a shared one (`topics = "name"`).
 
 use crate::config::{Behaviour, Config, Limits};
-use crate::guest::log::RouteLog;
 use crate::guest::{GuestEngine, GuestRoute, Program, Scheduler};
 use crate::pubsub::Topics;
 use crate::reactor::behaviour::{LocalFuture, Start};
@@ -70,6 +69,8 @@ impl Accepted {
 pub struct Refusal {
     pub status: StatusCode,
     pub body: &'static str,
+    /// Seconds for a Retry-After header (429, 503).
+    pub retry_after: Option<u64>,
 }
 
 /// A route as the workers run it.
@@ -82,8 +83,8 @@ pub struct Route {
 pub struct Routes {
     pub router: matchit::Router<usize>,
     pub routes: Vec<Route>,
-    /// Every guest route's log limiter, for `/metrics`.
-    pub guest_logs: Vec<Arc<RouteLog>>,
+    /// Every guest route, for `/metrics`.
+    pub guest_routes: Vec<Arc<GuestRoute>>,
 }
 
 impl Routes {
@@ -92,7 +93,7 @@ impl Routes {
         let mut router = matchit::Router::new();
         let mut routes = Vec::new();
         let mut shared_topics: HashMap<&str, Arc<Topics>> = HashMap::new();
-        let mut guest_logs = Vec::new();
+        let mut guest_routes = Vec::new();
         let has_guests = config
             .routes
             .iter()
@@ -123,8 +124,9 @@ impl Routes {
                         .as_ref()
                         .expect("engine exists when a route is a guest");
                     let program = Program::load(engine, &route.path, guest)?;
-                    guest_logs.push(program.log().clone());
-                    Arc::new(GuestRoute::new(index, program, topics, registry.clone()))
+                    let guest = Arc::new(GuestRoute::new(index, program, topics, registry.clone()));
+                    guest_routes.push(guest.clone());
+                    Arc::new(guest)
                 }
             };
             routes.push(Route {
@@ -136,7 +138,7 @@ impl Routes {
         Ok(Routes {
             router,
             routes,
-            guest_logs,
+            guest_routes,
         })
     }
 }

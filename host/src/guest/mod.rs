@@ -33,13 +33,16 @@ pub mod log;
 pub mod program;
 pub mod route;
 pub mod runner;
+pub mod slot;
+mod thread;
 
 pub use abi::{Batch, Command, Commands, UpgradeRequest, UpgradeResponse};
 pub use engine::GuestEngine;
 pub use error::{Fault, GuestError};
 pub use program::{check_routes, Program};
-pub use route::{GuestRoute, Scheduler};
+pub use route::GuestRoute;
 pub use runner::Runner;
+pub use slot::Scheduler;
 
 /// Identifies one WebSocket connection; unique per process, never 0 (0 marks
 /// "no connection" in a publish's exclusion field).

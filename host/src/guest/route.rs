@@ -1,44 +1,59 @@
-//! Guest routes as a worker runs them: connections queue their events
-//! (open, message, close) into the route's batch on this worker; the
-//! worker's [`Scheduler`] hands each batch to the guest in one call and
-//! applies the commands it returns, in order, to connections of the route
-//! on any worker (found through the [`Registry`]).
-//!
-//! Guest calls run on the worker thread but outside its tokio runtime (the
-//! worker leaves `block_on` to run them, see [`Scheduler`]): wasmtime-wasi's
-//! synchronous WASI bindings block on a runtime of their own for stdio,
-//! which panics when called from inside another runtime.
+//! A guest route's state shared by all workers: its program, its topic
+//! namespace, how its guests' commands are applied to connections of the
+//! route on any worker (found through the [`Registry`]), and the back-off
+//! for client addresses whose messages keep tripping the deadline. The
+//! worker side (batches, connections) is `slot`; calls run on each
+//! worker's guest thread (`thread`).
 
-use super::{Batch, Command, Commands, Fault, Program, Runner, UpgradeRequest, UpgradeResponse};
+use super::slot::GuestSlot;
+use super::{Batch, Command, Commands, Fault, Program, Runner};
 use crate::pubsub::Topics;
-use crate::reactor::behaviour::{Behaviour, LocalFuture, Stop};
-use crate::reactor::buffer::Output;
-use crate::reactor::decode::DataPiece;
 use crate::reactor::outbound::Outbound;
 use crate::registry::Registry;
-use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
-use crate::ws::close;
+use crate::routes::{RouteKind, WorkerRoute, WorkerSetup};
 use crate::ws::encode::{self, message_opcode};
-use crate::ws::frame::OpCode;
 use bytes::Bytes;
-use http::StatusCode;
-use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::rc::{Rc, Weak};
-use std::sync::Arc;
-use tokio::sync::{oneshot, Notify};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tracing::warn;
+
+/// Deadline trips by one client address, within [`TRIP_WINDOW`], after which
+/// it is refused new upgrades on the route.
+pub const TRIPS_BEFORE_BACKOFF: u32 = 3;
+/// Trips older than this are forgotten.
+pub const TRIP_WINDOW: Duration = Duration::from_secs(60);
+/// How long a repeat offender is refused (429 with Retry-After).
+pub const BACKOFF: Duration = Duration::from_secs(30);
+/// Addresses tracked per route at most: an attacker with many addresses
+/// cannot grow the map without bound (past it, new addresses go untracked).
+const OFFENDERS_MAX: usize = 10_000;
 
 /// A guest route's state shared by all workers.
 pub struct GuestRoute {
     /// The route's index: the registry lets its guest reach only its own
     /// connections.
-    index: usize,
-    program: Arc<Program>,
+    pub(crate) index: usize,
+    pub(crate) program: Arc<Program>,
     /// The route's topic namespace (its own unless the routes file names a
     /// shared one).
-    topics: Arc<Topics>,
-    registry: Arc<Registry>,
+    pub(crate) topics: Arc<Topics>,
+    pub(crate) registry: Arc<Registry>,
+    offenders: Mutex<HashMap<IpAddr, Offender>>,
+    /// Batches that ran into the deadline.
+    deadline_trips: AtomicU64,
+    /// Upgrades refused to addresses in back-off.
+    backoff_refused: AtomicU64,
+}
+
+/// One client address's recent deadline trips.
+struct Offender {
+    trips: u32,
+    first: Instant,
+    refused_until: Option<Instant>,
 }
 
 impl GuestRoute {
@@ -53,195 +68,100 @@ impl GuestRoute {
             program,
             topics,
             registry,
+            offenders: Mutex::default(),
+            deadline_trips: AtomicU64::new(0),
+            backoff_refused: AtomicU64::new(0),
         }
     }
-}
 
-impl RouteKind for GuestRoute {
-    fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute> {
-        let route = Arc::new(GuestRoute {
-            index: self.index,
-            program: self.program.clone(),
-            topics: self.topics.clone(),
-            registry: self.registry.clone(),
-        });
-        let slot = GuestSlot::new(route, worker.guests.work.clone());
-        worker.guests.slots.borrow_mut().push(slot.clone());
-        slot
-    }
-}
-
-/// The guests of one worker: the signal that work is pending and every
-/// route's slot. The worker's loop waits on [`Scheduler::wait`] inside its
-/// runtime, then calls [`Scheduler::run_pending`] outside it.
-#[derive(Default)]
-pub struct Scheduler {
-    work: Rc<Notify>,
-    slots: RefCell<Vec<Rc<GuestSlot>>>,
-}
-
-impl Scheduler {
-    /// Resolves when guest work is pending, after the other ready tasks
-    /// had a turn to add their events to the batch.
-    pub async fn wait(&self) {
-        self.work.notified().await;
-        tokio::task::yield_now().await;
+    pub fn program(&self) -> &Arc<Program> {
+        &self.program
     }
 
-    /// Asks for a turn (e.g. at shutdown, so batches already read run
-    /// before the 1001s are queued).
-    pub fn wake(&self) {
-        self.work.notify_one();
+    /// Batches that ran into the deadline so far.
+    pub fn deadline_trips(&self) -> u64 {
+        self.deadline_trips.load(Ordering::Relaxed)
     }
 
-    /// Runs every slot's pending upgrade hooks and batches.
-    pub fn run_pending(&self) {
-        for slot in self.slots.borrow().iter() {
-            slot.run_pending();
-        }
-    }
-}
-
-/// An upgrade request waiting for the guest's hook, and where the answer goes.
-type PendingUpgrade = (
-    UpgradeRequest,
-    oneshot::Sender<Result<UpgradeResponse, Fault>>,
-);
-
-/// One guest route on one worker: its instance, its pending batch and the
-/// connections it serves here.
-pub struct GuestSlot {
-    route: Arc<GuestRoute>,
-    runner: RefCell<Runner>,
-    /// Pending batches, oldest first: a new one starts when the newest would
-    /// pass `batch_max_bytes`, so one call never carries more than the
-    /// guest's memory can take.
-    batches: RefCell<VecDeque<Batch>>,
-    batch_max_bytes: usize,
-    /// Connections whose close event is pending.
-    closed: RefCell<Vec<u64>>,
-    /// Upgrade requests waiting for the guest's `upgrade` hook.
-    upgrades: RefCell<Vec<PendingUpgrade>>,
-    /// The worker's signal that guest work is pending (shared by its slots).
-    work: Rc<Notify>,
-    /// Emptied batches kept for reuse (their buffers keep their capacity).
-    spare: RefCell<Vec<Batch>>,
-    /// The slot itself, for the connections it accepts.
-    me: Weak<GuestSlot>,
-}
-
-/// Share of a guest's memory one batch may fill: the guest holds the batch,
-/// its own answer (an echo doubles it) and its heap at once.
-const BATCH_SHARE_OF_MEMORY: usize = 4;
-/// Bounds on a batch's payload bytes, whatever the memory limit.
-const BATCH_MIN_BYTES: usize = 64 * 1024;
-const BATCH_MAX_BYTES: usize = 16 << 20;
-
-impl GuestSlot {
-    /// Creates the slot; `work` is signalled whenever it has work queued.
-    fn new(route: Arc<GuestRoute>, work: Rc<Notify>) -> Rc<GuestSlot> {
-        Rc::new_cyclic(|me| GuestSlot {
-            me: me.clone(),
-            runner: RefCell::new(Runner::new(route.program.clone())),
-            batches: RefCell::new(VecDeque::from([Batch::new()])),
-            batch_max_bytes: (route.program.config().memory / BATCH_SHARE_OF_MEMORY)
-                .clamp(BATCH_MIN_BYTES, BATCH_MAX_BYTES),
-            closed: RefCell::default(),
-            upgrades: RefCell::default(),
-            work,
-            spare: RefCell::default(),
-            route,
-        })
+    /// Upgrades refused to addresses in back-off so far.
+    pub fn backoff_refused(&self) -> u64 {
+        self.backoff_refused.load(Ordering::Relaxed)
     }
 
-    /// The batch to add `bytes` more payload bytes to.
-    fn batch_for(&self, bytes: usize) -> std::cell::RefMut<'_, Batch> {
-        let mut batches = self.batches.borrow_mut();
-        let full = batches
-            .back()
-            .is_none_or(|b| !b.is_empty() && b.data_len() + bytes > self.batch_max_bytes);
-        if full {
-            let fresh = self.spare.borrow_mut().pop().unwrap_or_default();
-            batches.push_back(fresh);
-        }
-        std::cell::RefMut::map(batches, |b| b.back_mut().expect("a batch exists"))
+    /// How long `ip` is still refused new upgrades, if it is (and counts the
+    /// refusal).
+    pub(crate) fn backoff_left(&self, ip: IpAddr) -> Option<Duration> {
+        let offenders = self.offenders.lock().expect("offenders lock");
+        let until = offenders.get(&ip)?.refused_until?;
+        let left = until.checked_duration_since(Instant::now())?;
+        self.backoff_refused.fetch_add(1, Ordering::Relaxed);
+        Some(left)
     }
 
-    /// The guest's `upgrade` hook, answered before the 101.
-    async fn run_upgrade_hook(&self, req: UpgradeRequest) -> Result<UpgradeResponse, Fault> {
-        let (tx, rx) = oneshot::channel();
-        self.upgrades.borrow_mut().push((req, tx));
-        self.work.notify_one();
-        rx.await.unwrap_or(Err(Fault::Trap(
-            "worker stopped before the upgrade ran".into(),
-        )))
-    }
-
-    fn open(&self, conn: u64, target: &str) {
-        self.batch_for(target.len()).push_open(conn, target);
-        self.work.notify_one();
-    }
-
-    fn message(&self, conn: u64, text: bool, payload: &[u8]) {
-        self.batch_for(payload.len())
-            .push_message(conn, text, payload);
-    }
-
-    /// Events were queued: the worker runs the guest once the other ready
-    /// connections had their turn.
-    fn wake(&self) {
-        self.work.notify_one();
-    }
-
-    fn close(&self, conn: u64, code: u16, reason: &str) {
-        let route = &self.route;
-        for topic in route.registry.take_topics(conn) {
-            route.topics.unsubscribe(&topic, conn);
-        }
-        self.batch_for(reason.len()).push_close(conn, code, reason);
-        self.closed.borrow_mut().push(conn);
-        self.work.notify_one();
-    }
-
-    /// Runs queued upgrade hooks, then each pending batch in one call.
-    /// Called by the worker outside its runtime (see the module head).
-    pub fn run_pending(&self) {
-        let upgrades = std::mem::take(&mut *self.upgrades.borrow_mut());
-        for (req, reply) in upgrades {
-            let _ = reply.send(self.runner.borrow_mut().upgrade(&req));
-        }
-        loop {
-            let next = self.batches.borrow_mut().pop_front();
-            let Some(mut batch) = next else { break };
-            if !batch.is_empty() {
-                self.run_batch(&batch);
+    /// A batch carrying a message from `ip` ran into the deadline.
+    fn record_trip(&self, ip: IpAddr) {
+        let now = Instant::now();
+        let mut offenders = self.offenders.lock().expect("offenders lock");
+        if offenders.len() >= OFFENDERS_MAX && !offenders.contains_key(&ip) {
+            offenders.retain(|_, o| {
+                o.first + TRIP_WINDOW > now || o.refused_until.is_some_and(|u| u > now)
+            });
+            if offenders.len() >= OFFENDERS_MAX {
+                return;
             }
-            batch.clear();
-            self.spare.borrow_mut().push(batch);
         }
-        let closed = std::mem::take(&mut *self.closed.borrow_mut());
-        let mut runner = self.runner.borrow_mut();
-        for conn in closed {
-            runner.forget(conn);
+        let o = offenders.entry(ip).or_insert(Offender {
+            trips: 0,
+            first: now,
+            refused_until: None,
+        });
+        if now.duration_since(o.first) > TRIP_WINDOW {
+            *o = Offender {
+                trips: 0,
+                first: now,
+                refused_until: None,
+            };
+        }
+        o.trips += 1;
+        if o.trips >= TRIPS_BEFORE_BACKOFF {
+            warn!(route = self.program.route(), %ip, ?BACKOFF, "client keeps tripping the guest deadline; refusing its upgrades");
+            *o = Offender {
+                trips: 0,
+                first: now,
+                refused_until: Some(now + BACKOFF),
+            };
         }
     }
 
-    /// One guest call, and what follows from its answer.
-    fn run_batch(&self, batch: &Batch) {
-        let result = self.runner.borrow_mut().handle(batch);
-        match result {
+    /// One guest call, and what follows from its answer. Runs on the
+    /// worker's guest thread.
+    pub(crate) fn run_batch(&self, runner: &mut Runner, batch: &Batch) {
+        match runner.handle(batch) {
             Ok(commands) => self.apply(&commands),
             Err(fault) => {
                 // The instance is gone; the connections whose events it was
                 // handling cannot know what was processed: close them.
-                warn!(route = self.route.program.route(), cause = %fault, "guest failed a batch");
+                warn!(route = self.program.route(), cause = %fault, "guest failed a batch");
                 let mut affected: Vec<u64> = batch.connections().collect();
                 affected.sort_unstable();
                 affected.dedup();
+                let deadline = matches!(fault, Fault::Deadline(_));
+                if deadline {
+                    self.deadline_trips.fetch_add(1, Ordering::Relaxed);
+                }
+                let mut ips = Vec::new();
                 for conn in affected {
                     if let Some(out) = self.lookup(conn) {
                         out.close(fault.close_code(), "guest handler failed");
                     }
+                    if deadline {
+                        ips.extend(self.registry.peer_ip(conn));
+                    }
+                }
+                ips.sort_unstable();
+                ips.dedup();
+                for ip in ips {
+                    self.record_trip(ip);
                 }
             }
         }
@@ -249,7 +169,7 @@ impl GuestSlot {
 
     /// The queue of `conn` if it is open on this route.
     fn lookup(&self, conn: u64) -> Option<Arc<Outbound>> {
-        self.route.registry.outbound(conn, self.route.index)
+        self.registry.outbound(conn, self.index)
     }
 
     /// Applies a guest's commands in order. Consecutive sends to one
@@ -296,20 +216,18 @@ impl GuestSlot {
                     exclude,
                 } => {
                     let frame = Bytes::from(encode::frame(message_opcode(text), payload));
-                    self.route.topics.publish(topic, &frame, exclude);
+                    self.topics.publish(topic, &frame, exclude);
                 }
                 Command::Subscribe { conn, topic } => {
-                    let route = &self.route;
-                    if let Some(out) = route.registry.subscribe(conn, route.index, topic) {
-                        route.topics.subscribe(topic, conn, out);
+                    if let Some(out) = self.registry.subscribe(conn, self.index, topic) {
+                        self.topics.subscribe(topic, conn, out);
                     }
                 }
                 // Applied by the runner before the commands reach here.
                 Command::SetAttachment { .. } => {}
                 Command::Unsubscribe { conn, topic } => {
-                    let route = &self.route;
-                    if route.registry.unsubscribe(conn, route.index, topic) {
-                        route.topics.unsubscribe(topic, conn);
+                    if self.registry.unsubscribe(conn, self.index, topic) {
+                        self.topics.unsubscribe(topic, conn);
                     }
                 }
             }
@@ -318,139 +236,10 @@ impl GuestSlot {
     }
 }
 
-impl WorkerRoute for GuestSlot {
-    /// Runs the guest's `upgrade` hook (accept, pick a subprotocol, or
-    /// refuse with a status).
-    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> LocalFuture<'a, Result<Accepted, Refusal>> {
-        let req = UpgradeRequest {
-            path: up.uri.path().to_string(),
-            query: up.uri.query().unwrap_or("").to_string(),
-            headers: up
-                .headers
-                .iter()
-                .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
-                .collect(),
-            remote_addr: up.peer.to_string(),
-        };
-        let target = up
-            .uri
-            .path_and_query()
-            .map_or_else(|| up.uri.path().to_string(), |pq| pq.as_str().to_string());
-        Box::pin(async move {
-            let protocol = match self.run_upgrade_hook(req).await {
-                Ok(UpgradeResponse::Accept(chosen)) => chosen,
-                Ok(UpgradeResponse::Reject(status)) => {
-                    return Err(Refusal {
-                        status: StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN),
-                        body: "upgrade refused by the route's handler\n",
-                    })
-                }
-                Err(fault) => {
-                    warn!(route = self.route.program.route(), cause = %fault, "guest upgrade hook failed");
-                    return Err(Refusal {
-                        status: StatusCode::INTERNAL_SERVER_ERROR,
-                        body: "the route's handler failed\n",
-                    });
-                }
-            };
-            let conn = GuestConn {
-                slot: self.me.upgrade().expect("the worker holds its slots"),
-                target,
-                message: Vec::new(),
-                queued: false,
-                id: 0,
-                peer_close: None,
-            };
-            Ok(Accepted {
-                protocol,
-                behaviour: Box::new(conn),
-            })
-        })
-    }
-}
-
-/// A guest connection's side: reassembles messages that span pieces.
-pub struct GuestConn {
-    slot: Rc<GuestSlot>,
-    /// The request's `path?query`, for the open event.
-    target: String,
-    message: Vec<u8>,
-    queued: bool,
-    id: u64,
-    /// The client's close code and reason, once it sent a close.
-    peer_close: Option<(u16, String)>,
-}
-
-/// Messages longer than this release their assembly buffer once delivered.
-const KEEP_MESSAGE_BUF_BYTES: usize = 64 * 1024;
-
-impl Behaviour for GuestConn {
-    /// The guest runner writes its sends straight into the socket.
-    const DIRECT_WRITES: bool = true;
-
-    fn on_open(&mut self, id: u64, _outbound: &Arc<Outbound>) {
-        self.id = id;
-        self.slot.open(id, &std::mem::take(&mut self.target));
-    }
-
-    /// The guest's replies to this connection are over budget: stop
-    /// reading until they drain.
-    #[inline]
-    fn reads_blocked(&self, own: &Outbound) -> bool {
-        own.over_budget()
-    }
-
-    async fn unblocked(&mut self, own: &Outbound) -> Result<(), Stop> {
-        own.wait_drained().await;
-        Ok(())
-    }
-
-    /// Queues a message once it is complete; a message that is one whole
-    /// frame goes straight from the receive buffer into the batch.
-    #[inline]
-    fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, _out: &mut Output) {
-        let text = piece.message == OpCode::Text;
-        let bytes = &buf[piece.payload.clone()];
-        if piece.message_end() && self.message.is_empty() {
-            self.slot.message(self.id, text, bytes);
-            self.queued = true;
-            return;
-        }
-        self.message.extend_from_slice(bytes);
-        if piece.message_end() {
-            self.slot.message(self.id, text, &self.message);
-            self.queued = true;
-            self.message.clear();
-            if self.message.capacity() > KEEP_MESSAGE_BUF_BYTES {
-                self.message = Vec::new();
-            }
-        }
-    }
-
-    fn on_peer_close(&mut self, code: u16, reason: &str) {
-        self.peer_close = Some((code, reason.to_string()));
-    }
-
-    /// After a read batch: wake the scheduler if anything was queued.
-    #[inline]
-    fn end_of_read(&mut self) -> Result<(), Stop> {
-        if std::mem::take(&mut self.queued) {
-            self.slot.wake();
-        }
-        Ok(())
-    }
-
-    /// Replies would come from a batch that runs after the close.
-    fn answers_before_drain(&self) -> bool {
-        false
-    }
-
-    fn on_close(&mut self, id: u64) {
-        // 1006: the connection ended without a close from the client.
-        let (code, reason) = self
-            .peer_close
-            .take()
-            .unwrap_or((close::ABNORMAL, String::new()));
-        self.slot.close(id, code, &reason);
+/// The route kind is the shared route itself: every worker's slot points
+/// at it, so back-off and counters are the route's, not a worker's.
+impl RouteKind for Arc<GuestRoute> {
+    fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute> {
+        GuestSlot::new(self.clone(), &worker.guests)
     }
 }

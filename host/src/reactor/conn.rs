@@ -41,6 +41,8 @@ pub struct ConnEnv {
     pub id: u64,
     /// Index of the route, for the registry.
     pub route: usize,
+    /// The client's address.
+    pub peer: std::net::IpAddr,
     pub pool: Rc<BufPool>,
     pub limits: Arc<Limits>,
     /// The gateway's live connections; shutdown closes them through it.
@@ -110,7 +112,9 @@ pub async fn run<B: Behaviour>(
         large_frames: false,
     };
     let (id, outbound) = (c.env.id, c.env.outbound.clone());
-    c.env.registry.insert(id, c.env.route, outbound.clone());
+    c.env
+        .registry
+        .insert(id, c.env.route, outbound.clone(), c.env.peer);
     behaviour.on_open(id, &outbound);
     if B::DIRECT_WRITES {
         outbound.enable_direct(&c.stream);

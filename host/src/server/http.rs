@@ -187,7 +187,14 @@ async fn handle_request(
     };
     let accepted = match worker.routes[*matched.value].upgrade(up).await {
         Ok(accepted) => accepted,
-        Err(refusal) => return text(refusal.status, refusal.body),
+        Err(refusal) => {
+            let mut resp = text(refusal.status, refusal.body);
+            if let Some(secs) = refusal.retry_after {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            }
+            return resp;
+        }
     };
     if let Some(p) = accepted
         .protocol
@@ -199,6 +206,7 @@ async fn handle_request(
     let env = ConnEnv {
         id,
         route: *matched.value,
+        peer: peer.ip(),
         outbound,
         pool: worker.pool.clone(),
         limits: route.limits.clone(),

@@ -171,14 +171,16 @@ impl Shared {
             draining: self.draining.load(Ordering::Relaxed),
             heap: crate::metrics::Heap::read(),
             log_lines_lost: crate::logging::lost_lines(),
-            guest_log_dropped: self
+            guest_routes: self
                 .routes
-                .guest_logs
+                .guest_routes
                 .iter()
-                .map(|log| crate::metrics::GuestLogDropped {
-                    route: log.route().to_string(),
-                    lines: log.dropped_lines(),
-                    bytes: log.dropped_bytes(),
+                .map(|g| crate::metrics::GuestRouteStats {
+                    route: g.program().route().to_string(),
+                    log_dropped_lines: g.program().log().dropped_lines(),
+                    log_dropped_bytes: g.program().log().dropped_bytes(),
+                    deadline_trips: g.deadline_trips(),
+                    backoff_refused: g.backoff_refused(),
                 })
                 .collect(),
         }

@@ -1,5 +1,6 @@
 //! One worker thread: its runtime, its listener's accept loop, the drain
-//! at shutdown, and the turns it gives its guests outside the runtime.
+//! at shutdown, and its guest scheduler (guest calls run on the worker's
+//! guest thread, never here).
 
 use super::http::serve_http;
 use super::{Shared, Shutdown};
@@ -69,8 +70,13 @@ pub(super) fn run(
         .iter()
         .map(|r| r.kind.on_worker(&setup))
         .collect();
+    if let Err(e) = guests.start(index) {
+        warn!(error = %e, "guest thread failed to start");
+        return;
+    }
     let scheduler = guests.clone();
-    let mut main = local.spawn_local(async move {
+    local.spawn_local(guests.clone().run());
+    let main = local.spawn_local(async move {
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
             Err(e) => {
@@ -102,8 +108,8 @@ pub(super) fn run(
         }
         // Batches of messages already read go to their guests first, so
         // their replies are queued before the 1001.
-        scheduler.wake();
         tokio::task::yield_now().await;
+        scheduler.settle(shared.drain_timeout).await;
         shared.registry.close_all();
         // The listener stays open while draining: health checks and new
         // clients get a 503 rather than a refused connection.
@@ -122,22 +128,9 @@ pub(super) fn run(
             }
         }
     });
-    // The worker leaves the runtime to run guests (see guest::route): it
-    // returns from block_on when guest work is pending, after the other ready
-    // tasks had a turn to add their events to the batch.
-    loop {
-        let finished = local.block_on(&runtime, async {
-            tokio::select! {
-                biased;
-                _ = &mut main => true,
-                _ = guests.wait() => false,
-            }
-        });
-        guests.run_pending();
-        if finished {
-            break;
-        }
-    }
+    let _ = local.block_on(&runtime, main);
+    // Lets the guest thread finish its queue, then joins it.
+    guests.stop();
 }
 
 /// Starts serving an accepted connection, or backs off after a failed accept.
