@@ -72,6 +72,8 @@ scenario_defs=(
   "fanout|fanout|/chat/bench|-c 100 -s 64 -p 32"
   "plain64x200p8|echo|/plain|-c 200 -p 8 -s 64"
   "json200p8|json|/json|-c 200 -p 8 --async"
+  "plain64x50|echo|/plain|-c 50 -p 1 -s 64"
+  "json50|json|/json|-c 50 --sync"
   "guest|guest|-|-"
 )
 quick="echo64x50,echo64x200p8,size16k,size1m,relay16,pingpong,connect"

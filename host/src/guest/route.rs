@@ -151,11 +151,13 @@ impl GuestRoute {
                 }
                 let mut ips = Vec::new();
                 for conn in affected {
-                    if let Some(out) = self.lookup(conn) {
-                        out.close(fault.close_code(), "guest handler failed");
-                    }
+                    // The address first: once closed, the connection may
+                    // leave the registry at any moment.
                     if deadline {
                         ips.extend(self.registry.peer_ip(conn));
+                    }
+                    if let Some(out) = self.lookup(conn) {
+                        out.close(fault.close_code(), "guest handler failed");
                     }
                 }
                 ips.sort_unstable();

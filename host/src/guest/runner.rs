@@ -41,6 +41,9 @@ pub struct Runner {
     batch_conns: HashSet<ConnectionId>,
     /// Instances replaced because they faulted (for metrics).
     faults: u64,
+    /// How long the last guest call ran (instantiation not included): the
+    /// scheduler moves a route off the worker when this passes its slice.
+    last_call: std::time::Duration,
 }
 
 impl Runner {
@@ -53,6 +56,7 @@ impl Runner {
             over_cap: Vec::new(),
             batch_conns: HashSet::new(),
             faults: 0,
+            last_call: std::time::Duration::ZERO,
         }
     }
 
@@ -99,6 +103,11 @@ impl Runner {
             }
             other => other,
         })
+    }
+
+    /// How long the last guest call ran, instantiation not included.
+    pub fn last_call(&self) -> std::time::Duration {
+        self.last_call
     }
 
     /// Hand one batch to the guest (one call) and return its validated
@@ -174,7 +183,9 @@ impl Runner {
             &mut live.store.data_mut().attachments,
             &mut self.attachments,
         );
+        let started = std::time::Instant::now();
         let result = f(&live.handler, &mut live.store);
+        self.last_call = started.elapsed();
         std::mem::swap(
             &mut live.store.data_mut().attachments,
             &mut self.attachments,

@@ -1,12 +1,16 @@
 //! Guest routes as a worker runs them: connections queue their events
 //! (open, message, close) into their route's pending batches on this worker
-//! ([`GuestSlot`]); the worker's [`Scheduler`] hands a route's batches to the
-//! worker's guest thread (`thread`) as one job, and the next when that one
-//! is done. The worker never runs guest code.
+//! ([`GuestSlot`]), and the worker's [`Scheduler`] runs them, one call per
+//! batch, on the worker thread outside its tokio runtime (wasmtime-wasi's
+//! synchronous bindings block on a runtime of their own) — unless a call of
+//! the route has just held the worker longer than [`SLICE`]: then the route's
+//! calls go to a guest thread of the route's own (`thread`) for
+//! [`OFFLOAD_FOR`], so a slow or hostile handler stalls the reactor at most
+//! once per period and never stalls another route.
 
 use super::route::GuestRoute;
-use super::thread::{GuestThread, Job, SlotShared};
-use super::{Batch, Fault, UpgradeRequest, UpgradeResponse};
+use super::thread::{GuestThread, Job, PendingUpgrade, SlotShared};
+use super::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
 use crate::reactor::behaviour::{Behaviour, LocalFuture, Stop};
 use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
@@ -18,83 +22,66 @@ use http::StatusCode;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
-use tracing::warn;
+use tracing::{info, warn};
 
-/// The guests of one worker: its guest thread, every guest route's slot,
-/// and the signal that work is pending (from connections, or from the guest
-/// thread when a job is done).
+/// The longest a guest call may hold the worker thread before its route's
+/// calls move to the guest thread: what a native connection on the same
+/// worker may wait for once per [`OFFLOAD_FOR`].
+pub const SLICE: Duration = Duration::from_millis(1);
+/// How long a route runs on the guest thread after a call passed [`SLICE`]
+/// (every slow call starts the period again). Inline calls are cheaper (no
+/// hand-over between threads): a route that behaves comes back.
+pub const OFFLOAD_FOR: Duration = Duration::from_secs(10);
+
+/// The guests of one worker: every guest route's slot, and the signal that
+/// work is pending (from connections, or from a guest thread when a job is
+/// done).
 #[derive(Default)]
 pub struct Scheduler {
     work: Arc<Notify>,
     slots: RefCell<Vec<Rc<GuestSlot>>>,
-    thread: RefCell<Option<GuestThread>>,
+    /// The worker's index, for the guest threads' names.
+    worker: Cell<usize>,
 }
 
 impl Scheduler {
-    /// Starts the worker's guest thread for the slots registered so far
-    /// (none: no thread).
-    pub fn start(&self, worker: usize) -> std::io::Result<()> {
-        let slots = self.slots.borrow();
-        if slots.is_empty() {
-            return Ok(());
-        }
-        let routes = slots
-            .iter()
-            .map(|s| (s.route.clone(), s.shared.clone()))
-            .collect();
-        let thread = GuestThread::start(worker, routes, self.work.clone())?;
-        *self.thread.borrow_mut() = Some(thread);
-        Ok(())
+    /// The scheduler of worker `worker`.
+    pub fn new(worker: usize) -> Scheduler {
+        let scheduler = Scheduler::default();
+        scheduler.worker.set(worker);
+        scheduler
     }
 
-    /// The worker's scheduling task: whenever work is pending, after the
-    /// other ready connections had a turn to add to the batches, hands every
-    /// idle route's batches to the guest thread.
-    pub async fn run(self: Rc<Self>) {
-        loop {
-            self.work.notified().await;
-            tokio::task::yield_now().await;
-            self.hand_over();
-        }
+    /// Resolves when guest work is pending, after the other ready tasks
+    /// had a turn to add their events to the batch.
+    pub async fn wait(&self) {
+        self.work.notified().await;
+        tokio::task::yield_now().await;
     }
 
-    /// Hands every idle route's pending batches over; true when any route
-    /// still has a job running.
-    fn hand_over(&self) -> bool {
-        let mut busy = false;
+    /// Asks for a turn (e.g. at shutdown, so batches already read run
+    /// before the 1001s are queued).
+    pub fn wake(&self) {
+        self.work.notify_one();
+    }
+
+    /// Runs every inline route's pending work and hands every offloaded
+    /// route's to the guest thread. Called by the worker outside its
+    /// runtime.
+    pub fn run_pending(&self) {
         for slot in self.slots.borrow().iter() {
-            busy |= slot.hand_over(self);
-        }
-        busy
-    }
-
-    /// Shutdown: runs what was read before the drain, so its replies are
-    /// queued before the 1001s (bounded by `limit`).
-    pub async fn settle(&self, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        while self.hand_over() {
-            if tokio::time::timeout_at(deadline, self.work.notified())
-                .await
-                .is_err()
-            {
-                return;
-            }
+            slot.run_pending(self);
         }
     }
 
-    fn send(&self, job: Job) {
-        if let Some(thread) = &*self.thread.borrow() {
-            thread.send(job);
-        }
-    }
-
-    /// Stops the guest thread once it has finished its queue.
+    /// Stops the guest threads once they have finished their queues.
     pub fn stop(&self) {
-        drop(self.thread.borrow_mut().take());
+        for slot in self.slots.borrow().iter() {
+            drop(slot.thread.borrow_mut().take());
+        }
     }
 }
 
@@ -104,16 +91,19 @@ const BATCH_SHARE_OF_MEMORY: usize = 4;
 /// Bounds on a batch's payload bytes, whatever the memory limit.
 const BATCH_MIN_BYTES: usize = 64 * 1024;
 const BATCH_MAX_BYTES: usize = 16 << 20;
-/// Batches' worth of events a route may have waiting for the guest thread
-/// on one worker before its connections stop being read.
+/// Batches' worth of events a route may have waiting on one worker (while
+/// its previous job runs on the guest thread) before its connections stop
+/// being read.
 const BACKLOG_BATCHES: usize = 2;
 
-/// One guest route on one worker: the batches its connections fill while
-/// the guest thread runs the previous ones.
+/// One guest route on one worker: its instance, its pending batches and
+/// upgrade hooks.
 pub struct GuestSlot {
-    /// This slot's index in the worker's scheduler (and guest thread).
-    index: usize,
     pub(crate) route: Arc<GuestRoute>,
+    /// The route's instance; None while a job has it on the guest thread.
+    runner: RefCell<Option<Runner>>,
+    /// Calls go to the guest thread until then.
+    offloaded_until: Cell<Option<Instant>>,
     /// Pending batches, oldest first: a new one starts when the newest would
     /// pass `batch_max_bytes`, so one call never carries more than the
     /// guest's memory can take.
@@ -123,7 +113,13 @@ pub struct GuestSlot {
     pending_bytes: Cell<usize>,
     /// Connections whose close event is pending.
     closed: RefCell<Vec<u64>>,
-    pub(crate) shared: Arc<SlotShared>,
+    /// Upgrade requests waiting for the guest's `upgrade` hook.
+    upgrades: RefCell<Vec<PendingUpgrade>>,
+    /// Emptied batches kept for reuse (their buffers keep their capacity).
+    spare: RefCell<Vec<Batch>>,
+    shared: Arc<SlotShared>,
+    /// The route's guest thread on this worker, once it was needed.
+    thread: RefCell<Option<GuestThread>>,
     scheduler: Weak<Scheduler>,
     /// Connections whose reads wait for the backlog to shrink.
     backlog_shrank: Notify,
@@ -134,16 +130,19 @@ pub struct GuestSlot {
 impl GuestSlot {
     /// Creates the slot and registers it with the worker's scheduler.
     pub(crate) fn new(route: Arc<GuestRoute>, scheduler: &Rc<Scheduler>) -> Rc<GuestSlot> {
-        let index = scheduler.slots.borrow().len();
         let slot = Rc::new_cyclic(|me| GuestSlot {
-            index,
             me: me.clone(),
+            runner: RefCell::new(Some(Runner::new(route.program.clone()))),
+            offloaded_until: Cell::new(None),
             batches: RefCell::new(VecDeque::new()),
             batch_max_bytes: (route.program.config().memory / BATCH_SHARE_OF_MEMORY)
                 .clamp(BATCH_MIN_BYTES, BATCH_MAX_BYTES),
             pending_bytes: Cell::new(0),
             closed: RefCell::default(),
+            upgrades: RefCell::default(),
+            spare: RefCell::default(),
             shared: Arc::default(),
+            thread: RefCell::default(),
             scheduler: Rc::downgrade(scheduler),
             backlog_shrank: Notify::new(),
             route,
@@ -160,36 +159,150 @@ impl GuestSlot {
             .back()
             .is_none_or(|b| !b.is_empty() && b.data_len() + bytes > self.batch_max_bytes);
         if full {
-            let spare = self.shared.spare.lock().expect("spare batches lock").pop();
-            batches.push_back(spare.unwrap_or_default());
+            let fresh = self.spare.borrow_mut().pop().unwrap_or_default();
+            batches.push_back(fresh);
         }
         std::cell::RefMut::map(batches, |b| b.back_mut().expect("a batch exists"))
     }
 
-    /// Hands the pending batches to the guest thread unless a job of this
-    /// route is still running; true while one is.
-    fn hand_over(&self, scheduler: &Scheduler) -> bool {
-        if self.shared.busy.load(Ordering::Acquire) {
-            return true;
+    /// Runs the pending upgrade hooks and batches inline, or hands them to
+    /// the guest thread while the route is offloaded.
+    fn run_pending(&self, scheduler: &Scheduler) {
+        if self.runner.borrow().is_none() {
+            // Back from the guest thread?
+            let Some((runner, batches)) = self
+                .shared
+                .returned
+                .lock()
+                .expect("returned runner lock")
+                .take()
+            else {
+                return;
+            };
+            *self.runner.borrow_mut() = Some(runner);
+            self.spare.borrow_mut().extend(batches);
         }
-        let closed = std::mem::take(&mut *self.closed.borrow_mut());
-        let batches: Vec<Batch> = self.batches.borrow_mut().drain(..).collect();
-        if closed.is_empty() && batches.iter().all(Batch::is_empty) {
-            self.batches.borrow_mut().extend(batches);
-            return false;
+        let offloaded = self
+            .offloaded_until
+            .get()
+            .is_some_and(|until| Instant::now() < until);
+        if offloaded {
+            self.hand_over(scheduler);
+        } else {
+            self.run_inline(scheduler);
         }
         self.pending_bytes.set(0);
-        self.shared.busy.store(true, Ordering::Release);
-        scheduler.send(Job::Batches {
-            slot: self.index,
-            batches,
-            closed,
-        });
         self.backlog_shrank.notify_waiters();
+    }
+
+    /// Runs what is pending on this thread, one batch per call; after a call
+    /// that passed [`SLICE`], the rest goes to the guest thread.
+    fn run_inline(&self, scheduler: &Scheduler) {
+        let upgrades = std::mem::take(&mut *self.upgrades.borrow_mut());
+        for (req, reply) in upgrades {
+            let (answer, took) = self.with_runner(|r| (r.upgrade(&req), r.last_call()));
+            let _ = reply.send(answer);
+            if self.passed_slice(took) {
+                return self.hand_over(scheduler);
+            }
+        }
+        loop {
+            let next = self.batches.borrow_mut().pop_front();
+            let Some(mut batch) = next else { break };
+            if !batch.is_empty() {
+                let took = self.with_runner(|r| {
+                    self.route.run_batch(r, &batch);
+                    r.last_call()
+                });
+                if self.passed_slice(took) {
+                    batch.clear();
+                    self.spare.borrow_mut().push(batch);
+                    return self.hand_over(scheduler);
+                }
+            }
+            batch.clear();
+            self.spare.borrow_mut().push(batch);
+        }
+        let closed = std::mem::take(&mut *self.closed.borrow_mut());
+        self.with_runner(|r| {
+            for conn in closed {
+                r.forget(conn);
+            }
+        });
+    }
+
+    fn with_runner<T>(&self, f: impl FnOnce(&mut Runner) -> T) -> T {
+        f(self.runner.borrow_mut().as_mut().expect("runner is here"))
+    }
+
+    /// A call that ran for `took` held the worker past [`SLICE`]: the
+    /// route's calls go to its guest thread for [`OFFLOAD_FOR`].
+    /// (Instantiating is not counted: it happens once per instance.)
+    fn passed_slice(&self, took: Duration) -> bool {
+        if took <= SLICE {
+            return false;
+        }
+        let already = self
+            .offloaded_until
+            .replace(Some(Instant::now() + OFFLOAD_FOR))
+            .is_some_and(|until| Instant::now() < until);
+        if !already {
+            info!(
+                route = self.route.program.route(),
+                ?took,
+                "a guest call held the worker; the route's calls move to the guest thread"
+            );
+        }
         true
     }
 
-    /// More events wait for the guest thread than the route may hold.
+    /// Sends the runner and everything pending to the guest thread as one
+    /// job (nothing when nothing is pending).
+    fn hand_over(&self, scheduler: &Scheduler) {
+        let upgrades = std::mem::take(&mut *self.upgrades.borrow_mut());
+        let closed = std::mem::take(&mut *self.closed.borrow_mut());
+        let batches: Vec<Batch> = self.batches.borrow_mut().drain(..).collect();
+        if upgrades.is_empty() && closed.is_empty() && batches.iter().all(Batch::is_empty) {
+            self.spare.borrow_mut().extend(batches);
+            return;
+        }
+        if self.thread.borrow().is_none() {
+            let name = format!("weir-guest-{}-{}", scheduler.worker.get(), self.route.index);
+            match GuestThread::start(name, scheduler.work.clone()) {
+                Ok(thread) => *self.thread.borrow_mut() = Some(thread),
+                Err(e) => {
+                    // Keep running inline rather than not at all.
+                    warn!(route = self.route.program.route(), error = %e, "guest thread failed to start");
+                    self.offloaded_until.set(None);
+                    self.batches.borrow_mut().extend(batches);
+                    *self.closed.borrow_mut() = closed;
+                    *self.upgrades.borrow_mut() = upgrades;
+                    return;
+                }
+            }
+        }
+        let Some(runner) = self.runner.borrow_mut().take() else {
+            return;
+        };
+        let job = Job {
+            route: self.route.clone(),
+            shared: self.shared.clone(),
+            runner,
+            upgrades,
+            batches,
+            closed,
+        };
+        let sent = self.thread.borrow().as_ref().is_some_and(|t| t.send(job));
+        if !sent {
+            warn!(
+                route = self.route.program.route(),
+                "guest thread gone; the route stops on this worker"
+            );
+        }
+    }
+
+    /// More events wait than the route may hold (its job is running on the
+    /// guest thread).
     fn backlogged(&self) -> bool {
         self.pending_bytes.get() > BACKLOG_BATCHES * self.batch_max_bytes
     }
@@ -201,17 +314,11 @@ impl GuestSlot {
         }
     }
 
-    /// The guest's `upgrade` hook, run on the guest thread, answered before
-    /// the 101.
+    /// The guest's `upgrade` hook, answered before the 101.
     async fn run_upgrade_hook(&self, req: UpgradeRequest) -> Result<UpgradeResponse, Fault> {
         let (reply, answer) = oneshot::channel();
-        if let Some(scheduler) = self.scheduler.upgrade() {
-            scheduler.send(Job::Upgrade {
-                slot: self.index,
-                req,
-                reply,
-            });
-        }
+        self.upgrades.borrow_mut().push((req, reply));
+        self.wake();
         answer.await.unwrap_or(Err(Fault::Trap(
             "worker stopped before the upgrade ran".into(),
         )))
@@ -227,8 +334,8 @@ impl GuestSlot {
             .push_message(conn, text, payload);
     }
 
-    /// Events were queued: the scheduler hands them over once the other
-    /// ready connections had their turn.
+    /// Events were queued: the worker runs the guest once the other ready
+    /// connections had their turn.
     fn wake(&self) {
         if let Some(scheduler) = self.scheduler.upgrade() {
             scheduler.work.notify_one();

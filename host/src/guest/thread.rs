@@ -1,101 +1,77 @@
-//! One worker's guest thread: it runs every guest call of its worker
-//! (upgrade hooks and batches) and applies the commands they return, so
-//! guest code never runs on the thread that reads and writes sockets. A
-//! slow or hostile handler holds its own thread up to its deadline; the
-//! worker keeps serving every connection, native or guest, meanwhile.
+//! A guest route's thread on one worker: where the route's guest calls run
+//! once one of them has held the worker longer than a slice (`slot::SLICE`);
+//! started the first time that happens. The
+//! route's instance (its `Runner`, attachments and all) travels with each
+//! job and comes back when the job is done, so a route runs in one place at
+//! a time, in order, and can return to running inline later.
 //!
-//! The worker hands a route's pending batches over as one job and hands the
-//! next only when that job is done; while one is running, the route's
-//! connections keep filling the next batches up to a bound, then stop being
-//! read (see `GuestConn::reads_blocked`). Routes' jobs are taken in the
-//! order they were handed over, so each route gets a turn between two calls
-//! of another.
+//! A slow or hostile handler then holds only its own thread, up to its
+//! deadline per call: the worker keeps serving every other connection, and
+//! every other guest route keeps its own place (inline or on its own
+//! thread); the kernel shares the cores between them.
 //!
 //! wasmtime-wasi's synchronous WASI bindings block on a runtime of their
 //! own for stdio: this thread has no tokio runtime, so that is allowed here.
 
 use super::route::GuestRoute;
 use super::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{oneshot, Notify};
 
+/// An upgrade request waiting for the guest's hook, and where the answer goes.
+pub(crate) type PendingUpgrade = (
+    UpgradeRequest,
+    oneshot::Sender<Result<UpgradeResponse, Fault>>,
+);
+
 /// What a worker-side slot and the guest thread share about one route.
 #[derive(Default)]
 pub(crate) struct SlotShared {
-    /// A job of this route is queued or running: the next waits for it.
-    pub busy: AtomicBool,
-    /// Emptied batches, back for reuse (their buffers keep their capacity).
-    pub spare: Mutex<Vec<Batch>>,
+    /// The route's runner and emptied batches, back from a job.
+    pub returned: Mutex<Option<(Runner, Vec<Batch>)>>,
 }
 
-/// Work for the guest thread, by the index of the route's slot.
-pub(crate) enum Job {
-    Upgrade {
-        slot: usize,
-        req: UpgradeRequest,
-        reply: oneshot::Sender<Result<UpgradeResponse, Fault>>,
-    },
-    /// Batches to run in order; then forget the connections of `closed`.
-    Batches {
-        slot: usize,
-        batches: Vec<Batch>,
-        closed: Vec<u64>,
-    },
+/// One route's work, with its runner: upgrade hooks, then batches in order,
+/// then forget the connections of `closed`.
+pub(crate) struct Job {
+    pub route: Arc<GuestRoute>,
+    pub shared: Arc<SlotShared>,
+    pub runner: Runner,
+    pub upgrades: Vec<PendingUpgrade>,
+    pub batches: Vec<Batch>,
+    pub closed: Vec<u64>,
 }
 
-/// The guest thread of one worker; dropping it lets the thread finish its
-/// queue and waits for it.
+/// A route's guest thread on one worker; dropping it lets the thread finish
+/// its queue and waits for it.
 pub(crate) struct GuestThread {
     jobs: Option<mpsc::Sender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// One route as the guest thread runs it.
-struct Slot {
-    route: Arc<GuestRoute>,
-    runner: Runner,
-    shared: Arc<SlotShared>,
-}
-
 impl GuestThread {
-    /// Starts the thread for `routes` (slot index order); `done` is
-    /// signalled after every job, so the worker can hand over the next.
-    pub fn start(
-        worker: usize,
-        routes: Vec<(Arc<GuestRoute>, Arc<SlotShared>)>,
-        done: Arc<Notify>,
-    ) -> std::io::Result<GuestThread> {
-        let (jobs, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name(format!("weir-guest-{worker}"))
-            .spawn(move || {
-                let mut slots: Vec<Slot> = routes
-                    .into_iter()
-                    .map(|(route, shared)| Slot {
-                        runner: Runner::new(route.program.clone()),
-                        route,
-                        shared,
-                    })
-                    .collect();
-                while let Ok(job) = rx.recv() {
-                    run(&mut slots, job);
-                    done.notify_one();
-                }
-            })?;
+    /// Starts the thread; `done` is signalled after every job, so the
+    /// worker takes the runner back and hands over what came meanwhile.
+    pub fn start(name: String, done: Arc<Notify>) -> std::io::Result<GuestThread> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            while let Ok(job) = rx.recv() {
+                run(job);
+                done.notify_one();
+            }
+        })?;
         Ok(GuestThread {
             jobs: Some(jobs),
             thread: Some(thread),
         })
     }
 
-    pub fn send(&self, job: Job) {
-        if let Some(jobs) = &self.jobs {
-            // Fails only once the thread is gone (at exit): the job's reply
-            // channel then tells its waiter.
-            let _ = jobs.send(job);
-        }
+    /// Queues a job; false once the thread is gone (at exit).
+    pub fn send(&self, job: Job) -> bool {
+        self.jobs
+            .as_ref()
+            .is_some_and(|jobs| jobs.send(job).is_ok())
     }
 }
 
@@ -108,32 +84,19 @@ impl Drop for GuestThread {
     }
 }
 
-fn run(slots: &mut [Slot], job: Job) {
-    match job {
-        Job::Upgrade { slot, req, reply } => {
-            let _ = reply.send(slots[slot].runner.upgrade(&req));
-        }
-        Job::Batches {
-            slot,
-            mut batches,
-            closed,
-        } => {
-            let s = &mut slots[slot];
-            for batch in &mut batches {
-                if !batch.is_empty() {
-                    s.route.run_batch(&mut s.runner, batch);
-                }
-                batch.clear();
-            }
-            for conn in closed {
-                s.runner.forget(conn);
-            }
-            s.shared
-                .spare
-                .lock()
-                .expect("spare batches lock")
-                .extend(batches);
-            s.shared.busy.store(false, Ordering::Release);
-        }
+/// Runs one job the way the worker runs a route inline (`slot`).
+fn run(mut job: Job) {
+    for (req, reply) in job.upgrades {
+        let _ = reply.send(job.runner.upgrade(&req));
     }
+    for batch in &mut job.batches {
+        if !batch.is_empty() {
+            job.route.run_batch(&mut job.runner, batch);
+        }
+        batch.clear();
+    }
+    for conn in job.closed {
+        job.runner.forget(conn);
+    }
+    *job.shared.returned.lock().expect("returned runner lock") = Some((job.runner, job.batches));
 }

@@ -1,6 +1,6 @@
 //! One worker thread: its runtime, its listener's accept loop, the drain
-//! at shutdown, and its guest scheduler (guest calls run on the worker's
-//! guest thread, never here).
+//! at shutdown, and the turns it gives its guests outside the runtime (or
+//! hands to its guest thread, see `guest::slot`).
 
 use super::http::serve_http;
 use super::{Shared, Shutdown};
@@ -60,7 +60,7 @@ pub(super) fn run(
         }
     };
     let local = tokio::task::LocalSet::new();
-    let guests = Rc::new(Scheduler::default());
+    let guests = Rc::new(Scheduler::new(index));
     let setup = WorkerSetup {
         guests: guests.clone(),
     };
@@ -70,13 +70,8 @@ pub(super) fn run(
         .iter()
         .map(|r| r.kind.on_worker(&setup))
         .collect();
-    if let Err(e) = guests.start(index) {
-        warn!(error = %e, "guest thread failed to start");
-        return;
-    }
     let scheduler = guests.clone();
-    local.spawn_local(guests.clone().run());
-    let main = local.spawn_local(async move {
+    let mut main = local.spawn_local(async move {
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
             Err(e) => {
@@ -108,8 +103,8 @@ pub(super) fn run(
         }
         // Batches of messages already read go to their guests first, so
         // their replies are queued before the 1001.
+        scheduler.wake();
         tokio::task::yield_now().await;
-        scheduler.settle(shared.drain_timeout).await;
         shared.registry.close_all();
         // The listener stays open while draining: health checks and new
         // clients get a 503 rather than a refused connection.
@@ -128,7 +123,22 @@ pub(super) fn run(
             }
         }
     });
-    let _ = local.block_on(&runtime, main);
+    // The worker leaves the runtime to run guests (see guest::slot): it
+    // returns from block_on when guest work is pending, after the other
+    // ready tasks had a turn to add their events to the batch.
+    loop {
+        let finished = local.block_on(&runtime, async {
+            tokio::select! {
+                biased;
+                _ = &mut main => true,
+                _ = guests.wait() => false,
+            }
+        });
+        guests.run_pending();
+        if finished {
+            break;
+        }
+    }
     // Lets the guest thread finish its queue, then joins it.
     guests.stop();
 }
