@@ -44,6 +44,9 @@ pub struct Runner {
     /// How long the last guest call ran (instantiation not included): the
     /// scheduler moves a route off the worker when this passes its slice.
     last_call: std::time::Duration,
+    /// The last call was its instance's first (which touches fresh memory,
+    /// so it may take longer without the guest being slow).
+    last_call_first: bool,
 }
 
 impl Runner {
@@ -57,6 +60,7 @@ impl Runner {
             batch_conns: HashSet::new(),
             faults: 0,
             last_call: std::time::Duration::ZERO,
+            last_call_first: false,
         }
     }
 
@@ -105,9 +109,10 @@ impl Runner {
         })
     }
 
-    /// How long the last guest call ran, instantiation not included.
-    pub fn last_call(&self) -> std::time::Duration {
-        self.last_call
+    /// How long the last guest call ran, instantiation not included, and
+    /// whether it was its instance's first.
+    pub fn last_call(&self) -> (std::time::Duration, bool) {
+        (self.last_call, self.last_call_first)
     }
 
     /// Hand one batch to the guest (one call) and return its validated
@@ -186,6 +191,7 @@ impl Runner {
         let started = std::time::Instant::now();
         let result = f(&live.handler, &mut live.store);
         self.last_call = started.elapsed();
+        self.last_call_first = live.batches == 0;
         std::mem::swap(
             &mut live.store.data_mut().attachments,
             &mut self.attachments,

@@ -31,6 +31,9 @@ use tracing::{info, warn};
 /// calls move to the guest thread: what a native connection on the same
 /// worker may wait for once per [`OFFLOAD_FOR`].
 pub const SLICE: Duration = Duration::from_millis(1);
+/// The slice of an instance's first call, which touches fresh memory (page
+/// faults, the guest's own start-up): a looping guest still passes it.
+pub const FIRST_CALL_SLICE: Duration = Duration::from_millis(20);
 /// How long a route runs on the guest thread after a call passed [`SLICE`]
 /// (every slow call starts the period again). Inline calls are cheaper (no
 /// hand-over between threads): a route that behaves comes back.
@@ -91,6 +94,10 @@ const BATCH_SHARE_OF_MEMORY: usize = 4;
 /// Bounds on a batch's payload bytes, whatever the memory limit.
 const BATCH_MIN_BYTES: usize = 64 * 1024;
 const BATCH_MAX_BYTES: usize = 16 << 20;
+/// Events per batch at most: a well-behaved handler (a few µs a message)
+/// answers a batch well within [`SLICE`], so only a slow one is moved off
+/// the worker; a call costs ~150 ns, so batches this long keep it cheap.
+const BATCH_MAX_EVENTS: usize = 256;
 /// Batches' worth of events a route may have waiting on one worker (while
 /// its previous job runs on the guest thread) before its connections stop
 /// being read.
@@ -155,9 +162,10 @@ impl GuestSlot {
     fn batch_for(&self, bytes: usize) -> std::cell::RefMut<'_, Batch> {
         self.pending_bytes.set(self.pending_bytes.get() + bytes);
         let mut batches = self.batches.borrow_mut();
-        let full = batches
-            .back()
-            .is_none_or(|b| !b.is_empty() && b.data_len() + bytes > self.batch_max_bytes);
+        let full = batches.back().is_none_or(|b| {
+            !b.is_empty()
+                && (b.data_len() + bytes > self.batch_max_bytes || b.len() >= BATCH_MAX_EVENTS)
+        });
         if full {
             let fresh = self.spare.borrow_mut().pop().unwrap_or_default();
             batches.push_back(fresh);
@@ -235,11 +243,12 @@ impl GuestSlot {
         f(self.runner.borrow_mut().as_mut().expect("runner is here"))
     }
 
-    /// A call that ran for `took` held the worker past [`SLICE`]: the
-    /// route's calls go to its guest thread for [`OFFLOAD_FOR`].
-    /// (Instantiating is not counted: it happens once per instance.)
-    fn passed_slice(&self, took: Duration) -> bool {
-        if took <= SLICE {
+    /// A call that ran for `took` held the worker past [`SLICE`] (or
+    /// [`FIRST_CALL_SLICE`] for an instance's `first` call): the route's
+    /// calls go to its guest thread for [`OFFLOAD_FOR`]. Instantiating is
+    /// not counted: it happens once per instance.
+    fn passed_slice(&self, (took, first): (Duration, bool)) -> bool {
+        if took <= if first { FIRST_CALL_SLICE } else { SLICE } {
             return false;
         }
         let already = self
