@@ -142,7 +142,14 @@ pub struct GuestConfig {
     pub env: BTreeMap<String, String>,
     /// What the route's guests may write to the gateway log.
     pub log: GuestLog,
+    /// Percent of one core the route may use on its guest thread, once its
+    /// calls were too slow for the worker thread (`guest::slot`).
+    pub cpu_share: u32,
 }
+
+/// Half a core: a slow route keeps making progress, and two of them (or one
+/// and the machine's other work) still fit on one core.
+pub const DEFAULT_GUEST_CPU_SHARE_PERCENT: u32 = 50;
 
 /// A guest route's log budget (`log`, `log_rate`, `log_bytes`, `log_burst`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,6 +230,7 @@ impl GuestConfig {
             attachment_max: DEFAULT_ATTACHMENT_MAX_BYTES,
             env: BTreeMap::new(),
             log: GuestLog::default(),
+            cpu_share: DEFAULT_GUEST_CPU_SHARE_PERCENT,
         }
     }
 }

@@ -272,3 +272,37 @@ async fn repeat_offenders_get_429_with_retry_after() {
     assert!(trips >= Some(3), "{body}");
     gw.stop();
 }
+
+/// A slow route may use its `cpu_share` of one core on its guest thread,
+/// and no more: at 10 %, 5 ms calls run ~20 times a second, not ~200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_route_is_held_to_its_cpu_share() {
+    let mut config = Config::builtin_default();
+    config.server.workers = 1;
+    let mut cfg = GuestConfig::defaults(guest_support::wasm("faulty"));
+    cfg.cpu_share = 10;
+    config.routes.push(RouteConfig {
+        path: "/faulty".into(),
+        line: 0,
+        behaviour: Behaviour::Guest(cfg),
+        limits: Limits::default(),
+        topics: None,
+    });
+    let gw = Gateway::start(config);
+    let mut ws = connect_from(gw.addr, "/faulty", [127, 0, 0, 1])
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut calls = 0u32;
+    while started.elapsed() < Duration::from_secs(2) {
+        ws.send(Message::text("spin 5")).await.unwrap();
+        let reply = timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(reply, Message::text("spun"));
+        calls += 1;
+    }
+    eprintln!("{calls} calls of 5 ms in 2 s at cpu_share 10 %");
+    // 2 inline calls, then ~20/s; unthrottled it would be ~400.
+    assert!(calls <= 100, "{calls} calls: the share was not enforced");
+    assert!(calls >= 10, "{calls} calls: the route barely ran");
+    gw.stop();
+}

@@ -32,6 +32,7 @@ fn echo_runner() -> Runner {
         attachment_max: 16 << 10,
         env: BTreeMap::new(),
         log: Default::default(),
+        cpu_share: 50,
     };
     Runner::new(Program::load(&engine, "/echo", &cfg).expect("load echo"))
 }

@@ -60,6 +60,7 @@ struct RawRoute {
     log_rate: Field,
     log_bytes: Field,
     log_burst: Field,
+    cpu_share: Field,
 }
 
 /// Largest message the gateway will assemble.
@@ -438,6 +439,7 @@ fn refuse_guest_keys(src: &Source, raw: &RawRoute, native: &Item) -> Result<(), 
         ("log_rate", &raw.log_rate),
         ("log_bytes", &raw.log_bytes),
         ("log_burst", &raw.log_burst),
+        ("cpu_share", &raw.cpu_share),
     ];
     let env_span = raw.env.as_ref().map(|env| ("env", env.span()));
     let first = guest_fields
@@ -500,6 +502,18 @@ fn guest_config(
         config.attachment_max = item.size(src, 0, MAX_ATTACHMENT_BYTES)?;
     }
     guest_log(src, raw, &mut config.log)?;
+    if let Some(item) = Item::of("cpu_share", &raw.cpu_share) {
+        let text = item.string(src, r#""50%""#)?;
+        config.cpu_share = match text.strip_suffix('%').map(|n| n.trim().parse::<u32>()) {
+            Some(Ok(n)) if (1..=100).contains(&n) => n,
+            _ => {
+                return Err(item.fail(
+                    src,
+                    r#"a percentage of one core from 1% to 100%; write e.g. "50%""#,
+                ))
+            }
+        };
+    }
     if let Some(env) = &raw.env {
         for (name, value) in env.get_ref() {
             let item = Item {

@@ -129,6 +129,7 @@ native = "relay"
             attachment_max: 4 << 10,
             env,
             log: GuestLog::default(),
+            cpu_share: DEFAULT_GUEST_CPU_SHARE_PERCENT,
         })
     );
     assert_eq!(chat.limits.idle_timeout, Duration::from_secs(30));
@@ -798,5 +799,22 @@ fn guest_log_budget() {
         &format!("{ECHO}log_rate = \"5/s\"\n"),
         4,
         &["log_rate only applies to guest routes"],
+    );
+}
+
+/// The share of a core a slow route's guest thread may use.
+#[test]
+fn guest_cpu_share() {
+    assert_eq!(only_guest(&parse(&guest_route(""))).cpu_share, 50);
+    assert_eq!(
+        only_guest(&parse(&guest_route("cpu_share = \"10%\""))).cpu_share,
+        10
+    );
+    refused(&guest_route("cpu_share = \"0%\""), 4, &["from 1% to 100%"]);
+    refused(&guest_route("cpu_share = \"half\""), 4, &["\"50%\""]);
+    refused(
+        &format!("{ECHO}cpu_share = \"10%\"\n"),
+        4,
+        &["cpu_share only applies to guest routes"],
     );
 }

@@ -42,6 +42,7 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "log_rate",
     "log_bytes",
     "log_burst",
+    "cpu_share",
 ];
 
 /// Rewrites serde/toml's messages into ones that say what to write instead.

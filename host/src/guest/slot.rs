@@ -303,7 +303,8 @@ impl GuestSlot {
         }
         if self.thread.borrow().is_none() {
             let name = format!("weir-guest-{}-{}", scheduler.worker.get(), self.route.index);
-            match GuestThread::start(name, scheduler.work.clone()) {
+            let share = self.route.program.config().cpu_share;
+            match GuestThread::start(name, share, scheduler.work.clone()) {
                 Ok(thread) => *self.thread.borrow_mut() = Some(thread),
                 Err(e) => {
                     // Keep running inline rather than not at all.

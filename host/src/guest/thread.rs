@@ -17,6 +17,7 @@ use super::route::GuestRoute;
 use super::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
 
 /// An upgrade request waiting for the guest's hook, and where the answer goes.
@@ -60,13 +61,24 @@ pub(crate) struct GuestThread {
 impl GuestThread {
     /// Starts the thread; `done` is signalled after every job, so the
     /// worker takes the runner back and hands over what came meanwhile.
-    pub fn start(name: String, done: Arc<Notify>) -> std::io::Result<GuestThread> {
+    pub fn start(
+        name: String,
+        share_percent: u32,
+        done: Arc<Notify>,
+    ) -> std::io::Result<GuestThread> {
         let (jobs, rx) = mpsc::channel::<Job>();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             lower_priority();
+            let mut budget = Budget::new(share_percent);
             while let Ok(job) = rx.recv() {
+                let started = Instant::now();
                 run(job);
                 done.notify_one();
+                // Over the route's share: its next job waits (its
+                // connections' reads stop once their backlog is full).
+                if let Some(pause) = budget.spend(started, Instant::now()) {
+                    std::thread::sleep(pause);
+                }
             }
         })?;
         Ok(GuestThread {
@@ -89,6 +101,47 @@ impl Drop for GuestThread {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// The window a guest thread's `cpu_share` is counted in.
+const SHARE_WINDOW: Duration = Duration::from_millis(500);
+
+/// A guest thread's time budget: `share_percent` of each [`SHARE_WINDOW`].
+/// Wall time of its calls, like the deadline (the thread does nothing else).
+struct Budget {
+    share_percent: u32,
+    window_start: Instant,
+    used: Duration,
+}
+
+impl Budget {
+    fn new(share_percent: u32) -> Budget {
+        Budget {
+            share_percent,
+            window_start: Instant::now(),
+            used: Duration::ZERO,
+        }
+    }
+
+    /// Counts a job that ran from `started` to `now`; returns how long to
+    /// pause when the window's share is spent.
+    fn spend(&mut self, started: Instant, now: Instant) -> Option<Duration> {
+        if now.duration_since(self.window_start) >= SHARE_WINDOW {
+            self.window_start = started;
+            self.used = Duration::ZERO;
+        }
+        self.used += now.duration_since(started);
+        let allowed = SHARE_WINDOW * self.share_percent / 100;
+        if self.used < allowed {
+            return None;
+        }
+        // Pause so that the time used is the share of the time passed.
+        let passed_needed = self.used * 100 / self.share_percent;
+        let pause = (self.window_start + passed_needed).checked_duration_since(now)?;
+        self.window_start = now + pause;
+        self.used = Duration::ZERO;
+        Some(pause)
     }
 }
 
@@ -120,4 +173,28 @@ fn run(mut job: Job) {
         job.runner.forget(conn);
     }
     *job.shared.returned.lock().expect("returned runner lock") = Some((job.runner, job.batches));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread at 10 % that runs 100 ms jobs back to back pauses ~900 ms
+    /// after each; one well under its share never pauses.
+    #[test]
+    fn a_route_over_its_share_pauses() {
+        let t0 = Instant::now();
+        let mut b = Budget::new(10);
+        b.window_start = t0;
+        let pause = b
+            .spend(t0, t0 + Duration::from_millis(100))
+            .expect("a pause");
+        assert_eq!(pause, Duration::from_millis(900));
+        let mut b = Budget::new(50);
+        b.window_start = t0;
+        for i in 0..10 {
+            let start = t0 + Duration::from_millis(40 * i);
+            assert_eq!(b.spend(start, start + Duration::from_millis(1)), None);
+        }
+    }
 }

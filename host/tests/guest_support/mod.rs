@@ -49,6 +49,7 @@ pub fn config(name: &str) -> GuestConfig {
         attachment_max: 16 << 10,
         env: BTreeMap::new(),
         log: Default::default(),
+        cpu_share: 50,
     }
 }
 
