@@ -6,6 +6,7 @@
 //! use; [`parse`] reads the file into them and [`units`] reads sizes and
 //! durations.
 
+mod guest;
 mod parse;
 mod toml_error;
 pub mod units;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::{Spanned, Value};
 
+use super::guest::{guest_config, refuse_guest_keys};
 use super::toml_error::toml_error;
 use super::value::{Field, Item, Source};
 use super::*;
@@ -40,40 +41,33 @@ struct RawServer {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawRoute {
-    path: Field,
-    native: Field,
-    guest: Field,
-    max_message: Field,
-    outbound_budget: Field,
-    idle_timeout: Field,
-    subprotocols: Field,
-    isolation: Field,
-    memory: Field,
-    timeout: Field,
-    instances: Field,
-    recycle_after: Field,
-    attachment_max: Field,
-    env: Option<Spanned<BTreeMap<String, Spanned<Value>>>>,
-    topics: Field,
-    log: Field,
-    log_rate: Field,
-    log_bytes: Field,
-    log_burst: Field,
-    cpu_share: Field,
+pub(super) struct RawRoute {
+    pub(super) path: Field,
+    pub(super) native: Field,
+    pub(super) guest: Field,
+    pub(super) max_message: Field,
+    pub(super) outbound_budget: Field,
+    pub(super) idle_timeout: Field,
+    pub(super) subprotocols: Field,
+    pub(super) isolation: Field,
+    pub(super) memory: Field,
+    pub(super) timeout: Field,
+    pub(super) instances: Field,
+    pub(super) recycle_after: Field,
+    pub(super) attachment_max: Field,
+    pub(super) env: Option<Spanned<BTreeMap<String, Spanned<Value>>>>,
+    pub(super) topics: Field,
+    pub(super) log: Field,
+    pub(super) log_rate: Field,
+    pub(super) log_bytes: Field,
+    pub(super) log_burst: Field,
+    pub(super) cpu_share: Field,
 }
 
 /// Largest message the gateway will assemble.
 const MAX_MESSAGE_CEILING_BYTES: u64 = 1 << 30;
 /// Longest idle timeout or outbound wait worth configuring.
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-/// A guest call longer than this is a stuck guest, not a slow one.
-const MAX_GUEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// One wasm page (64 KiB) up to the engine's pool ceiling (1 GiB).
-const GUEST_MEMORY_RANGE: (u64, u64) =
-    (64 << 10, crate::guest::engine::POOL_MAX_MEMORY_BYTES as u64);
-/// Attachments are meant to be small state blobs kept by the host.
-const MAX_ATTACHMENT_BYTES: u64 = 1 << 20;
 /// More worker threads than this is a typo, not a machine.
 const MAX_WORKERS: u64 = 1024;
 
@@ -255,60 +249,6 @@ fn route(
     })
 }
 
-/// Most lines or bytes per second a route's guests may log: more is a
-/// flood, whatever the route.
-const MAX_LOG_PER_SEC: u64 = 1_000_000;
-
-/// `log`, `log_rate = "200/s"`, `log_bytes = "256KiB/s"`, `log_burst = 1000`.
-fn guest_log(src: &Source, raw: &RawRoute, log: &mut GuestLog) -> Result<(), ConfigError> {
-    if let Some(item) = Item::of("log", &raw.log) {
-        let levels = r#""off", "error", "warn", "info" or "debug""#;
-        log.level = match item.string(src, levels)? {
-            "off" => LogLevel::Off,
-            "error" => LogLevel::Error,
-            "warn" => LogLevel::Warn,
-            "info" => LogLevel::Info,
-            "debug" => LogLevel::Debug,
-            _ => return Err(item.fail(src, format!("unknown log level; write {levels}"))),
-        };
-    }
-    let per_sec = |item: &Item, example: &str| -> Result<String, ConfigError> {
-        let text = item.string(src, example)?;
-        match text.strip_suffix("/s") {
-            Some(amount) => Ok(amount.trim().to_string()),
-            None => Err(item.fail(src, format!("not a rate per second; write e.g. {example}"))),
-        }
-    };
-    if let Some(item) = Item::of("log_rate", &raw.log_rate) {
-        let amount = per_sec(&item, r#""200/s""#)?;
-        log.lines_per_sec = match amount.parse::<u64>() {
-            Ok(n) if (1..=MAX_LOG_PER_SEC).contains(&n) => n as u32,
-            _ => {
-                return Err(item.fail(
-                    src,
-                    format!(r#"lines per second from 1 to {MAX_LOG_PER_SEC}; write e.g. "200/s""#),
-                ))
-            }
-        };
-    }
-    if let Some(item) = Item::of("log_bytes", &raw.log_bytes) {
-        let amount = per_sec(&item, r#""256KiB/s""#)?;
-        log.bytes_per_sec = match super::units::parse_size(&amount) {
-            Ok(n) if (1..=MAX_LOG_PER_SEC * 1024).contains(&n) => n,
-            _ => {
-                return Err(item.fail(
-                    src,
-                    r#"a size per second from 1B/s to 1000000KiB/s; write e.g. "256KiB/s""#,
-                ))
-            }
-        };
-    }
-    if let Some(item) = Item::of("log_burst", &raw.log_burst) {
-        log.burst = item.count(src, 1, MAX_LOG_PER_SEC)? as u32;
-    }
-    Ok(())
-}
-
 /// A shared topic namespace's name: routes that give the same one share
 /// their topics.
 fn topic_namespace(src: &Source, item: &Item) -> Result<String, ConfigError> {
@@ -424,130 +364,6 @@ fn file_path(path: &str) -> String {
         Some(prefix) => format!("\"{prefix}/*\""),
         None => format!("\"{path}\""),
     }
-}
-
-fn refuse_guest_keys(src: &Source, raw: &RawRoute, native: &Item) -> Result<(), ConfigError> {
-    let guest_fields = [
-        ("isolation", &raw.isolation),
-        ("memory", &raw.memory),
-        ("timeout", &raw.timeout),
-        ("instances", &raw.instances),
-        ("recycle_after", &raw.recycle_after),
-        ("attachment_max", &raw.attachment_max),
-        ("topics", &raw.topics),
-        ("log", &raw.log),
-        ("log_rate", &raw.log_rate),
-        ("log_bytes", &raw.log_bytes),
-        ("log_burst", &raw.log_burst),
-        ("cpu_share", &raw.cpu_share),
-    ];
-    let env_span = raw.env.as_ref().map(|env| ("env", env.span()));
-    let first = guest_fields
-        .iter()
-        .filter_map(|(key, field)| field.as_ref().map(|f| (*key, f.span())))
-        .chain(env_span)
-        .min_by_key(|(_, span)| span.start);
-    match first {
-        Some((key, span)) => Err(src.error(
-            span,
-            format!(
-                "{key} only applies to guest routes, and this route is {}; remove {key}, \
-                 or replace native with guest = \"file.wasm\"",
-                native.shown()
-            ),
-        )),
-        None => Ok(()),
-    }
-}
-
-fn guest_config(
-    src: &Source,
-    raw: &RawRoute,
-    guest: &Item,
-    origin_dir: &Path,
-) -> Result<GuestConfig, ConfigError> {
-    let file = guest.string(src, r#""wasm/echo.wasm""#)?;
-    if file.is_empty() {
-        return Err(guest.fail(
-            src,
-            r#"empty; write the component's file, e.g. "wasm/echo.wasm""#,
-        ));
-    }
-    let mut config = GuestConfig::defaults(origin_dir.join(file));
-    if let Some(item) = Item::of("isolation", &raw.isolation) {
-        config.isolation = match item.string(src, r#""worker" or "batch""#)? {
-            "worker" => Isolation::Worker,
-            "batch" => Isolation::Batch,
-            _ => {
-                return Err(item.fail(
-                    src,
-                    r#"unknown isolation; write "worker" (one instance per worker thread, recycled) or "batch" (a fresh instance per batch)"#,
-                ))
-            }
-        };
-    }
-    if let Some(item) = Item::of("memory", &raw.memory) {
-        config.memory = item.size(src, GUEST_MEMORY_RANGE.0, GUEST_MEMORY_RANGE.1)?;
-    }
-    if let Some(item) = Item::of("timeout", &raw.timeout) {
-        config.timeout = item.duration(src, Duration::from_millis(1), MAX_GUEST_TIMEOUT)?;
-    }
-    if let Some(item) = Item::of("instances", &raw.instances) {
-        config.instances = item.count(src, 1, 1_000_000)? as usize;
-    }
-    if let Some(item) = Item::of("recycle_after", &raw.recycle_after) {
-        config.recycle_after = item.count(src, 1, i64::MAX as u64)?;
-    }
-    if let Some(item) = Item::of("attachment_max", &raw.attachment_max) {
-        config.attachment_max = item.size(src, 0, MAX_ATTACHMENT_BYTES)?;
-    }
-    guest_log(src, raw, &mut config.log)?;
-    if let Some(item) = Item::of("cpu_share", &raw.cpu_share) {
-        let text = item.string(src, r#""50%""#)?;
-        config.cpu_share = match text.strip_suffix('%').map(|n| n.trim().parse::<u32>()) {
-            Some(Ok(n)) if (1..=100).contains(&n) => n,
-            _ => {
-                return Err(item.fail(
-                    src,
-                    r#"a percentage of one core from 1% to 100%; write e.g. "50%""#,
-                ))
-            }
-        };
-    }
-    if let Some(env) = &raw.env {
-        for (name, value) in env.get_ref() {
-            let item = Item {
-                key: name,
-                value: value.get_ref(),
-                span: value.span(),
-            };
-            if name.is_empty() || name.contains(['=', '\0']) {
-                return Err(item.fail(
-                    src,
-                    "not a usable environment variable name; write e.g. WEIR_AUTH_TOKEN = \"...\"",
-                ));
-            }
-            let text = match item.value {
-                Value::String(s) => s.clone(),
-                Value::Integer(_) | Value::Float(_) | Value::Boolean(_) => {
-                    return Err(item.fail(
-                        src,
-                        format!(
-                            "environment values are strings; write {name} = \"{}\"",
-                            item.value
-                        ),
-                    ))
-                }
-                _ => {
-                    return Err(
-                        item.fail(src, format!("not a string; write e.g. {name} = \"value\""))
-                    )
-                }
-            };
-            config.env.insert(name.clone(), text);
-        }
-    }
-    Ok(config)
 }
 
 #[cfg(test)]

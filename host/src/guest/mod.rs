@@ -26,6 +26,7 @@
 
 pub mod abi;
 pub mod cache;
+mod conn;
 pub mod engine;
 pub mod error;
 mod host;
