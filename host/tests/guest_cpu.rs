@@ -20,6 +20,10 @@ use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::Message;
 use weir::config::{Behaviour, Config, GuestConfig, Limits, RouteConfig};
 
+/// The tests here compare throughput with and without an attacker: they run
+/// one at a time, so one test's load is not another's attacker.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// One worker: native /echo, the echo guest on /plain, the `faulty`
 /// fixture on /faulty with a 100 ms deadline.
 fn gateway() -> Gateway {
@@ -144,6 +148,7 @@ where
 /// p99 106 ms); now the route's calls run on the guest thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_guest_does_not_stall_native_echo() {
+    let _serial = SERIAL.lock().await;
     let gw = gateway();
     let url = gw.url("/echo");
     let addr = gw.addr;
@@ -171,6 +176,7 @@ async fn a_looping_guest_does_not_stall_native_echo() {
 /// every message is answered, and echo keeps going.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_heavy_guest_does_not_stall_native_echo() {
+    let _serial = SERIAL.lock().await;
     let gw = gateway();
     let url = gw.url("/echo");
     let addr = gw.addr;
@@ -205,6 +211,7 @@ async fn a_cpu_heavy_guest_does_not_stall_native_echo() {
 /// Two guest routes on one worker, one hostile: the other keeps its share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_guest_does_not_stall_another_guest_route() {
+    let _serial = SERIAL.lock().await;
     let gw = gateway();
     let url = gw.url("/plain");
     let addr = gw.addr;
@@ -224,6 +231,7 @@ async fn a_looping_guest_does_not_stall_another_guest_route() {
 /// other addresses are not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeat_offenders_get_429_with_retry_after() {
+    let _serial = SERIAL.lock().await;
     let gw = gateway();
     let offender = [127, 0, 0, 77];
     for _ in 0..3 {
@@ -277,6 +285,7 @@ async fn repeat_offenders_get_429_with_retry_after() {
 /// and no more: at 10 %, 5 ms calls run ~20 times a second, not ~200.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_route_is_held_to_its_cpu_share() {
+    let _serial = SERIAL.lock().await;
     let mut config = Config::builtin_default();
     config.server.workers = 1;
     let mut cfg = GuestConfig::defaults(guest_support::wasm("faulty"));
