@@ -143,60 +143,49 @@ where
     (alone, attacked, calls)
 }
 
-/// Native echo on the worker a looping guest route shares: before, every
-/// looped call held the worker for the whole deadline (−95 % throughput,
-/// p99 106 ms); now the route's calls run on the guest thread.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_looping_guest_does_not_stall_native_echo() {
-    let _serial = SERIAL.lock().await;
+/// Echo load on `path` alone, then while the attacker sends `message` to
+/// /faulty: throughput keeps over 0.4 of itself and p99 under 50 ms
+/// (generous for a busy 2-core CI machine; benches/neighbours.py measures).
+/// Returns the gateway and the attacker's calls.
+async fn keeps_serving(path: &str, message: &'static str) -> (Gateway, u64) {
     let gw = gateway();
-    let url = gw.url("/echo");
+    let url = gw.url(path);
     let addr = gw.addr;
     let (alone, attacked, calls) = alone_then_attacked(
         || echo_load(&url, 10, 1.5),
-        move |stop| attack(addr, stop, "loop"),
+        move |stop| attack(addr, stop, message),
     )
     .await;
     let ratio = attacked.0 as f64 / alone.0 as f64;
-    eprintln!("echo alone {alone:?}, attacked {attacked:?} ({ratio:.2}), {calls} looping calls");
-    assert!(calls >= 5, "the attacker made only {calls} calls");
-    assert!(
-        ratio > 0.4,
-        "native echo fell to {ratio:.2} of its throughput"
+    eprintln!(
+        "{path} alone {alone:?}, beside {message:?} {attacked:?} ({ratio:.2}), {calls} calls"
     );
+    assert!(ratio > 0.4, "{path} fell to {ratio:.2} of its throughput");
     assert!(
         attacked.1 < Duration::from_millis(50),
-        "native echo p99 {:?} under attack",
+        "{path} p99 {:?} under attack",
         attacked.1
     );
+    (gw, calls)
+}
+
+/// Native echo on the worker a looping guest route shares: before, every
+/// looped call held the worker for the whole deadline (−95 % throughput,
+/// p99 106 ms); now the route's calls run on its own thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_guest_does_not_stall_native_echo() {
+    let _serial = SERIAL.lock().await;
+    let (gw, calls) = keeps_serving("/echo", "loop").await;
+    assert!(calls >= 5, "the attacker made only {calls} calls");
     gw.stop();
 }
 
 /// A CPU-heavy but legal handler (5 ms per message) beside native echo:
-/// every message is answered, and echo keeps going.
+/// echo keeps going, and every message of the heavy route is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cpu_heavy_guest_does_not_stall_native_echo() {
     let _serial = SERIAL.lock().await;
-    let gw = gateway();
-    let url = gw.url("/echo");
-    let addr = gw.addr;
-    let (alone, attacked, calls) = alone_then_attacked(
-        || echo_load(&url, 10, 1.5),
-        move |stop| attack(addr, stop, "spin 5"),
-    )
-    .await;
-    let ratio = attacked.0 as f64 / alone.0 as f64;
-    eprintln!("echo alone {alone:?}, beside 5 ms calls {attacked:?} ({ratio:.2}), {calls} calls");
-    assert!(
-        ratio > 0.4,
-        "native echo fell to {ratio:.2} of its throughput"
-    );
-    assert!(
-        attacked.1 < Duration::from_millis(50),
-        "p99 {:?}",
-        attacked.1
-    );
-    // The heavy route answers.
+    let (gw, _) = keeps_serving("/echo", "spin 5").await;
     let mut ws = connect_from(gw.addr, "/faulty", [127, 0, 0, 1])
         .await
         .unwrap();
@@ -212,17 +201,7 @@ async fn a_cpu_heavy_guest_does_not_stall_native_echo() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_looping_guest_does_not_stall_another_guest_route() {
     let _serial = SERIAL.lock().await;
-    let gw = gateway();
-    let url = gw.url("/plain");
-    let addr = gw.addr;
-    let (alone, attacked, _) = alone_then_attacked(
-        || echo_load(&url, 10, 1.5),
-        move |stop| attack(addr, stop, "loop"),
-    )
-    .await;
-    let ratio = attacked.0 as f64 / alone.0 as f64;
-    eprintln!("guest /plain alone {alone:?}, beside a looping route {attacked:?} ({ratio:.2})");
-    assert!(ratio > 0.4, "/plain fell to {ratio:.2} of its throughput");
+    let (gw, _) = keeps_serving("/plain", "loop").await;
     gw.stop();
 }
 
