@@ -296,3 +296,43 @@ async fn a_slow_route_is_held_to_its_cpu_share() {
     assert!(calls >= 3, "{calls} calls: the route barely ran");
     gw.stop();
 }
+
+/// A route held to its share pauses its guest thread; stopping the gateway
+/// does not wait the pause out (here 50 ms calls at 1 %: 5 s per call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_does_not_wait_out_a_share_pause() {
+    let _serial = SERIAL.lock().await;
+    let mut config = Config::builtin_default();
+    config.server.workers = 1;
+    let mut cfg = GuestConfig::defaults(guest_support::wasm("faulty"));
+    cfg.cpu_share = 1;
+    config.routes.push(RouteConfig {
+        path: "/faulty".into(),
+        line: 0,
+        behaviour: Behaviour::Guest(cfg),
+        limits: Limits::default(),
+        topics: None,
+    });
+    let gw = Gateway::start(config);
+    let mut ws = connect_from(gw.addr, "/faulty", [127, 0, 0, 1])
+        .await
+        .unwrap();
+    // The first call moves the route off the worker, the second starts a
+    // 5 s pause once it is answered.
+    for _ in 0..2 {
+        ws.send(Message::text("spin 50")).await.unwrap();
+        let reply = timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(reply, Message::text("spun"));
+    }
+    drop(ws);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    tokio::task::spawn_blocking(move || gw.stop())
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "stopping took {:?}",
+        started.elapsed()
+    );
+}

@@ -15,6 +15,7 @@
 
 use super::route::GuestRoute;
 use super::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -56,6 +57,8 @@ pub(crate) struct Job {
 pub(crate) struct GuestThread {
     jobs: Option<mpsc::Sender<Job>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Set when the worker stops: a pause for the route's share ends early.
+    stopping: Arc<AtomicBool>,
 }
 
 impl GuestThread {
@@ -67,6 +70,8 @@ impl GuestThread {
         done: Arc<Notify>,
     ) -> std::io::Result<GuestThread> {
         let (jobs, rx) = mpsc::channel::<Job>();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stop = stopping.clone();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             lower_priority();
             let mut budget = Budget::new(share_percent);
@@ -77,13 +82,20 @@ impl GuestThread {
                 // Over the route's share: its next job waits (its
                 // connections' reads stop once their backlog is full).
                 if let Some(pause) = budget.spend(started, Instant::now()) {
-                    std::thread::sleep(pause);
+                    let until = Instant::now() + pause;
+                    while !stop.load(Ordering::Acquire) {
+                        let Some(left) = until.checked_duration_since(Instant::now()) else {
+                            break;
+                        };
+                        std::thread::park_timeout(left);
+                    }
                 }
             }
         })?;
         Ok(GuestThread {
             jobs: Some(jobs),
             thread: Some(thread),
+            stopping,
         })
     }
 
@@ -98,7 +110,9 @@ impl GuestThread {
 impl Drop for GuestThread {
     fn drop(&mut self) {
         drop(self.jobs.take());
+        self.stopping.store(true, Ordering::Release);
         if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
             let _ = thread.join();
         }
     }
