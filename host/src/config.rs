@@ -88,6 +88,10 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// Subprotocols offered, in server preference order.
     pub subprotocols: Vec<String>,
+    /// Browser origins (`scheme://host[:port]`) allowed besides the
+    /// gateway's own; `"*"` allows any. A request without `Origin` (not a
+    /// browser) is always allowed.
+    pub origins: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -199,6 +203,7 @@ impl Default for Limits {
             outbound_budget: DEFAULT_OUTBOUND_BUDGET_BYTES,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             subprotocols: Vec::new(),
+            origins: Vec::new(),
         }
     }
 }

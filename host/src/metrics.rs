@@ -18,6 +18,7 @@ pub struct Snapshot {
     pub upgrades: u64,
     pub refused_over_limit: u64,
     pub refused_draining: u64,
+    pub refused_origin: u64,
     pub outbound_queued_bytes: usize,
     pub outbound_queued_bytes_max: usize,
     pub receive_buffer_bytes_held: usize,
@@ -113,6 +114,12 @@ impl Snapshot {
             "counter",
             "Requests answered 503 because the gateway was shutting down.",
             self.refused_draining,
+        );
+        metric(
+            "weir_refused_origin_total",
+            "counter",
+            "Upgrades answered 403 because the browser's Origin is not allowed on the route.",
+            self.refused_origin,
         );
         metric(
             "weir_outbound_queued_bytes",
@@ -220,6 +227,7 @@ mod tests {
             upgrades: 5,
             refused_over_limit: 6,
             refused_draining: 7,
+            refused_origin: 19,
             outbound_queued_bytes: 8,
             outbound_queued_bytes_max: 9,
             receive_buffer_bytes_held: 10,
@@ -245,6 +253,7 @@ mod tests {
             ("weir_upgrades_total", 5),
             ("weir_refused_over_limit_total", 6),
             ("weir_refused_draining_total", 7),
+            ("weir_refused_origin_total", 19),
             ("weir_outbound_queued_bytes", 8),
             ("weir_outbound_queued_bytes_max", 9),
             ("weir_receive_buffer_bytes_held", 10),

@@ -228,3 +228,44 @@ async fn a_close_frame_reaches_a_client_that_is_still_sending() {
     }
     gw.stop();
 }
+
+/// Cross-site WebSocket hijacking: a page on another site cannot open a
+/// socket with its visitors' cookies. A browser upgrade from another origin
+/// gets 403 unless the route lists it; the gateway's own origin and clients
+/// that send no `Origin` (not browsers) are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browsers_from_other_sites_are_refused_unless_listed() {
+    let mut config = Config::builtin_default();
+    config.server.workers = 1;
+    let mut open = route("/open", Behaviour::Native(NativeKind::Echo), None);
+    open.limits.origins = vec!["https://app.example.com".into()];
+    config.routes.push(open);
+    let gw = Gateway::start(config);
+    let upgrade = |path: &str, origin: Option<&str>| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{}\r\n",
+            gw.addr,
+            origin
+                .map(|o| format!("Origin: {o}\r\n"))
+                .unwrap_or_default()
+        )
+    };
+    let own = format!("http://{}", gw.addr);
+    for (path, origin, want) in [
+        ("/echo", None, 101),
+        ("/echo", Some(own.as_str()), 101),
+        ("/echo", Some("https://evil.example"), 403),
+        ("/echo", Some("null"), 403),
+        ("/open", Some("https://app.example.com"), 101),
+        ("/open", Some("https://evil.example"), 403),
+    ] {
+        let (_, status) = Raw::request(gw.addr, &upgrade(path, origin)).await;
+        assert_eq!(status, want, "{path} from {origin:?}");
+    }
+    assert_eq!(
+        common::metric(gw.addr, "weir_refused_origin_total").await,
+        3
+    );
+    gw.stop();
+}

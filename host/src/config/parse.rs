@@ -34,6 +34,7 @@ struct RawServer {
     handshake_timeout: Field,
     drain_timeout: Field,
     subprotocols: Field,
+    origins: Field,
     max_connections: Field,
     max_connections_per_ip: Field,
     cache_dir: Field,
@@ -49,6 +50,7 @@ pub(super) struct RawRoute {
     pub(super) outbound_budget: Field,
     pub(super) idle_timeout: Field,
     pub(super) subprotocols: Field,
+    pub(super) origins: Field,
     pub(super) isolation: Field,
     pub(super) memory: Field,
     pub(super) timeout: Field,
@@ -150,6 +152,7 @@ fn server(
             &raw.outbound_budget,
             &raw.idle_timeout,
             &raw.subprotocols,
+            &raw.origins,
         ],
     )?;
     Ok(server)
@@ -159,7 +162,7 @@ fn server(
 fn limits(
     src: &Source,
     base: &Limits,
-    [max_message, outbound_budget, idle_timeout, subprotocols]: [&Field; 4],
+    [max_message, outbound_budget, idle_timeout, subprotocols, origins]: [&Field; 5],
 ) -> Result<Limits, ConfigError> {
     let mut limits = base.clone();
     if let Some(item) = Item::of("max_message", max_message) {
@@ -173,6 +176,9 @@ fn limits(
     }
     if let Some(item) = Item::of("subprotocols", subprotocols) {
         limits.subprotocols = item.subprotocols(src)?;
+    }
+    if let Some(item) = Item::of("origins", origins) {
+        limits.origins = item.origins(src)?;
     }
     Ok(limits)
 }
@@ -234,6 +240,7 @@ fn route(
             &raw.outbound_budget,
             &raw.idle_timeout,
             &raw.subprotocols,
+            &raw.origins,
         ],
     )?;
     let topics = match Item::of("topics", &raw.topics) {

@@ -100,6 +100,7 @@ native = "relay"
             outbound_budget: 1 << 20,
             idle_timeout: Duration::from_secs(120),
             subprotocols: vec!["chat.v2".into(), "chat.v1".into()],
+            origins: Vec::new(),
         }
     );
 
@@ -817,4 +818,29 @@ fn guest_cpu_share() {
         4,
         &["cpu_share only applies to guest routes"],
     );
+}
+
+/// Browser origins allowed besides the gateway's own (cross-site WebSocket
+/// hijacking): a list of `scheme://host[:port]`, or "*".
+#[test]
+fn origins() {
+    let config = parse(&format!(
+        "[server]\norigins = [\"https://app.example.com\"]\n{ECHO}origins = [\"*\"]\n"
+    ));
+    assert_eq!(
+        config.server.limits.origins,
+        vec!["https://app.example.com"]
+    );
+    assert_eq!(config.routes[0].limits.origins, vec!["*"]);
+    refused(
+        "[server]\norigins = [\"app.example.com\"]\n",
+        2,
+        &["not an origin", "https://app.example.com"],
+    );
+    refused(
+        "[server]\norigins = [\"https://a.example/path\"]\n",
+        2,
+        &["not an origin"],
+    );
+    refused("[server]\norigins = \"*\"\n", 2, &["not a list"]);
 }

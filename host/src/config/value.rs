@@ -201,6 +201,38 @@ impl<'a> Item<'a> {
     }
 }
 
+impl Item<'_> {
+    /// Browser origins: each `"*"` or `scheme://host[:port]` (RFC 6454, as a
+    /// browser sends it in `Origin`), compared case-insensitively.
+    pub(super) fn origins(&self, src: &Source) -> Result<Vec<String>, ConfigError> {
+        const HINT: &str =
+            r#"write e.g. ["https://app.example.com", "http://localhost:8080"], or ["*"] for any"#;
+        let Value::Array(items) = self.value else {
+            return Err(self.fail(src, format!("not a list of origins; {HINT}")));
+        };
+        let mut origins = Vec::with_capacity(items.len());
+        for item in items {
+            let Value::String(origin) = item else {
+                return Err(self.fail(src, format!("{item} is not a string; {HINT}")));
+            };
+            let valid = origin == "*"
+                || ["http://", "https://"].iter().any(|scheme| {
+                    origin.strip_prefix(scheme).is_some_and(|host| {
+                        !host.is_empty() && !host.contains(['/', '?', '#', ' '])
+                    })
+                });
+            if !valid {
+                return Err(self.fail(
+                    src,
+                    format!("{item} is not an origin (scheme://host[:port], no path); {HINT}"),
+                ));
+            }
+            origins.push(origin.to_ascii_lowercase());
+        }
+        Ok(origins)
+    }
+}
+
 /// RFC 7230 section 3.2.6 `token`, the grammar of a subprotocol name.
 fn is_token(name: &str) -> bool {
     !name.is_empty()

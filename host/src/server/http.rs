@@ -174,6 +174,14 @@ async fn handle_request(
             return resp;
         }
     };
+    if !handshake::origin_allowed(req.headers(), &route.limits.origins) {
+        shared.refused_origin.fetch_add(1, Ordering::Relaxed);
+        debug!(%peer, path = %route.path, origin = ?req.headers().get(header::ORIGIN), "origin refused");
+        return text(
+            StatusCode::FORBIDDEN,
+            "this origin may not open WebSockets on this route (see the route's origins)\n",
+        );
+    }
     let mut protocol = handshake::negotiate_subprotocol(req.headers(), &route.limits.subprotocols)
         .and_then(|p| HeaderValue::from_str(p).ok());
     let id = worker.next_conn_id();

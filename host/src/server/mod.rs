@@ -73,6 +73,8 @@ struct Shared {
     upgrades: AtomicU64,
     refused_over_limit: AtomicU64,
     refused_draining: AtomicU64,
+    /// Upgrades refused (403) for a browser origin the route does not allow.
+    refused_origin: AtomicU64,
 }
 
 /// A bound gateway, ready to run. Binding first lets callers (tests, `--listen
@@ -152,6 +154,7 @@ impl Shared {
             upgrades: AtomicU64::new(0),
             refused_over_limit: AtomicU64::new(0),
             refused_draining: AtomicU64::new(0),
+            refused_origin: AtomicU64::new(0),
         })
     }
 
@@ -164,6 +167,7 @@ impl Shared {
             upgrades: self.upgrades.load(Ordering::Relaxed),
             refused_over_limit: self.refused_over_limit.load(Ordering::Relaxed),
             refused_draining: self.refused_draining.load(Ordering::Relaxed),
+            refused_origin: self.refused_origin.load(Ordering::Relaxed),
             outbound_queued_bytes: queues.queued_bytes,
             outbound_queued_bytes_max: queues.max_queued_bytes,
             receive_buffer_bytes_held: self.pools.iter().map(|p| p.held_bytes()).sum(),
