@@ -174,62 +174,55 @@ fn command_json(c: Command<'_>) -> Value {
     }
 }
 
+/// A header type's reader from the vectors' JSON, packer and unpacker.
+type HeaderCodec<H, const N: usize> = (fn(&Value) -> H, fn(&H) -> [u8; N], fn(&[u8; N]) -> H);
+
+/// Checks every case of a vector file: headers pack and unpack to their
+/// fields, valid cases parse to `key`'s list, invalid ones to their error.
+/// Returns the names of the errors seen.
+fn run_vectors<H: PartialEq + std::fmt::Debug, const N: usize>(
+    file: &str,
+    key: &str,
+    header: HeaderCodec<H, N>,
+    parse: impl Fn(&[u8], &[u8]) -> Result<Vec<Value>, AbiError>,
+) -> Vec<String> {
+    let v: Value = serde_json::from_str(file).expect("vector file");
+    let mut seen = Vec::new();
+    for (group, valid) in [("valid", true), ("invalid", false)] {
+        for case in cases(&v, group) {
+            check_headers::<_, N>(case, header.0, header.1, header.2);
+            let (h, d) = buffers(case);
+            if valid {
+                let got = parse(&h, &d).unwrap_or_else(|e| panic!("{}: {e}", case["name"]));
+                assert_eq!(Value::from(got), case[key], "{}", case["name"]);
+            } else {
+                let err = parse(&h, &d).expect_err(case["name"].as_str().unwrap_or_default());
+                check_error(case, err);
+                seen.push(name(&err));
+            }
+        }
+    }
+    seen
+}
+
 #[test]
 fn event_batches_match_the_vectors() {
-    let v: Value = serde_json::from_str(EVENTS).expect("events.json");
-    for case in cases(&v, "valid") {
-        check_headers::<_, EVENT_HEADER_BYTES>(
-            case,
-            event_header,
-            EventHeader::encode,
-            EventHeader::decode,
-        );
-        let (h, d) = buffers(case);
-        let list = parse_events(&h, &d).unwrap_or_else(|e| panic!("{}: {e}", case["name"]));
-        let got: Vec<Value> = list.iter().map(event_json).collect();
-        assert_eq!(Value::from(got), case["events"], "{}", case["name"]);
-    }
-    for case in cases(&v, "invalid") {
-        check_headers::<_, EVENT_HEADER_BYTES>(
-            case,
-            event_header,
-            EventHeader::encode,
-            EventHeader::decode,
-        );
-        let (h, d) = buffers(case);
-        let err = parse_events(&h, &d).expect_err(case["name"].as_str().unwrap_or_default());
-        check_error(case, err);
-    }
+    run_vectors::<_, EVENT_HEADER_BYTES>(
+        EVENTS,
+        "events",
+        (event_header, EventHeader::encode, EventHeader::decode),
+        |h, d| Ok(parse_events(h, d)?.iter().map(event_json).collect()),
+    );
 }
 
 #[test]
 fn command_answers_match_the_vectors() {
-    let v: Value = serde_json::from_str(COMMANDS).expect("commands.json");
-    for case in cases(&v, "valid") {
-        check_headers::<_, COMMAND_HEADER_BYTES>(
-            case,
-            command_header,
-            CommandHeader::encode,
-            CommandHeader::decode,
-        );
-        let (h, d) = buffers(case);
-        let list = parse_commands(&h, &d).unwrap_or_else(|e| panic!("{}: {e}", case["name"]));
-        let got: Vec<Value> = list.iter().map(command_json).collect();
-        assert_eq!(Value::from(got), case["commands"], "{}", case["name"]);
-    }
-    let mut seen = Vec::new();
-    for case in cases(&v, "invalid") {
-        check_headers::<_, COMMAND_HEADER_BYTES>(
-            case,
-            command_header,
-            CommandHeader::encode,
-            CommandHeader::decode,
-        );
-        let (h, d) = buffers(case);
-        let err = parse_commands(&h, &d).expect_err(case["name"].as_str().unwrap_or_default());
-        check_error(case, err);
-        seen.push(name(&err));
-    }
+    let seen = run_vectors::<_, COMMAND_HEADER_BYTES>(
+        COMMANDS,
+        "commands",
+        (command_header, CommandHeader::encode, CommandHeader::decode),
+        |h, d| Ok(parse_commands(h, d)?.iter().map(command_json).collect()),
+    );
     // Every way a guest's answer can be refused has a vector.
     for variant in [
         "HeadersNotWhole",

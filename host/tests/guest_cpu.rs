@@ -260,15 +260,13 @@ async fn repeat_offenders_get_429_with_retry_after() {
     gw.stop();
 }
 
-/// A slow route may use its `cpu_share` of one core on its guest thread,
-/// and no more: at 10 %, 5 ms calls run ~20 times a second, not ~200.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_route_is_held_to_its_cpu_share() {
-    let _serial = SERIAL.lock().await;
+/// One worker with only the `faulty` fixture on /faulty at `cpu_share`, and
+/// a client connected to it.
+async fn faulty_at_share(cpu_share: u32) -> (Gateway, Ws) {
     let mut config = Config::builtin_default();
     config.server.workers = 1;
     let mut cfg = GuestConfig::defaults(guest_support::wasm("faulty"));
-    cfg.cpu_share = 10;
+    cfg.cpu_share = cpu_share;
     config.routes.push(RouteConfig {
         path: "/faulty".into(),
         line: 0,
@@ -277,9 +275,18 @@ async fn a_slow_route_is_held_to_its_cpu_share() {
         topics: None,
     });
     let gw = Gateway::start(config);
-    let mut ws = connect_from(gw.addr, "/faulty", [127, 0, 0, 1])
+    let ws = connect_from(gw.addr, "/faulty", [127, 0, 0, 1])
         .await
         .unwrap();
+    (gw, ws)
+}
+
+/// A slow route may use its `cpu_share` of one core on its guest thread,
+/// and no more: at 10 %, 5 ms calls run ~20 times a second, not ~200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_route_is_held_to_its_cpu_share() {
+    let _serial = SERIAL.lock().await;
+    let (gw, mut ws) = faulty_at_share(10).await;
     let started = Instant::now();
     let mut calls = 0u32;
     while started.elapsed() < Duration::from_secs(2) {
@@ -302,21 +309,7 @@ async fn a_slow_route_is_held_to_its_cpu_share() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_does_not_wait_out_a_share_pause() {
     let _serial = SERIAL.lock().await;
-    let mut config = Config::builtin_default();
-    config.server.workers = 1;
-    let mut cfg = GuestConfig::defaults(guest_support::wasm("faulty"));
-    cfg.cpu_share = 1;
-    config.routes.push(RouteConfig {
-        path: "/faulty".into(),
-        line: 0,
-        behaviour: Behaviour::Guest(cfg),
-        limits: Limits::default(),
-        topics: None,
-    });
-    let gw = Gateway::start(config);
-    let mut ws = connect_from(gw.addr, "/faulty", [127, 0, 0, 1])
-        .await
-        .unwrap();
+    let (gw, mut ws) = faulty_at_share(1).await;
     // The first call moves the route off the worker, the second starts a
     // 5 s pause once it is answered.
     for _ in 0..2 {
