@@ -43,20 +43,21 @@ pub const OFFLOAD_FOR: Duration = Duration::from_secs(10);
 /// The guests of one worker: every guest route's slot, and the signal that
 /// work is pending (from connections, or from a guest thread when a job is
 /// done).
-#[derive(Default)]
 pub struct Scheduler {
     work: Arc<Notify>,
     slots: RefCell<Vec<Rc<GuestSlot>>>,
     /// The worker's index, for the guest threads' names.
-    worker: Cell<usize>,
+    worker: usize,
 }
 
 impl Scheduler {
     /// The scheduler of worker `worker`.
     pub fn new(worker: usize) -> Scheduler {
-        let scheduler = Scheduler::default();
-        scheduler.worker.set(worker);
-        scheduler
+        Scheduler {
+            work: Arc::default(),
+            slots: RefCell::default(),
+            worker,
+        }
     }
 
     /// Resolves when guest work is pending, after the other ready tasks
@@ -199,13 +200,17 @@ impl GuestSlot {
             .offloaded_until
             .get()
             .is_some_and(|until| Instant::now() < until);
+        // Readers wait only while the backlog is over its bound.
+        let readers_wait = self.backlogged();
         if offloaded {
             self.hand_over(scheduler);
         } else {
             self.run_inline(scheduler);
         }
         self.pending_bytes.set(0);
-        self.backlog_shrank.notify_waiters();
+        if readers_wait {
+            self.backlog_shrank.notify_waiters();
+        }
     }
 
     /// Runs what is pending on this thread, one batch per call; after a call
@@ -294,7 +299,7 @@ impl GuestSlot {
             return;
         }
         if self.thread.borrow().is_none() {
-            let name = format!("weir-guest-{}-{}", scheduler.worker.get(), self.route.index);
+            let name = format!("weir-guest-{}-{}", scheduler.worker, self.route.index);
             let share = self.route.program.config().cpu_share;
             match GuestThread::start(name, share, scheduler.work.clone()) {
                 Ok(thread) => *self.thread.borrow_mut() = Some(thread),

@@ -88,19 +88,32 @@ pub fn peer_hung_up(stream: &TcpStream) -> bool {
 /// implements `AsyncWrite` only for an owned stream).
 pub struct Writer<'a>(pub &'a TcpStream);
 
+impl Writer<'_> {
+    /// Tries `write` first (it costs no syscall when tokio already knows the
+    /// socket is full), and waits for writability only when it would block.
+    fn poll_with<T>(
+        &self,
+        cx: &mut Context<'_>,
+        write: impl Fn(&TcpStream) -> std::io::Result<T>,
+    ) -> Poll<std::io::Result<T>> {
+        loop {
+            match write(self.0) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    std::task::ready!(self.0.poll_write_ready(cx))?
+                }
+                other => return Poll::Ready(other),
+            }
+        }
+    }
+}
+
 impl AsyncWrite for Writer<'_> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        loop {
-            std::task::ready!(self.0.poll_write_ready(cx))?;
-            match self.0.try_write(buf) {
-                Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
-                other => return Poll::Ready(other),
-            }
-        }
+        self.poll_with(cx, |s| s.try_write(buf))
     }
 
     fn poll_write_vectored(
@@ -108,13 +121,7 @@ impl AsyncWrite for Writer<'_> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        loop {
-            std::task::ready!(self.0.poll_write_ready(cx))?;
-            match self.0.try_write_vectored(bufs) {
-                Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
-                other => return Poll::Ready(other),
-            }
-        }
+        self.poll_with(cx, |s| s.try_write_vectored(bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
