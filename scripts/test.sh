@@ -19,6 +19,11 @@ fi
 
 cargo test --release --workspace
 
+# The guest SDK (its harness, its doc examples) and every example's own
+# harness tests, natively: they are separate workspaces.
+cargo test --manifest-path guest-sdk/Cargo.toml --features serde
+cargo test --manifest-path examples/Cargo.toml --workspace
+
 if [ "${WEIR_SKIP_AUTOBAHN:-0}" = 1 ]; then
     echo "test.sh: WEIR_SKIP_AUTOBAHN=1: Autobahn|Testsuite skipped" >&2
 else

@@ -56,7 +56,9 @@ pub enum AbiError {
     /// A topic is not UTF-8.
     #[error("command {index}: topic is not UTF-8")]
     TopicNotUtf8 { index: usize },
-    /// An open event's request target is not UTF-8.
-    #[error("event {index}: request target is not UTF-8")]
-    TargetNotUtf8 { index: usize },
+    /// An open event's bytes (or a `host.connection` answer) do not follow
+    /// the [`ConnInfo`](crate::ConnInfo) layout, or a string in them is not
+    /// UTF-8.
+    #[error("event {index}: connection info is malformed")]
+    ConnInfoMalformed { index: usize },
 }

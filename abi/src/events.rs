@@ -9,13 +9,17 @@
 use crate::error::{AbiError, Field};
 use crate::header::{checked_str, is_utf8, range, split_headers, EventHeader, EventKind};
 use crate::header::{EVENT_HEADER_BYTES as N, EVENT_HEADER_BYTES};
-use crate::ConnectionId;
+use crate::{ConnInfo, ConnectionId};
 
 /// One event of a batch, borrowed from its [`EventList`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event<'a> {
-    /// `conn` was upgraded on this route; `target` is `path` or `path?query`.
-    Open { conn: ConnectionId, target: &'a str },
+    /// `conn` was upgraded on this route: its request target, route
+    /// parameters and the attachment its upgrade was accepted with.
+    Open {
+        conn: ConnectionId,
+        info: ConnInfo<'a>,
+    },
     /// A complete text message.
     Text { conn: ConnectionId, text: &'a str },
     /// A complete binary message.
@@ -40,8 +44,8 @@ pub struct EventList<'a> {
 }
 
 /// Check a batch (`events` header bytes, `data` buffer) against the ABI:
-/// whole headers, every range inside `data`, open targets, text payloads and
-/// close reasons UTF-8. Headers of unknown kinds are range-checked only.
+/// whole headers, every range inside `data`, open events' bytes a
+/// [`ConnInfo`], text payloads and close reasons UTF-8. Headers of unknown kinds are range-checked only.
 pub fn parse_events<'a>(events: &'a [u8], data: &'a [u8]) -> Result<EventList<'a>, AbiError> {
     let headers = split_headers::<EVENT_HEADER_BYTES>(events)?;
     for (index, h) in headers.iter().enumerate() {
@@ -55,7 +59,9 @@ pub fn parse_events<'a>(events: &'a [u8], data: &'a [u8]) -> Result<EventList<'a
         })?;
         let utf8 = || is_utf8(bytes);
         match EventKind::from_byte(e.kind) {
-            Some(EventKind::Open) if !utf8() => return Err(AbiError::TargetNotUtf8 { index }),
+            Some(EventKind::Open) => {
+                ConnInfo::parse(bytes, index)?;
+            }
             Some(EventKind::Text) if !utf8() => return Err(AbiError::TextNotUtf8 { index }),
             Some(EventKind::Close) if !utf8() => return Err(AbiError::ReasonNotUtf8 { index }),
             _ => {}
@@ -108,13 +114,13 @@ impl<'a> Iterator for EventIter<'a> {
             // In range: checked by parse_events.
             let bytes = &self.data[start..start + e.len as usize];
             // SAFETY (checked_str): parse_events checked these ranges are
-            // UTF-8 for open, text and close, and `data` is borrowed
+            // UTF-8 for text and close, and `data` is borrowed
             // immutably since.
             let conn = e.conn;
             return Some(match EventKind::from_byte(e.kind) {
-                Some(EventKind::Open) => Event::Open {
-                    conn,
-                    target: unsafe { checked_str(bytes) },
+                Some(EventKind::Open) => match ConnInfo::parse(bytes, 0) {
+                    Ok(info) => Event::Open { conn, info },
+                    Err(_) => unreachable!("checked by parse_events"),
                 },
                 Some(EventKind::Text) => Event::Text {
                     conn,
@@ -167,8 +173,10 @@ mod tests {
 
     #[test]
     fn every_event_kind_reads_back_and_unknown_kinds_are_skipped() {
+        // Target "/chat/a?x=1", no parameters, no attachment.
+        let open = b"\x0b\0\0\0/chat/a?x=1\0\0\0\0";
         let (h, d) = batch(&[
-            (1, 0, 0, b"/chat/a?x=1"),
+            (1, 0, 0, open),
             (1, 1, 0, "héllo".as_bytes()),
             (2, 9, 0, b"from a newer host"),
             (2, 2, 0, &[0xff, 0]),
@@ -182,7 +190,7 @@ mod tests {
             [
                 Event::Open {
                     conn: 1,
-                    target: "/chat/a?x=1"
+                    info: ConnInfo::parse(open, 0).unwrap()
                 },
                 Event::Text {
                     conn: 1,
@@ -217,7 +225,7 @@ mod tests {
             })
         ));
         for (kind, want) in [
-            (0, AbiError::TargetNotUtf8 { index: 1 }),
+            (0, AbiError::ConnInfoMalformed { index: 1 }),
             (1, AbiError::TextNotUtf8 { index: 1 }),
             (3, AbiError::ReasonNotUtf8 { index: 1 }),
         ] {

@@ -34,8 +34,10 @@
 //! | 12..16 | offset   | start of the event's bytes in the data buffer, u32    |
 //! | 16..20 | len      | length of the event's bytes, u32                      |
 //!
-//! An event's bytes: the request target (`/path?query`) for open, the payload
-//! for text (UTF-8) and binary, the close reason (UTF-8) for close.
+//! An event's bytes: for open, a [`ConnInfo`] (request target, route
+//! parameters, the attachment the upgrade was accepted with; layout in
+//! [`conn_info`]); the payload for text (UTF-8) and binary; the close reason
+//! (UTF-8) for close.
 //!
 //! Command header ([`COMMAND_HEADER_BYTES`] = 28), guest to host:
 //!
@@ -90,6 +92,7 @@
 extern crate alloc;
 
 pub mod commands;
+pub mod conn_info;
 pub mod error;
 pub mod events;
 pub mod header;
@@ -100,6 +103,9 @@ pub use commands::{
     parse_commands, sendable_close_code, short_reason, Command, CommandIter, CommandList,
     FALLBACK_CLOSE_CODE, MAX_CLOSE_REASON_BYTES,
 };
+#[cfg(feature = "alloc")]
+pub use conn_info::encode_conn_info;
+pub use conn_info::{ConnInfo, Params};
 pub use error::{AbiError, Field};
 pub use events::{parse_events, Event, EventIter, EventList};
 pub use header::{

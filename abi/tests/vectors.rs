@@ -113,14 +113,20 @@ fn check_error(case: &Value, got: AbiError) {
         | AbiError::ReasonNotUtf8 { index }
         | AbiError::EmptyTopic { index }
         | AbiError::TopicNotUtf8 { index }
-        | AbiError::TargetNotUtf8 { index } => Some(index as u64),
+        | AbiError::ConnInfoMalformed { index } => Some(index as u64),
     };
     assert_eq!(index, case["index"].as_u64(), "{n}: index");
 }
 
 fn event_json(e: Event<'_>) -> Value {
     match e {
-        Event::Open { conn, target } => json!({"kind": "open", "conn": conn, "target": target}),
+        Event::Open { conn, info } => json!({
+            "kind": "open",
+            "conn": conn,
+            "target": info.target,
+            "params": info.params().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
+            "attachment_hex": hex(info.attachment),
+        }),
         Event::Text { conn, text } => json!({"kind": "text", "conn": conn, "text": text}),
         Event::Binary { conn, payload } => {
             json!({"kind": "binary", "conn": conn, "payload_hex": hex(payload)})

@@ -90,9 +90,21 @@ class Answer:
         return self
 
 
+def conn_info(target, params=(), attachment=b""):
+    """An open event's bytes: u32 length-prefixed target, u32 parameter
+    count, length-prefixed name and value per parameter, then the
+    attachment (the rest)."""
+    def field(b):
+        return struct.pack("<I", len(b)) + b
+    out = field(target.encode()) + struct.pack("<I", len(params))
+    for name, value in params:
+        out += field(name.encode()) + field(value.encode())
+    return out + attachment
+
+
 def events():
     b = (Batch()
-         .push(1, "open", 0, b"/chat/lobby?token=x")
+         .push(1, "open", 0, conn_info("/chat/lobby?token=x", [("room", "lobby")], b"\x07id"))
          .push(BIG_CONN, "text", 0, "héllo".encode())
          .push(BIG_CONN, "binary", 0, bytes([0, 0xff, 0x80]))
          .push(1, "close", 1000, b"bye")
@@ -103,7 +115,8 @@ def events():
              "events 1 and 2 checks byte order",
              b.headers, b.data, pack_event,
              events=[
-                 {"kind": "open", "conn": 1, "target": "/chat/lobby?token=x"},
+                 {"kind": "open", "conn": 1, "target": "/chat/lobby?token=x",
+                  "params": [["room", "lobby"]], "attachment_hex": "07" + b"id".hex()},
                  {"kind": "text", "conn": BIG_CONN, "text": "héllo"},
                  {"kind": "binary", "conn": BIG_CONN, "payload_hex": "00ff80"},
                  {"kind": "close", "conn": 1, "code": 1000, "reason": "bye"},
@@ -126,9 +139,14 @@ def events():
         case("text-not-utf8", "a text event whose payload is not UTF-8",
              [event_header(1, EVENT["binary"], 0, 0, 1), event_header(1, EVENT["text"], 0, 0, 2)],
              bytes([0xc3, 0x28]), pack_event, error="TextNotUtf8", index=1),
-        case("target-not-utf8", "an open event whose target is not UTF-8",
-             [event_header(1, EVENT["open"], 0, 0, 1)], bytes([0xff]), pack_event,
-             error="TargetNotUtf8", index=0),
+        case("conn-info-not-utf8", "an open event whose target is not UTF-8",
+             [event_header(1, EVENT["open"], 0, 0, 5)], struct.pack("<I", 1) + bytes([0xff]),
+             pack_event, error="ConnInfoMalformed", index=0),
+        case("conn-info-truncated",
+             "an open event announcing a parameter its bytes do not hold",
+             [event_header(1, EVENT["binary"], 0, 0, 0), event_header(1, EVENT["open"], 0, 0, 10)],
+             conn_info("/a") [:6] + struct.pack("<I", 1), pack_event,
+             error="ConnInfoMalformed", index=1),
         case("reason-not-utf8", "a close event whose reason is not UTF-8",
              [event_header(1, EVENT["close"], 1000, 0, 1)], bytes([0xff]), pack_event,
              error="ReasonNotUtf8", index=0),

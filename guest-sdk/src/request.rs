@@ -1,9 +1,7 @@
 //! The upgrade request a handler sees, and its answer.
 
-use crate::bindings::weir::gateway::types::UpgradeRequest;
-
 /// The HTTP request asking to open a WebSocket on this route.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Request {
     /// Request path, e.g. `/chat/lobby` (not percent-decoded).
     pub path: String,
@@ -13,16 +11,47 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     /// The peer's `ip:port`.
     pub remote_addr: String,
+    /// The route's path parameters, `(name, value)`, in the route's order.
+    pub params: Vec<(String, String)>,
+}
+
+/// The first parameter called `name` of a query string, raw.
+pub(crate) fn query_param<'q>(query: &'q str, name: &str) -> Option<&'q str> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then_some(v)
+    })
 }
 
 impl Request {
-    pub(crate) fn from_raw(raw: UpgradeRequest) -> Self {
+    /// A request for `target` (`path` or `path?query`) from 127.0.0.1,
+    /// without headers or parameters: for tests (see
+    /// [`testing`](crate::testing), which fills in the parameters).
+    pub fn new(target: &str) -> Self {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
         Request {
-            path: raw.path,
-            query: raw.query,
-            headers: raw.headers,
-            remote_addr: raw.remote_addr,
+            path: path.to_string(),
+            query: query.to_string(),
+            remote_addr: "127.0.0.1:40000".to_string(),
+            ..Request::default()
         }
+    }
+
+    /// Add a header (the name is lower-cased, as the gateway does).
+    pub fn with_header(mut self, name: &str, value: &str) -> Self {
+        self.headers
+            .push((name.to_ascii_lowercase(), value.to_string()));
+        self
+    }
+
+    /// The route parameter `name` (`/chat/{room}` requested as
+    /// `/chat/lobby`: `req.param("room") == Some("lobby")`), not
+    /// percent-decoded.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The first header called `name` (ASCII case-insensitive).
@@ -36,10 +65,7 @@ impl Request {
     /// The first query parameter called `name`, raw (not percent-decoded).
     /// A parameter without `=` has the value `""`.
     pub fn query_param(&self, name: &str) -> Option<&str> {
-        self.query.split('&').find_map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (k == name).then_some(v)
-        })
+        query_param(&self.query, name)
     }
 
     /// The subprotocols the client offered, in its order of preference.
@@ -53,19 +79,54 @@ impl Request {
     }
 }
 
-/// A handler's answer to an upgrade request.
+/// A handler's answer to an upgrade request. `S` is the handler's
+/// connection state: accepting can hand the connection a first state (the
+/// user behind a token, a tenant), which `on_open` finds in
+/// [`Conn`](crate::Conn) and which survives instance replacement like any
+/// saved state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Upgrade {
-    /// Open the WebSocket, optionally with one of the offered subprotocols.
-    Accept(Option<String>),
-    /// Refuse with this HTTP status (400–599).
+pub enum Upgrade<S = ()> {
+    /// Open the WebSocket.
+    Accept {
+        /// One of the subprotocols the client offered, or none.
+        protocol: Option<String>,
+        /// The connection's first state; `None` starts from `Default`.
+        state: Option<S>,
+    },
+    /// Refuse with this HTTP status (400–599; the gateway sends 403 for
+    /// anything else).
     Reject(u16),
 }
 
-impl Upgrade {
-    /// Accept without a subprotocol.
+impl<S> Upgrade<S> {
+    /// Accept without a subprotocol; the state starts as `Default`.
     pub fn accept() -> Self {
-        Upgrade::Accept(None)
+        Upgrade::Accept {
+            protocol: None,
+            state: None,
+        }
+    }
+
+    /// Accept, and start the connection with `state`.
+    pub fn accept_with(state: S) -> Self {
+        Upgrade::Accept {
+            protocol: None,
+            state: Some(state),
+        }
+    }
+
+    /// Choose `protocol` (one the client offered; the gateway answers 500
+    /// otherwise). No effect on a rejection.
+    pub fn with_protocol(mut self, protocol: &str) -> Self {
+        if let Upgrade::Accept { protocol: p, .. } = &mut self {
+            *p = Some(protocol.to_string());
+        }
+        self
+    }
+
+    /// Refuse with `status`.
+    pub fn reject(status: u16) -> Self {
+        Upgrade::Reject(status)
     }
 
     /// Refuse with 401 Unauthorized.

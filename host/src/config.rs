@@ -287,7 +287,8 @@ impl Config {
                     return Err(in_file(ConfigError {
                         message: format!(
                             "line {}: route \"{}\": guest component {} not found; \
-                             build the guests (bash scripts/build-guests.sh) or fix the guest path \
+                             build it (`weir build DIR` for a project made by `weir new`; \
+                             bash scripts/build-guests.sh for this repository's examples) or fix the guest path \
                              (relative paths start at the routes file's directory)",
                             route.line,
                             route.path,

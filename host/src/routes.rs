@@ -41,6 +41,10 @@ pub struct Upgrade<'a> {
     /// The connection's id, if it is accepted.
     pub id: u64,
     pub uri: &'a Uri,
+    /// The route's path parameters (`/chat/{room}` matched by `/chat/lobby`:
+    /// `("room", "lobby")`), in the order the path declares them, not
+    /// percent-decoded.
+    pub params: &'a [(&'a str, &'a str)],
     pub headers: &'a HeaderMap,
     pub peer: SocketAddr,
     /// The connection's outbound queue, made before the 101 so a route can

@@ -4,7 +4,15 @@
 mod guest_support;
 
 use guest_support::*;
-use weir::guest::{Batch, Runner, UpgradeRequest, UpgradeResponse};
+use weir::guest::{Accept, Batch, Runner, UpgradeRequest, UpgradeResponse};
+
+/// An accept without subprotocol or attachment.
+fn plain_accept() -> UpgradeResponse {
+    UpgradeResponse::Accept(Accept {
+        protocol: None,
+        attachment: Vec::new(),
+    })
+}
 
 #[test]
 fn echo_answers_every_connection_in_order_in_one_call() {
@@ -12,7 +20,7 @@ fn echo_answers_every_connection_in_order_in_one_call() {
     let mut b = Batch::new();
     let conns: Vec<u64> = (1..=40).collect();
     for &c in &conns {
-        b.push_open(c, "/echo");
+        b.push_open(c, "/echo", &[], b"");
     }
     // Interleave connections; each sends 5 messages, alternating kinds.
     for i in 0..5u8 {
@@ -121,39 +129,38 @@ fn binary_adds_to_little_endian_ints_and_closes_on_wrong_length() {
 fn chat_subscribes_to_the_path_room_and_publishes_to_the_others() {
     let mut r = runner("chat");
     let mut b = Batch::new();
-    b.push_open(1, "/chat/lobby");
-    b.push_open(2, "/chat/lobby?x=1");
-    b.push_open(3, "/chat/rust");
+    b.push_open(1, "/chat/lobby", &[("room", "lobby")], b"");
+    b.push_open(2, "/chat/lobby?x=1", &[("room", "lobby")], b"");
+    b.push_open(3, "/chat/rust", &[("room", "rust")], b"");
     b.push_message(1, true, b"hello");
     b.push_message(3, false, &[9]);
     let out = owned(&r.handle(&b).unwrap());
     assert_eq!(
         out,
         vec![
-            Owned::Subscribe(1, "room:lobby".into()),
-            Owned::Subscribe(2, "room:lobby".into()),
-            Owned::Subscribe(3, "room:rust".into()),
+            Owned::Subscribe(1, "lobby".into()),
+            Owned::Subscribe(2, "lobby".into()),
+            Owned::Subscribe(3, "rust".into()),
             Owned::Publish {
-                topic: "room:lobby".into(),
+                topic: "lobby".into(),
                 text: true,
                 payload: b"hello".to_vec(),
                 exclude: Some(1)
             },
             Owned::Publish {
-                topic: "room:rust".into(),
+                topic: "rust".into(),
                 text: false,
                 payload: vec![9],
                 exclude: Some(3)
             },
         ]
     );
-    assert_eq!(r.attachment(1), Some(&b"room:lobby"[..]));
-    // A fresh instance knows the room from the attachment.
+    // A fresh instance knows the room from the host's connection record.
     r.recycle();
     assert_eq!(
         send_text(&mut r, 2, "again").unwrap(),
         vec![Owned::Publish {
-            topic: "room:lobby".into(),
+            topic: "lobby".into(),
             text: true,
             payload: b"again".to_vec(),
             exclude: Some(2)
@@ -170,6 +177,7 @@ fn request(query: &str, headers: &[(&str, &str)]) -> UpgradeRequest {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         remote_addr: "127.0.0.1:5000".into(),
+        params: Vec::new(),
     }
 }
 
@@ -179,7 +187,7 @@ fn auth_rejects_without_the_token_and_echoes_once_accepted() {
         c.env.insert("WEIR_AUTH_TOKEN".into(), "s3cret".into());
     });
     let mut r = Runner::new(program);
-    let accepted = |r: &mut Runner, req| r.upgrade(&req).unwrap() == UpgradeResponse::Accept(None);
+    let accepted = |r: &mut Runner, req| r.upgrade(&req).unwrap() == plain_accept();
     assert!(accepted(&mut r, request("token=s3cret", &[])));
     assert!(accepted(&mut r, request("a=1&token=s3cret", &[])));
     assert!(accepted(
@@ -230,16 +238,15 @@ fn auth_without_a_configured_token_rejects_everyone() {
 #[test]
 fn echo_accepts_upgrades_by_default() {
     let mut r = runner("echo");
-    assert_eq!(
-        r.upgrade(&request("", &[])).unwrap(),
-        UpgradeResponse::Accept(None)
-    );
+    assert_eq!(r.upgrade(&request("", &[])).unwrap(), plain_accept());
 }
 
 #[test]
 fn counter_survives_instance_replacement_through_its_attachment() {
     // recycle_after = 1: every batch runs on a fresh instance.
     let mut r = Runner::new(program_with("counter", "/counter", |c| c.recycle_after = 1));
+    open(&mut r, 10).unwrap();
+    open(&mut r, 11).unwrap();
     for expected in 1..=5 {
         assert_eq!(
             send_text(&mut r, 10, "x").unwrap(),
@@ -253,6 +260,7 @@ fn counter_survives_instance_replacement_through_its_attachment() {
     );
     // Closing forgets: a reused id would start again at 1.
     r.forget(10);
+    open(&mut r, 10).unwrap();
     assert_eq!(
         send_text(&mut r, 10, "x").unwrap(),
         vec![Owned::Text(10, "1".into())]
@@ -264,6 +272,7 @@ fn batch_isolation_uses_a_fresh_instance_per_batch() {
     let mut r = Runner::new(program_with("counter", "/counter", |c| {
         c.isolation = weir::config::Isolation::Batch
     }));
+    open(&mut r, 1).unwrap();
     for expected in 1..=3 {
         assert_eq!(
             send_text(&mut r, 1, "x").unwrap(),

@@ -133,21 +133,25 @@ fn recycle_after_replaces_the_instance_and_frees_its_slot() {
 
 #[test]
 fn attachment_over_the_cap_closes_only_that_connection() {
-    // counter stores 8 bytes; a cap of 4 refuses it.
+    // counter saves its count (1 byte here); a cap of 0 refuses it. Its
+    // neighbour in the batch, under no cap issue, is unaffected.
     let mut r = Runner::new(program_with("counter", "/counter", |c| {
-        c.attachment_max = 4
+        c.attachment_max = 0
     }));
     let mut b = Batch::new();
+    b.push_open(1, "/counter", &[], b"");
+    b.push_open(2, "/counter", &[], b"");
     b.push_message(1, true, b"x");
     let out = owned(&r.handle(&b).unwrap());
     assert_eq!(
         out,
         vec![
+            Owned::Text(1, "1".into()),
             Owned::Close(1, 1011, String::new()),
-            Owned::Text(1, "1".into())
         ]
     );
     assert_eq!(r.attachment(1), None);
+    assert_eq!(r.attachment(2), None);
 }
 
 /// Collects what the fmt subscriber writes.

@@ -5,7 +5,7 @@
 //! table; without it every upgrade is refused (fail closed). Accepted
 //! connections echo.
 
-use weir_guest::{ConnectionId, Context, Handler, Message, Request, Upgrade};
+use weir_guest::{Conn, Handler, Message, Request, Upgrade};
 
 #[derive(Default)]
 struct Auth;
@@ -42,9 +42,12 @@ impl Handler for Auth {
         }
     }
 
-    fn on_message(&mut self, ctx: &mut Context, conn: ConnectionId, _: &mut (), msg: Message<'_>) {
-        ctx.send(conn, msg);
+    fn on_message(&mut self, conn: &mut Conn<()>, msg: Message) {
+        conn.send(msg);
     }
 }
 
 weir_guest::export!(Auth);
+
+#[cfg(test)]
+mod tests;

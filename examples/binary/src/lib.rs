@@ -6,24 +6,27 @@
 //! error for this route: the connection is closed with 1003 (unsupported
 //! data) and a reason saying why.
 
-use weir_guest::{ConnectionId, Context, Handler, Message};
+use weir_guest::{Conn, Handler, Message};
 
 #[derive(Default)]
 struct Binary;
 
 impl Handler for Binary {
     type State = ();
-    fn on_message(&mut self, ctx: &mut Context, conn: ConnectionId, _: &mut (), msg: Message<'_>) {
+    fn on_message(&mut self, conn: &mut Conn<()>, msg: Message) {
         match msg {
             Message::Binary(&[a, b, c, d]) => {
                 let n = i32::from_le_bytes([a, b, c, d]);
                 let next = n.wrapping_add(if n % 2 == 0 { 2 } else { 1 });
-                ctx.send_binary(conn, &next.to_le_bytes());
+                conn.send_binary(&next.to_le_bytes());
             }
-            Message::Binary(_) => ctx.close(conn, 1003, "expected exactly 4 bytes"),
-            Message::Text(_) => ctx.close(conn, 1003, "expected a binary message"),
+            Message::Binary(_) => conn.close(1003, "expected exactly 4 bytes"),
+            Message::Text(_) => conn.close(1003, "expected a binary message"),
         }
     }
 }
 
 weir_guest::export!(Binary);
+
+#[cfg(test)]
+mod tests;

@@ -1,38 +1,31 @@
-//! Message counter: replies to every message with how many messages this
-//! connection has sent so far (`1`, `2`, …, as text). The count lives in the
-//! connection's attachment, so it survives the instance being replaced.
+//! Message counter: answers every message with how many messages this
+//! connection has sent so far (`1`, `2`, …, as text). The count is the
+//! connection's state: the SDK saves it in the gateway-held attachment
+//! after each change, so it survives the instance being replaced
+//! (`recycle_after`, a fault, a deploy). A client can start counting from
+//! another number with `?from=N` on the upgrade.
 
-use weir_guest::{ConnState, ConnectionId, Context, Handler, Message};
+use weir_guest::{Conn, Handler, Message, Request, Upgrade};
 
 #[derive(Default)]
 struct Counter;
 
-/// Messages seen on one connection.
-#[derive(Default)]
-struct Count(u64);
-
-impl ConnState for Count {
-    fn restore(bytes: &[u8]) -> Self {
-        Count(bytes.try_into().map(u64::from_le_bytes).unwrap_or(0))
-    }
-    fn persist(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.0.to_le_bytes());
-    }
-}
-
 impl Handler for Counter {
-    type State = Count;
-    fn on_message(
-        &mut self,
-        ctx: &mut Context,
-        conn: ConnectionId,
-        count: &mut Count,
-        _: Message<'_>,
-    ) {
-        count.0 += 1;
-        ctx.save(conn, count);
-        ctx.send_text_fmt(conn, format_args!("{}", count.0));
+    type State = u64;
+
+    fn on_upgrade(&mut self, req: &Request) -> Upgrade<u64> {
+        let from = req.query_param("from").and_then(|n| n.parse().ok());
+        Upgrade::accept_with(from.unwrap_or(0))
+    }
+
+    fn on_message(&mut self, conn: &mut Conn<u64>, _: Message) {
+        *conn.state_mut() += 1;
+        let n = *conn.state();
+        conn.send_fmt(format_args!("{n}"));
     }
 }
 
 weir_guest::export!(Counter);
+
+#[cfg(test)]
+mod tests;

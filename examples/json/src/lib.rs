@@ -4,7 +4,7 @@
 //! Anything else (not JSON, no integer `number`, overflow) gets
 //! `{"error": "<what was wrong>"}` and the connection stays open.
 
-use weir_guest::{ConnectionId, Context, Handler, Message};
+use weir_guest::{Conn, Handler, Message};
 
 #[derive(Default)]
 struct Json;
@@ -44,12 +44,15 @@ fn answer(bytes: &[u8]) -> Result<i64, String> {
 
 impl Handler for Json {
     type State = ();
-    fn on_message(&mut self, ctx: &mut Context, conn: ConnectionId, _: &mut (), msg: Message<'_>) {
+    fn on_message(&mut self, conn: &mut Conn<()>, msg: Message) {
         match answer(msg.as_bytes()) {
-            Ok(n) => ctx.send_text_fmt(conn, format_args!("{{\"number\":{n}}}")),
-            Err(e) => ctx.send_text(conn, &serde_json::json!({ "error": e }).to_string()),
+            Ok(n) => conn.send_fmt(format_args!("{{\"number\":{n}}}")),
+            Err(e) => conn.send_text(&serde_json::json!({ "error": e }).to_string()),
         }
     }
 }
 
 weir_guest::export!(Json);
+
+#[cfg(test)]
+mod tests;

@@ -9,7 +9,7 @@
 //! applies.
 
 use weir_abi::header::event_conn;
-use weir_abi::{CommandBuf, EventHeader, EventKind};
+use weir_abi::{encode_conn_info, CommandBuf, EventHeader, EventKind};
 
 use super::error::Fault;
 use super::ConnectionId;
@@ -25,7 +25,11 @@ pub(crate) mod bindings {
 
 use bindings::weir::gateway::types::{self as wit, Batch as RawBatch, Commands as RawCommands};
 
-pub use bindings::weir::gateway::types::{UpgradeRequest, UpgradeResponse};
+pub use bindings::weir::gateway::types::{Accept, UpgradeRequest, UpgradeResponse};
+
+/// The WIT package this host implements (wit/weir.wit); named in the error
+/// for a component built against another version.
+pub const WIT_PACKAGE: &str = "weir:gateway@0.3.0";
 pub use weir_abi::{Command, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
 
 /// Largest answer (command headers plus bytes) accepted from one guest call.
@@ -58,6 +62,9 @@ const _: () = {
 /// so a worker reuses one `Batch` for every call.
 pub struct Batch {
     pub(crate) raw: RawBatch,
+    /// Open events in the batch (the runner records their connection info
+    /// before the call only when there are some).
+    opens: usize,
 }
 
 impl Default for Batch {
@@ -67,6 +74,7 @@ impl Default for Batch {
                 events: Vec::new(),
                 data: Vec::new(),
             },
+            opens: 0,
         }
     }
 }
@@ -95,9 +103,46 @@ impl Batch {
         self.raw.events.extend_from_slice(&header.encode());
     }
 
-    /// `conn` was opened on this route; `target` is its `path?query`.
-    pub fn push_open(&mut self, conn: ConnectionId, target: &str) {
-        self.push(conn, EventKind::Open, 0, target.as_bytes());
+    /// `conn` was opened on this route; `info` is its connection info as
+    /// [`encode_conn_info`] packs it (target, route parameters, the
+    /// attachment the upgrade accepted it with).
+    pub fn push_open_info(&mut self, conn: ConnectionId, info: &[u8]) {
+        self.opens += 1;
+        self.push(conn, EventKind::Open, 0, info);
+    }
+
+    /// `conn` was opened on this route with request target `target`
+    /// (`path?query`), route parameters `params` and first attachment
+    /// `attachment` (empty: none).
+    pub fn push_open(
+        &mut self,
+        conn: ConnectionId,
+        target: &str,
+        params: &[(&str, &str)],
+        attachment: &[u8],
+    ) {
+        let mut info = Vec::new();
+        encode_conn_info(&mut info, target, params.iter().copied(), attachment);
+        self.push_open_info(conn, &info);
+    }
+
+    /// Whether the batch holds open events.
+    pub(crate) fn has_opens(&self) -> bool {
+        self.opens > 0
+    }
+
+    /// The open events: connection and connection info.
+    pub(crate) fn opens(&self) -> impl Iterator<Item = (ConnectionId, &[u8])> + '_ {
+        let (headers, _) = self.raw.events.as_chunks::<EVENT_HEADER_BYTES>();
+        let data = &self.raw.data;
+        headers
+            .iter()
+            .map(EventHeader::decode)
+            .filter(|h| h.kind == EventKind::Open as u8)
+            .map(move |h| {
+                let start = h.offset as usize;
+                (h.conn, &data[start..start + h.len as usize])
+            })
     }
 
     /// A complete message arrived; `text` payloads must be valid UTF-8
@@ -120,6 +165,7 @@ impl Batch {
     pub fn clear(&mut self) {
         self.raw.events.clear();
         self.raw.data.clear();
+        self.opens = 0;
     }
 
     pub fn is_empty(&self) -> bool {
@@ -274,7 +320,20 @@ mod tests {
             let conn = e["conn"].as_u64().unwrap();
             let str_of = |key: &str| e[key].as_str().unwrap().to_string();
             match e["kind"].as_str().unwrap() {
-                "open" => b.push_open(conn, &str_of("target")),
+                "open" => {
+                    let params: Vec<(String, String)> =
+                        serde_json::from_value(e["params"].clone()).unwrap();
+                    let params: Vec<(&str, &str)> = params
+                        .iter()
+                        .map(|(n, v)| (n.as_str(), v.as_str()))
+                        .collect();
+                    b.push_open(
+                        conn,
+                        &str_of("target"),
+                        &params,
+                        &unhex(&str_of("attachment_hex")),
+                    )
+                }
                 "text" => b.push_message(conn, true, str_of("text").as_bytes()),
                 "binary" => b.push_message(conn, false, &unhex(&str_of("payload_hex"))),
                 "close" => {
@@ -295,13 +354,14 @@ mod tests {
     #[test]
     fn clear_keeps_the_buffers() {
         let mut b = Batch::new();
-        b.push_open(1, "/chat/a");
+        b.push_open(1, "/chat/a", &[], b"");
         b.push_message(1, true, b"hi");
         b.push_close(1, 1000, "bye");
         b.clear();
         assert!(b.is_empty());
         assert_eq!((b.len(), b.data_len()), (0, 0));
-        assert!(b.raw.data.capacity() >= 12, "clear keeps the buffer");
+        assert!(b.raw.data.capacity() >= 20, "clear keeps the buffer");
+        assert!(!b.has_opens());
         assert!(b.raw.events.capacity() >= 60, "clear keeps the headers");
     }
 

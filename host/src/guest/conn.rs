@@ -2,6 +2,7 @@
 //! guest's hook) and the [`Behaviour`] that turns pieces into messages for
 //! the route's batches on this worker ([`GuestSlot`]).
 
+use super::abi::Accept;
 use super::slot::GuestSlot;
 use super::{UpgradeRequest, UpgradeResponse};
 use crate::reactor::behaviour::{Behaviour, LocalFuture, Stop};
@@ -29,11 +30,20 @@ impl WorkerRoute for GuestSlot {
                 .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
                 .collect(),
             remote_addr: up.peer.to_string(),
+            params: up
+                .params
+                .iter()
+                .map(|&(name, value)| (name.to_string(), value.to_string()))
+                .collect(),
         };
         let target = up
             .uri
             .path_and_query()
-            .map_or_else(|| up.uri.path().to_string(), |pq| pq.as_str().to_string());
+            .map_or_else(|| up.uri.path(), |pq| pq.as_str());
+        // Target and parameters, packed as the open event carries them,
+        // before the attachment the hook may add.
+        let mut info = Vec::with_capacity(16 + target.len());
+        weir_abi::encode_conn_info(&mut info, target, up.params.iter().copied(), &[]);
         let peer = up.peer.ip();
         Box::pin(async move {
             if let Some(left) = self.route.backoff_left(peer) {
@@ -44,7 +54,13 @@ impl WorkerRoute for GuestSlot {
                 });
             }
             let protocol = match self.run_upgrade_hook(req).await {
-                Ok(UpgradeResponse::Accept(chosen)) => chosen,
+                Ok(UpgradeResponse::Accept(Accept {
+                    protocol,
+                    attachment,
+                })) => {
+                    info.extend_from_slice(&attachment);
+                    protocol
+                }
                 Ok(UpgradeResponse::Reject(status)) => {
                     return Err(Refusal {
                         status: StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN),
@@ -63,7 +79,7 @@ impl WorkerRoute for GuestSlot {
             };
             let conn = GuestConn {
                 slot: self.me.upgrade().expect("the worker holds its slots"),
-                target,
+                info,
                 message: Vec::new(),
                 queued: false,
                 id: 0,
@@ -80,8 +96,9 @@ impl WorkerRoute for GuestSlot {
 /// A guest connection's side: reassembles messages that span pieces.
 pub struct GuestConn {
     slot: Rc<GuestSlot>,
-    /// The request's `path?query`, for the open event.
-    target: String,
+    /// The connection info for the open event (target, route parameters,
+    /// first attachment); emptied once sent.
+    info: Vec<u8>,
     message: Vec<u8>,
     queued: bool,
     id: u64,
@@ -98,7 +115,7 @@ impl Behaviour for GuestConn {
 
     fn on_open(&mut self, id: u64, _outbound: &Arc<Outbound>) {
         self.id = id;
-        self.slot.open(id, &std::mem::take(&mut self.target));
+        self.slot.open(id, &std::mem::take(&mut self.info));
     }
 
     /// Stop reading while the guest's replies to this connection are over

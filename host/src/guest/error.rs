@@ -12,7 +12,7 @@ pub enum GuestError {
     #[error("cannot start the WebAssembly engine: {0}")]
     Engine(String),
     /// The `.wasm` file could not be read.
-    #[error("route {route}: cannot read guest {}: {source} (build the examples with scripts/build-guests.sh, or fix `guest = ...`)", path.display())]
+    #[error("route {route}: cannot read guest {}: {source} (build it with `weir build DIR`, or this repository's examples with scripts/build-guests.sh, or fix `guest = ...`)", path.display())]
     Unreadable {
         route: String,
         path: PathBuf,
@@ -34,7 +34,7 @@ pub enum GuestError {
     },
     /// The component does not implement the `weir:gateway` world this
     /// gateway speaks (missing or mismatched export, unknown import).
-    #[error("route {route}: {} does not fit this gateway's guest ABI (weir:gateway/handler@0.2.0, see wit/weir.wit): {detail}", path.display())]
+    #[error("route {route}: {} does not fit this gateway's guest ABI ({}/handler, see wit/weir.wit; rebuild it with this gateway's SDK: `weir build`): {detail}", path.display(), super::abi::WIT_PACKAGE)]
     Abi {
         route: String,
         path: PathBuf,

@@ -1,6 +1,6 @@
 //! What a guest instance sees of the host: the per-Store state (WASI context
 //! with no files and no sockets, the route's environment only), the
-//! `weir:gateway/host` imports (log, attachment), the memory limiter, and
+//! `weir:gateway/host` imports (log, connection), the memory limiter, and
 //! guest stdout/stderr gathered into lines; every line goes through the
 //! route's [`RouteLog`] (level, budget, escaping).
 
@@ -32,9 +32,10 @@ pub(crate) struct StoreState {
     /// Set when the limiter refused growth, so the fault is reported as
     /// `Memory` rather than the trap the guest's allocator turns it into.
     pub(crate) memory_refused: bool,
-    /// The runner's attachments, moved in for the duration of a call so the
-    /// `attachment` import can read them (a cheap swap, not a copy).
-    pub(crate) attachments: HashMap<ConnectionId, Vec<u8>>,
+    /// The runner's connection records, moved in for the duration of a
+    /// call so the `connection` import can read them (a cheap swap, not a
+    /// copy).
+    pub(crate) conns: HashMap<ConnectionId, ConnRecord>,
 }
 
 impl StoreState {
@@ -54,7 +55,41 @@ impl StoreState {
             log,
             memory_limit,
             memory_refused: false,
-            attachments: HashMap::new(),
+            conns: HashMap::new(),
+        }
+    }
+}
+
+/// What the host keeps of one guest connection: its connection info as the
+/// open event carried it (target, route parameters), then its attachment,
+/// in one buffer, so the `connection` import answers with one copy.
+pub(crate) struct ConnRecord {
+    bytes: Vec<u8>,
+    /// Where the attachment starts.
+    fixed: usize,
+}
+
+impl ConnRecord {
+    /// The record of an open event's connection info; None if the bytes do
+    /// not follow the layout (the host built them, so that is a bug).
+    pub(crate) fn new(info: &[u8]) -> Option<Self> {
+        let parsed = weir_abi::ConnInfo::parse(info, 0).ok()?;
+        Some(ConnRecord {
+            fixed: parsed.fixed().len(),
+            bytes: info.to_vec(),
+        })
+    }
+
+    pub(crate) fn attachment(&self) -> &[u8] {
+        &self.bytes[self.fixed..]
+    }
+
+    /// Replace the attachment (empty clears it).
+    pub(crate) fn set_attachment(&mut self, attachment: &[u8]) {
+        self.bytes.truncate(self.fixed);
+        self.bytes.extend_from_slice(attachment);
+        if attachment.is_empty() {
+            self.bytes.shrink_to_fit();
         }
     }
 }
@@ -111,8 +146,8 @@ impl host::Host for StoreState {
         self.log.write(level, "log", msg.as_bytes());
     }
 
-    fn attachment(&mut self, conn: ConnectionId) -> Option<Vec<u8>> {
-        self.attachments.get(&conn).cloned()
+    fn connection(&mut self, conn: ConnectionId) -> Option<Vec<u8>> {
+        self.conns.get(&conn).map(|record| record.bytes.clone())
     }
 }
 

@@ -37,7 +37,7 @@ pub mod runner;
 pub mod slot;
 mod thread;
 
-pub use abi::{Batch, Command, Commands, UpgradeRequest, UpgradeResponse};
+pub use abi::{Accept, Batch, Command, Commands, UpgradeRequest, UpgradeResponse};
 pub use engine::GuestEngine;
 pub use error::{Fault, GuestError};
 pub use program::{check_routes, Program};

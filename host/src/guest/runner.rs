@@ -1,8 +1,9 @@
 //! Runs one route's guest on one worker thread: owns the live instance (its
 //! Store), replaces it after `recycle_after` batches (`isolation = "worker"`)
 //! or after every batch (`"batch"`) or after any fault, sets the deadline per
-//! call, applies attachment commands and keeps the attachments, which
-//! outlive every instance.
+//! call, applies attachment commands and keeps each connection's record
+//! (request target, route parameters, attachment), which outlives every
+//! instance.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -10,10 +11,10 @@ use std::sync::Arc;
 use wasmtime::{PoolConcurrencyLimitError, Store, Trap};
 
 use super::abi::bindings::GatewayHandler;
-use super::abi::{Batch, Commands, UpgradeRequest, UpgradeResponse};
+use super::abi::{Accept, Batch, Commands, UpgradeRequest, UpgradeResponse};
 use super::engine::POOL_COMPONENT_INSTANCES;
 use super::error::Fault;
-use super::host::StoreState;
+use super::host::{ConnRecord, StoreState};
 use super::program::{InstancePermit, Program};
 use super::ConnectionId;
 use crate::config::Isolation;
@@ -30,10 +31,11 @@ struct Live {
 pub struct Runner {
     program: Arc<Program>,
     live: Option<Live>,
-    /// Durable per-connection state (`set-attachment`), keyed by connection.
-    /// Moved into the Store for each call so the `attachment` import can
-    /// read it, and back out afterwards, so it survives instance replacement.
-    attachments: HashMap<ConnectionId, Vec<u8>>,
+    /// Per connection: its info (target, route parameters) and durable
+    /// state (the upgrade's attachment, then `set-attachment`). Moved into
+    /// the Store for each call so the `connection` import can read it, and
+    /// back out afterwards, so it survives instance replacement.
+    conns: HashMap<ConnectionId, ConnRecord>,
     /// Scratch: indices of attachment commands over the cap, to be turned
     /// into closes (kept to reuse its allocation).
     over_cap: Vec<usize>,
@@ -55,7 +57,7 @@ impl Runner {
         Runner {
             program,
             live: None,
-            attachments: HashMap::new(),
+            conns: HashMap::new(),
             over_cap: Vec::new(),
             batch_conns: HashSet::new(),
             faults: 0,
@@ -75,12 +77,13 @@ impl Runner {
 
     /// The attachment held for `conn`, if any.
     pub fn attachment(&self, conn: ConnectionId) -> Option<&[u8]> {
-        self.attachments.get(&conn).map(Vec::as_slice)
+        let record = self.conns.get(&conn)?;
+        Some(record.attachment()).filter(|a| !a.is_empty())
     }
 
-    /// `conn` closed: drop its attachment.
+    /// `conn` closed: drop its record.
     pub fn forget(&mut self, conn: ConnectionId) {
-        self.attachments.remove(&conn);
+        self.conns.remove(&conn);
     }
 
     /// Drop the live instance now (the next call starts a fresh one).
@@ -90,8 +93,8 @@ impl Runner {
 
     /// Ask the guest whether to accept an upgrade. A reject status outside
     /// 400–599 becomes 403; accepting with a subprotocol the client did not
-    /// offer (RFC 6455 §4.1 would make the client fail the connection)
-    /// becomes a 500.
+    /// offer (RFC 6455 §4.1 would make the client fail the connection) or
+    /// with an attachment over `attachment_max` becomes a 500.
     pub fn upgrade(&mut self, req: &UpgradeRequest) -> Result<UpgradeResponse, Fault> {
         let result =
             self.call(|handler, store| handler.weir_gateway_handler().call_upgrade(store, req));
@@ -100,9 +103,20 @@ impl Runner {
             UpgradeResponse::Reject(status) if !(400..=599).contains(&status) => {
                 UpgradeResponse::Reject(403)
             }
-            UpgradeResponse::Accept(Some(protocol)) if !offered(req, &protocol) => {
+            UpgradeResponse::Accept(Accept {
+                protocol: Some(protocol),
+                ..
+            }) if !offered(req, &protocol) => {
                 tracing::warn!(route = %self.program.route, protocol,
                     "guest chose a subprotocol the client did not offer; refusing with 500");
+                UpgradeResponse::Reject(500)
+            }
+            UpgradeResponse::Accept(Accept { attachment, .. })
+                if attachment.len() > self.program.cfg.attachment_max =>
+            {
+                tracing::warn!(route = %self.program.route, bytes = attachment.len(),
+                    cap = self.program.cfg.attachment_max,
+                    "guest accepted an upgrade with an attachment over attachment_max; refusing with 500");
                 UpgradeResponse::Reject(500)
             }
             other => other,
@@ -122,6 +136,13 @@ impl Runner {
     pub fn handle(&mut self, batch: &Batch) -> Result<Commands, Fault> {
         if batch.is_empty() {
             return Ok(Commands::empty());
+        }
+        if batch.has_opens() {
+            for (conn, info) in batch.opens() {
+                if let Some(record) = ConnRecord::new(info) {
+                    self.conns.insert(conn, record);
+                }
+            }
         }
         let result = self.call(|handler, store| {
             handler
@@ -158,12 +179,8 @@ impl Runner {
                 self.over_cap.push(index);
                 continue;
             }
-            if bytes.is_empty() {
-                self.attachments.remove(&conn);
-            } else {
-                let slot = self.attachments.entry(conn).or_default();
-                slot.clear();
-                slot.extend_from_slice(bytes);
+            if let Some(record) = self.conns.get_mut(&conn) {
+                record.set_attachment(bytes);
             }
         }
         for &index in &self.over_cap {
@@ -184,18 +201,12 @@ impl Runner {
             unreachable!("started above")
         };
         live.store.set_epoch_deadline(self.program.deadline_ticks);
-        std::mem::swap(
-            &mut live.store.data_mut().attachments,
-            &mut self.attachments,
-        );
+        std::mem::swap(&mut live.store.data_mut().conns, &mut self.conns);
         let started = std::time::Instant::now();
         let result = f(&live.handler, &mut live.store);
         self.last_call = started.elapsed();
         self.last_call_first = live.batches == 0;
-        std::mem::swap(
-            &mut live.store.data_mut().attachments,
-            &mut self.attachments,
-        );
+        std::mem::swap(&mut live.store.data_mut().conns, &mut self.conns);
         live.batches += 1;
         result.map_err(|e| CallError::Guest {
             memory_refused: live.store.data().memory_refused,
@@ -317,6 +328,7 @@ mod tests {
                 ("sec-websocket-protocol".into(), "v2".into()),
             ],
             remote_addr: "127.0.0.1:1".into(),
+            params: Vec::new(),
         };
         assert!(offered(&req, "chat"));
         assert!(offered(&req, "superchat"));

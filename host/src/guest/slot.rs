@@ -360,8 +360,8 @@ impl GuestSlot {
         )))
     }
 
-    pub(super) fn open(&self, conn: u64, target: &str) {
-        self.batch_for(target.len()).push_open(conn, target);
+    pub(super) fn open(&self, conn: u64, info: &[u8]) {
+        self.batch_for(info.len()).push_open_info(conn, info);
         self.wake();
     }
 

@@ -186,9 +186,11 @@ async fn handle_request(
         .and_then(|p| HeaderValue::from_str(p).ok());
     let id = worker.next_conn_id();
     let outbound = Arc::new(Outbound::new(route.limits.outbound_budget));
+    let params: Vec<(&str, &str)> = matched.params.iter().collect();
     let up = Upgrade {
         id,
         uri: req.uri(),
+        params: &params,
         headers: req.headers(),
         peer,
         outbound: &outbound,

@@ -112,6 +112,13 @@ pub fn owned(cmds: &Commands) -> Vec<Owned> {
 }
 
 /// One text message from `conn` in a batch of its own, answered.
+/// Open `conn` on `runner` (target `/`, no parameters, no attachment).
+pub fn open(runner: &mut Runner, conn: u64) -> Result<Vec<Owned>, weir::guest::Fault> {
+    let mut b = Batch::new();
+    b.push_open(conn, "/", &[], b"");
+    runner.handle(&b).map(|c| owned(&c))
+}
+
 pub fn send_text(
     runner: &mut Runner,
     conn: u64,

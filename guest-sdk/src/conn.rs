@@ -1,0 +1,340 @@
+//! What a hook does things with: [`Conn`], the connection the event is
+//! about, and [`Context`], the batch's answer (any connection, any topic).
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use weir_abi::{CommandHeader, CommandKind, ConnInfo, Params};
+
+use crate::{ConnState, ConnectionId, Message};
+
+/// The batch's answer: every method appends one command (no allocation per
+/// message once the buffers have grown). Reach it from a hook with
+/// [`Conn::ctx`] to address a connection other than the event's, by id.
+pub struct Context {
+    /// Packed command headers.
+    pub(crate) commands: Vec<u8>,
+    pub(crate) data: Vec<u8>,
+}
+
+impl Context {
+    pub(crate) fn with_capacity(commands: usize, data: usize) -> Self {
+        Context {
+            commands: Vec::with_capacity(commands),
+            data: Vec::with_capacity(data),
+        }
+    }
+
+    /// Append `bytes` to the shared buffer and return their range.
+    fn put(&mut self, bytes: &[u8]) -> (u32, u32) {
+        let offset = self.data.len() as u32;
+        self.data.extend_from_slice(bytes);
+        (offset, bytes.len() as u32)
+    }
+
+    fn push(
+        &mut self,
+        conn: ConnectionId,
+        kind: CommandKind,
+        code: u16,
+        topic: (u32, u32),
+        payload: (u32, u32),
+    ) {
+        let header = CommandHeader::new(conn, kind as u8, code, topic, payload);
+        self.commands.extend_from_slice(&header.encode());
+    }
+
+    /// Send a text message to `conn`.
+    pub fn send_text(&mut self, conn: ConnectionId, text: &str) {
+        let p = self.put(text.as_bytes());
+        self.push(conn, CommandKind::SendText, 0, (0, 0), p);
+    }
+
+    /// Send a text message formatted straight into the output buffer
+    /// (`ctx.send_fmt(conn, format_args!("{n}"))`), without a `String`.
+    pub fn send_fmt(&mut self, conn: ConnectionId, args: fmt::Arguments<'_>) {
+        let offset = self.data.len();
+        let _ = fmt::Write::write_fmt(&mut ByteWriter(&mut self.data), args);
+        let len = self.data.len() - offset;
+        let range = (offset as u32, len as u32);
+        self.push(conn, CommandKind::SendText, 0, (0, 0), range);
+    }
+
+    /// Send a binary message to `conn`.
+    pub fn send_binary(&mut self, conn: ConnectionId, bytes: &[u8]) {
+        let p = self.put(bytes);
+        self.push(conn, CommandKind::SendBinary, 0, (0, 0), p);
+    }
+
+    /// Send `msg` to `conn` as a message of the same kind.
+    pub fn send(&mut self, conn: ConnectionId, msg: Message<'_>) {
+        match msg {
+            Message::Text(t) => self.send_text(conn, t),
+            Message::Binary(b) => self.send_binary(conn, b),
+        }
+    }
+
+    /// Close `conn` with `code` (1000–4999; the gateway sends 1011 for a
+    /// code an endpoint may not send) and a short UTF-8 `reason` (at most
+    /// 123 bytes; the gateway cuts a longer one).
+    pub fn close(&mut self, conn: ConnectionId, code: u16, reason: &str) {
+        let p = self.put(reason.as_bytes());
+        self.push(conn, CommandKind::Close, code, (0, 0), p);
+    }
+
+    /// Deliver `msg` to every subscriber of `topic` on every gateway worker,
+    /// except `except` (pass the sender to leave it out).
+    pub fn publish(&mut self, topic: &str, msg: Message<'_>, except: Option<ConnectionId>) {
+        let kind = if msg.is_text() {
+            CommandKind::PublishText
+        } else {
+            CommandKind::PublishBinary
+        };
+        let t = self.put(topic.as_bytes());
+        let p = self.put(msg.as_bytes());
+        self.push(except.unwrap_or(0), kind, 0, t, p);
+    }
+
+    /// Subscribe `conn` to `topic` (ends by itself when `conn` closes).
+    pub fn subscribe(&mut self, conn: ConnectionId, topic: &str) {
+        let t = self.put(topic.as_bytes());
+        self.push(conn, CommandKind::Subscribe, 0, t, (0, 0));
+    }
+
+    /// Unsubscribe `conn` from `topic`.
+    pub fn unsubscribe(&mut self, conn: ConnectionId, topic: &str) {
+        let t = self.put(topic.as_bytes());
+        self.push(conn, CommandKind::Unsubscribe, 0, t, (0, 0));
+    }
+
+    /// Store raw bytes as `conn`'s attachment (empty clears it), replacing
+    /// what the SDK saved from its state. Only for a connection with an event
+    /// in the current batch; capped by the route's `attachment_max` (over
+    /// it, the gateway closes `conn` with 1011).
+    pub fn set_attachment(&mut self, conn: ConnectionId, bytes: &[u8]) {
+        let p = self.put(bytes);
+        self.push(conn, CommandKind::SetAttachment, 0, (0, 0), p);
+    }
+
+    /// Store `state` (through [`ConnState::persist`]) as `conn`'s
+    /// attachment, written straight into the output buffer. Returns whether
+    /// it wrote any bytes.
+    pub(crate) fn save<S: ConnState>(&mut self, conn: ConnectionId, state: &S) -> bool {
+        let offset = self.data.len();
+        state.persist(&mut self.data);
+        let len = self.data.len() - offset;
+        let range = (offset as u32, len as u32);
+        self.push(conn, CommandKind::SetAttachment, 0, (0, 0), range);
+        len > 0
+    }
+}
+
+/// `fmt::Write` over the output buffer.
+struct ByteWriter<'a>(&'a mut Vec<u8>);
+
+impl fmt::Write for ByteWriter<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// What an instance keeps per connection.
+pub(crate) struct Entry<S> {
+    pub(crate) state: S,
+    /// The connection info without its attachment: target and route
+    /// parameters, as the host sent them (checked when stored).
+    pub(crate) info: Box<[u8]>,
+    /// The state was borrowed mutably since it was last saved.
+    pub(crate) dirty: bool,
+    /// The host holds a non-empty attachment for the connection.
+    pub(crate) stored: bool,
+}
+
+impl<S: ConnState> Entry<S> {
+    /// An entry from a connection's info, its state restored from the
+    /// attachment if there is one.
+    pub(crate) fn new(info: &ConnInfo<'_>) -> Self {
+        let stored = !info.attachment.is_empty();
+        Entry {
+            state: if stored {
+                S::restore(info.attachment)
+            } else {
+                S::default()
+            },
+            info: info.fixed().into(),
+            dirty: false,
+            stored,
+        }
+    }
+
+    /// An entry from connection info bytes as `host.connection` returns
+    /// them; bytes that do not parse, or none (the host does not know the
+    /// connection), give an empty target, no parameters and `Default`
+    /// state.
+    pub(crate) fn from_bytes(bytes: Option<&[u8]>) -> Self {
+        let info = bytes.and_then(|b| ConnInfo::parse(b, 0).ok());
+        let empty = ConnInfo::parse(&EMPTY_INFO, 0).expect("empty info parses");
+        Entry::new(&info.unwrap_or(empty))
+    }
+}
+
+/// Connection info with an empty target and no parameters.
+const EMPTY_INFO: [u8; 8] = [0; 8];
+
+/// One connection, as a hook sees it: its id, request target and route
+/// parameters, its typed state (through `Deref`/`DerefMut`: `conn.count +=
+/// 1`), and everything a handler can do to it.
+///
+/// Borrowing the state mutably marks it changed; the SDK then saves it to
+/// the connection's attachment when the hook returns, so it survives the
+/// instance being replaced. Every method appends to the batch's answer
+/// without allocating.
+///
+/// What it tells about the connection (parameters, target) is borrowed for
+/// the whole hook, not from the handle, so it can be passed to the
+/// handle's own methods: `let room = conn.param("room").unwrap_or("lobby");
+/// conn.publish(room, msg);`.
+pub struct Conn<'a, S> {
+    id: ConnectionId,
+    ctx: &'a mut Context,
+    /// Target and parameters, checked when the entry was made.
+    info: &'a [u8],
+    state: &'a mut S,
+    dirty: &'a mut bool,
+}
+
+impl<'a, S: ConnState> Conn<'a, S> {
+    pub(crate) fn new(id: ConnectionId, ctx: &'a mut Context, entry: &'a mut Entry<S>) -> Self {
+        Conn {
+            id,
+            ctx,
+            info: &entry.info,
+            state: &mut entry.state,
+            dirty: &mut entry.dirty,
+        }
+    }
+
+    fn conn_info(&self) -> Option<ConnInfo<'a>> {
+        ConnInfo::parse(self.info, 0).ok()
+    }
+
+    /// The connection's id: unique within the gateway process, never 0.
+    pub fn id(&self) -> ConnectionId {
+        self.id
+    }
+
+    /// The route parameter `name` (`conn.param("room")` on a route
+    /// `/chat/{room}` opened as `/chat/lobby` is `Some("lobby")`), not
+    /// percent-decoded. `None` if the route declares no such parameter.
+    pub fn param(&self, name: &str) -> Option<&'a str> {
+        self.conn_info()?.param(name)
+    }
+
+    /// Every route parameter, `(name, value)`, in the route's order.
+    pub fn params(&self) -> Params<'a> {
+        self.conn_info()
+            .map_or_else(Params::default, |i| i.params())
+    }
+
+    /// The request target the connection was opened with: `path` or
+    /// `path?query`.
+    pub fn target(&self) -> &'a str {
+        self.conn_info().map_or("", |i| i.target)
+    }
+
+    /// The request path, without the query.
+    pub fn path(&self) -> &'a str {
+        let target = self.target();
+        target.split_once('?').map_or(target, |(p, _)| p)
+    }
+
+    /// The query parameter `name`, raw (not percent-decoded); `""` for a
+    /// parameter without `=`.
+    pub fn query_param(&self, name: &str) -> Option<&'a str> {
+        let (_, query) = self.target().split_once('?')?;
+        crate::request::query_param(query, name)
+    }
+
+    /// The connection's state.
+    pub fn state(&self) -> &S {
+        self.state
+    }
+
+    /// The connection's state, to change: it is saved when the hook returns.
+    pub fn state_mut(&mut self) -> &mut S {
+        *self.dirty = true;
+        self.state
+    }
+
+    /// The batch's answer, to address other connections by id.
+    pub fn ctx(&mut self) -> &mut Context {
+        self.ctx
+    }
+
+    /// Send `msg` to this connection, as a message of the same kind.
+    pub fn send(&mut self, msg: Message<'_>) {
+        self.ctx.send(self.id, msg);
+    }
+
+    /// Send a text message to this connection.
+    pub fn send_text(&mut self, text: &str) {
+        self.ctx.send_text(self.id, text);
+    }
+
+    /// Send a text message formatted straight into the output buffer:
+    /// `conn.send_fmt(format_args!("{n} seen"))`.
+    pub fn send_fmt(&mut self, args: fmt::Arguments<'_>) {
+        self.ctx.send_fmt(self.id, args);
+    }
+
+    /// Send a binary message to this connection.
+    pub fn send_binary(&mut self, bytes: &[u8]) {
+        self.ctx.send_binary(self.id, bytes);
+    }
+
+    /// Close this connection with `code` (1000–4999) and a short `reason`.
+    /// Its `on_close` follows, once the client has answered.
+    pub fn close(&mut self, code: u16, reason: &str) {
+        self.ctx.close(self.id, code, reason);
+    }
+
+    /// Subscribe this connection to `topic`. Topics belong to the route
+    /// (or to the routes sharing a `topics` namespace): another route's
+    /// `room:1` is another topic.
+    pub fn subscribe(&mut self, topic: &str) {
+        self.ctx.subscribe(self.id, topic);
+    }
+
+    /// Unsubscribe this connection from `topic`.
+    pub fn unsubscribe(&mut self, topic: &str) {
+        self.ctx.unsubscribe(self.id, topic);
+    }
+
+    /// Deliver `msg` to every *other* subscriber of `topic`, on every
+    /// gateway worker (as uWebSockets' `ws.publish` does).
+    pub fn publish(&mut self, topic: &str, msg: Message<'_>) {
+        self.ctx.publish(topic, msg, Some(self.id));
+    }
+
+    /// Deliver `msg` to every subscriber of `topic`, this connection
+    /// included if it is one.
+    pub fn broadcast(&mut self, topic: &str, msg: Message<'_>) {
+        self.ctx.publish(topic, msg, None);
+    }
+}
+
+impl<S> Deref for Conn<'_, S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        self.state
+    }
+}
+
+/// Borrowing the state mutably marks it for saving.
+impl<S> DerefMut for Conn<'_, S> {
+    fn deref_mut(&mut self) -> &mut S {
+        *self.dirty = true;
+        self.state
+    }
+}

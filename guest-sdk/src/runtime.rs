@@ -1,0 +1,182 @@
+//! What one instance remembers between batches, and how a batch becomes
+//! hook calls: the same code runs in the component (called by the
+//! [`export!`](crate::export) glue) and in [`testing`](crate::testing).
+
+use std::collections::hash_map::Entry as MapEntry;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use weir_abi::{Event, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
+
+use crate::conn::{Context, Entry};
+use crate::{Conn, ConnState, ConnectionId, Handler, Level, Message, Request, Upgrade};
+
+/// Connection ids are handed out sequentially, so a multiplicative hash is
+/// enough and avoids std's randomly seeded hasher (a WASI random call).
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n ^ (n >> 29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// An upgrade decision as the ABI carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum UpgradeAnswer {
+    Accept {
+        protocol: Option<String>,
+        attachment: Vec<u8>,
+    },
+    Reject(u16),
+}
+
+/// One instance's handler and what it knows of each connection.
+pub(crate) struct Runtime<H: Handler> {
+    handler: H,
+    conns: Conns<H::State>,
+    /// Output sizes of the last batch (header bytes, data bytes), to size
+    /// the next one's buffers.
+    last_commands: usize,
+    last_data: usize,
+}
+
+impl<H: Handler> Default for Runtime<H> {
+    fn default() -> Self {
+        Runtime {
+            handler: H::default(),
+            conns: HashMap::default(),
+            last_commands: 0,
+            last_data: 0,
+        }
+    }
+}
+
+type Conns<S> = HashMap<ConnectionId, Entry<S>, BuildHasherDefault<IdHasher>>;
+
+/// The entry of `conn`, restored from what the host knows of it if this
+/// instance has not seen it (it replaced the instance that had).
+fn known<'c, S: ConnState>(
+    conns: &'c mut Conns<S>,
+    conn: ConnectionId,
+    lookup: &mut dyn FnMut(ConnectionId) -> Option<Vec<u8>>,
+) -> &'c mut Entry<S> {
+    conns
+        .entry(conn)
+        .or_insert_with(|| Entry::from_bytes(lookup(conn).as_deref()))
+}
+
+/// Save the state of `conn` if the hook changed it. A state that persists
+/// to nothing while nothing is stored costs no command.
+fn settle<S: ConnState>(ctx: &mut Context, conn: ConnectionId, entry: &mut Entry<S>) {
+    if !std::mem::take(&mut entry.dirty) || std::mem::size_of::<S>() == 0 {
+        return;
+    }
+    let (commands, data) = (ctx.commands.len(), ctx.data.len());
+    let wrote = ctx.save(conn, &entry.state);
+    if !wrote && !entry.stored {
+        ctx.commands.truncate(commands);
+        ctx.data.truncate(data);
+    }
+    entry.stored = wrote;
+}
+
+impl<H: Handler> Runtime<H> {
+    #[cfg(test)]
+    pub(crate) fn handler(&self) -> &H {
+        &self.handler
+    }
+
+    /// Ask the handler about an upgrade; a first state becomes the
+    /// connection's attachment.
+    pub(crate) fn upgrade(&mut self, req: &Request) -> UpgradeAnswer {
+        match self.handler.on_upgrade(req) {
+            Upgrade::Accept { protocol, state } => {
+                let mut attachment = Vec::new();
+                if let Some(state) = state {
+                    state.persist(&mut attachment);
+                }
+                UpgradeAnswer::Accept {
+                    protocol,
+                    attachment,
+                }
+            }
+            Upgrade::Reject(status) => UpgradeAnswer::Reject(status),
+        }
+    }
+
+    /// One hook call per event of the batch (`events` headers, `data`
+    /// bytes), one answer. `lookup` is the host's `connection` import: what
+    /// it knows of a connection this instance has not seen.
+    pub(crate) fn handle(
+        &mut self,
+        events: &[u8],
+        data: &[u8],
+        lookup: &mut dyn FnMut(ConnectionId) -> Option<Vec<u8>>,
+    ) -> Context {
+        let event_count = events.len() / EVENT_HEADER_BYTES;
+        let mut ctx = Context::with_capacity(
+            self.last_commands.max(event_count * COMMAND_HEADER_BYTES),
+            self.last_data.max(data.len()),
+        );
+        let Runtime { handler, conns, .. } = self;
+        // The host checked what it sends; a batch that still breaks the ABI
+        // is a host bug, and failing the batch (1011 for its connections)
+        // is the honest answer.
+        let events = match weir_abi::parse_events(events, data) {
+            Ok(events) => events,
+            Err(e) => {
+                crate::log(
+                    Level::Error,
+                    &format!("batch breaks the weir:gateway ABI: {e}"),
+                );
+                panic!("batch breaks the weir:gateway ABI: {e}");
+            }
+        };
+        // Kinds this SDK does not know (a newer host) are skipped.
+        for event in &events {
+            match event {
+                Event::Open { conn, info } => {
+                    // A fresh entry even if the id was seen before.
+                    let entry = match conns.entry(conn) {
+                        MapEntry::Occupied(mut e) => {
+                            e.insert(Entry::new(&info));
+                            e.into_mut()
+                        }
+                        MapEntry::Vacant(e) => e.insert(Entry::new(&info)),
+                    };
+                    handler.on_open(&mut Conn::new(conn, &mut ctx, entry));
+                    settle(&mut ctx, conn, entry);
+                }
+                Event::Text { conn, text } => {
+                    let entry = known(conns, conn, lookup);
+                    handler.on_message(&mut Conn::new(conn, &mut ctx, entry), Message::Text(text));
+                    settle(&mut ctx, conn, entry);
+                }
+                Event::Binary { conn, payload } => {
+                    let entry = known(conns, conn, lookup);
+                    let msg = Message::Binary(payload);
+                    handler.on_message(&mut Conn::new(conn, &mut ctx, entry), msg);
+                    settle(&mut ctx, conn, entry);
+                }
+                Event::Close { conn, code, reason } => {
+                    let entry = known(conns, conn, lookup);
+                    handler.on_close(&mut Conn::new(conn, &mut ctx, entry), code, reason);
+                    conns.remove(&conn);
+                }
+            }
+        }
+        self.last_commands = ctx.commands.len();
+        self.last_data = ctx.data.len();
+        ctx
+    }
+}

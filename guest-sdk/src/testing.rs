@@ -1,0 +1,489 @@
+//! Test a [`Handler`] natively, in `cargo test`: no gateway, no wasm.
+//!
+//! [`TestRoute`] stands in for one gateway route serving your handler. It
+//! turns what clients do (upgrade, send, close) into the same event batches
+//! the gateway sends, runs them through the same SDK code the component
+//! runs, and applies the handler's answer as the gateway would: messages
+//! land in each client's inbox, publishes reach the route's subscribers,
+//! closes are recorded (and, as a client answers a close, followed by the
+//! connection's `on_close`), state is saved to attachments under the
+//! route's `attachment_max`. [`TestRoute::replace_instance`] starts a fresh
+//! handler, as the gateway does after a fault or a recycle, so a test can
+//! check that state survives it.
+//!
+//! ```
+//! use weir_guest::testing::TestRoute;
+//! use weir_guest::{Conn, Handler, Message};
+//!
+//! #[derive(Default)]
+//! struct Echo;
+//!
+//! impl Handler for Echo {
+//!     type State = ();
+//!     fn on_message(&mut self, conn: &mut Conn<()>, msg: Message) {
+//!         conn.send(msg);
+//!     }
+//! }
+//!
+//! let mut route = TestRoute::<Echo>::new("/echo");
+//! let client = route.connect("/echo");
+//! route.send_text(client, "hi");
+//! assert_eq!(route.texts(client), ["hi"]);
+//! ```
+//!
+//! Scope: one route, one instance, batches of one event each; topics are
+//! the route's own. A handler that panics fails the test with its panic.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use weir_abi::{encode_conn_info, parse_commands, Command, EventHeader, EventKind};
+
+use crate::runtime::{Runtime, UpgradeAnswer};
+use crate::{ConnectionId, Handler, Request};
+
+/// A message a client received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Received {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+/// The gateway's default `attachment_max` (64 KiB).
+pub const DEFAULT_ATTACHMENT_MAX: usize = 64 * 1024;
+
+/// One connected client.
+#[derive(Debug, Default)]
+struct Client {
+    /// Target and route parameters, packed as the open event carries them.
+    info: Vec<u8>,
+    attachment: Vec<u8>,
+    topics: BTreeSet<String>,
+    inbox: VecDeque<Received>,
+    /// The close the handler sent, once it did.
+    closed_by_handler: Option<(u16, String)>,
+    /// Gone: closed by the client, or by the handler and answered.
+    gone: bool,
+}
+
+/// A route serving handler `H`, driven by the test. See the module doc.
+pub struct TestRoute<H: Handler> {
+    pattern: String,
+    runtime: Runtime<H>,
+    next_id: ConnectionId,
+    clients: BTreeMap<ConnectionId, Client>,
+    attachment_max: usize,
+    /// Closes the handler sent whose `on_close` is still due.
+    closing: Vec<(ConnectionId, u16, String)>,
+}
+
+/// The parameters of `path` matched against route `pattern` (`{name}`: one
+/// segment, `{*name}`: the rest of the path), or None if it does not match.
+fn match_route(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
+    let mut params = Vec::new();
+    let mut want = pattern.split('/');
+    let mut got = path.split('/');
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return Some(params),
+            (Some(w), Some(g)) => {
+                if let Some(name) = w.strip_prefix("{*").and_then(|w| w.strip_suffix('}')) {
+                    let rest: Vec<&str> = std::iter::once(g).chain(got).collect();
+                    params.push((name.to_string(), rest.join("/")));
+                    return Some(params);
+                }
+                match w.strip_prefix('{').and_then(|w| w.strip_suffix('}')) {
+                    Some(name) if !g.is_empty() => params.push((name.to_string(), g.to_string())),
+                    Some(_) => return None,
+                    None if w == g => {}
+                    None => return None,
+                }
+            }
+            _ => return None,
+        }
+    }
+}
+
+impl<H: Handler> TestRoute<H> {
+    /// A route at `pattern` (as in the routes file: `/chat/{room}`).
+    pub fn new(pattern: &str) -> Self {
+        TestRoute {
+            pattern: pattern.to_string(),
+            runtime: Runtime::default(),
+            next_id: 1,
+            clients: BTreeMap::new(),
+            attachment_max: DEFAULT_ATTACHMENT_MAX,
+            closing: Vec::new(),
+        }
+    }
+
+    /// Set the route's `attachment_max` (bytes).
+    pub fn with_attachment_max(mut self, bytes: usize) -> Self {
+        self.attachment_max = bytes;
+        self
+    }
+
+    /// Upgrade `target` without headers and open it.
+    ///
+    /// # Panics
+    /// If the route does not match or the handler refuses the upgrade.
+    pub fn connect(&mut self, target: &str) -> ConnectionId {
+        match self.upgrade(Request::new(target)) {
+            Ok(id) => id,
+            Err(status) => panic!("upgrade of {target} refused with {status}"),
+        }
+    }
+
+    /// Ask the handler to upgrade `req` (its `params` are filled in from the
+    /// route); open the connection if it accepts. `Err(status)`: the HTTP
+    /// status the gateway would answer with.
+    ///
+    /// # Panics
+    /// If `req.path` does not match the route (the gateway answers 404).
+    pub fn upgrade(&mut self, mut req: Request) -> Result<ConnectionId, u16> {
+        req.params = match_route(&self.pattern, &req.path)
+            .unwrap_or_else(|| panic!("{} does not match route {}", req.path, self.pattern));
+        let (protocol, attachment) = match self.runtime.upgrade(&req) {
+            UpgradeAnswer::Reject(status) if (400..=599).contains(&status) => return Err(status),
+            UpgradeAnswer::Reject(_) => return Err(403),
+            UpgradeAnswer::Accept {
+                protocol,
+                attachment,
+            } => (protocol, attachment),
+        };
+        if protocol.is_some_and(|p| !req.protocols().any(|offered| offered == p)) {
+            return Err(500);
+        }
+        if attachment.len() > self.attachment_max {
+            return Err(500);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let target = if req.query.is_empty() {
+            req.path.clone()
+        } else {
+            format!("{}?{}", req.path, req.query)
+        };
+        let mut info = Vec::new();
+        let params = req.params.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+        encode_conn_info(&mut info, &target, params, &[]);
+        let client = Client {
+            info: info.clone(),
+            attachment: attachment.clone(),
+            ..Client::default()
+        };
+        self.clients.insert(id, client);
+        info.extend_from_slice(&attachment);
+        self.run(id, EventKind::Open, 0, &info);
+        Ok(id)
+    }
+
+    /// The client sends a text message.
+    pub fn send_text(&mut self, conn: ConnectionId, text: &str) {
+        self.live(conn);
+        self.run(conn, EventKind::Text, 0, text.as_bytes());
+    }
+
+    /// The client sends a binary message.
+    pub fn send_binary(&mut self, conn: ConnectionId, bytes: &[u8]) {
+        self.live(conn);
+        self.run(conn, EventKind::Binary, 0, bytes);
+    }
+
+    /// The client closes with `code` (1005: no code, 1006: the TCP
+    /// connection dropped) and `reason`; the handler's `on_close` runs.
+    pub fn close(&mut self, conn: ConnectionId, code: u16, reason: &str) {
+        self.live(conn);
+        self.clients.get_mut(&conn).expect("live").gone = true;
+        self.run(conn, EventKind::Close, code, reason.as_bytes());
+    }
+
+    /// Everything `conn` received since the last call, oldest first.
+    pub fn received(&mut self, conn: ConnectionId) -> Vec<Received> {
+        self.clients
+            .get_mut(&conn)
+            .unwrap_or_else(|| panic!("no connection {conn} on this route"))
+            .inbox
+            .drain(..)
+            .collect()
+    }
+
+    /// What `conn` received since the last call, all text.
+    ///
+    /// # Panics
+    /// If a binary message is among them.
+    pub fn texts(&mut self, conn: ConnectionId) -> Vec<String> {
+        self.received(conn)
+            .into_iter()
+            .map(|r| match r {
+                Received::Text(t) => t,
+                Received::Binary(b) => panic!("connection {conn} received binary {b:?}"),
+            })
+            .collect()
+    }
+
+    /// The close code and reason the handler closed `conn` with, if it did.
+    pub fn closed_with(&self, conn: ConnectionId) -> Option<(u16, &str)> {
+        let c = self.client(conn).closed_by_handler.as_ref()?;
+        Some((c.0, c.1.as_str()))
+    }
+
+    /// Whether `conn` is still open (neither side closed it).
+    pub fn is_open(&self, conn: ConnectionId) -> bool {
+        self.clients.get(&conn).is_some_and(|c| !c.gone)
+    }
+
+    /// The topics `conn` is subscribed to.
+    pub fn topics(&self, conn: ConnectionId) -> Vec<String> {
+        self.client(conn).topics.iter().cloned().collect()
+    }
+
+    /// The attachment the gateway holds for `conn` (the saved state).
+    pub fn attachment(&self, conn: ConnectionId) -> &[u8] {
+        &self.client(conn).attachment
+    }
+
+    /// Drop the handler instance and start a fresh one, as the gateway does
+    /// after a fault or every `recycle_after` batches: connections stay
+    /// open; the new instance knows them only through what the gateway
+    /// holds (target, parameters, saved state).
+    pub fn replace_instance(&mut self) {
+        self.runtime = Runtime::default();
+    }
+
+    fn client(&self, conn: ConnectionId) -> &Client {
+        self.clients
+            .get(&conn)
+            .unwrap_or_else(|| panic!("no connection {conn} on this route"))
+    }
+
+    /// Panics unless `conn` is open.
+    fn live(&self, conn: ConnectionId) {
+        assert!(self.is_open(conn), "connection {conn} is not open");
+    }
+
+    /// One batch of one event, then the handler's answer applied; closes
+    /// the handler sent are answered (their `on_close` runs) afterwards.
+    fn run(&mut self, conn: ConnectionId, kind: EventKind, code: u16, bytes: &[u8]) {
+        self.run_one(conn, kind, code, bytes);
+        while !self.closing.is_empty() {
+            for (conn, code, reason) in std::mem::take(&mut self.closing) {
+                self.clients.get_mut(&conn).expect("known").gone = true;
+                self.run_one(conn, EventKind::Close, code, reason.as_bytes());
+            }
+        }
+    }
+
+    fn run_one(&mut self, conn: ConnectionId, kind: EventKind, code: u16, bytes: &[u8]) {
+        let header = EventHeader {
+            conn,
+            kind: kind as u8,
+            reserved: 0,
+            code,
+            offset: 0,
+            len: bytes.len() as u32,
+        };
+        let clients = &self.clients;
+        let mut lookup = |id: ConnectionId| {
+            let c = clients.get(&id).filter(|c| !c.gone || id == conn)?;
+            Some([c.info.as_slice(), &c.attachment].concat())
+        };
+        let ctx = self.runtime.handle(&header.encode(), bytes, &mut lookup);
+        let commands = parse_commands(&ctx.commands, &ctx.data)
+            .unwrap_or_else(|e| panic!("the handler's answer breaks the ABI: {e}"));
+        if kind == EventKind::Close {
+            self.clients.get_mut(&conn).expect("known").topics.clear();
+        }
+        for command in &commands {
+            self.apply(conn, command);
+        }
+    }
+
+    /// Apply one command as the gateway would; `batch` is the connection
+    /// the batch was about.
+    fn apply(&mut self, batch: ConnectionId, command: Command<'_>) {
+        match command {
+            Command::Send {
+                conn,
+                text,
+                payload,
+            } => {
+                if let Some(c) = open(&mut self.clients, conn) {
+                    c.inbox.push_back(received(text, payload));
+                }
+            }
+            Command::Close { conn, code, reason } => {
+                if let Some(c) = open(&mut self.clients, conn) {
+                    c.closed_by_handler = Some((code, reason.to_string()));
+                    self.closing.push((conn, code, reason.to_string()));
+                }
+            }
+            Command::Publish {
+                topic,
+                text,
+                payload,
+                exclude,
+            } => {
+                for (&id, c) in &mut self.clients {
+                    let live = !c.gone && c.closed_by_handler.is_none();
+                    if live && Some(id) != exclude && c.topics.contains(topic) {
+                        c.inbox.push_back(received(text, payload));
+                    }
+                }
+            }
+            Command::Subscribe { conn, topic } => {
+                if let Some(c) = open(&mut self.clients, conn) {
+                    c.topics.insert(topic.to_string());
+                }
+            }
+            Command::Unsubscribe { conn, topic } => {
+                if let Some(c) = open(&mut self.clients, conn) {
+                    c.topics.remove(topic);
+                }
+            }
+            Command::SetAttachment { conn, attachment } => {
+                if conn != batch {
+                    // The gateway ignores (and logs) an attachment for a
+                    // connection outside the batch.
+                    eprintln!(
+                        "weir-guest testing: attachment for {conn} outside its batch ignored"
+                    );
+                    return;
+                }
+                let max = self.attachment_max;
+                let Some(c) = self.clients.get_mut(&conn).filter(|c| !c.gone) else {
+                    return;
+                };
+                if attachment.len() > max {
+                    eprintln!(
+                        "weir-guest testing: attachment of {} bytes over attachment_max {max}; closing {conn} with 1011",
+                        attachment.len()
+                    );
+                    if c.closed_by_handler.is_none() {
+                        c.closed_by_handler = Some((1011, String::new()));
+                        self.closing.push((conn, 1011, String::new()));
+                    }
+                    return;
+                }
+                c.attachment = attachment.to_vec();
+            }
+        }
+    }
+}
+
+/// `id`'s client if it can still be written to (neither side closed it).
+fn open(clients: &mut BTreeMap<ConnectionId, Client>, id: ConnectionId) -> Option<&mut Client> {
+    clients
+        .get_mut(&id)
+        .filter(|c| !c.gone && c.closed_by_handler.is_none())
+}
+
+fn received(text: bool, payload: &[u8]) -> Received {
+    if text {
+        Received::Text(String::from_utf8(payload.to_vec()).expect("checked UTF-8"))
+    } else {
+        Received::Binary(payload.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Conn, ConnState, Message, Upgrade};
+
+    #[test]
+    fn route_patterns_match_like_the_gateway() {
+        let p = |pattern, path| match_route(pattern, path);
+        assert_eq!(p("/echo", "/echo"), Some(vec![]));
+        assert_eq!(p("/echo", "/echo/x"), None);
+        assert_eq!(
+            p("/chat/{room}", "/chat/lobby"),
+            Some(vec![("room".into(), "lobby".into())])
+        );
+        assert_eq!(p("/chat/{room}", "/chat/"), None);
+        assert_eq!(p("/chat/{room}", "/chat"), None);
+        assert_eq!(
+            p("/f/{*rest}", "/f/a/b"),
+            Some(vec![("rest".into(), "a/b".into())])
+        );
+    }
+
+    /// Counts messages in a hand-written state codec; `!close` closes.
+    #[derive(Default)]
+    struct Count(u64);
+
+    impl ConnState for Count {
+        fn restore(bytes: &[u8]) -> Self {
+            Count(bytes.try_into().map(u64::from_le_bytes).unwrap_or(0))
+        }
+        fn persist(&self, out: &mut Vec<u8>) {
+            out.extend_from_slice(&self.0.to_le_bytes());
+        }
+    }
+
+    #[derive(Default)]
+    struct Counter {
+        closes: Vec<(ConnectionId, u16)>,
+    }
+
+    impl Handler for Counter {
+        type State = Count;
+        fn on_upgrade(&mut self, req: &Request) -> Upgrade<Count> {
+            match req.query_param("start") {
+                Some(n) => Upgrade::accept_with(Count(n.parse().unwrap_or(0))),
+                None => Upgrade::accept(),
+            }
+        }
+        fn on_message(&mut self, conn: &mut Conn<Count>, msg: Message) {
+            if msg == Message::Text("!close") {
+                conn.close(4000, "asked");
+                return;
+            }
+            conn.0 += 1;
+            let n = conn.0;
+            conn.send_fmt(format_args!("{n}"));
+        }
+        fn on_close(&mut self, conn: &mut Conn<Count>, code: u16, _: &str) {
+            self.closes.push((conn.id(), code));
+        }
+    }
+
+    #[test]
+    fn state_is_saved_restored_and_seeded_by_the_upgrade() {
+        let mut route = TestRoute::<Counter>::new("/count");
+        let a = route.connect("/count");
+        let b = route.connect("/count?start=40");
+        route.send_text(a, "x");
+        route.send_text(b, "x");
+        assert_eq!(route.attachment(a), 1u64.to_le_bytes());
+        route.replace_instance();
+        route.send_text(a, "x");
+        route.send_text(b, "x");
+        assert_eq!(route.texts(a), ["1", "2"]);
+        assert_eq!(route.texts(b), ["41", "42"]);
+    }
+
+    #[test]
+    fn a_handler_close_is_recorded_and_answered_with_on_close() {
+        let mut route = TestRoute::<Counter>::new("/count");
+        let a = route.connect("/count");
+        route.send_text(a, "!close");
+        assert_eq!(route.closed_with(a), Some((4000, "asked")));
+        assert!(!route.is_open(a));
+        assert_eq!(route.runtime_handler().closes, [(a, 4000)]);
+    }
+
+    impl<H: Handler> TestRoute<H> {
+        fn runtime_handler(&self) -> &H {
+            self.runtime.handler()
+        }
+    }
+
+    #[test]
+    fn an_attachment_over_the_cap_closes_with_1011() {
+        let mut route = TestRoute::<Counter>::new("/count").with_attachment_max(4);
+        let a = route.connect("/count");
+        route.send_text(a, "x");
+        assert_eq!(route.closed_with(a), Some((1011, "")));
+        assert_eq!(route.upgrade(Request::new("/count?start=1")), Err(500));
+    }
+}
