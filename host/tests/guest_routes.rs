@@ -384,3 +384,42 @@ async fn a_subscriber_that_never_reads_is_closed_with_1008() {
     assert_eq!(next(&mut reader).await, Message::text("still here"));
     gw.stop();
 }
+
+/// What the SDK's connection handle is given survives a fresh instance per
+/// batch (`isolation = "batch"`) over real sockets, on two workers: the
+/// route parameter (`/shout/{room}`), the state the upgrade hook accepted
+/// with (`?name=`), and the state saved after each message (the count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn params_upgrade_state_and_saved_state_survive_a_fresh_instance_per_batch() {
+    let mut config = Config::builtin_default();
+    config.server.workers = 2;
+    let mut shout = GuestConfig::defaults(wasm("shout"));
+    shout.isolation = Isolation::Batch;
+    config.routes.push(guest_route("/shout/{room}", shout));
+    let gw = Gateway::start(config);
+    let mut ann = client(&gw.url("/shout/red?name=ann")).await;
+    let mut bob = client(&gw.url("/shout/red?name=bob")).await;
+    let mut eve = client(&gw.url("/shout/blue?name=eve")).await;
+    for i in 1..=3 {
+        ann.send(Message::text(format!("hi {i}"))).await.unwrap();
+        let want = Message::text(format!("ann: HI {i}"));
+        assert_eq!(next(&mut ann).await, want);
+        assert_eq!(next(&mut bob).await, want);
+    }
+    assert_eq!(
+        ask(&mut ann, Message::text("!count")).await,
+        Message::text("3")
+    );
+    assert_eq!(
+        ask(&mut bob, Message::text("!count")).await,
+        Message::text("0")
+    );
+    // The other room heard nothing: its first message is its own.
+    assert_eq!(
+        ask(&mut eve, Message::text("alone")).await,
+        Message::text("eve: ALONE")
+    );
+    eve.send(Message::binary(vec![1])).await.unwrap();
+    expect_close(&mut eve, 1003).await;
+    gw.stop();
+}
