@@ -332,6 +332,10 @@ macro_rules! export {
             }
         }
 
+        // Only components export the ABI's symbols: their names (with `:`
+        // and `@`) cannot go through a native linker's version script, and
+        // native builds are for tests (weir_guest::testing).
+        #[cfg(target_arch = "wasm32")]
         $crate::bindings::__export_gateway_handler!(__WeirGuestExport with_types_in $crate::bindings);
     };
 }

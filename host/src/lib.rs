@@ -22,6 +22,8 @@
 //! - [`admission`] — global and per-IP connection limits (503 past them).
 //! - [`metrics`] — `GET /metrics` in the Prometheus text format.
 //! - [`logging`] — the gateway's log, written by a thread of its own.
+//! - [`scaffold`] — `weir new` / `weir build`: guest projects, with the SDK
+//!   this binary carries.
 //!
 //! `docs/architecture.md` tells the whole story: layers, a message's path
 //! for echo, relay and a guest route, socket ownership and threading.
@@ -36,6 +38,7 @@ pub mod pubsub;
 pub mod reactor;
 pub mod registry;
 pub mod routes;
+pub mod scaffold;
 pub mod server;
 pub mod ws;
 

@@ -42,6 +42,24 @@ enum Command {
         /// Routes file (TOML) to validate
         file: PathBuf,
     },
+    /// Start a guest handler project NAME (Rust): the SDK matching this
+    /// gateway, a starter handler with tests, and a routes file mounting it
+    /// at /NAME. Needs only a Rust toolchain to build.
+    New {
+        /// Project (and crate, and route) name: lower-case letters, digits,
+        /// '-' and '_'
+        name: String,
+        /// Directory to create the project in [default: the current one]
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+    },
+    /// Build a guest project (made by `weir new`) for wasm32-wasip2 and
+    /// print the component's path (DIR/dist/NAME.wasm).
+    Build {
+        /// The project's directory
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -55,6 +73,10 @@ fn main() -> ExitCode {
             workers,
         } => serve(file, listen, workers),
         Command::Check { file } => check(file),
+        Command::New { name, dir } => new_project(&dir, &name),
+        Command::Build { dir } => weir::scaffold::build_project(&dir).map(|path| {
+            println!("{}", path.display());
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -108,6 +130,18 @@ fn check(file: PathBuf) -> anyhow::Result<()> {
     weir::guest::check_routes(&config)
         .with_context(|| format!("{}: a guest route cannot be loaded", file.display()))?;
     println!("ok: {} routes", config.routes.len());
+    Ok(())
+}
+
+fn new_project(parent: &std::path::Path, name: &str) -> anyhow::Result<()> {
+    let dir = weir::scaffold::new_project(parent, name)?;
+    let shown = dir.display();
+    println!("created {shown}: a guest handler served at /{name}");
+    println!("next:");
+    println!("  cd {shown}");
+    println!("  cargo test --target host-tuple   # its tests, natively");
+    println!("  weir build                       # dist/{name}.wasm");
+    println!("  weir serve routes.toml           # ws://127.0.0.1:9001/{name}");
     Ok(())
 }
 

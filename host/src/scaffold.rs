@@ -1,0 +1,481 @@
+//! `weir new` and `weir build`: a guest project that builds outside any
+//! checkout with only the `weir` binary and a Rust toolchain.
+//!
+//! The SDK travels inside the binary: `weir new` writes the sources of
+//! `weir-guest`, `weir-abi` and the WIT this gateway speaks into the
+//! project's `weir-sdk/` (so the project builds against exactly the ABI of
+//! the gateway that made it, offline from weir's side), together with a
+//! starter handler, its harness tests, a `.cargo/config.toml` that makes a
+//! plain `cargo build` produce a component (wasm32-wasip2, 64 KiB stack),
+//! a size-oriented release profile, and a routes file mounting it at
+//! `/NAME`. `weir build` runs cargo with those settings and copies the
+//! component to `dist/NAME.wasm`, the path the routes file names.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context};
+
+/// The SDK's sources, as this binary was built with them: (path under
+/// `weir-sdk/`, contents). Manifests are rewritten by [`vendored_manifest`].
+const SDK_FILES: &[(&str, &str)] = &[
+    (
+        "guest-sdk/Cargo.toml",
+        include_str!("../../guest-sdk/Cargo.toml"),
+    ),
+    (
+        "guest-sdk/src/lib.rs",
+        include_str!("../../guest-sdk/src/lib.rs"),
+    ),
+    (
+        "guest-sdk/src/conn.rs",
+        include_str!("../../guest-sdk/src/conn.rs"),
+    ),
+    (
+        "guest-sdk/src/request.rs",
+        include_str!("../../guest-sdk/src/request.rs"),
+    ),
+    (
+        "guest-sdk/src/runtime.rs",
+        include_str!("../../guest-sdk/src/runtime.rs"),
+    ),
+    (
+        "guest-sdk/src/state.rs",
+        include_str!("../../guest-sdk/src/state.rs"),
+    ),
+    (
+        "guest-sdk/src/testing.rs",
+        include_str!("../../guest-sdk/src/testing.rs"),
+    ),
+    ("abi/Cargo.toml", include_str!("../../abi/Cargo.toml")),
+    ("abi/src/lib.rs", include_str!("../../abi/src/lib.rs")),
+    (
+        "abi/src/commands.rs",
+        include_str!("../../abi/src/commands.rs"),
+    ),
+    (
+        "abi/src/conn_info.rs",
+        include_str!("../../abi/src/conn_info.rs"),
+    ),
+    ("abi/src/error.rs", include_str!("../../abi/src/error.rs")),
+    ("abi/src/events.rs", include_str!("../../abi/src/events.rs")),
+    ("abi/src/header.rs", include_str!("../../abi/src/header.rs")),
+    // The SDK's own unit tests read this vector.
+    (
+        "abi/vectors/commands.json",
+        include_str!("../../abi/vectors/commands.json"),
+    ),
+    ("wit/weir.wit", include_str!("../../wit/weir.wit")),
+];
+
+/// The versions the SDK pins, as tested with this gateway: the examples'
+/// lock file (cargo drops the entries the project does not use).
+const LOCK_FILE: &str = include_str!("../../examples/Cargo.lock");
+
+/// The 64 KiB shadow stack flag (the target's default is 1 MiB, spent from
+/// the route's `memory`); as in examples/.cargo/config.toml.
+const STACK_FLAG: &str = "-C link-arg=-zstack-size=65536";
+
+/// A manifest of this repository's workspace made standalone: inherited
+/// keys spelled out, `[dev-dependencies]` (the SDK's own test tools)
+/// dropped.
+fn vendored_manifest(text: &str) -> String {
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in text.lines() {
+        if line.starts_with('[') {
+            skipping = line.trim() == "[dev-dependencies]";
+        }
+        if skipping {
+            continue;
+        }
+        let line = match line.trim() {
+            "edition.workspace = true" => "edition = \"2021\"",
+            "license.workspace = true" => "license = \"Apache-2.0\"",
+            "rust-version.workspace = true" => "rust-version = \"1.95\"",
+            "version.workspace = true" => "version = \"0.1.0\"",
+            _ => line,
+        };
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// Whether `name` can be a crate name and a route path segment.
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && name.len() <= 64
+}
+
+/// Write a new guest project `name` into `parent/name`; returns its path.
+/// Refuses an existing non-empty directory.
+pub fn new_project(parent: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    if !valid_name(name) {
+        bail!(
+            "\"{name}\" cannot name a guest: use lower-case letters, digits, '-' and '_', starting with a letter"
+        );
+    }
+    let dir = parent.join(name);
+    if dir.exists() && dir.read_dir().map_or(true, |mut d| d.next().is_some()) {
+        bail!("{} already exists and is not empty", dir.display());
+    }
+    let files = project_files(name);
+    for (path, text) in &files {
+        let path = dir.join(path);
+        let parent = path.parent().expect("files are in directories");
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(dir)
+}
+
+/// Every file of a new project, relative to its directory.
+fn project_files(name: &str) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = SDK_FILES
+        .iter()
+        .map(|(path, text)| {
+            let text = if path.ends_with("Cargo.toml") {
+                vendored_manifest(text)
+            } else {
+                text.to_string()
+            };
+            (format!("weir-sdk/{path}"), text)
+        })
+        .collect();
+    let wit = include_str!("../../wit/weir.wit");
+    let package = wit
+        .lines()
+        .find_map(|l| l.strip_prefix("package "))
+        .unwrap_or("weir:gateway")
+        .trim_end_matches(';');
+    files.push((
+        "weir-sdk/README.md".into(),
+        format!(
+            "The weir guest SDK (weir-guest) and the ABI it speaks ({package}), as\n\
+             written by `weir new` of weir {}. Regenerate with a newer `weir new` to\n\
+             follow a newer gateway.\n",
+            env!("CARGO_PKG_VERSION")
+        ),
+    ));
+    files.push(("Cargo.toml".into(), project_manifest(name)));
+    files.push(("Cargo.lock".into(), LOCK_FILE.to_string()));
+    files.push((
+        ".cargo/config.toml".into(),
+        format!(
+            "# `cargo build` makes a WebAssembly component (what weir loads), and the\n\
+             # shadow stack is 64 KiB instead of 1 MiB, so the route's `memory` is\n\
+             # spent on the heap. `weir build` passes the same settings.\n\
+             [build]\n\
+             target = \"wasm32-wasip2\"\n\n\
+             [target.wasm32-wasip2]\n\
+             rustflags = [{}]\n\
+             # Tests run natively (weir_guest::testing): `cargo test --target host-tuple`.\n\
+             runner = [\"sh\", \"-c\", \"echo 'run the tests natively: cargo test --target host-tuple' >&2; exit 1\", \"--\"]\n",
+            STACK_FLAG
+                .split(' ')
+                .map(|a| format!("\"{a}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    ));
+    files.push((".gitignore".into(), "/target\n/dist\n".into()));
+    files.push(("src/lib.rs".into(), STARTER.replace("NAME", name)));
+    files.push(("src/tests.rs".into(), STARTER_TESTS.replace("NAME", name)));
+    files.push((
+        "routes.toml".into(),
+        format!(
+            "# `weir serve routes.toml` after `weir build`: {name} at ws://127.0.0.1:9001/{name}\n\
+             [server]\n\
+             listen = \"127.0.0.1:9001\"\n\n\
+             [[route]]\n\
+             path = \"/{name}\"\n\
+             guest = \"dist/{name}.wasm\"\n"
+        ),
+    ));
+    files.push(("README.md".into(), STARTER_README.replace("NAME", name)));
+    files
+}
+
+fn project_manifest(name: &str) -> String {
+    let mut m = String::new();
+    let _ = write!(
+        m,
+        "[package]\n\
+         name = \"{name}\"\n\
+         version = \"0.1.0\"\n\
+         edition = \"2021\"\n\
+         publish = false\n\n\
+         [lib]\n\
+         crate-type = [\"cdylib\"]\n\n\
+         [dependencies]\n\
+         weir-guest = {{ path = \"weir-sdk/guest-sdk\", features = [\"serde\"] }}\n\
+         serde = {{ version = \"1\", features = [\"derive\"] }}\n\n\
+         # A project of its own, also when it sits inside another cargo workspace.\n\
+         [workspace]\n\n\
+         # Small components: they load faster and cost less memory per instance.\n\
+         [profile.release]\n\
+         opt-level = \"s\"\n\
+         lto = true\n\
+         codegen-units = 1\n\
+         panic = \"abort\"\n\
+         strip = true\n"
+    );
+    m
+}
+
+const STARTER: &str = r##"//! NAME: a weir WebSocket handler. Greets each connection, then answers
+//! every text message with its number on this connection and the text
+//! (`#1 hello`); binary messages are echoed. The count is the connection's
+//! state: the SDK saves it after each change, so it survives the gateway
+//! replacing the instance. Docs: the weir-guest crate (`cargo doc --open`).
+
+use weir_guest::{Conn, Handler, Message};
+
+#[derive(Default)]
+struct App;
+
+impl Handler for App {
+    type State = u64;
+
+    fn on_open(&mut self, conn: &mut Conn<u64>) {
+        conn.send_text("welcome to NAME");
+    }
+
+    fn on_message(&mut self, conn: &mut Conn<u64>, msg: Message) {
+        match msg {
+            Message::Text(text) => {
+                *conn.state_mut() += 1;
+                let n = *conn.state();
+                conn.send_fmt(format_args!("#{n} {text}"));
+            }
+            Message::Binary(_) => conn.send(msg),
+        }
+    }
+}
+
+weir_guest::export!(App);
+
+#[cfg(test)]
+mod tests;
+"##;
+
+const STARTER_TESTS: &str = r##"//! Run with `cargo test --target host-tuple`: the handler runs natively,
+//! driven like the gateway drives it.
+
+use super::App;
+use weir_guest::testing::{Received, TestRoute};
+
+#[test]
+fn greets_then_numbers_text_and_echoes_binary() {
+    let mut route = TestRoute::<App>::new("/NAME");
+    let c = route.connect("/NAME");
+    route.send_text(c, "hello");
+    route.send_binary(c, &[1, 2]);
+    assert_eq!(
+        route.received(c),
+        [
+            Received::Text("welcome to NAME".into()),
+            Received::Text("#1 hello".into()),
+            Received::Binary(vec![1, 2]),
+        ]
+    );
+}
+
+#[test]
+fn the_count_survives_a_new_instance() {
+    let mut route = TestRoute::<App>::new("/NAME");
+    let c = route.connect("/NAME");
+    route.send_text(c, "a");
+    route.replace_instance();
+    route.send_text(c, "b");
+    assert_eq!(route.texts(c)[1..], ["#1 a", "#2 b"]);
+}
+"##;
+
+const STARTER_README: &str = r##"# NAME
+
+A weir WebSocket handler.
+
+    cargo test --target host-tuple   # the handler's tests, natively
+    weir build                       # builds dist/NAME.wasm
+    weir serve routes.toml           # serves it at ws://127.0.0.1:9001/NAME
+
+The handler is `src/lib.rs`; the SDK it uses is in `weir-sdk/` (written by
+`weir new`, matching the gateway's ABI). `cargo doc --open` documents it.
+"##;
+
+/// Build the project in `dir` for wasm32-wasip2 and copy the component to
+/// `dir/dist/NAME.wasm`; returns that path.
+pub fn build_project(dir: &Path) -> anyhow::Result<PathBuf> {
+    let manifest_path = dir.join("Cargo.toml");
+    let manifest = std::fs::read_to_string(&manifest_path).with_context(|| {
+        format!(
+            "cannot read {} (build a project made by `weir new`)",
+            manifest_path.display()
+        )
+    })?;
+    let manifest: toml::Table = manifest
+        .parse()
+        .with_context(|| format!("{} is not valid TOML", manifest_path.display()))?;
+    let name = manifest
+        .get("package")
+        .and_then(|p| p.get("name"))
+        .and_then(|n| n.as_str())
+        .with_context(|| format!("{} has no [package] name", manifest_path.display()))?
+        .to_string();
+    ensure_wasm_target()?;
+    let mut cargo = Command::new("cargo");
+    cargo
+        .current_dir(dir)
+        .args(["build", "--release", "--target", "wasm32-wasip2"]);
+    // RUSTFLAGS from the environment replaces the config file's flags, so
+    // the stack flag must ride along.
+    if let Ok(flags) = std::env::var("RUSTFLAGS") {
+        cargo.env("RUSTFLAGS", format!("{flags} {STACK_FLAG}"));
+    }
+    let status = cargo
+        .status()
+        .context("cannot run cargo (install Rust: https://rustup.rs)")?;
+    if !status.success() {
+        bail!("cargo build failed ({status})");
+    }
+    let target_dir = target_dir(dir)?;
+    let artifact = target_dir
+        .join("wasm32-wasip2/release")
+        .join(format!("{}.wasm", name.replace('-', "_")));
+    let bytes = std::fs::read(&artifact)
+        .with_context(|| format!("cargo built no {}", artifact.display()))?;
+    // A component's preamble: \0asm, then layer 1 (a core module has 0).
+    if bytes.get(..8) != Some(b"\0asm\x0d\0\x01\0") {
+        bail!(
+            "{} is not a WebAssembly component (is crate-type cdylib and the target wasm32-wasip2?)",
+            artifact.display()
+        );
+    }
+    let dist = dir.join("dist");
+    std::fs::create_dir_all(&dist).with_context(|| format!("cannot create {}", dist.display()))?;
+    let out = dist.join(format!("{name}.wasm"));
+    std::fs::write(&out, &bytes).with_context(|| format!("cannot write {}", out.display()))?;
+    Ok(out)
+}
+
+/// Where cargo puts the project's artifacts (`CARGO_TARGET_DIR`, config
+/// files, or `target/`), as `cargo metadata` says.
+fn target_dir(dir: &Path) -> anyhow::Result<PathBuf> {
+    let out = Command::new("cargo")
+        .current_dir(dir)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .output()
+        .context("cannot run cargo metadata")?;
+    if !out.status.success() {
+        bail!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let meta: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("cargo metadata printed no JSON")?;
+    let target = meta["target_directory"]
+        .as_str()
+        .context("cargo metadata names no target_directory")?;
+    Ok(PathBuf::from(target))
+}
+
+/// Make sure rustup's wasm32-wasip2 target is installed (add it if not).
+/// Without rustup, cargo's own error will say what is missing.
+fn ensure_wasm_target() -> anyhow::Result<()> {
+    let Ok(list) = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+    else {
+        eprintln!(
+            "weir build: rustup not found; cargo needs the wasm32-wasip2 target's standard library"
+        );
+        return Ok(());
+    };
+    if String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .any(|l| l.trim() == "wasm32-wasip2")
+    {
+        return Ok(());
+    }
+    eprintln!("weir build: adding the wasm32-wasip2 target (rustup target add wasm32-wasip2)");
+    let status = Command::new("rustup")
+        .args(["target", "add", "wasm32-wasip2"])
+        .status()
+        .context("cannot run rustup")?;
+    if !status.success() {
+        bail!("rustup target add wasm32-wasip2 failed ({status})");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every source file of the SDK and the ABI crate travels with the
+    /// binary: a file added there and not here would make `weir new`
+    /// projects fail to build.
+    #[test]
+    fn every_sdk_source_file_is_embedded() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for dir in ["guest-sdk/src", "abi/src"] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let name = entry.unwrap().file_name();
+                let path = format!("{dir}/{}", name.to_string_lossy());
+                assert!(
+                    SDK_FILES.iter().any(|(p, _)| *p == path),
+                    "{path} is not in scaffold::SDK_FILES"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn vendored_manifests_stand_alone() {
+        for (path, text) in SDK_FILES {
+            if path.ends_with("Cargo.toml") {
+                let out = vendored_manifest(text);
+                assert!(!out.contains("workspace = true"), "{path}: {out}");
+                assert!(!out.contains("[dev-dependencies]"), "{path}");
+                out.parse::<toml::Table>().unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn names_must_suit_a_crate_and_a_path() {
+        for ok in ["shout", "my-room", "a1_b"] {
+            assert!(valid_name(ok), "{ok}");
+        }
+        for bad in ["", "Shout", "1room", "a/b", "a b", "../x", &"x".repeat(65)] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_new_project_refuses_a_directory_in_use() {
+        let parent = std::env::temp_dir().join(format!("weir-scaffold-{}", std::process::id()));
+        std::fs::create_dir_all(parent.join("taken")).unwrap();
+        std::fs::write(parent.join("taken/file"), "x").unwrap();
+        let err = new_project(&parent, "taken").unwrap_err();
+        assert!(err.to_string().contains("not empty"), "{err}");
+        let dir = new_project(&parent, "fresh").unwrap();
+        let routes = std::fs::read_to_string(dir.join("routes.toml")).unwrap();
+        assert!(routes.contains("path = \"/fresh\""), "{routes}");
+        assert!(dir.join("weir-sdk/wit/weir.wit").is_file());
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
+}

@@ -1,0 +1,121 @@
+//! `weir new` → `weir build` → `weir serve` → a real client, in a temporary
+//! directory outside the repository: the path a newcomer takes with only
+//! the `weir` binary and a Rust toolchain. Also the scaffold's own tests
+//! (`cargo test --target host-tuple`), which drive its handler natively.
+
+mod common;
+
+use common::{client, next};
+use futures_util::SinkExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::Message;
+
+fn weir() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+}
+
+/// Run `cmd` to completion within `limit`, killing it past that; panics
+/// with its output on failure. Returns its stdout.
+fn run(mut cmd: Command, what: &str, limit: Duration) -> String {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("{what}: still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `weir serve`, stopped (by its PID) when dropped.
+struct Serving(Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_build_serve_and_a_client_outside_the_repository() {
+    let parent = std::env::temp_dir().join(format!("weir-new-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&parent);
+    std::fs::create_dir_all(&parent).unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    assert!(
+        !parent.starts_with(repo),
+        "the project must live outside the checkout"
+    );
+
+    let mut new = weir();
+    new.args(["new", "hello", "--dir"]).arg(&parent);
+    let said = run(new, "weir new", Duration::from_secs(10));
+    assert!(said.contains("weir build"), "{said}");
+    let project = parent.join("hello");
+
+    // Compiled guest dependencies are shared with scripts/build-guests.sh
+    // when a target dir is set (CI), so only the project and the SDK build.
+    let shared_target = std::env::var_os("CARGO_TARGET_DIR");
+    let mut build = weir();
+    build.arg("build").arg(&project);
+    if let Some(dir) = &shared_target {
+        build.env("CARGO_TARGET_DIR", Path::new(dir).join("wasm"));
+    }
+    let built = run(build, "weir build", Duration::from_secs(600));
+    let component = project.join("dist/hello.wasm");
+    assert_eq!(built.trim(), component.display().to_string());
+    assert_eq!(&std::fs::read(&component).unwrap()[..4], b"\0asm");
+
+    let mut test = Command::new("cargo");
+    test.current_dir(&project)
+        .args(["test", "--target", "host-tuple"]);
+    let tested = run(test, "the scaffold's cargo test", Duration::from_secs(600));
+    assert!(tested.contains("2 passed"), "{tested}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let serve = weir()
+        .arg("serve")
+        .arg(project.join("routes.toml"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("WEIR_CACHE_DIR", parent.join("cache"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut serving = Serving(serve);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "weir serve did not listen");
+        assert!(serving.0.try_wait().unwrap().is_none(), "weir serve exited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut ws = client(&format!("ws://127.0.0.1:{port}/hello")).await;
+    assert_eq!(next(&mut ws).await, Message::text("welcome to hello"));
+    ws.send(Message::text("hi")).await.unwrap();
+    assert_eq!(next(&mut ws).await, Message::text("#1 hi"));
+    ws.send(Message::binary(vec![7, 8])).await.unwrap();
+    assert_eq!(next(&mut ws).await, Message::binary(vec![7, 8]));
+    drop(serving);
+    std::fs::remove_dir_all(&parent).unwrap();
+}
