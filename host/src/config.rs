@@ -78,6 +78,12 @@ pub struct ServerConfig {
     /// Where precompiled guest components are cached; None = the guest
     /// runner's default. Relative paths resolve against the routes file.
     pub cache_dir: Option<PathBuf>,
+    /// Let other processes listen on the same address (`SO_REUSEPORT`
+    /// across processes: the kernel splits new connections between them,
+    /// e.g. an old and a new gateway during a hand-over). Off by default: a
+    /// second gateway on an address in use fails to start instead of
+    /// silently sharing it (and serving old handler code to some clients).
+    pub reuse_port: bool,
 }
 
 /// Per-connection limits: `[server]` gives defaults, a route may override.
@@ -219,6 +225,7 @@ impl Default for ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             cache_dir: None,
+            reuse_port: false,
         }
     }
 }

@@ -129,7 +129,8 @@ fn check(file: PathBuf) -> anyhow::Result<()> {
     // bad .wasm is found here rather than at the first connection.
     weir::guest::check_routes(&config)
         .with_context(|| format!("{}: a guest route cannot be loaded", file.display()))?;
-    println!("ok: {} routes", config.routes.len());
+    let n = config.routes.len();
+    println!("ok: {n} route{}", if n == 1 { "" } else { "s" });
     Ok(())
 }
 

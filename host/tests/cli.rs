@@ -127,3 +127,84 @@ fn serve_without_a_file_says_so_and_stops_on_sigterm() {
     );
     assert!(stderr.contains("SIGTERM: shutting down"), "{stderr}");
 }
+
+/// A `weir serve` child, killed (by its PID) when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `weir serve FILE` and waits until `port` accepts connections.
+fn serving(file: &std::path::Path, port: u16) -> Child {
+    let child = weir()
+        .arg("serve")
+        .arg(file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = Child(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "weir serve did not listen");
+        assert!(child.0.try_wait().unwrap().is_none(), "weir serve exited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+/// A forgotten gateway on the same address must not silently share it
+/// (SO_REUSEPORT would split connections between old and new handler
+/// code): the second one fails with a clear error. Sharing is explicit.
+#[test]
+fn a_second_gateway_on_an_address_in_use_fails_unless_sharing_is_asked_for() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let routes = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 1\n[[route]]\npath = \"/echo\"\nnative = \"echo\"\n"
+    );
+    let file = routes_file(&format!("in-use-{port}.toml"), &routes);
+    let _first = serving(&file, port);
+    let second = weir().arg("serve").arg(&file).output().unwrap();
+    assert_eq!(second.status.code(), Some(1), "{second:?}");
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cannot listen on 127.0.0.1:{port}: another process is listening there"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("reuse_port"), "{stderr}");
+
+    // With reuse_port on both sides, both serve.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let shared = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 1\nreuse_port = true\n[[route]]\npath = \"/echo\"\nnative = \"echo\"\n"
+    );
+    let file = routes_file(&format!("shared-{port}.toml"), &shared);
+    let mut a = serving(&file, port);
+    let mut b = serving(&file, port);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(a.0.try_wait().unwrap().is_none() && b.0.try_wait().unwrap().is_none());
+}
+
+#[test]
+fn check_counts_one_route_in_the_singular() {
+    let file = routes_file(
+        "one.toml",
+        "[[route]]\npath = \"/echo\"\nnative = \"echo\"\n",
+    );
+    let out = weir().arg("check").arg(&file).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok: 1 route\n");
+}

@@ -38,6 +38,7 @@ struct RawServer {
     max_connections: Field,
     max_connections_per_ip: Field,
     cache_dir: Field,
+    reuse_port: Field,
 }
 
 #[derive(Deserialize)]
@@ -143,6 +144,9 @@ fn server(
             return Err(item.fail(src, r#"empty; write a directory, e.g. "/var/cache/weir""#));
         }
         server.cache_dir = Some(origin_dir.join(dir));
+    }
+    if let Some(item) = Item::of("reuse_port", &raw.reuse_port) {
+        server.reuse_port = item.flag(src)?;
     }
     server.limits = limits(
         src,

@@ -61,6 +61,7 @@ subprotocols = ["chat.v2", "chat.v1"]
 max_connections = 5000
 max_connections_per_ip = 100
 cache_dir = "cache"
+reuse_port = true
 
 [[route]]
 path = "/echo"
@@ -93,6 +94,7 @@ native = "relay"
     assert_eq!(server.max_connections, 5000);
     assert_eq!(server.max_connections_per_ip, 100);
     assert_eq!(server.cache_dir, Some(PathBuf::from("/etc/weir/cache")));
+    assert!(server.reuse_port);
     assert_eq!(
         server.limits,
         Limits {
@@ -107,14 +109,14 @@ native = "relay"
     let [echo, chat, files] = &config.routes[..] else {
         panic!("expected three routes, got {:?}", config.routes);
     };
-    assert_eq!((echo.path.as_str(), echo.line), ("/echo", 15));
+    assert_eq!((echo.path.as_str(), echo.line), ("/echo", 16));
     assert_eq!(echo.behaviour, Behaviour::Native(NativeKind::Echo));
     // A route override replaces one key; the others come from [server].
     assert_eq!(echo.limits.max_message, 1024);
     assert_eq!(echo.limits.outbound_budget, 1 << 20);
     assert_eq!(echo.limits.subprotocols, server.limits.subprotocols);
 
-    assert_eq!((chat.path.as_str(), chat.line), ("/rooms/{room}", 20));
+    assert_eq!((chat.path.as_str(), chat.line), ("/rooms/{room}", 21));
     let mut env = BTreeMap::new();
     env.insert("MODE".to_string(), "test".to_string());
     env.insert("WEIR_AUTH_TOKEN".to_string(), "let-me-in".to_string());
@@ -138,7 +140,7 @@ native = "relay"
     assert_eq!(chat.limits.max_message, 16 << 20);
 
     // The file's `/files/*` is matchit's catch-all.
-    assert_eq!((files.path.as_str(), files.line), ("/files/{*rest}", 33));
+    assert_eq!((files.path.as_str(), files.line), ("/files/{*rest}", 34));
     assert_eq!(files.behaviour, Behaviour::Native(NativeKind::Relay));
 }
 
@@ -153,6 +155,7 @@ fn defaults_without_a_server_section() {
     assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
     assert_eq!(config.server.max_connections_per_ip, 0);
     assert_eq!(config.server.cache_dir, None);
+    assert!(!config.server.reuse_port, "sharing the address is opt-in");
     assert_eq!(config.source, None);
     let Behaviour::Guest(guest) = &config.routes[1].behaviour else {
         panic!("second route is a guest");
@@ -249,6 +252,15 @@ fn size_negative_or_wrong_type() {
         "[server]\nmax_message = true\n",
         2,
         &["not a size", "\"32MiB\""],
+    );
+}
+
+#[test]
+fn reuse_port_is_a_flag() {
+    refused(
+        "[server]\nlisten = \"127.0.0.1:9001\"\nreuse_port = \"yes\"\n",
+        3,
+        &[r#"reuse_port = "yes": not true or false; write e.g. true"#],
     );
 }
 
@@ -726,11 +738,12 @@ fn examples_routes_file_parses() {
             "/json",
             "/binary",
             "/chat/{room}",
+            "/shout/{room}",
             "/auth",
             "/counter"
         ]
     );
-    let Behaviour::Guest(auth) = &config.routes[6].behaviour else {
+    let Behaviour::Guest(auth) = &config.routes[7].behaviour else {
         panic!("/auth is a guest route");
     };
     assert_eq!(auth.wasm, Path::new("examples/wasm/auth.wasm"));

@@ -20,6 +20,7 @@ pub(super) const SERVER_KEYS: &[&str] = &[
     "max_connections",
     "max_connections_per_ip",
     "cache_dir",
+    "reuse_port",
 ];
 
 /// Keys of a `[[route]]`, in the order the messages list them.
@@ -103,6 +104,7 @@ fn example(key: &str) -> String {
     let value = match key {
         "listen" => r#""127.0.0.1:9001""#,
         "workers" => "0",
+        "reuse_port" => "true",
         "max_message" | "outbound_budget" | "memory" => r#""32MiB""#,
         "attachment_max" => r#""16KiB""#,
         "idle_timeout" | "handshake_timeout" | "drain_timeout" => r#""30s""#,

@@ -45,6 +45,8 @@ pub enum ServeError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot listen on {addr}: another process is listening there (another weir?); stop it, or set [server] reuse_port = true to share the address on purpose")]
+    InUse { addr: SocketAddr },
     #[error("route {path} (line {line}): {reason}")]
     Route {
         path: String,
@@ -90,6 +92,9 @@ impl Server {
     pub fn bind(config: Config) -> Result<Server, ServeError> {
         let workers = config.server.workers.max(1);
         let shared = Arc::new(Shared::new(&config, workers)?);
+        if !config.server.reuse_port {
+            refuse_an_address_in_use(config.server.listen)?;
+        }
         let first = listen(config.server.listen)?;
         let local_addr = first.local_addr().map_err(|source| ServeError::Bind {
             addr: config.server.listen,
@@ -188,6 +193,29 @@ impl Shared {
                 })
                 .collect(),
         }
+    }
+}
+
+/// Fail if another process listens on `addr`. The workers' listeners use
+/// `SO_REUSEPORT`, which would let them join another process's listeners
+/// on the same address (the kernel would split connections between the two
+/// gateways); a socket without it cannot bind while anything listens
+/// there, so it is the probe. `SO_REUSEADDR` keeps connections in
+/// TIME_WAIT from failing it. Port 0 picks a free port: nothing to probe.
+fn refuse_an_address_in_use(addr: SocketAddr) -> Result<(), ServeError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = || -> std::io::Result<()> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        socket.bind(&addr.into())
+    };
+    match probe() {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(ServeError::InUse { addr }),
+        Err(source) => Err(ServeError::Bind { addr, source }),
+        Ok(()) => Ok(()),
     }
 }
 
