@@ -259,10 +259,31 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// Report a panic as one error line in the gateway log (where it names the
+/// route): where, and the message. std's default hook would write several
+/// lines to stderr, ending in a `RUST_BACKTRACE` hint that cannot apply to
+/// a guest. The gateway then closes the batch's connections with 1011 and
+/// logs which.
+#[cfg(target_arch = "wasm32")]
+fn report_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info.payload_as_str().unwrap_or("(no message)");
+        let line = match info.location() {
+            Some(at) => format!("handler panicked at {}:{}: {msg}", at.file(), at.line()),
+            None => format!("handler panicked: {msg}"),
+        };
+        log(Level::Error, &line);
+    }));
+}
+
 fn with_runtime<H: Handler, R>(f: impl FnOnce(&mut Runtime<H>) -> R) -> R {
     RUNTIME.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let rt = slot.get_or_insert_with(|| Box::new(Runtime::<H>::default()));
+        let rt = slot.get_or_insert_with(|| {
+            #[cfg(target_arch = "wasm32")]
+            report_panics();
+            Box::new(Runtime::<H>::default())
+        });
         f(rt.downcast_mut::<Runtime<H>>()
             .expect("one handler type per component"))
     })

@@ -105,20 +105,25 @@ fn serve(
             n => n,
         };
     }
+    let routes = config.routes.len();
+    // Binding loads and compiles every guest first: "serving" is said once
+    // all of them are ready.
+    let server = weir::server::Server::bind(config).context("cannot start the gateway")?;
+    let addr = server.local_addr();
     match &file {
         None => tracing::info!(
-            "no routes file given: serving the built-in default, native /echo and /relay on {}",
-            config.server.listen
+            "no routes file given: serving the built-in default, native /echo and /relay on {addr}"
         ),
         Some(path) => tracing::info!(
-            "serving {}: {} routes on {}",
+            "serving {}: {routes} route{} on {addr}",
             path.display(),
-            config.routes.len(),
-            config.server.listen
+            if routes == 1 { "" } else { "s" }
         ),
     }
     let shutdown = shutdown_on_signals()?;
-    weir::serve(config, shutdown).context("the gateway stopped with an error")?;
+    server
+        .run(shutdown)
+        .context("the gateway stopped with an error")?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -127,8 +132,7 @@ fn check(file: PathBuf) -> anyhow::Result<()> {
     let config = Config::load(&file)?;
     // Compiles every guest component and checks its world and limits, so a
     // bad .wasm is found here rather than at the first connection.
-    weir::guest::check_routes(&config)
-        .with_context(|| format!("{}: a guest route cannot be loaded", file.display()))?;
+    weir::guest::check_routes(&config).with_context(|| file.display().to_string())?;
     let n = config.routes.len();
     println!("ok: {n} route{}", if n == 1 { "" } else { "s" });
     Ok(())

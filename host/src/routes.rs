@@ -127,7 +127,8 @@ impl Routes {
                     let engine = engine
                         .as_ref()
                         .expect("engine exists when a route is a guest");
-                    let program = Program::load(engine, &route.path, guest)?;
+                    let program = Program::load(engine, &route.path, guest)
+                        .map_err(|e| e.at_line(route.line))?;
                     let guest = Arc::new(GuestRoute::new(index, program, topics, registry.clone()));
                     guest_routes.push(guest.clone());
                     Arc::new(guest)

@@ -43,9 +43,26 @@ pub enum GuestError {
     /// The route's limits cannot be honoured.
     #[error("route {route}: {detail}")]
     Limits { route: String, detail: String },
+    /// One of the above, with the line of the route in the routes file.
+    #[error("line {line}: {error}")]
+    AtLine { line: usize, error: Box<GuestError> },
     /// Several routes failed (from [`check_routes`](super::check_routes)).
     #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
     Many(Vec<GuestError>),
+}
+
+impl GuestError {
+    /// This error, said to be about the route on `line` of the routes file
+    /// (0: a route not from a file, nothing to add).
+    pub fn at_line(self, line: usize) -> GuestError {
+        match line {
+            0 => self,
+            line => GuestError::AtLine {
+                line,
+                error: Box::new(self),
+            },
+        }
+    }
 }
 
 /// Why one guest call failed. The runner has already dropped the instance

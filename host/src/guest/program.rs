@@ -244,7 +244,7 @@ pub fn check_routes(config: &Config) -> Result<(), GuestError> {
         .routes
         .iter()
         .filter_map(|r| match &r.behaviour {
-            Behaviour::Guest(g) => Some((r.path.as_str(), g)),
+            Behaviour::Guest(g) => Some((r.path.as_str(), r.line, g)),
             Behaviour::Native(_) => None,
         })
         .collect();
@@ -254,7 +254,11 @@ pub fn check_routes(config: &Config) -> Result<(), GuestError> {
     let engine = GuestEngine::new(config.server.cache_dir.clone())?;
     let mut errors: Vec<GuestError> = guests
         .into_iter()
-        .filter_map(|(path, g)| Program::load(&engine, path, g).err())
+        .filter_map(|(path, line, g)| {
+            Program::load(&engine, path, g)
+                .err()
+                .map(|e| e.at_line(line))
+        })
         .collect();
     match errors.len() {
         0 => Ok(()),

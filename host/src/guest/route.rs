@@ -141,10 +141,15 @@ impl GuestRoute {
             Err(fault) => {
                 // The instance is gone; the connections whose events it was
                 // handling cannot know what was processed: close them.
-                warn!(route = self.program.route(), cause = %fault, "guest failed a batch");
                 let mut affected: Vec<u64> = batch.connections().collect();
                 affected.sort_unstable();
                 affected.dedup();
+                // Ids of the first few closed connections (a batch can
+                // carry thousands).
+                let shown: Vec<_> = affected.iter().take(8).collect();
+                warn!(route = self.program.route(), cause = %fault,
+                    closed = affected.len(), code = fault.close_code(), ids = ?shown,
+                    "guest failed a batch; instance replaced, its connections closed");
                 let deadline = matches!(fault, Fault::Deadline(_));
                 if deadline {
                     self.deadline_trips.fetch_add(1, Ordering::Relaxed);

@@ -283,13 +283,14 @@ impl Runner {
         }
     }
 
-    /// Drop the instance (a trap poisons its whole Store), log, count.
+    /// Drop the instance (a trap poisons its whole Store) and count; the
+    /// caller logs the fault with what it cost (the batch's connections,
+    /// the upgrade).
     fn fault(&mut self, fault: Fault) -> Fault {
         self.live = None;
         if !matches!(fault, Fault::Overloaded(_)) {
             self.faults += 1;
         }
-        tracing::warn!(route = %self.program.route, "guest fault, instance replaced: {fault}");
         fault
     }
 }
