@@ -193,7 +193,17 @@ fn guest_logs_stdout_and_panics_reach_the_gateway_log_with_the_route() {
     };
     assert!(line("faulty: via the log import").contains("route=\"/faulty\""));
     assert!(line("faulty: via stdout").contains("route=\"/faulty\""));
-    // The panic message, written to stderr just before the trap.
-    assert!(line("faulty: asked to trap").contains("route=\"/faulty\""));
-    assert!(line("guest fault").contains("/faulty"));
+    // The panic: one error line (the SDK's panic hook) with where and
+    // what, and no hint about RUST_BACKTRACE, which cannot apply to a guest.
+    let panic = line("faulty: asked to trap");
+    assert!(
+        panic.contains("ERROR") && panic.contains("route=\"/faulty\""),
+        "{panic}"
+    );
+    assert!(
+        panic.contains("handler panicked at fixtures/faulty/src/lib.rs:"),
+        "{panic}"
+    );
+    assert_eq!(log.matches("panicked").count(), 1, "{log}");
+    assert!(!log.contains("RUST_BACKTRACE"), "{log}");
 }
