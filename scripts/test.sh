@@ -17,6 +17,16 @@ else
     echo "test.sh: scripts/build-guests.sh not found; guest tests may fail" >&2
 fi
 
+# Headless Chromium for host/tests/browser.rs (every example route from a
+# real browser), from Debian's packages when it is missing.
+if ! command -v chromium >/dev/null 2>&1 && [ -z "${WEIR_CHROMIUM:-}" ]; then
+    echo "test.sh: installing chromium (Debian) for the browser tests"
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q chromium
+fi
+
 cargo test --release --workspace
 
 # The guest SDK (its harness, its doc examples) and every example's own
