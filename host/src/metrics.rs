@@ -17,6 +17,8 @@ pub struct Snapshot {
     pub tcp_connections: usize,
     pub upgrades: u64,
     pub refused_over_limit: u64,
+    /// Failed `accept` calls (e.g. out of descriptors).
+    pub accept_failures: u64,
     pub refused_draining: u64,
     pub refused_origin: u64,
     pub outbound_queued_bytes: usize,
@@ -108,6 +110,12 @@ impl Snapshot {
             "counter",
             "Requests answered 503 for being over max_connections or max_connections_per_ip.",
             self.refused_over_limit,
+        );
+        metric(
+            "weir_accept_failures_total",
+            "counter",
+            "Failed accept calls (e.g. EMFILE: out of file descriptors); the worker backs off.",
+            self.accept_failures,
         );
         metric(
             "weir_refused_draining_total",
@@ -226,6 +234,7 @@ mod tests {
             tcp_connections: 4,
             upgrades: 5,
             refused_over_limit: 6,
+            accept_failures: 23,
             refused_draining: 7,
             refused_origin: 19,
             outbound_queued_bytes: 8,
@@ -250,6 +259,7 @@ mod tests {
         let expect = [
             ("weir_websocket_connections", 3),
             ("weir_tcp_connections", 4),
+            ("weir_accept_failures_total", 23),
             ("weir_upgrades_total", 5),
             ("weir_refused_over_limit_total", 6),
             ("weir_refused_draining_total", 7),

@@ -221,3 +221,120 @@ async fn abrupt_disconnects_leak_no_descriptor_task_or_buffer() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The status of a WebSocket upgrade of `/echo` on a fresh connection, and
+/// the connection (kept open by the caller when upgraded); an error when
+/// the gateway reset or closed it before answering.
+async fn upgrade_status(addr: SocketAddr) -> std::io::Result<(u16, TcpStream)> {
+    let mut s = TcpStream::connect(addr).await?;
+    s.write_all(
+        b"GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        head.push(byte[0]);
+    }
+    let status = String::from_utf8_lossy(&head[9..12]).parse().unwrap_or(0);
+    Ok((status, s))
+}
+
+/// With few descriptors (`ulimit -n 128`) and the default max_connections
+/// (100,000, far above it), the gateway caps itself below the limit: a
+/// storm of 200 upgrades gets 101 or 503 each — never a reset — the log
+/// says why once instead of per refusal, and once connections close it
+/// serves new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn few_descriptors_mean_503s_not_resets_and_serving_goes_on() {
+    use std::os::unix::process::CommandExt;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = std::env::temp_dir().join(format!("weir-nofile-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("routes.toml");
+    std::fs::write(
+        &file,
+        format!("[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 1\n\n{ROUTES}"),
+    )
+    .unwrap();
+    let log = dir.join("stderr.log");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_weir"));
+    cmd.arg("serve")
+        .arg(&file)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    // SAFETY: only async-signal-safe setrlimit between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 128,
+                rlim_max: 128,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().unwrap();
+    let weir = Weir {
+        child,
+        addr: format!("127.0.0.1:{port}").parse().unwrap(),
+    };
+    let deadline = Instant::now() + STEP;
+    while TcpStream::connect(weir.addr).await.is_err() {
+        assert!(Instant::now() < deadline, "weir serve did not listen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let storm: Vec<_> = (0..200)
+        .map(|_| tokio::spawn(timeout(STEP, upgrade_status(weir.addr))))
+        .collect();
+    let mut open = Vec::new();
+    let mut refused = 0;
+    for task in storm {
+        let (status, stream) = task
+            .await
+            .unwrap()
+            .expect("an answer within STEP")
+            .expect("a status line, not a reset");
+        match status {
+            101 => open.push(stream),
+            503 => refused += 1,
+            other => panic!("status {other}"),
+        }
+    }
+    // 128 descriptors, 32 held back: at most 96 connections.
+    assert!(open.len() <= 96, "{} upgraded", open.len());
+    assert!(open.len() >= 80, "only {} upgraded", open.len());
+    assert_eq!(open.len() + refused, 200);
+    assert!(metric(weir.addr, "weir_refused_over_limit_total").await >= refused as u64);
+
+    // Close half: new connections are served again.
+    open.truncate(open.len() / 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _again) = upgrade_status(weir.addr).await.unwrap();
+    assert_eq!(status, 101);
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("is more than this process may open (RLIMIT_NOFILE 128)"),
+        "{text}"
+    );
+    let summaries = text.matches("refused").count();
+    assert!(
+        (1..=3).contains(&summaries),
+        "{refused} refusals summarised in {summaries} lines:\n{text}"
+    );
+    drop(weir);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -140,6 +140,12 @@ async fn handle_request(
     }
     if guard.1.is_none() {
         shared.refused_over_limit.fetch_add(1, Ordering::Relaxed);
+        if let Some((n, secs)) = shared.refusals.note() {
+            warn!(
+                cap = shared.admission.max_total(),
+                "refused {n} connections in the last {secs} s: connection limit (max_connections, or per IP)"
+            );
+        }
         return unavailable("too many connections; retry later\n");
     }
     let Ok(matched) = shared.routes.router.at(path) else {

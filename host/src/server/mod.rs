@@ -17,7 +17,7 @@
 mod http;
 mod worker;
 
-use crate::admission::Admission;
+use crate::admission::{self, Admission, Summary};
 use crate::config::Config;
 use crate::guest::GuestError;
 use crate::metrics::Snapshot;
@@ -28,7 +28,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::info;
+use tracing::{info, warn};
 
 /// Flips to true when the gateway should drain and stop (see the module
 /// docs). A dropped sender also means stop.
@@ -36,6 +36,9 @@ pub type Shutdown = tokio::sync::watch::Receiver<bool>;
 
 /// Pending connections the kernel queues per listener before refusing.
 const LISTEN_BACKLOG: i32 = 4096;
+/// How often a repeated event (refusals, failed accepts) is summarised in
+/// the log.
+const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +77,10 @@ struct Shared {
     draining: AtomicBool,
     upgrades: AtomicU64,
     refused_over_limit: AtomicU64,
+    /// Summaries for the log: refusals over the connection limit, failed
+    /// accepts.
+    refusals: Summary,
+    accept_failures: Summary,
     refused_draining: AtomicU64,
     /// Upgrades refused (403) for a browser origin the route does not allow.
     refused_origin: AtomicU64,
@@ -144,20 +151,34 @@ pub fn serve(config: Config, shutdown: Shutdown) -> Result<(), ServeError> {
 impl Shared {
     fn new(config: &Config, workers: usize) -> Result<Shared, ServeError> {
         let registry = Arc::new(Registry::new(workers));
+        let descriptors = admission::raise_descriptor_limit();
+        let configured = config.server.max_connections;
+        let cap = admission::connection_cap(configured, descriptors);
+        if let Some(limit) = descriptors.filter(|_| cap < configured || configured == 0) {
+            if cap < configured {
+                warn!(
+                    "max_connections = {configured} is more than this process may open \
+                     (RLIMIT_NOFILE {limit}); serving at most {cap} connections and keeping {} \
+                     descriptors back so refusals still get their 503; raise `ulimit -n` for more",
+                    admission::descriptor_reserve(limit)
+                );
+            } else {
+                info!("max_connections = 0: no limit but descriptors; at most {cap} (RLIMIT_NOFILE {limit})");
+            }
+        }
         Ok(Shared {
             routes: Routes::build(config, &registry)?,
             handshake_timeout: config.server.handshake_timeout,
             drain_timeout: config.server.drain_timeout,
-            admission: Admission::new(
-                config.server.max_connections,
-                config.server.max_connections_per_ip,
-            ),
+            admission: Admission::new(cap, config.server.max_connections_per_ip),
             registry,
             tcp_open: AtomicUsize::new(0),
             pools: (0..workers).map(|_| Arc::default()).collect(),
             draining: AtomicBool::new(false),
             upgrades: AtomicU64::new(0),
             refused_over_limit: AtomicU64::new(0),
+            refusals: Summary::new(SUMMARY_EVERY),
+            accept_failures: Summary::new(SUMMARY_EVERY),
             refused_draining: AtomicU64::new(0),
             refused_origin: AtomicU64::new(0),
         })
@@ -171,6 +192,7 @@ impl Shared {
             tcp_connections: self.tcp_open.load(Ordering::Relaxed),
             upgrades: self.upgrades.load(Ordering::Relaxed),
             refused_over_limit: self.refused_over_limit.load(Ordering::Relaxed),
+            accept_failures: self.accept_failures.total(),
             refused_draining: self.refused_draining.load(Ordering::Relaxed),
             refused_origin: self.refused_origin.load(Ordering::Relaxed),
             outbound_queued_bytes: queues.queued_bytes,

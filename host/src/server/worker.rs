@@ -154,7 +154,12 @@ async fn accept(
             tokio::task::spawn_local(serve_http(stream, peer, worker.clone(), shutdown.clone()));
         }
         Err(e) => {
-            warn!(error = %e, "accept failed");
+            // Out of descriptors (EMFILE/ENFILE) lasts until connections
+            // close: back off, and say so once per interval, not per try.
+            if let Some((n, secs)) = worker.shared.accept_failures.note() {
+                warn!(error = %e, "accept failed {n} times in the last {secs} s; backing off \
+                    (EMFILE: raise `ulimit -n` or lower max_connections)");
+            }
             tokio::time::sleep(ACCEPT_BACKOFF).await;
         }
     }
