@@ -226,6 +226,20 @@ impl Outbound {
     /// nobody else is writing; whatever the socket did not take is queued.
     /// False when the connection is gone.
     pub fn send_direct(&self, frames: &[u8]) -> bool {
+        self.write_or_queue(frames, |from| Bytes::copy_from_slice(&frames[from..]))
+    }
+
+    /// [`send_direct`](Self::send_direct) for frames shared by many
+    /// connections (a publish): what is queued is the same buffer (or a
+    /// slice of it), never a copy.
+    pub fn send_shared(&self, frames: &Bytes) -> bool {
+        self.write_or_queue(frames, |from| frames.slice(from..))
+    }
+
+    /// Writes `frames` directly when it may, else queues `rest(n)`, the
+    /// part from byte `n` the socket did not take.
+    #[inline]
+    fn write_or_queue(&self, frames: &[u8], rest: impl FnOnce(usize) -> Bytes) -> bool {
         if self.is_empty() && self.direct() && self.try_producer_turn() {
             // Checked again under the turn: direct writes may have ended,
             // and the socket may be gone (then everything is queued, and
@@ -242,12 +256,12 @@ impl Outbound {
                 if written > 0 {
                     self.remainder.store(true, Ordering::Release);
                 }
-                self.send_first(Bytes::copy_from_slice(&frames[written..]))
+                self.send_first(rest(written))
             };
             self.turn.store(FREE, Ordering::Release);
             return ok;
         }
-        self.send(Bytes::copy_from_slice(frames))
+        self.send(rest(0))
     }
 
     fn try_producer_turn(&self) -> bool {
@@ -257,11 +271,9 @@ impl Outbound {
     }
 
     /// Queues a close after what is already queued; only the first close
-    /// (or drain) counts.
-    pub fn close(&self, code: u16, reason: &str) {
-        if !self.closing.swap(true, Ordering::AcqRel) {
-            self.push(OutMsg::Close(code, reason.to_string()));
-        }
+    /// (or drain) counts: true when this call queued it.
+    pub fn close(&self, code: u16, reason: &str) -> bool {
+        !self.closing.swap(true, Ordering::AcqRel) && self.push(OutMsg::Close(code, reason.to_string()))
     }
 
     /// Queues the shutdown's drain; a close already queued wins.
@@ -278,6 +290,13 @@ impl Outbound {
     /// Bytes queued and not yet written.
     pub fn queued_bytes(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+
+    /// `len` more bytes fit in the budget (anything fits an empty queue, so
+    /// a message larger than the budget still goes to a reader keeping up).
+    pub fn fits(&self, len: usize) -> bool {
+        let queued = self.queued.load(Ordering::Relaxed);
+        queued == 0 || queued + len <= self.budget
     }
 
     /// More than the budget is queued: producers should stop reading.
