@@ -467,11 +467,11 @@ fn route_needs_exactly_one_behaviour() {
         &["either native or guest, not both"],
     );
     refused(
-        "[[route]]\npath = \"/x\"\nnative = \"pubsub\"\n",
+        "[[route]]\npath = \"/x\"\nnative = \"proxy\"\n",
         3,
         &[
-            r#"native = "pubsub": unknown native behaviour"#,
-            r#"native = "echo" or native = "relay""#,
+            r#"native = "proxy": unknown native behaviour"#,
+            r#"native = "echo", "relay" or "pubsub""#,
         ],
     );
 }
@@ -843,4 +843,90 @@ fn origins() {
         &["not an origin"],
     );
     refused("[server]\norigins = \"*\"\n", 2, &["not a list"]);
+}
+
+const PUBSUB: &str = "[[route]]\npath = \"/topic/{topic}\"\nnative = \"pubsub\"\n";
+
+/// A pubsub route's keys, their defaults, and their refusal elsewhere.
+#[test]
+fn pubsub_routes_and_their_keys() {
+    let config = parse(PUBSUB);
+    assert_eq!(
+        config.routes[0].behaviour,
+        Behaviour::Native(NativeKind::PubSub(PubSubConfig {
+            echo_self: false,
+            slow_subscriber: SlowSubscriber::Close,
+        }))
+    );
+    let config = parse(&format!(
+        "{PUBSUB}echo_self = true\nslow_subscriber = \"drop\"\ntopics = \"rooms\"\n"
+    ));
+    assert_eq!(
+        config.routes[0].behaviour,
+        Behaviour::Native(NativeKind::PubSub(PubSubConfig {
+            echo_self: true,
+            slow_subscriber: SlowSubscriber::Drop,
+        }))
+    );
+    assert_eq!(config.routes[0].topics.as_deref(), Some("rooms"));
+    refused(&format!("{PUBSUB}echo_self = \"yes\"\n"), 4, &["echo_self = \"yes\"", "true"]);
+    refused(
+        &format!("{PUBSUB}slow_subscriber = \"wait\"\n"),
+        4,
+        &["\"close\"", "\"drop\""],
+    );
+    refused(
+        &format!("{ECHO}echo_self = true\n"),
+        4,
+        &["echo_self only applies to pubsub routes", "native = \"pubsub\""],
+    );
+    refused(
+        &guest_route("slow_subscriber = \"drop\""),
+        4,
+        &["slow_subscriber only applies to pubsub routes"],
+    );
+    refused(&format!("{PUBSUB}memory = \"1MiB\"\n"), 4, &["memory only applies to guest routes"]);
+    refused("[[route]]\npath = \"/t\"\nnative = \"pubsb\"\n", 3, &["\"pubsub\""]);
+}
+
+/// `[cluster]`: one Redis or a Redis Cluster, never both or neither.
+#[test]
+fn cluster_section() {
+    assert_eq!(parse(ECHO).cluster, None);
+    let config = parse(&format!("{ECHO}\n[cluster]\nredis = \"redis://127.0.0.1:6379\"\n"));
+    assert_eq!(
+        config.cluster,
+        Some(ClusterConfig::Redis("redis://127.0.0.1:6379".into()))
+    );
+    let config = parse(&format!(
+        "{ECHO}\n[cluster]\nredis_cluster = [\"redis://127.0.0.1:7000\", \"redis://127.0.0.1:7001\"]\n"
+    ));
+    assert_eq!(
+        config.cluster,
+        Some(ClusterConfig::RedisCluster(vec![
+            "redis://127.0.0.1:7000".into(),
+            "redis://127.0.0.1:7001".into()
+        ]))
+    );
+    refused(
+        &format!("{ECHO}\n[cluster]\nredis = \"http://127.0.0.1:6379\"\n"),
+        6,
+        &["not a redis:// URL"],
+    );
+    refused(
+        &format!("{ECHO}\n[cluster]\nredis_cluster = []\n"),
+        6,
+        &["name at least one node"],
+    );
+    refused(
+        &format!("{ECHO}\n[cluster]\nredis = \"redis://a\"\nredis_cluster = [\"redis://b\"]\n"),
+        6,
+        &["not both"],
+    );
+    refused(&format!("{ECHO}\n[cluster]\n"), 5, &["names no Redis"]);
+    refused(
+        &format!("{ECHO}\n[cluster]\nredis_url = \"redis://a\"\n"),
+        6,
+        &["unknown key \"redis_url\" in [cluster]", "redis"],
+    );
 }
