@@ -138,7 +138,9 @@ impl Routes {
                 ),
             };
             let kind: Arc<dyn RouteKind> = match &route.behaviour {
-                Behaviour::Native(native) => crate::native::route_kind(*native, &route.path, &topics),
+                Behaviour::Native(native) => {
+                    crate::native::route_kind(*native, &route.path, &topics)
+                }
                 Behaviour::Guest(guest) => {
                     let engine = engine
                         .as_ref()

@@ -59,7 +59,11 @@ async fn others_receive_every_message_in_publisher_order() {
         for (me, stream) in streams.iter_mut().enumerate() {
             let mut next_from = [0usize; PUBLISHERS];
             for _ in 0..EACH * (PUBLISHERS - 1) {
-                let msg = timeout(STEP, stream.next()).await.unwrap().unwrap().unwrap();
+                let msg = timeout(STEP, stream.next())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .unwrap();
                 let (text, binary) = match msg {
                     Message::Text(t) => (t.to_string(), false),
                     Message::Binary(b) => (String::from_utf8(b.to_vec()).unwrap(), true),
@@ -126,7 +130,11 @@ async fn flood(gw: &Gateway, count: usize, size: usize) {
         msg[..8].copy_from_slice(&(i as u64).to_be_bytes());
         publisher.send(Message::binary(msg)).await.unwrap();
         let got = next(&mut reader).await.into_data();
-        assert_eq!(got[..8], (i as u64).to_be_bytes(), "the reader keeping up lost a message");
+        assert_eq!(
+            got[..8],
+            (i as u64).to_be_bytes(),
+            "the reader keeping up lost a message"
+        );
     }
 }
 
@@ -178,7 +186,11 @@ async fn a_slow_subscriber_loses_messages_but_stays_with_drop() {
         publisher.send(Message::text("after")).await.unwrap();
     };
     let (kept, ()) = tokio::join!(drain, after);
-    assert_eq!(kept + dropped, COUNT as u64, "kept and dropped do not add up");
+    assert_eq!(
+        kept + dropped,
+        COUNT as u64,
+        "kept and dropped do not add up"
+    );
     assert_eq!(metric(gw.addr, "weir_pubsub_closed_slow_total").await, 0);
     gw.stop();
 }
@@ -206,12 +218,21 @@ async fn topics_are_isolated_between_routes_unless_shared() {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
         guest2.send(Message::text("ready?")).await.unwrap();
-        if timeout(Duration::from_millis(200), guest.next()).await.is_ok() {
+        if timeout(Duration::from_millis(200), guest.next())
+            .await
+            .is_ok()
+        {
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the chat guest never relayed");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the chat guest never relayed"
+        );
     }
-    while timeout(Duration::from_millis(200), guest.next()).await.is_ok() {}
+    while timeout(Duration::from_millis(200), guest.next())
+        .await
+        .is_ok()
+    {}
     for i in 0..20 {
         a.send(Message::text(format!("native {i}"))).await.unwrap();
     }
@@ -231,7 +252,10 @@ async fn topics_are_isolated_between_routes_unless_shared() {
             assert_eq!(got.unwrap().unwrap(), Message::text("from the guest"));
             break;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the shared namespace did not connect");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the shared namespace did not connect"
+        );
     }
     gw.stop();
 }
@@ -256,14 +280,22 @@ async fn ten_thousand_subscribers_on_one_topic() {
     }
     let mut subs = Vec::new();
     for o in opening {
-        subs.push(timeout(STEP * 3, o).await.expect("connecting timed out").unwrap());
+        subs.push(
+            timeout(STEP * 3, o)
+                .await
+                .expect("connecting timed out")
+                .unwrap(),
+        );
     }
     common::await_metric(addr, "weir_websocket_connections", SUBSCRIBERS as u64).await;
     let rss_before = rss_kib(weir.child.id());
     let mut publisher = client(&weir.url("/topic/crowd")).await;
     let payload = vec![7u8; 1024];
     for _ in 0..MESSAGES {
-        publisher.send(Message::binary(payload.clone())).await.unwrap();
+        publisher
+            .send(Message::binary(payload.clone()))
+            .await
+            .unwrap();
     }
     let mut reading = Vec::new();
     for mut sub in subs {
@@ -276,12 +308,18 @@ async fn ten_thousand_subscribers_on_one_topic() {
         }));
     }
     for r in reading {
-        timeout(STEP * 3, r).await.expect("delivery timed out").unwrap();
+        timeout(STEP * 3, r)
+            .await
+            .expect("delivery timed out")
+            .unwrap();
     }
     let grown = rss_kib(weir.child.id()).saturating_sub(rss_before);
     // 20 KiB published, 200 MiB delivered: a copy per subscriber would
     // show; the shared buffers and queue entries do not.
-    assert!(grown < 64 << 10, "the gateway grew by {grown} KiB delivering to 10,000 subscribers");
+    assert!(
+        grown < 64 << 10,
+        "the gateway grew by {grown} KiB delivering to 10,000 subscribers"
+    );
 }
 
 fn rss_kib(pid: u32) -> u64 {

@@ -355,10 +355,13 @@ fn pubsub_config(src: &Source, raw: &RawRoute) -> Result<PubSubConfig, ConfigErr
 
 /// Only pubsub routes take `echo_self` and `slow_subscriber`.
 fn refuse_pubsub_keys(src: &Source, raw: &RawRoute, kind: &Item) -> Result<(), ConfigError> {
-    let first = [("echo_self", &raw.echo_self), ("slow_subscriber", &raw.slow_subscriber)]
-        .into_iter()
-        .filter_map(|(key, field)| field.as_ref().map(|f| (key, f.span())))
-        .min_by_key(|(_, span)| span.start);
+    let first = [
+        ("echo_self", &raw.echo_self),
+        ("slow_subscriber", &raw.slow_subscriber),
+    ]
+    .into_iter()
+    .filter_map(|(key, field)| field.as_ref().map(|f| (key, f.span())))
+    .min_by_key(|(_, span)| span.start);
     match first {
         Some((key, span)) => Err(src.error(
             span,

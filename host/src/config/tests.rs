@@ -869,7 +869,11 @@ fn pubsub_routes_and_their_keys() {
         }))
     );
     assert_eq!(config.routes[0].topics.as_deref(), Some("rooms"));
-    refused(&format!("{PUBSUB}echo_self = \"yes\"\n"), 4, &["echo_self = \"yes\"", "true"]);
+    refused(
+        &format!("{PUBSUB}echo_self = \"yes\"\n"),
+        4,
+        &["echo_self = \"yes\"", "true"],
+    );
     refused(
         &format!("{PUBSUB}slow_subscriber = \"wait\"\n"),
         4,
@@ -878,22 +882,35 @@ fn pubsub_routes_and_their_keys() {
     refused(
         &format!("{ECHO}echo_self = true\n"),
         4,
-        &["echo_self only applies to pubsub routes", "native = \"pubsub\""],
+        &[
+            "echo_self only applies to pubsub routes",
+            "native = \"pubsub\"",
+        ],
     );
     refused(
         &guest_route("slow_subscriber = \"drop\""),
         4,
         &["slow_subscriber only applies to pubsub routes"],
     );
-    refused(&format!("{PUBSUB}memory = \"1MiB\"\n"), 4, &["memory only applies to guest routes"]);
-    refused("[[route]]\npath = \"/t\"\nnative = \"pubsb\"\n", 3, &["\"pubsub\""]);
+    refused(
+        &format!("{PUBSUB}memory = \"1MiB\"\n"),
+        4,
+        &["memory only applies to guest routes"],
+    );
+    refused(
+        "[[route]]\npath = \"/t\"\nnative = \"pubsb\"\n",
+        3,
+        &["\"pubsub\""],
+    );
 }
 
 /// `[cluster]`: one Redis or a Redis Cluster, never both or neither.
 #[test]
 fn cluster_section() {
     assert_eq!(parse(ECHO).cluster, None);
-    let config = parse(&format!("{ECHO}\n[cluster]\nredis = \"redis://127.0.0.1:6379\"\n"));
+    let config = parse(&format!(
+        "{ECHO}\n[cluster]\nredis = \"redis://127.0.0.1:6379\"\n"
+    ));
     assert_eq!(
         config.cluster,
         Some(ClusterConfig::Redis("redis://127.0.0.1:6379".into()))

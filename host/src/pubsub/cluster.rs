@@ -140,7 +140,9 @@ impl RedisBroker {
                     warn!(error = %why, "cluster: Redis link lost; local delivery goes on, \
                           publishes to other nodes are lost until it is back");
                 }
-                Ok(Err(e)) => warn!(error = %e, retry_in = ?backoff, "cluster: cannot connect to Redis"),
+                Ok(Err(e)) => {
+                    warn!(error = %e, retry_in = ?backoff, "cluster: cannot connect to Redis")
+                }
                 Err(_) => warn!(retry_in = ?backoff, "cluster: connecting to Redis timed out"),
             }
             // What is published meanwhile cannot cross: count it, never
@@ -169,7 +171,7 @@ impl RedisBroker {
         pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
     ) -> String {
         let mut subscribed = Wanted::new();
-        if let Err(e) = self.follow_wanted(link, &mut subscribed).await {
+        if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
             return e.to_string();
         }
         let mut batch = Vec::with_capacity(PUBLISH_BATCH);
@@ -187,7 +189,7 @@ impl RedisBroker {
                     if count == 0 {
                         return "shutting down".into();
                     }
-                    let sent = self.send(link, &batch).await;
+                    let sent = timed(self.send(link, &batch)).await;
                     batch.clear();
                     if let Err(e) = sent {
                         self.lose(count as u64);
@@ -196,7 +198,7 @@ impl RedisBroker {
                     self.sent.fetch_add(count as u64, Ordering::Relaxed);
                 }
                 _ = self.wanted_changed.notified() => {
-                    if let Err(e) = self.follow_wanted(link, &mut subscribed).await {
+                    if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
                         return e.to_string();
                     }
                 }
@@ -328,6 +330,18 @@ impl Broker for RedisBroker {
     }
 }
 
+/// `work`, failed if Redis takes longer than [`REDIS_TIMEOUT`] (a cluster
+/// client may keep retrying a shard that is gone).
+async fn timed<T>(work: impl std::future::Future<Output = RedisResult<T>>) -> RedisResult<T> {
+    match tokio::time::timeout(REDIS_TIMEOUT, work).await {
+        Ok(result) => result,
+        Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "Redis did not answer in time",
+        ))),
+    }
+}
+
 /// The Redis channel of a namespace's topic: `weir:<namespace>:<topic>`,
 /// with `%`, `:`, `{` and `}` percent-encoded so names cannot run into each
 /// other and no `{…}` hash tag pins every topic of a route (`/topic/{topic}`)
@@ -366,7 +380,10 @@ enum Link {
 }
 
 impl Link {
-    async fn open(config: &ClusterConfig, pushes: mpsc::UnboundedSender<PushInfo>) -> RedisResult<Link> {
+    async fn open(
+        config: &ClusterConfig,
+        pushes: mpsc::UnboundedSender<PushInfo>,
+    ) -> RedisResult<Link> {
         match config {
             ClusterConfig::Redis(url) => {
                 // RESP3: subscriptions and commands share one connection.
@@ -451,7 +468,10 @@ mod tests {
     /// Names cannot collide, and no topic name makes a hash tag.
     #[test]
     fn channels_are_unambiguous_and_untagged() {
-        assert_eq!(channel("/topic/{topic}", "a:b"), "weir:/topic/%7Btopic%7D:a%3Ab");
+        assert_eq!(
+            channel("/topic/{topic}", "a:b"),
+            "weir:/topic/%7Btopic%7D:a%3Ab"
+        );
         assert_ne!(channel("a:b", "c"), channel("a", "b:c"));
         assert_ne!(channel("a%3Ab", "c"), channel("a:b", "c"));
         assert!(!channel("/r/{x}", "{room}").contains(['{', '}']));

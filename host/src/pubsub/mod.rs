@@ -304,7 +304,10 @@ mod tests {
         }
         let frames = Bytes::from_static(b"\x81\x02hi");
         topics.publish("room", &frames, Some(subs[0].conn));
-        assert!(frames_of(&subs[0].outbound).is_empty(), "the publisher was excluded");
+        assert!(
+            frames_of(&subs[0].outbound).is_empty(),
+            "the publisher was excluded"
+        );
         for s in &subs[1..] {
             let got = frames_of(&s.outbound);
             assert_eq!(got.len(), 1);

@@ -273,7 +273,8 @@ impl Outbound {
     /// Queues a close after what is already queued; only the first close
     /// (or drain) counts: true when this call queued it.
     pub fn close(&self, code: u16, reason: &str) -> bool {
-        !self.closing.swap(true, Ordering::AcqRel) && self.push(OutMsg::Close(code, reason.to_string()))
+        !self.closing.swap(true, Ordering::AcqRel)
+            && self.push(OutMsg::Close(code, reason.to_string()))
     }
 
     /// Queues the shutdown's drain; a close already queued wins.
