@@ -121,12 +121,15 @@ fn offer(sub: &Subscriber, frames: &Bytes, stats: &fanout::WorkerStats) {
     }
 }
 
+/// One shard of a namespace: topic name → topic.
+type Shard = RwLock<HashMap<Arc<str>, Arc<Topic>>>;
+
 /// One topic namespace, shared by all workers.
 pub struct Topics {
     /// The namespace's name, the same on every node (the route's path, or
     /// the shared `topics` name): what the broker keys channels by.
     name: Arc<str>,
-    shards: Box<[RwLock<HashMap<Arc<str>, Arc<Topic>>>]>,
+    shards: Box<[Shard]>,
     hasher: RandomState,
     fanout: Arc<Fanout>,
     broker: Arc<dyn Broker>,
@@ -149,7 +152,7 @@ impl Topics {
         &self.name
     }
 
-    fn shard(&self, topic: &str) -> &RwLock<HashMap<Arc<str>, Arc<Topic>>> {
+    fn shard(&self, topic: &str) -> &Shard {
         &self.shards[self.hasher.hash_one(topic) as usize % SHARDS]
     }
 

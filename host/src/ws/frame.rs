@@ -154,7 +154,7 @@ pub fn whole_server_frames(bytes: &[u8]) -> bool {
         let (Some(&b0), Some(&b1)) = (bytes.get(at), bytes.get(at + 1)) else {
             return false;
         };
-        if b0 & 0x70 != 0 || b1 & 0x80 != 0 || !matches!(b0 & 0x0F, 0 | 1 | 2) {
+        if b0 & 0x70 != 0 || b1 & 0x80 != 0 || b0 & 0x0F > 2 {
             return false;
         }
         let (len, header) = match b1 & 0x7F {
