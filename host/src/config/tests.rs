@@ -698,11 +698,17 @@ fn readme_routes_example_parses() {
         .and_then(|rest| rest.split("```").next())
         .expect("README has a ```toml block");
     let config = parse(example);
-    assert_eq!(config.routes.len(), 4);
+    assert_eq!(config.routes.len(), 5);
     assert_eq!(config.server.limits, Limits::default());
     assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
-    let Behaviour::Guest(chat) = &config.routes[2].behaviour else {
-        panic!("README's third route is a guest");
+    // The pubsub route shows its keys at their defaults.
+    assert_eq!(
+        config.routes[2].behaviour,
+        Behaviour::Native(NativeKind::PubSub(PubSubConfig::default()))
+    );
+    assert!(matches!(config.cluster, Some(ClusterConfig::Redis(_))));
+    let Behaviour::Guest(chat) = &config.routes[3].behaviour else {
+        panic!("README's fourth route is a guest");
     };
     // The README shows each guest key at its default.
     let mut defaults = GuestConfig::defaults(chat.wasm.clone());
