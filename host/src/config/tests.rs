@@ -728,6 +728,7 @@ fn examples_routes_file_parses() {
         [
             "/echo",
             "/relay",
+            "/topic/{topic}",
             "/plain",
             "/json",
             "/binary",
@@ -736,7 +737,7 @@ fn examples_routes_file_parses() {
             "/counter"
         ]
     );
-    let Behaviour::Guest(auth) = &config.routes[6].behaviour else {
+    let Behaviour::Guest(auth) = &config.routes[7].behaviour else {
         panic!("/auth is a guest route");
     };
     assert_eq!(auth.wasm, Path::new("examples/wasm/auth.wasm"));
