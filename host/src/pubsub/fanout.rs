@@ -1,10 +1,12 @@
 //! Delivery of published frames on each worker. A topic keeps one
-//! subscriber list per worker; a publish writes the publisher's own worker's
-//! subscribers at once and posts one delivery (the shared frames and the
-//! topic) to each other worker that has subscribers, whose fan-out task
-//! then writes its own. So every worker writes only its own subscribers'
-//! sockets, one wake-up per worker and publish rather than one per
-//! subscriber, and no lock is shared by all workers.
+//! subscriber list per worker; a publish posts one delivery (the shared
+//! frames and the topic) to each worker that has subscribers, whose fan-out
+//! task then writes its own. So every worker writes only its own
+//! subscribers' sockets, one wake-up per worker and publish rather than one
+//! per subscriber, and no lock is shared by all workers. A fan-out task
+//! that finds several deliveries to one topic waiting writes them to each
+//! subscriber in one `sendmsg`: the busier the topic, the fewer writes per
+//! message.
 //!
 //! Writes go straight into a subscriber's socket when its queue is empty
 //! (`Outbound::send_shared`); only what the socket does not take is queued,
@@ -15,7 +17,6 @@ use super::Topic;
 use crate::registry::ConnId;
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
@@ -27,23 +28,15 @@ use tokio::sync::Notify;
 /// subscribers it has.
 pub const FANOUT_BACKLOG_BYTES: usize = 16 << 20;
 
-thread_local! {
-    /// The worker this thread is (`usize::MAX` on other threads: guest
-    /// threads, the cluster broker).
-    static WORKER: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
-/// Marks the calling thread as worker `index`: its publishes write that
-/// worker's subscribers at once.
-pub fn enter(index: usize) {
-    WORKER.with(|w| w.set(index));
-}
+/// Deliveries of one topic written to a subscriber in one `sendmsg` (well
+/// under the kernel's 1,024 buffers per call).
+const MAX_GATHER: usize = 64;
 
 /// A publish waiting for a worker.
-struct Delivery {
-    topic: Arc<Topic>,
-    frames: Bytes,
-    exclude: Option<ConnId>,
+pub(super) struct Delivery {
+    pub(super) topic: Arc<Topic>,
+    pub(super) frames: Bytes,
+    pub(super) exclude: Option<ConnId>,
 }
 
 #[derive(Default)]
@@ -103,18 +96,14 @@ impl Fanout {
         self.mailboxes.len()
     }
 
-    /// Hands `frames` to every subscriber of `topic` but `exclude`: this
-    /// worker's now, other workers' through their mailboxes. A worker with
-    /// deliveries still waiting gets this one behind them, so each
-    /// publisher's order holds.
+    /// Hands `frames` to every subscriber of `topic` but `exclude`, through
+    /// the mailbox of each worker that has subscribers (the publisher's own
+    /// too: its fan-out task runs once the worker's ready connections had
+    /// their turn, so what they publish meanwhile goes out in the same
+    /// writes). Mailboxes are FIFO, so each publisher's order holds.
     pub fn deliver(&self, topic: &Arc<Topic>, frames: &Bytes, exclude: Option<ConnId>) {
-        let here = WORKER.with(Cell::get);
         for (worker, mailbox) in self.mailboxes.iter().enumerate() {
             if !topic.has_subscribers_on(worker) {
-                continue;
-            }
-            if worker == here && mailbox.bytes.load(Ordering::Acquire) == 0 {
-                topic.deliver_on(worker, frames, exclude, &self.stats[worker]);
                 continue;
             }
             let mut queue = mailbox.queue.lock().expect("fanout lock");
@@ -136,6 +125,11 @@ impl Fanout {
             .any(|m| m.bytes.load(Ordering::Relaxed) > FANOUT_BACKLOG_BYTES)
     }
 
+    /// Delivers what waits for `worker` now (tests: no fan-out task runs).
+    pub fn deliver_waiting(&self, worker: usize) {
+        self.run_pending(worker, &mut Vec::new());
+    }
+
     /// Waits until no worker is over its backlog.
     pub async fn wait_drained(&self) {
         loop {
@@ -152,7 +146,6 @@ impl Fanout {
     /// Worker `worker`'s fan-out task: writes what other threads published
     /// to its subscribers. Runs for the life of the worker.
     pub async fn run(self: Arc<Self>, worker: usize) {
-        enter(worker);
         let mailbox = &self.mailboxes[worker];
         let mut batch = Vec::new();
         loop {
@@ -173,15 +166,32 @@ impl Fanout {
     }
 
     /// Delivers everything waiting for `worker` (on that worker's thread).
+    /// Consecutive deliveries to one topic go to each subscriber in one
+    /// write: under load a worker catches up with fewer, larger sends.
     fn run_pending(&self, worker: usize, batch: &mut Vec<Delivery>) {
         let mailbox = &self.mailboxes[worker];
         std::mem::swap(&mut *mailbox.queue.lock().expect("fanout lock"), batch);
         let mut bytes = 0;
-        for d in batch.drain(..) {
-            d.topic
-                .deliver_on(worker, &d.frames, d.exclude, &self.stats[worker]);
-            bytes += d.frames.len();
+        let mut start = 0;
+        while start < batch.len() {
+            let topic = &batch[start].topic;
+            let end = batch[start..]
+                .iter()
+                .take(MAX_GATHER)
+                .position(|d| !Arc::ptr_eq(&d.topic, topic))
+                .map_or((start + MAX_GATHER).min(batch.len()), |n| start + n);
+            let group = &batch[start..end];
+            match group {
+                [one] => {
+                    one.topic
+                        .deliver_on(worker, &one.frames, one.exclude, &self.stats[worker])
+                }
+                _ => topic.deliver_all_on(worker, group, &self.stats[worker]),
+            }
+            bytes += group.iter().map(|d| d.frames.len()).sum::<usize>();
+            start = end;
         }
+        batch.clear();
         let before = mailbox.bytes.fetch_sub(bytes, Ordering::AcqRel);
         if before > FANOUT_BACKLOG_BYTES && before - bytes <= FANOUT_BACKLOG_BYTES {
             self.drained.notify_waiters();

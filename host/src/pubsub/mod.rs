@@ -9,7 +9,8 @@
 //! keeps one subscriber list per worker, and each worker writes its own
 //! subscribers ([`fanout`]): publishing takes no lock that all workers
 //! share, only a read lock on one of the namespace's shards to find the
-//! topic (native pubsub connections keep their topic and skip even that).
+//! topic (native pubsub connections keep their topic and skip even that),
+//! and each worker's mailbox lock to post the delivery.
 //!
 //! A subscriber whose queue cannot take a message within its budget is
 //! closed with 1008 or skipped and counted, per route (`slow_subscriber`):
@@ -29,6 +30,7 @@ use crate::ws::close;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -99,6 +101,55 @@ impl Topic {
                 offer(sub, frames, stats);
             }
         }
+    }
+}
+
+impl Topic {
+    /// Writes a run of deliveries to this topic to `worker`'s subscribers,
+    /// each subscriber's share (all but its own publishes) in one write.
+    fn deliver_all_on(
+        &self,
+        worker: usize,
+        group: &[fanout::Delivery],
+        stats: &fanout::WorkerStats,
+    ) {
+        let all: Vec<Bytes> = group.iter().map(|d| d.frames.clone()).collect();
+        let all_slices: Vec<IoSlice<'_>> = all.iter().map(|b| IoSlice::new(b)).collect();
+        let list = self.workers[worker].list.lock().expect("topic lock");
+        for sub in list.iter() {
+            if !group.iter().any(|d| d.exclude == Some(sub.conn)) {
+                offer_all(sub, &all, &all_slices, stats);
+                continue;
+            }
+            let mine: Vec<Bytes> = group
+                .iter()
+                .filter(|d| d.exclude != Some(sub.conn))
+                .map(|d| d.frames.clone())
+                .collect();
+            if !mine.is_empty() {
+                let slices: Vec<IoSlice<'_>> = mine.iter().map(|b| IoSlice::new(b)).collect();
+                offer_all(sub, &mine, &slices, stats);
+            }
+        }
+    }
+}
+
+/// [`offer`] for several deliveries at once.
+fn offer_all(
+    sub: &Subscriber,
+    parts: &[Bytes],
+    slices: &[IoSlice<'_>],
+    stats: &fanout::WorkerStats,
+) {
+    let total = parts.iter().map(Bytes::len).sum();
+    let out = &sub.outbound;
+    if out.fits_strictly(total) {
+        out.send_shared_all(parts, slices);
+        return;
+    }
+    // Not all of them fit: one by one, so as many as fit are kept.
+    for part in parts {
+        offer(sub, part, stats);
     }
 }
 
@@ -270,10 +321,7 @@ mod tests {
     use crate::reactor::outbound::OutMsg;
     use crate::registry::conn_id;
 
-    /// A namespace whose publishes, made on this thread as worker 0,
-    /// reach worker 0's subscribers at once.
     fn namespace(workers: usize) -> Arc<Topics> {
-        fanout::enter(0);
         Topics::new("/t", Arc::new(Fanout::new(workers)), Arc::new(LocalBroker))
     }
 
@@ -307,6 +355,7 @@ mod tests {
         }
         let frames = Bytes::from_static(b"\x81\x02hi");
         topics.publish("room", &frames, Some(subs[0].conn));
+        topics.fanout().deliver_waiting(0);
         assert!(
             frames_of(&subs[0].outbound).is_empty(),
             "the publisher was excluded"
@@ -343,6 +392,7 @@ mod tests {
         for _ in 0..3 {
             topics.publish("x", &frames, None);
         }
+        topics.fanout().deliver_waiting(0);
         let stats = topics.fanout().stats();
         assert_eq!(stats.dropped, 2);
         assert_eq!(stats.closed, 1);
@@ -365,13 +415,40 @@ mod tests {
     /// Isolation: two namespaces with the same topic name never meet.
     #[test]
     fn namespaces_do_not_share_topics() {
-        fanout::enter(0);
         let fanout = Arc::new(Fanout::new(1));
         let a = Topics::new("/a", fanout.clone(), Arc::new(LocalBroker));
         let b = Topics::new("/b", fanout, Arc::new(LocalBroker));
         let in_b = sub(conn_id(0, 1), 64, SlowSubscriber::Close);
         b.join("room", in_b.clone());
         a.publish("room", &Bytes::from_static(b"\x81\x01x"), None);
+        a.fanout().deliver_waiting(0);
         assert!(frames_of(&in_b.outbound).is_empty());
+    }
+
+    /// Deliveries to one topic waiting together reach each subscriber in
+    /// order, all but its own publishes.
+    #[test]
+    fn waiting_deliveries_reach_each_subscriber_in_order() {
+        let topics = namespace(1);
+        let (a, b) = (
+            sub(conn_id(0, 1), 1 << 20, SlowSubscriber::Close),
+            sub(conn_id(0, 2), 1 << 20, SlowSubscriber::Close),
+        );
+        topics.join("x", a.clone());
+        topics.join("x", b.clone());
+        let frames: Vec<Bytes> = (0..4u8).map(|i| Bytes::from(vec![0x82, 1, i])).collect();
+        for (i, f) in frames.iter().enumerate() {
+            let publisher = if i % 2 == 0 { a.conn } else { b.conn };
+            topics.publish("x", f, Some(publisher));
+        }
+        topics.fanout().deliver_waiting(0);
+        assert_eq!(
+            frames_of(&a.outbound),
+            vec![frames[1].clone(), frames[3].clone()]
+        );
+        assert_eq!(
+            frames_of(&b.outbound),
+            vec![frames[0].clone(), frames[2].clone()]
+        );
     }
 }

@@ -60,7 +60,6 @@ pub(super) fn run(
         }
     };
     let local = tokio::task::LocalSet::new();
-    crate::pubsub::fanout::enter(index);
     local.spawn_local(shared.routes.fanout.clone().run(index));
     let guests = Rc::new(Scheduler::new(index));
     let setup = WorkerSetup {
