@@ -84,7 +84,8 @@ if not line:
     print(f"  {label:<22} FAILED (no result)"); sys.exit()
 r = json.loads(line)
 state = "ok" if r.get("ok") else "FAILED"
-print(f"  {label:<22} {r.get(\"msgs_per_s\"):>10,.0f} deliveries/s  p50 {r.get(\"p50_us\"):>7.1f} us  p99 {r.get(\"p99_us\"):>7.1f} us  lost {r.get(\"lost\")}  {state}")
+print("  %-22s %10.0f deliveries/s  p50 %7.1f us  p99 %7.1f us  lost %s  %s" % (
+    label, r.get("msgs_per_s") or 0, r.get("p50_us") or 0, r.get("p99_us") or 0, r.get("lost"), state))
 ' "$label" "$line"
 }
 
