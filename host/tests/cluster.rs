@@ -376,11 +376,20 @@ async fn two_nodes_share_topics_through_standalone_redis() {
     let (mut a, mut b) = (node(&cluster).await, node(&cluster).await);
     await_metric(&a, "weir_cluster_connected", 1).await;
     await_metric(&b, "weir_cluster_connected", 1).await;
+    // A node subscribes in Redis to the topics it has subscribers for, and
+    // only while it has them.
+    let solo = client(&a.url("/topic/solo")).await;
+    await_metric(&a, "weir_cluster_subscribed_channels", 1).await;
+    assert_eq!(metric(b.addr, "weir_cluster_subscribed_channels").await, 0);
+    drop(solo);
+    await_metric(&a, "weir_cluster_subscribed_channels", 0).await;
     exchange(&a, &b, &["room"], 200, 1).await;
     survive_restart(&a, &b, &mut redis).await;
     exchange(&a, &b, &["room", "other"], 100, 2).await;
     for weir in [&mut a, &mut b] {
         assert!(weir.child.try_wait().unwrap().is_none(), "a node exited");
+        // Every client has gone: so have the node's subscriptions.
+        await_metric(weir, "weir_cluster_subscribed_channels", 0).await;
     }
 }
 
