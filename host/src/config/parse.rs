@@ -125,8 +125,7 @@ fn cluster(src: &Source, spanned: &Spanned<RawCluster>) -> Result<ClusterConfig,
     ) {
         (Some(item), None) => {
             let url = item.string(src, r#""redis://127.0.0.1:6379""#)?;
-            redis_url(src, &item, url)?;
-            Ok(ClusterConfig::Redis(url.to_string()))
+            Ok(ClusterConfig::Redis(redis_url(src, &item, url)?))
         }
         (None, Some(item)) => {
             const EXAMPLE: &str = r#"["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"]"#;
@@ -138,8 +137,7 @@ fn cluster(src: &Source, spanned: &Spanned<RawCluster>) -> Result<ClusterConfig,
                 let Value::String(url) = value else {
                     return Err(item.fail(src, format!("not a list of strings; write e.g. {EXAMPLE}")));
                 };
-                redis_url(src, &item, url)?;
-                urls.push(url.clone());
+                urls.push(redis_url(src, &item, url)?);
             }
             if urls.is_empty() {
                 return Err(item.fail(src, format!("empty; name at least one node, e.g. {EXAMPLE}")));
@@ -157,17 +155,47 @@ fn cluster(src: &Source, spanned: &Spanned<RawCluster>) -> Result<ClusterConfig,
     }
 }
 
-/// A Redis URL the client accepts (checked without connecting).
-fn redis_url(src: &Source, item: &Item, url: &str) -> Result<(), ConfigError> {
+/// A Redis URL the client accepts (checked without connecting), with each
+/// `${NAME}` replaced by that environment variable: a password stays out
+/// of the file (`redis = "redis://:${REDIS_PASSWORD}@10.0.0.5:6379"`).
+/// Messages show the URL as written, never what the variables hold.
+fn redis_url(src: &Source, item: &Item, url: &str) -> Result<String, ConfigError> {
     if !url.starts_with("redis://") {
         return Err(item.fail(
             src,
             format!("{url:?} is not a redis:// URL (TLS is not supported yet); write e.g. \"redis://127.0.0.1:6379\""),
         ));
     }
-    redis::Client::open(url)
-        .map(drop)
-        .map_err(|e| item.fail(src, format!("{url:?} is not a valid Redis URL: {e}")))
+    let mut expanded = String::with_capacity(url.len());
+    let mut rest = url;
+    while let Some(at) = rest.find("${") {
+        expanded.push_str(&rest[..at]);
+        let Some(end) = rest[at..].find('}') else {
+            return Err(item.fail(
+                src,
+                format!("{url:?}: an unclosed ${{; write ${{NAME}} for an environment variable"),
+            ));
+        };
+        let name = &rest[at + 2..at + end];
+        match std::env::var(name) {
+            Ok(value) => expanded.push_str(&value),
+            Err(_) => {
+                return Err(item.fail(
+                    src,
+                    format!("{url:?} names the environment variable {name}, which is not set"),
+                ))
+            }
+        }
+        rest = &rest[at + end + 1..];
+    }
+    expanded.push_str(rest);
+    redis::Client::open(expanded.as_str()).map_err(|e| {
+        item.fail(
+            src,
+            format!("{url:?} is not a valid Redis URL ({:?})", e.kind()),
+        )
+    })?;
+    Ok(expanded)
 }
 
 fn server(

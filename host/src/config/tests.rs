@@ -948,6 +948,22 @@ fn cluster_section() {
         &["not both"],
     );
     refused(&format!("{ECHO}\n[cluster]\n"), 5, &["names no Redis"]);
+    // A password from the environment, never shown in a message.
+    std::env::set_var("WEIR_TEST_REDIS_SECRET_13", "s3cret");
+    let config = parse(&format!(
+        "{ECHO}\n[cluster]\nredis = \"redis://:${{WEIR_TEST_REDIS_SECRET_13}}@127.0.0.1:6379\"\n"
+    ));
+    assert_eq!(
+        config.cluster,
+        Some(ClusterConfig::Redis(
+            "redis://:s3cret@127.0.0.1:6379".into()
+        ))
+    );
+    refused(
+        &format!("{ECHO}\n[cluster]\nredis = \"redis://:${{WEIR_TEST_UNSET_13}}@h\"\n"),
+        6,
+        &["WEIR_TEST_UNSET_13, which is not set"],
+    );
     refused(
         &format!("{ECHO}\n[cluster]\nredis_url = \"redis://a\"\n"),
         6,
