@@ -17,7 +17,9 @@
 #   --scenarios LIST   comma list (default: the quick set); `all` for every one;
 #                      scenarios on other paths than /echo and /relay (`fanout`,
 #                      `plain64x200p8`, `json200p8`, and `guest`: /echo vs /plain,
-#                      /json, /binary) run against weir and weir-base only
+#                      /json, /binary) run against weir and weir-base only;
+#                      the `pubsub*` scenarios (/topic/bench, native pubsub)
+#                      also against uws and bun (ws.subscribe / ws.publish)
 #   --runs N           runs per scenario (default 3)
 #   --warmup D --duration D   per measurement (default 1s / 2s)
 #   --baseline NAME    ratios are NAME/peer (default weir, else the first server)
@@ -70,6 +72,12 @@ scenario_defs=(
   "connect|connect|/echo|-c 32"
   "idle10k|idle|/echo|-c 10000"
   "fanout|fanout|/chat/bench|-c 100 -s 64 -p 32"
+  "pubsub100|fanout|/topic/bench|-c 100 -s 64 -p 32"
+  "pubsub1k|fanout|/topic/bench|-c 1000 -s 64 -p 32"
+  "pubsub10k|fanout|/topic/bench|-c 10000 -s 64 -p 32"
+  "pubsub100x1k|fanout|/topic/bench|-c 100 -s 1KiB -p 32"
+  "pubsub1kx1k|fanout|/topic/bench|-c 1000 -s 1KiB -p 32"
+  "pubsub10kx1k|fanout|/topic/bench|-c 10000 -s 1KiB -p 32"
   "plain64x200p8|echo|/plain|-c 200 -p 8 -s 64"
   "json200p8|json|/json|-c 200 -p 8 --async"
   "plain64x50|echo|/plain|-c 50 -p 1 -s 64"
@@ -268,7 +276,14 @@ for scen in "${scenario_list[@]}"; do
     if [ $((run % 2)) -eq 0 ]; then
       order=(); for ((i=${#server_list[@]}-1; i>=0; i--)); do order+=("${server_list[i]}"); done
     fi
-    if [ "$path" != /echo ] && [ "$path" != /relay ]; then
+    if [ "$path" = /topic/bench ]; then
+      # Native pubsub: weir and the peers with a pub/sub API of their own.
+      keep=()
+      for srv in "${order[@]}"; do
+        case "$srv" in weir|weir-base|uws|bun) keep+=("$srv") ;; esac
+      done
+      order=("${keep[@]}")
+    elif [ "$path" != /echo ] && [ "$path" != /relay ]; then
       # Guest routes and the chat room are weir's; the peers only serve
       # /echo and /relay.
       [ ${#weir_servers[@]} -gt 0 ] || { echo "$scen scenario needs weir or weir-base" >&2; continue; }

@@ -2,7 +2,8 @@
 # README command 2: every test. Builds the guest components, runs the Rust
 # tests (unit, integration, guest fixtures), then Autobahn|Testsuite against
 # `weir serve`. Needs rustup, python3 (and Python 2.7 via pyenv for Autobahn,
-# see scripts/autobahn.sh). Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
+# see scripts/autobahn.sh); installs Redis for the cluster tests when missing
+# (scripts/redis.sh). Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +27,9 @@ if ! command -v chromium >/dev/null 2>&1 && [ -z "${WEIR_CHROMIUM:-}" ]; then
     $sudo apt-get update -q
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q chromium
 fi
+
+# The cluster tests start their own Redis servers (Debian's redis-server).
+bash scripts/redis.sh
 
 cargo test --release --workspace
 

@@ -57,6 +57,9 @@ pub const DEFAULT_ATTACHMENT_MAX_BYTES: usize = 16 << 10;
 pub struct Config {
     pub server: ServerConfig,
     pub routes: Vec<RouteConfig>,
+    /// The `[cluster]` section: the Redis that nodes share topics through;
+    /// None runs one process on its own (in-process topics only).
+    pub cluster: Option<ClusterConfig>,
     /// Where the file was read from (None for the built-in default).
     pub source: Option<PathBuf>,
 }
@@ -124,6 +127,40 @@ pub enum Behaviour {
 pub enum NativeKind {
     Echo,
     Relay,
+    /// Every message goes to the other subscribers of the topic the path
+    /// names (`native::pubsub`).
+    PubSub(PubSubConfig),
+}
+
+/// A pubsub route's keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PubSubConfig {
+    /// A publisher receives its own messages too (default: only the others).
+    pub echo_self: bool,
+    pub slow_subscriber: SlowSubscriber,
+}
+
+/// What a publish does to a subscriber whose outbound queue cannot take it
+/// within the route's `outbound_budget`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SlowSubscriber {
+    /// Close it with 1008: a client that cannot keep up learns it, and
+    /// reconnects to a fresh stream (the default).
+    #[default]
+    Close,
+    /// Discard the messages that do not fit and count them: for feeds where
+    /// the latest value matters more than every value.
+    Drop,
+}
+
+/// How gateway nodes share topics (`[cluster]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterConfig {
+    /// One Redis server: PUBLISH / SUBSCRIBE.
+    Redis(String),
+    /// A Redis Cluster (its seed nodes): sharded SPUBLISH / SSUBSCRIBE, so a
+    /// message travels only to the shard that owns its channel.
+    RedisCluster(Vec<String>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,6 +307,7 @@ impl Config {
                 route("/echo", NativeKind::Echo),
                 route("/relay", NativeKind::Relay),
             ],
+            cluster: None,
             source: None,
         }
     }

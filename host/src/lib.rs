@@ -10,14 +10,16 @@
 //!   behaviour: read into the connection's buffer, decode frames ([`ws`]),
 //!   unmask in place, hand pieces to the behaviour, write replies in one
 //!   write per read batch, apply backpressure, timeouts and the close.
-//! - [`native`] — declared behaviours (echo, relay) that reply without a guest.
+//! - [`native`] — declared behaviours (echo, relay, pubsub) that need no guest.
 //! - [`guest`] — routes served by WebAssembly components: engine, component
 //!   cache, per-worker instances and scheduler, limits, batching of events
 //!   into one call, commands applied to connections.
 //! - [`ws::encode`] — the one place a message becomes wire bytes.
 //! - [`registry`] — the one map of live connections (shutdown, guest sends,
 //!   subscriptions, `/metrics`).
-//! - [`pubsub`] — a topic namespace (one per route unless shared).
+//! - [`pubsub`] — topic namespaces (one per route unless shared), fan-out of
+//!   a publish to each worker's subscribers, and the broker that carries
+//!   publishes to other nodes (in-process by default, Redis with `[cluster]`).
 //! - [`config`] — the routes file.
 //! - [`admission`] — global and per-IP connection limits (503 past them).
 //! - [`metrics`] — `GET /metrics` in the Prometheus text format.

@@ -32,6 +32,12 @@ pub struct Snapshot {
     pub log_lines_lost: u64,
     /// Per guest route figures.
     pub guest_routes: Vec<GuestRouteStats>,
+    /// Publishes not delivered to `slow_subscriber = "drop"` subscribers.
+    pub pubsub_dropped: u64,
+    /// Subscribers closed with 1008 for falling behind.
+    pub pubsub_closed_slow: u64,
+    /// The Redis link, when the routes file has a `[cluster]`.
+    pub cluster: Option<crate::pubsub::cluster::ClusterStats>,
 }
 
 /// One guest route's counters.
@@ -179,6 +185,56 @@ impl Snapshot {
             "Gateway log lines dropped because stderr was not taking them fast enough.",
             self.log_lines_lost,
         );
+        metric(
+            "weir_pubsub_dropped_total",
+            "counter",
+            "Published messages not delivered to subscribers over their outbound_budget (slow_subscriber = \"drop\").",
+            self.pubsub_dropped,
+        );
+        metric(
+            "weir_pubsub_closed_slow_total",
+            "counter",
+            "Subscribers closed with 1008 for being over their outbound_budget (slow_subscriber = \"close\").",
+            self.pubsub_closed_slow,
+        );
+        if let Some(c) = &self.cluster {
+            metric(
+                "weir_cluster_connected",
+                "gauge",
+                "1 while the link to Redis is up.",
+                u64::from(c.connected),
+            );
+            metric(
+                "weir_cluster_subscribed_channels",
+                "gauge",
+                "Redis channels subscribed now: the topics with local subscribers.",
+                c.subscribed as u64,
+            );
+            metric(
+                "weir_cluster_sent_total",
+                "counter",
+                "Publishes handed to Redis for the other nodes.",
+                c.sent,
+            );
+            metric(
+                "weir_cluster_received_total",
+                "counter",
+                "Other nodes' publishes received and delivered here.",
+                c.received,
+            );
+            metric(
+                "weir_cluster_lost_total",
+                "counter",
+                "Publishes that could not cross to other nodes (Redis unreachable or failing, or the queue to it full).",
+                c.lost,
+            );
+            metric(
+                "weir_cluster_link_failures_total",
+                "counter",
+                "Times the link to Redis failed (each followed by reconnecting with backoff).",
+                c.link_failures,
+            );
+        }
         type Figure = fn(&GuestRouteStats) -> u64;
         let per_route: [(&str, &str, Figure); 4] = [
             (
@@ -254,6 +310,16 @@ mod tests {
                 deadline_trips: 17,
                 backoff_refused: 18,
             }],
+            pubsub_dropped: 20,
+            pubsub_closed_slow: 21,
+            cluster: Some(crate::pubsub::cluster::ClusterStats {
+                connected: true,
+                subscribed: 22,
+                sent: 23,
+                received: 24,
+                lost: 25,
+                link_failures: 26,
+            }),
         };
         let body = snap.render();
         let expect = [
@@ -272,6 +338,14 @@ mod tests {
             ("weir_heap_bytes_in_use", 12),
             ("weir_heap_bytes_free_retained", 13),
             ("weir_log_lines_lost_total", 14),
+            ("weir_pubsub_dropped_total", 20),
+            ("weir_pubsub_closed_slow_total", 21),
+            ("weir_cluster_connected", 1),
+            ("weir_cluster_subscribed_channels", 22),
+            ("weir_cluster_sent_total", 23),
+            ("weir_cluster_received_total", 24),
+            ("weir_cluster_lost_total", 25),
+            ("weir_cluster_link_failures_total", 26),
             (
                 r#"weir_guest_log_dropped_lines_total{route="/say \"hi\""}"#,
                 15,

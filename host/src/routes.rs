@@ -7,7 +7,7 @@
 
 use crate::config::{Behaviour, Config, Limits};
 use crate::guest::{GuestEngine, GuestRoute, Program, Scheduler};
-use crate::pubsub::Topics;
+use crate::pubsub::{Broker, Fanout, LocalBroker, Topics};
 use crate::reactor::behaviour::{LocalFuture, Start};
 use crate::reactor::outbound::Outbound;
 use crate::registry::Registry;
@@ -89,6 +89,10 @@ pub struct Routes {
     pub routes: Vec<Route>,
     /// Every guest route, for `/metrics`.
     pub guest_routes: Vec<Arc<GuestRoute>>,
+    /// The workers' publish delivery, shared by every topic namespace.
+    pub fanout: Arc<Fanout>,
+    /// Where topics meet other nodes' (in-process only without `[cluster]`).
+    pub broker: Arc<dyn Broker>,
 }
 
 impl Routes {
@@ -97,6 +101,12 @@ impl Routes {
         let mut router = matchit::Router::new();
         let mut routes = Vec::new();
         let mut shared_topics: HashMap<&str, Arc<Topics>> = HashMap::new();
+        let fanout = Arc::new(Fanout::new(config.server.workers));
+        let broker: Arc<dyn Broker> = match &config.cluster {
+            Some(cluster) => crate::pubsub::cluster::RedisBroker::start(cluster.clone())
+                .map_err(ServeError::Worker)?,
+            None => Arc::new(LocalBroker),
+        };
         let mut guest_routes = Vec::new();
         let has_guests = config
             .routes
@@ -116,13 +126,25 @@ impl Routes {
             router
                 .insert(route.path.clone(), index)
                 .map_err(|e| route_error(e.to_string()))?;
-            // Topics are the route's own unless it names a shared namespace.
+            // Topics are the route's own unless it names a shared namespace;
+            // the names are the same on every node of a cluster.
             let topics = match &route.topics {
-                Some(name) => shared_topics.entry(name.as_str()).or_default().clone(),
-                None => Arc::default(),
+                Some(name) => shared_topics
+                    .entry(name.as_str())
+                    .or_insert_with(|| {
+                        Topics::new(&format!("shared:{name}"), fanout.clone(), broker.clone())
+                    })
+                    .clone(),
+                None => Topics::new(
+                    &format!("route:{}", route.path),
+                    fanout.clone(),
+                    broker.clone(),
+                ),
             };
             let kind: Arc<dyn RouteKind> = match &route.behaviour {
-                Behaviour::Native(native) => crate::native::route_kind(*native),
+                Behaviour::Native(native) => {
+                    crate::native::route_kind(*native, &route.path, &topics)
+                }
                 Behaviour::Guest(guest) => {
                     let engine = engine
                         .as_ref()
@@ -144,6 +166,8 @@ impl Routes {
             router,
             routes,
             guest_routes,
+            fanout,
+            broker,
         })
     }
 }

@@ -47,8 +47,9 @@ pub enum Load {
     /// conns[2i] and conns[2i+1] are a pair; one message in flight per pair.
     Relay,
     /// conns[0] publishes at most `window` messages ahead of the slowest of
-    /// conns[1..], which must each receive every message, in order.
-    Fanout { window: usize },
+    /// conns[1..], which must each receive every message, in order; with a
+    /// `rate`, also at most that many messages per second.
+    Fanout { window: usize, rate: Option<u64> },
 }
 
 /// A connection with an in-flight message older than this has stalled.
@@ -127,9 +128,16 @@ pub fn run(conns: &mut [Conn], load: Load, ctl: &Control) -> ThreadResult {
         }
     }
     let mut published_upto = 0u64;
+    let started = Instant::now();
+    // A paced publisher wakes every millisecond, so its messages go out in
+    // small bursts rather than one per 10 ms tick.
+    let wait_ms = match load {
+        Load::Fanout { rate: Some(_), .. } => 1,
+        _ => 10,
+    };
 
     loop {
-        if let Load::Fanout { window } = load {
+        if let Load::Fanout { window, rate } = load {
             // Publish while the slowest live subscriber is less than `window` behind.
             let slowest = conns[1..]
                 .iter()
@@ -140,14 +148,17 @@ pub fn run(conns: &mut [Conn], load: Load, ctl: &Control) -> ThreadResult {
             let publisher = &mut conns[0];
             if publisher.dead.is_none() && ctl.get() != DONE {
                 let now = Instant::now();
-                while publisher.send_seq < slowest + window as u64 {
+                let paced = rate.map_or(u64::MAX, |r| {
+                    (now.duration_since(started).as_secs_f64() * r as f64) as u64 + 1
+                });
+                while publisher.send_seq < (slowest + window as u64).min(paced) {
                     publisher.queue_next(now);
                 }
                 published_upto = publisher.send_seq;
                 publisher.flush();
             }
         }
-        let n = ep.wait(&mut events, 10);
+        let n = ep.wait(&mut events, wait_ms);
         let phase = ctl.get();
         if phase == DONE || (phase == DRAIN && !anything_due(conns, load)) {
             break;

@@ -95,6 +95,14 @@ struct Args {
     /// Pin the generator to these CPUs (e.g. 1 or 2-3).
     #[arg(long)]
     pin: Option<String>,
+    /// fanout: the subscribers connect here (another node of a cluster);
+    /// the publisher connects to --url.
+    #[arg(long)]
+    sub_url: Option<String>,
+    /// fanout: publish at most this many messages per second (latency at a
+    /// given load rather than at saturation).
+    #[arg(long)]
+    rate: Option<u64>,
     /// Report this process's CPU time per message (and RSS in idle mode).
     #[arg(long)]
     server_pid: Option<u32>,
@@ -209,7 +217,10 @@ fn run(a: &Args) -> Result<bool, String> {
     let load = match a.mode {
         Mode::Echo | Mode::Json | Mode::Binary => Load::ReqResp { depth },
         Mode::Relay => Load::Relay,
-        Mode::Fanout => Load::Fanout { window: depth },
+        Mode::Fanout => Load::Fanout {
+            window: depth,
+            rate: a.rate,
+        },
         _ => Load::ReqResp { depth },
     };
     let setup = Instant::now();
@@ -249,10 +260,14 @@ fn run(a: &Args) -> Result<bool, String> {
                 );
             }
             let t = Template::new(a.size, text, 3);
+            let sub_target = match &a.sub_url {
+                Some(url) => Target::parse(url)?,
+                None => Target::parse(&url)?,
+            };
             let mut all = Vec::with_capacity(c + 1);
             for i in 0..c {
-                let s =
-                    conn::open(&target, &mut rng).map_err(|e| format!("subscriber {i}: {e}"))?;
+                let s = conn::open(&sub_target, &mut rng)
+                    .map_err(|e| format!("subscriber {i}: {e}"))?;
                 all.push(Conn::new(s, Source::Pattern(t), Expect::Ordered(t), 1));
             }
             let p = conn::open(&target, &mut rng).map_err(|e| format!("publisher: {e}"))?;
@@ -260,8 +275,10 @@ fn run(a: &Args) -> Result<bool, String> {
                 0,
                 Conn::new(p, Source::Pattern(t), Expect::Pattern(t), depth),
             );
-            // Joins may be asynchronous on the server: give them a moment.
-            std::thread::sleep(Duration::from_millis(200));
+            // Joins may be asynchronous on the server (and, across nodes,
+            // wait for a broker's subscription): give them a moment.
+            let settle = if a.sub_url.is_some() { 1000 } else { 200 };
+            std::thread::sleep(Duration::from_millis(settle));
             groups = vec![all];
         }
         Mode::Connect | Mode::Idle => {}

@@ -1,6 +1,8 @@
 // Bun.serve peer: /echo replies with each message, /relay forwards to the
 // paired connection (arrival order) and closes the partner with 1001 when one
-// side leaves. Compression off, 64 MiB max payload and backpressure limit.
+// side leaves; /topic/NAME subscribes to NAME and publishes each message to
+// the topic's other subscribers (ws.publish leaves the sender out, like
+// weir's default). Compression off, 64 MiB max payload and backpressure limit.
 const port = Number(process.argv[2] || process.env.PORT || 9001);
 let waiting = null;
 
@@ -9,15 +11,18 @@ Bun.serve({
   port,
   fetch(req, server) {
     const path = new URL(req.url).pathname;
-    if (path !== '/echo' && path !== '/relay') return new Response('not found', { status: 404 });
-    if (server.upgrade(req, { data: { path, partner: null, closed: false } })) return undefined;
+    const topic = path.startsWith('/topic/') ? path.slice('/topic/'.length) : null;
+    if (path !== '/echo' && path !== '/relay' && !topic) return new Response('not found', { status: 404 });
+    if (server.upgrade(req, { data: { path, topic, partner: null, closed: false } })) return undefined;
     return new Response('upgrade required', { status: 426 });
   },
   websocket: {
     perMessageDeflate: false,
     maxPayloadLength: 64 << 20,
     backpressureLimit: 64 << 20,
+    publishToSelf: false,
     open(ws) {
+      if (ws.data.topic) { ws.subscribe(ws.data.topic); return; }
       if (ws.data.path !== '/relay') return;
       if (waiting && !waiting.data.closed) {
         ws.data.partner = waiting;
@@ -28,7 +33,8 @@ Bun.serve({
       }
     },
     message(ws, msg) {
-      if (ws.data.path === '/echo') ws.send(msg);
+      if (ws.data.topic) ws.publish(ws.data.topic, msg);
+      else if (ws.data.path === '/echo') ws.send(msg);
       else if (ws.data.partner) ws.data.partner.send(msg);
     },
     close(ws) {

@@ -1,6 +1,8 @@
 // uWebSockets.js peer on Node (the patched addon installed by install.sh):
 // /echo replies with each message, /relay forwards to the paired connection
-// and ends the partner with 1001 when one side leaves. Compression off,
+// and ends the partner with 1001 when one side leaves, /topic/NAME
+// subscribes to NAME and publishes each message to the topic's other
+// subscribers (ws.publish leaves the sender out, like weir's default). Compression off,
 // 64 MiB max payload and backpressure limit (so large pipelined echoes are
 // never dropped).
 'use strict';
@@ -47,6 +49,20 @@ uWS.App()
         p.end(1001);
       }
     },
+  })
+  .ws('/topic/:topic', {
+    ...common,
+    upgrade: (res, req, context) => {
+      res.upgrade(
+        { topic: req.getParameter(0) },
+        req.getHeader('sec-websocket-key'),
+        req.getHeader('sec-websocket-protocol'),
+        req.getHeader('sec-websocket-extensions'),
+        context,
+      );
+    },
+    open: (ws) => { ws.subscribe(ws.getUserData().topic); },
+    message: (ws, msg, isBinary) => { ws.publish(ws.getUserData().topic, msg, isBinary); },
   })
   .any('/*', (res) => { res.writeStatus('404 Not Found').end(); })
   .listen('127.0.0.1', port, (token) => {

@@ -23,7 +23,9 @@ pub(super) fn refuse_guest_keys(
     src: &Source,
     raw: &RawRoute,
     native: &Item,
+    takes_topics: bool,
 ) -> Result<(), ConfigError> {
+    let topics = if takes_topics { &None } else { &raw.topics };
     let guest_fields = [
         ("isolation", &raw.isolation),
         ("memory", &raw.memory),
@@ -31,7 +33,7 @@ pub(super) fn refuse_guest_keys(
         ("instances", &raw.instances),
         ("recycle_after", &raw.recycle_after),
         ("attachment_max", &raw.attachment_max),
-        ("topics", &raw.topics),
+        ("topics", topics),
         ("log", &raw.log),
         ("log_rate", &raw.log_rate),
         ("log_bytes", &raw.log_bytes),

@@ -21,6 +21,14 @@ use super::*;
 struct RawFile {
     server: Option<RawServer>,
     route: Option<Vec<Spanned<RawRoute>>>,
+    cluster: Option<Spanned<RawCluster>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    redis: Field,
+    redis_cluster: Field,
 }
 
 #[derive(Deserialize)]
@@ -65,6 +73,8 @@ pub(super) struct RawRoute {
     pub(super) log_bytes: Field,
     pub(super) log_burst: Field,
     pub(super) cpu_share: Field,
+    pub(super) echo_self: Field,
+    pub(super) slow_subscriber: Field,
 }
 
 /// Largest message the gateway will assemble.
@@ -95,11 +105,98 @@ pub(super) fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError
         }
         routes.push(route);
     }
+    let cluster = match &raw.cluster {
+        Some(raw) => Some(cluster(&src, raw)?),
+        None => None,
+    };
     Ok(Config {
         server,
         routes,
+        cluster,
         source: None,
     })
+}
+
+/// `[cluster]`: one Redis server or a Redis Cluster's seed nodes.
+fn cluster(src: &Source, spanned: &Spanned<RawCluster>) -> Result<ClusterConfig, ConfigError> {
+    let raw = spanned.get_ref();
+    match (
+        Item::of("redis", &raw.redis),
+        Item::of("redis_cluster", &raw.redis_cluster),
+    ) {
+        (Some(item), None) => {
+            let url = item.string(src, r#""redis://127.0.0.1:6379""#)?;
+            Ok(ClusterConfig::Redis(redis_url(src, &item, url)?))
+        }
+        (None, Some(item)) => {
+            const EXAMPLE: &str = r#"["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"]"#;
+            let Value::Array(values) = item.value else {
+                return Err(item.fail(src, format!("not a list; write e.g. {EXAMPLE}")));
+            };
+            let mut urls = Vec::new();
+            for value in values {
+                let Value::String(url) = value else {
+                    return Err(item.fail(src, format!("not a list of strings; write e.g. {EXAMPLE}")));
+                };
+                urls.push(redis_url(src, &item, url)?);
+            }
+            if urls.is_empty() {
+                return Err(item.fail(src, format!("empty; name at least one node, e.g. {EXAMPLE}")));
+            }
+            Ok(ClusterConfig::RedisCluster(urls))
+        }
+        (Some(item), Some(_)) => Err(item.fail(
+            src,
+            "give either redis (one server) or redis_cluster (a Redis Cluster), not both",
+        )),
+        (None, None) => Err(src.error(
+            src.text.find("[cluster]").map_or(spanned.span(), |at| at..at + 9),
+            r#"[cluster] names no Redis; add redis = "redis://127.0.0.1:6379" or redis_cluster = ["redis://127.0.0.1:7000"]"#,
+        )),
+    }
+}
+
+/// A Redis URL the client accepts (checked without connecting), with each
+/// `${NAME}` replaced by that environment variable: a password stays out
+/// of the file (`redis = "redis://:${REDIS_PASSWORD}@10.0.0.5:6379"`).
+/// Messages show the URL as written, never what the variables hold.
+fn redis_url(src: &Source, item: &Item, url: &str) -> Result<String, ConfigError> {
+    if !url.starts_with("redis://") {
+        return Err(item.fail(
+            src,
+            format!("{url:?} is not a redis:// URL (TLS is not supported yet); write e.g. \"redis://127.0.0.1:6379\""),
+        ));
+    }
+    let mut expanded = String::with_capacity(url.len());
+    let mut rest = url;
+    while let Some(at) = rest.find("${") {
+        expanded.push_str(&rest[..at]);
+        let Some(end) = rest[at..].find('}') else {
+            return Err(item.fail(
+                src,
+                format!("{url:?}: an unclosed ${{; write ${{NAME}} for an environment variable"),
+            ));
+        };
+        let name = &rest[at + 2..at + end];
+        match std::env::var(name) {
+            Ok(value) => expanded.push_str(&value),
+            Err(_) => {
+                return Err(item.fail(
+                    src,
+                    format!("{url:?} names the environment variable {name}, which is not set"),
+                ))
+            }
+        }
+        rest = &rest[at + end + 1..];
+    }
+    expanded.push_str(rest);
+    redis::Client::open(expanded.as_str()).map_err(|e| {
+        item.fail(
+            src,
+            format!("{url:?} is not a valid Redis URL ({:?})", e.kind()),
+        )
+    })?;
+    Ok(expanded)
 }
 
 fn server(
@@ -205,20 +302,27 @@ fn route(
         Item::of("guest", &raw.guest),
     ) {
         (Some(native), None) => {
-            let kind = match native.string(src, r#""echo" or "relay""#)? {
+            let kind = match native.string(src, r#""echo", "relay" or "pubsub""#)? {
                 "echo" => NativeKind::Echo,
                 "relay" => NativeKind::Relay,
+                "pubsub" => NativeKind::PubSub(pubsub_config(src, raw)?),
                 _ => {
                     return Err(native.fail(
                         src,
-                        r#"unknown native behaviour; write native = "echo" or native = "relay", or use guest = "file.wasm""#,
+                        r#"unknown native behaviour; write native = "echo", "relay" or "pubsub", or use guest = "file.wasm""#,
                     ))
                 }
             };
-            refuse_guest_keys(src, raw, &native)?;
+            if !matches!(kind, NativeKind::PubSub(_)) {
+                refuse_pubsub_keys(src, raw, &native)?;
+            }
+            refuse_guest_keys(src, raw, &native, matches!(kind, NativeKind::PubSub(_)))?;
             Behaviour::Native(kind)
         }
-        (None, Some(guest)) => Behaviour::Guest(guest_config(src, raw, &guest, origin_dir)?),
+        (None, Some(guest)) => {
+            refuse_pubsub_keys(src, raw, &guest)?;
+            Behaviour::Guest(guest_config(src, raw, &guest, origin_dir)?)
+        }
         (Some(native), Some(_)) => {
             return Err(native.fail(
                 src,
@@ -258,6 +362,49 @@ fn route(
         limits,
         topics,
     })
+}
+
+/// A pubsub route's `echo_self` and `slow_subscriber`.
+fn pubsub_config(src: &Source, raw: &RawRoute) -> Result<PubSubConfig, ConfigError> {
+    let mut config = PubSubConfig::default();
+    if let Some(item) = Item::of("echo_self", &raw.echo_self) {
+        config.echo_self = item.flag(src)?;
+    }
+    if let Some(item) = Item::of("slow_subscriber", &raw.slow_subscriber) {
+        config.slow_subscriber = match item.string(src, r#""close" or "drop""#)? {
+            "close" => SlowSubscriber::Close,
+            "drop" => SlowSubscriber::Drop,
+            _ => {
+                return Err(item.fail(
+                    src,
+                    r#"write slow_subscriber = "close" (close 1008 when over outbound_budget) or "drop" (discard and count)"#,
+                ))
+            }
+        };
+    }
+    Ok(config)
+}
+
+/// Only pubsub routes take `echo_self` and `slow_subscriber`.
+fn refuse_pubsub_keys(src: &Source, raw: &RawRoute, kind: &Item) -> Result<(), ConfigError> {
+    let first = [
+        ("echo_self", &raw.echo_self),
+        ("slow_subscriber", &raw.slow_subscriber),
+    ]
+    .into_iter()
+    .filter_map(|(key, field)| field.as_ref().map(|f| (key, f.span())))
+    .min_by_key(|(_, span)| span.start);
+    match first {
+        Some((key, span)) => Err(src.error(
+            span,
+            format!(
+                "{key} only applies to pubsub routes, and this route is {}; remove {key}, \
+                 or write native = \"pubsub\"",
+                kind.shown()
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// A shared topic namespace's name: routes that give the same one share

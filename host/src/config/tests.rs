@@ -479,11 +479,11 @@ fn route_needs_exactly_one_behaviour() {
         &["either native or guest, not both"],
     );
     refused(
-        "[[route]]\npath = \"/x\"\nnative = \"pubsub\"\n",
+        "[[route]]\npath = \"/x\"\nnative = \"proxy\"\n",
         3,
         &[
-            r#"native = "pubsub": unknown native behaviour"#,
-            r#"native = "echo" or native = "relay""#,
+            r#"native = "proxy": unknown native behaviour"#,
+            r#"native = "echo", "relay" or "pubsub""#,
         ],
     );
 }
@@ -710,11 +710,17 @@ fn readme_routes_example_parses() {
         .and_then(|rest| rest.split("```").next())
         .expect("README has a ```toml block");
     let config = parse(example);
-    assert_eq!(config.routes.len(), 4);
+    assert_eq!(config.routes.len(), 5);
     assert_eq!(config.server.limits, Limits::default());
     assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
-    let Behaviour::Guest(chat) = &config.routes[2].behaviour else {
-        panic!("README's third route is a guest");
+    // The pubsub route shows its keys at their defaults.
+    assert_eq!(
+        config.routes[2].behaviour,
+        Behaviour::Native(NativeKind::PubSub(PubSubConfig::default()))
+    );
+    assert!(matches!(config.cluster, Some(ClusterConfig::Redis(_))));
+    let Behaviour::Guest(chat) = &config.routes[3].behaviour else {
+        panic!("README's fourth route is a guest");
     };
     // The README shows each guest key at its default.
     let mut defaults = GuestConfig::defaults(chat.wasm.clone());
@@ -734,6 +740,7 @@ fn examples_routes_file_parses() {
         [
             "/echo",
             "/relay",
+            "/topic/{topic}",
             "/plain",
             "/json",
             "/binary",
@@ -743,7 +750,7 @@ fn examples_routes_file_parses() {
             "/counter"
         ]
     );
-    let Behaviour::Guest(auth) = &config.routes[7].behaviour else {
+    let Behaviour::Guest(auth) = &config.routes[8].behaviour else {
         panic!("/auth is a guest route");
     };
     assert_eq!(auth.wasm, Path::new("examples/wasm/auth.wasm"));
@@ -856,4 +863,123 @@ fn origins() {
         &["not an origin"],
     );
     refused("[server]\norigins = \"*\"\n", 2, &["not a list"]);
+}
+
+const PUBSUB: &str = "[[route]]\npath = \"/topic/{topic}\"\nnative = \"pubsub\"\n";
+
+/// A pubsub route's keys, their defaults, and their refusal elsewhere.
+#[test]
+fn pubsub_routes_and_their_keys() {
+    let config = parse(PUBSUB);
+    assert_eq!(
+        config.routes[0].behaviour,
+        Behaviour::Native(NativeKind::PubSub(PubSubConfig {
+            echo_self: false,
+            slow_subscriber: SlowSubscriber::Close,
+        }))
+    );
+    let config = parse(&format!(
+        "{PUBSUB}echo_self = true\nslow_subscriber = \"drop\"\ntopics = \"rooms\"\n"
+    ));
+    assert_eq!(
+        config.routes[0].behaviour,
+        Behaviour::Native(NativeKind::PubSub(PubSubConfig {
+            echo_self: true,
+            slow_subscriber: SlowSubscriber::Drop,
+        }))
+    );
+    assert_eq!(config.routes[0].topics.as_deref(), Some("rooms"));
+    refused(
+        &format!("{PUBSUB}echo_self = \"yes\"\n"),
+        4,
+        &["echo_self = \"yes\"", "true"],
+    );
+    refused(
+        &format!("{PUBSUB}slow_subscriber = \"wait\"\n"),
+        4,
+        &["\"close\"", "\"drop\""],
+    );
+    refused(
+        &format!("{ECHO}echo_self = true\n"),
+        4,
+        &[
+            "echo_self only applies to pubsub routes",
+            "native = \"pubsub\"",
+        ],
+    );
+    refused(
+        &guest_route("slow_subscriber = \"drop\""),
+        4,
+        &["slow_subscriber only applies to pubsub routes"],
+    );
+    refused(
+        &format!("{PUBSUB}memory = \"1MiB\"\n"),
+        4,
+        &["memory only applies to guest routes"],
+    );
+    refused(
+        "[[route]]\npath = \"/t\"\nnative = \"pubsb\"\n",
+        3,
+        &["\"pubsub\""],
+    );
+}
+
+/// `[cluster]`: one Redis or a Redis Cluster, never both or neither.
+#[test]
+fn cluster_section() {
+    assert_eq!(parse(ECHO).cluster, None);
+    let config = parse(&format!(
+        "{ECHO}\n[cluster]\nredis = \"redis://127.0.0.1:6379\"\n"
+    ));
+    assert_eq!(
+        config.cluster,
+        Some(ClusterConfig::Redis("redis://127.0.0.1:6379".into()))
+    );
+    let config = parse(&format!(
+        "{ECHO}\n[cluster]\nredis_cluster = [\"redis://127.0.0.1:7000\", \"redis://127.0.0.1:7001\"]\n"
+    ));
+    assert_eq!(
+        config.cluster,
+        Some(ClusterConfig::RedisCluster(vec![
+            "redis://127.0.0.1:7000".into(),
+            "redis://127.0.0.1:7001".into()
+        ]))
+    );
+    refused(
+        &format!("{ECHO}\n[cluster]\nredis = \"http://127.0.0.1:6379\"\n"),
+        6,
+        &["not a redis:// URL"],
+    );
+    refused(
+        &format!("{ECHO}\n[cluster]\nredis_cluster = []\n"),
+        6,
+        &["name at least one node"],
+    );
+    refused(
+        &format!("{ECHO}\n[cluster]\nredis = \"redis://a\"\nredis_cluster = [\"redis://b\"]\n"),
+        6,
+        &["not both"],
+    );
+    refused(&format!("{ECHO}\n[cluster]\n"), 5, &["names no Redis"]);
+    // A password from the environment, never shown in a message.
+    std::env::set_var("WEIR_TEST_REDIS_SECRET_13", "s3cret");
+    let config = parse(&format!(
+        "{ECHO}\n[cluster]\nredis = \"redis://:${{WEIR_TEST_REDIS_SECRET_13}}@127.0.0.1:6379\"\n"
+    ));
+    assert_eq!(
+        config.cluster,
+        Some(ClusterConfig::Redis(
+            "redis://:s3cret@127.0.0.1:6379".into()
+        ))
+    );
+    refused(
+        &format!("{ECHO}\n[cluster]\nredis = \"redis://:${{WEIR_TEST_UNSET_13}}@h\"\n"),
+        6,
+        &["WEIR_TEST_UNSET_13, which is not set"],
+    );
+    refused(
+        &format!("{ECHO}\n[cluster]\nredis_url = \"redis://a\"\n"),
+        6,
+        &["unknown key \"redis_url\" in [cluster]", "redis"],
+    );
 }

@@ -46,7 +46,12 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "log_bytes",
     "log_burst",
     "cpu_share",
+    "echo_self",
+    "slow_subscriber",
 ];
+
+/// Keys of `[cluster]`.
+pub(super) const CLUSTER_KEYS: &[&str] = &["redis", "redis_cluster"];
 
 /// Rewrites serde/toml's messages into ones that say what to write instead.
 pub(super) fn toml_error(src: &Source, err: toml::de::Error) -> ConfigError {
@@ -95,6 +100,7 @@ pub(super) fn toml_error(src: &Source, err: toml::de::Error) -> ConfigError {
     let message = message
         .replace("struct RawServer", "the [server] table")
         .replace("struct RawRoute", "a [[route]] table")
+        .replace("struct RawCluster", "the [cluster] table")
         .replace("struct RawFile", "a routes file");
     src.error(span, format!("{message} (in `{line_text}`)"))
 }
@@ -118,6 +124,9 @@ fn example(key: &str) -> String {
         "guest" => r#""wasm/echo.wasm""#,
         "isolation" => r#""worker""#,
         "env" => r#"{ WEIR_AUTH_TOKEN = "let-me-in" }"#,
+        "echo_self" => "false",
+        "slow_subscriber" => r#""close""#,
+        "redis" => r#""redis://127.0.0.1:6379""#,
         _ => r#""value""#,
     };
     format!("{key} = {value}")
@@ -130,8 +139,10 @@ fn unknown_key(src: &Source, span: Range<usize>, key: &str, message: &str) -> Co
         ("[server]", SERVER_KEYS.to_vec())
     } else if expected.contains("`path`") {
         ("[[route]]", ROUTE_KEYS.to_vec())
+    } else if expected.contains("`redis`") {
+        ("[cluster]", CLUSTER_KEYS.to_vec())
     } else {
-        ("the top level", vec!["[server]", "[[route]]"])
+        ("the top level", vec!["[server]", "[[route]]", "[cluster]"])
     };
     let mut hint = match closest(key, &valid) {
         Some(near) => format!("; did you mean {near}?"),

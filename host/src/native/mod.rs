@@ -7,19 +7,25 @@
 //! line in [`route_kind`]. The connection loop does not change.
 
 pub mod echo;
+pub mod pubsub;
 pub mod relay;
 
 use crate::config::NativeKind;
+use crate::pubsub::Topics;
 use crate::reactor::behaviour::LocalFuture;
 use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
 use std::rc::Rc;
 use std::sync::Arc;
 
-/// The route kind a `native = "…"` keyword names.
-pub fn route_kind(kind: NativeKind) -> Arc<dyn RouteKind> {
+/// The route kind a `native = "…"` keyword names, for the route at `path`
+/// whose topic namespace is `topics`.
+pub fn route_kind(kind: NativeKind, path: &str, topics: &Arc<Topics>) -> Arc<dyn RouteKind> {
     match kind {
         NativeKind::Echo => Arc::new(EchoRoute),
         NativeKind::Relay => Arc::new(RelayRoute(Arc::default())),
+        NativeKind::PubSub(config) => Arc::new(pubsub::PubSubKind(Arc::new(
+            pubsub::PubSubRoute::new(path, topics.clone(), config),
+        ))),
     }
 }
 

@@ -15,10 +15,11 @@
 //! `Weak` it upgrades for one `send` ([`super::socket`]): it can never write
 //! into a descriptor that was closed and reused.
 
-use super::socket::{send_now, Socket};
+use super::socket::{send_now, send_vectored_now, Socket};
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use std::collections::VecDeque;
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, Weak};
 use std::task::Poll;
@@ -226,6 +227,76 @@ impl Outbound {
     /// nobody else is writing; whatever the socket did not take is queued.
     /// False when the connection is gone.
     pub fn send_direct(&self, frames: &[u8]) -> bool {
+        self.write_or_queue(frames, |from| Bytes::copy_from_slice(&frames[from..]))
+    }
+
+    /// [`send_direct`](Self::send_direct) for frames shared by many
+    /// connections (a publish): what is queued is the same buffer (or a
+    /// slice of it), never a copy.
+    pub fn send_shared(&self, frames: &Bytes) -> bool {
+        self.write_or_queue(frames, |from| frames.slice(from..))
+    }
+
+    /// [`send_shared`](Self::send_shared) for several shared buffers in
+    /// order (`slices` are the same buffers, ready for one `sendmsg`): one
+    /// write instead of one per buffer. What the socket does not take is
+    /// queued as the same buffers (the first one cut short, a slice).
+    pub fn send_shared_all(&self, parts: &[Bytes], slices: &[IoSlice<'_>]) -> bool {
+        if let [one] = parts {
+            return self.send_shared(one);
+        }
+        if self.is_empty() && self.direct() && self.try_producer_turn() {
+            let socket = self.socket.get().and_then(Weak::upgrade);
+            let mut written = match socket {
+                Some(socket) if self.direct() && self.is_empty() => {
+                    send_vectored_now(&socket, slices)
+                }
+                _ => 0,
+            };
+            // The rest goes to the head of the queue, in order, before the
+            // turn is released (see `write_or_queue`).
+            let mut rest = Vec::new();
+            for part in parts {
+                if written >= part.len() {
+                    written -= part.len();
+                    continue;
+                }
+                if written > 0 {
+                    self.remainder.store(true, Ordering::Release);
+                }
+                rest.push(part.slice(written..));
+                written = 0;
+            }
+            let ok = rest.is_empty() || self.send_first_all(rest);
+            self.turn.store(FREE, Ordering::Release);
+            return ok;
+        }
+        parts.iter().all(|part| self.send(part.clone()))
+    }
+
+    /// Queues `parts` ahead of everything queued, in their order.
+    fn send_first_all(&self, parts: Vec<Bytes>) -> bool {
+        let len: usize = parts.iter().map(Bytes::len).sum();
+        self.queued.fetch_add(len, Ordering::Relaxed);
+        if self.is_closed() {
+            self.queued.fetch_sub(len, Ordering::Relaxed);
+            return false;
+        }
+        let count = parts.len();
+        let mut queue = self.queue.lock().expect("outbound lock");
+        for part in parts.into_iter().rev() {
+            queue.push_front(OutMsg::Frames(part));
+        }
+        self.len.fetch_add(count, Ordering::Release);
+        drop(queue);
+        self.consumer.wake();
+        true
+    }
+
+    /// Writes `frames` directly when it may, else queues `rest(n)`, the
+    /// part from byte `n` the socket did not take.
+    #[inline]
+    fn write_or_queue(&self, frames: &[u8], rest: impl FnOnce(usize) -> Bytes) -> bool {
         if self.is_empty() && self.direct() && self.try_producer_turn() {
             // Checked again under the turn: direct writes may have ended,
             // and the socket may be gone (then everything is queued, and
@@ -242,12 +313,12 @@ impl Outbound {
                 if written > 0 {
                     self.remainder.store(true, Ordering::Release);
                 }
-                self.send_first(Bytes::copy_from_slice(&frames[written..]))
+                self.send_first(rest(written))
             };
             self.turn.store(FREE, Ordering::Release);
             return ok;
         }
-        self.send(Bytes::copy_from_slice(frames))
+        self.send(rest(0))
     }
 
     fn try_producer_turn(&self) -> bool {
@@ -257,11 +328,10 @@ impl Outbound {
     }
 
     /// Queues a close after what is already queued; only the first close
-    /// (or drain) counts.
-    pub fn close(&self, code: u16, reason: &str) {
-        if !self.closing.swap(true, Ordering::AcqRel) {
-            self.push(OutMsg::Close(code, reason.to_string()));
-        }
+    /// (or drain) counts: true when this call queued it.
+    pub fn close(&self, code: u16, reason: &str) -> bool {
+        !self.closing.swap(true, Ordering::AcqRel)
+            && self.push(OutMsg::Close(code, reason.to_string()))
     }
 
     /// Queues the shutdown's drain; a close already queued wins.
@@ -278,6 +348,18 @@ impl Outbound {
     /// Bytes queued and not yet written.
     pub fn queued_bytes(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
+    }
+
+    /// `len` more bytes fit in the budget (anything fits an empty queue, so
+    /// a message larger than the budget still goes to a reader keeping up).
+    pub fn fits(&self, len: usize) -> bool {
+        let queued = self.queued.load(Ordering::Relaxed);
+        queued == 0 || queued + len <= self.budget
+    }
+
+    /// `len` more bytes fit in the budget, even into an empty queue.
+    pub fn fits_strictly(&self, len: usize) -> bool {
+        self.queued.load(Ordering::Relaxed) + len <= self.budget
     }
 
     /// More than the budget is queued: producers should stop reading.

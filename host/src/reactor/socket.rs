@@ -57,6 +57,12 @@ pub fn send_now(stream: &TcpStream, bytes: &[u8]) -> usize {
     (&*SockRef::from(stream)).write(bytes).unwrap_or(0)
 }
 
+/// [`send_now`] for several buffers in one `sendmsg`; returns the bytes
+/// taken (0 on any error).
+pub fn send_vectored_now(stream: &TcpStream, parts: &[std::io::IoSlice<'_>]) -> usize {
+    (&*SockRef::from(stream)).write_vectored(parts).unwrap_or(0)
+}
+
 /// Sends FIN after what was written: the client reads everything, then EOF.
 pub fn shutdown_write(stream: &TcpStream) {
     let _ = SockRef::from(stream).shutdown(std::net::Shutdown::Write);

@@ -187,6 +187,7 @@ impl Shared {
     /// The figures `/metrics` shows.
     fn snapshot(&self) -> Snapshot {
         let queues = self.registry.stats();
+        let fanout = self.routes.fanout.stats();
         Snapshot {
             websocket_connections: queues.connections,
             tcp_connections: self.tcp_open.load(Ordering::Relaxed),
@@ -202,6 +203,9 @@ impl Shared {
             draining: self.draining.load(Ordering::Relaxed),
             heap: crate::metrics::Heap::read(),
             log_lines_lost: crate::logging::lost_lines(),
+            pubsub_dropped: fanout.dropped,
+            pubsub_closed_slow: fanout.closed,
+            cluster: self.routes.broker.stats(),
             guest_routes: self
                 .routes
                 .guest_routes

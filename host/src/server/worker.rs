@@ -60,6 +60,7 @@ pub(super) fn run(
         }
     };
     let local = tokio::task::LocalSet::new();
+    local.spawn_local(shared.routes.fanout.clone().run(index));
     let guests = Rc::new(Scheduler::new(index));
     let setup = WorkerSetup {
         guests: guests.clone(),

@@ -145,6 +145,40 @@ pub fn parse_client_header(buf: &[u8]) -> Result<Option<FrameHeader>, ProtocolEr
     }))
 }
 
+/// `bytes` are whole unmasked data frames (a server's), nothing cut off
+/// and nothing after, RSV bits clear: what a node accepts from another as
+/// a publish before writing it to its clients unchanged.
+pub fn whole_server_frames(bytes: &[u8]) -> bool {
+    let mut at = 0;
+    while at < bytes.len() {
+        let (Some(&b0), Some(&b1)) = (bytes.get(at), bytes.get(at + 1)) else {
+            return false;
+        };
+        if b0 & 0x70 != 0 || b1 & 0x80 != 0 || b0 & 0x0F > 2 {
+            return false;
+        }
+        let (len, header) = match b1 & 0x7F {
+            126 => match bytes.get(at + 2..at + 4) {
+                Some(ext) => (u64::from(u16::from_be_bytes([ext[0], ext[1]])), 4),
+                None => return false,
+            },
+            127 => match bytes.get(at + 2..at + 10) {
+                Some(ext) => (u64::from_be_bytes(ext.try_into().expect("8 bytes")), 10),
+                None => return false,
+            },
+            short => (u64::from(short), 2),
+        };
+        let end = len
+            .checked_add(header + at as u64)
+            .and_then(|end| usize::try_from(end).ok());
+        let Some(end) = end else {
+            return false;
+        };
+        at = end;
+    }
+    at == bytes.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,5 +284,17 @@ mod tests {
             prop_assert_eq!(h, FrameHeader { fin, opcode: op, mask, payload_len: len, header_len: n });
             prop_assert_eq!(n, server_header_len(len) + 4);
         }
+    }
+
+    #[test]
+    fn whole_server_frames_are_told_from_the_rest() {
+        let mut frames = Vec::new();
+        crate::ws::encode::append_frame(&mut frames, OpCode::Text, b"hello");
+        crate::ws::encode::append_frame(&mut frames, OpCode::Binary, &[7; 300]);
+        assert!(whole_server_frames(&frames));
+        assert!(!whole_server_frames(&frames[..frames.len() - 1]));
+        assert!(!whole_server_frames(&[0x81, 0x85, 0, 0, 0, 0, 1]), "masked");
+        assert!(!whole_server_frames(&[0x89, 0]), "a ping is not a publish");
+        assert!(!whole_server_frames(&[0xC1, 0]), "RSV1 set");
     }
 }

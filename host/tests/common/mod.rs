@@ -133,6 +133,21 @@ impl Raw {
         (raw, status)
     }
 
+    /// Upgrades `stream` (already connected) to a WebSocket on `path`.
+    pub async fn upgrade(mut stream: TcpStream, path: &str) -> Raw {
+        let head = format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut raw = Raw {
+            stream,
+            buf: Vec::new(),
+        };
+        assert_eq!(raw.read_head().await, 101);
+        raw
+    }
+
     pub async fn connect(addr: SocketAddr, path: &str) -> Raw {
         let head = format!(
             "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\

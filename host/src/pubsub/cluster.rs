@@ -1,0 +1,479 @@
+//! Topics across gateway nodes over Redis: standalone PUBLISH/SUBSCRIBE, or
+//! Redis Cluster's sharded SPUBLISH/SSUBSCRIBE (a message travels only to
+//! the shard that owns its channel's slot; the client follows MOVED and
+//! re-subscribes when slots move).
+//!
+//! One thread per process owns the Redis connection. Workers never wait on
+//! it: a publish is offered to a bounded queue, and one that does not fit,
+//! or that arrives while Redis is unreachable, is counted as lost (pub/sub
+//! across nodes is at-most-once). The node subscribes in Redis only to the
+//! topics it has local subscribers for, and tags what it publishes with its
+//! node id so its own messages, coming back, are not delivered twice. When
+//! the link fails, local delivery goes on; the thread reconnects with
+//! backoff and subscribes again to every topic still wanted.
+//!
+//! A message on the wire is `w`, the publishing node's id (8 bytes), then
+//! the whole server frames, framed once by the publishing node.
+
+use super::{Broker, Topics};
+use crate::config::ClusterConfig;
+use crate::ws::frame::whole_server_frames;
+use bytes::Bytes;
+use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, RedisResult, Value};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::sync::Notify;
+use tracing::{info, warn};
+
+/// Publishes waiting for the link: a burst while Redis is slow fits; past
+/// this they are lost and counted rather than buffered without bound.
+pub const PUBLISH_QUEUE: usize = 16_384;
+/// Publishes sent to Redis in one pipeline.
+const PUBLISH_BATCH: usize = 256;
+/// First wait before reconnecting; doubles up to [`BACKOFF_MAX`].
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Longest wait between reconnects: a restarted Redis is found within it.
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// A connect or a reply slower than this counts as a failed link.
+const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
+/// Marks a weir message (the first byte of the payload).
+const TAG: u8 = b'w';
+const HEADER_BYTES: usize = 9;
+
+/// The link's figures for `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterStats {
+    pub connected: bool,
+    /// Channels subscribed in Redis now (topics with local subscribers).
+    pub subscribed: usize,
+    /// Publishes handed to Redis.
+    pub sent: u64,
+    /// Other nodes' publishes received.
+    pub received: u64,
+    /// Publishes that could not cross to other nodes (queue full, Redis
+    /// unreachable or failing).
+    pub lost: u64,
+    /// Times the link failed.
+    pub link_failures: u64,
+}
+
+/// A publish on its way to Redis.
+struct Outgoing {
+    namespace: Arc<str>,
+    topic: Arc<str>,
+    frames: Bytes,
+}
+
+/// Channels the node wants, by name: the namespace and topic each is for.
+type Wanted = HashMap<String, (Arc<str>, Arc<str>)>;
+
+/// The Redis broker: what workers see of it (the link runs on its thread).
+pub struct RedisBroker {
+    node: u64,
+    queue: mpsc::Sender<Outgoing>,
+    wanted: Mutex<Wanted>,
+    wanted_changed: Notify,
+    namespaces: RwLock<HashMap<Arc<str>, Weak<Topics>>>,
+    connected: AtomicBool,
+    subscribed: AtomicUsize,
+    sent: AtomicU64,
+    received: AtomicU64,
+    lost: AtomicU64,
+    link_failures: AtomicU64,
+}
+
+impl RedisBroker {
+    /// Starts the link's thread; connecting happens there (a Redis that is
+    /// down at start is retried like one that went down later).
+    pub fn start(config: ClusterConfig) -> std::io::Result<Arc<RedisBroker>> {
+        let (queue, rx) = mpsc::channel(PUBLISH_QUEUE);
+        let broker = Arc::new(RedisBroker {
+            node: node_id(),
+            queue,
+            wanted: Mutex::default(),
+            wanted_changed: Notify::new(),
+            namespaces: RwLock::default(),
+            connected: AtomicBool::new(false),
+            subscribed: AtomicUsize::new(0),
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            link_failures: AtomicU64::new(0),
+        });
+        let link = broker.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name("weir-cluster".into())
+            .spawn(move || runtime.block_on(link.run(config, rx)))?;
+        Ok(broker)
+    }
+
+    fn lose(&self, count: u64) {
+        self.lost.fetch_add(count, Ordering::Relaxed);
+    }
+
+    /// Keeps a link up for the life of the process.
+    async fn run(self: Arc<Self>, config: ClusterConfig, mut queue: mpsc::Receiver<Outgoing>) {
+        let mut backoff = BACKOFF_MIN;
+        let mut lost_before = 0;
+        loop {
+            let (push_tx, mut push_rx) = mpsc::unbounded_channel();
+            match tokio::time::timeout(REDIS_TIMEOUT, Link::open(&config, push_tx)).await {
+                Ok(Ok(mut link)) => {
+                    backoff = BACKOFF_MIN;
+                    let lost = self.lost.load(Ordering::Relaxed) - lost_before;
+                    info!(node = self.node, lost, "cluster: connected to Redis");
+                    self.connected.store(true, Ordering::Release);
+                    let why = self.serve(&mut link, &mut queue, &mut push_rx).await;
+                    self.connected.store(false, Ordering::Release);
+                    self.subscribed.store(0, Ordering::Release);
+                    self.link_failures.fetch_add(1, Ordering::Relaxed);
+                    lost_before = self.lost.load(Ordering::Relaxed);
+                    warn!(error = %why, "cluster: Redis link lost; local delivery goes on, \
+                          publishes to other nodes are lost until it is back");
+                }
+                Ok(Err(e)) => {
+                    warn!(error = %e, retry_in = ?backoff, "cluster: cannot connect to Redis")
+                }
+                Err(_) => warn!(retry_in = ?backoff, "cluster: connecting to Redis timed out"),
+            }
+            // What is published meanwhile cannot cross: count it, never
+            // let the queue hold workers back.
+            let wake = tokio::time::sleep(backoff);
+            tokio::pin!(wake);
+            loop {
+                tokio::select! {
+                    _ = &mut wake => break,
+                    got = queue.recv() => match got {
+                        Some(_) => self.lose(1),
+                        None => return,
+                    },
+                }
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+
+    /// Runs one link until it fails: publishes go out in pipelines, other
+    /// nodes' messages come in, and subscriptions follow the wanted set.
+    async fn serve(
+        &self,
+        link: &mut Link,
+        queue: &mut mpsc::Receiver<Outgoing>,
+        pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
+    ) -> String {
+        let mut subscribed = Wanted::new();
+        if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
+            return e.to_string();
+        }
+        let mut batch = Vec::with_capacity(PUBLISH_BATCH);
+        loop {
+            tokio::select! {
+                push = pushes.recv() => match push {
+                    Some(push) => match push.kind {
+                        PushKind::Message | PushKind::SMessage => self.receive(&subscribed, push.data),
+                        PushKind::Disconnection => return "disconnected".into(),
+                        _ => {}
+                    },
+                    None => return "connection closed".into(),
+                },
+                count = queue.recv_many(&mut batch, PUBLISH_BATCH) => {
+                    if count == 0 {
+                        return "shutting down".into();
+                    }
+                    let sent = timed(self.send(link, &batch)).await;
+                    batch.clear();
+                    if let Err(e) = sent {
+                        self.lose(count as u64);
+                        return e.to_string();
+                    }
+                    self.sent.fetch_add(count as u64, Ordering::Relaxed);
+                }
+                _ = self.wanted_changed.notified() => {
+                    if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
+                        return e.to_string();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Subscribes to wanted channels not yet subscribed, and unsubscribes
+    /// from those no longer wanted.
+    async fn follow_wanted(&self, link: &mut Link, subscribed: &mut Wanted) -> RedisResult<()> {
+        let wanted = self.wanted.lock().expect("cluster lock").clone();
+        let add: Vec<String> = wanted
+            .keys()
+            .filter(|c| !subscribed.contains_key(*c))
+            .cloned()
+            .collect();
+        let remove: Vec<String> = subscribed
+            .keys()
+            .filter(|c| !wanted.contains_key(*c))
+            .cloned()
+            .collect();
+        if !add.is_empty() {
+            link.subscribe(&add).await?;
+        }
+        if !remove.is_empty() {
+            link.unsubscribe(&remove).await?;
+        }
+        *subscribed = wanted;
+        self.subscribed.store(subscribed.len(), Ordering::Release);
+        Ok(())
+    }
+
+    async fn send(&self, link: &mut Link, batch: &[Outgoing]) -> RedisResult<()> {
+        let messages: Vec<(String, Vec<u8>)> = batch
+            .iter()
+            .map(|o| {
+                let mut payload = Vec::with_capacity(HEADER_BYTES + o.frames.len());
+                payload.push(TAG);
+                payload.extend_from_slice(&self.node.to_be_bytes());
+                payload.extend_from_slice(&o.frames);
+                (channel(&o.namespace, &o.topic), payload)
+            })
+            .collect();
+        link.publish(&messages).await
+    }
+
+    /// Another node's publish: delivered to this node's subscribers.
+    fn receive(&self, subscribed: &Wanted, data: Vec<Value>) {
+        let mut data = data.into_iter();
+        let (Some(Value::BulkString(channel)), Some(Value::BulkString(payload))) =
+            (data.next(), data.next())
+        else {
+            return;
+        };
+        if payload.len() <= HEADER_BYTES || payload[0] != TAG {
+            return;
+        }
+        let node = u64::from_be_bytes(payload[1..HEADER_BYTES].try_into().expect("8 bytes"));
+        if node == self.node {
+            // Our own publish, already delivered here.
+            return;
+        }
+        let Some((namespace, topic)) = std::str::from_utf8(&channel)
+            .ok()
+            .and_then(|c| subscribed.get(c))
+        else {
+            return;
+        };
+        let frames = Bytes::from(payload).slice(HEADER_BYTES..);
+        if !whole_server_frames(&frames) {
+            warn!(channel = %String::from_utf8_lossy(&channel), "cluster: dropped a message that is not whole WebSocket frames");
+            return;
+        }
+        let topics = self
+            .namespaces
+            .read()
+            .expect("cluster lock")
+            .get(namespace)
+            .and_then(Weak::upgrade);
+        if let Some(topics) = topics {
+            self.received.fetch_add(1, Ordering::Relaxed);
+            topics.deliver_remote(topic, &frames);
+        }
+    }
+}
+
+impl Broker for RedisBroker {
+    fn register(&self, namespace: &Arc<Topics>) {
+        self.namespaces
+            .write()
+            .expect("cluster lock")
+            .insert(namespace.name().clone(), Arc::downgrade(namespace));
+    }
+
+    fn watch(&self, namespace: &Arc<str>, topic: &str) {
+        let mut wanted = self.wanted.lock().expect("cluster lock");
+        wanted.insert(channel(namespace, topic), (namespace.clone(), topic.into()));
+        drop(wanted);
+        self.wanted_changed.notify_one();
+    }
+
+    fn unwatch(&self, namespace: &Arc<str>, topic: &str) {
+        let mut wanted = self.wanted.lock().expect("cluster lock");
+        wanted.remove(&channel(namespace, topic));
+        drop(wanted);
+        self.wanted_changed.notify_one();
+    }
+
+    fn publish(&self, namespace: &Arc<str>, topic: &Arc<str>, frames: &Bytes) {
+        let outgoing = Outgoing {
+            namespace: namespace.clone(),
+            topic: topic.clone(),
+            frames: frames.clone(),
+        };
+        if self.queue.try_send(outgoing).is_err() {
+            self.lose(1);
+        }
+    }
+
+    fn stats(&self) -> Option<ClusterStats> {
+        Some(ClusterStats {
+            connected: self.connected.load(Ordering::Acquire),
+            subscribed: self.subscribed.load(Ordering::Acquire),
+            sent: self.sent.load(Ordering::Relaxed),
+            received: self.received.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+            link_failures: self.link_failures.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// `work`, failed if Redis takes longer than [`REDIS_TIMEOUT`] (a cluster
+/// client may keep retrying a shard that is gone).
+async fn timed<T>(work: impl std::future::Future<Output = RedisResult<T>>) -> RedisResult<T> {
+    match tokio::time::timeout(REDIS_TIMEOUT, work).await {
+        Ok(result) => result,
+        Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "Redis did not answer in time",
+        ))),
+    }
+}
+
+/// The Redis channel of a namespace's topic: `weir:<namespace>:<topic>`,
+/// with `%`, `:`, `{` and `}` percent-encoded so names cannot run into each
+/// other and no `{…}` hash tag pins every topic of a route (`/topic/{topic}`)
+/// to one cluster slot.
+pub fn channel(namespace: &str, topic: &str) -> String {
+    let mut out = String::with_capacity(6 + namespace.len() + topic.len());
+    out.push_str("weir:");
+    escape_into(&mut out, namespace);
+    out.push(':');
+    escape_into(&mut out, topic);
+    out
+}
+
+fn escape_into(out: &mut String, name: &str) {
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            ':' => out.push_str("%3A"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// This process's id among the nodes: random, so restarts get a new one.
+fn node_id() -> u64 {
+    let seed = (std::process::id(), std::time::SystemTime::now());
+    RandomState::new().hash_one(seed)
+}
+
+/// A connection to one Redis server or to a Redis Cluster.
+enum Link {
+    Server(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl Link {
+    async fn open(
+        config: &ClusterConfig,
+        pushes: mpsc::UnboundedSender<PushInfo>,
+    ) -> RedisResult<Link> {
+        match config {
+            ClusterConfig::Redis(url) => {
+                // RESP3: subscriptions and commands share one connection.
+                let sep = if url.contains('?') { '&' } else { '?' };
+                let client = redis::Client::open(format!("{url}{sep}protocol=resp3"))?;
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_push_sender(pushes)
+                    .set_connection_timeout(Some(REDIS_TIMEOUT))
+                    .set_response_timeout(Some(REDIS_TIMEOUT));
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                Ok(Link::Server(conn))
+            }
+            ClusterConfig::RedisCluster(urls) => {
+                let client = redis::cluster::ClusterClientBuilder::new(urls.clone())
+                    .use_protocol(redis::ProtocolVersion::RESP3)
+                    .push_sender(pushes)
+                    .connection_timeout(REDIS_TIMEOUT)
+                    .response_timeout(REDIS_TIMEOUT)
+                    .retries(2)
+                    .build()?;
+                Ok(Link::Cluster(client.get_async_connection().await?))
+            }
+        }
+    }
+
+    async fn subscribe(&mut self, channels: &[String]) -> RedisResult<()> {
+        match self {
+            Link::Server(conn) => conn.subscribe(channels).await,
+            // One at a time: channels of one SSUBSCRIBE must share a slot.
+            Link::Cluster(conn) => {
+                for channel in channels {
+                    conn.ssubscribe(channel).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn unsubscribe(&mut self, channels: &[String]) -> RedisResult<()> {
+        match self {
+            Link::Server(conn) => conn.unsubscribe(channels).await,
+            Link::Cluster(conn) => {
+                for channel in channels {
+                    conn.sunsubscribe(channel).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Sends publishes in order: one pipeline to a server; to a cluster,
+    /// one SPUBLISH after another (each goes to its channel's shard).
+    async fn publish(&mut self, messages: &[(String, Vec<u8>)]) -> RedisResult<()> {
+        match self {
+            Link::Server(conn) => {
+                let mut pipe = redis::pipe();
+                for (channel, payload) in messages {
+                    pipe.cmd("PUBLISH").arg(channel).arg(payload).ignore();
+                }
+                pipe.query_async::<()>(conn).await
+            }
+            Link::Cluster(conn) => {
+                for (channel, payload) in messages {
+                    redis::cmd("SPUBLISH")
+                        .arg(channel)
+                        .arg(payload)
+                        .query_async::<()>(conn)
+                        .await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names cannot collide, and no topic name makes a hash tag.
+    #[test]
+    fn channels_are_unambiguous_and_untagged() {
+        assert_eq!(
+            channel("/topic/{topic}", "a:b"),
+            "weir:/topic/%7Btopic%7D:a%3Ab"
+        );
+        assert_ne!(channel("a:b", "c"), channel("a", "b:c"));
+        assert_ne!(channel("a%3Ab", "c"), channel("a:b", "c"));
+        assert!(!channel("/r/{x}", "{room}").contains(['{', '}']));
+    }
+}

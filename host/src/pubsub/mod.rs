@@ -1,0 +1,454 @@
+//! Topics: who is subscribed to what, and delivery of a published message
+//! to every subscriber, on every worker and (through a [`Broker`]) every
+//! node. Each route has a namespace ([`Topics`]) of its own unless routes
+//! name a shared one (`topics = "name"`, see `routes`): a client or guest
+//! cannot publish into another route's sockets by using the same topic name.
+//!
+//! A published message is framed once (`ws::encode`) into one shared
+//! buffer; every subscriber's queue holds that buffer, not a copy. A topic
+//! keeps one subscriber list per worker, and each worker writes its own
+//! subscribers ([`fanout`]): publishing takes no lock that all workers
+//! share, only a read lock on one of the namespace's shards to find the
+//! topic (native pubsub connections keep their topic and skip even that),
+//! and each worker's mailbox lock to post the delivery.
+//!
+//! A subscriber whose queue cannot take a message within its budget is
+//! closed with 1008 or skipped and counted, per route (`slow_subscriber`):
+//! a fan-out never buffers without a bound.
+
+pub mod broker;
+pub mod cluster;
+pub mod fanout;
+
+pub use broker::{Broker, LocalBroker};
+pub use fanout::Fanout;
+
+use crate::config::SlowSubscriber;
+use crate::reactor::outbound::Outbound;
+use crate::registry::{worker_of, ConnId};
+use crate::ws::close;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::io::IoSlice;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// Shards of a namespace's topic map: subscribes and unsubscribes on
+/// different topics rarely wait for each other.
+const SHARDS: usize = 16;
+
+/// The reason a slow subscriber's 1008 carries.
+pub const TOO_SLOW: &str = "subscriber too slow";
+
+/// One connection's subscription.
+#[derive(Clone)]
+pub struct Subscriber {
+    pub conn: ConnId,
+    pub outbound: Arc<Outbound>,
+    pub slow: SlowSubscriber,
+}
+
+/// One topic: its subscribers, one list per worker.
+pub struct Topic {
+    name: Arc<str>,
+    workers: Box<[WorkerSubscribers]>,
+}
+
+/// A topic's subscribers on one worker, written by that worker.
+#[derive(Default)]
+struct WorkerSubscribers {
+    /// Read without the lock, so a publish skips workers with nobody there.
+    count: AtomicUsize,
+    list: Mutex<Vec<Subscriber>>,
+}
+
+impl Topic {
+    fn new(name: &str, workers: usize) -> Topic {
+        Topic {
+            name: name.into(),
+            workers: (0..workers).map(|_| WorkerSubscribers::default()).collect(),
+        }
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    /// Workers that have subscribers now.
+    fn has_subscribers_on(&self, worker: usize) -> bool {
+        self.workers[worker].count.load(Ordering::Acquire) > 0
+    }
+
+    fn total(&self) -> usize {
+        self.workers
+            .iter()
+            .map(|w| w.count.load(Ordering::Acquire))
+            .sum()
+    }
+
+    /// Writes `frames` to `worker`'s subscribers except `exclude`.
+    fn deliver_on(
+        &self,
+        worker: usize,
+        frames: &Bytes,
+        exclude: Option<ConnId>,
+        stats: &fanout::WorkerStats,
+    ) {
+        let list = self.workers[worker].list.lock().expect("topic lock");
+        for sub in list.iter() {
+            if Some(sub.conn) != exclude {
+                offer(sub, frames, stats);
+            }
+        }
+    }
+}
+
+impl Topic {
+    /// Writes a run of deliveries to this topic to `worker`'s subscribers,
+    /// each subscriber's share (all but its own publishes) in one write.
+    fn deliver_all_on(
+        &self,
+        worker: usize,
+        group: &[fanout::Delivery],
+        stats: &fanout::WorkerStats,
+    ) {
+        let all: Vec<Bytes> = group.iter().map(|d| d.frames.clone()).collect();
+        let all_slices: Vec<IoSlice<'_>> = all.iter().map(|b| IoSlice::new(b)).collect();
+        let list = self.workers[worker].list.lock().expect("topic lock");
+        for sub in list.iter() {
+            if !group.iter().any(|d| d.exclude == Some(sub.conn)) {
+                offer_all(sub, &all, &all_slices, stats);
+                continue;
+            }
+            let mine: Vec<Bytes> = group
+                .iter()
+                .filter(|d| d.exclude != Some(sub.conn))
+                .map(|d| d.frames.clone())
+                .collect();
+            if !mine.is_empty() {
+                let slices: Vec<IoSlice<'_>> = mine.iter().map(|b| IoSlice::new(b)).collect();
+                offer_all(sub, &mine, &slices, stats);
+            }
+        }
+    }
+}
+
+/// [`offer`] for several deliveries at once.
+fn offer_all(
+    sub: &Subscriber,
+    parts: &[Bytes],
+    slices: &[IoSlice<'_>],
+    stats: &fanout::WorkerStats,
+) {
+    let total = parts.iter().map(Bytes::len).sum();
+    let out = &sub.outbound;
+    if out.fits_strictly(total) {
+        out.send_shared_all(parts, slices);
+        return;
+    }
+    // Not all of them fit: one by one, so as many as fit are kept.
+    for part in parts {
+        offer(sub, part, stats);
+    }
+}
+
+/// Hands `frames` to one subscriber, or applies its route's policy when
+/// they do not fit in its budget.
+#[inline]
+fn offer(sub: &Subscriber, frames: &Bytes, stats: &fanout::WorkerStats) {
+    let out = &sub.outbound;
+    if out.fits(frames.len()) {
+        out.send_shared(frames);
+        return;
+    }
+    match sub.slow {
+        SlowSubscriber::Close => {
+            if out.close(close::POLICY_VIOLATION, TOO_SLOW) {
+                stats.count_closed();
+            }
+        }
+        SlowSubscriber::Drop => stats.count_dropped(),
+    }
+}
+
+/// One shard of a namespace: topic name → topic.
+type Shard = RwLock<HashMap<Arc<str>, Arc<Topic>>>;
+
+/// One topic namespace, shared by all workers.
+pub struct Topics {
+    /// The namespace's name, the same on every node (the route's path, or
+    /// the shared `topics` name): what the broker keys channels by.
+    name: Arc<str>,
+    shards: Box<[Shard]>,
+    hasher: RandomState,
+    fanout: Arc<Fanout>,
+    broker: Arc<dyn Broker>,
+}
+
+impl Topics {
+    pub fn new(name: &str, fanout: Arc<Fanout>, broker: Arc<dyn Broker>) -> Arc<Topics> {
+        let topics = Arc::new(Topics {
+            name: name.into(),
+            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            hasher: RandomState::new(),
+            fanout,
+            broker: broker.clone(),
+        });
+        broker.register(&topics);
+        topics
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    fn shard(&self, topic: &str) -> &Shard {
+        &self.shards[self.hasher.hash_one(topic) as usize % SHARDS]
+    }
+
+    /// Adds a subscriber (on the worker its id names) and returns the topic,
+    /// which the first local subscriber creates (and the broker watches).
+    pub fn join(&self, topic: &str, sub: Subscriber) -> Arc<Topic> {
+        let worker = worker_of(sub.conn) % self.fanout.workers();
+        let mut shard = self.shard(topic).write().expect("topics lock");
+        let entry = match shard.get(topic) {
+            Some(entry) => entry.clone(),
+            None => {
+                let entry = Arc::new(Topic::new(topic, self.fanout.workers()));
+                shard.insert(entry.name.clone(), entry.clone());
+                self.broker.watch(&self.name, topic);
+                entry
+            }
+        };
+        let subs = &entry.workers[worker];
+        let mut list = subs.list.lock().expect("topic lock");
+        if !list.iter().any(|s| s.conn == sub.conn) {
+            list.push(sub);
+            subs.count.store(list.len(), Ordering::Release);
+        }
+        drop(list);
+        entry
+    }
+
+    /// A guest's subscription (slow subscribers are closed with 1008).
+    pub fn subscribe(&self, topic: &str, conn: ConnId, outbound: Arc<Outbound>) {
+        self.join(
+            topic,
+            Subscriber {
+                conn,
+                outbound,
+                slow: SlowSubscriber::Close,
+            },
+        );
+    }
+
+    /// Removes a subscriber; the last one's leaving removes the topic (and
+    /// the broker stops watching it).
+    pub fn unsubscribe(&self, topic: &str, conn: ConnId) {
+        let worker = worker_of(conn) % self.fanout.workers();
+        let mut shard = self.shard(topic).write().expect("topics lock");
+        let Some(entry) = shard.get(topic) else {
+            return;
+        };
+        let subs = &entry.workers[worker];
+        let mut list = subs.list.lock().expect("topic lock");
+        list.retain(|s| s.conn != conn);
+        subs.count.store(list.len(), Ordering::Release);
+        drop(list);
+        if entry.total() == 0 {
+            shard.remove(topic);
+            self.broker.unwatch(&self.name, topic);
+        }
+    }
+
+    /// Publishes `frames` (whole frames, framed once) to every subscriber
+    /// of `topic` except `exclude`, here and on other nodes.
+    pub fn publish(&self, topic: &str, frames: &Bytes, exclude: Option<ConnId>) {
+        let entry = self.lookup(topic);
+        match &entry {
+            Some(entry) => self.broker.publish(&self.name, &entry.name, frames),
+            None => self.broker.publish(&self.name, &Arc::from(topic), frames),
+        }
+        if let Some(entry) = entry {
+            self.fanout.deliver(&entry, frames, exclude);
+        }
+    }
+
+    /// [`publish`](Self::publish) to a topic the caller holds (a native
+    /// pubsub connection keeps the one it subscribed to).
+    #[inline]
+    pub fn publish_to(&self, topic: &Arc<Topic>, frames: &Bytes, exclude: Option<ConnId>) {
+        self.broker.publish(&self.name, &topic.name, frames);
+        self.fanout.deliver(topic, frames, exclude);
+    }
+
+    /// Frames another node published: delivered to the local subscribers
+    /// only (the broker is where they came from).
+    pub fn deliver_remote(&self, topic: &str, frames: &Bytes) {
+        if let Some(entry) = self.lookup(topic) {
+            self.fanout.deliver(&entry, frames, None);
+        }
+    }
+
+    /// The workers' delivery queues are over their budget: publishers
+    /// should stop reading until they drain.
+    pub fn congested(&self) -> bool {
+        self.fanout.congested()
+    }
+
+    pub fn fanout(&self) -> &Arc<Fanout> {
+        &self.fanout
+    }
+
+    fn lookup(&self, topic: &str) -> Option<Arc<Topic>> {
+        let shard = self.shard(topic).read().expect("topics lock");
+        shard.get(topic).cloned()
+    }
+
+    /// Topics with local subscribers (for tests and `/metrics`).
+    pub fn topic_count(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.read().expect("topics lock").len())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reactor::outbound::OutMsg;
+    use crate::registry::conn_id;
+
+    fn namespace(workers: usize) -> Arc<Topics> {
+        Topics::new("/t", Arc::new(Fanout::new(workers)), Arc::new(LocalBroker))
+    }
+
+    fn sub(conn: ConnId, budget: usize, slow: SlowSubscriber) -> Subscriber {
+        Subscriber {
+            conn,
+            outbound: Arc::new(Outbound::new(budget)),
+            slow,
+        }
+    }
+
+    fn frames_of(out: &Outbound) -> Vec<Bytes> {
+        let mut got = Vec::new();
+        while let Some(msg) = out.try_recv() {
+            if let OutMsg::Frames(f) = msg {
+                got.push(f);
+            }
+        }
+        got
+    }
+
+    /// Every subscriber's queue holds the publisher's buffer itself.
+    #[test]
+    fn subscribers_share_one_buffer() {
+        let topics = namespace(1);
+        let subs: Vec<_> = (1..=3)
+            .map(|seq| sub(conn_id(0, seq), 1 << 20, SlowSubscriber::Close))
+            .collect();
+        for s in &subs {
+            topics.join("room", s.clone());
+        }
+        let frames = Bytes::from_static(b"\x81\x02hi");
+        topics.publish("room", &frames, Some(subs[0].conn));
+        topics.fanout().deliver_waiting(0);
+        assert!(
+            frames_of(&subs[0].outbound).is_empty(),
+            "the publisher was excluded"
+        );
+        for s in &subs[1..] {
+            let got = frames_of(&s.outbound);
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].as_ptr(), frames.as_ptr(), "a copy was queued");
+        }
+    }
+
+    #[test]
+    fn the_last_unsubscribe_removes_the_topic() {
+        let topics = namespace(2);
+        let (a, b) = (conn_id(0, 1), conn_id(1, 1));
+        topics.join("x", sub(a, 64, SlowSubscriber::Close));
+        topics.join("x", sub(b, 64, SlowSubscriber::Close));
+        topics.unsubscribe("x", a);
+        assert_eq!(topics.topic_count(), 1);
+        topics.unsubscribe("x", b);
+        assert_eq!(topics.topic_count(), 0);
+    }
+
+    /// slow_subscriber: "drop" skips what does not fit and counts it;
+    /// "close" queues one 1008 and counts the subscriber.
+    #[test]
+    fn slow_subscribers_are_dropped_from_or_closed() {
+        let topics = namespace(1);
+        let drop_sub = sub(conn_id(0, 1), 10, SlowSubscriber::Drop);
+        let close_sub = sub(conn_id(0, 2), 10, SlowSubscriber::Close);
+        topics.join("x", drop_sub.clone());
+        topics.join("x", close_sub.clone());
+        let frames = Bytes::from_static(b"\x82\x06abcdef");
+        for _ in 0..3 {
+            topics.publish("x", &frames, None);
+        }
+        topics.fanout().deliver_waiting(0);
+        let stats = topics.fanout().stats();
+        assert_eq!(stats.dropped, 2);
+        assert_eq!(stats.closed, 1);
+        assert_eq!(frames_of(&drop_sub.outbound).len(), 1);
+        let mut closes = 0;
+        let mut frames_got = 0;
+        while let Some(msg) = close_sub.outbound.try_recv() {
+            match msg {
+                OutMsg::Close(code, _) => {
+                    assert_eq!(code, close::POLICY_VIOLATION);
+                    closes += 1
+                }
+                OutMsg::Frames(_) => frames_got += 1,
+                OutMsg::Drain => {}
+            }
+        }
+        assert_eq!((frames_got, closes), (1, 1));
+    }
+
+    /// Isolation: two namespaces with the same topic name never meet.
+    #[test]
+    fn namespaces_do_not_share_topics() {
+        let fanout = Arc::new(Fanout::new(1));
+        let a = Topics::new("/a", fanout.clone(), Arc::new(LocalBroker));
+        let b = Topics::new("/b", fanout, Arc::new(LocalBroker));
+        let in_b = sub(conn_id(0, 1), 64, SlowSubscriber::Close);
+        b.join("room", in_b.clone());
+        a.publish("room", &Bytes::from_static(b"\x81\x01x"), None);
+        a.fanout().deliver_waiting(0);
+        assert!(frames_of(&in_b.outbound).is_empty());
+    }
+
+    /// Deliveries to one topic waiting together reach each subscriber in
+    /// order, all but its own publishes.
+    #[test]
+    fn waiting_deliveries_reach_each_subscriber_in_order() {
+        let topics = namespace(1);
+        let (a, b) = (
+            sub(conn_id(0, 1), 1 << 20, SlowSubscriber::Close),
+            sub(conn_id(0, 2), 1 << 20, SlowSubscriber::Close),
+        );
+        topics.join("x", a.clone());
+        topics.join("x", b.clone());
+        let frames: Vec<Bytes> = (0..4u8).map(|i| Bytes::from(vec![0x82, 1, i])).collect();
+        for (i, f) in frames.iter().enumerate() {
+            let publisher = if i % 2 == 0 { a.conn } else { b.conn };
+            topics.publish("x", f, Some(publisher));
+        }
+        topics.fanout().deliver_waiting(0);
+        assert_eq!(
+            frames_of(&a.outbound),
+            vec![frames[1].clone(), frames[3].clone()]
+        );
+        assert_eq!(
+            frames_of(&b.outbound),
+            vec![frames[0].clone(), frames[2].clone()]
+        );
+    }
+}
