@@ -20,7 +20,8 @@
 //! - [`pubsub`] — a topic namespace (one per route unless shared).
 //! - [`config`] — the routes file.
 //! - [`admission`] — global and per-IP connection limits (503 past them).
-//! - [`metrics`] — `GET /metrics` in the Prometheus text format.
+//! - [`metrics`] — `GET /metrics` in the Prometheus text format; [`stats`]
+//!   — per-route counters kept per worker and summed when read.
 //! - [`logging`] — the gateway's log, written by a thread of its own.
 //!
 //! `docs/architecture.md` tells the whole story: layers, a message's path
@@ -37,6 +38,7 @@ pub mod reactor;
 pub mod registry;
 pub mod routes;
 pub mod server;
+pub mod stats;
 pub mod ws;
 
 pub use config::Config;

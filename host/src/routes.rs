@@ -12,11 +12,12 @@ use crate::reactor::behaviour::{LocalFuture, Start};
 use crate::reactor::outbound::Outbound;
 use crate::registry::Registry;
 use crate::server::ServeError;
+use crate::stats::RouteStats;
 use http::{HeaderMap, StatusCode, Uri};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 /// A route kind, shared by every worker.
 pub trait RouteKind: Send + Sync {
@@ -76,8 +77,27 @@ pub struct Refusal {
 /// A route as the workers run it.
 pub struct Route {
     pub path: String,
-    pub limits: Arc<Limits>,
+    /// Read at each upgrade; a reload replaces them for new connections.
+    limits: RwLock<Arc<Limits>>,
     pub kind: Arc<dyn RouteKind>,
+    /// What the route's behaviour is, for `GET /routes` ("echo", "guest").
+    pub behaviour: String,
+    /// The guest route behind `kind`, when it is one (deploys, metrics).
+    pub guest: Option<Arc<GuestRoute>>,
+    /// Connections and messages, per worker.
+    pub stats: Arc<RouteStats>,
+}
+
+impl Route {
+    /// The limits new connections get.
+    pub fn limits(&self) -> Arc<Limits> {
+        self.limits.read().expect("limits lock").clone()
+    }
+
+    /// New connections get `limits` from now on (open ones keep theirs).
+    pub fn set_limits(&self, limits: Limits) {
+        *self.limits.write().expect("limits lock") = Arc::new(limits);
+    }
 }
 
 pub struct Routes {
@@ -117,6 +137,7 @@ impl Routes {
                 Some(name) => shared_topics.entry(name.as_str()).or_default().clone(),
                 None => Arc::default(),
             };
+            let mut guest_route = None;
             let kind: Arc<dyn RouteKind> = match &route.behaviour {
                 Behaviour::Native(native) => crate::native::route_kind(*native),
                 Behaviour::Guest(guest) => {
@@ -126,13 +147,17 @@ impl Routes {
                     let program = Program::load(engine, &route.path, guest)?;
                     let guest = Arc::new(GuestRoute::new(index, program, topics, registry.clone()));
                     guest_routes.push(guest.clone());
+                    guest_route = Some(guest.clone());
                     Arc::new(guest)
                 }
             };
             routes.push(Route {
                 path: route.path.clone(),
-                limits: Arc::new(route.limits.clone()),
+                limits: RwLock::new(Arc::new(route.limits.clone())),
                 kind,
+                behaviour: behaviour_name(&route.behaviour),
+                guest: guest_route,
+                stats: Arc::new(RouteStats::new(config.server.workers)),
             });
         }
         Ok(Routes {
@@ -140,5 +165,14 @@ impl Routes {
             routes,
             guest_routes,
         })
+    }
+}
+
+/// A route's behaviour as `GET /routes` names it: the native keyword
+/// (`echo`, `relay`), or `guest`.
+pub fn behaviour_name(behaviour: &Behaviour) -> String {
+    match behaviour {
+        Behaviour::Native(kind) => format!("{kind:?}").to_lowercase(),
+        Behaviour::Guest(_) => "guest".into(),
     }
 }

@@ -5,12 +5,14 @@
 //! worker side (batches, connections) is `slot`; calls run on each
 //! worker's guest thread (`thread`).
 
+use super::deploy::Versions;
 use super::slot::GuestSlot;
 use super::{Batch, Command, Commands, Fault, Program, Runner};
 use crate::pubsub::Topics;
 use crate::reactor::outbound::Outbound;
-use crate::registry::Registry;
+use crate::registry::{worker_of, Registry};
 use crate::routes::{RouteKind, WorkerRoute, WorkerSetup};
+use crate::stats::{self, GuestCounters};
 use crate::ws::encode::{self, message_opcode};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -37,7 +39,10 @@ pub struct GuestRoute {
     /// The route's index: the registry lets its guest reach only its own
     /// connections.
     pub(crate) index: usize,
-    pub(crate) program: Arc<Program>,
+    /// The route path, for logs.
+    pub(crate) path: Arc<str>,
+    /// The program serving now and the ones kept for rollback.
+    pub(crate) versions: Versions,
     /// The route's topic namespace (its own unless the routes file names a
     /// shared one).
     pub(crate) topics: Arc<Topics>,
@@ -65,7 +70,8 @@ impl GuestRoute {
     ) -> GuestRoute {
         GuestRoute {
             index,
-            program,
+            path: program.route.clone(),
+            versions: Versions::new(program),
             topics,
             registry,
             offenders: Mutex::default(),
@@ -74,8 +80,14 @@ impl GuestRoute {
         }
     }
 
-    pub fn program(&self) -> &Arc<Program> {
-        &self.program
+    /// The program serving now.
+    pub fn program(&self) -> Arc<Program> {
+        self.versions.current()
+    }
+
+    /// The route's versions: deploy, rollback, list.
+    pub fn versions(&self) -> &Versions {
+        &self.versions
     }
 
     /// Batches that ran into the deadline so far.
@@ -124,7 +136,7 @@ impl GuestRoute {
         }
         o.trips += 1;
         if o.trips >= TRIPS_BEFORE_BACKOFF {
-            warn!(route = self.program.route(), %ip, ?BACKOFF, "client keeps tripping the guest deadline; refusing its upgrades");
+            warn!(route = &*self.path, %ip, ?BACKOFF, "client keeps tripping the guest deadline; refusing its upgrades");
             *o = Offender {
                 trips: 0,
                 first: now,
@@ -133,15 +145,25 @@ impl GuestRoute {
         }
     }
 
-    /// One guest call, and what follows from its answer. Runs on the
-    /// worker's guest thread.
+    /// One guest call, and what follows from its answer, on the serving
+    /// version (a deploy takes effect here, between batches). Runs on the
+    /// worker or its guest thread for the route.
     pub(crate) fn run_batch(&self, runner: &mut Runner, batch: &Batch) {
-        match runner.handle(batch) {
-            Ok(commands) => self.apply(&commands),
+        self.versions.refresh(runner);
+        let result = runner.handle(batch);
+        // The batch's connections are all of one worker: its shard.
+        let worker = batch.connections().next().map_or(0, worker_of);
+        let program = runner.program();
+        program
+            .stats
+            .call(worker, batch.len(), runner.last_call().0.as_micros() as u64);
+        match result {
+            Ok(commands) => self.apply(&commands, program.stats.shard(worker)),
             Err(fault) => {
+                program.stats.shard(worker).faults[stats::fault_cause(&fault)].add(1);
                 // The instance is gone; the connections whose events it was
                 // handling cannot know what was processed: close them.
-                warn!(route = self.program.route(), cause = %fault, "guest failed a batch");
+                warn!(route = &*self.path, cause = %fault, "guest failed a batch");
                 let mut affected: Vec<u64> = batch.connections().collect();
                 affected.sort_unstable();
                 affected.dedup();
@@ -178,7 +200,8 @@ impl GuestRoute {
     /// connection are written into one buffer and handed over once, straight
     /// into the socket when the connection is not writing itself (see
     /// `Outbound::send_direct`).
-    fn apply(&self, commands: &Commands) {
+    fn apply(&self, commands: &Commands, counters: &GuestCounters) {
+        let (mut messages, mut bytes) = (0, 0);
         let mut pending: Option<u64> = None;
         let mut frames = Vec::new();
         let flush = |pending: &mut Option<u64>, frames: &mut Vec<u8>| {
@@ -200,6 +223,8 @@ impl GuestRoute {
                     flush(&mut pending, &mut frames);
                 }
                 pending = Some(conn);
+                messages += 1;
+                bytes += payload.len() as u64;
                 encode::append_frame(&mut frames, message_opcode(text), payload);
                 continue;
             }
@@ -217,6 +242,8 @@ impl GuestRoute {
                     payload,
                     exclude,
                 } => {
+                    messages += 1;
+                    bytes += payload.len() as u64;
                     let frame = Bytes::from(encode::frame(message_opcode(text), payload));
                     self.topics.publish(topic, &frame, exclude);
                 }
@@ -235,6 +262,8 @@ impl GuestRoute {
             }
         }
         flush(&mut pending, &mut frames);
+        counters.messages_out.add(messages);
+        counters.bytes_out.add(bytes);
     }
 }
 

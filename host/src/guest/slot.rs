@@ -144,11 +144,11 @@ impl GuestSlot {
     pub(crate) fn new(route: Arc<GuestRoute>, scheduler: &Rc<Scheduler>) -> Rc<GuestSlot> {
         let slot = Rc::new_cyclic(|me| GuestSlot {
             me: me.clone(),
-            runner: RefCell::new(Some(Runner::new(route.program.clone()))),
+            runner: RefCell::new(Some(Runner::new(route.program()))),
             offloaded_until: Cell::new(None),
             last_strike: Cell::new(None),
             batches: RefCell::new(VecDeque::new()),
-            batch_max_bytes: (route.program.config().memory / BATCH_SHARE_OF_MEMORY)
+            batch_max_bytes: (route.program().config().memory / BATCH_SHARE_OF_MEMORY)
                 .clamp(BATCH_MIN_BYTES, BATCH_MAX_BYTES),
             pending_bytes: Cell::new(0),
             closed: RefCell::default(),
@@ -218,7 +218,10 @@ impl GuestSlot {
     fn run_inline(&self, scheduler: &Scheduler) {
         let upgrades = std::mem::take(&mut *self.upgrades.borrow_mut());
         for (req, reply) in upgrades {
-            let (answer, took) = self.with_runner(|r| (r.upgrade(&req), r.last_call()));
+            let (answer, took) = self.with_runner(|r| {
+                self.route.versions.refresh(r);
+                (r.upgrade(&req), r.last_call())
+            });
             let _ = reply.send(answer);
             if self.passed_slice(took) {
                 return self.hand_over(scheduler);
@@ -280,7 +283,7 @@ impl GuestSlot {
             .is_some_and(|until| Instant::now() < until);
         if !already {
             info!(
-                route = self.route.program.route(),
+                route = &*self.route.path,
                 ?took,
                 "a guest call held the worker; the route's calls move to the guest thread"
             );
@@ -300,12 +303,12 @@ impl GuestSlot {
         }
         if self.thread.borrow().is_none() {
             let name = format!("weir-guest-{}-{}", scheduler.worker, self.route.index);
-            let share = self.route.program.config().cpu_share;
+            let share = self.route.program().config().cpu_share;
             match GuestThread::start(name, share, scheduler.work.clone()) {
                 Ok(thread) => *self.thread.borrow_mut() = Some(thread),
                 Err(e) => {
                     // Keep running inline rather than not at all.
-                    warn!(route = self.route.program.route(), error = %e, "guest thread failed to start");
+                    warn!(route = &*self.route.path, error = %e, "guest thread failed to start");
                     self.offloaded_until.set(None);
                     self.batches.borrow_mut().extend(batches);
                     *self.closed.borrow_mut() = closed;
@@ -328,7 +331,7 @@ impl GuestSlot {
         let sent = self.thread.borrow().as_ref().is_some_and(|t| t.send(job));
         if !sent {
             warn!(
-                route = self.route.program.route(),
+                route = &*self.route.path,
                 "guest thread gone; the route stops on this worker"
             );
         }

@@ -146,6 +146,7 @@ async fn handle_request(
         return text(StatusCode::NOT_FOUND, "no route for this path\n");
     };
     let route = &shared.routes.routes[*matched.value];
+    let limits = route.limits();
     if !handshake::wants_websocket(req.headers()) {
         let mut resp = text(
             StatusCode::UPGRADE_REQUIRED,
@@ -174,7 +175,7 @@ async fn handle_request(
             return resp;
         }
     };
-    if !handshake::origin_allowed(req.headers(), &route.limits.origins) {
+    if !handshake::origin_allowed(req.headers(), &limits.origins) {
         shared.refused_origin.fetch_add(1, Ordering::Relaxed);
         debug!(%peer, path = %route.path, origin = ?req.headers().get(header::ORIGIN), "origin refused");
         return text(
@@ -182,10 +183,10 @@ async fn handle_request(
             "this origin may not open WebSockets on this route (see the route's origins)\n",
         );
     }
-    let mut protocol = handshake::negotiate_subprotocol(req.headers(), &route.limits.subprotocols)
+    let mut protocol = handshake::negotiate_subprotocol(req.headers(), &limits.subprotocols)
         .and_then(|p| HeaderValue::from_str(p).ok());
     let id = worker.next_conn_id();
-    let outbound = Arc::new(Outbound::new(route.limits.outbound_budget));
+    let outbound = Arc::new(Outbound::new(limits.outbound_budget));
     let up = Upgrade {
         id,
         uri: req.uri(),
@@ -217,8 +218,9 @@ async fn handle_request(
         peer: peer.ip(),
         outbound,
         pool: worker.pool.clone(),
-        limits: route.limits.clone(),
+        limits,
         registry: shared.registry.clone(),
+        stats: route.stats.clone(),
     };
     shared.upgrades.fetch_add(1, Ordering::Relaxed);
     let upgrade = hyper::upgrade::on(&mut req);

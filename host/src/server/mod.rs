@@ -138,6 +138,7 @@ pub fn serve(config: Config, shutdown: Shutdown) -> Result<(), ServeError> {
 
 impl Shared {
     fn new(config: &Config, workers: usize) -> Result<Shared, ServeError> {
+        crate::stats::set_workers(workers);
         let registry = Arc::new(Registry::new(workers));
         Ok(Shared {
             routes: Routes::build(config, &registry)?,
