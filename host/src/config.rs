@@ -52,10 +52,17 @@ pub const DEFAULT_GUEST_RECYCLE_AFTER: u64 = 10_000;
 /// Cap on a connection's durable attachment: state, not a message store.
 pub const DEFAULT_ATTACHMENT_MAX_BYTES: usize = 16 << 10;
 
+/// Environment variable the admin API's bearer token is read from when
+/// `[admin]` names none.
+pub const DEFAULT_ADMIN_TOKEN_ENV: &str = "WEIR_ADMIN_TOKEN";
+
 /// A whole routes file, validated, with defaults applied.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub server: ServerConfig,
+    /// The admin API (deploys, rollback, reload, metrics); off unless the
+    /// file has an `[admin]` section.
+    pub admin: Option<AdminConfig>,
     pub routes: Vec<RouteConfig>,
     /// Where the file was read from (None for the built-in default).
     pub source: Option<PathBuf>,
@@ -78,6 +85,20 @@ pub struct ServerConfig {
     /// Where precompiled guest components are cached; None = the guest
     /// runner's default. Relative paths resolve against the routes file.
     pub cache_dir: Option<PathBuf>,
+    /// Whether the public listener answers `/metrics`. Default: yes without
+    /// `[admin]` (nothing else would serve it), no with it (the figures
+    /// name routes and versions: operators' business, not clients').
+    pub public_metrics: bool,
+}
+
+/// `[admin]`: the admin listener, separate from the public one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    /// Environment variable holding the bearer token every request must
+    /// carry (`Authorization: Bearer …`); the gateway will not start
+    /// without it.
+    pub token_env: String,
 }
 
 /// Per-connection limits: `[server]` gives defaults, a route may override.
@@ -219,6 +240,7 @@ impl Default for ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             cache_dir: None,
+            public_metrics: true,
         }
     }
 }
@@ -263,6 +285,7 @@ impl Config {
                 route("/echo", NativeKind::Echo),
                 route("/relay", NativeKind::Relay),
             ],
+            admin: None,
             source: None,
         }
     }

@@ -23,11 +23,15 @@
 //! - [`metrics`] — `GET /metrics` in the Prometheus text format; [`stats`]
 //!   — per-route counters kept per worker and summed when read.
 //! - [`logging`] — the gateway's log, written by a thread of its own.
+//! - [`client`] — the admin API's client (`weir deploy`, `rollback`,
+//!   `routes`); the admin listener itself is in [`server`], deploys and
+//!   reloads in `server::reload` and `guest::deploy`.
 //!
 //! `docs/architecture.md` tells the whole story: layers, a message's path
 //! for echo, relay and a guest route, socket ownership and threading.
 
 pub mod admission;
+pub mod client;
 pub mod config;
 pub mod guest;
 pub mod logging;

@@ -14,10 +14,23 @@ use weir::config::{self, Config};
 /// WebAssembly guest routes, wired in a TOML routes file.
 #[derive(Parser)]
 #[command(name = "weir", version, propagate_version = true)]
-#[command(after_help = "Logging: set RUST_LOG (default \"info\"), e.g. RUST_LOG=weir=debug.")]
+#[command(
+    after_help = "Logging: set RUST_LOG (default \"info\"), e.g. RUST_LOG=weir=debug.\n\
+Admin commands read the admin token from WEIR_ADMIN_TOKEN."
+)]
 struct Cli {
+    /// Log lines as text, or as one JSON object per line (fields: level,
+    /// target, message, route, conn, ...)
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -42,12 +55,35 @@ enum Command {
         /// Routes file (TOML) to validate
         file: PathBuf,
     },
+    /// Deploy a component to a guest route of a running gateway: it is
+    /// compiled and tried first; open connections switch at their next
+    /// message batch.
+    Deploy {
+        /// The gateway's admin address ([admin] listen), e.g. 127.0.0.1:9090
+        #[arg(long, value_name = "ADDR")]
+        admin: String,
+        /// The route's path as in the routes file, e.g. /json
+        route: String,
+        /// The component (.wasm)
+        file: PathBuf,
+    },
+    /// Put a guest route's previous version back.
+    Rollback {
+        #[arg(long, value_name = "ADDR")]
+        admin: String,
+        route: String,
+    },
+    /// List a running gateway's routes, versions and connections.
+    Routes {
+        #[arg(long, value_name = "ADDR")]
+        admin: String,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Logs go to stderr, so stdout stays for command output (`weir check`).
-    let _log = weir::logging::init();
+    let _log = weir::logging::init(matches!(cli.log_format, LogFormat::Json));
     let result = match cli.command {
         Command::Serve {
             file,
@@ -55,6 +91,9 @@ fn main() -> ExitCode {
             workers,
         } => serve(file, listen, workers),
         Command::Check { file } => check(file),
+        Command::Deploy { admin, route, file } => deploy(&admin, &route, &file),
+        Command::Rollback { admin, route } => rollback(&admin, &route),
+        Command::Routes { admin } => routes(&admin),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -95,8 +134,11 @@ fn serve(
             config.server.listen
         ),
     }
-    let shutdown = shutdown_on_signals()?;
-    weir::serve(config, shutdown).context("the gateway stopped with an error")?;
+    let server = weir::server::Server::bind(config).context("the gateway cannot start")?;
+    let shutdown = shutdown_on_signals(server.changes())?;
+    server
+        .run(shutdown)
+        .context("the gateway stopped with an error")?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -107,13 +149,108 @@ fn check(file: PathBuf) -> anyhow::Result<()> {
     // bad .wasm is found here rather than at the first connection.
     weir::guest::check_routes(&config)
         .with_context(|| format!("{}: a guest route cannot be loaded", file.display()))?;
+    if let Some(admin) = &config.admin {
+        let token = std::env::var(&admin.token_env).unwrap_or_default();
+        if token.len() < weir::server::MIN_TOKEN_BYTES {
+            eprintln!(
+                "note: [admin] reads its token from {}, which is not set here (or shorter than {} bytes); `weir serve` will refuse to start without it",
+                admin.token_env,
+                weir::server::MIN_TOKEN_BYTES
+            );
+        }
+    }
     println!("ok: {} routes", config.routes.len());
+    Ok(())
+}
+
+/// One admin request from the command line; the body of a 2xx answer, or
+/// the server's error.
+fn admin_request(
+    addr: &str,
+    method: http::Method,
+    path: &str,
+    body: Vec<u8>,
+) -> anyhow::Result<serde_json::Value> {
+    let token = std::env::var(config::DEFAULT_ADMIN_TOKEN_ENV).with_context(|| {
+        format!(
+            "set {} to the gateway's admin token",
+            config::DEFAULT_ADMIN_TOKEN_ENV
+        )
+    })?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting a runtime")?;
+    let (status, text) =
+        runtime.block_on(weir::client::request(addr, &token, method, path, body))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|_| serde_json::json!({ "error": text.trim() }));
+    if !(200..300).contains(&status) {
+        let message = value["error"].as_str().unwrap_or(text.trim()).to_string();
+        anyhow::bail!("the gateway answered {status}: {message}");
+    }
+    Ok(value)
+}
+
+fn deploy(admin: &str, route: &str, file: &std::path::Path) -> anyhow::Result<()> {
+    let wasm = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let path = weir::client::route_endpoint(route, "component");
+    let answer = admin_request(admin, http::Method::PUT, &path, wasm)
+        .with_context(|| format!("{} was not deployed to {route}", file.display()))?;
+    println!(
+        "deployed {} to {route}: version {} (sha256 {})",
+        file.display(),
+        answer["version"],
+        answer["hash"].as_str().unwrap_or("?")
+    );
+    Ok(())
+}
+
+fn rollback(admin: &str, route: &str) -> anyhow::Result<()> {
+    let path = weir::client::route_endpoint(route, "rollback");
+    let answer = admin_request(admin, http::Method::POST, &path, Vec::new())
+        .with_context(|| format!("{route} was not rolled back"))?;
+    println!(
+        "rolled back {route}: version {} serves (sha256 {})",
+        answer["version"],
+        answer["hash"].as_str().unwrap_or("?")
+    );
+    Ok(())
+}
+
+fn routes(admin: &str) -> anyhow::Result<()> {
+    let answer = admin_request(admin, http::Method::GET, "/routes", Vec::new())?;
+    println!(
+        "{:<24} {:<9} {:>11} {:>7}  {:<12}  DEPLOYED (unix s)",
+        "PATH", "BEHAVIOUR", "CONNECTIONS", "VERSION", "SHA256"
+    );
+    for r in answer["routes"].as_array().into_iter().flatten() {
+        let text = |v: &serde_json::Value| {
+            v.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string())
+        };
+        let hash = r["hash"]
+            .as_str()
+            .map_or("-".to_string(), |h| h[..12.min(h.len())].to_string());
+        let version = r.get("version").map_or("-".to_string(), text);
+        let since = r.get("deployed_at").map_or("-".to_string(), text);
+        println!(
+            "{:<24} {:<9} {:>11} {:>7}  {:<12}  {since}",
+            text(&r["path"]),
+            text(&r["behaviour"]),
+            text(&r["connections"]),
+            version,
+            hash
+        );
+    }
     Ok(())
 }
 
 /// A watch channel that flips to true on the first Ctrl-C or SIGTERM; a
 /// second one exits at once, for when draining connections takes too long.
-fn shutdown_on_signals() -> anyhow::Result<weir::Shutdown> {
+/// SIGHUP reloads the routes file (`changes`).
+fn shutdown_on_signals(changes: weir::server::Changes) -> anyhow::Result<weir::Shutdown> {
     let (tx, rx) = watch::channel(false);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -123,7 +260,10 @@ fn shutdown_on_signals() -> anyhow::Result<weir::Shutdown> {
         .name("weir-signals".into())
         .spawn(move || {
             runtime.block_on(async move {
-                let signal = wait_for_signal().await;
+                let signal = tokio::select! {
+                    signal = wait_for_signal() => signal,
+                    _ = reload_on_sighup(changes) => "SIGHUP handler",
+                };
                 tracing::info!("{signal}: shutting down (send it again to exit at once)");
                 let _ = tx.send(true);
                 let signal = wait_for_signal().await;
@@ -133,6 +273,22 @@ fn shutdown_on_signals() -> anyhow::Result<weir::Shutdown> {
         })
         .context("starting the signal-handling thread")?;
     Ok(rx)
+}
+
+/// Reloads the routes file on every SIGHUP (never returns unless SIGHUP
+/// cannot be watched). The outcome is logged by the reload itself.
+async fn reload_on_sighup(changes: weir::server::Changes) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; reload with POST /reload on the admin API");
+        return std::future::pending().await;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading the routes file");
+        let changes = changes.clone();
+        let _ = tokio::task::spawn_blocking(move || changes.reload()).await;
+    }
+    std::future::pending().await
 }
 
 /// Waits for Ctrl-C (SIGINT) or SIGTERM and says which one came.

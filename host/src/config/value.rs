@@ -73,6 +73,13 @@ impl<'a> Item<'a> {
         }
     }
 
+    pub(super) fn boolean(&self, src: &Source) -> Result<bool, ConfigError> {
+        match self.value {
+            Value::Boolean(b) => Ok(*b),
+            _ => Err(self.fail(src, "not true or false; write e.g. true")),
+        }
+    }
+
     /// A byte count, written `"32MiB"` or as a plain integer of bytes.
     pub(super) fn size(&self, src: &Source, min: u64, max: u64) -> Result<usize, ConfigError> {
         const HINT: &str = r#"write e.g. "32MiB", "512KiB" or a number of bytes"#;

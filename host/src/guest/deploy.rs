@@ -123,6 +123,20 @@ impl Versions {
         path: &Path,
         source: String,
     ) -> Result<Arc<Program>, GuestError> {
+        let program = self.prepare(cfg, wasm, path)?;
+        self.install(program.clone(), source);
+        Ok(program)
+    }
+
+    /// The first half of a deploy: compiles and tries the next version
+    /// without installing it (a reload prepares every route before it
+    /// changes any). Counts a failure.
+    pub fn prepare(
+        &self,
+        cfg: &GuestConfig,
+        wasm: &[u8],
+        path: &Path,
+    ) -> Result<Arc<Program>, GuestError> {
         let _turn = self.deploying.lock().expect("deploy lock");
         let (old, version) = {
             let h = self.history();
@@ -132,14 +146,18 @@ impl Versions {
         // settings changed.
         let log = (old.config().log == cfg.log).then(|| old.log().clone());
         let built = Program::from_bytes(&old.engine, old.route(), cfg, wasm, path, log, version);
-        let program = match built {
-            Ok(program) => program,
-            Err(e) => {
-                self.failed_deploys.fetch_add(1, Ordering::Relaxed);
-                warn!(route = old.route(), version, error = %e, "deploy refused; the serving version stays");
-                return Err(e);
-            }
-        };
+        if let Err(e) = &built {
+            self.failed_deploys.fetch_add(1, Ordering::Relaxed);
+            warn!(route = old.route(), version, error = %e, "deploy refused; the serving version stays");
+        }
+        built
+    }
+
+    /// The second half: `program` (from [`Versions::prepare`]) serves from
+    /// each runner's next batch on.
+    pub fn install(&self, program: Arc<Program>, source: String) {
+        let _turn = self.deploying.lock().expect("deploy lock");
+        let version = program.version();
         {
             let mut h = self.history.write().expect("versions lock");
             let replaced = std::mem::replace(
@@ -154,7 +172,7 @@ impl Versions {
             if h.previous.len() > KEPT_VERSIONS {
                 h.previous.remove(0);
             }
-            h.next_version = version + 1;
+            h.next_version = h.next_version.max(version + 1);
             self.serving.store(version, Ordering::Release);
         }
         self.deploys.fetch_add(1, Ordering::Relaxed);
@@ -164,7 +182,6 @@ impl Versions {
             hash = program.hash(),
             "deployed; open connections switch at their next batch"
         );
-        Ok(program)
     }
 
     /// Makes the previous kept version serve again (the current one is

@@ -118,7 +118,7 @@ async fn handle_request(
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     let shared = &worker.shared;
-    if path == "/metrics" {
+    if path == "/metrics" && shared.public_metrics {
         let mut resp = Response::new(Full::new(Bytes::from(shared.snapshot().render())));
         resp.headers_mut().insert(
             header::CONTENT_TYPE,

@@ -14,8 +14,13 @@
 //! WebSocket connection is sent a 1001 close, and the workers wait for the
 //! close handshakes up to `drain_timeout` before they stop.
 
+mod admin;
 mod http;
+mod reload;
 mod worker;
+
+pub use admin::{percent_decode, MAX_COMPONENT_BYTES, MIN_TOKEN_BYTES};
+pub use reload::{ChangeError, Changes, ReloadReport};
 
 use crate::admission::Admission;
 use crate::config::Config;
@@ -25,8 +30,9 @@ use crate::reactor::buffer::PoolStats;
 use crate::registry::Registry;
 use crate::routes::Routes;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::info;
 
@@ -55,6 +61,8 @@ pub enum ServeError {
     Guest(#[from] GuestError),
     #[error("cannot start worker thread: {0}")]
     Worker(std::io::Error),
+    #[error("[admin]: the environment variable {var} must hold the admin token (at least {MIN_TOKEN_BYTES} bytes), e.g. export {var}=$(openssl rand -hex 32)")]
+    AdminToken { var: String },
 }
 
 /// What all workers share: routes, the registry, limits and counters.
@@ -75,6 +83,12 @@ struct Shared {
     refused_draining: AtomicU64,
     /// Upgrades refused (403) for a browser origin the route does not allow.
     refused_origin: AtomicU64,
+    /// The routes file, for reloads.
+    source: Option<PathBuf>,
+    /// Held by a deploy, rollback or reload: one change at a time.
+    changing: Mutex<()>,
+    /// Whether the public listener answers `/metrics`.
+    public_metrics: bool,
 }
 
 /// A bound gateway, ready to run. Binding first lets callers (tests, `--listen
@@ -83,6 +97,8 @@ pub struct Server {
     listeners: Vec<std::net::TcpListener>,
     shared: Arc<Shared>,
     local_addr: SocketAddr,
+    /// The admin listener and its token, when `[admin]` is configured.
+    admin: Option<(std::net::TcpListener, Arc<str>)>,
 }
 
 impl Server {
@@ -99,10 +115,31 @@ impl Server {
         for _ in 1..workers {
             listeners.push(listen(local_addr)?);
         }
+        let admin = match &config.admin {
+            Some(admin) => {
+                let token = std::env::var(&admin.token_env)
+                    .ok()
+                    .filter(|t| t.len() >= MIN_TOKEN_BYTES)
+                    .ok_or_else(|| ServeError::AdminToken {
+                        var: admin.token_env.clone(),
+                    })?;
+                // A plain bind (no SO_REUSEPORT): a second gateway must
+                // not share the admin port unnoticed.
+                let listener = std::net::TcpListener::bind(admin.listen)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .map_err(|source| ServeError::Bind {
+                        addr: admin.listen,
+                        source,
+                    })?;
+                Some((listener, Arc::from(token)))
+            }
+            None => None,
+        };
         Ok(Server {
             listeners,
             shared,
             local_addr,
+            admin,
         })
     }
 
@@ -110,10 +147,35 @@ impl Server {
         self.local_addr
     }
 
+    /// Where the admin API listens, when it does.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    /// Deploys, rollbacks and reloads of this gateway (SIGHUP uses it).
+    pub fn changes(&self) -> Changes {
+        Changes {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// Runs the workers until `shutdown`; returns when all have stopped.
     pub fn run(self, shutdown: Shutdown) -> Result<(), ServeError> {
         info!(addr = %self.local_addr, workers = self.listeners.len(), "weir listening");
         let mut threads = Vec::new();
+        if let Some((listener, token)) = self.admin {
+            let (changes, shutdown) = (
+                Changes {
+                    shared: self.shared.clone(),
+                },
+                shutdown.clone(),
+            );
+            let thread = std::thread::Builder::new()
+                .name("weir-admin".into())
+                .spawn(move || admin::run(listener, changes, token, shutdown))
+                .map_err(ServeError::Worker)?;
+            threads.push(thread);
+        }
         for (index, listener) in self.listeners.into_iter().enumerate() {
             let shared = self.shared.clone();
             let shutdown = shutdown.clone();
@@ -156,6 +218,9 @@ impl Shared {
             refused_over_limit: AtomicU64::new(0),
             refused_draining: AtomicU64::new(0),
             refused_origin: AtomicU64::new(0),
+            source: config.source.clone(),
+            changing: Mutex::new(()),
+            public_metrics: config.server.public_metrics,
         })
     }
 
@@ -176,6 +241,28 @@ impl Shared {
             draining: self.draining.load(Ordering::Relaxed),
             heap: crate::metrics::Heap::read(),
             log_lines_lost: crate::logging::lost_lines(),
+            routes: self
+                .routes
+                .routes
+                .iter()
+                .map(|r| crate::metrics::RouteFigures {
+                    route: r.path.clone(),
+                    conns: r.stats.sum(),
+                    guest: r.guest.as_ref().map(|g| {
+                        let (current, kept) = g.versions().list();
+                        let (deploys, failed_deploys) = g.versions().deploy_counts();
+                        crate::metrics::GuestFigures {
+                            serving: current.program.version(),
+                            versions: std::iter::once(&current)
+                                .chain(&kept)
+                                .map(|d| (d.program.version(), d.program.stats()))
+                                .collect(),
+                            deploys,
+                            failed_deploys,
+                        }
+                    }),
+                })
+                .collect(),
             guest_routes: self
                 .routes
                 .guest_routes
