@@ -386,7 +386,7 @@ impl Snapshot {
             "weir_guest_call_duration_seconds",
             "Time of one guest call.",
             &CALL_MICROS_BUCKETS,
-            1e-6,
+            seconds,
             |t| (&t.call_micros[..], t.call_micros_sum),
         );
         histogram(
@@ -395,21 +395,27 @@ impl Snapshot {
             "weir_guest_batch_events",
             "Events (opens, messages, closes) per guest call.",
             &BATCH_EVENTS_BUCKETS,
-            1.0,
+            |n| n.to_string(),
             |t| (&t.batch_events[..], t.events_sum),
         );
     }
 }
 
-/// A histogram per guest route and version; `scale` turns bucket bounds and
-/// the sum into the family's unit.
+/// `micros` as seconds, exactly (`10` → `0.00001`).
+fn seconds(micros: u64) -> String {
+    let text = format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000);
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A histogram per guest route and version; `unit` writes bucket bounds and
+/// the sum in the family's unit.
 fn histogram(
     out: &mut String,
     guests: &[(&str, &GuestFigures)],
     name: &str,
     help: &str,
     bounds: &[u64],
-    scale: f64,
+    unit: fn(u64) -> String,
     counts: fn(&GuestTotals) -> (&[u64], u64),
 ) {
     family(out, name, "histogram", help);
@@ -420,9 +426,7 @@ fn histogram(
             let mut cumulative = 0;
             for (i, n) in buckets.iter().enumerate() {
                 cumulative += n;
-                let le = bounds
-                    .get(i)
-                    .map_or("+Inf".to_string(), |b| format!("{}", *b as f64 * scale));
+                let le = bounds.get(i).map_or("+Inf".to_string(), |b| unit(*b));
                 let _ = writeln!(
                     out,
                     "{name}_bucket{{route=\"{r}\",version=\"{v}\",le=\"{le}\"}} {cumulative}"
@@ -431,7 +435,7 @@ fn histogram(
             let _ = writeln!(
                 out,
                 "{name}_sum{{route=\"{r}\",version=\"{v}\"}} {}",
-                sum as f64 * scale
+                unit(sum)
             );
             let _ = writeln!(
                 out,
@@ -478,6 +482,35 @@ mod tests {
                 deadline_trips: 17,
                 backoff_refused: 18,
             }],
+            routes: vec![RouteFigures {
+                route: "/say \"hi\"".into(),
+                conns: ConnTotals {
+                    accepted: 30,
+                    closed: 10,
+                    messages_in: 31,
+                    bytes_in: 32,
+                    closes: [0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+                },
+                guest: Some(GuestFigures {
+                    serving: 2,
+                    versions: vec![
+                        (
+                            2,
+                            GuestTotals {
+                                calls: 33,
+                                call_micros_sum: 2_000_000,
+                                call_micros: [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+                                messages_out: 34,
+                                faults: [0, 35, 0, 0, 0, 0],
+                                ..GuestTotals::default()
+                            },
+                        ),
+                        (1, GuestTotals::default()),
+                    ],
+                    deploys: 36,
+                    failed_deploys: 37,
+                }),
+            }],
         };
         let body = snap.render();
         let expect = [
@@ -511,10 +544,63 @@ mod tests {
                 r#"weir_guest_backoff_refused_total{route="/say \"hi\""}"#,
                 18,
             ),
+            (r#"weir_route_connections{route="/say \"hi\""}"#, 20),
+            (
+                r#"weir_route_connections_accepted_total{route="/say \"hi\""}"#,
+                30,
+            ),
+            (r#"weir_route_messages_in_total{route="/say \"hi\""}"#, 31),
+            (r#"weir_route_bytes_in_total{route="/say \"hi\""}"#, 32),
+            (
+                r#"weir_route_closes_total{route="/say \"hi\"",code="1001"}"#,
+                9,
+            ),
+            (
+                r#"weir_route_closes_total{route="/say \"hi\"",code="other"}"#,
+                1,
+            ),
+            (r#"weir_guest_version{route="/say \"hi\""}"#, 2),
+            (r#"weir_guest_deploys_total{route="/say \"hi\""}"#, 36),
+            (
+                r#"weir_guest_deploys_failed_total{route="/say \"hi\""}"#,
+                37,
+            ),
+            (
+                r#"weir_guest_calls_total{route="/say \"hi\"",version="2"}"#,
+                33,
+            ),
+            (
+                r#"weir_guest_calls_total{route="/say \"hi\"",version="1"}"#,
+                0,
+            ),
+            (
+                r#"weir_guest_messages_out_total{route="/say \"hi\"",version="2"}"#,
+                34,
+            ),
+            (
+                r#"weir_guest_faults_total{route="/say \"hi\"",version="2",cause="deadline"}"#,
+                35,
+            ),
+            (
+                r#"weir_guest_call_duration_seconds_bucket{route="/say \"hi\"",version="2",le="0.00001"}"#,
+                1,
+            ),
+            (
+                r#"weir_guest_call_duration_seconds_bucket{route="/say \"hi\"",version="2",le="+Inf"}"#,
+                3,
+            ),
+            (
+                r#"weir_guest_call_duration_seconds_count{route="/say \"hi\"",version="2"}"#,
+                3,
+            ),
         ];
         for (name, value) in expect {
             assert_eq!(read(&body, name), Some(value), "{name} in\n{body}");
             let family = name.split('{').next().unwrap_or(name);
+            let family = ["_bucket", "_count"]
+                .iter()
+                .find_map(|suffix| family.strip_suffix(suffix))
+                .unwrap_or(family);
             assert!(
                 body.contains(&format!("# TYPE {family} ")),
                 "{name} has a TYPE line"
