@@ -159,6 +159,21 @@ impl Registry {
         }
     }
 
+    /// Asks every open connection of route `route` to close (a reload
+    /// removed the route); the close goes after what is already queued.
+    pub fn close_route(&self, route: usize, code: u16, reason: &str) -> usize {
+        let mut closed = 0;
+        for shard in &self.shards {
+            for entry in shard.lock().expect("registry lock").values() {
+                if entry.route == route {
+                    entry.outbound.close(code, reason);
+                    closed += 1;
+                }
+            }
+        }
+        closed
+    }
+
     pub fn stats(&self) -> QueueStats {
         let mut stats = QueueStats::default();
         for shard in &self.shards {

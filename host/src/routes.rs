@@ -100,71 +100,121 @@ impl Route {
     }
 }
 
+/// The route table. Immutable once built; a reload builds the next one
+/// and swaps it in (`server::reload`).
 pub struct Routes {
+    /// Paths served now, to their route's index.
     pub router: matchit::Router<usize>,
-    pub routes: Vec<Route>,
-    /// Every guest route, for `/metrics`.
-    pub guest_routes: Vec<Arc<GuestRoute>>,
+    /// Every route this gateway has served, by index. A removed route keeps
+    /// its index and only leaves the router: the registry and topics know
+    /// routes by index, so an index never names another route.
+    pub routes: Vec<Arc<Route>>,
+    /// Indices of the routes served now, in the file's order.
+    pub live: Vec<usize>,
+    /// Shared topic namespaces by name (`topics = "name"`).
+    shared_topics: HashMap<String, Arc<Topics>>,
+    /// The guest engine, once a route needed it.
+    engine: Option<Arc<GuestEngine>>,
+    cache_dir: Option<std::path::PathBuf>,
+    workers: usize,
 }
 
 impl Routes {
     /// Builds every route of `config`; guest components are compiled here.
     pub fn build(config: &Config, registry: &Arc<Registry>) -> Result<Routes, ServeError> {
-        let mut router = matchit::Router::new();
-        let mut routes = Vec::new();
-        let mut shared_topics: HashMap<&str, Arc<Topics>> = HashMap::new();
-        let mut guest_routes = Vec::new();
-        let has_guests = config
-            .routes
-            .iter()
-            .any(|r| matches!(r.behaviour, Behaviour::Guest(_)));
-        let engine = if has_guests {
-            Some(GuestEngine::new(config.server.cache_dir.clone())?)
-        } else {
-            None
+        let mut routes = Routes {
+            router: matchit::Router::new(),
+            routes: Vec::new(),
+            live: Vec::new(),
+            shared_topics: HashMap::new(),
+            engine: None,
+            cache_dir: config.server.cache_dir.clone(),
+            workers: config.server.workers,
         };
-        for (index, route) in config.routes.iter().enumerate() {
-            let route_error = |reason: String| ServeError::Route {
-                path: route.path.clone(),
-                line: route.line,
-                reason,
-            };
-            router
-                .insert(route.path.clone(), index)
-                .map_err(|e| route_error(e.to_string()))?;
-            // Topics are the route's own unless it names a shared namespace.
-            let topics = match &route.topics {
-                Some(name) => shared_topics.entry(name.as_str()).or_default().clone(),
-                None => Arc::default(),
-            };
-            let mut guest_route = None;
-            let kind: Arc<dyn RouteKind> = match &route.behaviour {
-                Behaviour::Native(native) => crate::native::route_kind(*native),
-                Behaviour::Guest(guest) => {
-                    let engine = engine
-                        .as_ref()
-                        .expect("engine exists when a route is a guest");
-                    let program = Program::load(engine, &route.path, guest)?;
-                    let guest = Arc::new(GuestRoute::new(index, program, topics, registry.clone()));
-                    guest_routes.push(guest.clone());
-                    guest_route = Some(guest.clone());
-                    Arc::new(guest)
-                }
-            };
-            routes.push(Route {
-                path: route.path.clone(),
-                limits: RwLock::new(Arc::new(route.limits.clone())),
-                kind,
-                behaviour: behaviour_name(&route.behaviour),
-                guest: guest_route,
-                stats: Arc::new(RouteStats::new(config.server.workers)),
-            });
+        for route in &config.routes {
+            let index = routes.add(route, registry)?;
+            routes.serve(&route.path, index, route.line)?;
         }
-        Ok(Routes {
-            router,
-            routes,
-            guest_routes,
-        })
+        Ok(routes)
+    }
+
+    /// The next table: the same routes, none served yet (a reload then
+    /// serves the ones the file keeps, and adds new ones).
+    pub fn next(&self) -> Routes {
+        Routes {
+            router: matchit::Router::new(),
+            routes: self.routes.clone(),
+            live: Vec::new(),
+            shared_topics: self.shared_topics.clone(),
+            engine: self.engine.clone(),
+            cache_dir: self.cache_dir.clone(),
+            workers: self.workers,
+        }
+    }
+
+    /// Serves the route at `index` on `path`.
+    pub fn serve(&mut self, path: &str, index: usize, line: usize) -> Result<(), ServeError> {
+        self.router
+            .insert(path.to_string(), index)
+            .map_err(|e| ServeError::Route {
+                path: path.to_string(),
+                line,
+                reason: e.to_string(),
+            })?;
+        self.live.push(index);
+        Ok(())
+    }
+
+    /// The route served on exactly `path`, if any.
+    pub fn live_route(&self, path: &str) -> Option<(usize, &Arc<Route>)> {
+        self.live_routes().find(|(_, r)| r.path == path)
+    }
+
+    /// The routes served now, with their indices, in the file's order.
+    pub fn live_routes(&self) -> impl Iterator<Item = (usize, &Arc<Route>)> {
+        self.live.iter().map(|&i| (i, &self.routes[i]))
+    }
+
+    /// Makes the route `route` describes (compiling its component) under
+    /// the next index, not served yet; returns the index.
+    pub fn add(
+        &mut self,
+        route: &crate::config::RouteConfig,
+        registry: &Arc<Registry>,
+    ) -> Result<usize, ServeError> {
+        let index = self.routes.len();
+        // Topics are the route's own unless it names a shared namespace.
+        let topics = match &route.topics {
+            Some(name) => self.shared_topics.entry(name.clone()).or_default().clone(),
+            None => Arc::default(),
+        };
+        let mut guest_route = None;
+        let kind: Arc<dyn RouteKind> = match &route.behaviour {
+            Behaviour::Native(native) => crate::native::route_kind(*native),
+            Behaviour::Guest(guest) => {
+                let engine = match &self.engine {
+                    Some(engine) => engine.clone(),
+                    None => {
+                        let engine = GuestEngine::new(self.cache_dir.clone())?;
+                        self.engine = Some(engine.clone());
+                        engine
+                    }
+                };
+                let program = Program::load(&engine, &route.path, guest)?;
+                let guest = Arc::new(GuestRoute::new(index, program, topics, registry.clone()));
+                guest_route = Some(guest.clone());
+                Arc::new(guest)
+            }
+        };
+        self.routes.push(Arc::new(Route {
+            path: route.path.clone(),
+            limits: RwLock::new(Arc::new(route.limits.clone())),
+            kind,
+            behaviour: behaviour_name(&route.behaviour),
+            guest: guest_route,
+            stats: Arc::new(RouteStats::new(self.workers)),
+        }));
+        Ok(index)
     }
 }
 

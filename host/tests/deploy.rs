@@ -539,3 +539,61 @@ async fn sighup_reloads_components_and_limits_and_refuses_bad_files() {
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("not a WebAssembly file"), "{body}");
 }
+
+/// SIGHUP with routes added and removed: the new route serves at once,
+/// the removed one's open connection gets 1001 and its path 404, and the
+/// route the file keeps serves on undisturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_adds_and_removes_routes() {
+    let gw = Gateway::start(
+        "routes",
+        &["echo", "json"],
+        "[[route]]\npath = \"/a\"\nguest = \"echo.wasm\"\n\n\
+         [[route]]\npath = \"/b\"\nnative = \"echo\"\n",
+    )
+    .await;
+    let mut a = common::client(&gw.url("/a")).await;
+    let mut b = common::client(&gw.url("/b")).await;
+    assert_eq!(ask(&mut a, 1).await, Answer::Echo);
+    assert_eq!(ask(&mut b, 1).await, Answer::Echo);
+    gw.rewrite(
+        "[[route]]\npath = \"/a\"\nguest = \"echo.wasm\"\n\n\
+         [[route]]\npath = \"/c/{room}\"\nguest = \"json.wasm\"\n",
+    );
+    gw.sighup();
+    match timeout(STEP, b.next()).await {
+        Ok(Some(Ok(Message::Close(Some(frame))))) => {
+            assert_eq!(u16::from(frame.code), 1001);
+            assert_eq!(frame.reason, "route removed");
+        }
+        other => panic!("the removed route's connection is closed with 1001: {other:?}"),
+    }
+    let mut c = common::client(&gw.url("/c/lobby")).await;
+    assert_eq!(ask(&mut c, 1).await, Answer::Json);
+    assert_eq!(ask(&mut a, 3).await, Answer::Echo);
+    let (_, status) = common::Raw::request(
+        gw.addr,
+        "GET /b HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 404, "a removed route's path is not served");
+    let (status, body) = gw.admin(Method::GET, "/routes", Vec::new()).await;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("/c/{room}") && !body.contains("\"/b\""),
+        "{body}"
+    );
+    // Put /b back, as a guest now: a route of its own, served at once.
+    gw.rewrite(
+        "[[route]]\npath = \"/a\"\nguest = \"echo.wasm\"\n\n\
+         [[route]]\npath = \"/b\"\nguest = \"json.wasm\"\n",
+    );
+    let (status, body) = gw.admin(Method::POST, "/reload", Vec::new()).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"added\":[\"/b\"]"), "{body}");
+    assert!(body.contains("\"removed\":[\"/c/{room}\"]"), "{body}");
+    let mut b = common::client(&gw.url("/b")).await;
+    assert_eq!(ask(&mut b, 5).await, Answer::Json);
+    assert_eq!(ask(&mut a, 5).await, Answer::Echo);
+}

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tracing::warn;
@@ -52,6 +52,8 @@ pub struct GuestRoute {
     deadline_trips: AtomicU64,
     /// Upgrades refused to addresses in back-off.
     backoff_refused: AtomicU64,
+    /// A reload removed the route: its instances are dropped once idle.
+    retired: AtomicBool,
 }
 
 /// One client address's recent deadline trips.
@@ -77,6 +79,7 @@ impl GuestRoute {
             offenders: Mutex::default(),
             deadline_trips: AtomicU64::new(0),
             backoff_refused: AtomicU64::new(0),
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -93,6 +96,15 @@ impl GuestRoute {
     /// Batches that ran into the deadline so far.
     pub fn deadline_trips(&self) -> u64 {
         self.deadline_trips.load(Ordering::Relaxed)
+    }
+
+    /// A reload removed the route.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
     }
 
     /// Upgrades refused to addresses in back-off so far.

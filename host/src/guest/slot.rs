@@ -245,9 +245,15 @@ impl GuestSlot {
             self.spare.borrow_mut().push(batch);
         }
         let closed = std::mem::take(&mut *self.closed.borrow_mut());
+        let retired = self.route.is_retired();
         self.with_runner(|r| {
             for conn in closed {
                 r.forget(conn);
+            }
+            // A removed route gives its instance (memory, pool slot) back
+            // once its connections' last events have run.
+            if retired {
+                r.recycle();
             }
         });
     }

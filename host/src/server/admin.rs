@@ -238,11 +238,10 @@ pub fn percent_decode(text: &str) -> Option<String> {
 /// `GET /routes`: every route, with its guest versions.
 fn routes(shared: &Shared) -> serde_json::Value {
     let secs = |t: std::time::SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let list: Vec<_> = shared
-        .routes
-        .routes
-        .iter()
-        .map(|r| {
+    let table = shared.routes.load();
+    let list: Vec<_> = table
+        .live_routes()
+        .map(|(_, r)| {
             let c = r.stats.sum();
             let mut entry = json!({
                 "path": r.path,
@@ -269,6 +268,8 @@ fn routes(shared: &Shared) -> serde_json::Value {
 
 fn report_json(report: &ReloadReport) -> serde_json::Value {
     json!({
+        "added": report.added,
+        "removed": report.removed,
         "deployed": report.deployed.iter().map(|(route, version)| json!({ "route": route, "version": version })).collect::<Vec<_>>(),
         "limits_changed": report.limits,
         "not_applied": report.not_applied,

@@ -142,10 +142,18 @@ async fn handle_request(
         shared.refused_over_limit.fetch_add(1, Ordering::Relaxed);
         return unavailable("too many connections; retry later\n");
     }
-    let Ok(matched) = shared.routes.router.at(path) else {
-        return text(StatusCode::NOT_FOUND, "no route for this path\n");
+    let (index, route, worker_route) = {
+        let table = shared.routes.load();
+        let Ok(matched) = table.router.at(path) else {
+            return text(StatusCode::NOT_FOUND, "no route for this path\n");
+        };
+        let index = *matched.value;
+        (
+            index,
+            table.routes[index].clone(),
+            worker.route(index, &table),
+        )
     };
-    let route = &shared.routes.routes[*matched.value];
     let limits = route.limits();
     if !handshake::wants_websocket(req.headers()) {
         let mut resp = text(
@@ -194,7 +202,7 @@ async fn handle_request(
         peer,
         outbound: &outbound,
     };
-    let accepted = match worker.routes[*matched.value].upgrade(up).await {
+    let accepted = match worker_route.upgrade(up).await {
         Ok(accepted) => accepted,
         Err(refusal) => {
             let mut resp = text(refusal.status, refusal.body);
@@ -214,7 +222,7 @@ async fn handle_request(
     let behaviour = accepted.behaviour;
     let env = ConnEnv {
         id,
-        route: *matched.value,
+        route: index,
         peer: peer.ip(),
         outbound,
         pool: worker.pool.clone(),

@@ -67,7 +67,8 @@ pub enum ServeError {
 
 /// What all workers share: routes, the registry, limits and counters.
 struct Shared {
-    routes: Routes,
+    /// The route table; a reload swaps in the next one (`reload`).
+    routes: arc_swap::ArcSwap<Routes>,
     handshake_timeout: Duration,
     drain_timeout: Duration,
     admission: Arc<Admission>,
@@ -203,7 +204,7 @@ impl Shared {
         crate::stats::set_workers(workers);
         let registry = Arc::new(Registry::new(workers));
         Ok(Shared {
-            routes: Routes::build(config, &registry)?,
+            routes: arc_swap::ArcSwap::from_pointee(Routes::build(config, &registry)?),
             handshake_timeout: config.server.handshake_timeout,
             drain_timeout: config.server.drain_timeout,
             admission: Admission::new(
@@ -227,6 +228,7 @@ impl Shared {
     /// The figures `/metrics` shows.
     fn snapshot(&self) -> Snapshot {
         let queues = self.registry.stats();
+        let table = self.routes.load();
         Snapshot {
             websocket_connections: queues.connections,
             tcp_connections: self.tcp_open.load(Ordering::Relaxed),
@@ -241,11 +243,9 @@ impl Shared {
             draining: self.draining.load(Ordering::Relaxed),
             heap: crate::metrics::Heap::read(),
             log_lines_lost: crate::logging::lost_lines(),
-            routes: self
-                .routes
-                .routes
-                .iter()
-                .map(|r| crate::metrics::RouteFigures {
+            routes: table
+                .live_routes()
+                .map(|(_, r)| crate::metrics::RouteFigures {
                     route: r.path.clone(),
                     conns: r.stats.sum(),
                     guest: r.guest.as_ref().map(|g| {
@@ -263,10 +263,9 @@ impl Shared {
                     }),
                 })
                 .collect(),
-            guest_routes: self
-                .routes
-                .guest_routes
-                .iter()
+            guest_routes: table
+                .live_routes()
+                .filter_map(|(_, r)| r.guest.as_ref())
                 .map(|g| crate::metrics::GuestRouteStats {
                     route: g.program().route().to_string(),
                     log_dropped_lines: g.program().log().dropped_lines(),

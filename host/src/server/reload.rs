@@ -1,19 +1,22 @@
 //! Changing a running gateway: deploys and rollbacks of one guest route,
 //! and reloads of the whole routes file (SIGHUP, `POST /reload`). One
-//! change at a time (a lock); a reload compiles every changed component
-//! before it changes anything, so a file with one bad route changes
-//! nothing.
+//! change at a time (a lock); a reload compiles every changed or new
+//! component before it changes anything, so a file with one bad route
+//! changes nothing.
 //!
-//! What a reload applies: a guest route's changed component or guest
-//! settings (a new version, at each runner's next batch) and any route's
-//! changed limits (to connections opened from then on). What it does not
-//! (yet): routes added or removed, a route changing kind, and `[server]` /
-//! `[admin]` settings; those are reported and need a restart.
+//! What a reload applies: routes added are served (at once, on every
+//! worker); routes removed leave the router and their connections get a
+//! 1001 close (after what is already queued for them); a route whose kind
+//! changed is removed and added again; a guest route's changed component
+//! or guest settings become a new version (at each runner's next batch);
+//! any route's changed limits apply to connections opened from then on.
+//! `[server]` and `[admin]` changes need a restart.
 
 use super::Shared;
 use crate::config::{Behaviour, Config, ConfigError};
 use crate::guest::deploy::NoEarlierVersion;
 use crate::guest::{GuestError, Program};
+use crate::ws::close::GOING_AWAY;
 use std::path::Path;
 use std::sync::Arc;
 use tracing::{info, warn};
@@ -33,6 +36,8 @@ pub enum ChangeError {
     NoFile,
     #[error("{0}")]
     Config(#[from] ConfigError),
+    #[error(transparent)]
+    Serve(#[from] super::ServeError),
 }
 
 impl ChangeError {
@@ -44,14 +49,23 @@ impl ChangeError {
             ChangeError::NotGuest(_) | ChangeError::NoEarlierVersion(_) | ChangeError::NoFile => {
                 S::CONFLICT
             }
-            ChangeError::Guest(_) | ChangeError::Config(_) => S::UNPROCESSABLE_ENTITY,
+            ChangeError::Guest(_) | ChangeError::Config(_) | ChangeError::Serve(_) => {
+                S::UNPROCESSABLE_ENTITY
+            }
         }
     }
 }
 
+/// The close reason a removed route's connections get (with 1001).
+pub const ROUTE_REMOVED: &str = "route removed";
+
 /// What a reload did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ReloadReport {
+    /// Routes served from now on.
+    pub added: Vec<String>,
+    /// Routes no longer served (their connections were closed with 1001).
+    pub removed: Vec<String>,
     /// Routes that got a new version: (path, version).
     pub deployed: Vec<(String, u64)>,
     /// Routes whose limits changed (for new connections).
@@ -68,17 +82,14 @@ pub struct Changes {
 }
 
 impl Changes {
-    fn guest(&self, path: &str) -> Result<&Arc<crate::guest::GuestRoute>, ChangeError> {
-        let route = self
-            .shared
-            .routes
-            .routes
-            .iter()
-            .find(|r| r.path == path)
+    fn guest(&self, path: &str) -> Result<Arc<crate::guest::GuestRoute>, ChangeError> {
+        let table = self.shared.routes.load();
+        let (_, route) = table
+            .live_route(path)
             .ok_or_else(|| ChangeError::NoRoute(path.to_string()))?;
         route
             .guest
-            .as_ref()
+            .clone()
             .ok_or_else(|| ChangeError::NotGuest(path.to_string()))
     }
 
@@ -115,6 +126,8 @@ impl Changes {
         match &result {
             Ok(report) => info!(
                 file = %file.display(),
+                added = ?report.added,
+                removed = ?report.removed,
                 deployed = report.deployed.len(),
                 limits = report.limits.len(),
                 not_applied = ?report.not_applied,
@@ -127,30 +140,35 @@ impl Changes {
 
     fn reload_from(&self, config: &Config) -> Result<ReloadReport, ChangeError> {
         let mut report = ReloadReport::default();
+        let old = self.shared.routes.load_full();
+        let mut next = old.next();
         let mut prepared = Vec::new();
         let mut errors = Vec::new();
         let mut limits = Vec::new();
-        let routes = &self.shared.routes.routes;
         for new in &config.routes {
-            let Some(old) = routes.iter().find(|r| r.path == new.path) else {
-                report.not_applied.push(format!(
-                    "route {} is new: restart the gateway to serve it",
-                    new.path
-                ));
+            let kept = old
+                .live_route(&new.path)
+                .filter(|(_, r)| r.behaviour == crate::routes::behaviour_name(&new.behaviour));
+            let Some((index, route)) = kept else {
+                // New, or of another kind than before: a route of its own.
+                match next.add(new, &self.shared.registry) {
+                    Ok(index) => {
+                        next.serve(&new.path, index, new.line)?;
+                        report.added.push(new.path.clone());
+                    }
+                    Err(super::ServeError::Guest(e)) => errors.push(e),
+                    Err(e) => errors.push(GuestError::Limits {
+                        route: new.path.clone(),
+                        detail: e.to_string(),
+                    }),
+                }
                 continue;
             };
-            let kind = crate::routes::behaviour_name(&new.behaviour);
-            if kind != old.behaviour {
-                report.not_applied.push(format!(
-                    "route {} changes from {} to {kind}: restart the gateway to apply it",
-                    new.path, old.behaviour
-                ));
-                continue;
+            next.serve(&new.path, index, new.line)?;
+            if *route.limits() != new.limits {
+                limits.push((route.clone(), new.limits.clone()));
             }
-            if *old.limits() != new.limits {
-                limits.push((old, new.limits.clone()));
-            }
-            let (Behaviour::Guest(cfg), Some(guest)) = (&new.behaviour, &old.guest) else {
+            let (Behaviour::Guest(cfg), Some(guest)) = (&new.behaviour, &route.guest) else {
                 continue;
             };
             let current = guest.program();
@@ -170,18 +188,18 @@ impl Changes {
                 continue;
             }
             match guest.versions().prepare(cfg, &wasm, &cfg.wasm) {
-                Ok(program) => prepared.push((guest, program, cfg.wasm.display().to_string())),
+                Ok(program) => {
+                    prepared.push((guest.clone(), program, cfg.wasm.display().to_string()))
+                }
                 Err(e) => errors.push(e),
             }
         }
-        for old in routes {
-            if !config.routes.iter().any(|r| r.path == old.path) {
-                report.not_applied.push(format!(
-                    "route {} was removed: restart the gateway to stop serving it",
-                    old.path
-                ));
-            }
-        }
+        let removed: Vec<usize> = old
+            .live
+            .iter()
+            .copied()
+            .filter(|i| !next.live.contains(i))
+            .collect();
         match errors.len() {
             0 => {}
             1 => return Err(errors.remove(0).into()),
@@ -196,6 +214,19 @@ impl Changes {
         for (route, new) in limits {
             report.limits.push(route.path.clone());
             route.set_limits(new);
+        }
+        self.shared.routes.store(Arc::new(next));
+        for index in removed {
+            let route = &old.routes[index];
+            if let Some(guest) = &route.guest {
+                guest.retire();
+            }
+            let closed = self
+                .shared
+                .registry
+                .close_route(index, GOING_AWAY, ROUTE_REMOVED);
+            info!(route = %route.path, connections = closed, "route removed; its connections are closed with 1001");
+            report.removed.push(route.path.clone());
         }
         Ok(report)
     }
