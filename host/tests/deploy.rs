@@ -597,3 +597,109 @@ async fn sighup_adds_and_removes_routes() {
     assert_eq!(ask(&mut b, 5).await, Answer::Json);
     assert_eq!(ask(&mut a, 5).await, Answer::Echo);
 }
+
+/// `weir deploy`, `weir rollback` and `weir routes` against a running
+/// gateway: clear output, and exit 1 with the gateway's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_deploys_rolls_back_and_lists() {
+    let gw = Gateway::start(
+        "cli",
+        &["echo"],
+        "[[route]]\npath = \"/g\"\nguest = \"echo.wasm\"\n",
+    )
+    .await;
+    let weir = |args: &[&str], token: &str| {
+        let admin = gw.admin.to_string();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.args(
+            args.iter()
+                .map(|a| if *a == "ADMIN" { admin.as_str() } else { a }),
+        )
+        .env("WEIR_ADMIN_TOKEN", token)
+        .env("RUST_LOG", "off");
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let json = wasm("json").display().to_string();
+    let (code, out, err) = weir(&["deploy", "--admin", "ADMIN", "/g", &json], TOKEN);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("to /g: version 2 (sha256 "), "{out}");
+    let mut ws = common::client(&gw.url("/g")).await;
+    assert_eq!(ask(&mut ws, 1).await, Answer::Json);
+
+    let broken = wasm("wrong-world").display().to_string();
+    let (code, out, err) = weir(&["deploy", "--admin", "ADMIN", "/g", &broken], TOKEN);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.contains("answered 422") && err.contains("guest ABI"),
+        "{err}"
+    );
+
+    let (code, out, err) = weir(&["routes", "--admin", "ADMIN"], TOKEN);
+    assert_eq!(code, Some(0), "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("/g "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("guest") && line.contains(" 2 "), "{line}");
+
+    let (code, out, err) = weir(&["rollback", "--admin", "ADMIN", "/g"], TOKEN);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("rolled back /g: version 1 serves"), "{out}");
+    assert_eq!(ask(&mut ws, 3).await, Answer::Echo);
+
+    let (code, _, err) = weir(&["routes", "--admin", "ADMIN"], "not-the-token-at-all");
+    assert_eq!(code, Some(1));
+    assert!(err.contains("answered 401"), "{err}");
+}
+
+/// With `[admin]` and no token in the environment, `weir serve` refuses to
+/// start (an admin API anyone could use is worse than none) and says how to
+/// set one.
+#[test]
+fn serve_refuses_to_start_without_the_admin_token() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("deploy-notoken-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("routes.toml");
+    let text = Gateway::routes_file(
+        free_port(),
+        free_port(),
+        "[[route]]\npath = \"/e\"\nnative = \"echo\"\n",
+    );
+    std::fs::write(&file, text).unwrap();
+    for token in [None, Some("short")] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.arg("serve")
+            .arg(&file)
+            .env_remove(TOKEN_ENV)
+            .env("RUST_LOG", "off");
+        if let Some(token) = token {
+            cmd.env(TOKEN_ENV, token);
+        }
+        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+        let deadline = std::time::Instant::now() + STEP;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "weir serve kept running"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(TOKEN_ENV) && err.contains("admin token"),
+            "{err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
