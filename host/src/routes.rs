@@ -1,5 +1,5 @@
-//! The route table: paths matched to route kinds, built once from the
-//! routes file. A route kind ([`RouteKind`]) is what a `native = "…"` keyword
+//! The route table: paths matched to route kinds, built from the routes
+//! file and replaced whole by a reload (`server::reload`). A route kind ([`RouteKind`]) is what a `native = "…"` keyword
 //! or a `guest = "…"` component becomes; on each worker it answers upgrades
 //! ([`WorkerRoute`]) with the connection's [`Behaviour`](crate::reactor::behaviour::Behaviour),
 //! or refuses them. Topic namespaces are resolved here: each route has its
