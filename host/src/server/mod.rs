@@ -2,8 +2,8 @@
 //! the route table and the connection registry, and runs the workers
 //! ([`worker`]) until shutdown. [`http`] answers each request: health,
 //! metrics, refusals, or the upgrade that hands the socket to the
-//! connection loop. [`admin`] is the admin API on a listener of its own,
-//! [`reload`] the deploys, rollbacks and reloads it (and SIGHUP) makes.
+//! connection loop. `admin` is the admin API on a listener of its own,
+//! `reload` the deploys, rollbacks and reloads it (and SIGHUP) makes.
 //!
 //! Thread per core: each worker has its own listener (the kernel spreads
 //! connections), its own current-thread runtime and buffer pool. After the
