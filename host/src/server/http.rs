@@ -22,7 +22,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::net::TcpStream;
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 /// Cap on an HTTP request head; past it hyper answers 431. (hyper's minimum.)
 const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
@@ -232,26 +232,31 @@ async fn handle_request(
     };
     shared.upgrades.fetch_add(1, Ordering::Relaxed);
     let upgrade = hyper::upgrade::on(&mut req);
-    tokio::task::spawn_local(async move {
-        let _live = guard;
-        match upgrade.await {
-            Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
-                Ok(parts) => {
-                    behaviour
-                        .start(parts.io.into_inner(), parts.read_buf, env)
-                        .await
-                }
-                Err(_) => {
-                    warn!("upgraded connection is not a TcpStream");
+    tokio::task::spawn_local(
+        async move {
+            let _live = guard;
+            match upgrade.await {
+                Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
+                    Ok(parts) => {
+                        behaviour
+                            .start(parts.io.into_inner(), parts.read_buf, env)
+                            .await
+                    }
+                    Err(_) => {
+                        warn!("upgraded connection is not a TcpStream");
+                        behaviour.abandon(env);
+                    }
+                },
+                Err(e) => {
+                    debug!(%peer, error = %e, "upgrade did not complete");
                     behaviour.abandon(env);
                 }
-            },
-            Err(e) => {
-                debug!(%peer, error = %e, "upgrade did not complete");
-                behaviour.abandon(env);
             }
         }
-    });
+        // The connection's log lines carry its route and id. A debug span:
+        // at the default level it is disabled and costs the loop nothing.
+        .instrument(tracing::debug_span!("conn", route = %route.path, conn = id)),
+    );
     let mut resp = Response::new(Full::new(Bytes::new()));
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = resp.headers_mut();
