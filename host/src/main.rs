@@ -134,8 +134,11 @@ fn serve(
             config.server.listen
         ),
     }
+    // Before the listeners exist: a SIGHUP sent as soon as the port answers
+    // must reload, not kill the process (SIGHUP's default action).
+    let signals = Signals::install()?;
     let server = weir::server::Server::bind(config).context("the gateway cannot start")?;
-    let shutdown = shutdown_on_signals(server.changes())?;
+    let shutdown = signals.run(server.changes())?;
     server
         .run(shutdown)
         .context("the gateway stopped with an error")?;
@@ -247,40 +250,67 @@ fn routes(admin: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A watch channel that flips to true on the first Ctrl-C or SIGTERM; a
-/// second one exits at once, for when draining connections takes too long.
-/// SIGHUP reloads the routes file (`changes`).
-fn shutdown_on_signals(changes: weir::server::Changes) -> anyhow::Result<weir::Shutdown> {
-    let (tx, rx) = watch::channel(false);
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .context("starting the signal-handling runtime")?;
-    std::thread::Builder::new()
-        .name("weir-signals".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let signal = tokio::select! {
-                    signal = wait_for_signal() => signal,
-                    _ = reload_on_sighup(changes) => "SIGHUP handler",
-                };
-                tracing::info!("{signal}: shutting down (send it again to exit at once)");
-                let _ = tx.send(true);
-                let signal = wait_for_signal().await;
-                tracing::warn!("{signal} again: exiting without draining");
-                std::process::exit(130);
-            })
-        })
-        .context("starting the signal-handling thread")?;
-    Ok(rx)
+/// The signal-handling runtime, with SIGHUP already registered.
+struct Signals {
+    runtime: tokio::runtime::Runtime,
+    hup: Option<tokio::signal::unix::Signal>,
 }
 
-/// Reloads the routes file on every SIGHUP (never returns unless SIGHUP
-/// cannot be watched). The outcome is logged by the reload itself.
-async fn reload_on_sighup(changes: weir::server::Changes) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot listen for SIGHUP; reload with POST /reload on the admin API");
+impl Signals {
+    /// Registers SIGHUP now (SIGINT and SIGTERM when [`Signals::run`]
+    /// starts waiting, as before).
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .context("starting the signal-handling runtime")?;
+        let hup = {
+            let _in_runtime = runtime.enter();
+            signal(SignalKind::hangup())
+                .inspect_err(|err| {
+                    tracing::warn!(
+                        "cannot listen for SIGHUP ({err}); reload with POST /reload on the admin API"
+                    )
+                })
+                .ok()
+        };
+        Ok(Signals { runtime, hup })
+    }
+
+    /// A watch channel that flips to true on the first Ctrl-C or SIGTERM; a
+    /// second one exits at once, for when draining connections takes too
+    /// long. SIGHUP reloads the routes file (`changes`).
+    fn run(self, changes: weir::server::Changes) -> anyhow::Result<weir::Shutdown> {
+        let (tx, rx) = watch::channel(false);
+        let Signals { runtime, hup } = self;
+        std::thread::Builder::new()
+            .name("weir-signals".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let signal = tokio::select! {
+                        signal = wait_for_signal() => signal,
+                        _ = reload_on_sighup(hup, changes) => "SIGHUP handler",
+                    };
+                    tracing::info!("{signal}: shutting down (send it again to exit at once)");
+                    let _ = tx.send(true);
+                    let signal = wait_for_signal().await;
+                    tracing::warn!("{signal} again: exiting without draining");
+                    std::process::exit(130);
+                })
+            })
+            .context("starting the signal-handling thread")?;
+        Ok(rx)
+    }
+}
+
+/// Reloads the routes file on every SIGHUP (never returns). The outcome is
+/// logged by the reload itself.
+async fn reload_on_sighup(
+    hup: Option<tokio::signal::unix::Signal>,
+    changes: weir::server::Changes,
+) {
+    let Some(mut hup) = hup else {
         return std::future::pending().await;
     };
     while hup.recv().await.is_some() {
