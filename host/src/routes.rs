@@ -19,6 +19,9 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::{Arc, RwLock};
 
+/// The close reason (with 1001) of connections on a route a reload removed.
+pub const ROUTE_REMOVED: &str = "route removed";
+
 /// A route kind, shared by every worker.
 pub trait RouteKind: Send + Sync {
     /// The route's state on one worker (e.g. its guest instance).

@@ -541,8 +541,9 @@ async fn sighup_reloads_components_and_limits_and_refuses_bad_files() {
 }
 
 /// SIGHUP with routes added and removed: the new route serves at once,
-/// the removed one's open connection gets 1001 and its path 404, and the
-/// route the file keeps serves on undisturbed.
+/// the removed one's open connection gets 1001 (a guest route's after the
+/// reply already due) and its path 404, and the route the file keeps
+/// serves on undisturbed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_adds_and_removes_routes() {
     let gw = Gateway::start(
@@ -589,8 +590,19 @@ async fn sighup_adds_and_removes_routes() {
         "[[route]]\npath = \"/a\"\nguest = \"echo.wasm\"\n\n\
          [[route]]\npath = \"/b\"\nguest = \"json.wasm\"\n",
     );
+    // A message sent before the reload that removes its (guest) route is
+    // answered before the 1001.
+    c.send(Message::text(request(7))).await.unwrap();
     let (status, body) = gw.admin(Method::POST, "/reload", Vec::new()).await;
     assert_eq!(status, 200, "{body}");
+    assert_eq!(answered_by(7, &text(&mut c).await), Answer::Json);
+    match timeout(STEP, c.next()).await {
+        Ok(Some(Ok(Message::Close(Some(frame))))) => {
+            assert_eq!(u16::from(frame.code), 1001);
+            assert_eq!(frame.reason, "route removed");
+        }
+        other => panic!("the removed guest route's connection is closed with 1001: {other:?}"),
+    }
     assert!(body.contains("\"added\":[\"/b\"]"), "{body}");
     assert!(body.contains("\"removed\":[\"/c/{room}\"]"), "{body}");
     let mut b = common::client(&gw.url("/b")).await;

@@ -21,6 +21,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 use tracing::warn;
 
 /// Deadline trips by one client address, within [`TRIP_WINDOW`], after which
@@ -54,6 +55,9 @@ pub struct GuestRoute {
     backoff_refused: AtomicU64,
     /// A reload removed the route: its instances are dropped once idle.
     retired: AtomicBool,
+    /// Each worker's scheduler signal, once the route has a slot there: a
+    /// removal wakes them so each closes its connections of the route.
+    wakers: Mutex<Vec<Arc<Notify>>>,
 }
 
 /// One client address's recent deadline trips.
@@ -80,6 +84,7 @@ impl GuestRoute {
             deadline_trips: AtomicU64::new(0),
             backoff_refused: AtomicU64::new(0),
             retired: AtomicBool::new(false),
+            wakers: Mutex::default(),
         }
     }
 
@@ -98,13 +103,23 @@ impl GuestRoute {
         self.deadline_trips.load(Ordering::Relaxed)
     }
 
-    /// A reload removed the route.
+    /// A reload removed the route: each worker with a slot for it closes
+    /// its connections of the route (1001) at its next turn, after the
+    /// batches already pending there, and drops its instance.
     pub fn retire(&self) {
-        self.retired.store(true, Ordering::Relaxed);
+        self.retired.store(true, Ordering::Release);
+        for waker in self.wakers.lock().expect("wakers lock").iter() {
+            waker.notify_one();
+        }
+    }
+
+    /// A worker's scheduler signal, for [`GuestRoute::retire`].
+    pub(crate) fn add_waker(&self, waker: Arc<Notify>) {
+        self.wakers.lock().expect("wakers lock").push(waker);
     }
 
     pub(crate) fn is_retired(&self) -> bool {
-        self.retired.load(Ordering::Relaxed)
+        self.retired.load(Ordering::Acquire)
     }
 
     /// Upgrades refused to addresses in back-off so far.

@@ -137,6 +137,9 @@ pub struct GuestSlot {
     backlog_shrank: Notify,
     /// The slot itself, for the connections it accepts.
     pub(super) me: Weak<GuestSlot>,
+    /// The route was removed and this worker's connections of it were
+    /// asked to close.
+    retired_closed: Cell<bool>,
 }
 
 impl GuestSlot {
@@ -158,8 +161,10 @@ impl GuestSlot {
             thread: RefCell::default(),
             scheduler: Rc::downgrade(scheduler),
             backlog_shrank: Notify::new(),
+            retired_closed: Cell::new(false),
             route,
         });
+        slot.route.add_waker(scheduler.work.clone());
         scheduler.slots.borrow_mut().push(slot.clone());
         slot
     }
@@ -210,6 +215,21 @@ impl GuestSlot {
         self.pending_bytes.set(0);
         if readers_wait {
             self.backlog_shrank.notify_waiters();
+        }
+        // The route was removed: once what its connections here had sent
+        // has run (the runner is home, nothing is pending), they get 1001.
+        if self.route.is_retired()
+            && !self.retired_closed.get()
+            && self.runner.borrow().is_some()
+            && self.batches.borrow().iter().all(Batch::is_empty)
+        {
+            self.retired_closed.set(true);
+            self.route.registry.close_route_on(
+                scheduler.worker,
+                self.route.index,
+                crate::ws::close::GOING_AWAY,
+                crate::routes::ROUTE_REMOVED,
+            );
         }
     }
 

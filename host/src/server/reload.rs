@@ -6,7 +6,8 @@
 //!
 //! What a reload applies: routes added are served (at once, on every
 //! worker); routes removed leave the router and their connections get a
-//! 1001 close (after what is already queued for them); a route whose kind
+//! 1001 close after the replies already due (a guest route's once each
+//! worker has run the batches it holds); a route whose kind
 //! changed is removed and added again; a guest route's changed component
 //! or guest settings become a new version (at each runner's next batch);
 //! any route's changed limits apply to connections opened from then on.
@@ -16,6 +17,7 @@ use super::Shared;
 use crate::config::{Behaviour, Config, ConfigError};
 use crate::guest::deploy::NoEarlierVersion;
 use crate::guest::{GuestError, Program};
+use crate::routes::ROUTE_REMOVED;
 use crate::ws::close::GOING_AWAY;
 use std::path::Path;
 use std::sync::Arc;
@@ -55,9 +57,6 @@ impl ChangeError {
         }
     }
 }
-
-/// The close reason a removed route's connections get (with 1001).
-pub const ROUTE_REMOVED: &str = "route removed";
 
 /// What a reload did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -218,14 +217,16 @@ impl Changes {
         self.shared.routes.store(Arc::new(next));
         for index in removed {
             let route = &old.routes[index];
-            if let Some(guest) = &route.guest {
-                guest.retire();
+            match &route.guest {
+                // Each worker closes them once their pending batches ran,
+                // so replies already due go first.
+                Some(guest) => guest.retire(),
+                None => self
+                    .shared
+                    .registry
+                    .close_route(index, GOING_AWAY, ROUTE_REMOVED),
             }
-            let closed = self
-                .shared
-                .registry
-                .close_route(index, GOING_AWAY, ROUTE_REMOVED);
-            info!(route = %route.path, connections = closed, "route removed; its connections are closed with 1001");
+            info!(route = %route.path, "route removed; its connections are closed with 1001");
             report.removed.push(route.path.clone());
         }
         Ok(report)
