@@ -198,21 +198,27 @@ impl GuestRoute {
                 if deadline {
                     self.deadline_trips.fetch_add(1, Ordering::Relaxed);
                 }
-                let mut ips = Vec::new();
-                for conn in affected {
-                    // The address first: once closed, the connection may
-                    // leave the registry at any moment.
-                    if deadline {
-                        ips.extend(self.registry.peer_ip(conn));
+                // Trips are counted before any close goes out: a client
+                // that reconnects the moment it reads its 1011 must find
+                // them (regression: guest_cpu.rs
+                // `repeat_offenders_get_429_with_retry_after` failed under
+                // load when the guest thread was preempted between the
+                // close and the count).
+                if deadline {
+                    let mut ips: Vec<IpAddr> = affected
+                        .iter()
+                        .filter_map(|&conn| self.registry.peer_ip(conn))
+                        .collect();
+                    ips.sort_unstable();
+                    ips.dedup();
+                    for ip in ips {
+                        self.record_trip(ip);
                     }
+                }
+                for conn in affected {
                     if let Some(out) = self.lookup(conn) {
                         out.close(fault.close_code(), "guest handler failed");
                     }
-                }
-                ips.sort_unstable();
-                ips.dedup();
-                for ip in ips {
-                    self.record_trip(ip);
                 }
             }
         }
