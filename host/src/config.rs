@@ -52,10 +52,17 @@ pub const DEFAULT_GUEST_RECYCLE_AFTER: u64 = 10_000;
 /// Cap on a connection's durable attachment: state, not a message store.
 pub const DEFAULT_ATTACHMENT_MAX_BYTES: usize = 16 << 10;
 
+/// Environment variable the admin API's bearer token is read from when
+/// `[admin]` names none.
+pub const DEFAULT_ADMIN_TOKEN_ENV: &str = "WEIR_ADMIN_TOKEN";
+
 /// A whole routes file, validated, with defaults applied.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub server: ServerConfig,
+    /// The admin API (deploys, rollback, reload, metrics); off unless the
+    /// file has an `[admin]` section.
+    pub admin: Option<AdminConfig>,
     pub routes: Vec<RouteConfig>,
     /// The `[cluster]` section: the Redis that nodes share topics through;
     /// None runs one process on its own (in-process topics only).
@@ -87,6 +94,20 @@ pub struct ServerConfig {
     /// second gateway on an address in use fails to start instead of
     /// silently sharing it (and serving old handler code to some clients).
     pub reuse_port: bool,
+    /// Whether the public listener answers `/metrics`. Default: yes without
+    /// `[admin]` (nothing else would serve it), no with it (the figures
+    /// name routes and versions: operators' business, not clients').
+    pub public_metrics: bool,
+}
+
+/// `[admin]`: the admin listener, separate from the public one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    /// Environment variable holding the bearer token every request must
+    /// carry (`Authorization: Bearer …`); the gateway will not start
+    /// without it.
+    pub token_env: String,
 }
 
 /// Per-connection limits: `[server]` gives defaults, a route may override.
@@ -263,6 +284,7 @@ impl Default for ServerConfig {
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             cache_dir: None,
             reuse_port: false,
+            public_metrics: true,
         }
     }
 }
@@ -308,6 +330,7 @@ impl Config {
                 route("/relay", NativeKind::Relay),
             ],
             cluster: None,
+            admin: None,
             source: None,
         }
     }

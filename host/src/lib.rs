@@ -22,15 +22,20 @@
 //!   publishes to other nodes (in-process by default, Redis with `[cluster]`).
 //! - [`config`] — the routes file.
 //! - [`admission`] — global and per-IP connection limits (503 past them).
-//! - [`metrics`] — `GET /metrics` in the Prometheus text format.
+//! - [`metrics`] — `GET /metrics` in the Prometheus text format; [`stats`]
+//!   — per-route counters kept per worker and summed when read.
 //! - [`logging`] — the gateway's log, written by a thread of its own.
 //! - [`scaffold`] — `weir new` / `weir build`: guest projects, with the SDK
 //!   this binary carries.
+//! - [`client`] — the admin API's client (`weir deploy`, `rollback`,
+//!   `routes`); the admin listener itself is in [`server`], deploys and
+//!   reloads in `server::reload` and `guest::deploy`.
 //!
 //! `docs/architecture.md` tells the whole story: layers, a message's path
 //! for echo, relay and a guest route, socket ownership and threading.
 
 pub mod admission;
+pub mod client;
 pub mod config;
 pub mod guest;
 pub mod logging;
@@ -42,6 +47,7 @@ pub mod registry;
 pub mod routes;
 pub mod scaffold;
 pub mod server;
+pub mod stats;
 pub mod ws;
 
 pub use config::Config;

@@ -21,8 +21,10 @@ static LOST: OnceLock<ErrorCounter> = OnceLock::new();
 pub struct LogGuard(#[allow(dead_code)] WorkerGuard);
 
 /// Installs the global subscriber: `RUST_LOG` filters (default `info`),
-/// colours only when a terminal reads stderr. Call once, from the binary.
-pub fn init() -> LogGuard {
+/// colours only when a terminal reads stderr; `json`: one JSON object per
+/// line (for log shippers), with the event's fields (`route`, `conn`, ...)
+/// at the top level. Call once, from the binary.
+pub fn init(json: bool) -> LogGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let (writer, guard) = NonBlockingBuilder::default()
@@ -31,11 +33,14 @@ pub fn init() -> LogGuard {
         .thread_name("weir-log")
         .finish(std::io::stderr());
     let _ = LOST.set(writer.error_counter());
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(writer)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_writer(writer);
+    if json {
+        fmt.json().flatten_event(true).init();
+    } else {
+        fmt.with_ansi(std::io::stderr().is_terminal()).init();
+    }
     std::thread::Builder::new()
         .name("weir-log-report".into())
         .spawn(report_lost_lines)

@@ -14,10 +14,23 @@ use weir::config::{self, Config};
 /// WebAssembly guest routes, wired in a TOML routes file.
 #[derive(Parser)]
 #[command(name = "weir", version, propagate_version = true)]
-#[command(after_help = "Logging: set RUST_LOG (default \"info\"), e.g. RUST_LOG=weir=debug.")]
+#[command(
+    after_help = "Logging: set RUST_LOG (default \"info\"), e.g. RUST_LOG=weir=debug.\n\
+Admin commands read the admin token from WEIR_ADMIN_TOKEN."
+)]
 struct Cli {
+    /// Log lines as text, or as one JSON object per line (fields: level,
+    /// target, message, route, conn, ...)
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -60,12 +73,35 @@ enum Command {
         #[arg(default_value = ".")]
         dir: PathBuf,
     },
+    /// Deploy a component to a guest route of a running gateway: it is
+    /// compiled and tried first; open connections switch at their next
+    /// message batch.
+    Deploy {
+        /// The gateway's admin address ([admin] listen), e.g. 127.0.0.1:9090
+        #[arg(long, value_name = "ADDR")]
+        admin: String,
+        /// The route's path as in the routes file, e.g. /json
+        route: String,
+        /// The component (.wasm)
+        file: PathBuf,
+    },
+    /// Put a guest route's previous version back.
+    Rollback {
+        #[arg(long, value_name = "ADDR")]
+        admin: String,
+        route: String,
+    },
+    /// List a running gateway's routes, versions and connections.
+    Routes {
+        #[arg(long, value_name = "ADDR")]
+        admin: String,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Logs go to stderr, so stdout stays for command output (`weir check`).
-    let _log = weir::logging::init();
+    let _log = weir::logging::init(matches!(cli.log_format, LogFormat::Json));
     let result = match cli.command {
         Command::Serve {
             file,
@@ -77,6 +113,9 @@ fn main() -> ExitCode {
         Command::Build { dir } => weir::scaffold::build_project(&dir).map(|path| {
             println!("{}", path.display());
         }),
+        Command::Deploy { admin, route, file } => deploy(&admin, &route, &file),
+        Command::Rollback { admin, route } => rollback(&admin, &route),
+        Command::Routes { admin } => routes(&admin),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -106,9 +145,12 @@ fn serve(
         };
     }
     let routes = config.routes.len();
+    // Before the listeners exist: a SIGHUP sent as soon as the port answers
+    // must reload, not kill the process (SIGHUP's default action).
+    let signals = Signals::install()?;
     // Binding loads and compiles every guest first: "serving" is said once
     // all of them are ready.
-    let server = weir::server::Server::bind(config).context("cannot start the gateway")?;
+    let server = weir::server::Server::bind(config).context("the gateway cannot start")?;
     let addr = server.local_addr();
     match &file {
         None => tracing::info!(
@@ -120,7 +162,7 @@ fn serve(
             if routes == 1 { "" } else { "s" }
         ),
     }
-    let shutdown = shutdown_on_signals()?;
+    let shutdown = signals.run(server.changes())?;
     server
         .run(shutdown)
         .context("the gateway stopped with an error")?;
@@ -133,6 +175,16 @@ fn check(file: PathBuf) -> anyhow::Result<()> {
     // Compiles every guest component and checks its world and limits, so a
     // bad .wasm is found here rather than at the first connection.
     weir::guest::check_routes(&config).with_context(|| file.display().to_string())?;
+    if let Some(admin) = &config.admin {
+        let token = std::env::var(&admin.token_env).unwrap_or_default();
+        if token.len() < weir::server::MIN_TOKEN_BYTES {
+            eprintln!(
+                "note: [admin] reads its token from {}, which is not set here (or shorter than {} bytes); `weir serve` will refuse to start without it",
+                admin.token_env,
+                weir::server::MIN_TOKEN_BYTES
+            );
+        }
+    }
     let n = config.routes.len();
     println!("ok: {n} route{}", if n == 1 { "" } else { "s" });
     Ok(())
@@ -150,43 +202,198 @@ fn new_project(parent: &std::path::Path, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A watch channel that flips to true on the first Ctrl-C or SIGTERM; a
-/// second one exits at once, for when draining connections takes too long.
-fn shutdown_on_signals() -> anyhow::Result<weir::Shutdown> {
-    let (tx, rx) = watch::channel(false);
+/// One admin request from the command line; the body of a 2xx answer, or
+/// the server's error.
+fn admin_request(
+    addr: &str,
+    method: http::Method,
+    path: &str,
+    body: Vec<u8>,
+) -> anyhow::Result<serde_json::Value> {
+    let token = std::env::var(config::DEFAULT_ADMIN_TOKEN_ENV).with_context(|| {
+        format!(
+            "set {} to the gateway's admin token",
+            config::DEFAULT_ADMIN_TOKEN_ENV
+        )
+    })?;
     let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
+        .enable_all()
         .build()
-        .context("starting the signal-handling runtime")?;
-    std::thread::Builder::new()
-        .name("weir-signals".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let signal = wait_for_signal().await;
-                tracing::info!("{signal}: shutting down (send it again to exit at once)");
-                let _ = tx.send(true);
-                let signal = wait_for_signal().await;
-                tracing::warn!("{signal} again: exiting without draining");
-                std::process::exit(130);
+        .context("starting a runtime")?;
+    let (status, text) =
+        runtime.block_on(weir::client::request(addr, &token, method, path, body))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|_| serde_json::json!({ "error": text.trim() }));
+    if !(200..300).contains(&status) {
+        let message = value["error"].as_str().unwrap_or(text.trim()).to_string();
+        anyhow::bail!("the gateway answered {status}: {message}");
+    }
+    Ok(value)
+}
+
+fn deploy(admin: &str, route: &str, file: &std::path::Path) -> anyhow::Result<()> {
+    let wasm = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let path = weir::client::route_endpoint(route, "component");
+    let answer = admin_request(admin, http::Method::PUT, &path, wasm)
+        .with_context(|| format!("{} was not deployed to {route}", file.display()))?;
+    println!(
+        "deployed {} to {route}: version {} (sha256 {})",
+        file.display(),
+        answer["version"],
+        answer["hash"].as_str().unwrap_or("?")
+    );
+    Ok(())
+}
+
+fn rollback(admin: &str, route: &str) -> anyhow::Result<()> {
+    let path = weir::client::route_endpoint(route, "rollback");
+    let answer = admin_request(admin, http::Method::POST, &path, Vec::new())
+        .with_context(|| format!("{route} was not rolled back"))?;
+    println!(
+        "rolled back {route}: version {} serves (sha256 {})",
+        answer["version"],
+        answer["hash"].as_str().unwrap_or("?")
+    );
+    Ok(())
+}
+
+fn routes(admin: &str) -> anyhow::Result<()> {
+    let answer = admin_request(admin, http::Method::GET, "/routes", Vec::new())?;
+    println!(
+        "{:<24} {:<9} {:>11} {:>7}  {:<12}  DEPLOYED (unix s)",
+        "PATH", "BEHAVIOUR", "CONNECTIONS", "VERSION", "SHA256"
+    );
+    for r in answer["routes"].as_array().into_iter().flatten() {
+        let text = |v: &serde_json::Value| {
+            v.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string())
+        };
+        let hash = r["hash"]
+            .as_str()
+            .map_or("-".to_string(), |h| h[..12.min(h.len())].to_string());
+        let version = r.get("version").map_or("-".to_string(), text);
+        let since = r.get("deployed_at").map_or("-".to_string(), text);
+        println!(
+            "{:<24} {:<9} {:>11} {:>7}  {:<12}  {since}",
+            text(&r["path"]),
+            text(&r["behaviour"]),
+            text(&r["connections"]),
+            version,
+            hash
+        );
+    }
+    Ok(())
+}
+
+/// The signal-handling runtime, with SIGHUP already registered.
+struct Signals {
+    runtime: tokio::runtime::Runtime,
+    hup: Option<tokio::signal::unix::Signal>,
+    /// SIGTERM and SIGINT, registered with SIGHUP before the listeners
+    /// exist: a signal that arrives as soon as the port answers is seen,
+    /// not lost (nor the process killed by the default action).
+    stop: StopSignals,
+}
+
+struct StopSignals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    /// Registers SIGHUP, SIGTERM and SIGINT now; [`Signals::run`] waits.
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .context("starting the signal-handling runtime")?;
+        let _in_runtime = runtime.enter();
+        let hup = signal(SignalKind::hangup())
+            .inspect_err(|err| {
+                tracing::warn!(
+                    "cannot listen for SIGHUP ({err}); reload with POST /reload on the admin API"
+                )
             })
+            .ok();
+        let term = signal(SignalKind::terminate())
+            .inspect_err(|err| tracing::warn!("cannot listen for SIGTERM ({err})"))
+            .ok();
+        let int = signal(SignalKind::interrupt())
+            .inspect_err(|err| tracing::warn!("cannot listen for SIGINT ({err})"))
+            .ok();
+        drop(_in_runtime);
+        Ok(Signals {
+            runtime,
+            hup,
+            stop: StopSignals { term, int },
         })
-        .context("starting the signal-handling thread")?;
-    Ok(rx)
+    }
+
+    /// A watch channel that flips to true on the first Ctrl-C or SIGTERM; a
+    /// second one exits at once, for when draining connections takes too
+    /// long. SIGHUP reloads the routes file (`changes`).
+    fn run(self, changes: weir::server::Changes) -> anyhow::Result<weir::Shutdown> {
+        let (tx, rx) = watch::channel(false);
+        let Signals {
+            runtime,
+            hup,
+            mut stop,
+        } = self;
+        std::thread::Builder::new()
+            .name("weir-signals".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let signal = tokio::select! {
+                        signal = stop.next() => signal,
+                        _ = reload_on_sighup(hup, changes) => "SIGHUP handler",
+                    };
+                    tracing::info!("{signal}: shutting down (send it again to exit at once)");
+                    let _ = tx.send(true);
+                    let signal = stop.next().await;
+                    tracing::warn!("{signal} again: exiting without draining");
+                    std::process::exit(130);
+                })
+            })
+            .context("starting the signal-handling thread")?;
+        Ok(rx)
+    }
+}
+
+/// Reloads the routes file on every SIGHUP (never returns). The outcome is
+/// logged by the reload itself.
+async fn reload_on_sighup(
+    hup: Option<tokio::signal::unix::Signal>,
+    changes: weir::server::Changes,
+) {
+    let Some(mut hup) = hup else {
+        return std::future::pending().await;
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading the routes file");
+        let changes = changes.clone();
+        let _ = tokio::task::spawn_blocking(move || changes.reload()).await;
+    }
+    std::future::pending().await
 }
 
 /// Waits for Ctrl-C (SIGINT) or SIGTERM and says which one came.
-async fn wait_for_signal() -> &'static str {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(err) => {
-            tracing::warn!("cannot listen for SIGTERM ({err}); only Ctrl-C stops the gateway");
-            let _ = tokio::signal::ctrl_c().await;
-            return "Ctrl-C";
+impl StopSignals {
+    /// The next SIGTERM or SIGINT (Ctrl-C); never, if neither could be
+    /// registered.
+    async fn next(&mut self) -> &'static str {
+        async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "Ctrl-C",
-        _ = term.recv() => "SIGTERM",
+        tokio::select! {
+            _ = recv(&mut self.int) => "Ctrl-C",
+            _ = recv(&mut self.term) => "SIGTERM",
+        }
     }
 }

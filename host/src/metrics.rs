@@ -5,6 +5,9 @@
 //! outbound queues' byte counts, the buffer pools' single-writer counters),
 //! and counters move once per connection, not per message.
 
+use crate::stats::{
+    ConnTotals, GuestTotals, BATCH_EVENTS_BUCKETS, CALL_MICROS_BUCKETS, CLOSE_CODES, FAULT_CAUSES,
+};
 use std::fmt::Write;
 
 /// `Content-Type` of the text exposition format.
@@ -38,6 +41,27 @@ pub struct Snapshot {
     pub pubsub_closed_slow: u64,
     /// The Redis link, when the routes file has a `[cluster]`.
     pub cluster: Option<crate::pubsub::cluster::ClusterStats>,
+    /// Every route's connection and message counters (and its guest's).
+    pub routes: Vec<RouteFigures>,
+}
+
+/// One route's counters, summed over workers.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RouteFigures {
+    pub route: String,
+    pub conns: ConnTotals,
+    pub guest: Option<GuestFigures>,
+}
+
+/// A guest route's versions and deploys.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GuestFigures {
+    /// The version serving now.
+    pub serving: u64,
+    /// The serving and kept versions' counters.
+    pub versions: Vec<(u64, GuestTotals)>,
+    pub deploys: u64,
+    pub failed_deploys: u64,
 }
 
 /// One guest route's counters.
@@ -258,6 +282,7 @@ impl Snapshot {
                 |d| d.backoff_refused,
             ),
         ];
+        self.render_routes(&mut out);
         for (name, help, value) in per_route {
             if self.guest_routes.is_empty() {
                 break;
@@ -269,6 +294,218 @@ impl Snapshot {
             }
         }
         out
+    }
+}
+
+/// `"` and `\` escaped for a label value.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// Writes a `# HELP` and `# TYPE` line.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+impl Snapshot {
+    /// The per-route families: labels `route`, and `version` for a guest's.
+    fn render_routes(&self, out: &mut String) {
+        if self.routes.is_empty() {
+            return;
+        }
+        type Conn = fn(&ConnTotals) -> u64;
+        let conn: [(&str, &str, &str, Conn); 4] = [
+            (
+                "weir_route_connections",
+                "gauge",
+                "WebSocket connections open on the route.",
+                |c| c.accepted.saturating_sub(c.closed),
+            ),
+            (
+                "weir_route_connections_accepted_total",
+                "counter",
+                "WebSocket connections the route accepted.",
+                |c| c.accepted,
+            ),
+            (
+                "weir_route_messages_in_total",
+                "counter",
+                "Messages received from clients.",
+                |c| c.messages_in,
+            ),
+            (
+                "weir_route_bytes_in_total",
+                "counter",
+                "Payload bytes received from clients.",
+                |c| c.bytes_in,
+            ),
+        ];
+        for (name, kind, help, value) in conn {
+            family(out, name, kind, help);
+            for r in &self.routes {
+                let _ = writeln!(
+                    out,
+                    "{name}{{route=\"{}\"}} {}",
+                    label(&r.route),
+                    value(&r.conns)
+                );
+            }
+        }
+        let name = "weir_route_closes_total";
+        family(out, name, "counter", "Connections ended, by close code (1006: without a close frame; other: any code not listed).");
+        for r in &self.routes {
+            for (i, n) in r.conns.closes.iter().enumerate() {
+                let code = CLOSE_CODES
+                    .get(i)
+                    .map_or("other".to_string(), |c| c.to_string());
+                let _ = writeln!(
+                    out,
+                    "{name}{{route=\"{}\",code=\"{code}\"}} {n}",
+                    label(&r.route)
+                );
+            }
+        }
+        let guests: Vec<(&str, &GuestFigures)> = self
+            .routes
+            .iter()
+            .filter_map(|r| Some((r.route.as_str(), r.guest.as_ref()?)))
+            .collect();
+        if guests.is_empty() {
+            return;
+        }
+        type Route = fn(&GuestFigures) -> u64;
+        let route: [(&str, &str, &str, Route); 3] = [
+            (
+                "weir_guest_version",
+                "gauge",
+                "The version of the route's component serving now.",
+                |g| g.serving,
+            ),
+            (
+                "weir_guest_deploys_total",
+                "counter",
+                "Components deployed to the route since start.",
+                |g| g.deploys,
+            ),
+            (
+                "weir_guest_deploys_failed_total",
+                "counter",
+                "Deploys refused (the component did not compile, fit the ABI or start).",
+                |g| g.failed_deploys,
+            ),
+        ];
+        for (name, kind, help, value) in route {
+            family(out, name, kind, help);
+            for (r, g) in &guests {
+                let _ = writeln!(out, "{name}{{route=\"{}\"}} {}", label(r), value(g));
+            }
+        }
+        type Version = fn(&GuestTotals) -> u64;
+        let version: [(&str, &str, Version); 3] = [
+            (
+                "weir_guest_calls_total",
+                "Guest calls (one per batch).",
+                |t| t.calls,
+            ),
+            (
+                "weir_guest_messages_out_total",
+                "Sends and publishes the guest made.",
+                |t| t.messages_out,
+            ),
+            (
+                "weir_guest_bytes_out_total",
+                "Payload bytes of the guest's sends and publishes.",
+                |t| t.bytes_out,
+            ),
+        ];
+        for (name, help, value) in version {
+            family(out, name, "counter", help);
+            for (r, g) in &guests {
+                for (v, t) in &g.versions {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{route=\"{}\",version=\"{v}\"}} {}",
+                        label(r),
+                        value(t)
+                    );
+                }
+            }
+        }
+        let name = "weir_guest_faults_total";
+        family(out, name, "counter", "Guest calls that failed, by cause (their connections closed 1011, or 1013 when overloaded).");
+        for (r, g) in &guests {
+            for (v, t) in &g.versions {
+                for (cause, n) in FAULT_CAUSES.iter().zip(t.faults) {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{route=\"{}\",version=\"{v}\",cause=\"{cause}\"}} {n}",
+                        label(r)
+                    );
+                }
+            }
+        }
+        histogram(
+            out,
+            &guests,
+            "weir_guest_call_duration_seconds",
+            "Time of one guest call.",
+            &CALL_MICROS_BUCKETS,
+            seconds,
+            |t| (&t.call_micros[..], t.call_micros_sum),
+        );
+        histogram(
+            out,
+            &guests,
+            "weir_guest_batch_events",
+            "Events (opens, messages, closes) per guest call.",
+            &BATCH_EVENTS_BUCKETS,
+            |n| n.to_string(),
+            |t| (&t.batch_events[..], t.events_sum),
+        );
+    }
+}
+
+/// `micros` as seconds, exactly (`10` → `0.00001`).
+fn seconds(micros: u64) -> String {
+    let text = format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000);
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A histogram per guest route and version; `unit` writes bucket bounds and
+/// the sum in the family's unit.
+fn histogram(
+    out: &mut String,
+    guests: &[(&str, &GuestFigures)],
+    name: &str,
+    help: &str,
+    bounds: &[u64],
+    unit: fn(u64) -> String,
+    counts: fn(&GuestTotals) -> (&[u64], u64),
+) {
+    family(out, name, "histogram", help);
+    for (r, g) in guests {
+        let r = label(r);
+        for (v, t) in &g.versions {
+            let (buckets, sum) = counts(t);
+            let mut cumulative = 0;
+            for (i, n) in buckets.iter().enumerate() {
+                cumulative += n;
+                let le = bounds.get(i).map_or("+Inf".to_string(), |b| unit(*b));
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{{route=\"{r}\",version=\"{v}\",le=\"{le}\"}} {cumulative}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "{name}_sum{{route=\"{r}\",version=\"{v}\"}} {}",
+                unit(sum)
+            );
+            let _ = writeln!(
+                out,
+                "{name}_count{{route=\"{r}\",version=\"{v}\"}} {cumulative}"
+            );
+        }
     }
 }
 
@@ -320,6 +557,35 @@ mod tests {
                 lost: 25,
                 link_failures: 26,
             }),
+            routes: vec![RouteFigures {
+                route: "/say \"hi\"".into(),
+                conns: ConnTotals {
+                    accepted: 30,
+                    closed: 10,
+                    messages_in: 31,
+                    bytes_in: 32,
+                    closes: [0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+                },
+                guest: Some(GuestFigures {
+                    serving: 2,
+                    versions: vec![
+                        (
+                            2,
+                            GuestTotals {
+                                calls: 33,
+                                call_micros_sum: 2_000_000,
+                                call_micros: [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+                                messages_out: 34,
+                                faults: [0, 35, 0, 0, 0, 0],
+                                ..GuestTotals::default()
+                            },
+                        ),
+                        (1, GuestTotals::default()),
+                    ],
+                    deploys: 36,
+                    failed_deploys: 37,
+                }),
+            }],
         };
         let body = snap.render();
         let expect = [
@@ -362,10 +628,63 @@ mod tests {
                 r#"weir_guest_backoff_refused_total{route="/say \"hi\""}"#,
                 18,
             ),
+            (r#"weir_route_connections{route="/say \"hi\""}"#, 20),
+            (
+                r#"weir_route_connections_accepted_total{route="/say \"hi\""}"#,
+                30,
+            ),
+            (r#"weir_route_messages_in_total{route="/say \"hi\""}"#, 31),
+            (r#"weir_route_bytes_in_total{route="/say \"hi\""}"#, 32),
+            (
+                r#"weir_route_closes_total{route="/say \"hi\"",code="1001"}"#,
+                9,
+            ),
+            (
+                r#"weir_route_closes_total{route="/say \"hi\"",code="other"}"#,
+                1,
+            ),
+            (r#"weir_guest_version{route="/say \"hi\""}"#, 2),
+            (r#"weir_guest_deploys_total{route="/say \"hi\""}"#, 36),
+            (
+                r#"weir_guest_deploys_failed_total{route="/say \"hi\""}"#,
+                37,
+            ),
+            (
+                r#"weir_guest_calls_total{route="/say \"hi\"",version="2"}"#,
+                33,
+            ),
+            (
+                r#"weir_guest_calls_total{route="/say \"hi\"",version="1"}"#,
+                0,
+            ),
+            (
+                r#"weir_guest_messages_out_total{route="/say \"hi\"",version="2"}"#,
+                34,
+            ),
+            (
+                r#"weir_guest_faults_total{route="/say \"hi\"",version="2",cause="deadline"}"#,
+                35,
+            ),
+            (
+                r#"weir_guest_call_duration_seconds_bucket{route="/say \"hi\"",version="2",le="0.00001"}"#,
+                1,
+            ),
+            (
+                r#"weir_guest_call_duration_seconds_bucket{route="/say \"hi\"",version="2",le="+Inf"}"#,
+                3,
+            ),
+            (
+                r#"weir_guest_call_duration_seconds_count{route="/say \"hi\"",version="2"}"#,
+                3,
+            ),
         ];
         for (name, value) in expect {
             assert_eq!(read(&body, name), Some(value), "{name} in\n{body}");
             let family = name.split('{').next().unwrap_or(name);
+            let family = ["_bucket", "_count"]
+                .iter()
+                .find_map(|suffix| family.strip_suffix(suffix))
+                .unwrap_or(family);
             assert!(
                 body.contains(&format!("# TYPE {family} ")),
                 "{name} has a TYPE line"

@@ -159,6 +159,24 @@ impl Registry {
         }
     }
 
+    /// Asks every open connection of route `route` to close (a reload
+    /// removed the route); the close goes after what is already queued.
+    pub fn close_route(&self, route: usize, code: u16, reason: &str) {
+        for worker in 0..self.shards.len() {
+            self.close_route_on(worker, route, code, reason);
+        }
+    }
+
+    /// [`Registry::close_route`] for the connections of one worker.
+    pub fn close_route_on(&self, worker: usize, route: usize, code: u16, reason: &str) {
+        let shard = self.shards[worker % self.shards.len()]
+            .lock()
+            .expect("registry lock");
+        for entry in shard.values().filter(|e| e.route == route) {
+            entry.outbound.close(code, reason);
+        }
+    }
+
     pub fn stats(&self) -> QueueStats {
         let mut stats = QueueStats::default();
         for shard in &self.shards {

@@ -1,5 +1,5 @@
-//! The route table: paths matched to route kinds, built once from the
-//! routes file. A route kind ([`RouteKind`]) is what a `native = "…"` keyword
+//! The route table: paths matched to route kinds, built from the routes
+//! file and replaced whole by a reload (`server::reload`). A route kind ([`RouteKind`]) is what a `native = "…"` keyword
 //! or a `guest = "…"` component becomes; on each worker it answers upgrades
 //! ([`WorkerRoute`]) with the connection's [`Behaviour`](crate::reactor::behaviour::Behaviour),
 //! or refuses them. Topic namespaces are resolved here: each route has its
@@ -12,11 +12,15 @@ use crate::reactor::behaviour::{LocalFuture, Start};
 use crate::reactor::outbound::Outbound;
 use crate::registry::Registry;
 use crate::server::ServeError;
+use crate::stats::RouteStats;
 use http::{HeaderMap, StatusCode, Uri};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+
+/// The close reason (with 1001) of connections on a route a reload removed.
+pub const ROUTE_REMOVED: &str = "route removed";
 
 /// A route kind, shared by every worker.
 pub trait RouteKind: Send + Sync {
@@ -80,94 +84,180 @@ pub struct Refusal {
 /// A route as the workers run it.
 pub struct Route {
     pub path: String,
-    pub limits: Arc<Limits>,
+    /// Read at each upgrade; a reload replaces them for new connections.
+    limits: RwLock<Arc<Limits>>,
     pub kind: Arc<dyn RouteKind>,
+    /// What the route's behaviour is, for `GET /routes` ("echo", "guest").
+    pub behaviour: String,
+    /// The guest route behind `kind`, when it is one (deploys, metrics).
+    pub guest: Option<Arc<GuestRoute>>,
+    /// Connections and messages, per worker.
+    pub stats: Arc<RouteStats>,
 }
 
+impl Route {
+    /// The limits new connections get.
+    pub fn limits(&self) -> Arc<Limits> {
+        self.limits.read().expect("limits lock").clone()
+    }
+
+    /// New connections get `limits` from now on (open ones keep theirs).
+    pub fn set_limits(&self, limits: Limits) {
+        *self.limits.write().expect("limits lock") = Arc::new(limits);
+    }
+}
+
+/// The route table. Immutable once built; a reload builds the next one
+/// and swaps it in (`server::reload`).
 pub struct Routes {
+    /// Paths served now, to their route's index.
     pub router: matchit::Router<usize>,
-    pub routes: Vec<Route>,
-    /// Every guest route, for `/metrics`.
-    pub guest_routes: Vec<Arc<GuestRoute>>,
+    /// Every route this gateway has served, by index. A removed route keeps
+    /// its index and only leaves the router: the registry and topics know
+    /// routes by index, so an index never names another route.
+    pub routes: Vec<Arc<Route>>,
+    /// Indices of the routes served now, in the file's order.
+    pub live: Vec<usize>,
+    /// Shared topic namespaces by name (`topics = "name"`).
+    shared_topics: HashMap<String, Arc<Topics>>,
     /// The workers' publish delivery, shared by every topic namespace.
     pub fanout: Arc<Fanout>,
     /// Where topics meet other nodes' (in-process only without `[cluster]`).
     pub broker: Arc<dyn Broker>,
+    /// The guest engine, once a route needed it.
+    engine: Option<Arc<GuestEngine>>,
+    cache_dir: Option<std::path::PathBuf>,
+    workers: usize,
 }
 
 impl Routes {
     /// Builds every route of `config`; guest components are compiled here.
     pub fn build(config: &Config, registry: &Arc<Registry>) -> Result<Routes, ServeError> {
-        let mut router = matchit::Router::new();
-        let mut routes = Vec::new();
-        let mut shared_topics: HashMap<&str, Arc<Topics>> = HashMap::new();
-        let fanout = Arc::new(Fanout::new(config.server.workers));
         let broker: Arc<dyn Broker> = match &config.cluster {
             Some(cluster) => crate::pubsub::cluster::RedisBroker::start(cluster.clone())
                 .map_err(ServeError::Worker)?,
             None => Arc::new(LocalBroker),
         };
-        let mut guest_routes = Vec::new();
-        let has_guests = config
-            .routes
-            .iter()
-            .any(|r| matches!(r.behaviour, Behaviour::Guest(_)));
-        let engine = if has_guests {
-            Some(GuestEngine::new(config.server.cache_dir.clone())?)
-        } else {
-            None
-        };
-        for (index, route) in config.routes.iter().enumerate() {
-            let route_error = |reason: String| ServeError::Route {
-                path: route.path.clone(),
-                line: route.line,
-                reason,
-            };
-            router
-                .insert(route.path.clone(), index)
-                .map_err(|e| route_error(e.to_string()))?;
-            // Topics are the route's own unless it names a shared namespace;
-            // the names are the same on every node of a cluster.
-            let topics = match &route.topics {
-                Some(name) => shared_topics
-                    .entry(name.as_str())
-                    .or_insert_with(|| {
-                        Topics::new(&format!("shared:{name}"), fanout.clone(), broker.clone())
-                    })
-                    .clone(),
-                None => Topics::new(
-                    &format!("route:{}", route.path),
-                    fanout.clone(),
-                    broker.clone(),
-                ),
-            };
-            let kind: Arc<dyn RouteKind> = match &route.behaviour {
-                Behaviour::Native(native) => {
-                    crate::native::route_kind(*native, &route.path, &topics)
-                }
-                Behaviour::Guest(guest) => {
-                    let engine = engine
-                        .as_ref()
-                        .expect("engine exists when a route is a guest");
-                    let program = Program::load(engine, &route.path, guest)
-                        .map_err(|e| e.at_line(route.line))?;
-                    let guest = Arc::new(GuestRoute::new(index, program, topics, registry.clone()));
-                    guest_routes.push(guest.clone());
-                    Arc::new(guest)
-                }
-            };
-            routes.push(Route {
-                path: route.path.clone(),
-                limits: Arc::new(route.limits.clone()),
-                kind,
-            });
-        }
-        Ok(Routes {
-            router,
-            routes,
-            guest_routes,
-            fanout,
+        let mut routes = Routes {
+            router: matchit::Router::new(),
+            routes: Vec::new(),
+            live: Vec::new(),
+            shared_topics: HashMap::new(),
+            fanout: Arc::new(Fanout::new(config.server.workers)),
             broker,
-        })
+            engine: None,
+            cache_dir: config.server.cache_dir.clone(),
+            workers: config.server.workers,
+        };
+        for route in &config.routes {
+            let index = routes.add(route, registry)?;
+            routes.serve(&route.path, index, route.line)?;
+        }
+        Ok(routes)
+    }
+
+    /// The next table: the same routes, none served yet (a reload then
+    /// serves the ones the file keeps, and adds new ones).
+    pub fn next(&self) -> Routes {
+        Routes {
+            router: matchit::Router::new(),
+            routes: self.routes.clone(),
+            live: Vec::new(),
+            shared_topics: self.shared_topics.clone(),
+            fanout: self.fanout.clone(),
+            broker: self.broker.clone(),
+            engine: self.engine.clone(),
+            cache_dir: self.cache_dir.clone(),
+            workers: self.workers,
+        }
+    }
+
+    /// Serves the route at `index` on `path`.
+    pub fn serve(&mut self, path: &str, index: usize, line: usize) -> Result<(), ServeError> {
+        self.router
+            .insert(path.to_string(), index)
+            .map_err(|e| ServeError::Route {
+                path: path.to_string(),
+                line,
+                reason: e.to_string(),
+            })?;
+        self.live.push(index);
+        Ok(())
+    }
+
+    /// The route served on exactly `path`, if any.
+    pub fn live_route(&self, path: &str) -> Option<(usize, &Arc<Route>)> {
+        self.live_routes().find(|(_, r)| r.path == path)
+    }
+
+    /// The routes served now, with their indices, in the file's order.
+    pub fn live_routes(&self) -> impl Iterator<Item = (usize, &Arc<Route>)> {
+        self.live.iter().map(|&i| (i, &self.routes[i]))
+    }
+
+    /// Makes the route `route` describes (compiling its component) under
+    /// the next index, not served yet; returns the index.
+    pub fn add(
+        &mut self,
+        route: &crate::config::RouteConfig,
+        registry: &Arc<Registry>,
+    ) -> Result<usize, ServeError> {
+        let index = self.routes.len();
+        // Topics are the route's own unless it names a shared namespace;
+        // the names are the same on every node of a cluster.
+        let (fanout, broker) = (&self.fanout, &self.broker);
+        let topics = match &route.topics {
+            Some(name) => self
+                .shared_topics
+                .entry(name.clone())
+                .or_insert_with(|| {
+                    Topics::new(&format!("shared:{name}"), fanout.clone(), broker.clone())
+                })
+                .clone(),
+            None => Topics::new(
+                &format!("route:{}", route.path),
+                fanout.clone(),
+                broker.clone(),
+            ),
+        };
+        let mut guest_route = None;
+        let kind: Arc<dyn RouteKind> = match &route.behaviour {
+            Behaviour::Native(native) => crate::native::route_kind(*native, &route.path, &topics),
+            Behaviour::Guest(guest) => {
+                let engine = match &self.engine {
+                    Some(engine) => engine.clone(),
+                    None => {
+                        let engine = GuestEngine::new(self.cache_dir.clone())?;
+                        self.engine = Some(engine.clone());
+                        engine
+                    }
+                };
+                let program = Program::load(&engine, &route.path, guest)
+                    .map_err(|e| e.at_line(route.line))?;
+                let guest = Arc::new(GuestRoute::new(index, program, topics, registry.clone()));
+                guest_route = Some(guest.clone());
+                Arc::new(guest)
+            }
+        };
+        self.routes.push(Arc::new(Route {
+            path: route.path.clone(),
+            limits: RwLock::new(Arc::new(route.limits.clone())),
+            kind,
+            behaviour: behaviour_name(&route.behaviour),
+            guest: guest_route,
+            stats: Arc::new(RouteStats::new(self.workers)),
+        }));
+        Ok(index)
+    }
+}
+
+/// A route's behaviour as `GET /routes` names it: the native keyword
+/// (`echo`, `relay`), or `guest`.
+pub fn behaviour_name(behaviour: &Behaviour) -> String {
+    match behaviour {
+        Behaviour::Native(crate::config::NativeKind::Echo) => "echo".into(),
+        Behaviour::Native(crate::config::NativeKind::Relay) => "relay".into(),
+        Behaviour::Native(crate::config::NativeKind::PubSub(_)) => "pubsub".into(),
+        Behaviour::Guest(_) => "guest".into(),
     }
 }

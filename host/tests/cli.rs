@@ -118,12 +118,12 @@ fn serve_without_a_file_says_so_and_stops_on_sigterm() {
         .unwrap();
     assert!(status.success(), "{status:?}\n{stderr}");
 
-    let first = stderr.lines().next().unwrap_or_default();
+    // Said once the gateway is ready (after lines about its limits).
     assert!(
-        first.contains(&format!(
+        stderr.contains(&format!(
             "no routes file given: serving the built-in default, native /echo and /relay on 127.0.0.1:{port}"
         )),
-        "first log line: {first}"
+        "{stderr}"
     );
     assert!(stderr.contains("SIGTERM: shutting down"), "{stderr}");
 }
@@ -207,4 +207,68 @@ fn check_counts_one_route_in_the_singular() {
     );
     let out = weir().arg("check").arg(&file).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "ok: 1 route\n");
+}
+
+/// `--log-format json`: every line the gateway logs is one JSON object
+/// with its level, message and the event's fields at the top level.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let mut child = weir()
+        .args([
+            "--log-format",
+            "json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        // Until the "listening" line (or EOF); bounded by the kill below.
+        let mut text = String::new();
+        let mut byte = [0u8; 1];
+        while !text.contains("weir listening") {
+            match stderr.read(&mut byte) {
+                Ok(1) => text.push(byte[0] as char),
+                _ => break,
+            }
+        }
+        while !text.ends_with('\n') {
+            match stderr.read(&mut byte) {
+                Ok(1) => text.push(byte[0] as char),
+                _ => break,
+            }
+        }
+        text
+    });
+    let started = Instant::now();
+    while !reader.is_finished() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = reader.join().unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(!lines.is_empty(), "no log line");
+    for line in &lines {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            value["level"].is_string() && value["message"].is_string(),
+            "{line}"
+        );
+    }
+    let listening: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
+    assert_eq!(listening["message"], "weir listening");
+    assert_eq!(listening["workers"], 1);
+    assert!(listening["addr"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
 }

@@ -244,8 +244,8 @@ async fn upgrade_status(addr: SocketAddr) -> std::io::Result<(u16, TcpStream)> {
     Ok((status, s))
 }
 
-/// With few descriptors (`ulimit -n 128`) and the default max_connections
-/// (100,000, far above it), the gateway caps itself below the limit: a
+/// With few descriptors (`ulimit -n 128`) and max_connections far above
+/// them (1,000), the gateway caps itself below the limit: a
 /// storm of 200 upgrades gets 101 or 503 each — never a reset — the log
 /// says why once instead of per refusal, and once connections close it
 /// serves new ones.
@@ -262,7 +262,9 @@ async fn few_descriptors_mean_503s_not_resets_and_serving_goes_on() {
     let file = dir.join("routes.toml");
     std::fs::write(
         &file,
-        format!("[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 1\n\n{ROUTES}"),
+        format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 1\nmax_connections = 1000\n\n{ROUTES}"
+        ),
     )
     .unwrap();
     let log = dir.join("stderr.log");
@@ -327,7 +329,9 @@ async fn few_descriptors_mean_503s_not_resets_and_serving_goes_on() {
 
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
-        text.contains("is more than this process may open (RLIMIT_NOFILE 128)"),
+        text.contains(
+            "max_connections = 1000 is more than this process may open (RLIMIT_NOFILE 128)"
+        ),
         "{text}"
     );
     let summaries = text.matches("refused").count();

@@ -20,6 +20,7 @@ use super::*;
 #[serde(deny_unknown_fields)]
 struct RawFile {
     server: Option<RawServer>,
+    admin: Option<Spanned<RawAdmin>>,
     route: Option<Vec<Spanned<RawRoute>>>,
     cluster: Option<Spanned<RawCluster>>,
 }
@@ -29,6 +30,13 @@ struct RawFile {
 struct RawCluster {
     redis: Field,
     redis_cluster: Field,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    listen: Field,
+    token_env: Field,
 }
 
 #[derive(Deserialize)]
@@ -47,6 +55,7 @@ struct RawServer {
     max_connections_per_ip: Field,
     cache_dir: Field,
     reuse_port: Field,
+    public_metrics: Field,
 }
 
 #[derive(Deserialize)]
@@ -87,7 +96,20 @@ const MAX_WORKERS: u64 = 1024;
 pub(super) fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError> {
     let src = Source { text };
     let raw: RawFile = toml::from_str(text).map_err(|err| toml_error(&src, err))?;
-    let server = server(&src, raw.server.as_ref(), origin_dir)?;
+    let mut server = server(&src, raw.server.as_ref(), origin_dir)?;
+    let admin = match &raw.admin {
+        Some(raw) => Some(admin(&src, raw)?),
+        None => None,
+    };
+    // /metrics stays public unless an admin listener is there to serve it.
+    let public_metrics = raw
+        .server
+        .as_ref()
+        .and_then(|s| Item::of("public_metrics", &s.public_metrics));
+    server.public_metrics = match public_metrics {
+        Some(item) => item.flag(&src)?,
+        None => admin.is_none(),
+    };
     let raw_routes = raw.route.unwrap_or_default();
     if raw_routes.is_empty() {
         return Err(ConfigError {
@@ -111,6 +133,7 @@ pub(super) fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError
     };
     Ok(Config {
         server,
+        admin,
         routes,
         cluster,
         source: None,
@@ -197,6 +220,43 @@ fn redis_url(src: &Source, item: &Item, url: &str) -> Result<String, ConfigError
         )
     })?;
     Ok(expanded)
+}
+
+/// `[admin]`: where the admin API listens and which environment variable
+/// holds its bearer token.
+fn admin(src: &Source, raw: &Spanned<RawAdmin>) -> Result<AdminConfig, ConfigError> {
+    let header = header_span(src, raw.span());
+    let raw = raw.get_ref();
+    let Some(listen) = Item::of("listen", &raw.listen) else {
+        return Err(src.error(
+            header,
+            r#"[admin] needs listen, e.g. listen = "127.0.0.1:9090""#,
+        ));
+    };
+    let text = listen.string(src, r#""127.0.0.1:9090""#)?;
+    let listen = text.parse::<SocketAddr>().map_err(|_| {
+        listen.fail(
+            src,
+            r#"not an IP address and port; write e.g. "127.0.0.1:9090""#,
+        )
+    })?;
+    let token_env = match Item::of("token_env", &raw.token_env) {
+        Some(item) => {
+            let name = item.string(src, r#""WEIR_ADMIN_TOKEN""#)?;
+            let valid = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !valid {
+                return Err(item.fail(
+                    src,
+                    r#"not an environment variable name; write e.g. "WEIR_ADMIN_TOKEN""#,
+                ));
+            }
+            name.to_string()
+        }
+        None => DEFAULT_ADMIN_TOKEN_ENV.to_string(),
+    };
+    Ok(AdminConfig { listen, token_env })
 }
 
 fn server(

@@ -983,3 +983,61 @@ fn cluster_section() {
         &["unknown key \"redis_url\" in [cluster]", "redis"],
     );
 }
+
+#[test]
+fn admin_section_and_where_metrics_are_served() {
+    let plain = parse(ECHO);
+    assert_eq!(plain.admin, None, "the admin API is off by default");
+    assert!(
+        plain.server.public_metrics,
+        "without [admin], /metrics stays public"
+    );
+
+    let with_admin = parse(&format!("[admin]\nlisten = \"127.0.0.1:9090\"\n\n{ECHO}"));
+    assert_eq!(
+        with_admin.admin,
+        Some(AdminConfig {
+            listen: "127.0.0.1:9090".parse().unwrap(),
+            token_env: DEFAULT_ADMIN_TOKEN_ENV.into(),
+        })
+    );
+    assert!(
+        !with_admin.server.public_metrics,
+        "with [admin], /metrics moves there"
+    );
+
+    let both = parse(&format!(
+        "[server]\npublic_metrics = true\n\n[admin]\nlisten = \"127.0.0.1:9090\"\ntoken_env = \"MY_TOKEN\"\n\n{ECHO}"
+    ));
+    assert!(both.server.public_metrics);
+    assert_eq!(both.admin.unwrap().token_env, "MY_TOKEN");
+}
+
+#[test]
+fn admin_section_errors_name_their_line() {
+    refused(
+        &format!("[admin]\nlisten = \"localhost\"\n{ECHO}"),
+        2,
+        &["listen = \"localhost\"", "127.0.0.1:9090"],
+    );
+    refused(
+        &format!("[admin]\nlisten = \"127.0.0.1:9090\"\ntoken_env = \"MY TOKEN\"\n{ECHO}"),
+        3,
+        &["not an environment variable name", "WEIR_ADMIN_TOKEN"],
+    );
+    refused(
+        &format!("[admin]\ntoken_env = \"T\"\n{ECHO}"),
+        1,
+        &["[admin] needs listen"],
+    );
+    refused(
+        &format!("[admin]\nlisten = \"127.0.0.1:9090\"\ntoken = \"secret\"\n{ECHO}"),
+        3,
+        &["unknown key \"token\" in [admin]", "token_env"],
+    );
+    refused(
+        &format!("[server]\npublic_metrics = \"yes\"\n{ECHO}"),
+        2,
+        &["public_metrics = \"yes\"", "true or false"],
+    );
+}

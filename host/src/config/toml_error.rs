@@ -21,9 +21,12 @@ pub(super) const SERVER_KEYS: &[&str] = &[
     "max_connections_per_ip",
     "cache_dir",
     "reuse_port",
+    "public_metrics",
 ];
 
 /// Keys of a `[[route]]`, in the order the messages list them.
+pub(super) const ADMIN_KEYS: &[&str] = &["listen", "token_env"];
+
 pub(super) const ROUTE_KEYS: &[&str] = &[
     "path",
     "native",
@@ -119,6 +122,8 @@ fn example(key: &str) -> String {
         "origins" => r#"["https://app.example.com"]"#,
         "max_connections" | "max_connections_per_ip" | "instances" | "recycle_after" => "1000",
         "cache_dir" => r#""/var/cache/weir""#,
+        "public_metrics" => "false",
+        "token_env" => r#""WEIR_ADMIN_TOKEN""#,
         "path" => r#""/echo""#,
         "native" => r#""echo""#,
         "guest" => r#""wasm/echo.wasm""#,
@@ -135,14 +140,19 @@ fn example(key: &str) -> String {
 fn unknown_key(src: &Source, span: Range<usize>, key: &str, message: &str) -> ConfigError {
     // serde lists the valid fields after "expected"; they say which table it is.
     let expected = message.split_once("expected").map_or("", |(_, list)| list);
-    let (table, valid): (&str, Vec<&str>) = if expected.contains("`listen`") {
+    let (table, valid): (&str, Vec<&str>) = if expected.contains("`token_env`") {
+        ("[admin]", ADMIN_KEYS.to_vec())
+    } else if expected.contains("`listen`") {
         ("[server]", SERVER_KEYS.to_vec())
     } else if expected.contains("`path`") {
         ("[[route]]", ROUTE_KEYS.to_vec())
     } else if expected.contains("`redis`") {
         ("[cluster]", CLUSTER_KEYS.to_vec())
     } else {
-        ("the top level", vec!["[server]", "[[route]]", "[cluster]"])
+        (
+            "the top level",
+            vec!["[server]", "[admin]", "[[route]]", "[cluster]"],
+        )
     };
     let mut hint = match closest(key, &valid) {
         Some(near) => format!("; did you mean {near}?"),

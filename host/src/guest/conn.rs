@@ -69,7 +69,7 @@ impl WorkerRoute for GuestSlot {
                     })
                 }
                 Err(fault) => {
-                    warn!(route = self.route.program.route(), cause = %fault, "guest upgrade hook failed");
+                    warn!(route = &*self.route.path, cause = %fault, "guest upgrade hook failed");
                     return Err(Refusal {
                         status: StatusCode::INTERNAL_SERVER_ERROR,
                         body: "the route's handler failed\n",

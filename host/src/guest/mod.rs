@@ -27,6 +27,7 @@
 pub mod abi;
 pub mod cache;
 mod conn;
+pub mod deploy;
 pub mod engine;
 pub mod error;
 mod host;
@@ -38,6 +39,7 @@ pub mod slot;
 mod thread;
 
 pub use abi::{Accept, Batch, Command, Commands, UpgradeRequest, UpgradeResponse};
+pub use deploy::{Deployment, Versions};
 pub use engine::GuestEngine;
 pub use error::{Fault, GuestError};
 pub use program::{check_routes, Program};

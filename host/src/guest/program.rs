@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
+
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::Component;
 use wasmtime::Store;
@@ -35,6 +37,15 @@ pub struct Program {
     pub(crate) deadline_ticks: u64,
     /// Live instances of this route across workers (≤ `cfg.instances`).
     live: AtomicUsize,
+    /// The route's version this program is (1 at startup, one more per
+    /// deploy): runners compare it with the version serving now at each
+    /// batch (`guest::deploy`).
+    pub(crate) version: u64,
+    /// SHA-256 of the component's bytes, hex: what `GET /routes` shows, so
+    /// an operator can tell which build is serving.
+    pub(crate) hash: String,
+    /// This version's calls, batches and faults, per worker.
+    pub(crate) stats: crate::stats::GuestStats,
 }
 
 impl Program {
@@ -47,16 +58,31 @@ impl Program {
         route_path: &str,
         cfg: &GuestConfig,
     ) -> Result<Arc<Program>, GuestError> {
-        let route = route_path.to_string();
-        check_limits(&route, cfg)?;
         let path = cfg.wasm.as_path();
         let wasm = std::fs::read(path).map_err(|source| GuestError::Unreadable {
-            route: route.clone(),
+            route: route_path.to_string(),
             path: path.to_path_buf(),
             source,
         })?;
-        check_header(&route, path, &wasm)?;
-        let component = engine.compile(&wasm).map_err(|e| GuestError::Compile {
+        Program::from_bytes(engine, route_path, cfg, &wasm, path, None, 1)
+    }
+
+    /// Like [`Program::load`], from bytes already read (`path` names them
+    /// in errors), as version `version` of the route; `log` is the route's
+    /// log when an earlier version has one (its budget and counts go on).
+    pub fn from_bytes(
+        engine: &Arc<GuestEngine>,
+        route_path: &str,
+        cfg: &GuestConfig,
+        wasm: &[u8],
+        path: &Path,
+        log: Option<Arc<RouteLog>>,
+        version: u64,
+    ) -> Result<Arc<Program>, GuestError> {
+        let route = route_path.to_string();
+        check_limits(&route, cfg)?;
+        check_header(&route, path, wasm)?;
+        let component = engine.compile(wasm).map_err(|e| GuestError::Compile {
             route: route.clone(),
             path: path.to_path_buf(),
             detail: format!("{e:#}"),
@@ -81,7 +107,7 @@ impl Program {
             engine: engine.clone(),
             pre,
             route: route.as_str().into(),
-            log: Arc::new(RouteLog::new(route.as_str().into(), cfg.log)),
+            log: log.unwrap_or_else(|| Arc::new(RouteLog::new(route.as_str().into(), cfg.log))),
             cfg: cfg.clone(),
             env: cfg
                 .env
@@ -90,6 +116,9 @@ impl Program {
                 .collect(),
             deadline_ticks: GuestEngine::deadline_ticks(cfg.timeout),
             live: AtomicUsize::new(0),
+            version,
+            hash: hex_sha256(wasm),
+            stats: Default::default(),
         });
         let mut store = program.new_store();
         program.pre.instantiate(&mut store).map_err(|e| {
@@ -121,6 +150,21 @@ impl Program {
 
     pub fn config(&self) -> &GuestConfig {
         &self.cfg
+    }
+
+    /// The route's version this program is.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// SHA-256 of the component's bytes, hex.
+    pub fn hash(&self) -> &str {
+        &self.hash
+    }
+
+    /// This version's call counters, summed over workers.
+    pub fn stats(&self) -> crate::stats::GuestTotals {
+        self.stats.sum()
     }
 
     /// Live instances of this route right now, across workers.
@@ -217,6 +261,16 @@ fn check_header(route: &str, path: &Path, wasm: &[u8]) -> Result<(), GuestError>
         return Err(GuestError::CoreModule { route, path });
     }
     Ok(())
+}
+
+/// SHA-256 of `bytes` in lower-case hex.
+pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut hex = String::with_capacity(64);
+    for b in Sha256::digest(bytes) {
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex
 }
 
 /// The component's top-level exports, for an error message.

@@ -5,20 +5,23 @@
 //! worker side (batches, connections) is `slot`; calls run on each
 //! worker's guest thread (`thread`).
 
+use super::deploy::Versions;
 use super::slot::GuestSlot;
 use super::{Batch, Command, Commands, Fault, Program, Runner};
 use crate::pubsub::Topics;
 use crate::reactor::outbound::Outbound;
-use crate::registry::Registry;
+use crate::registry::{worker_of, Registry};
 use crate::routes::{RouteKind, WorkerRoute, WorkerSetup};
+use crate::stats::{self, GuestCounters};
 use crate::ws::encode::{self, message_opcode};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 use tracing::warn;
 
 /// Deadline trips by one client address, within [`TRIP_WINDOW`], after which
@@ -37,7 +40,10 @@ pub struct GuestRoute {
     /// The route's index: the registry lets its guest reach only its own
     /// connections.
     pub(crate) index: usize,
-    pub(crate) program: Arc<Program>,
+    /// The route path, for logs.
+    pub(crate) path: Arc<str>,
+    /// The program serving now and the ones kept for rollback.
+    pub(crate) versions: Versions,
     /// The route's topic namespace (its own unless the routes file names a
     /// shared one).
     pub(crate) topics: Arc<Topics>,
@@ -47,6 +53,11 @@ pub struct GuestRoute {
     deadline_trips: AtomicU64,
     /// Upgrades refused to addresses in back-off.
     backoff_refused: AtomicU64,
+    /// A reload removed the route: its instances are dropped once idle.
+    retired: AtomicBool,
+    /// Each worker's scheduler signal, once the route has a slot there: a
+    /// removal wakes them so each closes its connections of the route.
+    wakers: Mutex<Vec<Arc<Notify>>>,
 }
 
 /// One client address's recent deadline trips.
@@ -65,22 +76,50 @@ impl GuestRoute {
     ) -> GuestRoute {
         GuestRoute {
             index,
-            program,
+            path: program.route.clone(),
+            versions: Versions::new(program),
             topics,
             registry,
             offenders: Mutex::default(),
             deadline_trips: AtomicU64::new(0),
             backoff_refused: AtomicU64::new(0),
+            retired: AtomicBool::new(false),
+            wakers: Mutex::default(),
         }
     }
 
-    pub fn program(&self) -> &Arc<Program> {
-        &self.program
+    /// The program serving now.
+    pub fn program(&self) -> Arc<Program> {
+        self.versions.current()
+    }
+
+    /// The route's versions: deploy, rollback, list.
+    pub fn versions(&self) -> &Versions {
+        &self.versions
     }
 
     /// Batches that ran into the deadline so far.
     pub fn deadline_trips(&self) -> u64 {
         self.deadline_trips.load(Ordering::Relaxed)
+    }
+
+    /// A reload removed the route: each worker with a slot for it closes
+    /// its connections of the route (1001) at its next turn, after the
+    /// batches already pending there, and drops its instance.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        for waker in self.wakers.lock().expect("wakers lock").iter() {
+            waker.notify_one();
+        }
+    }
+
+    /// A worker's scheduler signal, for [`GuestRoute::retire`].
+    pub(crate) fn add_waker(&self, waker: Arc<Notify>) {
+        self.wakers.lock().expect("wakers lock").push(waker);
+    }
+
+    pub(crate) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
     }
 
     /// Upgrades refused to addresses in back-off so far.
@@ -124,7 +163,7 @@ impl GuestRoute {
         }
         o.trips += 1;
         if o.trips >= TRIPS_BEFORE_BACKOFF {
-            warn!(route = self.program.route(), %ip, ?BACKOFF, "client keeps tripping the guest deadline; refusing its upgrades");
+            warn!(route = &*self.path, %ip, ?BACKOFF, "client keeps tripping the guest deadline; refusing its upgrades");
             *o = Offender {
                 trips: 0,
                 first: now,
@@ -133,12 +172,22 @@ impl GuestRoute {
         }
     }
 
-    /// One guest call, and what follows from its answer. Runs on the
-    /// worker's guest thread.
+    /// One guest call, and what follows from its answer, on the serving
+    /// version (a deploy takes effect here, between batches). Runs on the
+    /// worker or its guest thread for the route.
     pub(crate) fn run_batch(&self, runner: &mut Runner, batch: &Batch) {
-        match runner.handle(batch) {
-            Ok(commands) => self.apply(&commands),
+        self.versions.refresh(runner);
+        let result = runner.handle(batch);
+        // The batch's connections are all of one worker: its shard.
+        let worker = batch.connections().next().map_or(0, worker_of);
+        let program = runner.program();
+        program
+            .stats
+            .call(worker, batch.len(), runner.last_call().0.as_micros() as u64);
+        match result {
+            Ok(commands) => self.apply(&commands, program.stats.shard(worker)),
             Err(fault) => {
+                program.stats.shard(worker).faults[stats::fault_cause(&fault)].add(1);
                 // The instance is gone; the connections whose events it was
                 // handling cannot know what was processed: close them.
                 let mut affected: Vec<u64> = batch.connections().collect();
@@ -147,18 +196,21 @@ impl GuestRoute {
                 // Ids of the first few closed connections (a batch can
                 // carry thousands).
                 let shown: Vec<_> = affected.iter().take(8).collect();
-                warn!(route = self.program.route(), cause = %fault,
+                warn!(route = &*self.path, cause = %fault,
                     closed = affected.len(), code = fault.close_code(), ids = ?shown,
                     "guest failed a batch; instance replaced, its connections closed");
                 let deadline = matches!(fault, Fault::Deadline(_));
                 if deadline {
                     self.deadline_trips.fetch_add(1, Ordering::Relaxed);
                 }
-                // Trips are recorded before any close goes out: a client
-                // that reconnects as soon as it sees its 1011 must already
-                // meet the back-off.
+                // Trips are counted before any close goes out: a client
+                // that reconnects the moment it reads its 1011 must find
+                // them (regression: guest_cpu.rs
+                // `repeat_offenders_get_429_with_retry_after` failed under
+                // load when the guest thread was preempted between the
+                // close and the count).
                 if deadline {
-                    let mut ips: Vec<_> = affected
+                    let mut ips: Vec<IpAddr> = affected
                         .iter()
                         .filter_map(|&conn| self.registry.peer_ip(conn))
                         .collect();
@@ -186,7 +238,8 @@ impl GuestRoute {
     /// connection are written into one buffer and handed over once, straight
     /// into the socket when the connection is not writing itself (see
     /// `Outbound::send_direct`).
-    fn apply(&self, commands: &Commands) {
+    fn apply(&self, commands: &Commands, counters: &GuestCounters) {
+        let (mut messages, mut bytes) = (0, 0);
         let mut pending: Option<u64> = None;
         let mut frames = Vec::new();
         let flush = |pending: &mut Option<u64>, frames: &mut Vec<u8>| {
@@ -208,6 +261,8 @@ impl GuestRoute {
                     flush(&mut pending, &mut frames);
                 }
                 pending = Some(conn);
+                messages += 1;
+                bytes += payload.len() as u64;
                 encode::append_frame(&mut frames, message_opcode(text), payload);
                 continue;
             }
@@ -225,6 +280,8 @@ impl GuestRoute {
                     payload,
                     exclude,
                 } => {
+                    messages += 1;
+                    bytes += payload.len() as u64;
                     let frame = Bytes::from(encode::frame(message_opcode(text), payload));
                     self.topics.publish(topic, &frame, exclude);
                 }
@@ -243,6 +300,8 @@ impl GuestRoute {
             }
         }
         flush(&mut pending, &mut frames);
+        counters.messages_out.add(messages);
+        counters.bytes_out.add(bytes);
     }
 }
 

@@ -91,6 +91,14 @@ impl Runner {
         self.live = None;
     }
 
+    /// Serve `program` from the next call on (a deploy or rollback): the
+    /// instance of the old one is dropped at this batch boundary, the
+    /// attachments stay, so open connections go on where they were.
+    pub fn switch(&mut self, program: Arc<Program>) {
+        self.live = None;
+        self.program = program;
+    }
+
     /// Ask the guest whether to accept an upgrade. A reject status outside
     /// 400–599 becomes 403; accepting with a subprotocol the client did not
     /// offer (RFC 6455 §4.1 would make the client fail the connection) or

@@ -137,6 +137,9 @@ pub struct GuestSlot {
     backlog_shrank: Notify,
     /// The slot itself, for the connections it accepts.
     pub(super) me: Weak<GuestSlot>,
+    /// The route was removed and this worker's connections of it were
+    /// asked to close.
+    retired_closed: Cell<bool>,
 }
 
 impl GuestSlot {
@@ -144,11 +147,11 @@ impl GuestSlot {
     pub(crate) fn new(route: Arc<GuestRoute>, scheduler: &Rc<Scheduler>) -> Rc<GuestSlot> {
         let slot = Rc::new_cyclic(|me| GuestSlot {
             me: me.clone(),
-            runner: RefCell::new(Some(Runner::new(route.program.clone()))),
+            runner: RefCell::new(Some(Runner::new(route.program()))),
             offloaded_until: Cell::new(None),
             last_strike: Cell::new(None),
             batches: RefCell::new(VecDeque::new()),
-            batch_max_bytes: (route.program.config().memory / BATCH_SHARE_OF_MEMORY)
+            batch_max_bytes: (route.program().config().memory / BATCH_SHARE_OF_MEMORY)
                 .clamp(BATCH_MIN_BYTES, BATCH_MAX_BYTES),
             pending_bytes: Cell::new(0),
             closed: RefCell::default(),
@@ -158,8 +161,10 @@ impl GuestSlot {
             thread: RefCell::default(),
             scheduler: Rc::downgrade(scheduler),
             backlog_shrank: Notify::new(),
+            retired_closed: Cell::new(false),
             route,
         });
+        slot.route.add_waker(scheduler.work.clone());
         scheduler.slots.borrow_mut().push(slot.clone());
         slot
     }
@@ -211,6 +216,21 @@ impl GuestSlot {
         if readers_wait {
             self.backlog_shrank.notify_waiters();
         }
+        // The route was removed: once what its connections here had sent
+        // has run (the runner is home, nothing is pending), they get 1001.
+        if self.route.is_retired()
+            && !self.retired_closed.get()
+            && self.runner.borrow().is_some()
+            && self.batches.borrow().iter().all(Batch::is_empty)
+        {
+            self.retired_closed.set(true);
+            self.route.registry.close_route_on(
+                scheduler.worker,
+                self.route.index,
+                crate::ws::close::GOING_AWAY,
+                crate::routes::ROUTE_REMOVED,
+            );
+        }
     }
 
     /// Runs what is pending on this thread, one batch per call; after a call
@@ -218,7 +238,10 @@ impl GuestSlot {
     fn run_inline(&self, scheduler: &Scheduler) {
         let upgrades = std::mem::take(&mut *self.upgrades.borrow_mut());
         for (req, reply) in upgrades {
-            let (answer, took) = self.with_runner(|r| (r.upgrade(&req), r.last_call()));
+            let (answer, took) = self.with_runner(|r| {
+                self.route.versions.refresh(r);
+                (r.upgrade(&req), r.last_call())
+            });
             let _ = reply.send(answer);
             if self.passed_slice(took) {
                 return self.hand_over(scheduler);
@@ -242,9 +265,15 @@ impl GuestSlot {
             self.spare.borrow_mut().push(batch);
         }
         let closed = std::mem::take(&mut *self.closed.borrow_mut());
+        let retired = self.route.is_retired();
         self.with_runner(|r| {
             for conn in closed {
                 r.forget(conn);
+            }
+            // A removed route gives its instance (memory, pool slot) back
+            // once its connections' last events have run.
+            if retired {
+                r.recycle();
             }
         });
     }
@@ -280,7 +309,7 @@ impl GuestSlot {
             .is_some_and(|until| Instant::now() < until);
         if !already {
             info!(
-                route = self.route.program.route(),
+                route = &*self.route.path,
                 ?took,
                 "a guest call held the worker; the route's calls move to the guest thread"
             );
@@ -300,12 +329,12 @@ impl GuestSlot {
         }
         if self.thread.borrow().is_none() {
             let name = format!("weir-guest-{}-{}", scheduler.worker, self.route.index);
-            let share = self.route.program.config().cpu_share;
+            let share = self.route.program().config().cpu_share;
             match GuestThread::start(name, share, scheduler.work.clone()) {
                 Ok(thread) => *self.thread.borrow_mut() = Some(thread),
                 Err(e) => {
                     // Keep running inline rather than not at all.
-                    warn!(route = self.route.program.route(), error = %e, "guest thread failed to start");
+                    warn!(route = &*self.route.path, error = %e, "guest thread failed to start");
                     self.offloaded_until.set(None);
                     self.batches.borrow_mut().extend(batches);
                     *self.closed.borrow_mut() = closed;
@@ -328,7 +357,7 @@ impl GuestSlot {
         let sent = self.thread.borrow().as_ref().is_some_and(|t| t.send(job));
         if !sent {
             warn!(
-                route = self.route.program.route(),
+                route = &*self.route.path,
                 "guest thread gone; the route stops on this worker"
             );
         }

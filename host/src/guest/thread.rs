@@ -175,6 +175,7 @@ fn lower_priority() {
 /// Runs one job the way the worker runs a route inline (`slot`).
 fn run(mut job: Job) {
     for (req, reply) in job.upgrades {
+        job.route.versions.refresh(&mut job.runner);
         let _ = reply.send(job.runner.upgrade(&req));
     }
     for batch in &mut job.batches {

@@ -10,7 +10,8 @@ use super::decode::{Decoder, Piece};
 use super::outbound::{OutMsg, Outbound};
 use super::socket::{self, unless_stalled, Socket, Writer};
 use crate::config::Limits;
-use crate::registry::Registry;
+use crate::registry::{worker_of, Registry};
+use crate::stats::{ConnCounters, RouteStats};
 use crate::ws::close;
 use crate::ws::encode;
 use crate::ws::frame::{OpCode, ProtocolError};
@@ -50,6 +51,8 @@ pub struct ConnEnv {
     /// The connection's queue, made before the upgrade (a relay joins its
     /// hub with it before the 101).
     pub outbound: Arc<Outbound>,
+    /// The route's counters; this connection writes its worker's shard.
+    pub stats: Arc<RouteStats>,
 }
 
 const SHUTDOWN_REASON: &str = "server shutting down";
@@ -89,6 +92,9 @@ struct Conn {
     /// The last read carried a piece of a streamed (large) frame: the next
     /// read takes a large buffer from the start.
     large_frames: bool,
+    /// The close code the connection ends with, for the route's counters:
+    /// the client's, or the one the server sends; 1006 while none.
+    close_code: u16,
 }
 
 /// Runs a connection after the 101 until it closes. `prefix` holds bytes
@@ -110,8 +116,10 @@ pub async fn run<B: Behaviour>(
         last_read: Instant::now(),
         ping_sent: false,
         large_frames: false,
+        close_code: close::ABNORMAL,
     };
     let (id, outbound) = (c.env.id, c.env.outbound.clone());
+    c.counters().accepted.add_owned(1);
     c.env
         .registry
         .insert(id, c.env.route, outbound.clone(), c.env.peer);
@@ -122,10 +130,12 @@ pub async fn run<B: Behaviour>(
     let flow = c.drive(prefix, &mut behaviour).await;
     match flow {
         Flow::Close(code, reason) if !behaviour.mid_frame() => {
+            c.close_code = code;
             c.close_and_linger(code, &reason).await
         }
         _ => outbound.end_direct(),
     }
+    c.counters().closed_with(c.close_code);
     behaviour.on_close(id);
     c.env.registry.remove(id);
     outbound.consumer_gone();
@@ -135,6 +145,11 @@ pub async fn run<B: Behaviour>(
 }
 
 impl Conn {
+    /// This worker's shard of the route's counters.
+    fn counters(&self) -> &ConnCounters {
+        self.env.stats.worker(worker_of(self.env.id))
+    }
+
     async fn drive<B: Behaviour>(&mut self, prefix: bytes::Bytes, behaviour: &mut B) -> Flow {
         // Bytes the client sent with its upgrade wait, like the socket, until
         // reads are allowed (a relay is paired first).
@@ -293,10 +308,13 @@ impl Conn {
         let end = self.end;
         let mut flow = Flow::Continue;
         let mut large_frames = false;
+        let (mut messages, mut bytes) = (0u64, 0u64);
         loop {
             match self.decoder.next(buf, &mut pos, end) {
                 Ok(Some(Piece::Data(piece))) => {
                     large_frames |= piece.frame_len > STREAM_ABOVE_BYTES as u64;
+                    messages += u64::from(piece.message_end());
+                    bytes += piece.payload.len() as u64;
                     behaviour.on_data(buf, &piece, &mut self.out);
                 }
                 Ok(Some(Piece::Ping { payload })) => {
@@ -311,6 +329,7 @@ impl Conn {
                     behaviour.on_peer_close(code, std::str::from_utf8(reason).unwrap_or(""));
                     let reply = encode::close_reply_in_place(buf, payload, code);
                     self.out.push(buf, reply);
+                    self.close_code = code;
                     flow = Flow::Done;
                     break;
                 }
@@ -322,6 +341,11 @@ impl Conn {
             }
         }
         self.large_frames = large_frames;
+        if bytes != 0 || messages != 0 {
+            let counters = self.env.stats.worker(worker_of(self.env.id));
+            counters.messages_in.add_owned(messages);
+            counters.bytes_in.add_owned(bytes);
+        }
         if let Err(stop) = behaviour.end_of_read() {
             if matches!(flow, Flow::Continue) {
                 flow = stop.into();

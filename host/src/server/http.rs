@@ -22,7 +22,7 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::net::TcpStream;
-use tracing::{debug, warn};
+use tracing::{debug, warn, Instrument};
 
 /// Cap on an HTTP request head; past it hyper answers 431. (hyper's minimum.)
 const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
@@ -118,7 +118,7 @@ async fn handle_request(
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     let shared = &worker.shared;
-    if path == "/metrics" {
+    if path == "/metrics" && shared.public_metrics {
         let mut resp = Response::new(Full::new(Bytes::from(shared.snapshot().render())));
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -148,10 +148,27 @@ async fn handle_request(
         }
         return unavailable("too many connections; retry later\n");
     }
-    let Ok(matched) = shared.routes.router.at(path) else {
-        return text(StatusCode::NOT_FOUND, "no route for this path\n");
+    let (index, route, worker_route, params) = {
+        let table = shared.routes.load();
+        let Ok(matched) = table.router.at(path) else {
+            return text(StatusCode::NOT_FOUND, "no route for this path\n");
+        };
+        let index = *matched.value;
+        // The route's path parameters, owned: the table may be swapped
+        // by a reload while the upgrade runs.
+        let params: Vec<(String, String)> = matched
+            .params
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        (
+            index,
+            table.routes[index].clone(),
+            worker.route(index, &table),
+            params,
+        )
     };
-    let route = &shared.routes.routes[*matched.value];
+    let limits = route.limits();
     if !handshake::wants_websocket(req.headers()) {
         let mut resp = text(
             StatusCode::UPGRADE_REQUIRED,
@@ -180,7 +197,7 @@ async fn handle_request(
             return resp;
         }
     };
-    if !handshake::origin_allowed(req.headers(), &route.limits.origins) {
+    if !handshake::origin_allowed(req.headers(), &limits.origins) {
         shared.refused_origin.fetch_add(1, Ordering::Relaxed);
         debug!(%peer, path = %route.path, origin = ?req.headers().get(header::ORIGIN), "origin refused");
         return text(
@@ -188,11 +205,14 @@ async fn handle_request(
             "this origin may not open WebSockets on this route (see the route's origins)\n",
         );
     }
-    let mut protocol = handshake::negotiate_subprotocol(req.headers(), &route.limits.subprotocols)
+    let mut protocol = handshake::negotiate_subprotocol(req.headers(), &limits.subprotocols)
         .and_then(|p| HeaderValue::from_str(p).ok());
     let id = worker.next_conn_id();
-    let outbound = Arc::new(Outbound::new(route.limits.outbound_budget));
-    let params: Vec<(&str, &str)> = matched.params.iter().collect();
+    let outbound = Arc::new(Outbound::new(limits.outbound_budget));
+    let params: Vec<(&str, &str)> = params
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
     let up = Upgrade {
         id,
         uri: req.uri(),
@@ -201,7 +221,7 @@ async fn handle_request(
         peer,
         outbound: &outbound,
     };
-    let accepted = match worker.routes[*matched.value].upgrade(up).await {
+    let accepted = match worker_route.upgrade(up).await {
         Ok(accepted) => accepted,
         Err(refusal) => {
             let mut resp = text(refusal.status, refusal.body);
@@ -221,35 +241,41 @@ async fn handle_request(
     let behaviour = accepted.behaviour;
     let env = ConnEnv {
         id,
-        route: *matched.value,
+        route: index,
         peer: peer.ip(),
         outbound,
         pool: worker.pool.clone(),
-        limits: route.limits.clone(),
+        limits,
         registry: shared.registry.clone(),
+        stats: route.stats.clone(),
     };
     shared.upgrades.fetch_add(1, Ordering::Relaxed);
     let upgrade = hyper::upgrade::on(&mut req);
-    tokio::task::spawn_local(async move {
-        let _live = guard;
-        match upgrade.await {
-            Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
-                Ok(parts) => {
-                    behaviour
-                        .start(parts.io.into_inner(), parts.read_buf, env)
-                        .await
-                }
-                Err(_) => {
-                    warn!("upgraded connection is not a TcpStream");
+    tokio::task::spawn_local(
+        async move {
+            let _live = guard;
+            match upgrade.await {
+                Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
+                    Ok(parts) => {
+                        behaviour
+                            .start(parts.io.into_inner(), parts.read_buf, env)
+                            .await
+                    }
+                    Err(_) => {
+                        warn!("upgraded connection is not a TcpStream");
+                        behaviour.abandon(env);
+                    }
+                },
+                Err(e) => {
+                    debug!(%peer, error = %e, "upgrade did not complete");
                     behaviour.abandon(env);
                 }
-            },
-            Err(e) => {
-                debug!(%peer, error = %e, "upgrade did not complete");
-                behaviour.abandon(env);
             }
         }
-    });
+        // The connection's log lines carry its route and id. A debug span:
+        // at the default level it is disabled and costs the loop nothing.
+        .instrument(tracing::debug_span!("conn", route = %route.path, conn = id)),
+    );
     let mut resp = Response::new(Full::new(Bytes::new()));
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let h = resp.headers_mut();

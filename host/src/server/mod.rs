@@ -2,7 +2,8 @@
 //! the route table and the connection registry, and runs the workers
 //! ([`worker`]) until shutdown. [`http`] answers each request: health,
 //! metrics, refusals, or the upgrade that hands the socket to the
-//! connection loop.
+//! connection loop. `admin` is the admin API on a listener of its own,
+//! `reload` the deploys, rollbacks and reloads it (and SIGHUP) makes.
 //!
 //! Thread per core: each worker has its own listener (the kernel spreads
 //! connections), its own current-thread runtime and buffer pool. After the
@@ -14,8 +15,13 @@
 //! WebSocket connection is sent a 1001 close, and the workers wait for the
 //! close handshakes up to `drain_timeout` before they stop.
 
+mod admin;
 mod http;
+mod reload;
 mod worker;
+
+pub use admin::{percent_decode, MAX_COMPONENT_BYTES, MIN_TOKEN_BYTES};
+pub use reload::{ChangeError, Changes, ReloadReport};
 
 use crate::admission::{self, Admission, Summary};
 use crate::config::Config;
@@ -25,8 +31,9 @@ use crate::reactor::buffer::PoolStats;
 use crate::registry::Registry;
 use crate::routes::Routes;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -60,11 +67,14 @@ pub enum ServeError {
     Guest(#[from] GuestError),
     #[error("cannot start worker thread: {0}")]
     Worker(std::io::Error),
+    #[error("[admin]: the environment variable {var} must hold the admin token (at least {MIN_TOKEN_BYTES} bytes), e.g. export {var}=$(openssl rand -hex 32)")]
+    AdminToken { var: String },
 }
 
 /// What all workers share: routes, the registry, limits and counters.
 struct Shared {
-    routes: Routes,
+    /// The route table; a reload swaps in the next one (`reload`).
+    routes: arc_swap::ArcSwap<Routes>,
     handshake_timeout: Duration,
     drain_timeout: Duration,
     admission: Arc<Admission>,
@@ -84,6 +94,12 @@ struct Shared {
     refused_draining: AtomicU64,
     /// Upgrades refused (403) for a browser origin the route does not allow.
     refused_origin: AtomicU64,
+    /// The routes file, for reloads.
+    source: Option<PathBuf>,
+    /// Held by a deploy, rollback or reload: one change at a time.
+    changing: Mutex<()>,
+    /// Whether the public listener answers `/metrics`.
+    public_metrics: bool,
 }
 
 /// A bound gateway, ready to run. Binding first lets callers (tests, `--listen
@@ -92,6 +108,8 @@ pub struct Server {
     listeners: Vec<std::net::TcpListener>,
     shared: Arc<Shared>,
     local_addr: SocketAddr,
+    /// The admin listener and its token, when `[admin]` is configured.
+    admin: Option<(std::net::TcpListener, Arc<str>)>,
 }
 
 impl Server {
@@ -111,10 +129,31 @@ impl Server {
         for _ in 1..workers {
             listeners.push(listen(local_addr)?);
         }
+        let admin = match &config.admin {
+            Some(admin) => {
+                let token = std::env::var(&admin.token_env)
+                    .ok()
+                    .filter(|t| t.len() >= MIN_TOKEN_BYTES)
+                    .ok_or_else(|| ServeError::AdminToken {
+                        var: admin.token_env.clone(),
+                    })?;
+                // A plain bind (no SO_REUSEPORT): a second gateway must
+                // not share the admin port unnoticed.
+                let listener = std::net::TcpListener::bind(admin.listen)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .map_err(|source| ServeError::Bind {
+                        addr: admin.listen,
+                        source,
+                    })?;
+                Some((listener, Arc::from(token)))
+            }
+            None => None,
+        };
         Ok(Server {
             listeners,
             shared,
             local_addr,
+            admin,
         })
     }
 
@@ -122,10 +161,35 @@ impl Server {
         self.local_addr
     }
 
+    /// Where the admin API listens, when it does.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    /// Deploys, rollbacks and reloads of this gateway (SIGHUP uses it).
+    pub fn changes(&self) -> Changes {
+        Changes {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// Runs the workers until `shutdown`; returns when all have stopped.
     pub fn run(self, shutdown: Shutdown) -> Result<(), ServeError> {
         info!(addr = %self.local_addr, workers = self.listeners.len(), "weir listening");
         let mut threads = Vec::new();
+        if let Some((listener, token)) = self.admin {
+            let (changes, shutdown) = (
+                Changes {
+                    shared: self.shared.clone(),
+                },
+                shutdown.clone(),
+            );
+            let thread = std::thread::Builder::new()
+                .name("weir-admin".into())
+                .spawn(move || admin::run(listener, changes, token, shutdown))
+                .map_err(ServeError::Worker)?;
+            threads.push(thread);
+        }
         for (index, listener) in self.listeners.into_iter().enumerate() {
             let shared = self.shared.clone();
             let shutdown = shutdown.clone();
@@ -150,24 +214,31 @@ pub fn serve(config: Config, shutdown: Shutdown) -> Result<(), ServeError> {
 
 impl Shared {
     fn new(config: &Config, workers: usize) -> Result<Shared, ServeError> {
+        crate::stats::set_workers(workers);
         let registry = Arc::new(Registry::new(workers));
         let descriptors = admission::raise_descriptor_limit();
         let configured = config.server.max_connections;
         let cap = admission::connection_cap(configured, descriptors);
         if let Some(limit) = descriptors.filter(|_| cap < configured || configured == 0) {
             if cap < configured {
-                warn!(
+                let message = format!(
                     "max_connections = {configured} is more than this process may open \
                      (RLIMIT_NOFILE {limit}); serving at most {cap} connections and keeping {} \
                      descriptors back so refusals still get their 503; raise `ulimit -n` for more",
                     admission::descriptor_reserve(limit)
                 );
+                // The default is not the operator's choice: say it, quietly.
+                if configured == crate::config::DEFAULT_MAX_CONNECTIONS {
+                    info!("{message}");
+                } else {
+                    warn!("{message}");
+                }
             } else {
                 info!("max_connections = 0: no limit but descriptors; at most {cap} (RLIMIT_NOFILE {limit})");
             }
         }
         Ok(Shared {
-            routes: Routes::build(config, &registry)?,
+            routes: arc_swap::ArcSwap::from_pointee(Routes::build(config, &registry)?),
             handshake_timeout: config.server.handshake_timeout,
             drain_timeout: config.server.drain_timeout,
             admission: Admission::new(cap, config.server.max_connections_per_ip),
@@ -181,13 +252,17 @@ impl Shared {
             accept_failures: Summary::new(SUMMARY_EVERY),
             refused_draining: AtomicU64::new(0),
             refused_origin: AtomicU64::new(0),
+            source: config.source.clone(),
+            changing: Mutex::new(()),
+            public_metrics: config.server.public_metrics,
         })
     }
 
     /// The figures `/metrics` shows.
     fn snapshot(&self) -> Snapshot {
         let queues = self.registry.stats();
-        let fanout = self.routes.fanout.stats();
+        let table = self.routes.load();
+        let fanout = table.fanout.stats();
         Snapshot {
             websocket_connections: queues.connections,
             tcp_connections: self.tcp_open.load(Ordering::Relaxed),
@@ -205,11 +280,30 @@ impl Shared {
             log_lines_lost: crate::logging::lost_lines(),
             pubsub_dropped: fanout.dropped,
             pubsub_closed_slow: fanout.closed,
-            cluster: self.routes.broker.stats(),
-            guest_routes: self
-                .routes
-                .guest_routes
-                .iter()
+            cluster: table.broker.stats(),
+            routes: table
+                .live_routes()
+                .map(|(_, r)| crate::metrics::RouteFigures {
+                    route: r.path.clone(),
+                    conns: r.stats.sum(),
+                    guest: r.guest.as_ref().map(|g| {
+                        let (current, kept) = g.versions().list();
+                        let (deploys, failed_deploys) = g.versions().deploy_counts();
+                        crate::metrics::GuestFigures {
+                            serving: current.program.version(),
+                            versions: std::iter::once(&current)
+                                .chain(&kept)
+                                .map(|d| (d.program.version(), d.program.stats()))
+                                .collect(),
+                            deploys,
+                            failed_deploys,
+                        }
+                    }),
+                })
+                .collect(),
+            guest_routes: table
+                .live_routes()
+                .filter_map(|(_, r)| r.guest.as_ref())
                 .map(|g| crate::metrics::GuestRouteStats {
                     route: g.program().route().to_string(),
                     log_dropped_lines: g.program().log().dropped_lines(),

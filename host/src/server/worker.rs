@@ -7,8 +7,8 @@ use super::{Shared, Shutdown};
 use crate::guest::Scheduler;
 use crate::reactor::buffer::BufPool;
 use crate::registry::conn_id;
-use crate::routes::{WorkerRoute, WorkerSetup};
-use std::cell::Cell;
+use crate::routes::{Routes, WorkerRoute, WorkerSetup};
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -28,8 +28,10 @@ pub(super) struct Worker {
     pub shared: Arc<Shared>,
     pub index: usize,
     pub pool: Rc<BufPool>,
-    /// Each route on this worker, by route index.
-    pub routes: Vec<Rc<dyn WorkerRoute>>,
+    /// Each route on this worker, by route index (routes a reload added
+    /// are set up here at their first request).
+    routes: RefCell<Vec<Rc<dyn WorkerRoute>>>,
+    setup: WorkerSetup,
     /// Connections this worker has opened: the sequence in their ids.
     opened: Cell<u64>,
 }
@@ -40,6 +42,16 @@ impl Worker {
         let seq = self.opened.get() + 1;
         self.opened.set(seq);
         conn_id(self.index, seq)
+    }
+
+    /// Route `index` of `table` on this worker.
+    pub fn route(&self, index: usize, table: &Routes) -> Rc<dyn WorkerRoute> {
+        let mut routes = self.routes.borrow_mut();
+        while routes.len() <= index {
+            let route = &table.routes[routes.len()];
+            routes.push(route.kind.on_worker(&self.setup));
+        }
+        routes[index].clone()
     }
 }
 
@@ -60,13 +72,14 @@ pub(super) fn run(
         }
     };
     let local = tokio::task::LocalSet::new();
-    local.spawn_local(shared.routes.fanout.clone().run(index));
+    local.spawn_local(shared.routes.load().fanout.clone().run(index));
     let guests = Rc::new(Scheduler::new(index));
     let setup = WorkerSetup {
         guests: guests.clone(),
     };
     let routes = shared
         .routes
+        .load()
         .routes
         .iter()
         .map(|r| r.kind.on_worker(&setup))
@@ -81,7 +94,8 @@ pub(super) fn run(
             }
         };
         let worker = Rc::new(Worker {
-            routes,
+            routes: RefCell::new(routes),
+            setup,
             index,
             pool: Rc::new(BufPool::new(shared.pools[index].clone())),
             opened: Cell::new(0),

@@ -1,0 +1,234 @@
+//! Changing a running gateway: deploys and rollbacks of one guest route,
+//! and reloads of the whole routes file (SIGHUP, `POST /reload`). One
+//! change at a time (a lock); a reload compiles every changed or new
+//! component before it changes anything, so a file with one bad route
+//! changes nothing.
+//!
+//! What a reload applies: routes added are served (at once, on every
+//! worker); routes removed leave the router and their connections get a
+//! 1001 close after the replies already due (a guest route's once each
+//! worker has run the batches it holds); a route whose kind
+//! changed is removed and added again; a guest route's changed component
+//! or guest settings become a new version (at each runner's next batch);
+//! any route's changed limits apply to connections opened from then on.
+//! `[server]` and `[admin]` changes need a restart.
+
+use super::Shared;
+use crate::config::{Behaviour, Config, ConfigError};
+use crate::guest::deploy::NoEarlierVersion;
+use crate::guest::{GuestError, Program};
+use crate::routes::ROUTE_REMOVED;
+use crate::ws::close::GOING_AWAY;
+use std::path::Path;
+use std::sync::Arc;
+use tracing::{info, warn};
+
+/// Why a change was not made; the gateway serves on as before.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    #[error("no route {0}")]
+    NoRoute(String),
+    #[error("route {0} is not a guest route; only guest routes take components")]
+    NotGuest(String),
+    #[error(transparent)]
+    Guest(#[from] GuestError),
+    #[error(transparent)]
+    NoEarlierVersion(#[from] NoEarlierVersion),
+    #[error("the gateway was started without a routes file: nothing to reload")]
+    NoFile,
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Serve(#[from] super::ServeError),
+}
+
+impl ChangeError {
+    /// The admin API's status for it.
+    pub fn status(&self) -> http::StatusCode {
+        use http::StatusCode as S;
+        match self {
+            ChangeError::NoRoute(_) => S::NOT_FOUND,
+            ChangeError::NotGuest(_) | ChangeError::NoEarlierVersion(_) | ChangeError::NoFile => {
+                S::CONFLICT
+            }
+            ChangeError::Guest(_) | ChangeError::Config(_) | ChangeError::Serve(_) => {
+                S::UNPROCESSABLE_ENTITY
+            }
+        }
+    }
+}
+
+/// What a reload did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReloadReport {
+    /// Routes served from now on.
+    pub added: Vec<String>,
+    /// Routes no longer served (their connections were closed with 1001).
+    pub removed: Vec<String>,
+    /// Routes that got a new version: (path, version).
+    pub deployed: Vec<(String, u64)>,
+    /// Routes whose limits changed (for new connections).
+    pub limits: Vec<String>,
+    /// Changes in the file that were not applied, and why.
+    pub not_applied: Vec<String>,
+}
+
+/// Deploys, rollbacks and reloads of a running gateway (cheap to clone;
+/// `Server::changes`).
+#[derive(Clone)]
+pub struct Changes {
+    pub(super) shared: Arc<Shared>,
+}
+
+impl Changes {
+    fn guest(&self, path: &str) -> Result<Arc<crate::guest::GuestRoute>, ChangeError> {
+        let table = self.shared.routes.load();
+        let (_, route) = table
+            .live_route(path)
+            .ok_or_else(|| ChangeError::NoRoute(path.to_string()))?;
+        route
+            .guest
+            .clone()
+            .ok_or_else(|| ChangeError::NotGuest(path.to_string()))
+    }
+
+    /// Deploys `wasm` as route `path`'s next version (its guest settings
+    /// unchanged).
+    pub fn deploy(&self, path: &str, wasm: &[u8]) -> Result<Arc<Program>, ChangeError> {
+        let _one = self.shared.changing.lock().expect("change lock");
+        let guest = self.guest(path)?;
+        let cfg = guest.program().config().clone();
+        let label = format!("the uploaded component ({} bytes)", wasm.len());
+        let program = guest.versions().deploy(
+            &cfg,
+            wasm,
+            Path::new(&label),
+            format!("upload of {} bytes", wasm.len()),
+        )?;
+        Ok(program)
+    }
+
+    /// Puts route `path`'s previous version back.
+    pub fn rollback(&self, path: &str) -> Result<Arc<Program>, ChangeError> {
+        let _one = self.shared.changing.lock().expect("change lock");
+        Ok(self.guest(path)?.versions().rollback()?)
+    }
+
+    /// Re-reads the routes file and applies what changed (see the module
+    /// docs); an invalid file or component changes nothing.
+    pub fn reload(&self) -> Result<ReloadReport, ChangeError> {
+        let _one = self.shared.changing.lock().expect("change lock");
+        let file = self.shared.source.as_ref().ok_or(ChangeError::NoFile)?;
+        let result = self.reload_from(&Config::load(file).inspect_err(
+            |e| warn!(file = %file.display(), "reload refused, nothing changed: {e}"),
+        )?);
+        match &result {
+            Ok(report) => info!(
+                file = %file.display(),
+                added = ?report.added,
+                removed = ?report.removed,
+                deployed = report.deployed.len(),
+                limits = report.limits.len(),
+                not_applied = ?report.not_applied,
+                "routes file reloaded"
+            ),
+            Err(e) => warn!(file = %file.display(), "reload refused, nothing changed: {e}"),
+        }
+        result
+    }
+
+    fn reload_from(&self, config: &Config) -> Result<ReloadReport, ChangeError> {
+        let mut report = ReloadReport::default();
+        let old = self.shared.routes.load_full();
+        let mut next = old.next();
+        let mut prepared = Vec::new();
+        let mut errors = Vec::new();
+        let mut limits = Vec::new();
+        for new in &config.routes {
+            let kept = old
+                .live_route(&new.path)
+                .filter(|(_, r)| r.behaviour == crate::routes::behaviour_name(&new.behaviour));
+            let Some((index, route)) = kept else {
+                // New, or of another kind than before: a route of its own.
+                match next.add(new, &self.shared.registry) {
+                    Ok(index) => {
+                        next.serve(&new.path, index, new.line)?;
+                        report.added.push(new.path.clone());
+                    }
+                    Err(super::ServeError::Guest(e)) => errors.push(e),
+                    Err(e) => errors.push(GuestError::Limits {
+                        route: new.path.clone(),
+                        detail: e.to_string(),
+                    }),
+                }
+                continue;
+            };
+            next.serve(&new.path, index, new.line)?;
+            if *route.limits() != new.limits {
+                limits.push((route.clone(), new.limits.clone()));
+            }
+            let (Behaviour::Guest(cfg), Some(guest)) = (&new.behaviour, &route.guest) else {
+                continue;
+            };
+            let current = guest.program();
+            let wasm = match std::fs::read(&cfg.wasm) {
+                Ok(wasm) => wasm,
+                Err(source) => {
+                    errors.push(GuestError::Unreadable {
+                        route: new.path.clone(),
+                        path: cfg.wasm.clone(),
+                        source,
+                    });
+                    continue;
+                }
+            };
+            let same_bytes = crate::guest::program::hex_sha256(&wasm) == current.hash();
+            if same_bytes && current.config() == cfg {
+                continue;
+            }
+            match guest.versions().prepare(cfg, &wasm, &cfg.wasm) {
+                Ok(program) => {
+                    prepared.push((guest.clone(), program, cfg.wasm.display().to_string()))
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        let removed: Vec<usize> = old
+            .live
+            .iter()
+            .copied()
+            .filter(|i| !next.live.contains(i))
+            .collect();
+        match errors.len() {
+            0 => {}
+            1 => return Err(errors.remove(0).into()),
+            _ => return Err(GuestError::Many(errors).into()),
+        }
+        for (guest, program, source) in prepared {
+            report
+                .deployed
+                .push((guest.path.to_string(), program.version()));
+            guest.versions().install(program, source);
+        }
+        for (route, new) in limits {
+            report.limits.push(route.path.clone());
+            route.set_limits(new);
+        }
+        self.shared.routes.store(Arc::new(next));
+        for index in removed {
+            let route = &old.routes[index];
+            match &route.guest {
+                // Each worker closes them once their pending batches ran,
+                // so replies already due go first.
+                Some(guest) => guest.retire(),
+                None => self
+                    .shared
+                    .registry
+                    .close_route(index, GOING_AWAY, ROUTE_REMOVED),
+            }
+            info!(route = %route.path, "route removed; its connections are closed with 1001");
+            report.removed.push(route.path.clone());
+        }
+        Ok(report)
+    }
+}
