@@ -248,8 +248,7 @@ const NO_INFO = { target: "", params: [], attachment: EMPTY };
 
 /** An out-of-memory error: the instance cannot go on, let it be replaced. */
 function fatal(e) {
-  const internal = typeof InternalError !== "undefined" && e instanceof InternalError;
-  return internal && /out of memory/i.test(String(e.message));
+  return e instanceof Error && /out of memory/i.test(String(e.message));
 }
 
 /** The handler behind a component instance: its hooks and its connections. */
