@@ -112,6 +112,13 @@ for src in "$examples"/js/*.js "$examples"/js/fixtures/*.js; do
         js_built=$((js_built + 1))
     fi
 done
+# The wrong-world fixture is built against its own WIT, without the SDK.
+ww="$examples/js/fixtures/wrong-world"
+if ! fresh "$out/js-wrong-world.wasm" "$ww" "$js_stamp"; then
+    "$sdk_js/node_modules/.bin/componentize-qjs" --sync -w "$ww/wrong.wit" -n wrong \
+        -j "$ww/app.js" -o "$out/js-wrong-world.wasm" >/dev/null
+    js_built=$((js_built + 1))
+fi
 echo "build-guests: JS components in $out ($js_built rebuilt)"
 
 # Python: componentize-py from PyPI, exactly as requirements-build.txt pins it.
@@ -140,6 +147,13 @@ for src in "$examples"/python/*.py "$examples"/python/fixtures/*.py; do
         fi
     fi
 done
+ww="$examples/python/fixtures/wrong-world"
+if ! fresh "$out/py-wrong-world.wasm" "$ww" "$py_stamp"; then
+    (cd "$ww" && "$sdk_py/.venv/bin/componentize-py" -d wrong.wit -w wrong componentize app \
+        -o "$out/py-wrong-world.wasm" >/dev/null) &
+    py_pids+=($!)
+    py_built=$((py_built + 1))
+fi
 for pid in "${py_pids[@]}"; do
     wait "$pid"
 done

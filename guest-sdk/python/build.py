@@ -56,7 +56,7 @@ def main():
         with open(os.path.join(work, "weir_entry.py"), "w", encoding="utf-8") as f:
             f.write("import weir_app\n"
                     "from weir_guest.runtime import export\n"
-                    "Handler = export(weir_app.Handler)\n")
+                    "Handler = export(getattr(weir_app, 'Handler', None))\n")
         cmd = [tool, "-d", str(WIT), "-w", "gateway-handler", "componentize",
                "-p", work, "-p", str(HERE)]
         for extra in args.path:
@@ -64,7 +64,9 @@ def main():
         cmd += ["weir_entry", "-o", str(out)]
         run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if run.returncode != 0:
-            sys.stderr.write(run.stdout)
+            # The Python traceback says what is wrong; componentize-py's own
+            # Rust backtrace after it does not.
+            sys.stderr.write(run.stdout.split("\nStack backtrace:")[0].rstrip() + "\n")
             sys.exit(f"build.py: componentize-py failed for {app}")
 
 

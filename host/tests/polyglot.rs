@@ -3,9 +3,11 @@
 //! over real loopback sockets with tokio-tungstenite as the client: the
 //! same assertions as the Rust examples' in guest_routes.rs, and the limits
 //! (a JS throw or Python raise, an endless loop, memory exhaustion) closing
-//! only the affected connections with 1011.
+//! only the affected connections with 1011; and what `weir check` says of
+//! a JS or Python component built for another world.
 
 mod common;
+mod guest_support;
 
 use common::{client, next, Gateway, Ws};
 use futures_util::SinkExt;
@@ -59,32 +61,35 @@ fn route(path: &str, guest: GuestConfig) -> RouteConfig {
     }
 }
 
-/// Native /echo plus the language's examples under the Rust examples'
-/// paths, and its fault fixture, on one worker so the fault tests know
-/// which connections share an instance.
-fn gateway(lang: Lang) -> Gateway {
+/// Native /echo plus the routes a test needs of the language's examples
+/// (under the Rust examples' paths) and its fault fixture, on one worker so
+/// the fault tests know which connections share an instance. Only what the
+/// test uses is loaded: a Python component takes seconds to compile the
+/// first time (cached after).
+fn gateway(lang: Lang, paths: &[&str]) -> Gateway {
     let mut config = Config::builtin_default();
     config.server.workers = 1;
-    // Deadlines are wall time; a loaded 2-core CI machine needs headroom.
-    let relaxed = |name: &str| {
-        let mut g = GuestConfig::defaults(lang.wasm(name));
-        g.timeout = Duration::from_secs(2);
-        g
-    };
-    config.routes.push(route("/plain", relaxed("echo")));
-    config.routes.push(route("/json", relaxed("json")));
-    config.routes.push(route("/chat/{room}", relaxed("chat")));
-    config.routes.push(route("/counter", relaxed("counter")));
-    let mut recycled = relaxed("counter");
-    recycled.recycle_after = 1;
-    config.routes.push(route("/counter-recycled", recycled));
-    let mut per_batch = relaxed("counter");
-    per_batch.isolation = Isolation::Batch;
-    config.routes.push(route("/counter-batch", per_batch));
-    let mut faulty = GuestConfig::defaults(lang.wasm("faulty"));
-    faulty.memory = 48 << 20;
-    faulty.timeout = Duration::from_millis(200);
-    config.routes.push(route("/faulty", faulty));
+    for &path in paths {
+        let (name, edit): (&str, fn(&mut GuestConfig)) = match path {
+            "/plain" => ("echo", |_| {}),
+            "/json" => ("json", |_| {}),
+            "/chat/{room}" => ("chat", |_| {}),
+            "/counter" => ("counter", |_| {}),
+            "/counter-recycled" => ("counter", |g| g.recycle_after = 1),
+            "/counter-batch" => ("counter", |g| g.isolation = Isolation::Batch),
+            "/faulty" => ("faulty", |g| {
+                g.memory = 48 << 20;
+                g.timeout = Duration::from_millis(200);
+            }),
+            other => panic!("no route {other}"),
+        };
+        let mut guest = GuestConfig::defaults(lang.wasm(name));
+        // Deadlines are wall time; a loaded 2-core CI machine needs
+        // headroom (the fault fixture sets its own).
+        guest.timeout = Duration::from_secs(2);
+        edit(&mut guest);
+        config.routes.push(route(path, guest));
+    }
     Gateway::start(config)
 }
 
@@ -112,7 +117,7 @@ async fn expect_close(ws: &mut Ws, code: u16) {
 }
 
 async fn examples_answer(lang: Lang) {
-    let gw = gateway(lang);
+    let gw = gateway(lang, &["/plain", "/json", "/counter"]);
     let mut plain = client(&gw.url("/plain")).await;
     assert_eq!(
         ask(&mut plain, Message::text("héllo")).await,
@@ -170,7 +175,7 @@ async fn examples_answer(lang: Lang) {
 }
 
 async fn chat_reaches_the_others(lang: Lang) {
-    let gw = gateway(lang);
+    let gw = gateway(lang, &["/chat/{room}"]);
     let mut a = client(&gw.url("/chat/lobby")).await;
     let mut b = client(&gw.url("/chat/lobby")).await;
     let mut c = client(&gw.url("/chat/lobby")).await;
@@ -193,7 +198,7 @@ async fn chat_reaches_the_others(lang: Lang) {
 }
 
 async fn state_survives_replacement(lang: Lang) {
-    let gw = gateway(lang);
+    let gw = gateway(lang, &["/counter-recycled", "/counter-batch"]);
     for path in ["/counter-recycled", "/counter-batch"] {
         let mut a = client(&gw.url(path)).await;
         let mut b = client(&gw.url(path)).await;
@@ -222,7 +227,7 @@ async fn state_survives_replacement(lang: Lang) {
 /// connection of the same route, another guest route and the native route
 /// keep working.
 async fn faults_close_only_the_affected(lang: Lang) {
-    let gw = gateway(lang);
+    let gw = gateway(lang, &["/plain", "/faulty"]);
     let mut bystander = client(&gw.url("/faulty")).await;
     let mut other_guest = client(&gw.url("/plain")).await;
     let mut native = client(&gw.url("/echo")).await;
@@ -284,4 +289,33 @@ async fn js_throw_loop_and_memory_close_only_the_affected_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_raise_loop_and_memory_close_only_the_affected_connections() {
     faults_close_only_the_affected(Lang::Python).await;
+}
+
+/// A component built against another world is refused at load time (what
+/// `weir check` runs) with the missing export named and the rebuild
+/// command of its own toolchain; the extra exports those toolchains leave
+/// in (componentize-qjs `init`, componentize-py `exports`) are allowed, as
+/// every other test here shows by serving their components.
+#[test]
+fn a_wrong_world_names_the_export_and_the_toolchains_rebuild_command() {
+    for (lang, hint) in [
+        (Lang::Js, "node guest-sdk/js/build.mjs"),
+        (Lang::Python, "python3 guest-sdk/python/build.py"),
+    ] {
+        let mut cfg = guest_support::config("echo");
+        cfg.wasm = lang.wasm("wrong-world");
+        let err = match weir::guest::Program::load(&guest_support::engine(), "/r", &cfg) {
+            Err(e) => e,
+            Ok(_) => panic!("{}: loaded", cfg.wasm.display()),
+        };
+        assert!(
+            matches!(err, weir::guest::GuestError::Abi { .. }),
+            "{err:?}"
+        );
+        let msg = err.to_string();
+        assert!(msg.contains("weir:gateway/handler@0.3.0"), "{msg}");
+        assert!(msg.contains("weir:gateway/handler@0.2.0"), "{msg}");
+        assert!(msg.contains(hint), "{msg}");
+        assert!(!msg.contains("weir build"), "{msg}");
+    }
 }

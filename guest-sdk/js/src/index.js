@@ -255,9 +255,6 @@ function fatal(e) {
 class Runtime {
   constructor(app, host) {
     this.app = typeof app === "function" ? new app() : app;
-    if (!this.app || typeof this.app.onMessage !== "function") {
-      throw new TypeError("a weir handler needs an onMessage(conn, msg) hook");
-    }
     this.host = host;
     this.conns = new Map();
     this.writer = new CommandWriter();
@@ -400,6 +397,15 @@ function describe(e) {
  * `weir:gateway/host` import; build.mjs generates the call.
  */
 export function createHandler(app, host) {
+  // Checked here, at build time (componentize-qjs runs the module then), so
+  // a handler without hooks fails its build instead of every batch.
+  const hooks = typeof app === "function" ? app.prototype : app;
+  if (!hooks || typeof hooks.onMessage !== "function") {
+    throw new TypeError(
+      "weir: the handler module's default export needs an onMessage(conn, msg) hook: " +
+        "export default { onMessage(conn, msg) { ... } }",
+    );
+  }
   hostImport = host;
   installConsole();
   let rt = null;

@@ -140,13 +140,21 @@ def _one_line(text):
 
 def export(handler_class):
     """The class componentize-py exports as `weir:gateway/handler` for
-    `handler_class` (one handler object per instance, made on first use)."""
+    `handler_class` (one handler object per instance, made on first use).
+    Checked here, at build time (componentize-py runs the module then), so
+    a module without a handler fails its build instead of every batch."""
+    import weir_guest
+
+    if not isinstance(handler_class, type) or not callable(
+            getattr(handler_class, "on_message", None)) or (
+            handler_class.on_message is weir_guest.Handler.on_message):
+        raise TypeError("weir: the handler module must define class Handler(weir_guest.Handler)"
+                        " with on_message(self, conn, msg)")
     from wit_world import exports
     from wit_world.imports import host, types
 
     levels = {"error": host.Level.ERROR, "warn": host.Level.WARN, "info": host.Level.INFO,
               "debug": host.Level.DEBUG, "trace": host.Level.TRACE}
-    import weir_guest
     weir_guest._log_sink = lambda level, msg: host.log(levels.get(level, host.Level.INFO), msg)
     state = {}
 
