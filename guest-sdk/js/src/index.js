@@ -35,13 +35,10 @@ import {
   EVENT_HEADER_BYTES,
   EventKind,
   CommandWriter,
-  checkEventRanges,
   decodeUtf8,
+  decodeUtf8Fast,
   encodeUtf8,
   parseConnInfo,
-  readU16,
-  readU32,
-  readU64,
   AbiError,
 } from "./abi.js";
 
@@ -324,21 +321,32 @@ class Runtime {
     w.reset();
     // The host checked what it sends; a batch that still breaks the ABI is
     // a host bug, and failing the batch (1011 for its connections) is the
-    // honest answer: the throw below traps the instance.
-    const n = checkEventRanges(headers, data);
+    // honest answer: an AbiError thrown here traps the instance. Each
+    // range is checked as its event comes up, in this one pass.
+    if (headers.length % EVENT_HEADER_BYTES !== 0) {
+      throw new AbiError("HeadersNotWhole", null, `${headers.length} bytes`);
+    }
+    const n = headers.length / EVENT_HEADER_BYTES;
+    const size = data.length;
+    const v = new DataView(headers.buffer, headers.byteOffset, headers.byteLength);
+    w.srcBytes = data;
     for (let i = 0; i < n; i++) {
       const at = i * EVENT_HEADER_BYTES;
-      const id = readU64(headers, at);
+      const id = v.getUint32(at, true) + v.getUint32(at + 4, true) * 4294967296;
       const kind = headers[at + 8];
-      const offset = readU32(headers, at + 12);
-      const end = offset + readU32(headers, at + 16);
+      const offset = v.getUint32(at + 12, true);
+      const end = offset + v.getUint32(at + 16, true);
+      if (end > size) throw new AbiError("RangeOutOfBounds", i, "payload");
       if (kind === EventKind.TEXT || kind === EventKind.BINARY) {
-        const conn = this.known(id);
+        const conn = this.conns.get(id) || this.known(id);
         if (conn._failed) continue;
         let msg;
         if (kind === EventKind.TEXT) {
-          msg = decodeUtf8(data, offset, end);
+          msg = decodeUtf8Fast(data, offset, end);
           if (msg === null) throw new AbiError("TextNotUtf8", i);
+          w.srcText = msg;
+          w.srcStart = offset;
+          w.srcEnd = end;
         } else {
           msg = data.subarray(offset, end);
         }
@@ -348,7 +356,7 @@ class Runtime {
           this.failed(conn, "onMessage", e);
           continue;
         }
-        this.settle(conn);
+        if (conn.state !== undefined || conn._saved !== "") this.settle(conn);
       } else if (kind === EventKind.OPEN) {
         const info = parseConnInfo(data, offset, end);
         if (info === null) throw new AbiError("ConnInfoMalformed", i);
@@ -365,11 +373,11 @@ class Runtime {
         this.settle(conn);
       } else if (kind === EventKind.CLOSE) {
         const conn = this.known(id);
-        const reason = decodeUtf8(data, offset, end);
+        const reason = decodeUtf8Fast(data, offset, end);
         if (reason === null) throw new AbiError("ReasonNotUtf8", i);
         if (app.onClose) {
           try {
-            app.onClose(conn, readU16(headers, at + 10), reason);
+            app.onClose(conn, v.getUint16(at + 10, true), reason);
           } catch (e) {
             if (fatal(e)) throw e;
             log(Level.ERROR, `handler threw in onClose (connection ${id}): ${describe(e)}`);
@@ -379,6 +387,8 @@ class Runtime {
       }
       // Kinds this SDK does not know (a newer host) are skipped.
     }
+    w.srcText = null;
+    w.srcBytes = null;
     return w.finish();
   }
 }

@@ -117,9 +117,12 @@ for (const s of ["", "ascii", "héllo", "日本語", "😀 emoji", "a".repeat(10
   const bytes = abi.encodeUtf8(s);
   deepStrictEqual(Buffer.from(bytes), Buffer.from(s, "utf8"), `encode ${s.slice(0, 10)}`);
   strictEqual(abi.decodeUtf8(bytes), s, `decode ${s.slice(0, 10)}`);
+  strictEqual(abi.decodeUtf8Fast(bytes, 0, bytes.length), s, `decode (builtins) ${s.slice(0, 10)}`);
 }
 for (const bad of [[0xff], [0xc3], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0xe2, 0x82]]) {
-  strictEqual(abi.decodeUtf8(Uint8Array.from(bad)), null, `invalid ${bad}`);
+  const b = Uint8Array.from([0x61, ...bad, 0x62]);
+  strictEqual(abi.decodeUtf8(b), null, `invalid ${bad}`);
+  strictEqual(abi.decodeUtf8Fast(b, 0, b.length), null, `invalid (builtins) ${bad}`);
 }
 
 console.log(

@@ -240,7 +240,10 @@ class CommandWriter:
 
     def send_text(self, conn, text):
         """Send `text` (a str) to `conn` as a text message."""
-        self._push(conn, SEND_TEXT, 0, (0, 0), self._put(text.encode("utf-8")))
+        data = self.data
+        offset = len(data)
+        data += text.encode("utf-8")
+        self.commands += COMMAND_HEADER.pack(conn, SEND_TEXT, 0, 0, 0, 0, offset, len(data) - offset)
 
     def send_binary(self, conn, data):
         """Send `data` (bytes-like) to `conn` as a binary message."""
@@ -248,10 +251,15 @@ class CommandWriter:
 
     def send(self, conn, msg):
         """Send `msg` to `conn`: a str as text, bytes as binary."""
+        data = self.data
+        offset = len(data)
         if isinstance(msg, str):
-            self.send_text(conn, msg)
+            data += msg.encode("utf-8")
+            kind = SEND_TEXT
         else:
-            self.send_binary(conn, msg)
+            data += msg
+            kind = SEND_BINARY
+        self.commands += COMMAND_HEADER.pack(conn, kind, 0, 0, 0, 0, offset, len(data) - offset)
 
     def close(self, conn, code=1000, reason=""):
         """Close `conn` with `code` and a short UTF-8 `reason`."""

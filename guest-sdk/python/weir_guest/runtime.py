@@ -77,13 +77,14 @@ class Runtime:
         w = self.writer
         w.reset()
         handler = self.handler
+        conns = self.conns
         # The host checked what it sends; a batch that still breaks the ABI
         # is a host bug, and failing the batch (1011 for its connections)
         # is the honest answer: the AbiError traps the instance.
         abi.check_event_ranges(headers, data)
         for i, (conn_id, kind, _, code, offset, length) in enumerate(_EVENT.iter_unpack(headers)):
             if kind == abi.TEXT or kind == abi.BINARY:
-                conn = self._known(conn_id)
+                conn = conns.get(conn_id) or self._known(conn_id)
                 if conn._failed:
                     continue
                 raw = data[offset:offset + length]
@@ -101,7 +102,8 @@ class Runtime:
                 except Exception:
                     self._failed(conn, "on_message")
                     continue
-                self._settle(conn)
+                if conn.state is not None or conn._saved:
+                    self._settle(conn)
             elif kind == abi.OPEN:
                 info = abi.parse_conn_info(data, offset, offset + length)
                 if info is None:
