@@ -35,6 +35,14 @@ export const CommandKind = Object.freeze({
 const TWO_32 = 4294967296;
 
 /**
+ * Whether this machine is little-endian (WebAssembly always is): then a
+ * Uint32Array over a header buffer reads and writes the ABI's fields
+ * directly, one typed-array access per field (headers are 20 and 28 bytes,
+ * so every u32 field of every header is 4-aligned).
+ */
+export const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+/**
  * One way a buffer breaks the ABI. `variant` is the name of weir-abi's
  * `AbiError` variant (the vectors' `error`), `index` the offending header
  * (null for HeadersNotWhole).
@@ -230,23 +238,32 @@ export function decodeUtf8(b, start = 0, end = b.length) {
   return s;
 }
 
-// QuickJS has no TextDecoder, but its C builtins can do the work of the
-// loop above far faster than interpreted code: one String.fromCharCode
-// call makes a byte string, a regular expression tells ASCII (the string is
-// then the text), and decodeURIComponent(escape(...)) decodes UTF-8,
-// throwing on malformed input (overlong forms and surrogates included, as
-// ECMA-262 requires of decodeURIComponent).
+// QuickJS has no TextDecoder, but its C builtins do the work of the loop
+// above several times faster than interpreted code (measured in the guest:
+// benches/micro guest_langs). Bytes become a byte string through base64
+// (quickjs-ng has Uint8Array.prototype.toBase64 and atob; elsewhere one
+// String.fromCharCode call), a regular expression tells ASCII (the byte
+// string is then the text), and decodeURIComponent(escape(...)) decodes
+// UTF-8, throwing on malformed input (overlong forms and surrogates
+// included, as ECMA-262 requires of decodeURIComponent).
 const NON_ASCII = /[\x80-\xff]/;
 const hasEscape = typeof escape === "function";
+const hasBase64 = typeof atob === "function" && typeof Uint8Array.prototype.toBase64 === "function";
 
 /**
  * `b[start..end]` decoded as UTF-8, or null when it is not valid UTF-8:
  * the same answer as decodeUtf8, through native builtins where it can.
  */
 export function decodeUtf8Fast(b, start, end) {
-  const n = end - start;
-  if (n > CHUNK || !hasEscape) return decodeUtf8(b, start, end);
-  const bin = String.fromCharCode.apply(null, b.subarray(start, end));
+  if (!hasEscape) return decodeUtf8(b, start, end);
+  let bin;
+  if (hasBase64) {
+    bin = atob(b.subarray(start, end).toBase64());
+  } else if (end - start <= CHUNK) {
+    bin = String.fromCharCode.apply(null, b.subarray(start, end));
+  } else {
+    return decodeUtf8(b, start, end);
+  }
   if (!NON_ASCII.test(bin)) return bin;
   try {
     return decodeURIComponent(escape(bin));
@@ -455,6 +472,7 @@ export function sendableCloseCode(code) {
 export class CommandWriter {
   constructor(commandBytes = 28 * 64, dataBytes = 4096) {
     this.commands = new Uint8Array(commandBytes);
+    this.words = LITTLE_ENDIAN ? new Uint32Array(this.commands.buffer) : null;
     this.view = new DataView(this.commands.buffer);
     this.data = new Uint8Array(dataBytes);
     this.clen = 0;
@@ -494,7 +512,7 @@ export class CommandWriter {
     const offset = this.dlen;
     this.lastOffset = offset;
     if (typeof msg === "string") {
-      if (msg === this.srcText) {
+      if (msg === this.srcText && msg !== null) {
         const n = this.srcEnd - this.srcStart;
         this.reserveData(n);
         this.data.set(this.srcBytes.subarray(this.srcStart, this.srcEnd), offset);
@@ -516,19 +534,34 @@ export class CommandWriter {
       const grown = new Uint8Array(this.commands.length * 2);
       grown.set(this.commands.subarray(0, this.clen));
       this.commands = grown;
+      this.words = LITTLE_ENDIAN ? new Uint32Array(grown.buffer) : null;
       this.view = new DataView(grown.buffer);
     }
-    const v = this.view;
     const at = this.clen;
     const lo = conn % TWO_32;
-    v.setUint32(at, lo, true);
-    v.setUint32(at + 4, (conn - lo) / TWO_32, true);
-    // kind, reserved (0) and code in one little-endian u32.
-    v.setUint32(at + 8, kind | (code << 16), true);
-    v.setUint32(at + 12, topicOffset, true);
-    v.setUint32(at + 16, topicLen, true);
-    v.setUint32(at + 20, offset, true);
-    v.setUint32(at + 24, len, true);
+    const hi = (conn - lo) / TWO_32;
+    // kind, reserved (0) and code share one little-endian u32.
+    const kindCode = kind | (code << 16);
+    const w = this.words;
+    if (w !== null) {
+      const k = at >> 2;
+      w[k] = lo;
+      w[k + 1] = hi;
+      w[k + 2] = kindCode;
+      w[k + 3] = topicOffset;
+      w[k + 4] = topicLen;
+      w[k + 5] = offset;
+      w[k + 6] = len;
+    } else {
+      const v = this.view;
+      v.setUint32(at, lo, true);
+      v.setUint32(at + 4, hi, true);
+      v.setUint32(at + 8, kindCode, true);
+      v.setUint32(at + 12, topicOffset, true);
+      v.setUint32(at + 16, topicLen, true);
+      v.setUint32(at + 20, offset, true);
+      v.setUint32(at + 24, len, true);
+    }
     this.clen = at + COMMAND_HEADER_BYTES;
   }
 
@@ -546,7 +579,18 @@ export class CommandWriter {
 
   /** Send `msg` to `conn`: a string as text, bytes as binary. */
   send(conn, msg) {
-    if (typeof msg === "string") {
+    if (msg === this.srcText && msg !== null) {
+      // Echo of the message being handled, the hot case: its bytes are
+      // copied, with no call that is not needed (calls are what an
+      // interpreter pays most for).
+      const start = this.srcStart;
+      const n = this.srcEnd - start;
+      const offset = this.dlen;
+      if (offset + n > this.data.length) this.reserveData(n);
+      this.data.set(this.srcBytes.subarray(start, this.srcEnd), offset);
+      this.dlen = offset + n;
+      this.push(conn, CommandKind.SEND_TEXT, 0, 0, 0, offset, n);
+    } else if (typeof msg === "string") {
       const len = this.putData(msg);
       this.push(conn, CommandKind.SEND_TEXT, 0, 0, 0, this.lastOffset, len);
     } else {

@@ -40,6 +40,7 @@ import {
   encodeUtf8,
   parseConnInfo,
   AbiError,
+  LITTLE_ENDIAN,
 } from "./abi.js";
 
 export { CommandWriter } from "./abi.js";
@@ -163,6 +164,7 @@ export class Conn {
     this.state = undefined;
     this._saved = "";
     this._rt = runtime;
+    this._w = runtime.writer;
     this._failed = false;
     if (info.attachment.length > 0) {
       const text = decodeUtf8(info.attachment);
@@ -196,47 +198,47 @@ export class Conn {
 
   /** The batch's answer, to address other connections by id (`conn.ctx.sendText(id, "hi")`). */
   get ctx() {
-    return this._rt.writer;
+    return this._w;
   }
 
   /** Send `msg` to this connection: a string as text, bytes as binary. */
   send(msg) {
-    this._rt.writer.send(this.id, msg);
+    this._w.send(this.id, msg);
   }
 
   /** Send a text message. */
   sendText(text) {
-    this._rt.writer.sendText(this.id, text);
+    this._w.sendText(this.id, text);
   }
 
   /** Send a binary message (Uint8Array or ArrayBuffer). */
   sendBinary(bytes) {
-    this._rt.writer.sendBinary(this.id, bytes);
+    this._w.sendBinary(this.id, bytes);
   }
 
   /** Close with `code` (1000–4999) and a short reason; onClose follows. */
   close(code = 1000, reason = "") {
-    this._rt.writer.close(this.id, code, reason);
+    this._w.close(this.id, code, reason);
   }
 
   /** Subscribe to `topic` (topics belong to the route). */
   subscribe(topic) {
-    this._rt.writer.subscribe(this.id, topic);
+    this._w.subscribe(this.id, topic);
   }
 
   /** Unsubscribe from `topic`. */
   unsubscribe(topic) {
-    this._rt.writer.unsubscribe(this.id, topic);
+    this._w.unsubscribe(this.id, topic);
   }
 
   /** Deliver `msg` to every *other* subscriber of `topic`, on every worker. */
   publish(topic, msg) {
-    this._rt.writer.publish(topic, msg, this.id);
+    this._w.publish(topic, msg, this.id);
   }
 
   /** Deliver `msg` to every subscriber of `topic`, this connection included. */
   broadcast(topic, msg) {
-    this._rt.writer.publish(topic, msg, 0);
+    this._w.publish(topic, msg, 0);
   }
 }
 
@@ -328,14 +330,30 @@ class Runtime {
     }
     const n = headers.length / EVENT_HEADER_BYTES;
     const size = data.length;
+    // One typed-array read per field where the buffer allows (see
+    // LITTLE_ENDIAN), else a DataView.
+    const words =
+      LITTLE_ENDIAN && headers.byteOffset % 4 === 0
+        ? new Uint32Array(headers.buffer, headers.byteOffset, headers.length >> 2)
+        : null;
     const v = new DataView(headers.buffer, headers.byteOffset, headers.byteLength);
     w.srcBytes = data;
     for (let i = 0; i < n; i++) {
       const at = i * EVENT_HEADER_BYTES;
-      const id = v.getUint32(at, true) + v.getUint32(at + 4, true) * 4294967296;
+      let id;
+      let offset;
+      let end;
+      if (words !== null) {
+        const k = at >> 2;
+        id = words[k] + words[k + 1] * 4294967296;
+        offset = words[k + 3];
+        end = offset + words[k + 4];
+      } else {
+        id = v.getUint32(at, true) + v.getUint32(at + 4, true) * 4294967296;
+        offset = v.getUint32(at + 12, true);
+        end = offset + v.getUint32(at + 16, true);
+      }
       const kind = headers[at + 8];
-      const offset = v.getUint32(at + 12, true);
-      const end = offset + v.getUint32(at + 16, true);
       if (end > size) throw new AbiError("RangeOutOfBounds", i, "payload");
       if (kind === EventKind.TEXT || kind === EventKind.BINARY) {
         const conn = this.conns.get(id) || this.known(id);
