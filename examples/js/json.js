@@ -6,6 +6,7 @@
 
 import { utf8 } from "../../guest-sdk/js/src/index.js";
 
+/** The next even number after the request's, or { error }. */
 function answer(text) {
   let value;
   try {
@@ -23,13 +24,15 @@ function answer(text) {
   if (!Number.isSafeInteger(n) || !Number.isSafeInteger(next)) {
     return { error: "\"number\" is too large" };
   }
-  return { number: next };
+  return next;
 }
 
 export default {
   onMessage(conn, msg) {
     // A binary message is parsed as UTF-8 text, as the Rust example does.
     const text = typeof msg === "string" ? msg : utf8(msg);
-    conn.sendText(JSON.stringify(text === null ? { error: "malformed JSON: not UTF-8" } : answer(text)));
+    const reply = text === null ? { error: "malformed JSON: not UTF-8" } : answer(text);
+    // The common answer, formatted directly (as the Rust example does).
+    conn.sendText(typeof reply === "number" ? `{"number":${reply}}` : JSON.stringify(reply));
   },
 };

@@ -251,6 +251,29 @@ const hasEscape = typeof escape === "function";
 const hasBase64 = typeof atob === "function" && typeof Uint8Array.prototype.toBase64 === "function";
 
 /**
+ * `b` as a byte string (one UTF-16 unit per byte) through native builtins,
+ * or null where they are missing: what a batch's text messages are sliced from.
+ */
+export function byteString(b) {
+  return hasBase64 && hasEscape ? atob(b.toBase64()) : null;
+}
+
+/** Whether a byte string holds only ASCII (then it is its own UTF-8 text). */
+export function isAsciiByteString(bin) {
+  return !NON_ASCII.test(bin);
+}
+
+/** A byte string's bytes decoded as UTF-8, or null when they are not UTF-8. */
+export function decodeByteString(bin) {
+  if (!NON_ASCII.test(bin)) return bin;
+  try {
+    return decodeURIComponent(escape(bin));
+  } catch {
+    return null;
+  }
+}
+
+/**
  * `b[start..end]` decoded as UTF-8, or null when it is not valid UTF-8:
  * the same answer as decodeUtf8, through native builtins where it can.
  */
