@@ -263,6 +263,7 @@ class Runtime {
     this.host = host;
     this.conns = new Map();
     this.writer = new CommandWriter();
+    this.warnedAsync = false;
   }
 
   upgrade(raw) {
@@ -280,14 +281,23 @@ class Runtime {
     }
     if (answer === false) return { tag: "reject", val: 403 };
     if (typeof answer === "number") return { tag: "reject", val: answer };
+    if (typeof answer.then === "function") {
+      // An async hook: its decision would come after the answer is due,
+      // and accepting a Promise would let an auth check through.
+      log(Level.ERROR, "onUpgrade returned a Promise: hooks run synchronously (no async/await); refused with 500");
+      return { tag: "reject", val: 500 };
+    }
     const state = answer.state;
-    return {
-      tag: "accept",
-      val: {
-        protocol: answer.protocol ?? null,
-        attachment: state === undefined ? EMPTY : encodeUtf8(JSON.stringify(state)),
-      },
-    };
+    let attachment = EMPTY;
+    if (state !== undefined) {
+      try {
+        attachment = encodeUtf8(JSON.stringify(state));
+      } catch (e) {
+        log(Level.ERROR, `onUpgrade's state is not JSON (${describe(e)}); refused with 500`);
+        return { tag: "reject", val: 500 };
+      }
+    }
+    return { tag: "accept", val: { protocol: answer.protocol ?? null, attachment } };
   }
 
   /** The Conn of `id`, restored from the host if this instance has not seen it. */
@@ -302,11 +312,20 @@ class Runtime {
     return conn;
   }
 
-  /** Save `conn.state` if its JSON changed since it was last saved. */
+  /**
+   * Save `conn.state` if its JSON changed since it was last saved. A state
+   * that is not JSON (a BigInt, a cycle) fails its connection like a throw.
+   */
   settle(conn) {
     const state = conn.state;
     if (state === undefined && conn._saved === "") return;
-    const json = state === undefined ? "" : JSON.stringify(state);
+    let json;
+    try {
+      json = state === undefined ? "" : JSON.stringify(state);
+    } catch (e) {
+      this.failed(conn, "saving conn.state", e);
+      return;
+    }
     if (json !== conn._saved) {
       this.writer.setAttachment(conn.id, json);
       conn._saved = json;
@@ -383,7 +402,11 @@ class Runtime {
           msg = data.subarray(offset, end);
         }
         try {
-          app.onMessage(conn, msg);
+          const r = app.onMessage(conn, msg);
+          if (r !== undefined && !this.warnedAsync && typeof r.then === "function") {
+            this.warnedAsync = true;
+            log(Level.WARN, "onMessage returned a Promise: hooks run synchronously, so what follows an await never runs");
+          }
         } catch (e) {
           this.failed(conn, "onMessage", e);
           continue;

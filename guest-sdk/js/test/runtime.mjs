@@ -137,4 +137,36 @@ deepStrictEqual(
   { tag: "accept", val: { protocol: null, attachment: new Uint8Array(0) } },
 );
 
-console.log("runtime (js): hooks, state, restore, throw and upgrade ok");
+// An async onUpgrade is refused, not taken for an accept; a state that is
+// not JSON fails only its connection.
+const asyncUp = createHandler({ async onUpgrade() { return 401; }, onMessage() {} }, host);
+deepStrictEqual(asyncUp.upgrade(req("")), { tag: "reject", val: 500 });
+deepStrictEqual(
+  createHandler({ onUpgrade: () => ({ state: 1n }), onMessage() {} }, host).upgrade(req("")),
+  { tag: "reject", val: 500 },
+);
+const bad = createHandler(
+  {
+    onMessage(conn, msg) {
+      if (msg === "big") conn.state = { n: 1n };
+      else conn.send(msg);
+    },
+  },
+  host,
+);
+deepStrictEqual(
+  run(bad, [
+    [9, abi.EventKind.OPEN, 0, open("/b")],
+    [9, abi.EventKind.TEXT, 0, "big"],
+    [9, abi.EventKind.TEXT, 0, "after"],
+    [10, abi.EventKind.OPEN, 0, open("/b")],
+    [10, abi.EventKind.TEXT, 0, "fine"],
+  ]),
+  [
+    { kind: "close", conn: 9, code: 1011, reason: "handler error" },
+    { kind: "send-text", conn: 10, text: "fine" },
+  ],
+  "state that is not JSON",
+);
+
+console.log("runtime (js): hooks, state, restore, throw, upgrade and misuse ok");

@@ -123,6 +123,38 @@ class RuntimeTests(unittest.TestCase):
         self.assertEqual(Runtime(Chat(), self.known.get).upgrade(weir_guest.Request("/p")),
                          ("accept", None, b""))
 
+    def test_misuse_is_refused_or_fails_only_its_connection(self):
+        class Async(weir_guest.Handler):
+            async def on_upgrade(self, req):
+                return 401
+
+        self.assertEqual(Runtime(Async(), self.known.get).upgrade(weir_guest.Request("/p")),
+                         ("reject", 500))
+
+        class Unjson(weir_guest.Handler):
+            def on_upgrade(self, req):
+                return weir_guest.Accept(state={1, 2})
+
+            def on_message(self, conn, msg):
+                if msg == "set":
+                    conn.state = {"s": {1}}
+                else:
+                    conn.send(msg)
+
+        rt = Runtime(Unjson(), self.known.get)
+        self.assertEqual(rt.upgrade(weir_guest.Request("/p")), ("reject", 500))
+        commands, data = rt.handle(*batch([
+            (9, abi.OPEN, 0, info("/b")),
+            (9, abi.TEXT, 0, "set"),
+            (9, abi.TEXT, 0, "after"),
+            (10, abi.OPEN, 0, info("/b")),
+            (10, abi.TEXT, 0, "fine"),
+        ]))
+        self.assertEqual(abi.decode_commands(commands, data), [
+            {"kind": "close", "conn": 9, "code": 1011, "reason": "handler error"},
+            {"kind": "send-text", "conn": 10, "text": "fine"},
+        ])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -44,9 +44,19 @@ class Runtime:
         if isinstance(answer, int):
             return ("reject", answer)
         if isinstance(answer, Accept):
-            state = b"" if answer.state is None else _dumps(answer.state).encode("utf-8")
+            try:
+                state = b"" if answer.state is None else _dumps(answer.state).encode("utf-8")
+            except (TypeError, ValueError) as e:
+                log(ERROR, f"on_upgrade's state is not JSON ({e}); refused with 500")
+                return ("reject", 500)
             return ("accept", answer.protocol, state)
-        raise TypeError(f"on_upgrade returned {answer!r}: None, a status or Accept(...)")
+        # A coroutine (async def) included: its decision would come too
+        # late, and taking it for an accept would let an auth check through.
+        if hasattr(answer, "close") and hasattr(answer, "send"):
+            answer.close()
+        log(ERROR, f"on_upgrade returned {type(answer).__name__}: hooks run synchronously and "
+            "answer None, a status or Accept(...); refused with 500")
+        return ("reject", 500)
 
     def _known(self, conn_id):
         conn = self.conns.get(conn_id)
@@ -58,10 +68,16 @@ class Runtime:
         return conn
 
     def _settle(self, conn):
+        """Save `conn.state` if its JSON changed since it was last saved. A
+        state that is not JSON fails its connection like a raise."""
         state = conn.state
         if state is None and conn._saved == "":
             return
-        text = "" if state is None else _dumps(state)
+        try:
+            text = "" if state is None else _dumps(state)
+        except (TypeError, ValueError):
+            self._failed(conn, "saving conn.state")
+            return
         if text != conn._saved:
             self.writer.set_attachment(conn.id, text)
             conn._saved = text
