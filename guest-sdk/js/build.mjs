@@ -20,7 +20,9 @@ import { dirname, join, resolve, basename } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const wit = resolve(here, "../../wit");
+// The WIT next to the SDK (a project made by `weir new --lang js`), else
+// the repository's.
+const wit = existsSync(join(here, "wit")) ? join(here, "wit") : resolve(here, "../../wit");
 const tool = join(here, "node_modules/.bin/componentize-qjs");
 
 function usage(msg) {

@@ -22,7 +22,9 @@ import sys
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
-WIT = HERE.parent.parent / "wit"
+# The WIT next to the SDK (a project made by `weir new --lang python`), else
+# the repository's.
+WIT = HERE / "wit" if (HERE / "wit").is_dir() else HERE.parent.parent / "wit"
 
 
 def componentize_py():
