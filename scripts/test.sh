@@ -30,6 +30,7 @@ cargo test --manifest-path examples/Cargo.toml --workspace
 # runtimes. build-guests.sh above made sure node and python3 are there.
 node guest-sdk/js/test/vectors.mjs
 node guest-sdk/js/test/runtime.mjs
+node guest-sdk/js/test/runtime-base64.mjs
 python3 -m unittest discover -s guest-sdk/python/tests
 
 if [ "${WEIR_SKIP_AUTOBAHN:-0}" = 1 ]; then

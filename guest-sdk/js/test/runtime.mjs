@@ -3,7 +3,7 @@
 // (as the gateway's does), and the answers are read back with the codec's
 // validating reader. Run: node guest-sdk/js/test/runtime.mjs
 
-import { deepStrictEqual, strictEqual } from "node:assert";
+import { deepStrictEqual, strictEqual, throws } from "node:assert";
 import * as abi from "../src/abi.js";
 import { createHandler } from "../src/index.js";
 
@@ -79,6 +79,22 @@ deepStrictEqual(
     { kind: "publish-binary", topic: "red", payload: new Uint8Array([9]), exclude: 1 },
   ],
   "open, message, state saved once, unchanged state not saved again",
+);
+
+// Non-ASCII text, alone and beside ASCII and binary messages in one batch,
+// arrives as the same string whichever decoding path the batch takes.
+deepStrictEqual(
+  run(h, [
+    [1, abi.EventKind.TEXT, 0, "héllo wörld 😀"],
+    [1, abi.EventKind.TEXT, 0, "plain"],
+    [1, abi.EventKind.BINARY, 0, new Uint8Array([0xff, 0x80])],
+  ]),
+  [
+    { kind: "publish-text", topic: "red", text: "héllo wörld 😀", exclude: 1 },
+    { kind: "publish-text", topic: "red", text: "plain", exclude: 1 },
+    { kind: "publish-binary", topic: "red", payload: new Uint8Array([0xff, 0x80]), exclude: 1 },
+  ],
+  "utf-8 in a batch",
 );
 
 // A connection this instance never saw (it replaced one that did): its
@@ -167,6 +183,13 @@ deepStrictEqual(
     { kind: "send-text", conn: 10, text: "fine" },
   ],
   "state that is not JSON",
+);
+
+// Text that is not UTF-8 breaks the ABI (the host never sends it): the
+// batch fails (the throw traps the instance), it is not handed on mangled.
+throws(
+  () => h.handle(batch([[1, abi.EventKind.TEXT, 0, new Uint8Array([0x61, 0xff])]])),
+  (e) => e.variant === "TextNotUtf8" && e.index === 0,
 );
 
 console.log("runtime (js): hooks, state, restore, throw, upgrade and misuse ok");
