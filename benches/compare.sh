@@ -16,8 +16,10 @@
 #                      compare two builds in one run: --servers weir,weir-base
 #   --scenarios LIST   comma list (default: the quick set); `all` for every one;
 #                      scenarios on other paths than /echo and /relay (`fanout`,
-#                      `plain64x200p8`, `json200p8`, and `guest`: /echo vs /plain,
-#                      /json, /binary) run against weir and weir-base only;
+#                      `plain64x200p8`, `json200p8`, `guest`: /echo vs /plain,
+#                      /json, /binary, and `langs`: /echo vs /plain and /json
+#                      in Rust, JS (/js/...) and Python (/py/...) at 64 B ×
+#                      200 × 8) run against weir and weir-base only;
 #                      the `pubsub*` scenarios (/topic/bench, native pubsub)
 #                      also against uws and bun (ws.subscribe / ws.publish)
 #   --runs N           runs per scenario (default 3)
@@ -83,6 +85,7 @@ scenario_defs=(
   "plain64x50|echo|/plain|-c 50 -p 1 -s 64"
   "json50|json|/json|-c 50 --sync"
   "guest|guest|-|-"
+  "langs|langs|-|-"
 )
 quick="echo64x50,echo64x200p8,size16k,size1m,relay16,pingpong,connect"
 
@@ -254,6 +257,30 @@ for (scen, srv), rs in by.items():
         fmt(g("p50_us"), 1), fmt(g("p99_us"), 1),
         "1.00" if same else fmt(ratio(scen, srv, "msgs_per_s"), 2),
         "1.00" if same else fmt(ratio(scen, srv, "server_cpu_ns_per_msg"), 2)))
+
+# The langs scenario: each route against native /echo of the same server in
+# the same run (route/native msg/s; native/route CPU per message, so both
+# read "fraction of native"), the median over runs.
+native = {}
+for (s, run), res in runs.items():
+    if s != "langs": continue
+    for srv, r in res.items():
+        if srv.endswith(" /echo native") and r.get("ok"):
+            native[(run, srv.split(" ")[0])] = r
+if native:
+    print()
+    print("| langs: route | runs | msg/s ÷ native /echo | native /echo CPU/msg ÷ route CPU/msg |")
+    print("|---|---|---|---|")
+    for (scen, srv), rs in by.items():
+        if scen != "langs" or srv.endswith(" /echo native"): continue
+        tput, cpu = [], []
+        for (s, run), res in runs.items():
+            if s != "langs" or srv not in res: continue
+            n, r = native.get((run, srv.split(" ")[0])), res[srv]
+            if not (n and r.get("ok")): continue
+            tput.append(r["msgs_per_s"] / n["msgs_per_s"])
+            cpu.append(n["server_cpu_ns_per_msg"] / r["server_cpu_ns_per_msg"])
+        print(f"| {srv} | {len(cpu)} | {fmt(med(tput), 2)} | {fmt(med(cpu), 2)} |")
 PY
 }
 
@@ -292,6 +319,20 @@ for scen in "${scenario_list[@]}"; do
       if [ $((run % 2)) -eq 0 ]; then
         order=(); for ((i=${#weir_servers[@]}-1; i>=0; i--)); do order+=("${weir_servers[i]}"); done
       fi
+    fi
+    if [ "$mode" = langs ]; then
+      # Within weir: native echo vs the same handlers in each guest
+      # language, at the load of the guest targets (64 B × 200 × 8).
+      for srv in "${order[@]}"; do
+        measure "$scen" "$srv" "$run" "$srv /echo native" echo /echo -c 200 -p 8 -s 64
+        for p in /plain /js/plain /py/plain; do
+          measure "$scen" "$srv" "$run" "$srv $p" echo "$p" -c 200 -p 8 -s 64
+        done
+        for p in /json /js/json /py/json; do
+          measure "$scen" "$srv" "$run" "$srv $p" json "$p" -c 200 -p 8 --async
+        done
+      done
+      continue
     fi
     if [ "$mode" = guest ]; then
       # Within weir: native echo vs guest routes at equal load.

@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
-# Build every guest under examples/ (the handlers and the test fixtures) for
-# wasm32-wasip2 and copy each component to examples/wasm/<name>.wasm.
+# Build every guest under examples/ (the handlers and the test fixtures) and
+# put each component in examples/wasm/: the Rust ones (wasm32-wasip2) as
+# <name>.wasm, the JavaScript ones (examples/js, QuickJS through
+# componentize-qjs) as js-<name>.wasm, the Python ones (examples/python,
+# componentize-py) as py-<name>.wasm.
+#
+# JS and Python toolchains are pinned in the repo (guest-sdk/js/package-lock.json,
+# guest-sdk/python/requirements-build.txt) and installed into ignored folders
+# (guest-sdk/js/node_modules, guest-sdk/python/.venv) on first use; later runs
+# reuse them, and a component is rebuilt only when its source, the SDK, the
+# WIT or the toolchain changed. node/npm and python3 with venv come from apt
+# when missing. WEIR_GUESTS=rust skips the JS and Python guests.
 #
 # Toolchain: rustup's wasm32-wasip2 target when `rustup target add` works;
 # otherwise Debian's rust-web packages with build-std (installed with apt if
@@ -59,4 +69,92 @@ for name in "${names[@]}"; do
     fi
     cp "$src" "$out/$name.wasm"
 done
-echo "build-guests: ${#names[@]} components in $out"
+echo "build-guests: ${#names[@]} Rust components in $out"
+
+[ "${WEIR_GUESTS:-all}" = rust ] && exit 0
+
+# apt-get install, only for what is missing (CI images and fresh machines).
+apt_install() {
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo "build-guests: installing $* with apt-get"
+    $sudo apt-get update
+    $sudo apt-get install -y "$@"
+}
+
+# True when $1 exists and is newer than every other argument (files or
+# folders, searched recursively; caches and toolchains left out).
+fresh() {
+    local target=$1
+    shift
+    [ -f "$target" ] || return 1
+    [ -z "$(find "$@" -newer "$target" -not -path '*/node_modules/*' \
+        -not -path '*/.venv/*' -not -path '*/__pycache__/*' -print -quit 2>/dev/null)" ]
+}
+
+sdk_js="$root/guest-sdk/js"
+sdk_py="$root/guest-sdk/python"
+wit="$root/wit"
+
+# JavaScript: componentize-qjs from npm, exactly as package-lock.json pins it.
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+js_stamp="$sdk_js/node_modules/.weir-installed"
+if ! fresh "$js_stamp" "$sdk_js/package-lock.json" "$sdk_js/package.json"; then
+    echo "build-guests: npm ci in guest-sdk/js (componentize-qjs, pinned)"
+    (cd "$sdk_js" && npm ci --no-audit --no-fund --prefer-offline)
+    touch "$js_stamp"
+fi
+js_built=0
+for src in "$examples"/js/*.js "$examples"/js/fixtures/*.js; do
+    name="js-$(basename "$src" .js)"
+    if ! fresh "$out/$name.wasm" "$src" "$sdk_js/src" "$sdk_js/build.mjs" "$wit" "$js_stamp"; then
+        node "$sdk_js/build.mjs" "$src" -o "$out/$name.wasm" >/dev/null
+        js_built=$((js_built + 1))
+    fi
+done
+# The wrong-world fixture is built against its own WIT, without the SDK.
+ww="$examples/js/fixtures/wrong-world"
+if ! fresh "$out/js-wrong-world.wasm" "$ww" "$js_stamp"; then
+    "$sdk_js/node_modules/.bin/componentize-qjs" --sync -w "$ww/wrong.wit" -n wrong \
+        -j "$ww/app.js" -o "$out/js-wrong-world.wasm" >/dev/null
+    js_built=$((js_built + 1))
+fi
+echo "build-guests: JS components in $out ($js_built rebuilt)"
+
+# Python: componentize-py from PyPI, exactly as requirements-build.txt pins it.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || apt_install python3-venv
+py_stamp="$sdk_py/.venv/.weir-installed"
+if ! fresh "$py_stamp" "$sdk_py/requirements-build.txt"; then
+    echo "build-guests: pip install into guest-sdk/python/.venv (componentize-py, pinned)"
+    [ -x "$sdk_py/.venv/bin/pip" ] || python3 -m venv "$sdk_py/.venv"
+    "$sdk_py/.venv/bin/pip" install --quiet --disable-pip-version-check \
+        -r "$sdk_py/requirements-build.txt"
+    touch "$py_stamp"
+fi
+# componentize-py takes ~20 s a component, mostly single-threaded: two at
+# a time.
+py_pids=()
+py_built=0
+for src in "$examples"/python/*.py "$examples"/python/fixtures/*.py; do
+    name="py-$(basename "$src" .py)"
+    if ! fresh "$out/$name.wasm" "$src" "$sdk_py/weir_guest" "$sdk_py/build.py" "$wit" "$py_stamp"; then
+        python3 "$sdk_py/build.py" "$src" -o "$out/$name.wasm" &
+        py_pids+=($!)
+        py_built=$((py_built + 1))
+        if [ "${#py_pids[@]}" -ge 2 ]; then
+            wait "${py_pids[0]}"
+            py_pids=("${py_pids[@]:1}")
+        fi
+    fi
+done
+ww="$examples/python/fixtures/wrong-world"
+if ! fresh "$out/py-wrong-world.wasm" "$ww" "$py_stamp"; then
+    (cd "$ww" && "$sdk_py/.venv/bin/componentize-py" -d wrong.wit -w wrong componentize app \
+        -o "$out/py-wrong-world.wasm" >/dev/null) &
+    py_pids+=($!)
+    py_built=$((py_built + 1))
+fi
+for pid in "${py_pids[@]}"; do
+    wait "$pid"
+done
+echo "build-guests: Python components in $out ($py_built rebuilt)"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # README command 2: every test. Builds the guest components, runs the Rust
-# tests (unit, integration, guest fixtures), then Autobahn|Testsuite against
-# `weir serve`. Needs rustup, python3 (and Python 2.7 via pyenv for Autobahn,
-# see scripts/autobahn.sh); installs Redis for the cluster tests when missing
-# (scripts/redis.sh). Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
+# tests (unit, integration, guest fixtures), the JS and Python SDK tests, then
+# Autobahn|Testsuite against `weir serve`. Needs rustup, python3 (and Python
+# 2.7 via pyenv for Autobahn, see scripts/autobahn.sh); node/npm come from apt
+# when missing (build-guests.sh); installs Redis for the cluster tests when
+# missing (scripts/redis.sh). Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +38,14 @@ cargo test --release --workspace
 # harness tests, natively: they are separate workspaces.
 cargo test --manifest-path guest-sdk/Cargo.toml --features serde
 cargo test --manifest-path examples/Cargo.toml --workspace
+
+# The JS and Python SDKs natively: their codecs against the shared ABI
+# vectors (abi/vectors/, as abi/tests/vectors.rs does for Rust) and their
+# runtimes. build-guests.sh above made sure node and python3 are there.
+node guest-sdk/js/test/vectors.mjs
+node guest-sdk/js/test/runtime.mjs
+node guest-sdk/js/test/runtime-base64.mjs
+python3 -m unittest discover -s guest-sdk/python/tests
 
 if [ "${WEIR_SKIP_AUTOBAHN:-0}" = 1 ]; then
     echo "test.sh: WEIR_SKIP_AUTOBAHN=1: Autobahn|Testsuite skipped" >&2

@@ -55,9 +55,11 @@ enum Command {
         /// Routes file (TOML) to validate
         file: PathBuf,
     },
-    /// Start a guest handler project NAME (Rust): the SDK matching this
-    /// gateway, a starter handler with tests, and a routes file mounting it
-    /// at /NAME. Needs only a Rust toolchain to build.
+    /// Start a guest handler project NAME: the SDK matching this gateway, a
+    /// starter handler (Rust: with tests), and a routes file mounting it at
+    /// /NAME. Rust needs only a Rust toolchain to build; js needs Node.js,
+    /// python needs Python 3 (each SDK's build tool is installed into the
+    /// project on the first `weir build`).
     New {
         /// Project (and crate, and route) name: lower-case letters, digits,
         /// '-' and '_'
@@ -65,6 +67,9 @@ enum Command {
         /// Directory to create the project in [default: the current one]
         #[arg(long, value_name = "DIR", default_value = ".")]
         dir: PathBuf,
+        /// The handler's language
+        #[arg(long, default_value = "rust", value_parser = ["rust", "js", "python"])]
+        lang: String,
     },
     /// Build a guest project (made by `weir new`) for wasm32-wasip2 and
     /// print the component's path (DIR/dist/NAME.wasm).
@@ -109,7 +114,7 @@ fn main() -> ExitCode {
             workers,
         } => serve(file, listen, workers),
         Command::Check { file } => check(file),
-        Command::New { name, dir } => new_project(&dir, &name),
+        Command::New { name, dir, lang } => new_project(&dir, &name, &lang),
         Command::Build { dir } => weir::scaffold::build_project(&dir).map(|path| {
             println!("{}", path.display());
         }),
@@ -190,13 +195,16 @@ fn check(file: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn new_project(parent: &std::path::Path, name: &str) -> anyhow::Result<()> {
-    let dir = weir::scaffold::new_project(parent, name)?;
+fn new_project(parent: &std::path::Path, name: &str, lang: &str) -> anyhow::Result<()> {
+    let lang = weir::scaffold::Lang::parse(lang)?;
+    let dir = weir::scaffold::new_project_in(parent, name, lang)?;
     let shown = dir.display();
     println!("created {shown}: a guest handler served at /{name}");
     println!("next:");
     println!("  cd {shown}");
-    println!("  cargo test --target host-tuple   # its tests, natively");
+    if lang == weir::scaffold::Lang::Rust {
+        println!("  cargo test --target host-tuple   # its tests, natively");
+    }
     println!("  weir build                       # dist/{name}.wasm");
     println!("  weir serve routes.toml           # ws://127.0.0.1:9001/{name}");
     Ok(())

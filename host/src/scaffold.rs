@@ -10,10 +10,16 @@
 //! a size-oriented release profile, and a routes file mounting it at
 //! `/NAME`. `weir build` runs cargo with those settings and copies the
 //! component to `dist/NAME.wasm`, the path the routes file names.
+//!
+//! `weir new NAME --lang js|python` writes the JavaScript or Python SDK
+//! (guest-sdk/js, guest-sdk/python, with the WIT) into `weir-sdk/` and a
+//! starter `handler.js` / `handler.py` instead; `weir build` then installs
+//! the SDK's pinned toolchain into `weir-sdk/` on first use (npm or pip)
+//! and runs its build script.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context};
 
@@ -69,6 +75,72 @@ const SDK_FILES: &[(&str, &str)] = &[
     ("wit/weir.wit", include_str!("../../wit/weir.wit")),
 ];
 
+/// The JavaScript SDK, under `weir-sdk/` of a `weir new --lang js` project.
+const JS_SDK_FILES: &[(&str, &str)] = &[
+    ("build.mjs", include_str!("../../guest-sdk/js/build.mjs")),
+    (
+        "package.json",
+        include_str!("../../guest-sdk/js/package.json"),
+    ),
+    (
+        "package-lock.json",
+        include_str!("../../guest-sdk/js/package-lock.json"),
+    ),
+    ("README.md", include_str!("../../guest-sdk/js/README.md")),
+    (
+        "src/index.js",
+        include_str!("../../guest-sdk/js/src/index.js"),
+    ),
+    ("src/abi.js", include_str!("../../guest-sdk/js/src/abi.js")),
+    ("wit/weir.wit", include_str!("../../wit/weir.wit")),
+];
+
+/// The Python SDK, under `weir-sdk/` of a `weir new --lang python` project.
+const PYTHON_SDK_FILES: &[(&str, &str)] = &[
+    ("build.py", include_str!("../../guest-sdk/python/build.py")),
+    (
+        "requirements-build.txt",
+        include_str!("../../guest-sdk/python/requirements-build.txt"),
+    ),
+    (
+        "README.md",
+        include_str!("../../guest-sdk/python/README.md"),
+    ),
+    (
+        "weir_guest/__init__.py",
+        include_str!("../../guest-sdk/python/weir_guest/__init__.py"),
+    ),
+    (
+        "weir_guest/abi.py",
+        include_str!("../../guest-sdk/python/weir_guest/abi.py"),
+    ),
+    (
+        "weir_guest/runtime.py",
+        include_str!("../../guest-sdk/python/weir_guest/runtime.py"),
+    ),
+    ("wit/weir.wit", include_str!("../../wit/weir.wit")),
+];
+
+/// The language of a guest project (`weir new --lang`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    Rust,
+    Js,
+    Python,
+}
+
+impl Lang {
+    /// `rust`, `js` (or `javascript`), `python` (or `py`).
+    pub fn parse(s: &str) -> anyhow::Result<Lang> {
+        Ok(match s {
+            "rust" => Lang::Rust,
+            "js" | "javascript" => Lang::Js,
+            "python" | "py" => Lang::Python,
+            other => bail!("no guest language \"{other}\": use rust, js or python"),
+        })
+    }
+}
+
 /// The versions the SDK pins, as tested with this gateway: the examples'
 /// lock file (cargo drops the entries the project does not use).
 const LOCK_FILE: &str = include_str!("../../examples/Cargo.lock");
@@ -111,9 +183,15 @@ fn valid_name(name: &str) -> bool {
         && name.len() <= 64
 }
 
-/// Write a new guest project `name` into `parent/name`; returns its path.
-/// Refuses an existing non-empty directory.
+/// Write a new Rust guest project `name` into `parent/name`; returns its
+/// path. Refuses an existing non-empty directory.
 pub fn new_project(parent: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    new_project_in(parent, name, Lang::Rust)
+}
+
+/// Write a new guest project `name` in `lang` into `parent/name`; returns
+/// its path. Refuses an existing non-empty directory.
+pub fn new_project_in(parent: &Path, name: &str, lang: Lang) -> anyhow::Result<PathBuf> {
     if !valid_name(name) {
         bail!(
             "\"{name}\" cannot name a guest: use lower-case letters, digits, '-' and '_', starting with a letter"
@@ -123,7 +201,10 @@ pub fn new_project(parent: &Path, name: &str) -> anyhow::Result<PathBuf> {
     if dir.exists() && dir.read_dir().map_or(true, |mut d| d.next().is_some()) {
         bail!("{} already exists and is not empty", dir.display());
     }
-    let files = project_files(name);
+    let files = match lang {
+        Lang::Rust => project_files(name),
+        Lang::Js | Lang::Python => script_project_files(name, lang),
+    };
     for (path, text) in &files {
         let path = dir.join(path);
         let parent = path.parent().expect("files are in directories");
@@ -200,6 +281,102 @@ fn project_files(name: &str) -> Vec<(String, String)> {
     files.push(("README.md".into(), STARTER_README.replace("NAME", name)));
     files
 }
+
+/// Every file of a new JavaScript or Python project.
+fn script_project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
+    let (sdk, handler, starter, ignore) = match lang {
+        Lang::Js => (
+            JS_SDK_FILES,
+            "handler.js",
+            JS_STARTER,
+            "/dist\n/weir-sdk/node_modules\n",
+        ),
+        _ => (
+            PYTHON_SDK_FILES,
+            "handler.py",
+            PYTHON_STARTER,
+            "/dist\n/weir-sdk/.venv\n__pycache__/\n",
+        ),
+    };
+    let mut files: Vec<(String, String)> = sdk
+        .iter()
+        .map(|(path, text)| (format!("weir-sdk/{path}"), text.to_string()))
+        .collect();
+    files.push((handler.into(), starter.replace("NAME", name)));
+    files.push((".gitignore".into(), ignore.into()));
+    files.push((
+        "routes.toml".into(),
+        format!(
+            "# `weir serve routes.toml` after `weir build`: {name} at ws://127.0.0.1:9001/{name}\n\
+             [server]\n\
+             listen = \"127.0.0.1:9001\"\n\n\
+             [[route]]\n\
+             path = \"/{name}\"\n\
+             guest = \"dist/{name}.wasm\"\n"
+        ),
+    ));
+    let language = if lang == Lang::Js {
+        "JavaScript"
+    } else {
+        "Python"
+    };
+    files.push((
+        "README.md".into(),
+        format!(
+            "# {name}\n\n\
+             A weir WebSocket handler in {language}.\n\n    \
+             weir build              # dist/{name}.wasm (installs the SDK's toolchain into weir-sdk/ once)\n    \
+             weir serve routes.toml  # serves it at ws://127.0.0.1:9001/{name}\n\n\
+             The handler is `{handler}`; the SDK it uses is in `weir-sdk/` (written by\n\
+             `weir new`, matching the gateway's ABI), documented in weir-sdk/README.md.\n"
+        ),
+    ));
+    files
+}
+
+const JS_STARTER: &str = r##"// NAME: a weir WebSocket handler. Greets each connection, then answers
+// every text message with its number on this connection and the text
+// ("#1 hello"); binary messages are echoed. The count is the connection's
+// state: the SDK saves it after each change, so it survives the gateway
+// replacing the instance. API: weir-sdk/README.md.
+
+export default {
+  onOpen(conn) {
+    conn.state = 0;
+    conn.sendText("welcome to NAME");
+  },
+  onMessage(conn, msg) {
+    if (typeof msg !== "string") {
+      conn.send(msg);
+      return;
+    }
+    conn.state += 1;
+    conn.sendText(`#${conn.state} ${msg}`);
+  },
+};
+"##;
+
+const PYTHON_STARTER: &str = r##""""NAME: a weir WebSocket handler. Greets each connection, then answers
+every text message with its number on this connection and the text
+("#1 hello"); binary messages are echoed. The count is the connection's
+state: the SDK saves it after each change, so it survives the gateway
+replacing the instance. API: weir-sdk/README.md."""
+
+import weir_guest
+
+
+class Handler(weir_guest.Handler):
+    def on_open(self, conn):
+        conn.state = 0
+        conn.send_text("welcome to NAME")
+
+    def on_message(self, conn, msg):
+        if not isinstance(msg, str):
+            conn.send(msg)
+            return
+        conn.state += 1
+        conn.send_text(f"#{conn.state} {msg}")
+"##;
 
 fn project_manifest(name: &str) -> String {
     let mut m = String::new();
@@ -309,9 +486,99 @@ The handler is `src/lib.rs`; the SDK it uses is in `weir-sdk/` (written by
 `weir new`, matching the gateway's ABI). `cargo doc --open` documents it.
 "##;
 
-/// Build the project in `dir` for wasm32-wasip2 and copy the component to
-/// `dir/dist/NAME.wasm`; returns that path.
+/// Build the project in `dir` and put the component at
+/// `dir/dist/NAME.wasm`; returns that path. A project with a `handler.js`
+/// or `handler.py` (`weir new --lang js|python`) is built with its SDK's
+/// script (NAME: the directory's name); any other with cargo for
+/// wasm32-wasip2.
 pub fn build_project(dir: &Path) -> anyhow::Result<PathBuf> {
+    if dir.join("handler.js").is_file() {
+        return build_script_project(dir, Lang::Js);
+    }
+    if dir.join("handler.py").is_file() {
+        return build_script_project(dir, Lang::Python);
+    }
+    build_rust_project(dir)
+}
+
+/// Run `cmd`, failing with `what` and its status when it fails; `missing`
+/// says what to install when it cannot start.
+fn run_tool(mut cmd: Command, what: &str, missing: &str) -> anyhow::Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot run {what} ({missing})"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Build a JavaScript or Python project: the SDK's pinned toolchain into
+/// `weir-sdk/` on first use, then its build script.
+fn build_script_project(dir: &Path, lang: Lang) -> anyhow::Result<PathBuf> {
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("cannot find {}", dir.display()))?;
+    let name = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .context("the project's directory has no name")?
+        .to_string();
+    let sdk = dir.join("weir-sdk");
+    let dist = dir.join("dist");
+    std::fs::create_dir_all(&dist).with_context(|| format!("cannot create {}", dist.display()))?;
+    let out = dist.join(format!("{name}.wasm"));
+    if lang == Lang::Js {
+        if !sdk.join("node_modules/.bin/componentize-qjs").exists() {
+            eprintln!("weir build: installing the SDK's toolchain (npm ci in weir-sdk/)");
+            let mut npm = Command::new("npm");
+            npm.current_dir(&sdk)
+                .args(["ci", "--no-audit", "--no-fund", "--prefer-offline"])
+                .stdout(Stdio::null());
+            run_tool(npm, "npm ci", "install Node.js 18 or later with npm")?;
+        }
+        let mut node = Command::new("node");
+        node.current_dir(&dir)
+            .arg(sdk.join("build.mjs"))
+            .arg("handler.js")
+            .arg("-o")
+            .arg(&out)
+            .stdout(Stdio::null());
+        run_tool(
+            node,
+            "the JS build (weir-sdk/build.mjs)",
+            "install Node.js 18 or later",
+        )?;
+    } else {
+        let venv = sdk.join(".venv");
+        if !venv.join("bin/componentize-py").exists() {
+            eprintln!("weir build: installing the SDK's toolchain (pip, into weir-sdk/.venv)");
+            let mut mk = Command::new("python3");
+            mk.args(["-m", "venv"]).arg(&venv);
+            run_tool(mk, "python3 -m venv", "install Python 3 with venv")?;
+            let mut pip = Command::new(venv.join("bin/pip"));
+            pip.args(["install", "--quiet", "--disable-pip-version-check", "-r"])
+                .arg(sdk.join("requirements-build.txt"));
+            run_tool(pip, "pip install componentize-py", "the venv has no pip")?;
+        }
+        let mut py = Command::new("python3");
+        py.current_dir(&dir)
+            .arg(sdk.join("build.py"))
+            .arg("handler.py")
+            .arg("-o")
+            .arg(&out);
+        run_tool(
+            py,
+            "the Python build (weir-sdk/build.py)",
+            "install Python 3",
+        )?;
+    }
+    Ok(out)
+}
+
+/// Build a Rust project for wasm32-wasip2 and copy the component to
+/// `dir/dist/NAME.wasm`; returns that path.
+fn build_rust_project(dir: &Path) -> anyhow::Result<PathBuf> {
     let manifest_path = dir.join("Cargo.toml");
     let manifest = std::fs::read_to_string(&manifest_path).with_context(|| {
         format!(
@@ -441,6 +708,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The same for the JavaScript and Python SDKs' runtime sources.
+    #[test]
+    fn every_js_and_python_sdk_source_file_is_embedded() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk");
+        for (dir, files) in [
+            ("js/src", JS_SDK_FILES),
+            ("python/weir_guest", PYTHON_SDK_FILES),
+        ] {
+            let under = dir.split_once('/').map_or("", |(_, d)| d);
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+                if name == "__pycache__" {
+                    continue;
+                }
+                let path = format!("{under}/{name}");
+                assert!(
+                    files.iter().any(|(p, _)| *p == path),
+                    "guest-sdk/{dir}/{name} is not embedded in scaffold.rs"
+                );
+            }
+        }
+        assert_eq!(Lang::parse("py").unwrap(), Lang::Python);
+        assert!(Lang::parse("cobol").is_err());
     }
 
     #[test]

@@ -119,3 +119,72 @@ async fn new_build_serve_and_a_client_outside_the_repository() {
     drop(serving);
     std::fs::remove_dir_all(&parent).unwrap();
 }
+
+/// The same path in JavaScript and Python: `weir new --lang js|python`,
+/// `weir build` (which installs the SDK's pinned toolchain into the
+/// project's weir-sdk/ on first use), `weir serve`, and a client that gets
+/// the starter's greeting, numbered texts and echoed binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_and_python_projects_new_build_and_serve() {
+    let parent = std::env::temp_dir().join(format!("weir-new-lang-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&parent);
+    std::fs::create_dir_all(&parent).unwrap();
+    for (lang, name) in [("js", "hellojs"), ("python", "hellopy")] {
+        let mut new = weir();
+        new.args(["new", name, "--lang", lang, "--dir"])
+            .arg(&parent);
+        let said = run(new, "weir new --lang", Duration::from_secs(10));
+        assert!(said.contains("weir build"), "{said}");
+        assert!(!said.contains("cargo test"), "{said}");
+        let project = parent.join(name);
+
+        let mut build = weir();
+        build.arg("build").arg(&project);
+        let built = run(build, "weir build", Duration::from_secs(600));
+        let component = project.join(format!("dist/{name}.wasm"));
+        assert_eq!(built.trim(), component.display().to_string());
+        assert_eq!(&std::fs::read(&component).unwrap()[..4], b"\0asm");
+
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let serve = weir()
+            .arg("serve")
+            .arg(project.join("routes.toml"))
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .env("WEIR_CACHE_DIR", parent.join("cache"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut serving = Serving(serve);
+        // A Python component compiles for several seconds on first load.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "{lang}: weir serve did not listen"
+            );
+            assert!(
+                serving.0.try_wait().unwrap().is_none(),
+                "{lang}: weir serve exited"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut ws = client(&format!("ws://127.0.0.1:{port}/{name}")).await;
+        assert_eq!(
+            next(&mut ws).await,
+            Message::text(format!("welcome to {name}"))
+        );
+        ws.send(Message::text("hi")).await.unwrap();
+        assert_eq!(next(&mut ws).await, Message::text("#1 hi"));
+        ws.send(Message::text("again")).await.unwrap();
+        assert_eq!(next(&mut ws).await, Message::text("#2 again"));
+        ws.send(Message::binary(vec![7, 8])).await.unwrap();
+        assert_eq!(next(&mut ws).await, Message::binary(vec![7, 8]));
+        drop(serving);
+    }
+    std::fs::remove_dir_all(&parent).unwrap();
+}

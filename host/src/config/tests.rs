@@ -747,7 +747,15 @@ fn examples_routes_file_parses() {
             "/chat/{room}",
             "/shout/{room}",
             "/auth",
-            "/counter"
+            "/counter",
+            "/js/plain",
+            "/js/json",
+            "/js/chat/{room}",
+            "/js/counter",
+            "/py/plain",
+            "/py/json",
+            "/py/chat/{room}",
+            "/py/counter"
         ]
     );
     let Behaviour::Guest(auth) = &config.routes[8].behaviour else {

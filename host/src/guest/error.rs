@@ -34,10 +34,12 @@ pub enum GuestError {
     },
     /// The component does not implement the `weir:gateway` world this
     /// gateway speaks (missing or mismatched export, unknown import).
-    #[error("route {route}: {} does not fit this gateway's guest ABI ({}/handler, see wit/weir.wit; rebuild it with this gateway's SDK: `weir build`): {detail}", path.display(), super::abi::WIT_PACKAGE)]
+    /// `rebuild` says how, for the toolchain that made it.
+    #[error("route {route}: {} does not fit this gateway's guest ABI ({}/handler, see wit/weir.wit; rebuild it with this gateway's SDK: {rebuild}): {detail}", path.display(), super::abi::WIT_PACKAGE)]
     Abi {
         route: String,
         path: PathBuf,
+        rebuild: &'static str,
         detail: String,
     },
     /// The route's limits cannot be honoured.

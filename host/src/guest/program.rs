@@ -90,6 +90,7 @@ impl Program {
         let abi_error = |detail: String| GuestError::Abi {
             route: route.clone(),
             path: path.to_path_buf(),
+            rebuild: rebuild_hint(engine, &component),
             detail,
         };
         let instance_pre = engine
@@ -271,6 +272,24 @@ pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
         let _ = write!(hex, "{b:02x}");
     }
     hex
+}
+
+/// How to rebuild a component that does not fit, told by the extra export
+/// its toolchain leaves in (they are allowed: the gateway only looks up
+/// `weir:gateway/handler`): componentize-py keeps an `exports` interface
+/// (its `init`), componentize-qjs an `init` function.
+fn rebuild_hint(engine: &GuestEngine, component: &Component) -> &'static str {
+    let ty = component.component_type();
+    let mut exports = ty.exports(&engine.engine);
+    match exports.find_map(|(name, _)| match name {
+        "exports" => Some(true),
+        "init" => Some(false),
+        _ => None,
+    }) {
+        Some(true) => "`python3 guest-sdk/python/build.py APP.py` (Python, componentize-py)",
+        Some(false) => "`node guest-sdk/js/build.mjs APP.js` (JavaScript, componentize-qjs)",
+        None => "`weir build`",
+    }
 }
 
 /// The component's top-level exports, for an error message.

@@ -1,0 +1,752 @@
+// The weir:gateway batch ABI in plain JavaScript: header layouts, the
+// connection-info layout, UTF-8 (QuickJS has no TextEncoder/TextDecoder),
+// the answer writer, and validating readers for both directions.
+//
+// The layout is written down once, in the crate doc of abi/src/lib.rs; the
+// byte-exact test vectors in abi/vectors/ are the contract this file is
+// tested against (test/vectors.mjs), as the Rust and Python codecs are.
+// Numbers: connection ids are u64 on the wire and JS numbers here; the
+// gateway's ids (worker << 40 | sequence) stay below 2^53.
+
+/** Bytes of one packed event header (host to guest). */
+export const EVENT_HEADER_BYTES = 20;
+/** Bytes of one packed command header (guest to host). */
+export const COMMAND_HEADER_BYTES = 28;
+/** Longest close reason the host sends on (RFC 6455 §5.5). */
+export const MAX_CLOSE_REASON_BYTES = 123;
+/** The close code that replaces one an endpoint may not send. */
+export const FALLBACK_CLOSE_CODE = 1011;
+
+/** Event kinds: the case indices of the WIT enum `event-kind`. */
+export const EventKind = Object.freeze({ OPEN: 0, TEXT: 1, BINARY: 2, CLOSE: 3 });
+
+/** Command kinds: the case indices of the WIT enum `command-kind`. */
+export const CommandKind = Object.freeze({
+  SEND_TEXT: 0,
+  SEND_BINARY: 1,
+  CLOSE: 2,
+  PUBLISH_TEXT: 3,
+  PUBLISH_BINARY: 4,
+  SUBSCRIBE: 5,
+  UNSUBSCRIBE: 6,
+  SET_ATTACHMENT: 7,
+});
+
+const TWO_32 = 4294967296;
+
+/**
+ * Whether this machine is little-endian (WebAssembly always is): then a
+ * Uint32Array over a header buffer reads and writes the ABI's fields
+ * directly, one typed-array access per field (headers are 20 and 28 bytes,
+ * so every u32 field of every header is 4-aligned).
+ */
+export const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
+
+/**
+ * One way a buffer breaks the ABI. `variant` is the name of weir-abi's
+ * `AbiError` variant (the vectors' `error`), `index` the offending header
+ * (null for HeadersNotWhole).
+ */
+export class AbiError extends Error {
+  constructor(variant, index, detail) {
+    super(`${variant}${index === null ? "" : ` at header ${index}`}${detail ? `: ${detail}` : ""}`);
+    this.name = "AbiError";
+    this.variant = variant;
+    this.index = index;
+  }
+}
+
+// ---------------------------------------------------------------- numbers
+
+/** The little-endian u16 at `at` of `b`. */
+export function readU16(b, at) {
+  return u16(b, at);
+}
+
+/** The little-endian u32 at `at` of `b`. */
+export function readU32(b, at) {
+  return u32(b, at);
+}
+
+/** The little-endian u64 at `at` of `b`, as a number (exact below 2^53). */
+export function readU64(b, at) {
+  return u64(b, at);
+}
+
+function u16(b, at) {
+  return b[at] | (b[at + 1] << 8);
+}
+
+function u32(b, at) {
+  return (b[at] | (b[at + 1] << 8) | (b[at + 2] << 16)) + b[at + 3] * 0x1000000;
+}
+
+function u64(b, at) {
+  return u32(b, at) + u32(b, at + 4) * TWO_32;
+}
+
+function putU16(b, at, v) {
+  b[at] = v & 0xff;
+  b[at + 1] = (v >>> 8) & 0xff;
+}
+
+function putU32(b, at, v) {
+  b[at] = v & 0xff;
+  b[at + 1] = (v >>> 8) & 0xff;
+  b[at + 2] = (v >>> 16) & 0xff;
+  b[at + 3] = (v >>> 24) & 0xff;
+}
+
+function putU64(b, at, v) {
+  const lo = v % TWO_32;
+  putU32(b, at, lo);
+  putU32(b, at + 4, (v - lo) / TWO_32);
+}
+
+// ---------------------------------------------------------------- UTF-8
+
+/** Bytes `s` takes in UTF-8 at most (3 per UTF-16 unit). */
+export function maxUtf8Bytes(s) {
+  return s.length * 3;
+}
+
+/**
+ * Write `s` as UTF-8 into `out` at `at` (room for maxUtf8Bytes(s) must be
+ * there); returns the end. A lone surrogate becomes U+FFFD, as
+ * TextEncoder does.
+ */
+export function encodeUtf8Into(s, out, at) {
+  const n = s.length;
+  for (let i = 0; i < n; i++) {
+    let c = s.charCodeAt(i);
+    if (c < 0x80) {
+      out[at++] = c;
+    } else if (c < 0x800) {
+      out[at++] = 0xc0 | (c >> 6);
+      out[at++] = 0x80 | (c & 0x3f);
+    } else {
+      if (c >= 0xd800 && c <= 0xdfff) {
+        const d = i + 1 < n ? s.charCodeAt(i + 1) : 0;
+        if (c <= 0xdbff && d >= 0xdc00 && d <= 0xdfff) {
+          c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
+          i++;
+          out[at++] = 0xf0 | (c >> 18);
+          out[at++] = 0x80 | ((c >> 12) & 0x3f);
+          out[at++] = 0x80 | ((c >> 6) & 0x3f);
+          out[at++] = 0x80 | (c & 0x3f);
+          continue;
+        }
+        c = 0xfffd;
+      }
+      out[at++] = 0xe0 | (c >> 12);
+      out[at++] = 0x80 | ((c >> 6) & 0x3f);
+      out[at++] = 0x80 | (c & 0x3f);
+    }
+  }
+  return at;
+}
+
+/** `s` as a new UTF-8 byte array. */
+export function encodeUtf8(s) {
+  const buf = new Uint8Array(maxUtf8Bytes(s));
+  return buf.slice(0, encodeUtf8Into(s, buf, 0));
+}
+
+const CHUNK = 4096;
+const units = [];
+
+/** String.fromCharCode over `codes[0..n]`, in chunks (argument limits). */
+function fromCodes(codes, n) {
+  if (n <= CHUNK) {
+    return String.fromCharCode.apply(null, n === codes.length ? codes : codes.slice(0, n));
+  }
+  let s = "";
+  for (let i = 0; i < n; i += CHUNK) {
+    s += String.fromCharCode.apply(null, codes.slice(i, Math.min(n, i + CHUNK)));
+  }
+  return s;
+}
+
+/**
+ * `b[start..end]` decoded as UTF-8, or null when it is not valid UTF-8
+ * (overlong forms, surrogates and code points past U+10FFFF included).
+ */
+export function decodeUtf8(b, start = 0, end = b.length) {
+  let i = start;
+  while (i < end && b[i] < 0x80) i++;
+  if (i === end) {
+    // All ASCII: the common case, one call per chunk, no unit array.
+    return end - start <= CHUNK
+      ? String.fromCharCode.apply(null, b.subarray(start, end))
+      : fromCodes(b.subarray(start, end), end - start);
+  }
+  let n = 0;
+  for (let k = start; k < i; k++) units[n++] = b[k];
+  while (i < end) {
+    const c = b[i];
+    if (c < 0x80) {
+      units[n++] = c;
+      i += 1;
+      continue;
+    }
+    let cp;
+    let need;
+    let min;
+    if (c >= 0xc2 && c <= 0xdf) {
+      cp = c & 0x1f;
+      need = 1;
+      min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      cp = c & 0x0f;
+      need = 2;
+      min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      cp = c & 0x07;
+      need = 3;
+      min = 0x10000;
+    } else {
+      units.length = 0;
+      return null;
+    }
+    if (i + need >= end) {
+      units.length = 0;
+      return null;
+    }
+    for (let k = 1; k <= need; k++) {
+      const cc = b[i + k];
+      if ((cc & 0xc0) !== 0x80) {
+        units.length = 0;
+        return null;
+      }
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+      units.length = 0;
+      return null;
+    }
+    if (cp >= 0x10000) {
+      cp -= 0x10000;
+      units[n++] = 0xd800 + (cp >> 10);
+      units[n++] = 0xdc00 + (cp & 0x3ff);
+    } else {
+      units[n++] = cp;
+    }
+    i += need + 1;
+  }
+  const s = fromCodes(units, n);
+  units.length = 0;
+  return s;
+}
+
+// QuickJS has no TextDecoder, but its C builtins do the work of the loop
+// above several times faster than interpreted code (measured in the guest:
+// benches/micro guest_langs). Bytes become a byte string through base64
+// (quickjs-ng has Uint8Array.prototype.toBase64 and atob; elsewhere one
+// String.fromCharCode call), a regular expression tells ASCII (the byte
+// string is then the text), and decodeURIComponent(escape(...)) decodes
+// UTF-8, throwing on malformed input (overlong forms and surrogates
+// included, as ECMA-262 requires of decodeURIComponent).
+const NON_ASCII = /[\x80-\xff]/;
+const hasEscape = typeof escape === "function";
+const hasBase64 = typeof atob === "function" && typeof Uint8Array.prototype.toBase64 === "function";
+
+/**
+ * `b` as a byte string (one UTF-16 unit per byte) through native builtins,
+ * or null where they are missing: what a batch's text messages are sliced from.
+ */
+export function byteString(b) {
+  return hasBase64 && hasEscape ? atob(b.toBase64()) : null;
+}
+
+/** Whether a byte string holds only ASCII (then it is its own UTF-8 text). */
+export function isAsciiByteString(bin) {
+  return !NON_ASCII.test(bin);
+}
+
+/** A byte string's bytes decoded as UTF-8, or null when they are not UTF-8. */
+export function decodeByteString(bin) {
+  if (!NON_ASCII.test(bin)) return bin;
+  try {
+    return decodeURIComponent(escape(bin));
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * `b[start..end]` decoded as UTF-8, or null when it is not valid UTF-8:
+ * the same answer as decodeUtf8, through native builtins where it can.
+ */
+export function decodeUtf8Fast(b, start, end) {
+  if (!hasEscape) return decodeUtf8(b, start, end);
+  let bin;
+  if (hasBase64) {
+    bin = atob(b.subarray(start, end).toBase64());
+  } else if (end - start <= CHUNK) {
+    bin = String.fromCharCode.apply(null, b.subarray(start, end));
+  } else {
+    return decodeUtf8(b, start, end);
+  }
+  if (!NON_ASCII.test(bin)) return bin;
+  try {
+    return decodeURIComponent(escape(bin));
+  } catch {
+    return null;
+  }
+}
+
+/** Whether `b[start..end]` is valid UTF-8. */
+export function isUtf8(b, start = 0, end = b.length) {
+  for (let i = start; i < end; i++) {
+    if (b[i] >= 0x80) return decodeUtf8(b, i, end) !== null;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- headers
+
+/** The fields of the event header at `at` of `b`. */
+export function readEventHeader(b, at = 0) {
+  return {
+    conn: u64(b, at),
+    kind: b[at + 8],
+    reserved: b[at + 9],
+    code: u16(b, at + 10),
+    offset: u32(b, at + 12),
+    len: u32(b, at + 16),
+  };
+}
+
+/** Write an event header's fields into `b` at `at`. */
+export function writeEventHeader(b, at, h) {
+  putU64(b, at, h.conn);
+  b[at + 8] = h.kind;
+  b[at + 9] = h.reserved || 0;
+  putU16(b, at + 10, h.code || 0);
+  putU32(b, at + 12, h.offset);
+  putU32(b, at + 16, h.len);
+}
+
+/** The fields of the command header at `at` of `b`. */
+export function readCommandHeader(b, at = 0) {
+  return {
+    conn: u64(b, at),
+    kind: b[at + 8],
+    reserved: b[at + 9],
+    code: u16(b, at + 10),
+    topic_offset: u32(b, at + 12),
+    topic_len: u32(b, at + 16),
+    offset: u32(b, at + 20),
+    len: u32(b, at + 24),
+  };
+}
+
+/** Write a command header's fields (snake_case, as the vectors) into `b`. */
+export function writeCommandHeader(b, at, h) {
+  putU64(b, at, h.conn);
+  b[at + 8] = h.kind;
+  b[at + 9] = h.reserved || 0;
+  putU16(b, at + 10, h.code || 0);
+  putU32(b, at + 12, h.topic_offset || 0);
+  putU32(b, at + 16, h.topic_len || 0);
+  putU32(b, at + 20, h.offset);
+  putU32(b, at + 24, h.len);
+}
+
+// ---------------------------------------------------------------- conn info
+
+/**
+ * Parse connection-info bytes (abi/src/conn_info.rs): `{ target, params:
+ * [[name, value], ...], attachment: Uint8Array }`, or null when malformed.
+ * `attachment` is a view into `b`.
+ */
+export function parseConnInfo(b, start = 0, end = b.length) {
+  let at = start;
+  const field = () => {
+    if (at + 4 > end) return null;
+    const len = u32(b, at);
+    if (len > end - at - 4) return null;
+    const s = decodeUtf8(b, at + 4, at + 4 + len);
+    at += 4 + len;
+    return s;
+  };
+  const target = field();
+  if (target === null || at + 4 > end) return null;
+  const count = u32(b, at);
+  at += 4;
+  const params = [];
+  for (let i = 0; i < count; i++) {
+    const name = field();
+    if (name === null) return null;
+    const value = field();
+    if (value === null) return null;
+    params.push([name, value]);
+  }
+  return { target, params, attachment: b.subarray(at, end) };
+}
+
+/** Connection-info bytes for `target`, `params` and `attachment`. */
+export function encodeConnInfo(target, params, attachment = new Uint8Array(0)) {
+  const parts = [];
+  const put = (s) => {
+    const bytes = encodeUtf8(s);
+    const len = new Uint8Array(4);
+    putU32(len, 0, bytes.length);
+    parts.push(len, bytes);
+  };
+  put(target);
+  const count = new Uint8Array(4);
+  putU32(count, 0, params.length);
+  parts.push(count);
+  for (const [name, value] of params) {
+    put(name);
+    put(value);
+  }
+  parts.push(attachment);
+  let n = 0;
+  for (const p of parts) n += p.length;
+  const out = new Uint8Array(n);
+  n = 0;
+  for (const p of parts) {
+    out.set(p, n);
+    n += p.length;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- events
+
+/**
+ * Check the structure of an event batch: whole headers, every range inside
+ * `data`. What the runtime does before any hook runs (the payload's UTF-8
+ * is checked as it is decoded).
+ */
+export function checkEventRanges(headers, data) {
+  if (headers.length % EVENT_HEADER_BYTES !== 0) {
+    throw new AbiError("HeadersNotWhole", null, `${headers.length} bytes`);
+  }
+  const n = headers.length / EVENT_HEADER_BYTES;
+  for (let i = 0; i < n; i++) {
+    const at = i * EVENT_HEADER_BYTES;
+    const offset = u32(headers, at + 12);
+    const len = u32(headers, at + 16);
+    if (offset + len > data.length) {
+      throw new AbiError("RangeOutOfBounds", i, `payload ${offset}+${len} of ${data.length}`);
+    }
+  }
+  return n;
+}
+
+/**
+ * Read a whole event batch, validated as weir-abi's `parse_events` does:
+ * a list of `{kind, conn, ...}` objects (kind names as in the WIT, fields
+ * as in abi/vectors/README.md, binary payloads as Uint8Array views). Kinds
+ * this codec does not know are skipped. Throws AbiError.
+ */
+export function decodeEvents(headers, data) {
+  const n = checkEventRanges(headers, data);
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    const h = readEventHeader(headers, i * EVENT_HEADER_BYTES);
+    const end = h.offset + h.len;
+    switch (h.kind) {
+      case EventKind.OPEN: {
+        const info = parseConnInfo(data, h.offset, end);
+        if (info === null) throw new AbiError("ConnInfoMalformed", i);
+        out.push({ kind: "open", conn: h.conn, ...info });
+        break;
+      }
+      case EventKind.TEXT: {
+        const text = decodeUtf8(data, h.offset, end);
+        if (text === null) throw new AbiError("TextNotUtf8", i);
+        out.push({ kind: "text", conn: h.conn, text });
+        break;
+      }
+      case EventKind.BINARY:
+        out.push({ kind: "binary", conn: h.conn, payload: data.subarray(h.offset, end) });
+        break;
+      case EventKind.CLOSE: {
+        const reason = decodeUtf8(data, h.offset, end);
+        if (reason === null) throw new AbiError("ReasonNotUtf8", i);
+        out.push({ kind: "close", conn: h.conn, code: h.code, reason });
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- commands
+
+/** Whether an endpoint may send close code `code` (RFC 6455 §7.4). */
+export function sendableCloseCode(code) {
+  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) || (code >= 3000 && code <= 4999);
+}
+
+/**
+ * A batch's answer being written: packed command headers and one shared
+ * data buffer, both grown by doubling and reused from batch to batch, so a
+ * command costs no allocation once they have grown. Headers are written
+ * through a DataView (one native call per field: in QuickJS that is much
+ * cheaper than byte-by-byte stores).
+ */
+export class CommandWriter {
+  constructor(commandBytes = 28 * 64, dataBytes = 4096) {
+    this.commands = new Uint8Array(commandBytes);
+    this.words = LITTLE_ENDIAN ? new Uint32Array(this.commands.buffer) : null;
+    this.view = new DataView(this.commands.buffer);
+    this.data = new Uint8Array(dataBytes);
+    this.clen = 0;
+    this.dlen = 0;
+    this.lastOffset = 0;
+    // The message being handled, as the runtime decoded it and as bytes:
+    // sending that same string back (echo, publish) copies its bytes
+    // instead of encoding it again.
+    this.srcText = null;
+    this.srcBytes = null;
+    this.srcStart = 0;
+    this.srcEnd = 0;
+  }
+
+  /** Start a new answer (the buffers are kept). */
+  reset() {
+    this.clen = 0;
+    this.dlen = 0;
+  }
+
+  /** The answer so far, as views of the buffers. */
+  finish() {
+    return { commands: this.commands.subarray(0, this.clen), data: this.data.subarray(0, this.dlen) };
+  }
+
+  reserveData(extra) {
+    if (this.dlen + extra <= this.data.length) return;
+    let size = this.data.length * 2;
+    while (size < this.dlen + extra) size *= 2;
+    const grown = new Uint8Array(size);
+    grown.set(this.data.subarray(0, this.dlen));
+    this.data = grown;
+  }
+
+  /** Append `msg` (string: UTF-8; bytes: as is) to the data; its length (start: lastOffset). */
+  putData(msg) {
+    const offset = this.dlen;
+    this.lastOffset = offset;
+    if (typeof msg === "string") {
+      if (msg === this.srcText && msg !== null) {
+        const n = this.srcEnd - this.srcStart;
+        this.reserveData(n);
+        this.data.set(this.srcBytes.subarray(this.srcStart, this.srcEnd), offset);
+        this.dlen = offset + n;
+        return n;
+      }
+      this.reserveData(maxUtf8Bytes(msg));
+      this.dlen = encodeUtf8Into(msg, this.data, offset);
+    } else {
+      this.reserveData(msg.length);
+      this.data.set(msg, offset);
+      this.dlen += msg.length;
+    }
+    return this.dlen - offset;
+  }
+
+  push(conn, kind, code, topicOffset, topicLen, offset, len) {
+    if (this.clen + COMMAND_HEADER_BYTES > this.commands.length) {
+      const grown = new Uint8Array(this.commands.length * 2);
+      grown.set(this.commands.subarray(0, this.clen));
+      this.commands = grown;
+      this.words = LITTLE_ENDIAN ? new Uint32Array(grown.buffer) : null;
+      this.view = new DataView(grown.buffer);
+    }
+    const at = this.clen;
+    const lo = conn % TWO_32;
+    const hi = (conn - lo) / TWO_32;
+    // kind, reserved (0) and code share one little-endian u32.
+    const kindCode = kind | (code << 16);
+    const w = this.words;
+    if (w !== null) {
+      const k = at >> 2;
+      w[k] = lo;
+      w[k + 1] = hi;
+      w[k + 2] = kindCode;
+      w[k + 3] = topicOffset;
+      w[k + 4] = topicLen;
+      w[k + 5] = offset;
+      w[k + 6] = len;
+    } else {
+      const v = this.view;
+      v.setUint32(at, lo, true);
+      v.setUint32(at + 4, hi, true);
+      v.setUint32(at + 8, kindCode, true);
+      v.setUint32(at + 12, topicOffset, true);
+      v.setUint32(at + 16, topicLen, true);
+      v.setUint32(at + 20, offset, true);
+      v.setUint32(at + 24, len, true);
+    }
+    this.clen = at + COMMAND_HEADER_BYTES;
+  }
+
+  /** Send `text` (a string) to `conn` as a text message. */
+  sendText(conn, text) {
+    const len = this.putData(typeof text === "string" ? text : String(text));
+    this.push(conn, CommandKind.SEND_TEXT, 0, 0, 0, this.lastOffset, len);
+  }
+
+  /** Send `bytes` (a Uint8Array) to `conn` as a binary message. */
+  sendBinary(conn, bytes) {
+    const len = this.putData(toBytes(bytes));
+    this.push(conn, CommandKind.SEND_BINARY, 0, 0, 0, this.lastOffset, len);
+  }
+
+  /** Send `msg` to `conn`: a string as text, bytes as binary. */
+  send(conn, msg) {
+    if (msg === this.srcText && msg !== null) {
+      // Echo of the message being handled, the hot case: its bytes are
+      // copied, with no call that is not needed (calls are what an
+      // interpreter pays most for).
+      const start = this.srcStart;
+      const n = this.srcEnd - start;
+      const offset = this.dlen;
+      if (offset + n > this.data.length) this.reserveData(n);
+      this.data.set(this.srcBytes.subarray(start, this.srcEnd), offset);
+      this.dlen = offset + n;
+      this.push(conn, CommandKind.SEND_TEXT, 0, 0, 0, offset, n);
+    } else if (typeof msg === "string") {
+      const len = this.putData(msg);
+      this.push(conn, CommandKind.SEND_TEXT, 0, 0, 0, this.lastOffset, len);
+    } else {
+      this.sendBinary(conn, msg);
+    }
+  }
+
+  /** Close `conn` with `code` and a short UTF-8 `reason`. */
+  close(conn, code = 1000, reason = "") {
+    const len = this.putData(String(reason));
+    this.push(conn, CommandKind.CLOSE, code, 0, 0, this.lastOffset, len);
+  }
+
+  /**
+   * Deliver `msg` to every subscriber of `topic`, leaving out `except` (a
+   * connection id, or 0/null for none).
+   */
+  publish(topic, msg, except = 0) {
+    const text = typeof msg === "string";
+    const topicLen = this.putData(String(topic));
+    const topicOffset = this.lastOffset;
+    const len = this.putData(text ? msg : toBytes(msg));
+    const kind = text ? CommandKind.PUBLISH_TEXT : CommandKind.PUBLISH_BINARY;
+    this.push(except || 0, kind, 0, topicOffset, topicLen, this.lastOffset, len);
+  }
+
+  /** Subscribe `conn` to `topic`. */
+  subscribe(conn, topic) {
+    const len = this.putData(String(topic));
+    this.push(conn, CommandKind.SUBSCRIBE, 0, this.lastOffset, len, 0, 0);
+  }
+
+  /** Unsubscribe `conn` from `topic`. */
+  unsubscribe(conn, topic) {
+    const len = this.putData(String(topic));
+    this.push(conn, CommandKind.UNSUBSCRIBE, 0, this.lastOffset, len, 0, 0);
+  }
+
+  /** Store `bytes` (or a string, as UTF-8) as `conn`'s attachment (empty clears it). */
+  setAttachment(conn, bytes) {
+    const len = this.putData(typeof bytes === "string" ? bytes : toBytes(bytes));
+    this.push(conn, CommandKind.SET_ATTACHMENT, 0, 0, 0, this.lastOffset, len);
+  }
+}
+
+/** A Uint8Array view of `b` (Uint8Array, ArrayBuffer, typed array, or string as UTF-8). */
+export function toBytes(b) {
+  if (b instanceof Uint8Array) return b;
+  if (b instanceof ArrayBuffer) return new Uint8Array(b);
+  if (ArrayBuffer.isView(b)) return new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+  if (typeof b === "string") return encodeUtf8(b);
+  throw new TypeError("expected a string, a Uint8Array or an ArrayBuffer");
+}
+
+const TOPIC_KINDS = new Set([
+  CommandKind.PUBLISH_TEXT,
+  CommandKind.PUBLISH_BINARY,
+  CommandKind.SUBSCRIBE,
+  CommandKind.UNSUBSCRIBE,
+]);
+
+/** The longest prefix of `reason` within MAX_CLOSE_REASON_BYTES, on a character boundary. */
+function shortReason(data, start, len) {
+  let end = start + Math.min(len, MAX_CLOSE_REASON_BYTES);
+  if (len > MAX_CLOSE_REASON_BYTES) {
+    while (end > start && (data[end] & 0xc0) === 0x80) end--;
+  }
+  return decodeUtf8(data, start, end);
+}
+
+/**
+ * Read a guest's answer as the host does (weir-abi's `parse_commands`):
+ * every rule checked in the documented order, close codes and reasons
+ * repaired. A list of `{kind, ...}` objects shaped as the vectors'
+ * `commands`; throws AbiError.
+ */
+export function decodeCommands(headers, data) {
+  if (headers.length % COMMAND_HEADER_BYTES !== 0) {
+    throw new AbiError("HeadersNotWhole", null, `${headers.length} bytes`);
+  }
+  const n = headers.length / COMMAND_HEADER_BYTES;
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    const c = readCommandHeader(headers, i * COMMAND_HEADER_BYTES);
+    if (c.reserved !== 0) throw new AbiError("ReservedByteSet", i, `value ${c.reserved}`);
+    if (c.offset + c.len > data.length) throw new AbiError("RangeOutOfBounds", i, "payload");
+    if (c.topic_offset + c.topic_len > data.length) throw new AbiError("RangeOutOfBounds", i, "topic");
+    if (c.kind > CommandKind.SET_ATTACHMENT) throw new AbiError("UnknownKind", i, `kind ${c.kind}`);
+    const pEnd = c.offset + c.len;
+    const text = c.kind === CommandKind.SEND_TEXT || c.kind === CommandKind.PUBLISH_TEXT;
+    let payloadText = null;
+    if (text || c.kind === CommandKind.CLOSE) {
+      payloadText = decodeUtf8(data, c.offset, pEnd);
+      if (payloadText === null) throw new AbiError(text ? "TextNotUtf8" : "ReasonNotUtf8", i);
+    }
+    let topic = null;
+    if (TOPIC_KINDS.has(c.kind)) {
+      if (c.topic_len === 0) throw new AbiError("EmptyTopic", i);
+      topic = decodeUtf8(data, c.topic_offset, c.topic_offset + c.topic_len);
+      if (topic === null) throw new AbiError("TopicNotUtf8", i);
+    }
+    const payload = data.subarray(c.offset, pEnd);
+    switch (c.kind) {
+      case CommandKind.SEND_TEXT:
+        out.push({ kind: "send-text", conn: c.conn, text: payloadText });
+        break;
+      case CommandKind.SEND_BINARY:
+        out.push({ kind: "send-binary", conn: c.conn, payload });
+        break;
+      case CommandKind.CLOSE:
+        out.push({
+          kind: "close",
+          conn: c.conn,
+          code: sendableCloseCode(c.code) ? c.code : FALLBACK_CLOSE_CODE,
+          reason: shortReason(data, c.offset, c.len),
+        });
+        break;
+      case CommandKind.PUBLISH_TEXT:
+        out.push({ kind: "publish-text", topic, text: payloadText, exclude: c.conn || null });
+        break;
+      case CommandKind.PUBLISH_BINARY:
+        out.push({ kind: "publish-binary", topic, payload, exclude: c.conn || null });
+        break;
+      case CommandKind.SUBSCRIBE:
+        out.push({ kind: "subscribe", conn: c.conn, topic });
+        break;
+      case CommandKind.UNSUBSCRIBE:
+        out.push({ kind: "unsubscribe", conn: c.conn, topic });
+        break;
+      default:
+        out.push({ kind: "set-attachment", conn: c.conn, attachment: payload });
+        break;
+    }
+  }
+  return out;
+}

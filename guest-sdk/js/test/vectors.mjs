@@ -1,0 +1,130 @@
+// Holds the JS codec (src/abi.js) to the shared ABI test vectors in
+// abi/vectors/, as abi/tests/vectors.rs holds the Rust one: every header
+// packs to the vector's bytes and unpacks to its fields, every valid case
+// decodes to the listed events or commands, every invalid one fails with
+// the named error at the named index, and the answer writer packs the
+// "every-kind" commands to their exact bytes. Run: node guest-sdk/js/test/vectors.mjs
+
+import { readFileSync } from "node:fs";
+import { deepStrictEqual, strictEqual, ok, throws } from "node:assert";
+import * as abi from "../src/abi.js";
+
+const dir = new URL("../../../abi/vectors/", import.meta.url);
+const load = (name) => JSON.parse(readFileSync(new URL(name, dir), "utf8"));
+
+const unhex = (s) => Uint8Array.from(s.match(/../g) || [], (h) => parseInt(h, 16));
+const hex = (b) => Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+
+/** A decoded event or command as the vectors spell it (bytes as hex). */
+function asVector(item) {
+  const out = {};
+  for (const [k, v] of Object.entries(item)) {
+    if (k === "payload") out.payload_hex = hex(v);
+    else if (k === "attachment") out.attachment_hex = hex(v);
+    else out[k] = v;
+  }
+  return out;
+}
+
+/** Objects compared by key set and values, whatever the key order. */
+function same(got, want, what) {
+  deepStrictEqual(JSON.parse(JSON.stringify(got)), want, what);
+}
+
+function run(file, key, size, read, write, decode) {
+  const v = load(file);
+  const seen = [];
+  let checked = 0;
+  for (const [group, valid] of [["valid", true], ["invalid", false]]) {
+    ok(v[group].length > 0, `${file}: no ${group} cases`);
+    for (const c of v[group]) {
+      const bytes = unhex(c.headers_hex);
+      if (c.headers) {
+        const packed = new Uint8Array(c.headers.length * size);
+        c.headers.forEach((h, i) => write(packed, i * size, h));
+        strictEqual(hex(packed), c.headers_hex, `${c.name}: pack`);
+        const back = c.headers.map((_, i) => read(bytes, i * size));
+        deepStrictEqual(back, c.headers, `${c.name}: unpack`);
+      }
+      const data = unhex(c.data_hex);
+      if (valid) {
+        same(decode(bytes, data).map(asVector), c[key], c.name);
+      } else {
+        throws(
+          () => decode(bytes, data),
+          (e) => {
+            strictEqual(e.variant, c.error, `${c.name}: ${e.message}`);
+            strictEqual(e.index, c.index, `${c.name}: index`);
+            return true;
+          },
+          c.name,
+        );
+        seen.push(c.error);
+      }
+      checked++;
+    }
+  }
+  return { seen, checked };
+}
+
+const events = run(
+  "events.json",
+  "events",
+  abi.EVENT_HEADER_BYTES,
+  abi.readEventHeader,
+  abi.writeEventHeader,
+  abi.decodeEvents,
+);
+const commands = run(
+  "commands.json",
+  "commands",
+  abi.COMMAND_HEADER_BYTES,
+  abi.readCommandHeader,
+  abi.writeCommandHeader,
+  abi.decodeCommands,
+);
+for (const variant of [
+  "HeadersNotWhole",
+  "ReservedByteSet",
+  "RangeOutOfBounds",
+  "UnknownKind",
+  "TextNotUtf8",
+  "ReasonNotUtf8",
+  "EmptyTopic",
+  "TopicNotUtf8",
+]) {
+  ok(commands.seen.includes(variant), `no command vector for ${variant}`);
+}
+
+// The writer the SDK answers with packs "every-kind" byte for byte.
+const everyKind = load("commands.json").valid[0];
+strictEqual(everyKind.name, "every-kind");
+const w = new abi.CommandWriter(28, 4);
+w.sendText(1, "héllo");
+w.sendBinary(0x0001_0203_0405_0607, new Uint8Array([0, 0xff]));
+w.close(3, 4000, "done");
+w.publish("room", "hi all", 0);
+w.publish("room", new Uint8Array([1, 2]), 4);
+w.subscribe(4, "room");
+w.unsubscribe(4, "lobby");
+w.setAttachment(4, abi.encodeUtf8("state"));
+const answer = w.finish();
+strictEqual(hex(answer.commands), everyKind.headers_hex, "writer: headers");
+strictEqual(hex(answer.data), everyKind.data_hex, "writer: data");
+
+// UTF-8 both ways, against node's own codec.
+for (const s of ["", "ascii", "héllo", "日本語", "😀 emoji", "a".repeat(10000) + "é"]) {
+  const bytes = abi.encodeUtf8(s);
+  deepStrictEqual(Buffer.from(bytes), Buffer.from(s, "utf8"), `encode ${s.slice(0, 10)}`);
+  strictEqual(abi.decodeUtf8(bytes), s, `decode ${s.slice(0, 10)}`);
+  strictEqual(abi.decodeUtf8Fast(bytes, 0, bytes.length), s, `decode (builtins) ${s.slice(0, 10)}`);
+}
+for (const bad of [[0xff], [0xc3], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0xe2, 0x82]]) {
+  const b = Uint8Array.from([0x61, ...bad, 0x62]);
+  strictEqual(abi.decodeUtf8(b), null, `invalid ${bad}`);
+  strictEqual(abi.decodeUtf8Fast(b, 0, b.length), null, `invalid (builtins) ${bad}`);
+}
+
+console.log(
+  `vectors (js): ${events.checked} event cases, ${commands.checked} command cases, writer and UTF-8 ok`,
+);

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Build a Python weir handler into a component:
+
+    python3 guest-sdk/python/build.py app.py -o app.wasm
+
+`app.py` defines a class `Handler` (subclass weir_guest.Handler; hooks
+on_upgrade/on_open/on_message/on_close, see weir_guest/__init__.py). This
+script writes a small entry module that exports it as
+`weir:gateway/handler` through weir_guest.runtime.export, then runs
+componentize-py (pinned in requirements-build.txt; scripts/build-guests.sh
+installs it into guest-sdk/python/.venv) against wit/weir.wit.
+
+Options: -o OUT (default: app.wasm next to app.py).
+"""
+
+import argparse
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = pathlib.Path(__file__).resolve().parent
+# The WIT next to the SDK (a project made by `weir new --lang python`), else
+# the repository's.
+WIT = HERE / "wit" if (HERE / "wit").is_dir() else HERE.parent.parent / "wit"
+
+
+def componentize_py():
+    local = HERE / ".venv" / "bin" / "componentize-py"
+    if local.exists():
+        return str(local)
+    found = shutil.which("componentize-py")
+    if found:
+        return found
+    sys.exit(f"build.py: componentize-py not found; install it with "
+             f"`python3 -m venv {HERE / '.venv'} && {HERE / '.venv/bin/pip'} install "
+             f"-r {HERE / 'requirements-build.txt'}` (scripts/build-guests.sh does)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Build a Python weir handler into a component.")
+    ap.add_argument("app", help="the handler module (a .py file defining class Handler)")
+    ap.add_argument("-o", "--output", help="the component to write")
+    ap.add_argument("-p", "--path", action="append", default=[],
+                    help="a folder of modules the handler imports (repeatable)")
+    args = ap.parse_args()
+    app = pathlib.Path(args.app).resolve()
+    if not app.is_file() or app.suffix != ".py":
+        sys.exit(f"build.py: {app} is not a .py file")
+    out = pathlib.Path(args.output).resolve() if args.output else app.with_suffix(".wasm")
+    tool = componentize_py()
+    with tempfile.TemporaryDirectory(prefix="weir-py-") as work:
+        # The app is copied under a fixed module name so that any file name
+        # works and nothing else in its folder is bundled.
+        shutil.copy(app, os.path.join(work, "weir_app.py"))
+        with open(os.path.join(work, "weir_entry.py"), "w", encoding="utf-8") as f:
+            f.write("import weir_app\n"
+                    "from weir_guest.runtime import export\n"
+                    "Handler = export(getattr(weir_app, 'Handler', None))\n")
+        cmd = [tool, "-d", str(WIT), "-w", "gateway-handler", "componentize",
+               "-p", work, "-p", str(HERE)]
+        for extra in args.path:
+            cmd += ["-p", str(pathlib.Path(extra).resolve())]
+        cmd += ["weir_entry", "-o", str(out)]
+        run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if run.returncode != 0:
+            # The Python traceback says what is wrong; componentize-py's own
+            # Rust backtrace after it does not.
+            sys.stderr.write(run.stdout.split("\nStack backtrace:")[0].rstrip() + "\n")
+            sys.exit(f"build.py: componentize-py failed for {app}")
+
+
+if __name__ == "__main__":
+    main()

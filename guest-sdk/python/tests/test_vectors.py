@@ -1,0 +1,104 @@
+"""Holds the Python codec (weir_guest/abi.py) to the shared ABI test vectors
+in abi/vectors/, as abi/tests/vectors.rs holds the Rust one: every header
+packs to the vector's bytes and unpacks to its fields, every valid case
+decodes to the listed events or commands, every invalid one fails with the
+named error at the named index, and the answer writer packs the
+"every-kind" commands to their exact bytes.
+
+Run: python3 -m unittest discover -s guest-sdk/python/tests
+"""
+
+import json
+import pathlib
+import sys
+import unittest
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from weir_guest import abi  # noqa: E402
+
+VECTORS = HERE.parent.parent.parent / "abi" / "vectors"
+
+
+def load(name):
+    return json.loads((VECTORS / name).read_text(encoding="utf-8"))
+
+
+def as_vector(item):
+    """A decoded event or command as the vectors spell it (bytes as hex)."""
+    out = {}
+    for k, v in item.items():
+        if k == "payload":
+            out["payload_hex"] = v.hex()
+        elif k == "attachment":
+            out["attachment_hex"] = v.hex()
+        else:
+            out[k] = v
+    return out
+
+
+class Vectors(unittest.TestCase):
+    def run_file(self, name, key, size, read, pack, decode):
+        v = load(name)
+        seen = []
+        for group, valid in (("valid", True), ("invalid", False)):
+            self.assertTrue(v[group], f"{name}: no {group} cases")
+            for case in v[group]:
+                with self.subTest(case=case["name"]):
+                    raw = bytes.fromhex(case["headers_hex"])
+                    if "headers" in case:
+                        packed = b"".join(pack(h) for h in case["headers"])
+                        self.assertEqual(packed.hex(), case["headers_hex"], "pack")
+                        back = [read(raw, i * size) for i in range(len(case["headers"]))]
+                        self.assertEqual(back, case["headers"], "unpack")
+                    data = bytes.fromhex(case["data_hex"])
+                    if valid:
+                        got = [as_vector(x) for x in decode(raw, data)]
+                        self.assertEqual(got, case[key])
+                    else:
+                        with self.assertRaises(abi.AbiError) as err:
+                            decode(raw, data)
+                        self.assertEqual(err.exception.variant, case["error"], str(err.exception))
+                        self.assertEqual(err.exception.index, case["index"])
+                        seen.append(case["error"])
+        return seen
+
+    def test_event_batches_match_the_vectors(self):
+        self.run_file("events.json", "events", abi.EVENT_HEADER_BYTES,
+                      abi.read_event_header, abi.pack_event_header, abi.decode_events)
+
+    def test_command_answers_match_the_vectors(self):
+        seen = self.run_file("commands.json", "commands", abi.COMMAND_HEADER_BYTES,
+                             abi.read_command_header, abi.pack_command_header,
+                             abi.decode_commands)
+        for variant in ("HeadersNotWhole", "ReservedByteSet", "RangeOutOfBounds", "UnknownKind",
+                        "TextNotUtf8", "ReasonNotUtf8", "EmptyTopic", "TopicNotUtf8"):
+            self.assertIn(variant, seen, f"no command vector for {variant}")
+
+    def test_the_writer_packs_every_kind_as_the_vectors_say(self):
+        case = load("commands.json")["valid"][0]
+        self.assertEqual(case["name"], "every-kind")
+        w = abi.CommandWriter()
+        w.send_text(1, "héllo")
+        w.send_binary(0x0001_0203_0405_0607, b"\x00\xff")
+        w.close(3, 4000, "done")
+        w.publish("room", "hi all")
+        w.publish("room", b"\x01\x02", 4)
+        w.subscribe(4, "room")
+        w.unsubscribe(4, "lobby")
+        w.set_attachment(4, b"state")
+        commands, data = w.finish()
+        self.assertEqual(commands.hex(), case["headers_hex"])
+        self.assertEqual(data.hex(), case["data_hex"])
+
+    def test_conn_info_round_trips(self):
+        raw = abi.encode_conn_info("/chat/lobby?x=1", [("room", "lobby")], b"\x07id")
+        info = abi.parse_conn_info(raw)
+        self.assertEqual((info.target, info.params, info.attachment),
+                         ("/chat/lobby?x=1", [("room", "lobby")], b"\x07id"))
+        self.assertIsNone(abi.parse_conn_info(raw[:6]))
+
+
+if __name__ == "__main__":
+    unittest.main()

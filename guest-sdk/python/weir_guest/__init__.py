@@ -1,0 +1,214 @@
+"""weir-guest for Python: write a weir WebSocket handler as a class with
+hooks. `python3 guest-sdk/python/build.py chat.py -o chat.wasm` builds the
+module's `Handler` class into a component (componentize-py).
+
+    from weir_guest import Handler as Base
+
+    class Handler(Base):
+        def on_open(self, conn):
+            conn.subscribe(conn.param("room") or "lobby")
+
+        def on_message(self, conn, msg):
+            conn.publish(conn.param("room") or "lobby", msg)
+
+Hooks (all optional but on_message):
+
+- on_upgrade(req): decide on the HTTP upgrade, before the connection
+  exists. Return None (or True) to accept, a status (400-599, or False for
+  403) to refuse, or Accept(state=..., protocol=...) to accept with a first
+  connection state and/or a subprotocol the client offered.
+- on_open(conn), on_message(conn, msg), on_close(conn, code, reason): `msg`
+  is a str for a text message and bytes for a binary one.
+
+`conn.state` is the connection's state: any JSON value. After each hook the
+SDK compares its JSON with what it saved last and, when it changed, stores
+it in the connection's host-held attachment, so it survives the instance
+being replaced (recycle_after, a fault, a deploy); mutating a dict or list
+in place counts as a change.
+
+A hook that raises closes only its connection with 1011 (the traceback is
+logged); the instance and the batch's other connections go on. MemoryError
+and the route's deadline end the whole batch instead (its connections get
+1011, a fresh instance takes over), as for a Rust guest. `self` is one
+object per instance: keep nothing there that must be shared or durable.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from . import abi
+
+__all__ = ["Handler", "Conn", "Request", "Accept", "log", "ERROR", "WARN", "INFO", "DEBUG",
+           "TRACE"]
+
+# Log levels (mapped to the WIT `level` enum by the runtime).
+ERROR, WARN, INFO, DEBUG, TRACE = "error", "warn", "info", "debug", "trace"
+
+_log_sink = None
+
+
+def log(level, msg):
+    """Write a line to the gateway log (prefixed there with the route).
+    Natively (tests) the line goes to stderr."""
+    if _log_sink is not None:
+        _log_sink(level, str(msg))
+    else:
+        import sys
+        print(f"[{level}] {msg}", file=sys.stderr)
+
+
+@dataclass
+class Accept:
+    """Accept an upgrade with a first connection state and/or a subprotocol
+    (one the client offered)."""
+
+    state: Any = None
+    protocol: Optional[str] = None
+
+
+def _query_param(query, name):
+    if not query:
+        return None
+    for pair in query.split("&"):
+        key, eq, value = pair.partition("=")
+        if key == name:
+            return value if eq else ""
+    return None
+
+
+class Request:
+    """The HTTP request asking to open a WebSocket on this route."""
+
+    __slots__ = ("path", "query", "headers", "remote_addr", "params")
+
+    def __init__(self, path, query="", headers=(), remote_addr="127.0.0.1:40000", params=()):
+        self.path = path
+        """Request path, e.g. `/chat/lobby` (not percent-decoded)."""
+        self.query = query
+        """Query string without `?`, "" when there is none."""
+        self.headers = list(headers)
+        """Headers in arrival order, (name, value), names lower-case."""
+        self.remote_addr = remote_addr
+        """The peer's `ip:port`."""
+        self.params = list(params)
+        """The route's path parameters, (name, value), in the route's order."""
+
+    def header(self, name):
+        """The first header `name` (case-insensitive), or None."""
+        name = name.lower()
+        return next((v for n, v in self.headers if n == name), None)
+
+    def param(self, name):
+        """The route parameter `name`, not percent-decoded, or None."""
+        return next((v for n, v in self.params if n == name), None)
+
+    def query_param(self, name):
+        """The first query parameter `name`, raw; "" for one without `=`."""
+        return _query_param(self.query, name)
+
+    def protocols(self):
+        """The subprotocols the client offered, in its order of preference."""
+        return [p.strip() for n, v in self.headers if n == "sec-websocket-protocol"
+                for p in v.split(",") if p.strip()]
+
+
+class Conn:
+    """One connection as a hook sees it: its id, request target and route
+    parameters, its state, and everything a handler can do to it. One object
+    per connection for its whole life in an instance."""
+
+    __slots__ = ("id", "target", "params", "state", "_saved", "_rt", "_failed")
+
+    def __init__(self, conn_id, info, runtime):
+        self.id = conn_id
+        """Unique within the gateway process, never 0."""
+        self.target = info.target
+        """The request target it was opened with: `path` or `path?query`."""
+        self.params = info.params
+        """The route parameters, (name, value), in the route's order."""
+        self.state = None
+        """The connection's state: any JSON value, saved when it changes."""
+        self._saved = ""
+        self._rt = runtime
+        self._failed = False
+        if info.attachment:
+            import json
+            try:
+                text = info.attachment.decode("utf-8")
+                self.state = json.loads(text)
+                self._saved = json.dumps(self.state, separators=(",", ":"))
+            except ValueError as e:
+                log(WARN, f"connection state does not decode ({e}); starting from None")
+                self._saved = "\0"
+
+    def param(self, name):
+        """The route parameter `name` (`/chat/{room}` opened as
+        `/chat/lobby`: "lobby"), or None."""
+        for n, v in self.params:
+            if n == name:
+                return v
+        return None
+
+    @property
+    def path(self):
+        """The request path, without the query."""
+        return self.target.partition("?")[0]
+
+    def query_param(self, name):
+        """The query parameter `name` of the target, raw, or None."""
+        return _query_param(self.target.partition("?")[2], name)
+
+    @property
+    def ctx(self):
+        """The batch's answer, to address other connections by id
+        (`conn.ctx.send_text(other_id, "hi")`)."""
+        return self._rt.writer
+
+    def send(self, msg):
+        """Send `msg` to this connection: a str as text, bytes as binary."""
+        self._rt.writer.send(self.id, msg)
+
+    def send_text(self, text):
+        """Send a text message."""
+        self._rt.writer.send_text(self.id, text)
+
+    def send_binary(self, data):
+        """Send a binary message."""
+        self._rt.writer.send_binary(self.id, data)
+
+    def close(self, code=1000, reason=""):
+        """Close with `code` (1000-4999) and a short reason; on_close follows."""
+        self._rt.writer.close(self.id, code, reason)
+
+    def subscribe(self, topic):
+        """Subscribe to `topic` (topics belong to the route)."""
+        self._rt.writer.subscribe(self.id, topic)
+
+    def unsubscribe(self, topic):
+        """Unsubscribe from `topic`."""
+        self._rt.writer.unsubscribe(self.id, topic)
+
+    def publish(self, topic, msg):
+        """Deliver `msg` to every *other* subscriber of `topic`, on every worker."""
+        self._rt.writer.publish(topic, msg, self.id)
+
+    def broadcast(self, topic, msg):
+        """Deliver `msg` to every subscriber of `topic`, this connection included."""
+        self._rt.writer.publish(topic, msg, None)
+
+
+class Handler:
+    """Base class of a handler: every hook but on_message has a default."""
+
+    def on_upgrade(self, req):
+        """Accept every upgrade."""
+        return None
+
+    def on_open(self, conn):
+        """Nothing to do on open."""
+
+    def on_message(self, conn, msg):
+        raise NotImplementedError("a weir handler needs on_message(conn, msg)")
+
+    def on_close(self, conn, code, reason):
+        """Nothing to do on close."""

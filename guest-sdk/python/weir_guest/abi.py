@@ -1,0 +1,350 @@
+"""The weir:gateway batch ABI in plain Python: header layouts, the
+connection-info layout, the answer writer, and validating readers for both
+directions.
+
+The layout is written down once, in the crate doc of abi/src/lib.rs; the
+byte-exact test vectors in abi/vectors/ are the contract this module is
+tested against (tests/test_vectors.py), as the Rust and JS codecs are.
+Only the standard library (struct): it runs in the guest and natively.
+"""
+
+import struct
+
+EVENT_HEADER_BYTES = 20
+"""Bytes of one packed event header (host to guest)."""
+COMMAND_HEADER_BYTES = 28
+"""Bytes of one packed command header (guest to host)."""
+MAX_CLOSE_REASON_BYTES = 123
+"""Longest close reason the host sends on (RFC 6455 §5.5)."""
+FALLBACK_CLOSE_CODE = 1011
+"""The close code that replaces one an endpoint may not send."""
+
+# Event kinds: the case indices of the WIT enum `event-kind`.
+OPEN, TEXT, BINARY, CLOSE = 0, 1, 2, 3
+
+# Command kinds: the case indices of the WIT enum `command-kind`.
+SEND_TEXT = 0
+SEND_BINARY = 1
+CLOSE_CONN = 2
+PUBLISH_TEXT = 3
+PUBLISH_BINARY = 4
+SUBSCRIBE = 5
+UNSUBSCRIBE = 6
+SET_ATTACHMENT = 7
+
+EVENT_HEADER = struct.Struct("<QBBHII")
+"""conn, kind, reserved, code, offset, len."""
+COMMAND_HEADER = struct.Struct("<QBBHIIII")
+"""conn, kind, reserved, code, topic offset, topic len, offset, len."""
+_U32 = struct.Struct("<I")
+
+_TOPIC_KINDS = (PUBLISH_TEXT, PUBLISH_BINARY, SUBSCRIBE, UNSUBSCRIBE)
+
+
+class AbiError(ValueError):
+    """One way a buffer breaks the ABI: `variant` is the name of weir-abi's
+    `AbiError` variant (the vectors' `error`), `index` the offending header
+    (None for HeadersNotWhole)."""
+
+    def __init__(self, variant, index, detail=""):
+        where = "" if index is None else f" at header {index}"
+        super().__init__(f"{variant}{where}{': ' + detail if detail else ''}")
+        self.variant = variant
+        self.index = index
+
+
+# ------------------------------------------------------------------ headers
+
+def read_event_header(b, at=0):
+    """The fields of the event header at `at` of `b`, as a dict."""
+    conn, kind, reserved, code, offset, length = EVENT_HEADER.unpack_from(b, at)
+    return {"conn": conn, "kind": kind, "reserved": reserved, "code": code,
+            "offset": offset, "len": length}
+
+
+def pack_event_header(h):
+    """The wire bytes of an event header given as a dict."""
+    return EVENT_HEADER.pack(h["conn"], h["kind"], h.get("reserved", 0), h.get("code", 0),
+                             h["offset"], h["len"])
+
+
+def read_command_header(b, at=0):
+    """The fields of the command header at `at` of `b`, as a dict."""
+    conn, kind, reserved, code, t_off, t_len, offset, length = COMMAND_HEADER.unpack_from(b, at)
+    return {"conn": conn, "kind": kind, "reserved": reserved, "code": code,
+            "topic_offset": t_off, "topic_len": t_len, "offset": offset, "len": length}
+
+
+def pack_command_header(h):
+    """The wire bytes of a command header given as a dict."""
+    return COMMAND_HEADER.pack(h["conn"], h["kind"], h.get("reserved", 0), h.get("code", 0),
+                               h.get("topic_offset", 0), h.get("topic_len", 0),
+                               h["offset"], h["len"])
+
+
+# ------------------------------------------------------------------ conn info
+
+class ConnInfo:
+    """A connection's request target, route parameters and attachment
+    (abi/src/conn_info.rs)."""
+
+    __slots__ = ("target", "params", "attachment")
+
+    def __init__(self, target, params, attachment):
+        self.target = target
+        self.params = params
+        self.attachment = attachment
+
+
+def parse_conn_info(b, start=0, end=None):
+    """Parse connection-info bytes into a ConnInfo, or None when malformed."""
+    if end is None:
+        end = len(b)
+    at = start
+
+    def field():
+        nonlocal at
+        if at + 4 > end:
+            return None
+        (n,) = _U32.unpack_from(b, at)
+        if n > end - at - 4:
+            return None
+        try:
+            s = bytes(b[at + 4:at + 4 + n]).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        at += 4 + n
+        return s
+
+    target = field()
+    if target is None or at + 4 > end:
+        return None
+    (count,) = _U32.unpack_from(b, at)
+    at += 4
+    params = []
+    for _ in range(count):
+        name = field()
+        if name is None:
+            return None
+        value = field()
+        if value is None:
+            return None
+        params.append((name, value))
+    return ConnInfo(target, params, bytes(b[at:end]))
+
+
+def encode_conn_info(target, params, attachment=b""):
+    """Connection-info bytes for `target`, `params` and `attachment`."""
+    out = bytearray()
+
+    def put(s):
+        raw = s.encode("utf-8")
+        out.extend(_U32.pack(len(raw)))
+        out.extend(raw)
+
+    put(target)
+    out.extend(_U32.pack(len(params)))
+    for name, value in params:
+        put(name)
+        put(value)
+    out.extend(attachment)
+    return bytes(out)
+
+
+# ------------------------------------------------------------------ events
+
+def check_event_ranges(headers, data):
+    """Check an event batch's structure (whole headers, every range inside
+    `data`); the number of events. Payload UTF-8 is checked as it is
+    decoded."""
+    if len(headers) % EVENT_HEADER_BYTES:
+        raise AbiError("HeadersNotWhole", None, f"{len(headers)} bytes")
+    size = len(data)
+    for i, (_, _, _, _, offset, length) in enumerate(EVENT_HEADER.iter_unpack(headers)):
+        if offset + length > size:
+            raise AbiError("RangeOutOfBounds", i, f"payload {offset}+{length} of {size}")
+    return len(headers) // EVENT_HEADER_BYTES
+
+
+def decode_events(headers, data):
+    """Read a whole event batch, validated as weir-abi's `parse_events`
+    does: a list of dicts with a `kind` (the WIT case name) and the fields
+    of abi/vectors/README.md (bytes as `bytes`). Unknown kinds are skipped.
+    Raises AbiError."""
+    check_event_ranges(headers, data)
+    out = []
+    for i, (conn, kind, _, code, offset, length) in enumerate(EVENT_HEADER.iter_unpack(headers)):
+        raw = bytes(data[offset:offset + length])
+        if kind == OPEN:
+            info = parse_conn_info(raw)
+            if info is None:
+                raise AbiError("ConnInfoMalformed", i)
+            out.append({"kind": "open", "conn": conn, "target": info.target,
+                        "params": [list(p) for p in info.params], "attachment": info.attachment})
+        elif kind == TEXT:
+            try:
+                out.append({"kind": "text", "conn": conn, "text": raw.decode("utf-8")})
+            except UnicodeDecodeError:
+                raise AbiError("TextNotUtf8", i) from None
+        elif kind == BINARY:
+            out.append({"kind": "binary", "conn": conn, "payload": raw})
+        elif kind == CLOSE:
+            try:
+                reason = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise AbiError("ReasonNotUtf8", i) from None
+            out.append({"kind": "close", "conn": conn, "code": code, "reason": reason})
+    return out
+
+
+# ------------------------------------------------------------------ commands
+
+def sendable_close_code(code):
+    """Whether an endpoint may send close code `code` (RFC 6455 §7.4)."""
+    return 1000 <= code <= 1003 or 1007 <= code <= 1014 or 3000 <= code <= 4999
+
+
+def _as_bytes(msg):
+    if isinstance(msg, str):
+        return msg.encode("utf-8")
+    return msg
+
+
+class CommandWriter:
+    """A batch's answer being written: packed command headers and one shared
+    data buffer (bytearrays, appended to)."""
+
+    __slots__ = ("commands", "data")
+
+    def __init__(self):
+        self.commands = bytearray()
+        self.data = bytearray()
+
+    def reset(self):
+        """Start a new answer."""
+        self.commands = bytearray()
+        self.data = bytearray()
+
+    def finish(self):
+        """The answer: (command headers, data) as bytes."""
+        return bytes(self.commands), bytes(self.data)
+
+    def _put(self, raw):
+        offset = len(self.data)
+        self.data += raw
+        return offset, len(raw)
+
+    def _push(self, conn, kind, code, topic, payload):
+        self.commands += COMMAND_HEADER.pack(conn, kind, 0, code, topic[0], topic[1],
+                                             payload[0], payload[1])
+
+    def send_text(self, conn, text):
+        """Send `text` (a str) to `conn` as a text message."""
+        data = self.data
+        offset = len(data)
+        data += text.encode("utf-8")
+        self.commands += COMMAND_HEADER.pack(conn, SEND_TEXT, 0, 0, 0, 0, offset, len(data) - offset)
+
+    def send_binary(self, conn, data):
+        """Send `data` (bytes-like) to `conn` as a binary message."""
+        self._push(conn, SEND_BINARY, 0, (0, 0), self._put(data))
+
+    def send(self, conn, msg):
+        """Send `msg` to `conn`: a str as text, bytes as binary."""
+        data = self.data
+        offset = len(data)
+        if isinstance(msg, str):
+            data += msg.encode("utf-8")
+            kind = SEND_TEXT
+        else:
+            data += msg
+            kind = SEND_BINARY
+        self.commands += COMMAND_HEADER.pack(conn, kind, 0, 0, 0, 0, offset, len(data) - offset)
+
+    def close(self, conn, code=1000, reason=""):
+        """Close `conn` with `code` and a short UTF-8 `reason`."""
+        self._push(conn, CLOSE_CONN, code, (0, 0), self._put(reason.encode("utf-8")))
+
+    def publish(self, topic, msg, exclude=None):
+        """Deliver `msg` to every subscriber of `topic`, except `exclude`."""
+        kind = PUBLISH_TEXT if isinstance(msg, str) else PUBLISH_BINARY
+        t = self._put(topic.encode("utf-8"))
+        self._push(exclude or 0, kind, 0, t, self._put(_as_bytes(msg)))
+
+    def subscribe(self, conn, topic):
+        """Subscribe `conn` to `topic`."""
+        self._push(conn, SUBSCRIBE, 0, self._put(topic.encode("utf-8")), (0, 0))
+
+    def unsubscribe(self, conn, topic):
+        """Unsubscribe `conn` from `topic`."""
+        self._push(conn, UNSUBSCRIBE, 0, self._put(topic.encode("utf-8")), (0, 0))
+
+    def set_attachment(self, conn, data):
+        """Store `data` (bytes, or a str as UTF-8) as `conn`'s attachment."""
+        self._push(conn, SET_ATTACHMENT, 0, (0, 0), self._put(_as_bytes(data)))
+
+
+def _short_reason(raw):
+    if len(raw) <= MAX_CLOSE_REASON_BYTES:
+        return raw.decode("utf-8")
+    end = MAX_CLOSE_REASON_BYTES
+    while end > 0 and (raw[end] & 0xC0) == 0x80:
+        end -= 1
+    return raw[:end].decode("utf-8")
+
+
+def decode_commands(headers, data):
+    """Read a guest's answer as the host does (weir-abi's
+    `parse_commands`): every rule checked in the documented order, close
+    codes and reasons repaired. A list of dicts shaped as the vectors'
+    `commands`; raises AbiError."""
+    if len(headers) % COMMAND_HEADER_BYTES:
+        raise AbiError("HeadersNotWhole", None, f"{len(headers)} bytes")
+    size = len(data)
+    out = []
+    for i, (conn, kind, reserved, code, t_off, t_len, offset, length) in enumerate(
+            COMMAND_HEADER.iter_unpack(headers)):
+        if reserved:
+            raise AbiError("ReservedByteSet", i, f"value {reserved}")
+        if offset + length > size:
+            raise AbiError("RangeOutOfBounds", i, "payload")
+        if t_off + t_len > size:
+            raise AbiError("RangeOutOfBounds", i, "topic")
+        if kind > SET_ATTACHMENT:
+            raise AbiError("UnknownKind", i, f"kind {kind}")
+        payload = bytes(data[offset:offset + length])
+        text = None
+        if kind in (SEND_TEXT, PUBLISH_TEXT, CLOSE_CONN):
+            try:
+                text = payload.decode("utf-8")
+            except UnicodeDecodeError:
+                raise AbiError("ReasonNotUtf8" if kind == CLOSE_CONN else "TextNotUtf8", i) from None
+        topic = None
+        if kind in _TOPIC_KINDS:
+            if t_len == 0:
+                raise AbiError("EmptyTopic", i)
+            try:
+                topic = bytes(data[t_off:t_off + t_len]).decode("utf-8")
+            except UnicodeDecodeError:
+                raise AbiError("TopicNotUtf8", i) from None
+        if kind == SEND_TEXT:
+            out.append({"kind": "send-text", "conn": conn, "text": text})
+        elif kind == SEND_BINARY:
+            out.append({"kind": "send-binary", "conn": conn, "payload": payload})
+        elif kind == CLOSE_CONN:
+            out.append({"kind": "close", "conn": conn,
+                        "code": code if sendable_close_code(code) else FALLBACK_CLOSE_CODE,
+                        "reason": _short_reason(payload)})
+        elif kind == PUBLISH_TEXT:
+            out.append({"kind": "publish-text", "topic": topic, "text": text,
+                        "exclude": conn or None})
+        elif kind == PUBLISH_BINARY:
+            out.append({"kind": "publish-binary", "topic": topic, "payload": payload,
+                        "exclude": conn or None})
+        elif kind == SUBSCRIBE:
+            out.append({"kind": "subscribe", "conn": conn, "topic": topic})
+        elif kind == UNSUBSCRIBE:
+            out.append({"kind": "unsubscribe", "conn": conn, "topic": topic})
+        else:
+            out.append({"kind": "set-attachment", "conn": conn, "attachment": payload})
+    return out
