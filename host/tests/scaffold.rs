@@ -53,6 +53,40 @@ impl Drop for Serving {
     }
 }
 
+/// `weir serve` on `project`'s routes file on a free port, its compile
+/// cache in `cache`; returns once the port answers (within `limit`).
+async fn serve(project: &Path, cache: &Path, limit: Duration) -> (Serving, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = weir()
+        .arg("serve")
+        .arg(project.join("routes.toml"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("WEIR_CACHE_DIR", cache)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut serving = Serving(child);
+    let deadline = Instant::now() + limit;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        let name = project.display();
+        assert!(
+            Instant::now() < deadline,
+            "{name}: weir serve did not listen"
+        );
+        assert!(
+            serving.0.try_wait().unwrap().is_none(),
+            "{name}: weir serve exited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (serving, port)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_build_serve_and_a_client_outside_the_repository() {
     let parent = std::env::temp_dir().join(format!("weir-new-test-{}", std::process::id()));
@@ -89,27 +123,7 @@ async fn new_build_serve_and_a_client_outside_the_repository() {
     let tested = run(test, "the scaffold's cargo test", Duration::from_secs(600));
     assert!(tested.contains("2 passed"), "{tested}");
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let serve = weir()
-        .arg("serve")
-        .arg(project.join("routes.toml"))
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .env("WEIR_CACHE_DIR", parent.join("cache"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut serving = Serving(serve);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "weir serve did not listen");
-        assert!(serving.0.try_wait().unwrap().is_none(), "weir serve exited");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (serving, port) = serve(&project, &parent.join("cache"), Duration::from_secs(20)).await;
     let mut ws = client(&format!("ws://127.0.0.1:{port}/hello")).await;
     assert_eq!(next(&mut ws).await, Message::text("welcome to hello"));
     ws.send(Message::text("hi")).await.unwrap();
@@ -145,34 +159,9 @@ async fn js_and_python_projects_new_build_and_serve() {
         assert_eq!(built.trim(), component.display().to_string());
         assert_eq!(&std::fs::read(&component).unwrap()[..4], b"\0asm");
 
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let serve = weir()
-            .arg("serve")
-            .arg(project.join("routes.toml"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .env("WEIR_CACHE_DIR", parent.join("cache"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut serving = Serving(serve);
         // A Python component compiles for several seconds on first load.
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "{lang}: weir serve did not listen"
-            );
-            assert!(
-                serving.0.try_wait().unwrap().is_none(),
-                "{lang}: weir serve exited"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let (serving, port) =
+            serve(&project, &parent.join("cache"), Duration::from_secs(120)).await;
         let mut ws = client(&format!("ws://127.0.0.1:{port}/{name}")).await;
         assert_eq!(
             next(&mut ws).await,
