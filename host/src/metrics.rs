@@ -314,7 +314,7 @@ impl Snapshot {
             return;
         }
         type Conn = fn(&ConnTotals) -> u64;
-        let conn: [(&str, &str, &str, Conn); 4] = [
+        let conn: [(&str, &str, &str, Conn); 6] = [
             (
                 "weir_route_connections",
                 "gauge",
@@ -338,6 +338,18 @@ impl Snapshot {
                 "counter",
                 "Payload bytes received from clients.",
                 |c| c.bytes_in,
+            ),
+            (
+                "weir_route_native_messages_out_total",
+                "counter",
+                "Messages a native echo or relay sent on (guests: weir_guest_messages_out_total).",
+                |c| c.messages_out,
+            ),
+            (
+                "weir_route_native_bytes_out_total",
+                "counter",
+                "Payload bytes a native echo or relay sent on.",
+                |c| c.bytes_out,
             ),
         ];
         for (name, kind, help, value) in conn {
@@ -564,6 +576,8 @@ mod tests {
                     closed: 10,
                     messages_in: 31,
                     bytes_in: 32,
+                    messages_out: 41,
+                    bytes_out: 42,
                     closes: [0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
                 },
                 guest: Some(GuestFigures {
@@ -635,6 +649,14 @@ mod tests {
             ),
             (r#"weir_route_messages_in_total{route="/say \"hi\""}"#, 31),
             (r#"weir_route_bytes_in_total{route="/say \"hi\""}"#, 32),
+            (
+                r#"weir_route_native_messages_out_total{route="/say \"hi\""}"#,
+                41,
+            ),
+            (
+                r#"weir_route_native_bytes_out_total{route="/say \"hi\""}"#,
+                42,
+            ),
             (
                 r#"weir_route_closes_total{route="/say \"hi\"",code="1001"}"#,
                 9,

@@ -17,6 +17,7 @@ use http::{HeaderMap, StatusCode, Uri};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// The close reason (with 1001) of connections on a route a reload removed.
@@ -93,6 +94,11 @@ pub struct Route {
     pub guest: Option<Arc<GuestRoute>>,
     /// Connections and messages, per worker.
     pub stats: Arc<RouteStats>,
+    /// The route's topic namespace (its own, or a shared one).
+    pub topics: Arc<Topics>,
+    /// Drained from the admin API: upgrades are answered 503 until it is
+    /// resumed.
+    draining: AtomicBool,
 }
 
 impl Route {
@@ -104,6 +110,16 @@ impl Route {
     /// New connections get `limits` from now on (open ones keep theirs).
     pub fn set_limits(&self, limits: Limits) {
         *self.limits.write().expect("limits lock") = Arc::new(limits);
+    }
+
+    /// Whether upgrades are refused (the route was drained).
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Refuse upgrades from now on (`true`), or take them again.
+    pub fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Ordering::Relaxed);
     }
 }
 
@@ -234,7 +250,12 @@ impl Routes {
                 };
                 let program = Program::load(&engine, &route.path, guest)
                     .map_err(|e| e.at_line(route.line))?;
-                let guest = Arc::new(GuestRoute::new(index, program, topics, registry.clone()));
+                let guest = Arc::new(GuestRoute::new(
+                    index,
+                    program,
+                    topics.clone(),
+                    registry.clone(),
+                ));
                 guest_route = Some(guest.clone());
                 Arc::new(guest)
             }
@@ -246,6 +267,8 @@ impl Routes {
             behaviour: behaviour_name(&route.behaviour),
             guest: guest_route,
             stats: Arc::new(RouteStats::new(self.workers)),
+            topics,
+            draining: AtomicBool::new(false),
         }));
         Ok(index)
     }

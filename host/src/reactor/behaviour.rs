@@ -31,6 +31,11 @@ pub trait Behaviour: 'static {
     /// into this connection's socket (see `outbound`).
     const DIRECT_WRITES: bool = false;
 
+    /// Every message read is sent on whole, once (an echo, a relay): the
+    /// route's messages out are its messages in, counted without a look
+    /// at the replies.
+    const SENDS_EACH_MESSAGE_ON: bool = false;
+
     /// The socket is the connection's; nothing has been read yet.
     fn on_open(&mut self, _id: u64, _outbound: &Arc<Outbound>) {}
 

@@ -345,6 +345,10 @@ impl Conn {
             let counters = self.env.stats.worker(worker_of(self.env.id));
             counters.messages_in.add_owned(messages);
             counters.bytes_in.add_owned(bytes);
+            if B::SENDS_EACH_MESSAGE_ON {
+                counters.messages_out.add_owned(messages);
+                counters.bytes_out.add_owned(bytes);
+            }
         }
         if let Err(stop) = behaviour.end_of_read() {
             if matches!(flow, Flow::Continue) {

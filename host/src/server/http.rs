@@ -168,6 +168,9 @@ async fn handle_request(
             params,
         )
     };
+    if route.draining() {
+        return unavailable("this route is drained; retry later\n");
+    }
     let limits = route.limits();
     if !handshake::wants_websocket(req.headers()) {
         let mut resp = text(

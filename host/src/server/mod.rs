@@ -178,15 +178,16 @@ impl Server {
         info!(addr = %self.local_addr, workers = self.listeners.len(), "weir listening");
         let mut threads = Vec::new();
         if let Some((listener, token)) = self.admin {
-            let (changes, shutdown) = (
+            let (changes, shutdown, public) = (
                 Changes {
                     shared: self.shared.clone(),
                 },
                 shutdown.clone(),
+                self.local_addr,
             );
             let thread = std::thread::Builder::new()
                 .name("weir-admin".into())
-                .spawn(move || admin::run(listener, changes, token, shutdown))
+                .spawn(move || admin::run(listener, changes, token, public, shutdown))
                 .map_err(ServeError::Worker)?;
             threads.push(thread);
         }
