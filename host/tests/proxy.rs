@@ -17,7 +17,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
-use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
@@ -56,22 +55,8 @@ async fn tungstenite_upstream(
             let tx = tx.clone();
             let hello = hello.clone();
             tokio::spawn(async move {
-                let callback = move |req: &Request, mut resp: Response| {
-                    if let Some(offered) = req.headers().get("sec-websocket-protocol") {
-                        let last = offered.to_str().unwrap().split(',').last().unwrap().trim();
-                        resp.headers_mut().insert(
-                            "sec-websocket-protocol",
-                            HeaderValue::from_str(last).unwrap(),
-                        );
-                    }
-                    Ok(resp)
-                };
-                let Ok(mut ws) = tokio_tungstenite::accept_hdr_async_with_config(
-                    stream,
-                    callback,
-                    Some(ws_config()),
-                )
-                .await
+                let Ok(mut ws) =
+                    tokio_tungstenite::accept_async_with_config(stream, Some(ws_config())).await
                 else {
                     return;
                 };
@@ -80,10 +65,8 @@ async fn tungstenite_upstream(
                 }
                 while let Some(Ok(msg)) = ws.next().await {
                     let _ = tx.send(Seen::Message(msg.clone()));
-                    if msg.is_binary() || msg.is_text() {
-                        if ws.send(msg).await.is_err() {
-                            return;
-                        }
+                    if (msg.is_binary() || msg.is_text()) && ws.send(msg).await.is_err() {
+                        return;
                     }
                 }
             });
