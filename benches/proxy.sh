@@ -5,7 +5,7 @@
 # checks every byte and reports the proxy's CPU per message
 # (--server-pid: the proxy process; nginx's one worker).
 #
-#   bash benches/proxy.sh [--runs N] [--warmup 2s] [--duration 5s] [--scenarios a,b]
+#   bash benches/proxy.sh [--runs N] [--warmup 2s] [--duration 5s] [--scenarios a,b] [--no-build]
 #
 # Scenarios: small8 (64 B x 200 conns x 8 in flight), small1 (64 B x 50 x 1:
 # the latency case), large (64 KiB x 10 x 1). Each round runs every server
@@ -22,12 +22,14 @@ runs=5
 warmup=2s
 duration=5s
 scenarios="small8,small1,large"
+build=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
     --duration) duration="$2"; shift 2 ;;
     --scenarios) scenarios="$2"; shift 2 ;;
+    --no-build) build=0; shift ;;
     *) echo "usage: $0 [--runs N] [--warmup 2s] [--duration 5s] [--scenarios small8,small1,large]" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +50,7 @@ nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 haproxy_bin="$(command -v haproxy || echo /usr/sbin/haproxy)"
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
-(cd "$root" && cargo build --release -q -p weir -p weir-load)
+[ "$build" = 0 ] || (cd "$root" && cargo build --release -q -p weir -p weir-load)
 weir="$CARGO_TARGET_DIR/release/weir"
 load="$CARGO_TARGET_DIR/release/weir-load"
 
