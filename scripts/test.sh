@@ -4,7 +4,8 @@
 # Autobahn|Testsuite against `weir serve`. Needs rustup, python3 (and Python
 # 2.7 via pyenv for Autobahn, see scripts/autobahn.sh); node/npm come from apt
 # when missing (build-guests.sh); installs Redis for the cluster tests when
-# missing (scripts/redis.sh). Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
+# missing (scripts/redis.sh) and the ws package for the proxy tests'
+# Node upstream. Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +32,15 @@ fi
 
 # The cluster tests start their own Redis servers (Debian's redis-server).
 bash scripts/redis.sh
+
+# The proxy tests' Node upstream: the ws package, pinned by its lock file
+# (build-guests.sh above made sure node and npm are there).
+if [ ! -f host/tests/proxy/node_modules/.weir-installed ] ||
+    [ host/tests/proxy/package-lock.json -nt host/tests/proxy/node_modules/.weir-installed ]; then
+    echo "test.sh: npm ci in host/tests/proxy (ws, for the proxy tests)"
+    (cd host/tests/proxy && npm ci --no-audit --no-fund --prefer-offline)
+    touch host/tests/proxy/node_modules/.weir-installed
+fi
 
 cargo test --release --workspace
 

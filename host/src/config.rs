@@ -8,6 +8,7 @@
 
 mod guest;
 mod parse;
+mod proxy;
 mod toml_error;
 pub mod units;
 mod value;
@@ -144,13 +145,40 @@ pub enum Behaviour {
     Guest(GuestConfig),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NativeKind {
     Echo,
     Relay,
     /// Every message goes to the other subscribers of the topic the path
     /// names (`native::pubsub`).
     PubSub(PubSubConfig),
+    /// Every connection is carried to its own connection to an upstream
+    /// WebSocket server (`native::proxy`).
+    Proxy(std::sync::Arc<ProxyConfig>),
+}
+
+/// Time a proxy route gives its upstream to accept the TCP connection and
+/// answer the upgrade before the client gets 504: long enough for a
+/// backend under load, short enough that a client is not left hanging.
+pub const DEFAULT_PROXY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A proxy route's keys: where its connections go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// The upstream as written (`ws://127.0.0.1:9100/rooms/{room}`), for messages.
+    pub upstream: String,
+    /// `host` or `host:port` as the `Host` header carries it.
+    pub authority: String,
+    /// Host name or address to connect to (IPv6 without brackets).
+    pub host: String,
+    pub port: u16,
+    /// The upstream path (and query) with `{name}` placeholders for the
+    /// route's path parameters; the client's query string is appended.
+    pub path: String,
+    pub connect_timeout: Duration,
+    /// Request headers passed on to the upstream (lower case), besides the
+    /// subprotocols offered, `X-Forwarded-For` and `X-Forwarded-Proto`.
+    pub forward_headers: Vec<String>,
 }
 
 /// A pubsub route's keys.

@@ -10,7 +10,8 @@
 //!   behaviour: read into the connection's buffer, decode frames ([`ws`]),
 //!   unmask in place, hand pieces to the behaviour, write replies in one
 //!   write per read batch, apply backpressure, timeouts and the close.
-//! - [`native`] — declared behaviours (echo, relay, pubsub) that need no guest.
+//! - [`native`] — declared behaviours (echo, relay, pubsub, proxy to an
+//!   upstream WebSocket server) that need no guest.
 //! - [`guest`] — routes served by WebAssembly components: engine, component
 //!   cache, per-worker instances and scheduler, limits, batching of events
 //!   into one call, commands applied to connections.

@@ -238,7 +238,9 @@ impl Routes {
         };
         let mut guest_route = None;
         let kind: Arc<dyn RouteKind> = match &route.behaviour {
-            Behaviour::Native(native) => crate::native::route_kind(*native, &route.path, &topics),
+            Behaviour::Native(native) => {
+                crate::native::route_kind(native.clone(), &route.path, &topics)
+            }
             Behaviour::Guest(guest) => {
                 let engine = match &self.engine {
                     Some(engine) => engine.clone(),
@@ -281,6 +283,7 @@ pub fn behaviour_name(behaviour: &Behaviour) -> String {
         Behaviour::Native(crate::config::NativeKind::Echo) => "echo".into(),
         Behaviour::Native(crate::config::NativeKind::Relay) => "relay".into(),
         Behaviour::Native(crate::config::NativeKind::PubSub(_)) => "pubsub".into(),
+        Behaviour::Native(crate::config::NativeKind::Proxy(_)) => "proxy".into(),
         Behaviour::Guest(_) => "guest".into(),
     }
 }

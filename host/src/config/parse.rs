@@ -12,6 +12,7 @@ use serde::Deserialize;
 use toml::{Spanned, Value};
 
 use super::guest::{guest_config, refuse_guest_keys};
+use super::proxy::{proxy_config, refuse_proxy_keys};
 use super::toml_error::toml_error;
 use super::value::{Field, Item, Source};
 use super::*;
@@ -84,6 +85,9 @@ pub(super) struct RawRoute {
     pub(super) cpu_share: Field,
     pub(super) echo_self: Field,
     pub(super) slow_subscriber: Field,
+    pub(super) upstream: Field,
+    pub(super) connect_timeout: Field,
+    pub(super) forward_headers: Field,
 }
 
 /// Largest message the gateway will assemble.
@@ -362,25 +366,30 @@ fn route(
         Item::of("guest", &raw.guest),
     ) {
         (Some(native), None) => {
-            let kind = match native.string(src, r#""echo", "relay" or "pubsub""#)? {
+            let kind = match native.string(src, r#""echo", "relay", "pubsub" or "proxy""#)? {
                 "echo" => NativeKind::Echo,
                 "relay" => NativeKind::Relay,
                 "pubsub" => NativeKind::PubSub(pubsub_config(src, raw)?),
+                "proxy" => NativeKind::Proxy(proxy_config(src, raw, &native, &path)?),
                 _ => {
                     return Err(native.fail(
                         src,
-                        r#"unknown native behaviour; write native = "echo", "relay" or "pubsub", or use guest = "file.wasm""#,
+                        r#"unknown native behaviour; write native = "echo", "relay", "pubsub" or "proxy", or use guest = "file.wasm""#,
                     ))
                 }
             };
             if !matches!(kind, NativeKind::PubSub(_)) {
                 refuse_pubsub_keys(src, raw, &native)?;
             }
+            if !matches!(kind, NativeKind::Proxy(_)) {
+                refuse_proxy_keys(src, raw, &native)?;
+            }
             refuse_guest_keys(src, raw, &native, matches!(kind, NativeKind::PubSub(_)))?;
             Behaviour::Native(kind)
         }
         (None, Some(guest)) => {
             refuse_pubsub_keys(src, raw, &guest)?;
+            refuse_proxy_keys(src, raw, &guest)?;
             Behaviour::Guest(guest_config(src, raw, &guest, origin_dir)?)
         }
         (Some(native), Some(_)) => {

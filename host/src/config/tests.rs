@@ -479,11 +479,11 @@ fn route_needs_exactly_one_behaviour() {
         &["either native or guest, not both"],
     );
     refused(
-        "[[route]]\npath = \"/x\"\nnative = \"proxy\"\n",
+        "[[route]]\npath = \"/x\"\nnative = \"proxi\"\n",
         3,
         &[
-            r#"native = "proxy": unknown native behaviour"#,
-            r#"native = "echo", "relay" or "pubsub""#,
+            r#"native = "proxi": unknown native behaviour"#,
+            r#"native = "echo", "relay", "pubsub" or "proxy""#,
         ],
     );
 }
@@ -710,7 +710,7 @@ fn readme_routes_example_parses() {
         .and_then(|rest| rest.split("```").next())
         .expect("README has a ```toml block");
     let config = parse(example);
-    assert_eq!(config.routes.len(), 5);
+    assert_eq!(config.routes.len(), 6);
     assert_eq!(config.server.limits, Limits::default());
     assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
     // The pubsub route shows its keys at their defaults.
@@ -719,8 +719,13 @@ fn readme_routes_example_parses() {
         Behaviour::Native(NativeKind::PubSub(PubSubConfig::default()))
     );
     assert!(matches!(config.cluster, Some(ClusterConfig::Redis(_))));
-    let Behaviour::Guest(chat) = &config.routes[3].behaviour else {
-        panic!("README's fourth route is a guest");
+    // The proxy route shows connect_timeout at its default.
+    let Behaviour::Native(NativeKind::Proxy(proxy)) = &config.routes[3].behaviour else {
+        panic!("README's fourth route is a proxy");
+    };
+    assert_eq!(proxy.connect_timeout, DEFAULT_PROXY_CONNECT_TIMEOUT);
+    let Behaviour::Guest(chat) = &config.routes[4].behaviour else {
+        panic!("README's fifth route is a guest");
     };
     // The README shows each guest key at its default.
     let mut defaults = GuestConfig::defaults(chat.wasm.clone());
@@ -741,6 +746,7 @@ fn examples_routes_file_parses() {
             "/echo",
             "/relay",
             "/topic/{topic}",
+            "/proxy/{room}",
             "/plain",
             "/json",
             "/binary",
@@ -758,7 +764,7 @@ fn examples_routes_file_parses() {
             "/py/counter"
         ]
     );
-    let Behaviour::Guest(auth) = &config.routes[8].behaviour else {
+    let Behaviour::Guest(auth) = &config.routes[9].behaviour else {
         panic!("/auth is a guest route");
     };
     assert_eq!(auth.wasm, Path::new("examples/wasm/auth.wasm"));
@@ -1047,5 +1053,89 @@ fn admin_section_errors_name_their_line() {
         &format!("[server]\npublic_metrics = \"yes\"\n{ECHO}"),
         2,
         &["public_metrics = \"yes\"", "true or false"],
+    );
+}
+
+fn proxy_route(extra: &str) -> String {
+    format!("[[route]]\npath = \"/rooms/{{room}}\"\nnative = \"proxy\"\n{extra}\n")
+}
+
+/// A proxy route: its upstream split into host, port and path template,
+/// the defaults, and `forward_headers` lower-cased.
+#[test]
+fn proxy_routes() {
+    let config = parse(&proxy_route(
+        "upstream = \"ws://127.0.0.1:9100/rooms/{room}\"\nconnect_timeout = \"250ms\"\n\
+         forward_headers = [\"Cookie\", \"authorization\"]",
+    ));
+    let Behaviour::Native(NativeKind::Proxy(proxy)) = &config.routes[0].behaviour else {
+        panic!("a proxy route");
+    };
+    assert_eq!((proxy.host.as_str(), proxy.port), ("127.0.0.1", 9100));
+    assert_eq!(proxy.authority, "127.0.0.1:9100");
+    assert_eq!(proxy.path, "/rooms/{room}");
+    assert_eq!(proxy.connect_timeout, Duration::from_millis(250));
+    assert_eq!(proxy.forward_headers, ["cookie", "authorization"]);
+    let config = parse(&proxy_route("upstream = \"ws://backend\""));
+    let Behaviour::Native(NativeKind::Proxy(proxy)) = &config.routes[0].behaviour else {
+        panic!("a proxy route");
+    };
+    assert_eq!((proxy.port, proxy.path.as_str()), (80, "/"));
+    assert_eq!(proxy.connect_timeout, DEFAULT_PROXY_CONNECT_TIMEOUT);
+}
+
+/// Every proxy mistake names its line and what to write.
+#[test]
+fn proxy_mistakes() {
+    refused(
+        &proxy_route(""),
+        3,
+        &["needs its upstream", "upstream = \"ws://"],
+    );
+    refused(
+        &proxy_route("upstream = \"wss://h/\""),
+        4,
+        &["wss:// upstreams are not supported yet"],
+    );
+    refused(&proxy_route("upstream = \"http://h/\""), 4, &["ws:// URL"]);
+    refused(
+        &proxy_route("upstream = \"ws://h:99999/\""),
+        4,
+        &["host:port"],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/{user}\""),
+        4,
+        &["{user} is not a parameter", "{room}"],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/\"\nconnect_timeout = 5"),
+        5,
+        &["needs a unit", "\"5s\""],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/\"\nforward_headers = [\"x-forwarded-for\"]"),
+        5,
+        &["written by weir itself"],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/\"\nforward_headers = [\"bad header\"]"),
+        5,
+        &["not a header name"],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/\"\nsubprotocols = [\"a\"]"),
+        5,
+        &["the upstream chose; remove subprotocols"],
+    );
+    refused(
+        &format!("{ECHO}upstream = \"ws://h/\"\n"),
+        4,
+        &["upstream only applies to proxy routes"],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/\"\nmemory = \"1MiB\""),
+        5,
+        &["memory only applies to guest routes"],
     );
 }

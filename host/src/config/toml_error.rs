@@ -51,6 +51,9 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "cpu_share",
     "echo_self",
     "slow_subscriber",
+    "upstream",
+    "connect_timeout",
+    "forward_headers",
 ];
 
 /// Keys of `[cluster]`.

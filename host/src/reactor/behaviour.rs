@@ -8,7 +8,9 @@ use super::buffer::Output;
 use super::conn::ConnEnv;
 use super::decode::DataPiece;
 use super::outbound::Outbound;
+use crate::ws::frame::OpCode;
 use std::future::Future;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::net::TcpStream;
@@ -56,6 +58,14 @@ pub trait Behaviour: 'static {
     /// `out`, written once per read.
     fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, out: &mut Output);
 
+    /// A ping or pong from the client, unmasked in `buf[payload]`: true when
+    /// the behaviour took it (a proxy carries it on), false to leave it to
+    /// the loop (which answers a ping with a pong in place).
+    #[inline]
+    fn on_control(&mut self, _buf: &mut [u8], _opcode: OpCode, _payload: Range<usize>) -> bool {
+        false
+    }
+
     /// The client sent a close with `code` (1005 when it gave none) and
     /// `reason` (valid UTF-8, checked by the decoder).
     fn on_peer_close(&mut self, _code: u16, _reason: &str) {}
@@ -64,6 +74,14 @@ pub trait Behaviour: 'static {
     #[inline]
     fn end_of_read(&mut self) -> Result<(), Stop> {
         Ok(())
+    }
+
+    /// [`end_of_read`](Self::end_of_read) for a behaviour that sends the
+    /// pieces on from where they are: `buf` still holds them (a proxy
+    /// writes them to its upstream with no copy).
+    #[inline]
+    fn end_of_read_in(&mut self, _buf: &[u8]) -> Result<(), Stop> {
+        self.end_of_read()
     }
 
     /// A reply frame is half written: no close frame can follow it.

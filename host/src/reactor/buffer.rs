@@ -139,6 +139,15 @@ impl Output {
         self.segs.push(range);
     }
 
+    /// The ranges gathered so far, in order.
+    pub fn ranges(&self) -> &[Range<usize>] {
+        &self.segs
+    }
+
+    pub fn clear(&mut self) {
+        self.segs.clear();
+    }
+
     /// Writes everything with as few syscalls as the kernel allows, then clears.
     pub async fn flush<W: AsyncWrite + Unpin>(
         &mut self,

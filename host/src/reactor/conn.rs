@@ -318,10 +318,14 @@ impl Conn {
                     behaviour.on_data(buf, &piece, &mut self.out);
                 }
                 Ok(Some(Piece::Ping { payload })) => {
-                    let pong = encode::pong_in_place(buf, payload);
-                    self.out.push(buf, pong);
+                    if !behaviour.on_control(buf, OpCode::Ping, payload.clone()) {
+                        let pong = encode::pong_in_place(buf, payload);
+                        self.out.push(buf, pong);
+                    }
                 }
-                Ok(Some(Piece::Pong)) => {}
+                Ok(Some(Piece::Pong { payload })) => {
+                    behaviour.on_control(buf, OpCode::Pong, payload);
+                }
                 Ok(Some(Piece::Close { code, payload })) => {
                     // RFC 6455 §5.5.1: answer with a close, then end the
                     // connection. The decoder checked the reason's UTF-8.
@@ -350,7 +354,7 @@ impl Conn {
                 counters.bytes_out.add_owned(bytes);
             }
         }
-        if let Err(stop) = behaviour.end_of_read() {
+        if let Err(stop) = behaviour.end_of_read_in(&buf[..]) {
             if matches!(flow, Flow::Continue) {
                 flow = stop.into();
             }
