@@ -99,6 +99,9 @@ pub struct ServerConfig {
     /// `[admin]` (nothing else would serve it), no with it (the figures
     /// name routes and versions: operators' business, not clients').
     pub public_metrics: bool,
+    /// Peers whose `X-Forwarded-Host` / `Forwarded: host=` stand for the
+    /// request's host in the same-origin check (`trusted_proxies`).
+    pub trusted_proxies: Vec<crate::origin::Cidr>,
 }
 
 /// `[admin]`: the admin listener, separate from the public one.
@@ -119,10 +122,13 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// Subprotocols offered, in server preference order.
     pub subprotocols: Vec<String>,
-    /// Browser origins (`scheme://host[:port]`) allowed besides the
-    /// gateway's own; `"*"` allows any. A request without `Origin` (not a
-    /// browser) is always allowed.
+    /// Browser origins allowed besides the gateway's own (see
+    /// [`crate::origin`]): `scheme://host[:port]`, `scheme://*.domain`,
+    /// `"null"`, or `"*"` for any; lower case, each checked by
+    /// [`crate::origin::Rule::parse`].
     pub origins: Vec<String>,
+    /// Refuse upgrades without an `Origin` (non-browser clients).
+    pub require_origin: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -296,6 +302,7 @@ impl Default for Limits {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             subprotocols: Vec::new(),
             origins: Vec::new(),
+            require_origin: false,
         }
     }
 }
@@ -313,6 +320,7 @@ impl Default for ServerConfig {
             cache_dir: None,
             reuse_port: false,
             public_metrics: true,
+            trusted_proxies: Vec::new(),
         }
     }
 }

@@ -42,6 +42,7 @@ pub mod guest;
 pub mod logging;
 pub mod metrics;
 pub mod native;
+pub mod origin;
 pub mod pubsub;
 pub mod reactor;
 pub mod registry;

@@ -314,7 +314,7 @@ impl Snapshot {
             return;
         }
         type Conn = fn(&ConnTotals) -> u64;
-        let conn: [(&str, &str, &str, Conn); 6] = [
+        let conn: [(&str, &str, &str, Conn); 7] = [
             (
                 "weir_route_connections",
                 "gauge",
@@ -338,6 +338,12 @@ impl Snapshot {
                 "counter",
                 "Payload bytes received from clients.",
                 |c| c.bytes_in,
+            ),
+            (
+                "weir_route_refused_origin_total",
+                "counter",
+                "Upgrades refused (403) for an Origin the route does not allow.",
+                |c| c.refused_origin,
             ),
             (
                 "weir_route_native_messages_out_total",
@@ -578,6 +584,7 @@ mod tests {
                     bytes_in: 32,
                     messages_out: 41,
                     bytes_out: 42,
+                    refused_origin: 43,
                     closes: [0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
                 },
                 guest: Some(GuestFigures {
@@ -652,6 +659,10 @@ mod tests {
             (
                 r#"weir_route_native_messages_out_total{route="/say \"hi\""}"#,
                 41,
+            ),
+            (
+                r#"weir_route_refused_origin_total{route="/say \"hi\""}"#,
+                43,
             ),
             (
                 r#"weir_route_native_bytes_out_total{route="/say \"hi\""}"#,

@@ -106,6 +106,8 @@ pub struct ConnCounters {
     /// [`GuestStats`], topic deliveries in [`DeliveryStats`].
     pub messages_out: Counter,
     pub bytes_out: Counter,
+    /// Upgrades refused for their `Origin` (never labelled by origin).
+    pub refused_origin: Counter,
     /// By [`CLOSE_CODES`] index; the last one is "other".
     pub closes: [Counter; CLOSE_CODES.len() + 1],
 }
@@ -152,6 +154,7 @@ impl RouteStats {
             t.bytes_in += w.bytes_in.get();
             t.messages_out += w.messages_out.get();
             t.bytes_out += w.bytes_out.get();
+            t.refused_origin += w.refused_origin.get();
             for (sum, c) in t.closes.iter_mut().zip(&w.closes) {
                 *sum += c.get();
             }
@@ -169,6 +172,7 @@ pub struct ConnTotals {
     pub bytes_in: u64,
     pub messages_out: u64,
     pub bytes_out: u64,
+    pub refused_origin: u64,
     pub closes: [u64; CLOSE_CODES.len() + 1],
 }
 

@@ -52,6 +52,8 @@ struct RawServer {
     drain_timeout: Field,
     subprotocols: Field,
     origins: Field,
+    require_origin: Field,
+    trusted_proxies: Field,
     max_connections: Field,
     max_connections_per_ip: Field,
     cache_dir: Field,
@@ -70,6 +72,7 @@ pub(super) struct RawRoute {
     pub(super) idle_timeout: Field,
     pub(super) subprotocols: Field,
     pub(super) origins: Field,
+    pub(super) require_origin: Field,
     pub(super) isolation: Field,
     pub(super) memory: Field,
     pub(super) timeout: Field,
@@ -309,6 +312,9 @@ fn server(
     if let Some(item) = Item::of("reuse_port", &raw.reuse_port) {
         server.reuse_port = item.flag(src)?;
     }
+    if let Some(item) = Item::of("trusted_proxies", &raw.trusted_proxies) {
+        server.trusted_proxies = item.address_ranges(src)?;
+    }
     server.limits = limits(
         src,
         &server.limits,
@@ -318,6 +324,7 @@ fn server(
             &raw.idle_timeout,
             &raw.subprotocols,
             &raw.origins,
+            &raw.require_origin,
         ],
     )?;
     Ok(server)
@@ -327,7 +334,8 @@ fn server(
 fn limits(
     src: &Source,
     base: &Limits,
-    [max_message, outbound_budget, idle_timeout, subprotocols, origins]: [&Field; 5],
+    [max_message, outbound_budget, idle_timeout, subprotocols, origins, require_origin]: [&Field;
+        6],
 ) -> Result<Limits, ConfigError> {
     let mut limits = base.clone();
     if let Some(item) = Item::of("max_message", max_message) {
@@ -344,6 +352,9 @@ fn limits(
     }
     if let Some(item) = Item::of("origins", origins) {
         limits.origins = item.origins(src)?;
+    }
+    if let Some(item) = Item::of("require_origin", require_origin) {
+        limits.require_origin = item.flag(src)?;
     }
     Ok(limits)
 }
@@ -418,6 +429,7 @@ fn route(
             &raw.idle_timeout,
             &raw.subprotocols,
             &raw.origins,
+            &raw.require_origin,
         ],
     )?;
     let topics = match Item::of("topics", &raw.topics) {

@@ -103,6 +103,7 @@ native = "relay"
             idle_timeout: Duration::from_secs(120),
             subprotocols: vec!["chat.v2".into(), "chat.v1".into()],
             origins: Vec::new(),
+            require_origin: false,
         }
     );
 
@@ -877,6 +878,32 @@ fn origins() {
         &["not an origin"],
     );
     refused("[server]\norigins = \"*\"\n", 2, &["not a list"]);
+    let config = parse(&format!(
+        "[server]\nrequire_origin = true\ntrusted_proxies = [\"10.0.0.0/8\", \"::1\"]\n\
+         {ECHO}origins = [\"https://*.example.com\", \"null\"]\nrequire_origin = false\n"
+    ));
+    assert!(config.server.limits.require_origin);
+    assert!(!config.routes[0].limits.require_origin);
+    assert_eq!(config.server.trusted_proxies.len(), 2);
+    assert_eq!(
+        config.routes[0].limits.origins,
+        vec!["https://*.example.com", "null"]
+    );
+    refused(
+        &format!("{ECHO}origins = [\"https://a.*.example.com\"]\n"),
+        4,
+        &["wildcard may only be the first label"],
+    );
+    refused(
+        &format!("{ECHO}origins = [\"https://*.com\"]\n"),
+        4,
+        &["subdomains of a domain with a dot"],
+    );
+    refused(
+        "[server]\ntrusted_proxies = [\"10.0.0.0/40\"]\n",
+        2,
+        &["not an IP address or range"],
+    );
 }
 
 const PUBSUB: &str = "[[route]]\npath = \"/topic/{topic}\"\nnative = \"pubsub\"\n";

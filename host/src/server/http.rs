@@ -200,9 +200,33 @@ async fn handle_request(
             return resp;
         }
     };
-    if !handshake::origin_allowed(req.headers(), &limits.origins) {
+    let policy = crate::origin::Policy {
+        origins: &limits.origins,
+        require_origin: limits.require_origin,
+        trusted_proxies: &shared.trusted_proxies,
+    };
+    let origin_req = crate::origin::Request {
+        headers: req.headers(),
+        peer: peer.ip(),
+        tls: false,
+    };
+    if let Err(refused) = crate::origin::check(&policy, &origin_req) {
         shared.refused_origin.fetch_add(1, Ordering::Relaxed);
-        debug!(%peer, path = %route.path, origin = ?req.headers().get(header::ORIGIN), "origin refused");
+        route.stats.worker(worker.index).refused_origin.add_owned(1);
+        let shown = match &refused {
+            crate::origin::Refused::Missing => "none (require_origin)".to_string(),
+            // Attacker-chosen text: escaped, and cut.
+            crate::origin::Refused::NotAllowed(o) => o
+                .chars()
+                .take(200)
+                .collect::<String>()
+                .escape_debug()
+                .to_string(),
+        };
+        if let Some((n, secs)) = shared.origin_refusals.note() {
+            warn!(route = %route.path, last_origin = %shown,
+                "refused {n} upgrades in the last {secs} s: origin not allowed (the route's origins, require_origin)");
+        }
         return text(
             StatusCode::FORBIDDEN,
             "this origin may not open WebSockets on this route (see the route's origins)\n",

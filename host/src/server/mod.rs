@@ -94,6 +94,10 @@ struct Shared {
     refused_draining: AtomicU64,
     /// Upgrades refused (403) for a browser origin the route does not allow.
     refused_origin: AtomicU64,
+    /// Summaries of those refusals for the log.
+    origin_refusals: Summary,
+    /// `[server] trusted_proxies`, for the same-origin check.
+    trusted_proxies: Vec<crate::origin::Cidr>,
     /// The routes file, for reloads.
     source: Option<PathBuf>,
     /// Held by a deploy, rollback or reload: one change at a time.
@@ -253,6 +257,8 @@ impl Shared {
             accept_failures: Summary::new(SUMMARY_EVERY),
             refused_draining: AtomicU64::new(0),
             refused_origin: AtomicU64::new(0),
+            origin_refusals: Summary::new(SUMMARY_EVERY),
+            trusted_proxies: config.server.trusted_proxies.clone(),
             source: config.source.clone(),
             changing: Mutex::new(()),
             public_metrics: config.server.public_metrics,

@@ -112,36 +112,6 @@ pub fn negotiate_subprotocol<'a>(headers: &HeaderMap, supported: &'a [String]) -
         .map(String::as_str)
 }
 
-/// Whether a browser at the request's `Origin` may open this route
-/// (cross-site WebSocket hijacking: browsers send cookies on upgrades, and
-/// the same-origin policy does not apply to WebSockets). Allowed: no
-/// `Origin` (not a browser), an origin whose host and port are the request's
-/// `Host` (the gateway's own pages), one listed in `allowed`, or any when
-/// `allowed` holds `"*"`. An opaque origin (`null`) only with `"*"`.
-pub fn origin_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
-    let Some(origin) = headers.get(http::header::ORIGIN) else {
-        return true;
-    };
-    if allowed.iter().any(|a| a == "*") {
-        return true;
-    }
-    let Ok(origin) = origin.to_str() else {
-        return false;
-    };
-    let origin = origin.trim().to_ascii_lowercase();
-    if allowed.contains(&origin) {
-        return true;
-    }
-    // Same origin: the host[:port] after the scheme is the Host header.
-    let Some((_, authority)) = origin.split_once("://") else {
-        return false;
-    };
-    headers
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .is_some_and(|host| host.trim().eq_ignore_ascii_case(authority))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,32 +196,5 @@ mod tests {
         assert_eq!(negotiate_subprotocol(&h, &supported), Some("v2"));
         assert_eq!(negotiate_subprotocol(&h, &["mqtt".to_string()]), None);
         assert_eq!(negotiate_subprotocol(&h, &[]), None);
-    }
-
-    /// Origins: none (not a browser) and the gateway's own pass; another
-    /// site's only when listed (or with "*"); `null` only with "*".
-    #[test]
-    fn origin_checks() {
-        let req = |origin: Option<&str>| {
-            let mut h = HeaderMap::new();
-            h.insert(http::header::HOST, "gw.example:9001".parse().unwrap());
-            if let Some(o) = origin {
-                h.insert(http::header::ORIGIN, o.parse().unwrap());
-            }
-            h
-        };
-        let listed = vec!["https://app.example.com".to_string()];
-        assert!(origin_allowed(&req(None), &[]));
-        assert!(origin_allowed(&req(Some("http://gw.example:9001")), &[]));
-        assert!(origin_allowed(&req(Some("https://GW.example:9001")), &[]));
-        assert!(!origin_allowed(&req(Some("https://evil.example")), &[]));
-        assert!(!origin_allowed(&req(Some("http://gw.example")), &[]));
-        assert!(origin_allowed(
-            &req(Some("https://App.Example.com")),
-            &listed
-        ));
-        assert!(!origin_allowed(&req(Some("https://evil.example")), &listed));
-        assert!(!origin_allowed(&req(Some("null")), &listed));
-        assert!(origin_allowed(&req(Some("null")), &["*".to_string()]));
     }
 }

@@ -368,7 +368,17 @@ fn console_request(mut req: Request<Incoming>, admin: &Arc<Admin>) -> Response<F
             "open /console?path=<a public route's path, percent-encoded>",
         );
     };
-    if !handshake::origin_allowed(req.headers(), &[]) {
+    let own_origin = crate::origin::Policy {
+        origins: &[],
+        require_origin: false,
+        trusted_proxies: &[],
+    };
+    let origin_req = crate::origin::Request {
+        headers: req.headers(),
+        peer: std::net::Ipv4Addr::UNSPECIFIED.into(),
+        tls: false,
+    };
+    if crate::origin::check(&own_origin, &origin_req).is_err() {
         return error(
             StatusCode::FORBIDDEN,
             "the console opens only from the dashboard's own origin",
