@@ -54,6 +54,7 @@ struct RawServer {
     max_connections: Field,
     max_connections_per_ip: Field,
     cache_dir: Field,
+    state_dir: Field,
     reuse_port: Field,
     public_metrics: Field,
 }
@@ -84,6 +85,11 @@ pub(super) struct RawRoute {
     pub(super) cpu_share: Field,
     pub(super) echo_self: Field,
     pub(super) slow_subscriber: Field,
+    pub(super) allow_outbound: Field,
+    pub(super) outbound_timeout: Field,
+    pub(super) outbound_max_concurrent: Field,
+    pub(super) outbound_max_response: Field,
+    pub(super) kv: Field,
 }
 
 /// Largest message the gateway will assemble.
@@ -301,6 +307,13 @@ fn server(
             return Err(item.fail(src, r#"empty; write a directory, e.g. "/var/cache/weir""#));
         }
         server.cache_dir = Some(origin_dir.join(dir));
+    }
+    if let Some(item) = Item::of("state_dir", &raw.state_dir) {
+        let dir = item.string(src, r#""/var/lib/weir""#)?;
+        if dir.is_empty() {
+            return Err(item.fail(src, r#"empty; write a directory, e.g. "/var/lib/weir""#));
+        }
+        server.state_dir = Some(origin_dir.join(dir));
     }
     if let Some(item) = Item::of("reuse_port", &raw.reuse_port) {
         server.reuse_port = item.flag(src)?;

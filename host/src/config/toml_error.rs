@@ -20,6 +20,7 @@ pub(super) const SERVER_KEYS: &[&str] = &[
     "max_connections",
     "max_connections_per_ip",
     "cache_dir",
+    "state_dir",
     "reuse_port",
     "public_metrics",
 ];
@@ -51,6 +52,11 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "cpu_share",
     "echo_self",
     "slow_subscriber",
+    "allow_outbound",
+    "outbound_timeout",
+    "outbound_max_concurrent",
+    "outbound_max_response",
+    "kv",
 ];
 
 /// Keys of `[cluster]`.

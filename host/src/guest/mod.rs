@@ -31,6 +31,8 @@ pub mod deploy;
 pub mod engine;
 pub mod error;
 mod host;
+pub mod io;
+pub mod kv;
 pub mod log;
 pub mod program;
 pub mod route;

@@ -116,7 +116,7 @@ pub fn owned(cmds: &Commands) -> Vec<Owned> {
 pub fn open(runner: &mut Runner, conn: u64) -> Result<Vec<Owned>, weir::guest::Fault> {
     let mut b = Batch::new();
     b.push_open(conn, "/", &[], b"");
-    runner.handle(&b).map(|c| owned(&c))
+    runner.handle(&mut b).map(|c| owned(&c))
 }
 
 pub fn send_text(
@@ -126,5 +126,5 @@ pub fn send_text(
 ) -> Result<Vec<Owned>, weir::guest::Fault> {
     let mut b = Batch::new();
     b.push_message(conn, true, text.as_bytes());
-    runner.handle(&b).map(|c| owned(&c))
+    runner.handle(&mut b).map(|c| owned(&c))
 }
