@@ -219,8 +219,9 @@ pub struct GuestConfig {
     /// calls were too slow for the worker thread (`guest::slot`).
     pub cpu_share: u32,
     /// What the route's guests may reach with `http-request` (nothing by
-    /// default) and how far.
-    pub outbound: OutboundPolicy,
+    /// default) and how far. Boxed: most routes have none, and the
+    /// config's route enum stays small.
+    pub outbound: Box<OutboundPolicy>,
     /// The route's key-value store, if it has one (`kv`).
     pub kv: Option<KvName>,
 }
@@ -369,7 +370,7 @@ impl GuestConfig {
             env: BTreeMap::new(),
             log: GuestLog::default(),
             cpu_share: DEFAULT_GUEST_CPU_SHARE_PERCENT,
-            outbound: OutboundPolicy::default(),
+            outbound: Box::default(),
             kv: None,
         }
     }

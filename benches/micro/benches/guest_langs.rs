@@ -49,6 +49,8 @@ fn config(wasm: PathBuf) -> GuestConfig {
         env: BTreeMap::new(),
         log: Default::default(),
         cpu_share: 100,
+        outbound: Default::default(),
+        kv: None,
     }
 }
 

@@ -133,7 +133,7 @@ native = "relay"
             env,
             log: GuestLog::default(),
             cpu_share: DEFAULT_GUEST_CPU_SHARE_PERCENT,
-            outbound: OutboundPolicy::default(),
+            outbound: Box::default(),
             kv: None,
         })
     );
@@ -1073,7 +1073,7 @@ fn guest_io_policy_reads_and_defaults_to_deny() {
         path: path.into(),
     };
     assert_eq!(
-        g.outbound,
+        *g.outbound,
         OutboundPolicy {
             allow: vec![
                 prefix("127.0.0.1", 8080, "/"),

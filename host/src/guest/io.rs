@@ -126,6 +126,9 @@ fn io_thread() -> &'static IoThread {
     })
 }
 
+/// Pending timers by (connection, tag): generation and task.
+type Timers = HashMap<(ConnectionId, u64), (u64, AbortHandle)>;
+
 /// One guest route's I/O: where its answers go, its requests in flight and
 /// its timers.
 pub struct RouteIo {
@@ -136,7 +139,7 @@ pub struct RouteIo {
     in_flight: Arc<AtomicUsize>,
     /// Pending timers by (connection, tag): a generation (so a timer that
     /// fires removes only itself, not one that replaced it) and its task.
-    timers: Arc<Mutex<HashMap<(ConnectionId, u64), (u64, AbortHandle)>>>,
+    timers: Arc<Mutex<Timers>>,
     generation: AtomicU64,
     /// Requests answered, errors, timers fired (for tests and `/metrics`).
     pub(crate) counts: IoCounts,
