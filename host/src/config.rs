@@ -89,6 +89,10 @@ pub struct ServerConfig {
     /// Where precompiled guest components are cached; None = the guest
     /// runner's default. Relative paths resolve against the routes file.
     pub cache_dir: Option<PathBuf>,
+    /// Where persistent state lives (the guests' key-value stores); None:
+    /// `weir-state` beside the routes file. Relative paths resolve against
+    /// the routes file.
+    pub state_dir: Option<PathBuf>,
     /// Let other processes listen on the same address (`SO_REUSEPORT`
     /// across processes: the kernel splits new connections between them,
     /// e.g. an old and a new gateway during a hand-over). Off by default: a
@@ -248,6 +252,68 @@ pub struct GuestConfig {
     /// Percent of one core the route may use on its guest thread, once its
     /// calls were too slow for the worker thread (`guest::slot`).
     pub cpu_share: u32,
+    /// What the route's guests may reach with `http-request` (nothing by
+    /// default) and how far. Boxed: most routes have none, and the
+    /// config's route enum stays small.
+    pub outbound: Box<OutboundPolicy>,
+    /// The route's key-value store, if it has one (`kv`).
+    pub kv: Option<KvName>,
+}
+
+/// A guest route's outbound HTTP policy (`allow_outbound`,
+/// `outbound_timeout`, `outbound_max_concurrent`, `outbound_max_response`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboundPolicy {
+    /// URL prefixes a request must start with; empty: every request is
+    /// refused (deny by default).
+    pub allow: Vec<OutboundPrefix>,
+    /// Whole request, connect to last body byte.
+    pub timeout: Duration,
+    /// Requests of the route in flight at once; past it: http-error busy.
+    pub max_concurrent: usize,
+    /// Largest response body accepted; past it: http-error too-large.
+    pub max_response: usize,
+}
+
+/// Long enough for a remote API, short enough that a stuck backend does
+/// not hold the route's `outbound_max_concurrent` slots for long.
+pub const DEFAULT_OUTBOUND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Requests in flight per route by default.
+pub const DEFAULT_OUTBOUND_MAX_CONCURRENT: usize = 64;
+/// Response bodies are handed to the guest whole: 1 MiB keeps a batch small.
+pub const DEFAULT_OUTBOUND_MAX_RESPONSE_BYTES: usize = 1 << 20;
+
+impl Default for OutboundPolicy {
+    fn default() -> Self {
+        OutboundPolicy {
+            allow: Vec::new(),
+            timeout: DEFAULT_OUTBOUND_TIMEOUT,
+            max_concurrent: DEFAULT_OUTBOUND_MAX_CONCURRENT,
+            max_response: DEFAULT_OUTBOUND_MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
+/// One `allow_outbound` entry: a URL must have this scheme, host and port
+/// (the scheme's default when the entry names none) and a path that starts
+/// with `path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboundPrefix {
+    pub scheme: String,
+    /// Lower-case.
+    pub host: String,
+    pub port: u16,
+    /// Starts with `/`.
+    pub path: String,
+}
+
+/// Which key-value store a route uses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KvName {
+    /// `kv = "route"`: a store of the route's own (named by its path).
+    Route,
+    /// `kv = "shared:NAME"`: shared by every route that names it.
+    Shared(String),
 }
 
 /// Half a core: a slow route keeps making progress, and two of them (or one
@@ -318,6 +384,7 @@ impl Default for ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             cache_dir: None,
+            state_dir: None,
             reuse_port: false,
             public_metrics: true,
             trusted_proxies: Vec::new(),
@@ -339,6 +406,8 @@ impl GuestConfig {
             env: BTreeMap::new(),
             log: GuestLog::default(),
             cpu_share: DEFAULT_GUEST_CPU_SHARE_PERCENT,
+            outbound: Box::default(),
+            kv: None,
         }
     }
 }

@@ -55,6 +55,9 @@ pub struct Upgrade<'a> {
     /// The connection's outbound queue, made before the 101 so a route can
     /// hand it to others (a relay partner) at once.
     pub outbound: &'a Arc<Outbound>,
+    /// How long the upgrade may take (`[server] handshake_timeout`): what
+    /// bounds a guest's deferred upgrade.
+    pub handshake_timeout: std::time::Duration,
 }
 
 /// An accepted upgrade.
@@ -143,6 +146,8 @@ pub struct Routes {
     /// The guest engine, once a route needed it.
     engine: Option<Arc<GuestEngine>>,
     cache_dir: Option<std::path::PathBuf>,
+    /// Where guests' key-value stores live.
+    state_dir: std::path::PathBuf,
     workers: usize,
 }
 
@@ -163,6 +168,7 @@ impl Routes {
             broker,
             engine: None,
             cache_dir: config.server.cache_dir.clone(),
+            state_dir: state_dir(config),
             workers: config.server.workers,
         };
         for route in &config.routes {
@@ -184,6 +190,7 @@ impl Routes {
             broker: self.broker.clone(),
             engine: self.engine.clone(),
             cache_dir: self.cache_dir.clone(),
+            state_dir: self.state_dir.clone(),
             workers: self.workers,
         }
     }
@@ -252,12 +259,20 @@ impl Routes {
                 };
                 let program = Program::load(&engine, &route.path, guest)
                     .map_err(|e| e.at_line(route.line))?;
-                let guest = Arc::new(GuestRoute::new(
-                    index,
-                    program,
-                    topics.clone(),
-                    registry.clone(),
-                ));
+                let kv = match &guest.kv {
+                    Some(name) => Some(
+                        crate::guest::kv::KvStore::open(&self.state_dir, &route.path, name)
+                            .map_err(|e| ServeError::Route {
+                                path: route.path.clone(),
+                                line: route.line,
+                                reason: e.to_string(),
+                            })?,
+                    ),
+                    None => None,
+                };
+                let guest = Arc::new(
+                    GuestRoute::new(index, program, topics.clone(), registry.clone()).with_kv(kv),
+                );
                 guest_route = Some(guest.clone());
                 Arc::new(guest)
             }
@@ -274,6 +289,19 @@ impl Routes {
         }));
         Ok(index)
     }
+}
+
+/// `[server] state_dir`, or `weir-state` beside the routes file (the
+/// working directory when the config has no file).
+fn state_dir(config: &Config) -> std::path::PathBuf {
+    config.server.state_dir.clone().unwrap_or_else(|| {
+        let dir = config
+            .source
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .unwrap_or(std::path::Path::new(""));
+        dir.join("weir-state")
+    })
 }
 
 /// A route's behaviour as `GET /routes` names it: the native keyword

@@ -57,6 +57,7 @@ struct RawServer {
     max_connections: Field,
     max_connections_per_ip: Field,
     cache_dir: Field,
+    state_dir: Field,
     reuse_port: Field,
     public_metrics: Field,
 }
@@ -91,6 +92,11 @@ pub(super) struct RawRoute {
     pub(super) upstream: Field,
     pub(super) connect_timeout: Field,
     pub(super) forward_headers: Field,
+    pub(super) allow_outbound: Field,
+    pub(super) outbound_timeout: Field,
+    pub(super) outbound_max_concurrent: Field,
+    pub(super) outbound_max_response: Field,
+    pub(super) kv: Field,
 }
 
 /// Largest message the gateway will assemble.
@@ -308,6 +314,13 @@ fn server(
             return Err(item.fail(src, r#"empty; write a directory, e.g. "/var/cache/weir""#));
         }
         server.cache_dir = Some(origin_dir.join(dir));
+    }
+    if let Some(item) = Item::of("state_dir", &raw.state_dir) {
+        let dir = item.string(src, r#""/var/lib/weir""#)?;
+        if dir.is_empty() {
+            return Err(item.fail(src, r#"empty; write a directory, e.g. "/var/lib/weir""#));
+        }
+        server.state_dir = Some(origin_dir.join(dir));
     }
     if let Some(item) = Item::of("reuse_port", &raw.reuse_port) {
         server.reuse_port = item.flag(src)?;

@@ -134,6 +134,8 @@ native = "relay"
             env,
             log: GuestLog::default(),
             cpu_share: DEFAULT_GUEST_CPU_SHARE_PERCENT,
+            outbound: Box::default(),
+            kv: None,
         })
     );
     assert_eq!(chat.limits.idle_timeout, Duration::from_secs(30));
@@ -762,7 +764,10 @@ fn examples_routes_file_parses() {
             "/py/plain",
             "/py/json",
             "/py/chat/{room}",
-            "/py/counter"
+            "/py/counter",
+            "/presence/{room}",
+            "/ticker",
+            "/remote-auth"
         ]
     );
     let Behaviour::Guest(auth) = &config.routes[9].behaviour else {
@@ -1164,5 +1169,83 @@ fn proxy_mistakes() {
         &proxy_route("upstream = \"ws://h/\"\nmemory = \"1MiB\""),
         5,
         &["memory only applies to guest routes"],
+    );
+}
+
+#[test]
+fn guest_io_policy_reads_and_defaults_to_deny() {
+    let text = guest_route(
+        "allow_outbound = [\"http://127.0.0.1:8080\", \"HTTP://Api.Internal/v1/\"]\n\
+         outbound_timeout = \"2s\"\noutbound_max_concurrent = 8\n\
+         outbound_max_response = \"64KiB\"\nkv = \"shared:rooms\"",
+    );
+    let config = Config::parse(&text, Path::new("/etc/weir")).unwrap();
+    let Behaviour::Guest(g) = &config.routes[0].behaviour else {
+        panic!("a guest route")
+    };
+    let prefix = |host: &str, port, path: &str| OutboundPrefix {
+        scheme: "http".into(),
+        host: host.into(),
+        port,
+        path: path.into(),
+    };
+    assert_eq!(
+        *g.outbound,
+        OutboundPolicy {
+            allow: vec![
+                prefix("127.0.0.1", 8080, "/"),
+                prefix("api.internal", 80, "/v1/")
+            ],
+            timeout: Duration::from_secs(2),
+            max_concurrent: 8,
+            max_response: 64 << 10,
+        }
+    );
+    assert_eq!(g.kv, Some(KvName::Shared("rooms".into())));
+    let plain = Config::parse(&guest_route("kv = \"route\""), Path::new("/etc/weir")).unwrap();
+    let Behaviour::Guest(g) = &plain.routes[0].behaviour else {
+        panic!("a guest route")
+    };
+    assert!(g.outbound.allow.is_empty(), "deny by default");
+    assert_eq!(g.kv, Some(KvName::Route));
+}
+
+#[test]
+fn guest_io_policy_errors_name_their_line() {
+    refused(
+        &guest_route("allow_outbound = [\"https://auth.example.com\"]"),
+        4,
+        &["allow_outbound", "https is not supported yet"],
+    );
+    refused(
+        &guest_route("allow_outbound = [\"127.0.0.1:8080\"]"),
+        4,
+        &["not a URL prefix", "no scheme"],
+    );
+    refused(
+        &guest_route("allow_outbound = \"http://a\""),
+        4,
+        &["not a list of URL prefixes"],
+    );
+    refused(
+        &guest_route("allow_outbound = [\"http://a:port/\"]"),
+        4,
+        &["the port is not a number"],
+    );
+    refused(
+        &guest_route("outbound_max_concurrent = 0"),
+        4,
+        &["outbound_max_concurrent"],
+    );
+    refused(
+        &guest_route("kv = \"everywhere\""),
+        4,
+        &["\"route\"", "shared:NAME"],
+    );
+    refused(&guest_route("kv = \"shared:a/b\""), 4, &["not a store"]);
+    refused(
+        &format!("{ECHO}kv = \"route\"\n"),
+        4,
+        &["kv only applies to guest routes"],
     );
 }

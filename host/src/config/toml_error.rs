@@ -22,6 +22,7 @@ pub(super) const SERVER_KEYS: &[&str] = &[
     "max_connections",
     "max_connections_per_ip",
     "cache_dir",
+    "state_dir",
     "reuse_port",
     "public_metrics",
 ];
@@ -57,6 +58,11 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "upstream",
     "connect_timeout",
     "forward_headers",
+    "allow_outbound",
+    "outbound_timeout",
+    "outbound_max_concurrent",
+    "outbound_max_response",
+    "kv",
 ];
 
 /// Keys of `[cluster]`.

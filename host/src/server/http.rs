@@ -247,6 +247,7 @@ async fn handle_request(
         headers: req.headers(),
         peer,
         outbound: &outbound,
+        handshake_timeout: shared.handshake_timeout,
     };
     let accepted = match worker_route.upgrade(up).await {
         Ok(accepted) => accepted,
