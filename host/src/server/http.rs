@@ -268,7 +268,7 @@ fn websocket_request(
     req: &Request<Incoming>,
     peer: SocketAddr,
     path: &str,
-) -> Result<String, Response<Full<Bytes>>> {
+) -> Result<String, Box<Response<Full<Bytes>>>> {
     if !handshake::wants_websocket(req.headers()) {
         let mut resp = text(
             StatusCode::UPGRADE_REQUIRED,
@@ -280,10 +280,10 @@ fn websocket_request(
             header::SEC_WEBSOCKET_VERSION,
             HeaderValue::from_static(handshake::SUPPORTED_VERSION),
         );
-        return Err(resp);
+        return Err(Box::new(resp));
     }
     handshake::check_request(req.method(), req.version(), req.headers())
-        .map_err(|e| refused(e, peer, path))
+        .map_err(|e| Box::new(refused(e, peer, path)))
 }
 
 /// The answer to a malformed WebSocket request (over HTTP/2 a stream
@@ -375,7 +375,7 @@ async fn handle_request(
     } else {
         match websocket_request(&req, peer, &route.path) {
             Ok(accept) => Some(accept),
-            Err(resp) => return resp,
+            Err(resp) => return *resp,
         }
     };
     if !handshake::origin_allowed(req.headers(), &limits.origins) {
