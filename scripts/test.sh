@@ -61,4 +61,6 @@ if [ "${WEIR_SKIP_AUTOBAHN:-0}" = 1 ]; then
     echo "test.sh: WEIR_SKIP_AUTOBAHN=1: Autobahn|Testsuite skipped" >&2
 else
     bash scripts/autobahn.sh
+    # The same cases over wss:// (weir's TLS termination).
+    AUTOBAHN_TLS=1 bash scripts/autobahn.sh
 fi

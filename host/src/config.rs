@@ -106,6 +106,9 @@ pub struct ServerConfig {
     /// Peers whose `X-Forwarded-Host` / `Forwarded: host=` stand for the
     /// request's host in the same-origin check (`trusted_proxies`).
     pub trusted_proxies: Vec<crate::origin::Cidr>,
+    /// `tls = { cert, key }`: serve TLS (wss://) with this certificate;
+    /// None serves plain TCP.
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 /// `[admin]`: the admin listener, separate from the public one.
@@ -388,6 +391,7 @@ impl Default for ServerConfig {
             reuse_port: false,
             public_metrics: true,
             trusted_proxies: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -474,6 +478,27 @@ impl Config {
         }
         config.source = Some(path.to_path_buf());
         Ok(config)
+    }
+
+    /// Reads the certificate and key `[server] tls` names, so `weir check`
+    /// and `weir serve` name a missing file, bad PEM or a key of another
+    /// certificate with the file's line. (A reload does not: a bad new
+    /// certificate keeps the old one and does not hold up the routes.)
+    pub fn check_tls(&self) -> Result<(), ConfigError> {
+        let Some(files) = &self.server.tls else {
+            return Ok(());
+        };
+        crate::tls::load(files).map(drop).map_err(|e| {
+            let file = self
+                .source
+                .as_ref()
+                .map(|p| format!("{}: ", p.display()))
+                .unwrap_or_default();
+            ConfigError {
+                message: format!("{file}line {}: [server] tls: {e}", files.line),
+                line: Some(files.line),
+            }
+        })
     }
 
     /// Validates routes-file text; relative guest paths and `cache_dir`

@@ -24,6 +24,9 @@ pub struct Snapshot {
     pub accept_failures: u64,
     pub refused_draining: u64,
     pub refused_origin: u64,
+    /// TLS handshakes that failed or ran out of `handshake_timeout`
+    /// (plaintext on the TLS port, bad hellos, stalled clients).
+    pub tls_handshake_failures: u64,
     pub outbound_queued_bytes: usize,
     pub outbound_queued_bytes_max: usize,
     pub receive_buffer_bytes_held: usize,
@@ -158,6 +161,12 @@ impl Snapshot {
             "counter",
             "Upgrades answered 403 because the browser's Origin is not allowed on the route.",
             self.refused_origin,
+        );
+        metric(
+            "weir_tls_handshake_failures_total",
+            "counter",
+            "TLS handshakes that failed or did not finish within handshake_timeout; the connection was dropped.",
+            self.tls_handshake_failures,
         );
         metric(
             "weir_outbound_queued_bytes",
@@ -548,6 +557,7 @@ mod tests {
             accept_failures: 23,
             refused_draining: 7,
             refused_origin: 19,
+            tls_handshake_failures: 29,
             outbound_queued_bytes: 8,
             outbound_queued_bytes_max: 9,
             receive_buffer_bytes_held: 10,
@@ -617,6 +627,7 @@ mod tests {
             ("weir_refused_over_limit_total", 6),
             ("weir_refused_draining_total", 7),
             ("weir_refused_origin_total", 19),
+            ("weir_tls_handshake_failures_total", 29),
             ("weir_outbound_queued_bytes", 8),
             ("weir_outbound_queued_bytes_max", 9),
             ("weir_receive_buffer_bytes_held", 10),

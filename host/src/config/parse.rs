@@ -60,6 +60,7 @@ struct RawServer {
     state_dir: Field,
     reuse_port: Field,
     public_metrics: Field,
+    tls: Field,
 }
 
 #[derive(Deserialize)]
@@ -328,6 +329,9 @@ fn server(
     if let Some(item) = Item::of("trusted_proxies", &raw.trusted_proxies) {
         server.trusted_proxies = item.address_ranges(src)?;
     }
+    if let Some(item) = Item::of("tls", &raw.tls) {
+        server.tls = Some(tls_files(src, &item, origin_dir)?);
+    }
     server.limits = limits(
         src,
         &server.limits,
@@ -341,6 +345,33 @@ fn server(
         ],
     )?;
     Ok(server)
+}
+
+/// `tls = { cert = "...", key = "..." }`: two PEM paths, relative to the
+/// routes file. The files are read by `Config::load`.
+fn tls_files(
+    src: &Source,
+    item: &Item,
+    origin_dir: &Path,
+) -> Result<crate::tls::TlsFiles, ConfigError> {
+    const EXAMPLE: &str =
+        r#"write e.g. tls = { cert = "certs/fullchain.pem", key = "certs/key.pem" }"#;
+    let Some(table) = item.value.as_table() else {
+        return Err(item.fail(src, format!("not a table; {EXAMPLE}")));
+    };
+    if let Some(other) = table.keys().find(|k| *k != "cert" && *k != "key") {
+        return Err(item.fail(src, format!("unknown key `{other}`; {EXAMPLE}")));
+    }
+    let path = |key: &str| match table.get(key) {
+        Some(toml::Value::String(p)) if !p.is_empty() => Ok(origin_dir.join(p)),
+        Some(_) => Err(item.fail(src, format!("`{key}` is not a file path; {EXAMPLE}"))),
+        None => Err(item.fail(src, format!("`{key}` is missing; {EXAMPLE}"))),
+    };
+    Ok(crate::tls::TlsFiles {
+        cert: path("cert")?,
+        key: path("key")?,
+        line: src.line(item.span.start),
+    })
 }
 
 /// `[server]`'s limits with the keys given here applied on top.

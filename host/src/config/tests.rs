@@ -1249,3 +1249,37 @@ fn guest_io_policy_errors_name_their_line() {
         &["kv only applies to guest routes"],
     );
 }
+
+/// `[server] tls`: two PEM paths, relative to the routes file; anything
+/// else is refused on its line with an example.
+#[test]
+fn tls_takes_a_cert_and_a_key_relative_to_the_file() {
+    let config = parse(&format!(
+        "[server]\ntls = {{ cert = \"certs/full.pem\", key = \"/abs/key.pem\" }}\n{ECHO}"
+    ));
+    let tls = config.server.tls.expect("tls set");
+    assert_eq!(tls.cert, Path::new("/etc/weir/certs/full.pem"));
+    assert_eq!(tls.key, Path::new("/abs/key.pem"));
+    assert_eq!(tls.line, 2);
+    assert!(parse(ECHO).server.tls.is_none());
+    refused(
+        &format!("[server]\nlisten = \"127.0.0.1:1\"\ntls = \"cert.pem\"\n{ECHO}"),
+        3,
+        &["not a table", "tls = { cert = "],
+    );
+    refused(
+        &format!("[server]\ntls = {{ cert = \"c.pem\" }}\n{ECHO}"),
+        2,
+        &["`key` is missing"],
+    );
+    refused(
+        &format!("[server]\ntls = {{ cert = \"c.pem\", key = \"k.pem\", ca = \"x\" }}\n{ECHO}"),
+        2,
+        &["unknown key `ca`"],
+    );
+    refused(
+        &format!("[server]\ntls = {{ cert = 1, key = \"k.pem\" }}\n{ECHO}"),
+        2,
+        &["`cert` is not a file path"],
+    );
+}

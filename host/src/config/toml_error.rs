@@ -25,6 +25,7 @@ pub(super) const SERVER_KEYS: &[&str] = &[
     "state_dir",
     "reuse_port",
     "public_metrics",
+    "tls",
 ];
 
 /// Keys of a `[[route]]`, in the order the messages list them.

@@ -13,7 +13,6 @@ use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
-use tokio::net::TcpStream;
 
 /// Why a behaviour ends its connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,11 +113,11 @@ pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 /// A connection's behaviour, ready to run once the upgrade completes; the
 /// server holds it without knowing its kind.
 pub trait Start {
-    /// Runs the connection loop on `stream` (`prefix`: bytes hyper read past
+    /// Runs the connection loop on `io` (`prefix`: bytes hyper read past
     /// the request head).
     fn start(
         self: Box<Self>,
-        stream: TcpStream,
+        io: super::transport::Io,
         prefix: bytes::Bytes,
         env: ConnEnv,
     ) -> LocalFuture<'static, ()>;
@@ -129,11 +128,18 @@ pub trait Start {
 impl<B: Behaviour> Start for B {
     fn start(
         self: Box<Self>,
-        stream: TcpStream,
+        io: super::transport::Io,
         prefix: bytes::Bytes,
         env: ConnEnv,
     ) -> LocalFuture<'static, ()> {
-        Box::pin(super::conn::run(stream, prefix, env, *self))
+        use super::transport::{H2Stream, Io, Tcp, Tls};
+        match io {
+            Io::Tcp(tcp) => Box::pin(super::conn::run(Tcp(Arc::new(tcp)), prefix, env, *self)),
+            Io::Tls(tcp, session) => {
+                Box::pin(super::conn::run(Tls::new(tcp, session), prefix, env, *self))
+            }
+            Io::H2(stream) => Box::pin(super::conn::run(H2Stream(stream), prefix, env, *self)),
+        }
     }
 
     fn abandon(self: Box<Self>, env: ConnEnv) {

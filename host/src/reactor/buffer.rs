@@ -148,7 +148,8 @@ impl Output {
         self.segs.clear();
     }
 
-    /// Writes everything with as few syscalls as the kernel allows, then clears.
+    /// Writes everything with as few syscalls as the kernel allows, flushes,
+    /// then clears.
     pub async fn flush<W: AsyncWrite + Unpin>(
         &mut self,
         stream: &mut W,
@@ -162,6 +163,10 @@ impl Output {
                     segs.iter().map(|r| IoSlice::new(&buf[r.clone()])).collect();
                 write_all_vectored(stream, &mut slices).await?;
             }
+        }
+        if !self.segs.is_empty() {
+            // TLS hands its records to the kernel here; TCP has none.
+            stream.flush().await?;
         }
         self.segs.clear();
         Ok(())

@@ -8,7 +8,8 @@ use super::behaviour::{Behaviour, Stop};
 use super::buffer::{BufPool, Output, HEADROOM_BYTES, READ_BUF_BYTES, STREAM_ABOVE_BYTES};
 use super::decode::{Decoder, Piece};
 use super::outbound::{OutMsg, Outbound};
-use super::socket::{self, unless_stalled, Socket, Writer};
+use super::socket::unless_stalled;
+use super::transport::Transport;
 use crate::config::Limits;
 use crate::registry::{worker_of, Registry};
 use crate::stats::{ConnCounters, RouteStats};
@@ -20,7 +21,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// How long the server keeps reading after its close frame, for the
@@ -77,9 +77,9 @@ impl From<Stop> for Flow {
     }
 }
 
-struct Conn {
+struct Conn<T> {
     env: ConnEnv,
-    stream: Socket,
+    stream: T,
     decoder: Decoder,
     /// Held only while bytes are in flight (idle connections hold none).
     buf: Option<Box<[u8]>>,
@@ -99,8 +99,8 @@ struct Conn {
 
 /// Runs a connection after the 101 until it closes. `prefix` holds bytes
 /// hyper had already read past the request head.
-pub async fn run<B: Behaviour>(
-    stream: TcpStream,
+pub async fn run<B: Behaviour, T: Transport>(
+    stream: T,
     prefix: bytes::Bytes,
     env: ConnEnv,
     mut behaviour: B,
@@ -108,7 +108,7 @@ pub async fn run<B: Behaviour>(
     let mut c = Conn {
         decoder: Decoder::new(env.limits.max_message, STREAM_ABOVE_BYTES),
         env,
-        stream: Arc::new(stream),
+        stream,
         buf: None,
         start: HEADROOM_BYTES,
         end: HEADROOM_BYTES,
@@ -125,7 +125,9 @@ pub async fn run<B: Behaviour>(
         .insert(id, c.env.route, outbound.clone(), c.env.peer);
     behaviour.on_open(id, &outbound);
     if B::DIRECT_WRITES {
-        outbound.enable_direct(&c.stream);
+        if let Some(socket) = c.stream.direct_socket() {
+            outbound.enable_direct(socket);
+        }
     }
     let flow = c.drive(prefix, &mut behaviour).await;
     match flow {
@@ -144,7 +146,7 @@ pub async fn run<B: Behaviour>(
     }
 }
 
-impl Conn {
+impl<T: Transport> Conn<T> {
     /// This worker's shard of the route's counters.
     fn counters(&self) -> &ConnCounters {
         self.env.stats.worker(worker_of(self.env.id))
@@ -228,7 +230,6 @@ impl Conn {
     /// connection must not be paired with the next client).
     async fn wait_unblocked<B: Behaviour>(&mut self, behaviour: &mut B) -> Flow {
         let mut watch_socket = true;
-        let mut probe = [0u8; 1];
         loop {
             tokio::select! {
                 unblocked = behaviour.unblocked(&self.env.outbound) => {
@@ -241,13 +242,13 @@ impl Conn {
                     Flow::Continue => {}
                     flow => return flow,
                 },
-                peeked = self.stream.peek(&mut probe), if watch_socket => match peeked {
+                waiting = self.stream.data_waiting(), if watch_socket => match waiting {
                     // Data waits; only a hang-up matters now.
-                    Ok(n) if n > 0 => watch_socket = false,
-                    _ => return Flow::Done,
+                    true => watch_socket = false,
+                    false => return Flow::Done,
                 },
                 _ = tokio::time::sleep(HANGUP_PROBE), if !watch_socket => {
-                    if socket::peer_hung_up(&self.stream) {
+                    if self.stream.hung_up() {
                         return Flow::Done;
                     }
                 }
@@ -263,10 +264,10 @@ impl Conn {
         for _ in 0..DRAIN_READS {
             let large = self.wants_large_buffer();
             let buf = self.buf.get_or_insert_with(|| self.env.pool.take(large));
-            let n = socket::read_now(&self.stream, &mut buf[self.end..]);
-            if n == 0 {
-                break;
-            }
+            let n = match self.stream.read(&mut buf[self.end..]) {
+                Ok(n) if n > 0 => n,
+                _ => break,
+            };
             self.end += n;
             match self.process(behaviour).await {
                 Flow::Continue => {}
@@ -290,7 +291,7 @@ impl Conn {
     async fn read<B: Behaviour>(&mut self, behaviour: &mut B) -> Flow {
         let large = self.wants_large_buffer();
         let buf = self.buf.get_or_insert_with(|| self.env.pool.take(large));
-        match socket::read_drained(&self.stream, &mut buf[self.end..]) {
+        match self.stream.read(&mut buf[self.end..]) {
             Ok(0) => return Flow::Done,
             Ok(n) => self.end += n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Flow::Continue,
@@ -361,7 +362,7 @@ impl Conn {
         }
         let stall_limit = self.env.limits.idle_timeout;
         let outbound = &self.env.outbound;
-        let mut writer = Writer(&self.stream);
+        let mut writer = self.stream.writer();
         let written = if outbound.direct() && !self.out.is_empty() {
             // A producer may be writing into this socket too: take the
             // turn, and finish a frame it began first.
@@ -422,8 +423,8 @@ impl Conn {
         }
         let total: usize = frames.iter().map(|f| f.len()).sum();
         let stall_limit = self.env.limits.idle_timeout;
-        let mut writer = Writer(&self.stream);
-        let written = match frames.as_slice() {
+        let mut writer = self.stream.writer();
+        let mut written = match frames.as_slice() {
             [] => Ok(()),
             [one] => unless_stalled(stall_limit, writer.write_all(one)).await,
             _ => {
@@ -432,6 +433,9 @@ impl Conn {
                 unless_stalled(stall_limit, write).await
             }
         };
+        if written.is_ok() && !frames.is_empty() {
+            written = unless_stalled(stall_limit, writer.flush()).await;
+        }
         outbound.written(total);
         outbound.delivered(taken);
         match (written, closing) {
@@ -446,12 +450,13 @@ impl Conn {
     async fn write_own(&mut self, bytes: &[u8], stall_limit: Duration) -> std::io::Result<()> {
         let outbound = &self.env.outbound;
         let _turn = outbound.direct().then(|| outbound.write_turn());
-        let mut writer = Writer(&self.stream);
+        let mut writer = self.stream.writer();
         if let Some(rest) = outbound.take_remainder() {
             unless_stalled(stall_limit, writer.write_all(&rest)).await?;
             outbound.written(rest.len());
         }
-        unless_stalled(stall_limit, writer.write_all(bytes)).await
+        unless_stalled(stall_limit, writer.write_all(bytes)).await?;
+        unless_stalled(stall_limit, writer.flush()).await
     }
 
     /// Sends a close frame and FIN, then reads and discards whatever the
@@ -468,7 +473,7 @@ impl Conn {
         if self.write_own(&frame, CLOSE_LINGER).await.is_err() {
             return;
         }
-        socket::shutdown_write(&self.stream);
+        self.stream.shutdown_write();
         if self.decoder.peer_closed() {
             // The client's close came first: it sends nothing more.
             return;
@@ -483,7 +488,7 @@ impl Conn {
             if self.stream.readable().await.is_err() {
                 return;
             }
-            match self.stream.try_read(&mut buf[HEADROOM_BYTES..]) {
+            match self.stream.read(&mut buf[HEADROOM_BYTES..]) {
                 Ok(0) => return,
                 Ok(n) => discarded += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => continue,

@@ -24,6 +24,10 @@ pub enum HandshakeError {
     UnsupportedVersion,
     #[error("Sec-WebSocket-Key must be 16 bytes in base64")]
     BadKey,
+    #[error(
+        "a WebSocket over HTTP/2 is an extended CONNECT with :protocol = websocket (RFC 8441)"
+    )]
+    NotExtendedConnect,
 }
 
 impl HandshakeError {
@@ -93,6 +97,26 @@ pub fn check_request(
     }
 }
 
+/// Validates a WebSocket request over HTTP/2 (RFC 8441 §4, §5): an
+/// extended CONNECT whose `:protocol` is `websocket`, speaking version 13.
+/// There is no key to answer: the stream is the connection.
+pub fn check_h2_request(
+    method: &Method,
+    protocol: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<(), HandshakeError> {
+    if method != Method::CONNECT || !protocol.is_some_and(|p| p.eq_ignore_ascii_case("websocket")) {
+        return Err(HandshakeError::NotExtendedConnect);
+    }
+    if headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_none_or(|v| v.as_bytes().trim_ascii() != SUPPORTED_VERSION.as_bytes())
+    {
+        return Err(HandshakeError::UnsupportedVersion);
+    }
+    Ok(())
+}
+
 /// Picks the subprotocol: the first of the route's list (server preference)
 /// that the client offered in `Sec-WebSocket-Protocol` (RFC 6455 §4.2.2).
 pub fn negotiate_subprotocol<'a>(headers: &HeaderMap, supported: &'a [String]) -> Option<&'a str> {
@@ -116,6 +140,34 @@ pub fn negotiate_subprotocol<'a>(headers: &HeaderMap, supported: &'a [String]) -
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    /// RFC 8441 §4-5: CONNECT with :protocol websocket and version 13;
+    /// anything else is refused.
+    #[test]
+    fn h2_requests_are_extended_connects_with_version_13() {
+        let v13 = headers(&[("sec-websocket-version", "13")]);
+        assert_eq!(
+            check_h2_request(&Method::CONNECT, Some("websocket"), &v13),
+            Ok(())
+        );
+        assert_eq!(
+            check_h2_request(&Method::GET, Some("websocket"), &v13),
+            Err(HandshakeError::NotExtendedConnect)
+        );
+        assert_eq!(
+            check_h2_request(&Method::CONNECT, None, &v13),
+            Err(HandshakeError::NotExtendedConnect)
+        );
+        assert_eq!(
+            check_h2_request(&Method::CONNECT, Some("webtransport"), &v13),
+            Err(HandshakeError::NotExtendedConnect)
+        );
+        let v8 = headers(&[("sec-websocket-version", "8")]);
+        assert_eq!(
+            check_h2_request(&Method::CONNECT, Some("websocket"), &v8),
+            Err(HandshakeError::UnsupportedVersion)
+        );
+    }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -558,6 +558,7 @@ fn report_json(report: &ReloadReport) -> serde_json::Value {
         "deployed": report.deployed.iter().map(|(route, version)| json!({ "route": route, "version": version })).collect::<Vec<_>>(),
         "limits_changed": report.limits,
         "not_applied": report.not_applied,
+        "certificate": report.certificate,
     })
 }
 
