@@ -122,6 +122,9 @@ pub struct Limits {
     /// gateway's own; `"*"` allows any. A request without `Origin` (not a
     /// browser) is always allowed.
     pub origins: Vec<String>,
+    /// permessage-deflate (`compression`, `compression_min`,
+    /// `compression_context`); off by default.
+    pub compression: crate::ws::deflate::Compression,
 }
 
 #[derive(Debug, Clone)]
@@ -268,6 +271,7 @@ impl Default for Limits {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             subprotocols: Vec::new(),
             origins: Vec::new(),
+            compression: crate::ws::deflate::Compression::default(),
         }
     }
 }

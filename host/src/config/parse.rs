@@ -15,6 +15,7 @@ use super::guest::{guest_config, refuse_guest_keys};
 use super::toml_error::toml_error;
 use super::value::{Field, Item, Source};
 use super::*;
+use crate::ws::deflate::Context;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -51,6 +52,9 @@ struct RawServer {
     drain_timeout: Field,
     subprotocols: Field,
     origins: Field,
+    compression: Field,
+    compression_min: Field,
+    compression_context: Field,
     max_connections: Field,
     max_connections_per_ip: Field,
     cache_dir: Field,
@@ -69,6 +73,9 @@ pub(super) struct RawRoute {
     pub(super) idle_timeout: Field,
     pub(super) subprotocols: Field,
     pub(super) origins: Field,
+    pub(super) compression: Field,
+    pub(super) compression_min: Field,
+    pub(super) compression_context: Field,
     pub(super) isolation: Field,
     pub(super) memory: Field,
     pub(super) timeout: Field,
@@ -314,6 +321,9 @@ fn server(
             &raw.idle_timeout,
             &raw.subprotocols,
             &raw.origins,
+            &raw.compression,
+            &raw.compression_min,
+            &raw.compression_context,
         ],
     )?;
     Ok(server)
@@ -323,7 +333,7 @@ fn server(
 fn limits(
     src: &Source,
     base: &Limits,
-    [max_message, outbound_budget, idle_timeout, subprotocols, origins]: [&Field; 5],
+    [max_message, outbound_budget, idle_timeout, subprotocols, origins, compression, compression_min, compression_context]: [&Field; 8],
 ) -> Result<Limits, ConfigError> {
     let mut limits = base.clone();
     if let Some(item) = Item::of("max_message", max_message) {
@@ -340,6 +350,33 @@ fn limits(
     }
     if let Some(item) = Item::of("origins", origins) {
         limits.origins = item.origins(src)?;
+    }
+    if let Some(item) = Item::of("compression", compression) {
+        limits.compression.enabled = match item.string(src, r#""on" or "off""#)? {
+            "on" => true,
+            "off" => false,
+            _ => {
+                return Err(item.fail(
+                    src,
+                    r#"write compression = "on" (permessage-deflate when the client offers it) or "off""#,
+                ))
+            }
+        };
+    }
+    if let Some(item) = Item::of("compression_min", compression_min) {
+        limits.compression.min_bytes = item.size(src, 0, MAX_MESSAGE_CEILING_BYTES)?;
+    }
+    if let Some(item) = Item::of("compression_context", compression_context) {
+        limits.compression.context = match item.string(src, r#""takeover" or "none""#)? {
+            "takeover" => Context::Takeover,
+            "none" => Context::None,
+            _ => {
+                return Err(item.fail(
+                    src,
+                    r#"write compression_context = "takeover" (a compressor kept per connection) or "none" (no state between messages)"#,
+                ))
+            }
+        };
     }
     Ok(limits)
 }
@@ -409,6 +446,9 @@ fn route(
             &raw.idle_timeout,
             &raw.subprotocols,
             &raw.origins,
+            &raw.compression,
+            &raw.compression_min,
+            &raw.compression_context,
         ],
     )?;
     let topics = match Item::of("topics", &raw.topics) {
