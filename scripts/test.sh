@@ -4,7 +4,9 @@
 # Autobahn|Testsuite against `weir serve`. Needs rustup, python3 (and Python
 # 2.7 via pyenv for Autobahn, see scripts/autobahn.sh); node/npm come from apt
 # when missing (build-guests.sh); installs Redis for the cluster tests when
-# missing (scripts/redis.sh). Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
+# missing (scripts/redis.sh) and the Node/Python clients of the
+# permessage-deflate tests (host/tests/clients). Set WEIR_SKIP_AUTOBAHN=1 to
+# skip the last step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +33,18 @@ fi
 
 # The cluster tests start their own Redis servers (Debian's redis-server).
 bash scripts/redis.sh
+
+# Third-party clients host/tests/deflate.rs drives (Node `ws`, Python
+# `websockets`), pinned in host/tests/clients; installed once.
+clients=host/tests/clients
+if [ ! -d "$clients/node_modules/ws" ]; then
+    (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if ! "$clients/.venv/bin/python" -c 'import websockets' 2>/dev/null; then
+    python3 -c 'import ensurepip, venv' 2>/dev/null || apt-get install -y -q python3-venv
+    python3 -m venv "$clients/.venv"
+    "$clients/.venv/bin/pip" install -q --disable-pip-version-check -r "$clients/requirements.txt"
+fi
 
 cargo test --release --workspace
 
