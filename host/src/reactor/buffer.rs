@@ -133,9 +133,6 @@ struct OwnedReplies {
 /// Ranges with this bit set are in `OwnedReplies::bytes`, not the
 /// receive buffer.
 const OWNED: usize = 1 << (usize::BITS - 1);
-/// An owned reply buffer larger than this is freed after its batch, so a
-/// connection that once echoed a large message does not keep its size.
-const OWNED_KEEP_BYTES: usize = 64 * 1024;
 
 impl Output {
     /// Output for a connection that compresses its replies.
@@ -222,8 +219,8 @@ impl Output {
         }
         self.segs.clear();
         if let Some(d) = &mut self.deflate {
-            d.bytes.clear();
-            if d.bytes.capacity() > OWNED_KEEP_BYTES {
+            // Freed, not kept: an idle connection holds no reply buffer.
+            if d.bytes.capacity() != 0 {
                 d.bytes = Vec::new();
                 d.scratch = Vec::new();
             }

@@ -110,9 +110,6 @@ struct Inflating {
     message: Vec<u8>,
 }
 
-/// A message buffer larger than this is freed when its message is done.
-const INFLATED_KEEP_BYTES: usize = 64 * 1024;
-
 /// Runs a connection after the 101 until it closes. `prefix` holds bytes
 /// hyper had already read past the request head.
 pub async fn run<B: Behaviour>(
@@ -557,10 +554,8 @@ fn inflate_piece<B: Behaviour>(
         compressed: true,
     };
     behaviour.on_data(message, &whole, out);
-    message.clear();
-    if message.capacity() > INFLATED_KEEP_BYTES {
-        *message = Vec::new();
-    }
+    // Freed, not kept: an idle connection holds no message buffer.
+    *message = Vec::new();
     Ok(())
 }
 
