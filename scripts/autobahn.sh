@@ -156,7 +156,7 @@ START=$SECONDS
 # Bounded: a hung server must not hang CI.
 WSTEST_PIDS=()
 for part in a b c d; do
-    (cd "$OUT/$part" && timeout 1500 "$VENV/bin/wstest" -m fuzzingclient -s spec.json \
+    (cd "$OUT/$part" && timeout 2400 "$VENV/bin/wstest" -m fuzzingclient -s spec.json \
         >"$OUT/$part/wstest.log" 2>&1) \
         || log "wstest ($part) exited with $? (see $OUT/$part/wstest.log); judging the report anyway" &
     WSTEST_PIDS+=($!)
