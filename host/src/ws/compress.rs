@@ -29,7 +29,10 @@ const POOL_KEEP: usize = 16;
 const INFLATE_FIRST_BYTES: usize = 4096;
 
 thread_local! {
+    // Boxed: the state moves between the pool and connections without a copy.
+    #[allow(clippy::vec_box)]
     static FREE_INFLATERS: RefCell<Vec<Box<Decompress>>> = const { RefCell::new(Vec::new()) };
+    #[allow(clippy::vec_box)]
     static FREE_DEFLATERS: RefCell<Vec<(u8, Box<Compress>)>> = const { RefCell::new(Vec::new()) };
 }
 
