@@ -7,6 +7,8 @@
 # Notes: /work/shared/notes/autobahn.md (why Python 2.7).
 #
 # Environment:
+#   AUTOBAHN_TLS=1                    the same cases over wss://: weir serves
+#                                     TLS with a certificate made here (openssl)
 #   AUTOBAHN_URL=ws://host:port/path  test that server instead of starting weir
 #   PYTHON27=/path/to/python2.7       interpreter for the virtualenv
 #   AUTOBAHN_OUT=dir                  report directory [default: target/autobahn]
@@ -14,7 +16,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
-OUT=${AUTOBAHN_OUT:-$TARGET_DIR/autobahn}
+TLS=${AUTOBAHN_TLS:-0}
+if [ "$TLS" = 1 ]; then
+    OUT=${AUTOBAHN_OUT:-$TARGET_DIR/autobahn-wss}
+else
+    OUT=${AUTOBAHN_OUT:-$TARGET_DIR/autobahn}
+fi
 VENV=$ROOT/.autobahn-venv
 EXPECTED_CASES=517
 
@@ -81,6 +88,31 @@ setup_venv() {
     ensure_wsaccel
 }
 
+# wss:// needs Twisted's TLS, i.e. pyOpenSSL, which autobahntestsuite
+# already pins; installed here only if an older venv lacks it.
+setup_venv_tls() {
+    "$VENV/bin/python" -c 'import OpenSSL, service_identity' 2>/dev/null && return
+    log "installing pyOpenSSL into $VENV for wss://"
+    "$VENV/bin/pip" install -q --disable-pip-version-check 'pyOpenSSL==19.1.0' \
+        'service-identity==18.1.0' 2>&1 | grep -v -e DEPRECATION -e '^$' >&2 || true
+    "$VENV/bin/python" -c 'import OpenSSL' || die "pyOpenSSL did not install into $VENV"
+}
+
+# A throwaway self-signed certificate for 127.0.0.1 (wstest does not
+# verify it); made per run, never committed.
+make_cert() {
+    command -v openssl >/dev/null || {
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+            log "installing openssl"; apt-get install -y -q openssl >&2
+        else
+            die "making a test certificate needs openssl: sudo apt-get install openssl"
+        fi
+    }
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -subj /CN=localhost -addext subjectAltName=IP:127.0.0.1,DNS:localhost \
+        -keyout "$OUT/key.pem" -out "$OUT/cert.pem" 2>/dev/null
+}
+
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -97,6 +129,7 @@ wait_for_port() {
 }
 
 setup_venv
+if [ "$TLS" = 1 ]; then setup_venv_tls; fi
 mkdir -p "$OUT"
 rm -f "$OUT/index.json"
 
@@ -119,10 +152,21 @@ if [ -n "${AUTOBAHN_URL:-}" ]; then
 else
     cargo build --release -p weir
     PORT=$(free_port)
-    URL=ws://127.0.0.1:$PORT/echo
-    AGENT=weir
-    "$TARGET_DIR/release/weir" serve "$ROOT/scripts/autobahn-routes.toml" --listen "127.0.0.1:$PORT" \
-        >"$OUT/server.log" 2>&1 &
+    if [ "$TLS" = 1 ]; then
+        make_cert
+        {
+            printf '[server]\nlisten = "127.0.0.1:%s"\ntls = { cert = "cert.pem", key = "key.pem" }\n\n' "$PORT"
+            cat "$ROOT/scripts/autobahn-routes.toml"
+        } >"$OUT/routes.toml"
+        URL=wss://127.0.0.1:$PORT/echo
+        AGENT=weir-tls
+        "$TARGET_DIR/release/weir" serve "$OUT/routes.toml" >"$OUT/server.log" 2>&1 &
+    else
+        URL=ws://127.0.0.1:$PORT/echo
+        AGENT=weir
+        "$TARGET_DIR/release/weir" serve "$ROOT/scripts/autobahn-routes.toml" --listen "127.0.0.1:$PORT" \
+            >"$OUT/server.log" 2>&1 &
+    fi
     SERVER_PID=$!
     wait_for_port "$PORT" "$SERVER_PID" || {
         cat "$OUT/server.log" >&2

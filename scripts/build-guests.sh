@@ -23,7 +23,7 @@ examples="$root/examples"
 out="$examples/wasm"
 target_dir="${CARGO_TARGET_DIR:+$CARGO_TARGET_DIR/wasm}"
 target_dir="${target_dir:-$examples/target}"
-names=(echo json binary chat auth counter shout faulty wrong-world big-memory)
+names=(echo json binary chat auth counter shout presence ticker remote-auth faulty wrong-world big-memory io-probe)
 # 64 KiB shadow stack: keep in step with examples/.cargo/config.toml (RUSTFLAGS
 # set here replaces that file's rustflags).
 stack_flag="-C link-arg=-zstack-size=65536"
@@ -95,6 +95,8 @@ fresh() {
 sdk_js="$root/guest-sdk/js"
 sdk_py="$root/guest-sdk/python"
 wit="$root/wit"
+# The JS and Python SDKs build against weir:gateway 0.3.0.
+wit_v3="$root/wit/0.3.0"
 
 # JavaScript: componentize-qjs from npm, exactly as package-lock.json pins it.
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_install nodejs npm
@@ -107,7 +109,7 @@ fi
 js_built=0
 for src in "$examples"/js/*.js "$examples"/js/fixtures/*.js; do
     name="js-$(basename "$src" .js)"
-    if ! fresh "$out/$name.wasm" "$src" "$sdk_js/src" "$sdk_js/build.mjs" "$wit" "$js_stamp"; then
+    if ! fresh "$out/$name.wasm" "$src" "$sdk_js/src" "$sdk_js/build.mjs" "$wit_v3" "$js_stamp"; then
         node "$sdk_js/build.mjs" "$src" -o "$out/$name.wasm" >/dev/null
         js_built=$((js_built + 1))
     fi
@@ -137,7 +139,7 @@ py_pids=()
 py_built=0
 for src in "$examples"/python/*.py "$examples"/python/fixtures/*.py; do
     name="py-$(basename "$src" .py)"
-    if ! fresh "$out/$name.wasm" "$src" "$sdk_py/weir_guest" "$sdk_py/build.py" "$wit" "$py_stamp"; then
+    if ! fresh "$out/$name.wasm" "$src" "$sdk_py/weir_guest" "$sdk_py/build.py" "$wit_v3" "$py_stamp"; then
         python3 "$sdk_py/build.py" "$src" -o "$out/$name.wasm" &
         py_pids+=($!)
         py_built=$((py_built + 1))

@@ -4,9 +4,9 @@
 # Autobahn|Testsuite against `weir serve`. Needs rustup, python3 (and Python
 # 2.7 via pyenv for Autobahn, see scripts/autobahn.sh); node/npm come from apt
 # when missing (build-guests.sh); installs Redis for the cluster tests when
-# missing (scripts/redis.sh) and the Node/Python clients of the
-# permessage-deflate tests (host/tests/clients). Set WEIR_SKIP_AUTOBAHN=1 to
-# skip the last step.
+# missing (scripts/redis.sh), the Node/Python clients of the
+# permessage-deflate tests (host/tests/clients) and the ws package for the
+# proxy tests' Node upstream. Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +45,14 @@ if ! "$clients/.venv/bin/python" -c 'import websockets' 2>/dev/null; then
     python3 -m venv "$clients/.venv"
     "$clients/.venv/bin/pip" install -q --disable-pip-version-check -r "$clients/requirements.txt"
 fi
+# The proxy tests' Node upstream: the ws package, pinned by its lock file
+# (build-guests.sh above made sure node and npm are there).
+if [ ! -f host/tests/proxy/node_modules/.weir-installed ] ||
+    [ host/tests/proxy/package-lock.json -nt host/tests/proxy/node_modules/.weir-installed ]; then
+    echo "test.sh: npm ci in host/tests/proxy (ws, for the proxy tests)"
+    (cd host/tests/proxy && npm ci --no-audit --no-fund --prefer-offline)
+    touch host/tests/proxy/node_modules/.weir-installed
+fi
 
 cargo test --release --workspace
 
@@ -65,4 +73,6 @@ if [ "${WEIR_SKIP_AUTOBAHN:-0}" = 1 ]; then
     echo "test.sh: WEIR_SKIP_AUTOBAHN=1: Autobahn|Testsuite skipped" >&2
 else
     bash scripts/autobahn.sh
+    # The same cases over wss:// (weir's TLS termination).
+    AUTOBAHN_TLS=1 bash scripts/autobahn.sh
 fi

@@ -48,6 +48,33 @@ pub enum Command<'a> {
         conn: ConnectionId,
         attachment: &'a [u8],
     },
+    /// 0.4.0: send an HTTP request; its answer (http-response or
+    /// http-error with `tag`) goes to `conn`, or to the route when 0.
+    /// `head` is `METHOD URL` and header lines ([`crate::io`]).
+    HttpRequest {
+        conn: ConnectionId,
+        tag: u64,
+        head: &'a str,
+        body: &'a [u8],
+    },
+    /// 0.4.0: a timer event with `tag` for `conn` (0: the route) after
+    /// `delay_ms` milliseconds.
+    SetTimer {
+        conn: ConnectionId,
+        tag: u64,
+        delay_ms: u64,
+    },
+    /// 0.4.0: forget the timer `tag` of `conn` (0: the route's).
+    CancelTimer { conn: ConnectionId, tag: u64 },
+    /// 0.4.0: store `value` under `key` (not empty) in the route's store,
+    /// for `ttl_ms` milliseconds (0: until deleted).
+    KvSet {
+        key: &'a [u8],
+        value: &'a [u8],
+        ttl_ms: u64,
+    },
+    /// 0.4.0: remove `key` (not empty) from the route's store.
+    KvDelete { key: &'a [u8] },
 }
 
 /// A guest's answer whose every command header passed [`parse_commands`].
@@ -108,6 +135,17 @@ fn check(index: usize, c: &CommandHeader, data: &[u8]) -> Result<CommandKind, Ab
         }
         CommandKind::Close if !is_utf8(payload) => return Err(AbiError::ReasonNotUtf8 { index }),
         _ => {}
+    }
+    let meta_ok = match kind {
+        CommandKind::HttpRequest => topic.len() >= 8 && is_utf8(&topic[8..]),
+        CommandKind::SetTimer => topic.len() == 16,
+        CommandKind::CancelTimer => topic.len() == 8,
+        CommandKind::KvSet => topic.len() > 8,
+        CommandKind::KvDelete => !topic.is_empty(),
+        _ => true,
+    };
+    if !meta_ok {
+        return Err(AbiError::MetaMalformed { index });
     }
     if has_topic(kind) {
         if topic.is_empty() {
@@ -238,6 +276,40 @@ impl<'a> CommandIter<'a> {
                 conn,
                 attachment: payload,
             },
+            Some(kind) => {
+                let meta = bytes(c.topic_offset, c.topic_len);
+                let u64_at = |at: usize| {
+                    let mut n = [0u8; 8];
+                    n.copy_from_slice(&meta[at..at + 8]);
+                    u64::from_le_bytes(n)
+                };
+                // Lengths checked by parse_commands (`check`).
+                match kind {
+                    CommandKind::HttpRequest => Command::HttpRequest {
+                        conn,
+                        tag: u64_at(0),
+                        // SAFETY: `check` found the head UTF-8.
+                        head: unsafe { checked_str(&meta[8..]) },
+                        body: payload,
+                    },
+                    CommandKind::SetTimer => Command::SetTimer {
+                        conn,
+                        tag: u64_at(0),
+                        delay_ms: u64_at(8),
+                    },
+                    CommandKind::CancelTimer => Command::CancelTimer {
+                        conn,
+                        tag: u64_at(0),
+                    },
+                    CommandKind::KvSet => Command::KvSet {
+                        key: &meta[8..],
+                        value: payload,
+                        ttl_ms: u64_at(0),
+                    },
+                    CommandKind::KvDelete => Command::KvDelete { key: meta },
+                    _ => unreachable!("every earlier kind is matched above"),
+                }
+            }
             None => unreachable!("parse_commands refused unknown kinds"),
         }
     }
@@ -504,9 +576,72 @@ mod tests {
 
     #[test]
     fn unknown_kinds_are_refused() {
-        let e = parse(&[cmd(8, 1, 0, (0, 0), (0, 0))], &[]).unwrap_err();
-        assert_eq!(e, AbiError::UnknownKind { index: 0, kind: 8 });
-        assert!(e.to_string().contains("unknown kind 8"), "{e}");
+        let e = parse(&[cmd(13, 1, 0, (0, 0), (0, 0))], &[]).unwrap_err();
+        assert_eq!(e, AbiError::UnknownKind { index: 0, kind: 13 });
+        assert!(e.to_string().contains("unknown kind 13"), "{e}");
+    }
+
+    #[test]
+    fn io_commands_read_back_and_their_meta_is_checked() {
+        let mut data = Vec::new();
+        crate::io::encode_request_meta(&mut data, 5, "GET", "http://a:1/", [("x", "y")]);
+        let head_len = data.len() as u32;
+        data.extend_from_slice(&9u64.to_le_bytes());
+        data.extend_from_slice(&250u64.to_le_bytes());
+        data.extend_from_slice(b"key");
+        let got = parse(
+            &[
+                cmd(CommandKind::HttpRequest as u8, 3, 0, (0, head_len), (0, 0)),
+                cmd(CommandKind::SetTimer as u8, 0, 0, (head_len, 16), (0, 0)),
+                cmd(CommandKind::CancelTimer as u8, 3, 0, (head_len, 8), (0, 0)),
+                cmd(CommandKind::KvSet as u8, 0, 0, (head_len + 8, 11), (0, 3)),
+                cmd(
+                    CommandKind::KvDelete as u8,
+                    0,
+                    0,
+                    (head_len + 16, 3),
+                    (0, 0),
+                ),
+            ],
+            &data,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                Command::HttpRequest {
+                    conn: 3,
+                    tag: 5,
+                    head: "GET http://a:1/\nx: y",
+                    body: b""
+                },
+                Command::SetTimer {
+                    conn: 0,
+                    tag: 9,
+                    delay_ms: 250
+                },
+                Command::CancelTimer { conn: 3, tag: 9 },
+                Command::KvSet {
+                    key: b"key",
+                    value: &data[0..3],
+                    ttl_ms: 250
+                },
+                Command::KvDelete { key: b"key" },
+            ]
+        );
+        for (kind, meta) in [
+            (CommandKind::HttpRequest, (0, 7)),
+            (CommandKind::SetTimer, (0, 8)),
+            (CommandKind::CancelTimer, (0, 16)),
+            (CommandKind::KvSet, (0, 8)),
+            (CommandKind::KvDelete, (0, 0)),
+        ] {
+            assert_eq!(
+                parse(&[cmd(kind as u8, 0, 0, meta, (0, 0))], &data),
+                Err(AbiError::MetaMalformed { index: 0 }),
+                "{kind:?}"
+            );
+        }
     }
 
     #[test]

@@ -61,4 +61,14 @@ pub enum AbiError {
     /// UTF-8.
     #[error("event {index}: connection info is malformed")]
     ConnInfoMalformed { index: usize },
+    /// An I/O command's meta bytes (the topic range of http-request,
+    /// set-timer, cancel-timer, kv-set, kv-delete) are too short for the
+    /// kind, or an http-request head is not UTF-8, or a key is empty.
+    #[error("command {index}: meta bytes do not follow the layout of its kind")]
+    MetaMalformed { index: usize },
+    /// An I/O event's bytes (http-response, http-error, timer) do not start
+    /// with the 8-byte tag, or an http-response head is out of bounds or not
+    /// UTF-8.
+    #[error("event {index}: I/O event bytes are malformed")]
+    IoEventMalformed { index: usize },
 }

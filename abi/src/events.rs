@@ -9,6 +9,7 @@
 use crate::error::{AbiError, Field};
 use crate::header::{checked_str, is_utf8, range, split_headers, EventHeader, EventKind};
 use crate::header::{EVENT_HEADER_BYTES as N, EVENT_HEADER_BYTES};
+use crate::io::{split_http_response, split_tag};
 use crate::{ConnInfo, ConnectionId};
 
 /// One event of a batch, borrowed from its [`EventList`].
@@ -34,6 +35,25 @@ pub enum Event<'a> {
         code: u16,
         reason: &'a str,
     },
+    /// 0.4.0: the answer to the http-request `tag` (`conn` 0: a route's
+    /// request): status, head (`name: value` lines) and body.
+    HttpResponse {
+        conn: ConnectionId,
+        tag: u64,
+        status: u16,
+        head: &'a str,
+        body: &'a [u8],
+    },
+    /// 0.4.0: the http-request `tag` got no response; `reason` is an
+    /// [`HttpErrorReason`](crate::HttpErrorReason) code.
+    HttpError {
+        conn: ConnectionId,
+        tag: u64,
+        reason: u16,
+        message: &'a str,
+    },
+    /// 0.4.0: the timer `tag` of `conn` (0: the route's) came due.
+    Timer { conn: ConnectionId, tag: u64 },
 }
 
 /// A batch whose every event header was checked by [`parse_events`].
@@ -64,6 +84,15 @@ pub fn parse_events<'a>(events: &'a [u8], data: &'a [u8]) -> Result<EventList<'a
             }
             Some(EventKind::Text) if !utf8() => return Err(AbiError::TextNotUtf8 { index }),
             Some(EventKind::Close) if !utf8() => return Err(AbiError::ReasonNotUtf8 { index }),
+            Some(EventKind::HttpResponse) if split_http_response(bytes).is_none() => {
+                return Err(AbiError::IoEventMalformed { index })
+            }
+            Some(EventKind::HttpError) if !split_tag(bytes).is_some_and(|(_, m)| is_utf8(m)) => {
+                return Err(AbiError::IoEventMalformed { index })
+            }
+            Some(EventKind::Timer) if bytes.len() != 8 => {
+                return Err(AbiError::IoEventMalformed { index })
+            }
             _ => {}
         }
     }
@@ -134,6 +163,29 @@ impl<'a> Iterator for EventIter<'a> {
                     conn,
                     code: e.code,
                     reason: unsafe { checked_str(bytes) },
+                },
+                Some(EventKind::HttpResponse) => match split_http_response(bytes) {
+                    Some((tag, head, body)) => Event::HttpResponse {
+                        conn,
+                        tag,
+                        status: e.code,
+                        head,
+                        body,
+                    },
+                    None => unreachable!("checked by parse_events"),
+                },
+                Some(EventKind::HttpError) => match split_tag(bytes) {
+                    Some((tag, message)) => Event::HttpError {
+                        conn,
+                        tag,
+                        reason: e.code,
+                        message: unsafe { checked_str(message) },
+                    },
+                    None => unreachable!("checked by parse_events"),
+                },
+                Some(EventKind::Timer) => match split_tag(bytes) {
+                    Some((tag, _)) => Event::Timer { conn, tag },
+                    None => unreachable!("checked by parse_events"),
                 },
                 None => continue,
             });

@@ -20,6 +20,12 @@ pub enum EventKind {
     Text = 1,
     Binary = 2,
     Close = 3,
+    /// 0.4.0: an `http-request`'s answer (bytes: [`crate::io`]).
+    HttpResponse = 4,
+    /// 0.4.0: an `http-request` that got no answer (code: [`crate::io::HttpErrorReason`]).
+    HttpError = 5,
+    /// 0.4.0: a `set-timer` came due (bytes: its tag).
+    Timer = 6,
 }
 
 impl EventKind {
@@ -31,6 +37,9 @@ impl EventKind {
             1 => EventKind::Text,
             2 => EventKind::Binary,
             3 => EventKind::Close,
+            4 => EventKind::HttpResponse,
+            5 => EventKind::HttpError,
+            6 => EventKind::Timer,
             _ => return None,
         })
     }
@@ -49,7 +58,22 @@ pub enum CommandKind {
     Subscribe = 5,
     Unsubscribe = 6,
     SetAttachment = 7,
+    /// 0.4.0: an outbound HTTP request (meta: tag and head, payload: body).
+    HttpRequest = 8,
+    /// 0.4.0: a timer (meta: tag and delay).
+    SetTimer = 9,
+    /// 0.4.0: cancel a timer (meta: tag).
+    CancelTimer = 10,
+    /// 0.4.0: store a value in the route's key-value store (meta: ttl and
+    /// key, payload: value).
+    KvSet = 11,
+    /// 0.4.0: remove a key from the route's key-value store (meta: key).
+    KvDelete = 12,
 }
+
+/// The last command kind of weir:gateway 0.3.0: a guest built for 0.3.0
+/// may not use the kinds after it.
+pub const LAST_V3_COMMAND_KIND: u8 = CommandKind::SetAttachment as u8;
 
 impl CommandKind {
     /// The kind a header byte names, None for an unknown number.
@@ -63,6 +87,11 @@ impl CommandKind {
             5 => CommandKind::Subscribe,
             6 => CommandKind::Unsubscribe,
             7 => CommandKind::SetAttachment,
+            8 => CommandKind::HttpRequest,
+            9 => CommandKind::SetTimer,
+            10 => CommandKind::CancelTimer,
+            11 => CommandKind::KvSet,
+            12 => CommandKind::KvDelete,
             _ => return None,
         })
     }
@@ -280,12 +309,15 @@ mod tests {
             EventKind::Text,
             EventKind::Binary,
             EventKind::Close,
+            EventKind::HttpResponse,
+            EventKind::HttpError,
+            EventKind::Timer,
         ];
         for (i, k) in events.into_iter().enumerate() {
             assert_eq!(k as u8, i as u8);
             assert_eq!(EventKind::from_byte(i as u8), Some(k));
         }
-        assert_eq!(EventKind::from_byte(4), None);
+        assert_eq!(EventKind::from_byte(7), None);
         let commands = [
             CommandKind::SendText,
             CommandKind::SendBinary,
@@ -295,12 +327,17 @@ mod tests {
             CommandKind::Subscribe,
             CommandKind::Unsubscribe,
             CommandKind::SetAttachment,
+            CommandKind::HttpRequest,
+            CommandKind::SetTimer,
+            CommandKind::CancelTimer,
+            CommandKind::KvSet,
+            CommandKind::KvDelete,
         ];
         for (i, k) in commands.into_iter().enumerate() {
             assert_eq!(k as u8, i as u8);
             assert_eq!(CommandKind::from_byte(i as u8), Some(k));
         }
-        assert_eq!(CommandKind::from_byte(8), None);
+        assert_eq!(CommandKind::from_byte(13), None);
     }
 
     #[test]

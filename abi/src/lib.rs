@@ -8,6 +8,8 @@
 //! - [`commands`]: [`parse_commands`], what the host does with a guest's
 //!   answer; validation happens there once, walking the result cannot fail.
 //! - [`error`]: [`AbiError`], one variant per way an answer breaks the ABI.
+//! - [`io`]: 0.4.0's I/O commands and events (outbound HTTP, timers,
+//!   key-value writes): their meta and byte layouts.
 //!
 //! Test vectors for SDKs in other languages are in `abi/vectors/` (format in
 //! its README); `tests/vectors.rs` holds this crate to them.
@@ -28,7 +30,8 @@
 //! | bytes  | field    | meaning                                               |
 //! |--------|----------|-------------------------------------------------------|
 //! | 0..8   | conn     | connection id, u64, never 0                           |
-//! | 8      | kind     | [`EventKind`]: open 0, text 1, binary 2, close 3      |
+//! | 8      | kind     | [`EventKind`]: open 0, text 1, binary 2, close 3;     |
+//! |        |          | 0.4.0: http-response 4, http-error 5, timer 6         |
 //! | 9      | reserved | 0                                                     |
 //! | 10..12 | code     | close code for `close`, 0 otherwise, u16              |
 //! | 12..16 | offset   | start of the event's bytes in the data buffer, u32    |
@@ -47,7 +50,9 @@
 //! |        |              | out, 0 for none                                   |
 //! | 8      | kind         | [`CommandKind`]: send-text 0, send-binary 1,      |
 //! |        |              | close 2, publish-text 3, publish-binary 4,        |
-//! |        |              | subscribe 5, unsubscribe 6, set-attachment 7      |
+//! |        |              | subscribe 5, unsubscribe 6, set-attachment 7;     |
+//! |        |              | 0.4.0: http-request 8, set-timer 9,               |
+//! |        |              | cancel-timer 10, kv-set 11, kv-delete 12          |
 //! | 9      | reserved     | must be 0                                         |
 //! | 10..12 | code         | close code for `close`, 0 otherwise, u16          |
 //! | 12..16 | topic-offset | start of the topic in the data buffer, u32        |
@@ -74,7 +79,9 @@
 //! - a text payload (send-text, publish-text) is not UTF-8 \[`TextNotUtf8`\],
 //! - a close reason is not UTF-8 \[`ReasonNotUtf8`\],
 //! - a publish, subscribe or unsubscribe has an empty topic \[`EmptyTopic`\]
-//!   or one that is not UTF-8 \[`TopicNotUtf8`\];
+//!   or one that is not UTF-8 \[`TopicNotUtf8`\],
+//! - an I/O command's meta does not follow its layout (layouts in [`io`])
+//!   \[`MetaMalformed`\];
 //!
 //! checked in that order per command, commands in order; the first violation
 //! is reported. The gateway then closes every connection of the batch with
@@ -96,6 +103,7 @@ pub mod conn_info;
 pub mod error;
 pub mod events;
 pub mod header;
+pub mod io;
 
 #[cfg(feature = "alloc")]
 pub use commands::CommandBuf;
@@ -110,7 +118,9 @@ pub use error::{AbiError, Field};
 pub use events::{parse_events, Event, EventIter, EventList};
 pub use header::{
     CommandHeader, CommandKind, EventHeader, EventKind, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES,
+    LAST_V3_COMMAND_KIND,
 };
+pub use io::HttpErrorReason;
 
 /// Connection id as the ABI carries it: unique per gateway process, never 0
 /// (0 means "no connection" in a publish's `conn`).

@@ -113,7 +113,9 @@ fn check_error(case: &Value, got: AbiError) {
         | AbiError::ReasonNotUtf8 { index }
         | AbiError::EmptyTopic { index }
         | AbiError::TopicNotUtf8 { index }
-        | AbiError::ConnInfoMalformed { index } => Some(index as u64),
+        | AbiError::ConnInfoMalformed { index }
+        | AbiError::MetaMalformed { index }
+        | AbiError::IoEventMalformed { index } => Some(index as u64),
     };
     assert_eq!(index, case["index"].as_u64(), "{n}: index");
 }
@@ -134,6 +136,22 @@ fn event_json(e: Event<'_>) -> Value {
         Event::Close { conn, code, reason } => {
             json!({"kind": "close", "conn": conn, "code": code, "reason": reason})
         }
+        Event::HttpResponse {
+            conn,
+            tag,
+            status,
+            head,
+            body,
+        } => json!({"kind": "http-response", "conn": conn, "tag": tag, "status": status,
+            "head": head, "body_hex": hex(body)}),
+        Event::HttpError {
+            conn,
+            tag,
+            reason,
+            message,
+        } => json!({"kind": "http-error", "conn": conn, "tag": tag, "reason": reason,
+            "message": message}),
+        Event::Timer { conn, tag } => json!({"kind": "timer", "conn": conn, "tag": tag}),
     }
 }
 
@@ -177,6 +195,24 @@ fn command_json(c: Command<'_>) -> Value {
         Command::SetAttachment { conn, attachment } => {
             json!({"kind": "set-attachment", "conn": conn, "attachment_hex": hex(attachment)})
         }
+        Command::HttpRequest {
+            conn,
+            tag,
+            head,
+            body,
+        } => json!({"kind": "http-request", "conn": conn, "tag": tag, "head": head,
+            "body_hex": hex(body)}),
+        Command::SetTimer {
+            conn,
+            tag,
+            delay_ms,
+        } => json!({"kind": "set-timer", "conn": conn, "tag": tag, "delay_ms": delay_ms}),
+        Command::CancelTimer { conn, tag } => {
+            json!({"kind": "cancel-timer", "conn": conn, "tag": tag})
+        }
+        Command::KvSet { key, value, ttl_ms } => json!({"kind": "kv-set", "key_hex": hex(key),
+            "value_hex": hex(value), "ttl_ms": ttl_ms}),
+        Command::KvDelete { key } => json!({"kind": "kv-delete", "key_hex": hex(key)}),
     }
 }
 

@@ -21,8 +21,9 @@ import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
 // The WIT next to the SDK (a project made by `weir new --lang js`), else
-// the repository's.
-const wit = existsSync(join(here, "wit")) ? join(here, "wit") : resolve(here, "../../wit");
+// the repository's weir:gateway 0.3.0 (this SDK has no I/O yet; the
+// gateway runs 0.3.0 components beside 0.4.0 ones).
+const wit = existsSync(join(here, "wit")) ? join(here, "wit") : resolve(here, "../../wit/0.3.0");
 const tool = join(here, "node_modules/.bin/componentize-qjs");
 
 function usage(msg) {

@@ -23,8 +23,9 @@ import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
 # The WIT next to the SDK (a project made by `weir new --lang python`), else
-# the repository's.
-WIT = HERE / "wit" if (HERE / "wit").is_dir() else HERE.parent.parent / "wit"
+# the repository's weir:gateway 0.3.0 (this SDK has no I/O yet; the gateway
+# runs 0.3.0 components beside 0.4.0 ones).
+WIT = HERE / "wit" if (HERE / "wit").is_dir() else HERE.parent.parent / "wit" / "0.3.0"
 
 
 def componentize_py():

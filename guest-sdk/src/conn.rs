@@ -26,13 +26,13 @@ impl Context {
     }
 
     /// Append `bytes` to the shared buffer and return their range.
-    fn put(&mut self, bytes: &[u8]) -> (u32, u32) {
+    pub(crate) fn put(&mut self, bytes: &[u8]) -> (u32, u32) {
         let offset = self.data.len() as u32;
         self.data.extend_from_slice(bytes);
         (offset, bytes.len() as u32)
     }
 
-    fn push(
+    pub(crate) fn push(
         &mut self,
         conn: ConnectionId,
         kind: CommandKind,
@@ -180,7 +180,7 @@ impl<S: ConnState> Entry<S> {
 }
 
 /// Connection info with an empty target and no parameters.
-const EMPTY_INFO: [u8; 8] = [0; 8];
+pub(crate) const EMPTY_INFO: [u8; 8] = [0; 8];
 
 /// One connection, as a hook sees it: its id, request target and route
 /// parameters, its typed state (through `Deref`/`DerefMut`: `conn.count +=
@@ -219,9 +219,48 @@ impl<'a, S: ConnState> Conn<'a, S> {
         ConnInfo::parse(self.info, 0).ok()
     }
 
-    /// The connection's id: unique within the gateway process, never 0.
+    /// The connection's id: unique within the gateway process; 0 only in
+    /// a route's own [`on_response`](crate::Handler::on_response) or
+    /// [`on_timer`](crate::Handler::on_timer) (see [`Conn::is_route`]).
     pub fn id(&self) -> ConnectionId {
         self.id
+    }
+
+    /// Whether this handle stands for the route rather than a connection:
+    /// the answer to a [`Context::fetch`] or [`Context::set_timer`]. It has
+    /// no parameters and a `Default` state that is not saved; sends to it
+    /// go nowhere (publish, or address connections through
+    /// [`ctx`](Self::ctx)).
+    pub fn is_route(&self) -> bool {
+        self.id == 0
+    }
+
+    /// Send `req` for this connection: the answer comes to
+    /// [`Handler::on_response`](crate::Handler::on_response) with this
+    /// connection and its state, in a later batch (dropped if the
+    /// connection closed meanwhile).
+    ///
+    /// ```no_run
+    /// # use weir_guest::{Conn, HttpRequest, Message};
+    /// fn on_message(conn: &mut Conn<()>, msg: Message) {
+    ///     let url = format!("http://127.0.0.1:8080/lookup/{}", msg.as_bytes().len());
+    ///     conn.fetch(&HttpRequest::get(&url));
+    /// }
+    /// ```
+    pub fn fetch(&mut self, req: &crate::HttpRequest) -> crate::Tag {
+        self.ctx.fetch_for(self.id, req)
+    }
+
+    /// A timer for this connection (it ends with the connection):
+    /// [`Handler::on_timer`](crate::Handler::on_timer) gets the tag after
+    /// `delay`.
+    pub fn set_timer(&mut self, delay: std::time::Duration) -> crate::Tag {
+        self.ctx.set_timer_for(self.id, delay)
+    }
+
+    /// Cancel this connection's timer `tag`.
+    pub fn cancel_timer(&mut self, tag: crate::Tag) {
+        self.ctx.cancel_timer_for(self.id, tag)
     }
 
     /// The route parameter `name` (`conn.param("room")` on a route

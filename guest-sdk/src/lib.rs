@@ -95,14 +95,17 @@
 //!   [`log`]; both are rate-limited per route.
 
 mod conn;
+mod io;
 mod request;
 mod runtime;
 mod state;
 pub mod testing;
 
 pub use conn::{Conn, Context};
+pub use io::{HttpError, HttpRequest, HttpResponse, HttpResult, Tag};
 pub use request::{Request, Upgrade};
 pub use state::ConnState;
+pub use weir_abi::HttpErrorReason;
 pub use weir_abi::Params;
 
 use runtime::{Runtime, UpgradeAnswer};
@@ -122,7 +125,8 @@ pub mod bindings {
 
 use bindings::weir::gateway::host;
 use bindings::weir::gateway::types::{
-    Accept, Batch, CommandKind, Commands, EventKind, UpgradeRequest, UpgradeResponse,
+    Accept, Batch, CommandKind, Commands, DeferredUpgrade, EventKind, HttpOutcome,
+    HttpRequest as RawHttpRequest, UpgradeRequest, UpgradeResponse,
 };
 
 /// A kind travels as its WIT enum case index; weir-abi numbers them by hand,
@@ -142,6 +146,14 @@ const _: () = {
     assert!(K::Subscribe as u8 == CommandKind::Subscribe as u8);
     assert!(K::Unsubscribe as u8 == CommandKind::Unsubscribe as u8);
     assert!(K::SetAttachment as u8 == CommandKind::SetAttachment as u8);
+    assert!(K::HttpRequest as u8 == CommandKind::HttpRequest as u8);
+    assert!(K::SetTimer as u8 == CommandKind::SetTimer as u8);
+    assert!(K::CancelTimer as u8 == CommandKind::CancelTimer as u8);
+    assert!(K::KvSet as u8 == CommandKind::KvSet as u8);
+    assert!(K::KvDelete as u8 == CommandKind::KvDelete as u8);
+    assert!(E::HttpResponse as u8 == EventKind::HttpResponse as u8);
+    assert!(E::HttpError as u8 == EventKind::HttpError as u8);
+    assert!(E::Timer as u8 == EventKind::Timer as u8);
 };
 
 /// How much a log line matters; mapped to the gateway's log levels.
@@ -241,6 +253,65 @@ pub trait Handler: Default + 'static {
     fn on_close(&mut self, conn: &mut Conn<'_, Self::State>, code: u16, reason: &str) {
         let _ = (conn, code, reason);
     }
+
+    /// The answer to a request ([`Conn::fetch`], [`Context::fetch`]), or
+    /// why there is none (refused by `allow_outbound`, timeout, connect
+    /// failure, too large, busy). `conn` is the connection the request was
+    /// for, with its state, or the route's handle ([`Conn::is_route`]).
+    ///
+    /// ```no_run
+    /// # use weir_guest::{Conn, HttpResult, Tag};
+    /// fn on_response(conn: &mut Conn<()>, _tag: Tag, result: HttpResult) {
+    ///     match result {
+    ///         Ok(r) if r.is_success() => conn.send_text(r.text().unwrap_or("")),
+    ///         Ok(r) => conn.send_fmt(format_args!("backend said {}", r.status)),
+    ///         Err(e) => conn.send_fmt(format_args!("backend: {}", e.reason_str())),
+    ///     }
+    /// }
+    /// ```
+    fn on_response(&mut self, conn: &mut Conn<'_, Self::State>, tag: Tag, result: HttpResult<'_>) {
+        let _ = (conn, tag, result);
+    }
+
+    /// A timer came due ([`Conn::set_timer`], [`Context::set_timer`]).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use weir_guest::{Conn, Message, Tag};
+    /// fn on_timer(conn: &mut Conn<()>, _tag: Tag) {
+    ///     conn.publish("clock", Message::Text("tick"));
+    ///     conn.ctx().set_timer(Duration::from_secs(1));
+    /// }
+    /// ```
+    fn on_timer(&mut self, conn: &mut Conn<'_, Self::State>, tag: Tag) {
+        let _ = (conn, tag);
+    }
+
+    /// The outcome of the request an upgrade was deferred with
+    /// ([`Upgrade::defer`]): accept or reject now. Default: 500.
+    ///
+    /// ```no_run
+    /// # use weir_guest::{HttpRequest, HttpResult, Request, Upgrade};
+    /// fn on_upgrade(req: &Request) -> Upgrade {
+    ///     let token = req.query_param("token").unwrap_or("");
+    ///     Upgrade::defer(HttpRequest::get(&format!("http://127.0.0.1:9000/auth?token={token}")))
+    /// }
+    /// fn on_upgrade_response(_req: &Request, result: HttpResult) -> Upgrade {
+    ///     match result {
+    ///         Ok(r) if r.status == 200 => Upgrade::accept(),
+    ///         Ok(_) => Upgrade::unauthorized(),
+    ///         Err(_) => Upgrade::reject(503),
+    ///     }
+    /// }
+    /// ```
+    fn on_upgrade_response(
+        &mut self,
+        req: &Request,
+        result: HttpResult<'_>,
+    ) -> Upgrade<Self::State> {
+        let _ = (req, result);
+        Upgrade::reject(500)
+    }
 }
 
 /// Write a line to the gateway log (prefixed there with the route). In
@@ -296,20 +367,22 @@ pub mod __private {
 
     pub use bindings::exports::weir::gateway::handler::Guest;
     pub use bindings::weir::gateway::types::{
-        Batch as RawBatch, Commands as RawCommands, UpgradeRequest as RawUpgradeRequest,
-        UpgradeResponse as RawUpgradeResponse,
+        Batch as RawBatch, Commands as RawCommands, HttpOutcome as RawHttpOutcome,
+        UpgradeRequest as RawUpgradeRequest, UpgradeResponse as RawUpgradeResponse,
     };
 
-    /// The `upgrade` export: builds a [`Request`] and asks the handler.
-    pub fn upgrade<H: Handler>(raw: UpgradeRequest) -> UpgradeResponse {
-        let req = Request {
+    fn request(raw: UpgradeRequest) -> Request {
+        Request {
             path: raw.path,
             query: raw.query,
             headers: raw.headers,
             remote_addr: raw.remote_addr,
             params: raw.params,
-        };
-        match with_runtime::<H, _>(|rt| rt.upgrade(&req)) {
+        }
+    }
+
+    fn response(answer: UpgradeAnswer) -> UpgradeResponse {
+        match answer {
             UpgradeAnswer::Accept {
                 protocol,
                 attachment,
@@ -318,7 +391,50 @@ pub mod __private {
                 attachment,
             }),
             UpgradeAnswer::Reject(status) => UpgradeResponse::Reject(status),
+            UpgradeAnswer::Defer { tag, request } => {
+                let (method, url, headers, body) = request.into_parts();
+                UpgradeResponse::Defer(DeferredUpgrade {
+                    tag,
+                    request: RawHttpRequest {
+                        method,
+                        url,
+                        headers,
+                        body,
+                    },
+                })
+            }
         }
+    }
+
+    /// The `upgrade` export: builds a [`Request`] and asks the handler.
+    pub fn upgrade<H: Handler>(raw: UpgradeRequest) -> UpgradeResponse {
+        let req = request(raw);
+        response(with_runtime::<H, _>(|rt| rt.upgrade(&req)))
+    }
+
+    /// The `resume-upgrade` export: a deferred upgrade's outcome.
+    pub fn resume_upgrade<H: Handler>(
+        raw: UpgradeRequest,
+        outcome: HttpOutcome,
+    ) -> UpgradeResponse {
+        let req = request(raw);
+        let head: String;
+        let result = match &outcome {
+            HttpOutcome::Response(r) => {
+                head = r
+                    .headers
+                    .iter()
+                    .map(|(n, v)| format!("{n}: {v}"))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                Ok(HttpResponse::new(r.status, &head, &r.body))
+            }
+            HttpOutcome::Error((code, message)) => Err(HttpError {
+                reason: HttpErrorReason::from_code(*code),
+                message,
+            }),
+        };
+        response(with_runtime::<H, _>(|rt| rt.resume_upgrade(&req, result)))
     }
 
     /// The `handle` export: one hook call per event, one answer per batch.
@@ -350,6 +466,13 @@ macro_rules! export {
             }
             fn handle(batch: $crate::__private::RawBatch) -> $crate::__private::RawCommands {
                 $crate::__private::handle::<$handler>(batch)
+            }
+            fn resume_upgrade(
+                _tag: u64,
+                req: $crate::__private::RawUpgradeRequest,
+                outcome: $crate::__private::RawHttpOutcome,
+            ) -> $crate::__private::RawUpgradeResponse {
+                $crate::__private::resume_upgrade::<$handler>(req, outcome)
             }
         }
 

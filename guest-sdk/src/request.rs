@@ -96,6 +96,10 @@ pub enum Upgrade<S = ()> {
     /// Refuse with this HTTP status (400–599; the gateway sends 403 for
     /// anything else).
     Reject(u16),
+    /// Decide later: the gateway sends this request and calls
+    /// [`Handler::on_upgrade_response`](crate::Handler::on_upgrade_response)
+    /// with its outcome, all within its `handshake_timeout` (504 past it).
+    Defer(crate::HttpRequest),
 }
 
 impl<S> Upgrade<S> {
@@ -132,5 +136,11 @@ impl<S> Upgrade<S> {
     /// Refuse with 401 Unauthorized.
     pub fn unauthorized() -> Self {
         Upgrade::Reject(401)
+    }
+
+    /// Decide after `req` has its answer (authentication against a remote
+    /// service before the 101).
+    pub fn defer(req: crate::HttpRequest) -> Self {
+        Upgrade::Defer(req)
     }
 }

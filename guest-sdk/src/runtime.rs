@@ -38,12 +38,19 @@ pub(crate) enum UpgradeAnswer {
         attachment: Vec<u8>,
     },
     Reject(u16),
+    Defer {
+        tag: crate::Tag,
+        request: crate::HttpRequest,
+    },
 }
 
 /// One instance's handler and what it knows of each connection.
 pub(crate) struct Runtime<H: Handler> {
     handler: H,
     conns: Conns<H::State>,
+    /// What a route's own I/O answer is handled with: no parameters, a
+    /// `Default` state that is never saved.
+    route: Entry<H::State>,
     /// Output sizes of the last batch (header bytes, data bytes), to size
     /// the next one's buffers.
     last_commands: usize,
@@ -55,6 +62,7 @@ impl<H: Handler> Default for Runtime<H> {
         Runtime {
             handler: H::default(),
             conns: HashMap::default(),
+            route: Entry::from_bytes(None),
             last_commands: 0,
             last_data: 0,
         }
@@ -90,6 +98,26 @@ fn settle<S: ConnState>(ctx: &mut Context, conn: ConnectionId, entry: &mut Entry
     entry.stored = wrote;
 }
 
+/// Call an I/O hook with the connection it is for, or with the route's
+/// handle when `conn` is 0 (whose state is not saved).
+fn io_hook<S: ConnState>(
+    conns: &mut Conns<S>,
+    route: &mut Entry<S>,
+    ctx: &mut Context,
+    conn: ConnectionId,
+    lookup: &mut dyn FnMut(ConnectionId) -> Option<Vec<u8>>,
+    hook: impl FnOnce(&mut Conn<'_, S>),
+) {
+    if conn == 0 {
+        hook(&mut Conn::new(0, ctx, route));
+        route.dirty = false;
+        return;
+    }
+    let entry = known(conns, conn, lookup);
+    hook(&mut Conn::new(conn, ctx, entry));
+    settle(ctx, conn, entry);
+}
+
 impl<H: Handler> Runtime<H> {
     #[cfg(test)]
     pub(crate) fn handler(&self) -> &H {
@@ -99,7 +127,22 @@ impl<H: Handler> Runtime<H> {
     /// Ask the handler about an upgrade; a first state becomes the
     /// connection's attachment.
     pub(crate) fn upgrade(&mut self, req: &Request) -> UpgradeAnswer {
-        match self.handler.on_upgrade(req) {
+        let answer = self.handler.on_upgrade(req);
+        Self::answer(answer)
+    }
+
+    /// A deferred upgrade's outcome: the handler decides now.
+    pub(crate) fn resume_upgrade(
+        &mut self,
+        req: &Request,
+        result: crate::HttpResult<'_>,
+    ) -> UpgradeAnswer {
+        let answer = self.handler.on_upgrade_response(req, result);
+        Self::answer(answer)
+    }
+
+    fn answer(answer: Upgrade<H::State>) -> UpgradeAnswer {
+        match answer {
             Upgrade::Accept { protocol, state } => {
                 let mut attachment = Vec::new();
                 if let Some(state) = state {
@@ -111,6 +154,10 @@ impl<H: Handler> Runtime<H> {
                 }
             }
             Upgrade::Reject(status) => UpgradeAnswer::Reject(status),
+            Upgrade::Defer(request) => UpgradeAnswer::Defer {
+                tag: crate::io::next_tag(),
+                request,
+            },
         }
     }
 
@@ -128,7 +175,12 @@ impl<H: Handler> Runtime<H> {
             self.last_commands.max(event_count * COMMAND_HEADER_BYTES),
             self.last_data.max(data.len()),
         );
-        let Runtime { handler, conns, .. } = self;
+        let Runtime {
+            handler,
+            conns,
+            route,
+            ..
+        } = self;
         // The host checked what it sends; a batch that still breaks the ABI
         // is a host bug, and failing the batch (1011 for its connections)
         // is the honest answer.
@@ -172,6 +224,37 @@ impl<H: Handler> Runtime<H> {
                     let entry = known(conns, conn, lookup);
                     handler.on_close(&mut Conn::new(conn, &mut ctx, entry), code, reason);
                     conns.remove(&conn);
+                }
+                Event::HttpResponse {
+                    conn,
+                    tag,
+                    status,
+                    head,
+                    body,
+                } => {
+                    let response = Ok(crate::HttpResponse::new(status, head, body));
+                    io_hook(conns, route, &mut ctx, conn, lookup, |c| {
+                        handler.on_response(c, tag, response)
+                    });
+                }
+                Event::HttpError {
+                    conn,
+                    tag,
+                    reason,
+                    message,
+                } => {
+                    let error = Err(crate::HttpError {
+                        reason: weir_abi::HttpErrorReason::from_code(reason),
+                        message,
+                    });
+                    io_hook(conns, route, &mut ctx, conn, lookup, |c| {
+                        handler.on_response(c, tag, error)
+                    });
+                }
+                Event::Timer { conn, tag } => {
+                    io_hook(conns, route, &mut ctx, conn, lookup, |c| {
+                        handler.on_timer(c, tag)
+                    });
                 }
             }
         }

@@ -31,15 +31,79 @@
 //! assert_eq!(route.texts(client), ["hi"]);
 //! ```
 //!
+//! I/O (weir:gateway 0.4.0) is played by the test: requests the handler
+//! sends wait in [`TestRoute::requests`] until the test answers them
+//! ([`TestRoute::respond`], [`TestRoute::fail`]); timers wait in
+//! [`TestRoute::timers`] until the test fires them ([`TestRoute::fire`]);
+//! the route's key-value store is a map ([`TestRoute::kv`]) that `kv_get`
+//! reads and `kv_set` writes after each batch, as the gateway does. A
+//! deferred upgrade is answered by [`TestRoute::upgrade_answering`].
+//!
+//! ```
+//! use weir_guest::testing::TestRoute;
+//! use weir_guest::{Conn, Handler, HttpRequest, HttpResult, Message, Tag};
+//!
+//! #[derive(Default)]
+//! struct Lookup;
+//!
+//! impl Handler for Lookup {
+//!     type State = ();
+//!     fn on_message(&mut self, conn: &mut Conn<()>, msg: Message) {
+//!         let url = format!("http://127.0.0.1:9000/{}", msg.as_bytes().len());
+//!         conn.fetch(&HttpRequest::get(&url));
+//!     }
+//!     fn on_response(&mut self, conn: &mut Conn<()>, _: Tag, r: HttpResult) {
+//!         conn.send_text(r.ok().and_then(|r| r.text()).unwrap_or("error"));
+//!     }
+//! }
+//!
+//! let mut route = TestRoute::<Lookup>::new("/lookup");
+//! let client = route.connect("/lookup");
+//! route.send_text(client, "abc");
+//! let sent = route.requests();
+//! assert_eq!(sent[0].url, "http://127.0.0.1:9000/3");
+//! route.respond(sent[0].tag, 200, &[], b"three");
+//! assert_eq!(route.texts(client), ["three"]);
+//! ```
+//!
 //! Scope: one route, one instance, batches of one event each; topics are
 //! the route's own. A handler that panics fails the test with its panic.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
 
-use weir_abi::{encode_conn_info, parse_commands, Command, EventHeader, EventKind};
+use weir_abi::io::{encode_http_response, split_request_head};
+use weir_abi::{
+    encode_conn_info, parse_commands, Command, EventHeader, EventKind, HttpErrorReason,
+};
 
 use crate::runtime::{Runtime, UpgradeAnswer};
-use crate::{ConnectionId, Handler, Request};
+use crate::{ConnectionId, Handler, HttpError, HttpResponse, Request, Tag};
+
+thread_local! {
+    /// The store `kv_get` reads natively: the running TestRoute's, moved
+    /// in for the length of a batch.
+    static KV: RefCell<BTreeMap<Vec<u8>, Vec<u8>>> = const { RefCell::new(BTreeMap::new()) };
+}
+
+/// `Context::kv_get` in native builds.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn kv_get(key: &[u8]) -> Option<Vec<u8>> {
+    KV.with(|kv| kv.borrow().get(key).cloned())
+}
+
+/// A request the handler sent, waiting for the test's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentRequest {
+    /// The connection it is for; 0 for the route's own.
+    pub conn: ConnectionId,
+    pub tag: Tag,
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
 
 /// A message a client received.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +138,12 @@ pub struct TestRoute<H: Handler> {
     attachment_max: usize,
     /// Closes the handler sent whose `on_close` is still due.
     closing: Vec<(ConnectionId, u16, String)>,
+    /// Requests the handler sent, not answered yet.
+    requests: Vec<SentRequest>,
+    /// Pending timers: (connection, tag) → delay.
+    timers: BTreeMap<(ConnectionId, Tag), Duration>,
+    /// The route's key-value store.
+    kv: BTreeMap<Vec<u8>, Vec<u8>>,
 }
 
 /// The parameters of `path` matched against route `pattern` (`{name}`: one
@@ -113,7 +183,96 @@ impl<H: Handler> TestRoute<H> {
             clients: BTreeMap::new(),
             attachment_max: DEFAULT_ATTACHMENT_MAX,
             closing: Vec::new(),
+            requests: Vec::new(),
+            timers: BTreeMap::new(),
+            kv: BTreeMap::new(),
         }
+    }
+
+    /// The requests the handler sent that are not answered yet.
+    pub fn requests(&mut self) -> Vec<SentRequest> {
+        self.requests.clone()
+    }
+
+    /// Answer the pending request `tag` with `status`, `headers` and
+    /// `body`: the handler's `on_response` runs.
+    ///
+    /// # Panics
+    /// If no request with `tag` is pending.
+    pub fn respond(&mut self, tag: Tag, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+        let req = self.take_request(tag);
+        if req.conn != 0 && !self.is_open(req.conn) {
+            return;
+        }
+        let mut bytes = Vec::new();
+        encode_http_response(&mut bytes, tag, headers.iter().copied(), body);
+        self.run(req.conn, EventKind::HttpResponse, status, &bytes);
+    }
+
+    /// Fail the pending request `tag` with `reason` (as the gateway does
+    /// on a timeout, a refusal by policy...): `on_response` gets the error.
+    pub fn fail(&mut self, tag: Tag, reason: HttpErrorReason) {
+        let req = self.take_request(tag);
+        if req.conn != 0 && !self.is_open(req.conn) {
+            return;
+        }
+        let mut bytes = tag.to_le_bytes().to_vec();
+        bytes.extend_from_slice(reason.as_str().as_bytes());
+        self.run(req.conn, EventKind::HttpError, reason as u16, &bytes);
+    }
+
+    fn take_request(&mut self, tag: Tag) -> SentRequest {
+        let at = self
+            .requests
+            .iter()
+            .position(|r| r.tag == tag)
+            .unwrap_or_else(|| panic!("no request with tag {tag} is pending"));
+        self.requests.remove(at)
+    }
+
+    /// Pending timers: (connection or 0 for the route's, tag, delay).
+    pub fn timers(&self) -> Vec<(ConnectionId, Tag, Duration)> {
+        self.timers
+            .iter()
+            .map(|(&(conn, tag), &delay)| (conn, tag, delay))
+            .collect()
+    }
+
+    /// Fire the pending timer `tag`: the handler's `on_timer` runs.
+    ///
+    /// # Panics
+    /// If no timer with `tag` is pending.
+    pub fn fire(&mut self, tag: Tag) {
+        let key = *self
+            .timers
+            .keys()
+            .find(|(_, t)| *t == tag)
+            .unwrap_or_else(|| panic!("no timer with tag {tag} is pending"));
+        self.timers.remove(&key);
+        // A connection's timer ends with the connection.
+        if key.0 == 0 || self.is_open(key.0) {
+            self.run(key.0, EventKind::Timer, 0, &tag.to_le_bytes());
+        }
+    }
+
+    /// The route's key-value store as the handler left it.
+    pub fn kv(&self) -> &BTreeMap<Vec<u8>, Vec<u8>> {
+        &self.kv
+    }
+
+    /// Upgrade `req`; if the handler defers it, `answer` plays the remote
+    /// service (Ok: status, headers, body; Err: why the request failed)
+    /// and the handler's `on_upgrade_response` decides.
+    #[allow(clippy::type_complexity)]
+    pub fn upgrade_answering(
+        &mut self,
+        req: Request,
+        mut answer: impl FnMut(
+            &SentRequest,
+        )
+            -> Result<(u16, Vec<(String, String)>, Vec<u8>), HttpErrorReason>,
+    ) -> Result<ConnectionId, u16> {
+        self.upgrade_with(req, Some(&mut |sent: &SentRequest| answer(sent)))
     }
 
     /// Set the route's `attachment_max` (bytes).
@@ -139,12 +298,62 @@ impl<H: Handler> TestRoute<H> {
     ///
     /// # Panics
     /// If `req.path` does not match the route (the gateway answers 404).
-    pub fn upgrade(&mut self, mut req: Request) -> Result<ConnectionId, u16> {
+    pub fn upgrade(&mut self, req: Request) -> Result<ConnectionId, u16> {
+        self.upgrade_with(req, None)
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn upgrade_with(
+        &mut self,
+        mut req: Request,
+        answer: Option<
+            &mut dyn FnMut(
+                &SentRequest,
+            )
+                -> Result<(u16, Vec<(String, String)>, Vec<u8>), HttpErrorReason>,
+        >,
+    ) -> Result<ConnectionId, u16> {
         req.params = match_route(&self.pattern, &req.path)
             .unwrap_or_else(|| panic!("{} does not match route {}", req.path, self.pattern));
-        let (protocol, attachment) = match self.runtime.upgrade(&req) {
+        let mut decision = self.runtime.upgrade(&req);
+        if let UpgradeAnswer::Defer { tag, request } = &decision {
+            let answer = answer.unwrap_or_else(|| {
+                panic!("the handler deferred the upgrade; use upgrade_answering")
+            });
+            let sent = SentRequest {
+                conn: 0,
+                tag: *tag,
+                method: request.method().to_string(),
+                url: request.url().to_string(),
+                headers: request.headers().to_vec(),
+                body: request.body_bytes().to_vec(),
+            };
+            decision = match answer(&sent) {
+                Ok((status, headers, body)) => {
+                    let head = headers
+                        .iter()
+                        .map(|(n, v)| format!("{n}: {v}"))
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    let response = HttpResponse::new(status, &head, &body);
+                    self.runtime.resume_upgrade(&req, Ok(response))
+                }
+                Err(reason) => self.runtime.resume_upgrade(
+                    &req,
+                    Err(HttpError {
+                        reason: Some(reason),
+                        message: reason.as_str(),
+                    }),
+                ),
+            };
+            if matches!(decision, UpgradeAnswer::Defer { .. }) {
+                return Err(500);
+            }
+        }
+        let (protocol, attachment) = match decision {
             UpgradeAnswer::Reject(status) if (400..=599).contains(&status) => return Err(status),
             UpgradeAnswer::Reject(_) => return Err(403),
+            UpgradeAnswer::Defer { .. } => unreachable!("answered above"),
             UpgradeAnswer::Accept {
                 protocol,
                 attachment,
@@ -282,12 +491,14 @@ impl<H: Handler> TestRoute<H> {
             offset: 0,
             len: bytes.len() as u32,
         };
+        KV.with(|kv| std::mem::swap(&mut *kv.borrow_mut(), &mut self.kv));
         let clients = &self.clients;
         let mut lookup = |id: ConnectionId| {
             let c = clients.get(&id).filter(|c| !c.gone || id == conn)?;
             Some([c.info.as_slice(), &c.attachment].concat())
         };
         let ctx = self.runtime.handle(&header.encode(), bytes, &mut lookup);
+        KV.with(|kv| std::mem::swap(&mut *kv.borrow_mut(), &mut self.kv));
         let commands = parse_commands(&ctx.commands, &ctx.data)
             .unwrap_or_else(|e| panic!("the handler's answer breaks the ABI: {e}"));
         if kind == EventKind::Close {
@@ -365,6 +576,47 @@ impl<H: Handler> TestRoute<H> {
                     return;
                 }
                 c.attachment = attachment.to_vec();
+            }
+            Command::HttpRequest {
+                conn,
+                tag,
+                head,
+                body,
+            } => {
+                if conn != 0 && open(&mut self.clients, conn).is_none() {
+                    return;
+                }
+                let (method, url, headers) = split_request_head(head)
+                    .unwrap_or_else(|| panic!("request head {head:?} has no `METHOD URL`"));
+                self.requests.push(SentRequest {
+                    conn,
+                    tag,
+                    method: method.to_string(),
+                    url: url.to_string(),
+                    headers: headers
+                        .map(|(n, v)| (n.to_string(), v.to_string()))
+                        .collect(),
+                    body: body.to_vec(),
+                });
+            }
+            Command::SetTimer {
+                conn,
+                tag,
+                delay_ms,
+            } => {
+                if conn == 0 || open(&mut self.clients, conn).is_some() {
+                    self.timers
+                        .insert((conn, tag), Duration::from_millis(delay_ms));
+                }
+            }
+            Command::CancelTimer { conn, tag } => {
+                self.timers.remove(&(conn, tag));
+            }
+            Command::KvSet { key, value, .. } => {
+                self.kv.insert(key.to_vec(), value.to_vec());
+            }
+            Command::KvDelete { key } => {
+                self.kv.remove(key);
             }
         }
     }

@@ -8,6 +8,7 @@
 
 mod guest;
 mod parse;
+mod proxy;
 mod toml_error;
 pub mod units;
 mod value;
@@ -88,6 +89,10 @@ pub struct ServerConfig {
     /// Where precompiled guest components are cached; None = the guest
     /// runner's default. Relative paths resolve against the routes file.
     pub cache_dir: Option<PathBuf>,
+    /// Where persistent state lives (the guests' key-value stores); None:
+    /// `weir-state` beside the routes file. Relative paths resolve against
+    /// the routes file.
+    pub state_dir: Option<PathBuf>,
     /// Let other processes listen on the same address (`SO_REUSEPORT`
     /// across processes: the kernel splits new connections between them,
     /// e.g. an old and a new gateway during a hand-over). Off by default: a
@@ -98,6 +103,12 @@ pub struct ServerConfig {
     /// `[admin]` (nothing else would serve it), no with it (the figures
     /// name routes and versions: operators' business, not clients').
     pub public_metrics: bool,
+    /// Peers whose `X-Forwarded-Host` / `Forwarded: host=` stand for the
+    /// request's host in the same-origin check (`trusted_proxies`).
+    pub trusted_proxies: Vec<crate::origin::Cidr>,
+    /// `tls = { cert, key }`: serve TLS (wss://) with this certificate;
+    /// None serves plain TCP.
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 /// `[admin]`: the admin listener, separate from the public one.
@@ -118,13 +129,16 @@ pub struct Limits {
     pub idle_timeout: Duration,
     /// Subprotocols offered, in server preference order.
     pub subprotocols: Vec<String>,
-    /// Browser origins (`scheme://host[:port]`) allowed besides the
-    /// gateway's own; `"*"` allows any. A request without `Origin` (not a
-    /// browser) is always allowed.
+    /// Browser origins allowed besides the gateway's own (see
+    /// [`crate::origin`]): `scheme://host[:port]`, `scheme://*.domain`,
+    /// `"null"`, or `"*"` for any; lower case, each checked by
+    /// [`crate::origin::Rule::parse`].
     pub origins: Vec<String>,
     /// permessage-deflate (`compression`, `compression_min`,
     /// `compression_context`); off by default.
     pub compression: crate::ws::deflate::Compression,
+    /// Refuse upgrades without an `Origin` (non-browser clients).
+    pub require_origin: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -147,13 +161,40 @@ pub enum Behaviour {
     Guest(GuestConfig),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NativeKind {
     Echo,
     Relay,
     /// Every message goes to the other subscribers of the topic the path
     /// names (`native::pubsub`).
     PubSub(PubSubConfig),
+    /// Every connection is carried to its own connection to an upstream
+    /// WebSocket server (`native::proxy`).
+    Proxy(std::sync::Arc<ProxyConfig>),
+}
+
+/// Time a proxy route gives its upstream to accept the TCP connection and
+/// answer the upgrade before the client gets 504: long enough for a
+/// backend under load, short enough that a client is not left hanging.
+pub const DEFAULT_PROXY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A proxy route's keys: where its connections go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// The upstream as written (`ws://127.0.0.1:9100/rooms/{room}`), for messages.
+    pub upstream: String,
+    /// `host` or `host:port` as the `Host` header carries it.
+    pub authority: String,
+    /// Host name or address to connect to (IPv6 without brackets).
+    pub host: String,
+    pub port: u16,
+    /// The upstream path (and query) with `{name}` placeholders for the
+    /// route's path parameters; the client's query string is appended.
+    pub path: String,
+    pub connect_timeout: Duration,
+    /// Request headers passed on to the upstream (lower case), besides the
+    /// subprotocols offered, `X-Forwarded-For` and `X-Forwarded-Proto`.
+    pub forward_headers: Vec<String>,
 }
 
 /// A pubsub route's keys.
@@ -217,6 +258,68 @@ pub struct GuestConfig {
     /// Percent of one core the route may use on its guest thread, once its
     /// calls were too slow for the worker thread (`guest::slot`).
     pub cpu_share: u32,
+    /// What the route's guests may reach with `http-request` (nothing by
+    /// default) and how far. Boxed: most routes have none, and the
+    /// config's route enum stays small.
+    pub outbound: Box<OutboundPolicy>,
+    /// The route's key-value store, if it has one (`kv`).
+    pub kv: Option<KvName>,
+}
+
+/// A guest route's outbound HTTP policy (`allow_outbound`,
+/// `outbound_timeout`, `outbound_max_concurrent`, `outbound_max_response`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboundPolicy {
+    /// URL prefixes a request must start with; empty: every request is
+    /// refused (deny by default).
+    pub allow: Vec<OutboundPrefix>,
+    /// Whole request, connect to last body byte.
+    pub timeout: Duration,
+    /// Requests of the route in flight at once; past it: http-error busy.
+    pub max_concurrent: usize,
+    /// Largest response body accepted; past it: http-error too-large.
+    pub max_response: usize,
+}
+
+/// Long enough for a remote API, short enough that a stuck backend does
+/// not hold the route's `outbound_max_concurrent` slots for long.
+pub const DEFAULT_OUTBOUND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Requests in flight per route by default.
+pub const DEFAULT_OUTBOUND_MAX_CONCURRENT: usize = 64;
+/// Response bodies are handed to the guest whole: 1 MiB keeps a batch small.
+pub const DEFAULT_OUTBOUND_MAX_RESPONSE_BYTES: usize = 1 << 20;
+
+impl Default for OutboundPolicy {
+    fn default() -> Self {
+        OutboundPolicy {
+            allow: Vec::new(),
+            timeout: DEFAULT_OUTBOUND_TIMEOUT,
+            max_concurrent: DEFAULT_OUTBOUND_MAX_CONCURRENT,
+            max_response: DEFAULT_OUTBOUND_MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
+/// One `allow_outbound` entry: a URL must have this scheme, host and port
+/// (the scheme's default when the entry names none) and a path that starts
+/// with `path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboundPrefix {
+    pub scheme: String,
+    /// Lower-case.
+    pub host: String,
+    pub port: u16,
+    /// Starts with `/`.
+    pub path: String,
+}
+
+/// Which key-value store a route uses.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KvName {
+    /// `kv = "route"`: a store of the route's own (named by its path).
+    Route,
+    /// `kv = "shared:NAME"`: shared by every route that names it.
+    Shared(String),
 }
 
 /// Half a core: a slow route keeps making progress, and two of them (or one
@@ -272,6 +375,7 @@ impl Default for Limits {
             subprotocols: Vec::new(),
             origins: Vec::new(),
             compression: crate::ws::deflate::Compression::default(),
+            require_origin: false,
         }
     }
 }
@@ -287,8 +391,11 @@ impl Default for ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
             cache_dir: None,
+            state_dir: None,
             reuse_port: false,
             public_metrics: true,
+            trusted_proxies: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -307,6 +414,8 @@ impl GuestConfig {
             env: BTreeMap::new(),
             log: GuestLog::default(),
             cpu_share: DEFAULT_GUEST_CPU_SHARE_PERCENT,
+            outbound: Box::default(),
+            kv: None,
         }
     }
 }
@@ -373,6 +482,27 @@ impl Config {
         }
         config.source = Some(path.to_path_buf());
         Ok(config)
+    }
+
+    /// Reads the certificate and key `[server] tls` names, so `weir check`
+    /// and `weir serve` name a missing file, bad PEM or a key of another
+    /// certificate with the file's line. (A reload does not: a bad new
+    /// certificate keeps the old one and does not hold up the routes.)
+    pub fn check_tls(&self) -> Result<(), ConfigError> {
+        let Some(files) = &self.server.tls else {
+            return Ok(());
+        };
+        crate::tls::load(files).map(drop).map_err(|e| {
+            let file = self
+                .source
+                .as_ref()
+                .map(|p| format!("{}: ", p.display()))
+                .unwrap_or_default();
+            ConfigError {
+                message: format!("{file}line {}: [server] tls: {e}", files.line),
+                line: Some(files.line),
+            }
+        })
     }
 
     /// Validates routes-file text; relative guest paths and `cache_dir`

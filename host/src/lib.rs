@@ -3,14 +3,16 @@
 //! A message's path through the modules:
 //!
 //! - [`server`] — worker threads, each with its own `SO_REUSEPORT` listener and
-//!   current-thread tokio runtime; hyper parses the HTTP/1.1 request, the route
-//!   is matched ([`routes`]), its kind answers the upgrade, and the raw
-//!   `TcpStream` is taken back.
+//!   current-thread tokio runtime; TLS is terminated when configured
+//!   ([`tls`]), hyper parses the HTTP/1.1 or HTTP/2 request, the route is
+//!   matched ([`routes`]), its kind answers the upgrade, and the raw
+//!   `TcpStream` (with its TLS session), or the HTTP/2 stream, is taken back.
 //! - [`reactor`] — the per-connection loop, generic over the route's
 //!   behaviour: read into the connection's buffer, decode frames ([`ws`]),
 //!   unmask in place, hand pieces to the behaviour, write replies in one
 //!   write per read batch, apply backpressure, timeouts and the close.
-//! - [`native`] — declared behaviours (echo, relay, pubsub) that need no guest.
+//! - [`native`] — declared behaviours (echo, relay, pubsub, proxy to an
+//!   upstream WebSocket server) that need no guest.
 //! - [`guest`] — routes served by WebAssembly components: engine, component
 //!   cache, per-worker instances and scheduler, limits, batching of events
 //!   into one call, commands applied to connections.
@@ -21,6 +23,8 @@
 //!   a publish to each worker's subscribers, and the broker that carries
 //!   publishes to other nodes (in-process by default, Redis with `[cluster]`).
 //! - [`config`] — the routes file.
+//! - [`tls`] — TLS termination's certificates and settings (rustls); the
+//!   loop reads and writes a TLS connection through `reactor::transport`.
 //! - [`admission`] — global and per-IP connection limits (503 past them).
 //! - [`metrics`] — `GET /metrics` in the Prometheus text format; [`stats`]
 //!   — per-route counters kept per worker and summed when read.
@@ -41,6 +45,7 @@ pub mod guest;
 pub mod logging;
 pub mod metrics;
 pub mod native;
+pub mod origin;
 pub mod pubsub;
 pub mod reactor;
 pub mod registry;
@@ -48,6 +53,7 @@ pub mod routes;
 pub mod scaffold;
 pub mod server;
 pub mod stats;
+pub mod tls;
 pub mod ws;
 
 pub use config::Config;

@@ -140,6 +140,7 @@ fn serve(
         Some(path) => Config::load(path)?,
         None => Config::builtin_default(),
     };
+    config.check_tls()?;
     if let Some(listen) = listen {
         config.server.listen = listen;
     }
@@ -177,6 +178,7 @@ fn serve(
 
 fn check(file: PathBuf) -> anyhow::Result<()> {
     let config = Config::load(&file)?;
+    config.check_tls()?;
     // Compiles every guest component and checks its world and limits, so a
     // bad .wasm is found here rather than at the first connection.
     weir::guest::check_routes(&config).with_context(|| file.display().to_string())?;

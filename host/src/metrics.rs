@@ -24,6 +24,9 @@ pub struct Snapshot {
     pub accept_failures: u64,
     pub refused_draining: u64,
     pub refused_origin: u64,
+    /// TLS handshakes that failed or ran out of `handshake_timeout`
+    /// (plaintext on the TLS port, bad hellos, stalled clients).
+    pub tls_handshake_failures: u64,
     pub outbound_queued_bytes: usize,
     pub outbound_queued_bytes_max: usize,
     pub receive_buffer_bytes_held: usize,
@@ -158,6 +161,12 @@ impl Snapshot {
             "counter",
             "Upgrades answered 403 because the browser's Origin is not allowed on the route.",
             self.refused_origin,
+        );
+        metric(
+            "weir_tls_handshake_failures_total",
+            "counter",
+            "TLS handshakes that failed or did not finish within handshake_timeout; the connection was dropped.",
+            self.tls_handshake_failures,
         );
         metric(
             "weir_outbound_queued_bytes",
@@ -314,7 +323,7 @@ impl Snapshot {
             return;
         }
         type Conn = fn(&ConnTotals) -> u64;
-        let conn: [(&str, &str, &str, Conn); 4] = [
+        let conn: [(&str, &str, &str, Conn); 7] = [
             (
                 "weir_route_connections",
                 "gauge",
@@ -338,6 +347,24 @@ impl Snapshot {
                 "counter",
                 "Payload bytes received from clients.",
                 |c| c.bytes_in,
+            ),
+            (
+                "weir_route_refused_origin_total",
+                "counter",
+                "Upgrades refused (403) for an Origin the route does not allow.",
+                |c| c.refused_origin,
+            ),
+            (
+                "weir_route_native_messages_out_total",
+                "counter",
+                "Messages a native echo or relay sent on (guests: weir_guest_messages_out_total).",
+                |c| c.messages_out,
+            ),
+            (
+                "weir_route_native_bytes_out_total",
+                "counter",
+                "Payload bytes a native echo or relay sent on.",
+                |c| c.bytes_out,
             ),
         ];
         for (name, kind, help, value) in conn {
@@ -530,6 +557,7 @@ mod tests {
             accept_failures: 23,
             refused_draining: 7,
             refused_origin: 19,
+            tls_handshake_failures: 29,
             outbound_queued_bytes: 8,
             outbound_queued_bytes_max: 9,
             receive_buffer_bytes_held: 10,
@@ -564,6 +592,9 @@ mod tests {
                     closed: 10,
                     messages_in: 31,
                     bytes_in: 32,
+                    messages_out: 41,
+                    bytes_out: 42,
+                    refused_origin: 43,
                     closes: [0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
                 },
                 guest: Some(GuestFigures {
@@ -596,6 +627,7 @@ mod tests {
             ("weir_refused_over_limit_total", 6),
             ("weir_refused_draining_total", 7),
             ("weir_refused_origin_total", 19),
+            ("weir_tls_handshake_failures_total", 29),
             ("weir_outbound_queued_bytes", 8),
             ("weir_outbound_queued_bytes_max", 9),
             ("weir_receive_buffer_bytes_held", 10),
@@ -635,6 +667,18 @@ mod tests {
             ),
             (r#"weir_route_messages_in_total{route="/say \"hi\""}"#, 31),
             (r#"weir_route_bytes_in_total{route="/say \"hi\""}"#, 32),
+            (
+                r#"weir_route_native_messages_out_total{route="/say \"hi\""}"#,
+                41,
+            ),
+            (
+                r#"weir_route_refused_origin_total{route="/say \"hi\""}"#,
+                43,
+            ),
+            (
+                r#"weir_route_native_bytes_out_total{route="/say \"hi\""}"#,
+                42,
+            ),
             (
                 r#"weir_route_closes_total{route="/say \"hi\"",code="1001"}"#,
                 9,

@@ -17,6 +17,7 @@ use http::{HeaderMap, StatusCode, Uri};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// The close reason (with 1001) of connections on a route a reload removed.
@@ -54,6 +55,9 @@ pub struct Upgrade<'a> {
     /// The connection's outbound queue, made before the 101 so a route can
     /// hand it to others (a relay partner) at once.
     pub outbound: &'a Arc<Outbound>,
+    /// How long the upgrade may take (`[server] handshake_timeout`): what
+    /// bounds a guest's deferred upgrade.
+    pub handshake_timeout: std::time::Duration,
 }
 
 /// An accepted upgrade.
@@ -93,6 +97,11 @@ pub struct Route {
     pub guest: Option<Arc<GuestRoute>>,
     /// Connections and messages, per worker.
     pub stats: Arc<RouteStats>,
+    /// The route's topic namespace (its own, or a shared one).
+    pub topics: Arc<Topics>,
+    /// Drained from the admin API: upgrades are answered 503 until it is
+    /// resumed.
+    draining: AtomicBool,
 }
 
 impl Route {
@@ -104,6 +113,16 @@ impl Route {
     /// New connections get `limits` from now on (open ones keep theirs).
     pub fn set_limits(&self, limits: Limits) {
         *self.limits.write().expect("limits lock") = Arc::new(limits);
+    }
+
+    /// Whether upgrades are refused (the route was drained).
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Refuse upgrades from now on (`true`), or take them again.
+    pub fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Ordering::Relaxed);
     }
 }
 
@@ -127,6 +146,8 @@ pub struct Routes {
     /// The guest engine, once a route needed it.
     engine: Option<Arc<GuestEngine>>,
     cache_dir: Option<std::path::PathBuf>,
+    /// Where guests' key-value stores live.
+    state_dir: std::path::PathBuf,
     workers: usize,
 }
 
@@ -147,6 +168,7 @@ impl Routes {
             broker,
             engine: None,
             cache_dir: config.server.cache_dir.clone(),
+            state_dir: state_dir(config),
             workers: config.server.workers,
         };
         for route in &config.routes {
@@ -168,6 +190,7 @@ impl Routes {
             broker: self.broker.clone(),
             engine: self.engine.clone(),
             cache_dir: self.cache_dir.clone(),
+            state_dir: self.state_dir.clone(),
             workers: self.workers,
         }
     }
@@ -222,7 +245,9 @@ impl Routes {
         };
         let mut guest_route = None;
         let kind: Arc<dyn RouteKind> = match &route.behaviour {
-            Behaviour::Native(native) => crate::native::route_kind(*native, &route.path, &topics),
+            Behaviour::Native(native) => {
+                crate::native::route_kind(native.clone(), &route.path, &topics)
+            }
             Behaviour::Guest(guest) => {
                 let engine = match &self.engine {
                     Some(engine) => engine.clone(),
@@ -234,7 +259,20 @@ impl Routes {
                 };
                 let program = Program::load(&engine, &route.path, guest)
                     .map_err(|e| e.at_line(route.line))?;
-                let guest = Arc::new(GuestRoute::new(index, program, topics, registry.clone()));
+                let kv = match &guest.kv {
+                    Some(name) => Some(
+                        crate::guest::kv::KvStore::open(&self.state_dir, &route.path, name)
+                            .map_err(|e| ServeError::Route {
+                                path: route.path.clone(),
+                                line: route.line,
+                                reason: e.to_string(),
+                            })?,
+                    ),
+                    None => None,
+                };
+                let guest = Arc::new(
+                    GuestRoute::new(index, program, topics.clone(), registry.clone()).with_kv(kv),
+                );
                 guest_route = Some(guest.clone());
                 Arc::new(guest)
             }
@@ -246,9 +284,24 @@ impl Routes {
             behaviour: behaviour_name(&route.behaviour),
             guest: guest_route,
             stats: Arc::new(RouteStats::new(self.workers)),
+            topics,
+            draining: AtomicBool::new(false),
         }));
         Ok(index)
     }
+}
+
+/// `[server] state_dir`, or `weir-state` beside the routes file (the
+/// working directory when the config has no file).
+fn state_dir(config: &Config) -> std::path::PathBuf {
+    config.server.state_dir.clone().unwrap_or_else(|| {
+        let dir = config
+            .source
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .unwrap_or(std::path::Path::new(""));
+        dir.join("weir-state")
+    })
 }
 
 /// A route's behaviour as `GET /routes` names it: the native keyword
@@ -258,6 +311,7 @@ pub fn behaviour_name(behaviour: &Behaviour) -> String {
         Behaviour::Native(crate::config::NativeKind::Echo) => "echo".into(),
         Behaviour::Native(crate::config::NativeKind::Relay) => "relay".into(),
         Behaviour::Native(crate::config::NativeKind::PubSub(_)) => "pubsub".into(),
+        Behaviour::Native(crate::config::NativeKind::Proxy(_)) => "proxy".into(),
         Behaviour::Guest(_) => "guest".into(),
     }
 }

@@ -39,6 +39,10 @@ const SDK_FILES: &[(&str, &str)] = &[
         include_str!("../../guest-sdk/src/conn.rs"),
     ),
     (
+        "guest-sdk/src/io.rs",
+        include_str!("../../guest-sdk/src/io.rs"),
+    ),
+    (
         "guest-sdk/src/request.rs",
         include_str!("../../guest-sdk/src/request.rs"),
     ),
@@ -67,6 +71,7 @@ const SDK_FILES: &[(&str, &str)] = &[
     ("abi/src/error.rs", include_str!("../../abi/src/error.rs")),
     ("abi/src/events.rs", include_str!("../../abi/src/events.rs")),
     ("abi/src/header.rs", include_str!("../../abi/src/header.rs")),
+    ("abi/src/io.rs", include_str!("../../abi/src/io.rs")),
     // The SDK's own unit tests read this vector.
     (
         "abi/vectors/commands.json",
@@ -92,7 +97,7 @@ const JS_SDK_FILES: &[(&str, &str)] = &[
         include_str!("../../guest-sdk/js/src/index.js"),
     ),
     ("src/abi.js", include_str!("../../guest-sdk/js/src/abi.js")),
-    ("wit/weir.wit", include_str!("../../wit/weir.wit")),
+    ("wit/weir.wit", include_str!("../../wit/0.3.0/weir.wit")),
 ];
 
 /// The Python SDK, under `weir-sdk/` of a `weir new --lang python` project.
@@ -118,7 +123,7 @@ const PYTHON_SDK_FILES: &[(&str, &str)] = &[
         "weir_guest/runtime.py",
         include_str!("../../guest-sdk/python/weir_guest/runtime.py"),
     ),
-    ("wit/weir.wit", include_str!("../../wit/weir.wit")),
+    ("wit/weir.wit", include_str!("../../wit/0.3.0/weir.wit")),
 ];
 
 /// The language of a guest project (`weir new --lang`).

@@ -101,6 +101,13 @@ pub struct ConnCounters {
     pub closed: Counter,
     pub messages_in: Counter,
     pub bytes_in: Counter,
+    /// Messages (and their payload bytes) a native behaviour sent on: an
+    /// echo's replies, a relay's forwards. Guests count theirs in
+    /// [`GuestStats`], topic deliveries in [`DeliveryStats`].
+    pub messages_out: Counter,
+    pub bytes_out: Counter,
+    /// Upgrades refused for their `Origin` (never labelled by origin).
+    pub refused_origin: Counter,
     /// By [`CLOSE_CODES`] index; the last one is "other".
     pub closes: [Counter; CLOSE_CODES.len() + 1],
 }
@@ -145,6 +152,9 @@ impl RouteStats {
             t.closed += w.closed.get();
             t.messages_in += w.messages_in.get();
             t.bytes_in += w.bytes_in.get();
+            t.messages_out += w.messages_out.get();
+            t.bytes_out += w.bytes_out.get();
+            t.refused_origin += w.refused_origin.get();
             for (sum, c) in t.closes.iter_mut().zip(&w.closes) {
                 *sum += c.get();
             }
@@ -160,6 +170,9 @@ pub struct ConnTotals {
     pub closed: u64,
     pub messages_in: u64,
     pub bytes_in: u64,
+    pub messages_out: u64,
+    pub bytes_out: u64,
+    pub refused_origin: u64,
     pub closes: [u64; CLOSE_CODES.len() + 1],
 }
 
@@ -250,6 +263,64 @@ pub struct GuestTotals {
     pub faults: [u64; FAULT_CAUSES.len()],
 }
 
+/// One worker's deliveries of one topic namespace, on a cache line of its
+/// own: written only by that worker's fan-out.
+#[repr(align(128))]
+#[derive(Default)]
+pub struct DeliveryCounters {
+    pub messages: Counter,
+    pub bytes: Counter,
+}
+
+/// Messages a topic namespace handed to subscribers (one per subscriber
+/// reached), one shard per worker.
+pub struct DeliveryStats {
+    workers: Box<[DeliveryCounters]>,
+}
+
+impl DeliveryStats {
+    pub fn new(workers: usize) -> DeliveryStats {
+        DeliveryStats {
+            workers: (0..workers.max(1))
+                .map(|_| DeliveryCounters::default())
+                .collect(),
+        }
+    }
+
+    /// Worker `worker`'s shard; only that worker's fan-out writes it.
+    pub fn worker(&self, worker: usize) -> &DeliveryCounters {
+        &self.workers[worker % self.workers.len()]
+    }
+
+    /// (messages, bytes) over every worker.
+    pub fn sum(&self) -> (u64, u64) {
+        self.workers.iter().fold((0, 0), |(m, b), w| {
+            (m + w.messages.get(), b + w.bytes.get())
+        })
+    }
+}
+
+impl GuestTotals {
+    /// The call duration below which `q` (0..1) of the calls fell, as the
+    /// histogram's bucket bound (µs); None without calls. Calls over the
+    /// last bound report that bound.
+    pub fn call_micros_quantile(&self, q: f64) -> Option<u64> {
+        let total: u64 = self.call_micros.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((total as f64) * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, n) in self.call_micros.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(CALL_MICROS_BUCKETS[i.min(CALL_MICROS_BUCKETS.len() - 1)]);
+            }
+        }
+        CALL_MICROS_BUCKETS.last().copied()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,5 +351,9 @@ mod tests {
         assert_eq!(t.batch_events[6], 1);
         assert_eq!(t.batch_events[7], 1);
         assert_eq!(t.events_sum, 130);
+        assert_eq!(t.call_micros_quantile(0.3), Some(10));
+        assert_eq!(t.call_micros_quantile(0.5), Some(25));
+        assert_eq!(t.call_micros_quantile(0.99), Some(100_000));
+        assert_eq!(GuestTotals::default().call_micros_quantile(0.99), None);
     }
 }

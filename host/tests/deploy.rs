@@ -2,167 +2,22 @@
 //! swaps under load with every reply checked, refused components, rollback,
 //! attachments carried across a swap, the bearer token, reloads.
 
+mod admin_support;
 mod common;
 mod guest_support;
 
+use admin_support::{free_port, Gateway, TOKEN, TOKEN_ENV};
 use common::STEP;
 use futures_util::{SinkExt, StreamExt};
 use guest_support::wasm;
 use http::Method;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::Message;
-
-/// The admin token every test's gateway is started with.
-const TOKEN: &str = "test-admin-token-0123456789";
-const TOKEN_ENV: &str = "WEIR_TEST_ADMIN_TOKEN";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A `weir serve` child with an admin listener, serving a routes file in a
-/// directory of its own (components copied there, so a test can change
-/// them); killed on drop.
-struct Gateway {
-    child: Child,
-    addr: SocketAddr,
-    admin: SocketAddr,
-    dir: PathBuf,
-}
-
-impl Gateway {
-    /// Serves `routes` (`[[route]]` tables; guest paths relative to the
-    /// test's directory, where `files` are copied from examples/wasm:
-    /// `"echo"` as echo.wasm, `"echo>v"` as v.wasm).
-    async fn start(name: &str, files: &[&str], routes: &str) -> Gateway {
-        let (port, admin_port) = (free_port(), free_port());
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("deploy-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for file in files {
-            // "echo>v": examples/wasm/echo.wasm copied as v.wasm.
-            let (from, to) = file.split_once('>').unwrap_or((file, file));
-            std::fs::copy(wasm(from), dir.join(format!("{to}.wasm"))).unwrap();
-        }
-        let gateway_routes = Gateway::routes_file(port, admin_port, routes);
-        std::fs::write(dir.join("routes.toml"), gateway_routes).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .arg("serve")
-            .arg(dir.join("routes.toml"))
-            .env("RUST_LOG", "warn")
-            .env(TOKEN_ENV, TOKEN)
-            .env("WEIR_CACHE_DIR", dir.join("cache"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut gateway = Gateway {
-            child,
-            addr: format!("127.0.0.1:{port}").parse().unwrap(),
-            admin: format!("127.0.0.1:{admin_port}").parse().unwrap(),
-            dir,
-        };
-        let deadline = Instant::now() + STEP;
-        while TcpStream::connect(gateway.admin).await.is_err()
-            || TcpStream::connect(gateway.addr).await.is_err()
-        {
-            assert!(Instant::now() < deadline, "weir serve did not listen");
-            assert!(
-                gateway.child.try_wait().unwrap().is_none(),
-                "weir serve exited"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        gateway
-    }
-
-    fn routes_file(port: u16, admin_port: u16, routes: &str) -> String {
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = 2\n\n\
-             [admin]\nlisten = \"127.0.0.1:{admin_port}\"\ntoken_env = \"{TOKEN_ENV}\"\n\n{routes}\n"
-        )
-    }
-
-    /// Rewrites the routes file (same ports) with `routes`.
-    fn rewrite(&self, routes: &str) {
-        let text = Gateway::routes_file(self.addr.port(), self.admin.port(), routes);
-        std::fs::write(self.dir.join("routes.toml"), text).unwrap();
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("ws://{}{}", self.addr, path)
-    }
-
-    async fn admin_as(
-        &self,
-        token: &str,
-        method: Method,
-        path: &str,
-        body: Vec<u8>,
-    ) -> (u16, String) {
-        weir::client::request(&self.admin.to_string(), token, method, path, body)
-            .await
-            .expect("admin request")
-    }
-
-    async fn admin(&self, method: Method, path: &str, body: Vec<u8>) -> (u16, String) {
-        self.admin_as(TOKEN, method, path, body).await
-    }
-
-    /// `PUT /routes/{route}/component` with examples/wasm/`name`.wasm.
-    async fn deploy(&self, route: &str, name: &str) -> (u16, String) {
-        let body = std::fs::read(wasm(name)).unwrap();
-        let path = weir::client::route_endpoint(route, "component");
-        self.admin(Method::PUT, &path, body).await
-    }
-
-    async fn metric(&self, name: &str) -> Option<u64> {
-        let (status, body) = self.admin(Method::GET, "/metrics", Vec::new()).await;
-        assert_eq!(status, 200, "{body}");
-        weir::metrics::read(&body, name)
-    }
-
-    /// The serving version of `route`, from `GET /routes`.
-    async fn version(&self, route: &str) -> u64 {
-        let (status, body) = self.admin(Method::GET, "/routes", Vec::new()).await;
-        assert_eq!(status, 200, "{body}");
-        let list: serde_json::Value = serde_json::from_str(&body).unwrap();
-        list["routes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["path"] == route)
-            .unwrap_or_else(|| panic!("{route} in {body}"))["version"]
-            .as_u64()
-            .unwrap()
-    }
-
-    fn sighup(&self) {
-        let pid = libc::pid_t::try_from(self.child.id()).unwrap();
-        // SAFETY: kill(2) on the child this test spawned; no memory involved.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Which component answered a `{"number": n}` message: echo sends it back
 /// as it is; json answers the next even number above n.

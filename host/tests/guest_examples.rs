@@ -32,7 +32,7 @@ fn echo_answers_every_connection_in_order_in_one_call() {
             }
         }
     }
-    let out = owned(&r.handle(&b).unwrap());
+    let out = owned(&r.handle(&mut b).unwrap());
     assert_eq!(out.len(), 200);
     for &c in &conns {
         let mine: Vec<_> = out
@@ -52,10 +52,10 @@ fn echo_answers_every_connection_in_order_in_one_call() {
     }
     // A batch reused after clear() still works, and empty batches cost no call.
     b.clear();
-    assert!(r.handle(&b).unwrap().is_empty());
+    assert!(r.handle(&mut b).unwrap().is_empty());
     b.push_message(7, false, &[]);
     assert_eq!(
-        owned(&r.handle(&b).unwrap()),
+        owned(&r.handle(&mut b).unwrap()),
         vec![Owned::Binary(7, vec![])]
     );
 }
@@ -67,7 +67,7 @@ fn echo_keeps_large_payloads_intact() {
     let mut b = Batch::new();
     b.push_message(1, false, &big);
     b.push_message(2, true, "ü".repeat(1000).as_bytes());
-    let out = owned(&r.handle(&b).unwrap());
+    let out = owned(&r.handle(&mut b).unwrap());
     assert_eq!(
         out,
         vec![Owned::Binary(1, big), Owned::Text(2, "ü".repeat(1000))]
@@ -109,7 +109,7 @@ fn binary_adds_to_little_endian_ints_and_closes_on_wrong_length() {
     }
     b.push_message(2, false, &[1, 2, 3]);
     b.push_message(3, true, b"1234");
-    let out = owned(&r.handle(&b).unwrap());
+    let out = owned(&r.handle(&mut b).unwrap());
     let ints = |n: i32| Owned::Binary(1, n.to_le_bytes().to_vec());
     assert_eq!(
         out,
@@ -134,7 +134,7 @@ fn chat_subscribes_to_the_path_room_and_publishes_to_the_others() {
     b.push_open(3, "/chat/rust", &[("room", "rust")], b"");
     b.push_message(1, true, b"hello");
     b.push_message(3, false, &[9]);
-    let out = owned(&r.handle(&b).unwrap());
+    let out = owned(&r.handle(&mut b).unwrap());
     assert_eq!(
         out,
         vec![

@@ -92,7 +92,7 @@ fn a_fault_fails_the_whole_batch_but_not_the_next() {
     b.push_message(1, true, b"before");
     b.push_message(2, true, b"trap");
     b.push_message(3, true, b"after");
-    assert!(matches!(r.handle(&b), Err(Fault::Trap(_))));
+    assert!(matches!(r.handle(&mut b), Err(Fault::Trap(_))));
     let closed: Vec<u64> = b.connections().collect();
     assert_eq!(
         closed,
@@ -142,7 +142,7 @@ fn attachment_over_the_cap_closes_only_that_connection() {
     b.push_open(1, "/counter", &[], b"");
     b.push_open(2, "/counter", &[], b"");
     b.push_message(1, true, b"x");
-    let out = owned(&r.handle(&b).unwrap());
+    let out = owned(&r.handle(&mut b).unwrap());
     assert_eq!(
         out,
         vec![

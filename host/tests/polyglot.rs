@@ -313,7 +313,8 @@ fn a_wrong_world_names_the_export_and_the_toolchains_rebuild_command() {
             "{err:?}"
         );
         let msg = err.to_string();
-        assert!(msg.contains("weir:gateway/handler@0.3.0"), "{msg}");
+        assert!(msg.contains("weir:gateway/handler@0.4.0"), "{msg}");
+        assert!(msg.contains("weir:gateway@0.3.0"), "{msg}");
         assert!(msg.contains("weir:gateway/handler@0.2.0"), "{msg}");
         assert!(msg.contains(hint), "{msg}");
         assert!(!msg.contains("weir build"), "{msg}");

@@ -33,6 +33,8 @@ fn echo_runner() -> Runner {
         env: BTreeMap::new(),
         log: Default::default(),
         cpu_share: 50,
+        outbound: Default::default(),
+        kv: None,
     };
     Runner::new(Program::load(&engine, "/echo", &cfg).expect("load echo"))
 }
@@ -47,9 +49,9 @@ fn guest_call(c: &mut Criterion) {
             batch.push_message(conn + 1, true, &payload);
         }
         group.throughput(Throughput::Bytes((size * MESSAGE_BYTES) as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(size), &batch, |b, batch| {
+        group.bench_function(BenchmarkId::from_parameter(size), |b| {
             b.iter(|| {
-                let out = runner.handle(batch).expect("echo call");
+                let out = runner.handle(&mut batch).expect("echo call");
                 assert_eq!(out.len(), size);
                 out
             })

@@ -49,6 +49,8 @@ fn config(wasm: PathBuf) -> GuestConfig {
         env: BTreeMap::new(),
         log: Default::default(),
         cpu_share: 100,
+        outbound: Default::default(),
+        kv: None,
     }
 }
 
@@ -89,16 +91,16 @@ fn measure(label: &str, name: &str, json: bool, cache: &Path) {
     let program = Program::load(&engine, "/bench", &cfg).expect("load cached");
     let warm = t.elapsed();
 
-    let (open, msgs) = batches(json);
+    let (mut open, mut msgs) = batches(json);
     let mut runner = Runner::new(program.clone());
     let t = Instant::now();
-    runner.handle(&open).expect("open batch");
+    runner.handle(&mut open).expect("open batch");
     let first = t.elapsed();
     let mut best = Duration::MAX;
     for _ in 0..9 {
         let t = Instant::now();
         for _ in 0..10 {
-            let out = runner.handle(&msgs).expect("message batch");
+            let out = runner.handle(&mut msgs).expect("message batch");
             assert_eq!(out.len(), BATCH, "{label}: one reply per message");
         }
         best = best.min(t.elapsed() / 10);
@@ -109,8 +111,8 @@ fn measure(label: &str, name: &str, json: bool, cache: &Path) {
     let mut runners = Vec::new();
     for _ in 0..INSTANCES {
         let mut r = Runner::new(program.clone());
-        r.handle(&open).expect("open batch");
-        r.handle(&msgs).expect("message batch");
+        r.handle(&mut open).expect("open batch");
+        r.handle(&mut msgs).expect("message batch");
         runners.push(r);
     }
     let per_instance = rss_bytes().saturating_sub(before) / INSTANCES;

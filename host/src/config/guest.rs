@@ -39,6 +39,11 @@ pub(super) fn refuse_guest_keys(
         ("log_bytes", &raw.log_bytes),
         ("log_burst", &raw.log_burst),
         ("cpu_share", &raw.cpu_share),
+        ("allow_outbound", &raw.allow_outbound),
+        ("outbound_timeout", &raw.outbound_timeout),
+        ("outbound_max_concurrent", &raw.outbound_max_concurrent),
+        ("outbound_max_response", &raw.outbound_max_response),
+        ("kv", &raw.kv),
     ];
     let env_span = raw.env.as_ref().map(|env| ("env", env.span()));
     let first = guest_fields
@@ -113,6 +118,7 @@ pub(super) fn guest_config(
             }
         };
     }
+    guest_io(src, raw, &mut config)?;
     if let Some(env) = &raw.env {
         for (name, value) in env.get_ref() {
             let item = Item {
@@ -201,4 +207,98 @@ fn guest_log(src: &Source, raw: &RawRoute, log: &mut GuestLog) -> Result<(), Con
         log.burst = item.count(src, 1, MAX_LOG_PER_SEC)? as u32;
     }
     Ok(())
+}
+
+/// Longest `outbound_timeout` worth configuring.
+const MAX_OUTBOUND_TIMEOUT: Duration = Duration::from_secs(300);
+/// Largest `outbound_max_response`: a response is handed to a guest whole.
+const MAX_OUTBOUND_RESPONSE_BYTES: u64 = 64 << 20;
+
+/// `allow_outbound`, `outbound_timeout`, `outbound_max_concurrent`,
+/// `outbound_max_response` and `kv`.
+fn guest_io(src: &Source, raw: &RawRoute, config: &mut GuestConfig) -> Result<(), ConfigError> {
+    let policy = &mut config.outbound;
+    if let Some(item) = Item::of("allow_outbound", &raw.allow_outbound) {
+        const HINT: &str = r#"write e.g. ["http://127.0.0.1:8080", "http://api.internal/v1/"]"#;
+        let Value::Array(items) = item.value else {
+            return Err(item.fail(src, format!("not a list of URL prefixes; {HINT}")));
+        };
+        for entry in items {
+            let Value::String(text) = entry else {
+                return Err(item.fail(src, format!("{entry} is not a string; {HINT}")));
+            };
+            let prefix = outbound_prefix(text).map_err(|why| {
+                item.fail(src, format!("{entry} is not a URL prefix ({why}); {HINT}"))
+            })?;
+            policy.allow.push(prefix);
+        }
+    }
+    if let Some(item) = Item::of("outbound_timeout", &raw.outbound_timeout) {
+        policy.timeout = item.duration(src, Duration::from_millis(1), MAX_OUTBOUND_TIMEOUT)?;
+    }
+    if let Some(item) = Item::of("outbound_max_concurrent", &raw.outbound_max_concurrent) {
+        policy.max_concurrent = item.count(src, 1, 1_000_000)? as usize;
+    }
+    if let Some(item) = Item::of("outbound_max_response", &raw.outbound_max_response) {
+        policy.max_response = item.size(src, 0, MAX_OUTBOUND_RESPONSE_BYTES)?;
+    }
+    if let Some(item) = Item::of("kv", &raw.kv) {
+        const HINT: &str = r#"write "route" (the route's own store) or "shared:NAME""#;
+        let text = item.string(src, r#""route""#)?;
+        config.kv = Some(match text.split_once(':') {
+            None if text == "route" => KvName::Route,
+            Some(("shared", name))
+                if !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) =>
+            {
+                KvName::Shared(name.to_string())
+            }
+            _ => {
+                return Err(item.fail(
+                    src,
+                    format!("not a store; {HINT} (a name of letters, digits, - _ .)"),
+                ))
+            }
+        });
+    }
+    Ok(())
+}
+
+/// An `allow_outbound` entry: `http://host[:port][/path]`. https is refused
+/// until the gateway has TLS.
+fn outbound_prefix(text: &str) -> Result<OutboundPrefix, &'static str> {
+    let (scheme, rest) = text.split_once("://").ok_or("no scheme")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => 80,
+        "https" => return Err("https is not supported yet: the gateway has no TLS client"),
+        _ => return Err("the scheme must be http"),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(at) => rest.split_at(at),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() || authority.contains(['@', '?', '#', ' ']) || path.contains(['?', '#'])
+    {
+        return Err("write scheme://host[:port][/path]");
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => (
+            host,
+            port.parse::<u16>()
+                .map_err(|_| "the port is not a number")?,
+        ),
+        _ => (authority, default_port),
+    };
+    if host.is_empty() {
+        return Err("no host");
+    }
+    Ok(OutboundPrefix {
+        scheme,
+        host: host.to_ascii_lowercase(),
+        port,
+        path: path.to_string(),
+    })
 }

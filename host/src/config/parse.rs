@@ -12,6 +12,7 @@ use serde::Deserialize;
 use toml::{Spanned, Value};
 
 use super::guest::{guest_config, refuse_guest_keys};
+use super::proxy::{proxy_config, refuse_proxy_keys};
 use super::toml_error::toml_error;
 use super::value::{Field, Item, Source};
 use super::*;
@@ -55,11 +56,15 @@ struct RawServer {
     compression: Field,
     compression_min: Field,
     compression_context: Field,
+    require_origin: Field,
+    trusted_proxies: Field,
     max_connections: Field,
     max_connections_per_ip: Field,
     cache_dir: Field,
+    state_dir: Field,
     reuse_port: Field,
     public_metrics: Field,
+    tls: Field,
 }
 
 #[derive(Deserialize)]
@@ -76,6 +81,7 @@ pub(super) struct RawRoute {
     pub(super) compression: Field,
     pub(super) compression_min: Field,
     pub(super) compression_context: Field,
+    pub(super) require_origin: Field,
     pub(super) isolation: Field,
     pub(super) memory: Field,
     pub(super) timeout: Field,
@@ -91,6 +97,14 @@ pub(super) struct RawRoute {
     pub(super) cpu_share: Field,
     pub(super) echo_self: Field,
     pub(super) slow_subscriber: Field,
+    pub(super) upstream: Field,
+    pub(super) connect_timeout: Field,
+    pub(super) forward_headers: Field,
+    pub(super) allow_outbound: Field,
+    pub(super) outbound_timeout: Field,
+    pub(super) outbound_max_concurrent: Field,
+    pub(super) outbound_max_response: Field,
+    pub(super) kv: Field,
 }
 
 /// Largest message the gateway will assemble.
@@ -309,8 +323,21 @@ fn server(
         }
         server.cache_dir = Some(origin_dir.join(dir));
     }
+    if let Some(item) = Item::of("state_dir", &raw.state_dir) {
+        let dir = item.string(src, r#""/var/lib/weir""#)?;
+        if dir.is_empty() {
+            return Err(item.fail(src, r#"empty; write a directory, e.g. "/var/lib/weir""#));
+        }
+        server.state_dir = Some(origin_dir.join(dir));
+    }
     if let Some(item) = Item::of("reuse_port", &raw.reuse_port) {
         server.reuse_port = item.flag(src)?;
+    }
+    if let Some(item) = Item::of("trusted_proxies", &raw.trusted_proxies) {
+        server.trusted_proxies = item.address_ranges(src)?;
+    }
+    if let Some(item) = Item::of("tls", &raw.tls) {
+        server.tls = Some(tls_files(src, &item, origin_dir)?);
     }
     server.limits = limits(
         src,
@@ -321,6 +348,7 @@ fn server(
             &raw.idle_timeout,
             &raw.subprotocols,
             &raw.origins,
+            &raw.require_origin,
             &raw.compression,
             &raw.compression_min,
             &raw.compression_context,
@@ -329,11 +357,38 @@ fn server(
     Ok(server)
 }
 
+/// `tls = { cert = "...", key = "..." }`: two PEM paths, relative to the
+/// routes file. The files are read by `Config::load`.
+fn tls_files(
+    src: &Source,
+    item: &Item,
+    origin_dir: &Path,
+) -> Result<crate::tls::TlsFiles, ConfigError> {
+    const EXAMPLE: &str =
+        r#"write e.g. tls = { cert = "certs/fullchain.pem", key = "certs/key.pem" }"#;
+    let Some(table) = item.value.as_table() else {
+        return Err(item.fail(src, format!("not a table; {EXAMPLE}")));
+    };
+    if let Some(other) = table.keys().find(|k| *k != "cert" && *k != "key") {
+        return Err(item.fail(src, format!("unknown key `{other}`; {EXAMPLE}")));
+    }
+    let path = |key: &str| match table.get(key) {
+        Some(toml::Value::String(p)) if !p.is_empty() => Ok(origin_dir.join(p)),
+        Some(_) => Err(item.fail(src, format!("`{key}` is not a file path; {EXAMPLE}"))),
+        None => Err(item.fail(src, format!("`{key}` is missing; {EXAMPLE}"))),
+    };
+    Ok(crate::tls::TlsFiles {
+        cert: path("cert")?,
+        key: path("key")?,
+        line: src.line(item.span.start),
+    })
+}
+
 /// `[server]`'s limits with the keys given here applied on top.
 fn limits(
     src: &Source,
     base: &Limits,
-    [max_message, outbound_budget, idle_timeout, subprotocols, origins, compression, compression_min, compression_context]: [&Field; 8],
+    [max_message, outbound_budget, idle_timeout, subprotocols, origins, require_origin, compression, compression_min, compression_context]: [&Field; 9],
 ) -> Result<Limits, ConfigError> {
     let mut limits = base.clone();
     if let Some(item) = Item::of("max_message", max_message) {
@@ -378,6 +433,9 @@ fn limits(
             }
         };
     }
+    if let Some(item) = Item::of("require_origin", require_origin) {
+        limits.require_origin = item.flag(src)?;
+    }
     Ok(limits)
 }
 
@@ -399,25 +457,30 @@ fn route(
         Item::of("guest", &raw.guest),
     ) {
         (Some(native), None) => {
-            let kind = match native.string(src, r#""echo", "relay" or "pubsub""#)? {
+            let kind = match native.string(src, r#""echo", "relay", "pubsub" or "proxy""#)? {
                 "echo" => NativeKind::Echo,
                 "relay" => NativeKind::Relay,
                 "pubsub" => NativeKind::PubSub(pubsub_config(src, raw)?),
+                "proxy" => NativeKind::Proxy(proxy_config(src, raw, &native, &path)?),
                 _ => {
                     return Err(native.fail(
                         src,
-                        r#"unknown native behaviour; write native = "echo", "relay" or "pubsub", or use guest = "file.wasm""#,
+                        r#"unknown native behaviour; write native = "echo", "relay", "pubsub" or "proxy", or use guest = "file.wasm""#,
                     ))
                 }
             };
             if !matches!(kind, NativeKind::PubSub(_)) {
                 refuse_pubsub_keys(src, raw, &native)?;
             }
+            if !matches!(kind, NativeKind::Proxy(_)) {
+                refuse_proxy_keys(src, raw, &native)?;
+            }
             refuse_guest_keys(src, raw, &native, matches!(kind, NativeKind::PubSub(_)))?;
             Behaviour::Native(kind)
         }
         (None, Some(guest)) => {
             refuse_pubsub_keys(src, raw, &guest)?;
+            refuse_proxy_keys(src, raw, &guest)?;
             Behaviour::Guest(guest_config(src, raw, &guest, origin_dir)?)
         }
         (Some(native), Some(_)) => {
@@ -446,6 +509,7 @@ fn route(
             &raw.idle_timeout,
             &raw.subprotocols,
             &raw.origins,
+            &raw.require_origin,
             &raw.compression,
             &raw.compression_min,
             &raw.compression_context,

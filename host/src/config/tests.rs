@@ -104,6 +104,7 @@ native = "relay"
             subprotocols: vec!["chat.v2".into(), "chat.v1".into()],
             origins: Vec::new(),
             compression: Default::default(),
+            require_origin: false,
         }
     );
 
@@ -134,6 +135,8 @@ native = "relay"
             env,
             log: GuestLog::default(),
             cpu_share: DEFAULT_GUEST_CPU_SHARE_PERCENT,
+            outbound: Box::default(),
+            kv: None,
         })
     );
     assert_eq!(chat.limits.idle_timeout, Duration::from_secs(30));
@@ -480,11 +483,11 @@ fn route_needs_exactly_one_behaviour() {
         &["either native or guest, not both"],
     );
     refused(
-        "[[route]]\npath = \"/x\"\nnative = \"proxy\"\n",
+        "[[route]]\npath = \"/x\"\nnative = \"proxi\"\n",
         3,
         &[
-            r#"native = "proxy": unknown native behaviour"#,
-            r#"native = "echo", "relay" or "pubsub""#,
+            r#"native = "proxi": unknown native behaviour"#,
+            r#"native = "echo", "relay", "pubsub" or "proxy""#,
         ],
     );
 }
@@ -711,7 +714,7 @@ fn readme_routes_example_parses() {
         .and_then(|rest| rest.split("```").next())
         .expect("README has a ```toml block");
     let config = parse(example);
-    assert_eq!(config.routes.len(), 5);
+    assert_eq!(config.routes.len(), 6);
     assert_eq!(config.server.limits, Limits::default());
     assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
     // The pubsub route shows its keys at their defaults.
@@ -720,8 +723,13 @@ fn readme_routes_example_parses() {
         Behaviour::Native(NativeKind::PubSub(PubSubConfig::default()))
     );
     assert!(matches!(config.cluster, Some(ClusterConfig::Redis(_))));
-    let Behaviour::Guest(chat) = &config.routes[3].behaviour else {
-        panic!("README's fourth route is a guest");
+    // The proxy route shows connect_timeout at its default.
+    let Behaviour::Native(NativeKind::Proxy(proxy)) = &config.routes[3].behaviour else {
+        panic!("README's fourth route is a proxy");
+    };
+    assert_eq!(proxy.connect_timeout, DEFAULT_PROXY_CONNECT_TIMEOUT);
+    let Behaviour::Guest(chat) = &config.routes[4].behaviour else {
+        panic!("README's fifth route is a guest");
     };
     // The README shows each guest key at its default.
     let mut defaults = GuestConfig::defaults(chat.wasm.clone());
@@ -742,6 +750,7 @@ fn examples_routes_file_parses() {
             "/echo",
             "/relay",
             "/topic/{topic}",
+            "/proxy/{room}",
             "/plain",
             "/json",
             "/binary",
@@ -756,10 +765,13 @@ fn examples_routes_file_parses() {
             "/py/plain",
             "/py/json",
             "/py/chat/{room}",
-            "/py/counter"
+            "/py/counter",
+            "/presence/{room}",
+            "/ticker",
+            "/remote-auth"
         ]
     );
-    let Behaviour::Guest(auth) = &config.routes[8].behaviour else {
+    let Behaviour::Guest(auth) = &config.routes[9].behaviour else {
         panic!("/auth is a guest route");
     };
     assert_eq!(auth.wasm, Path::new("examples/wasm/auth.wasm"));
@@ -872,6 +884,32 @@ fn origins() {
         &["not an origin"],
     );
     refused("[server]\norigins = \"*\"\n", 2, &["not a list"]);
+    let config = parse(&format!(
+        "[server]\nrequire_origin = true\ntrusted_proxies = [\"10.0.0.0/8\", \"::1\"]\n\
+         {ECHO}origins = [\"https://*.example.com\", \"null\"]\nrequire_origin = false\n"
+    ));
+    assert!(config.server.limits.require_origin);
+    assert!(!config.routes[0].limits.require_origin);
+    assert_eq!(config.server.trusted_proxies.len(), 2);
+    assert_eq!(
+        config.routes[0].limits.origins,
+        vec!["https://*.example.com", "null"]
+    );
+    refused(
+        &format!("{ECHO}origins = [\"https://a.*.example.com\"]\n"),
+        4,
+        &["wildcard may only be the first label"],
+    );
+    refused(
+        &format!("{ECHO}origins = [\"https://*.com\"]\n"),
+        4,
+        &["subdomains of a domain with a dot"],
+    );
+    refused(
+        "[server]\ntrusted_proxies = [\"10.0.0.0/40\"]\n",
+        2,
+        &["not an IP address or range"],
+    );
 }
 
 const PUBSUB: &str = "[[route]]\npath = \"/topic/{topic}\"\nnative = \"pubsub\"\n";
@@ -1095,4 +1133,200 @@ compression_context = "none"
         let text = format!("[[route]]\npath = \"/x\"\nnative = \"echo\"\n{bad}\n");
         refused(&text, line, &[needle]);
     }
+}
+
+fn proxy_route(extra: &str) -> String {
+    format!("[[route]]\npath = \"/rooms/{{room}}\"\nnative = \"proxy\"\n{extra}\n")
+}
+
+/// A proxy route: its upstream split into host, port and path template,
+/// the defaults, and `forward_headers` lower-cased.
+#[test]
+fn proxy_routes() {
+    let config = parse(&proxy_route(
+        "upstream = \"ws://127.0.0.1:9100/rooms/{room}\"\nconnect_timeout = \"250ms\"\n\
+         forward_headers = [\"Cookie\", \"authorization\"]",
+    ));
+    let Behaviour::Native(NativeKind::Proxy(proxy)) = &config.routes[0].behaviour else {
+        panic!("a proxy route");
+    };
+    assert_eq!((proxy.host.as_str(), proxy.port), ("127.0.0.1", 9100));
+    assert_eq!(proxy.authority, "127.0.0.1:9100");
+    assert_eq!(proxy.path, "/rooms/{room}");
+    assert_eq!(proxy.connect_timeout, Duration::from_millis(250));
+    assert_eq!(proxy.forward_headers, ["cookie", "authorization"]);
+    let config = parse(&proxy_route("upstream = \"ws://backend\""));
+    let Behaviour::Native(NativeKind::Proxy(proxy)) = &config.routes[0].behaviour else {
+        panic!("a proxy route");
+    };
+    assert_eq!((proxy.port, proxy.path.as_str()), (80, "/"));
+    assert_eq!(proxy.connect_timeout, DEFAULT_PROXY_CONNECT_TIMEOUT);
+}
+
+/// Every proxy mistake names its line and what to write.
+#[test]
+fn proxy_mistakes() {
+    refused(
+        &proxy_route(""),
+        3,
+        &["needs its upstream", "upstream = \"ws://"],
+    );
+    refused(
+        &proxy_route("upstream = \"wss://h/\""),
+        4,
+        &["wss:// upstreams are not supported yet"],
+    );
+    refused(&proxy_route("upstream = \"http://h/\""), 4, &["ws:// URL"]);
+    refused(
+        &proxy_route("upstream = \"ws://h:99999/\""),
+        4,
+        &["host:port"],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/{user}\""),
+        4,
+        &["{user} is not a parameter", "{room}"],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/\"\nconnect_timeout = 5"),
+        5,
+        &["needs a unit", "\"5s\""],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/\"\nforward_headers = [\"x-forwarded-for\"]"),
+        5,
+        &["written by weir itself"],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/\"\nforward_headers = [\"bad header\"]"),
+        5,
+        &["not a header name"],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/\"\nsubprotocols = [\"a\"]"),
+        5,
+        &["the upstream chose; remove subprotocols"],
+    );
+    refused(
+        &format!("{ECHO}upstream = \"ws://h/\"\n"),
+        4,
+        &["upstream only applies to proxy routes"],
+    );
+    refused(
+        &proxy_route("upstream = \"ws://h/\"\nmemory = \"1MiB\""),
+        5,
+        &["memory only applies to guest routes"],
+    );
+}
+
+#[test]
+fn guest_io_policy_reads_and_defaults_to_deny() {
+    let text = guest_route(
+        "allow_outbound = [\"http://127.0.0.1:8080\", \"HTTP://Api.Internal/v1/\"]\n\
+         outbound_timeout = \"2s\"\noutbound_max_concurrent = 8\n\
+         outbound_max_response = \"64KiB\"\nkv = \"shared:rooms\"",
+    );
+    let config = Config::parse(&text, Path::new("/etc/weir")).unwrap();
+    let Behaviour::Guest(g) = &config.routes[0].behaviour else {
+        panic!("a guest route")
+    };
+    let prefix = |host: &str, port, path: &str| OutboundPrefix {
+        scheme: "http".into(),
+        host: host.into(),
+        port,
+        path: path.into(),
+    };
+    assert_eq!(
+        *g.outbound,
+        OutboundPolicy {
+            allow: vec![
+                prefix("127.0.0.1", 8080, "/"),
+                prefix("api.internal", 80, "/v1/")
+            ],
+            timeout: Duration::from_secs(2),
+            max_concurrent: 8,
+            max_response: 64 << 10,
+        }
+    );
+    assert_eq!(g.kv, Some(KvName::Shared("rooms".into())));
+    let plain = Config::parse(&guest_route("kv = \"route\""), Path::new("/etc/weir")).unwrap();
+    let Behaviour::Guest(g) = &plain.routes[0].behaviour else {
+        panic!("a guest route")
+    };
+    assert!(g.outbound.allow.is_empty(), "deny by default");
+    assert_eq!(g.kv, Some(KvName::Route));
+}
+
+#[test]
+fn guest_io_policy_errors_name_their_line() {
+    refused(
+        &guest_route("allow_outbound = [\"https://auth.example.com\"]"),
+        4,
+        &["allow_outbound", "https is not supported yet"],
+    );
+    refused(
+        &guest_route("allow_outbound = [\"127.0.0.1:8080\"]"),
+        4,
+        &["not a URL prefix", "no scheme"],
+    );
+    refused(
+        &guest_route("allow_outbound = \"http://a\""),
+        4,
+        &["not a list of URL prefixes"],
+    );
+    refused(
+        &guest_route("allow_outbound = [\"http://a:port/\"]"),
+        4,
+        &["the port is not a number"],
+    );
+    refused(
+        &guest_route("outbound_max_concurrent = 0"),
+        4,
+        &["outbound_max_concurrent"],
+    );
+    refused(
+        &guest_route("kv = \"everywhere\""),
+        4,
+        &["\"route\"", "shared:NAME"],
+    );
+    refused(&guest_route("kv = \"shared:a/b\""), 4, &["not a store"]);
+    refused(
+        &format!("{ECHO}kv = \"route\"\n"),
+        4,
+        &["kv only applies to guest routes"],
+    );
+}
+
+/// `[server] tls`: two PEM paths, relative to the routes file; anything
+/// else is refused on its line with an example.
+#[test]
+fn tls_takes_a_cert_and_a_key_relative_to_the_file() {
+    let config = parse(&format!(
+        "[server]\ntls = {{ cert = \"certs/full.pem\", key = \"/abs/key.pem\" }}\n{ECHO}"
+    ));
+    let tls = config.server.tls.expect("tls set");
+    assert_eq!(tls.cert, Path::new("/etc/weir/certs/full.pem"));
+    assert_eq!(tls.key, Path::new("/abs/key.pem"));
+    assert_eq!(tls.line, 2);
+    assert!(parse(ECHO).server.tls.is_none());
+    refused(
+        &format!("[server]\nlisten = \"127.0.0.1:1\"\ntls = \"cert.pem\"\n{ECHO}"),
+        3,
+        &["not a table", "tls = { cert = "],
+    );
+    refused(
+        &format!("[server]\ntls = {{ cert = \"c.pem\" }}\n{ECHO}"),
+        2,
+        &["`key` is missing"],
+    );
+    refused(
+        &format!("[server]\ntls = {{ cert = \"c.pem\", key = \"k.pem\", ca = \"x\" }}\n{ECHO}"),
+        2,
+        &["unknown key `ca`"],
+    );
+    refused(
+        &format!("[server]\ntls = {{ cert = 1, key = \"k.pem\" }}\n{ECHO}"),
+        2,
+        &["`cert` is not a file path"],
+    );
 }

@@ -20,11 +20,15 @@ pub(super) const SERVER_KEYS: &[&str] = &[
     "compression",
     "compression_min",
     "compression_context",
+    "require_origin",
+    "trusted_proxies",
     "max_connections",
     "max_connections_per_ip",
     "cache_dir",
+    "state_dir",
     "reuse_port",
     "public_metrics",
+    "tls",
 ];
 
 /// Keys of a `[[route]]`, in the order the messages list them.
@@ -42,6 +46,7 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "compression",
     "compression_min",
     "compression_context",
+    "require_origin",
     "isolation",
     "memory",
     "timeout",
@@ -57,6 +62,14 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "cpu_share",
     "echo_self",
     "slow_subscriber",
+    "upstream",
+    "connect_timeout",
+    "forward_headers",
+    "allow_outbound",
+    "outbound_timeout",
+    "outbound_max_concurrent",
+    "outbound_max_response",
+    "kv",
 ];
 
 /// Keys of `[cluster]`.
@@ -119,7 +132,8 @@ fn example(key: &str) -> String {
     let value = match key {
         "listen" => r#""127.0.0.1:9001""#,
         "workers" => "0",
-        "reuse_port" => "true",
+        "reuse_port" | "require_origin" => "true",
+        "trusted_proxies" => r#"["127.0.0.1", "10.0.0.0/8"]"#,
         "max_message" | "outbound_budget" | "memory" => r#""32MiB""#,
         "attachment_max" => r#""16KiB""#,
         "idle_timeout" | "handshake_timeout" | "drain_timeout" => r#""30s""#,

@@ -213,8 +213,7 @@ impl Item<'_> {
     /// Browser origins: each `"*"` or `scheme://host[:port]` (RFC 6454, as a
     /// browser sends it in `Origin`), compared case-insensitively.
     pub(super) fn origins(&self, src: &Source) -> Result<Vec<String>, ConfigError> {
-        const HINT: &str =
-            r#"write e.g. ["https://app.example.com", "http://localhost:8080"], or ["*"] for any"#;
+        const HINT: &str = r#"write e.g. ["https://app.example.com", "https://*.example.com", "http://localhost:8080"], ["null"], or ["*"] for any"#;
         let Value::Array(items) = self.value else {
             return Err(self.fail(src, format!("not a list of origins; {HINT}")));
         };
@@ -223,21 +222,32 @@ impl Item<'_> {
             let Value::String(origin) = item else {
                 return Err(self.fail(src, format!("{item} is not a string; {HINT}")));
             };
-            let valid = origin == "*"
-                || ["http://", "https://"].iter().any(|scheme| {
-                    origin.strip_prefix(scheme).is_some_and(|host| {
-                        !host.is_empty() && !host.contains(['/', '?', '#', ' '])
-                    })
-                });
-            if !valid {
-                return Err(self.fail(
-                    src,
-                    format!("{item} is not an origin (scheme://host[:port], no path); {HINT}"),
-                ));
+            if let Err(why) = crate::origin::Rule::parse(&origin.to_ascii_lowercase()) {
+                return Err(self.fail(src, format!("{item}: {why}; {HINT}")));
             }
             origins.push(origin.to_ascii_lowercase());
         }
         Ok(origins)
+    }
+
+    /// `trusted_proxies`: addresses or CIDR ranges.
+    pub(super) fn address_ranges(
+        &self,
+        src: &Source,
+    ) -> Result<Vec<crate::origin::Cidr>, ConfigError> {
+        const HINT: &str = r#"write e.g. ["127.0.0.1", "10.0.0.0/8", "::1"]"#;
+        let Value::Array(items) = self.value else {
+            return Err(self.fail(src, format!("not a list of addresses; {HINT}")));
+        };
+        items
+            .iter()
+            .map(|item| match item {
+                Value::String(text) => crate::origin::Cidr::parse(text).ok_or_else(|| {
+                    self.fail(src, format!("{item} is not an IP address or range; {HINT}"))
+                }),
+                _ => Err(self.fail(src, format!("{item} is not a string; {HINT}"))),
+            })
+            .collect()
     }
 }
 

@@ -23,13 +23,29 @@ pub(crate) mod bindings {
     });
 }
 
-use bindings::weir::gateway::types::{self as wit, Batch as RawBatch, Commands as RawCommands};
+/// The bindings of weir:gateway 0.3.0 (wit/0.3.0), whose components the
+/// host still runs: the same batch shape, no I/O, no deferred upgrade.
+pub(crate) mod bindings_v3 {
+    wasmtime::component::bindgen!({
+        path: "../wit/0.3.0",
+        world: "gateway-handler",
+        additional_derives: [PartialEq, Eq],
+    });
+}
 
-pub use bindings::weir::gateway::types::{Accept, UpgradeRequest, UpgradeResponse};
+use bindings::weir::gateway::types::{self as wit, Batch as RawBatch, Commands as RawCommands};
+use bindings_v3::weir::gateway::types as wit_v3;
+
+pub use bindings::weir::gateway::types::{
+    Accept, DeferredUpgrade, HttpOutcome, HttpRequest as UpgradeHttpRequest, HttpResponse,
+    UpgradeRequest, UpgradeResponse,
+};
 
 /// The WIT package this host implements (wit/weir.wit); named in the error
 /// for a component built against another version.
-pub const WIT_PACKAGE: &str = "weir:gateway@0.3.0";
+pub const WIT_PACKAGE: &str = "weir:gateway@0.4.0";
+/// The earlier version it still runs (wit/0.3.0/weir.wit).
+pub const WIT_PACKAGE_V3: &str = "weir:gateway@0.3.0";
 pub use weir_abi::{Command, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
 
 /// Largest answer (command headers plus bytes) accepted from one guest call.
@@ -55,7 +71,40 @@ const _: () = {
     assert!(K::Subscribe as u8 == W::Subscribe as u8);
     assert!(K::Unsubscribe as u8 == W::Unsubscribe as u8);
     assert!(K::SetAttachment as u8 == W::SetAttachment as u8);
+    assert!(K::HttpRequest as u8 == W::HttpRequest as u8);
+    assert!(K::SetTimer as u8 == W::SetTimer as u8);
+    assert!(K::CancelTimer as u8 == W::CancelTimer as u8);
+    assert!(K::KvSet as u8 == W::KvSet as u8);
+    assert!(K::KvDelete as u8 == W::KvDelete as u8);
+    assert!(EventKind::HttpResponse as u8 == E::HttpResponse as u8);
+    assert!(EventKind::HttpError as u8 == E::HttpError as u8);
+    assert!(EventKind::Timer as u8 == E::Timer as u8);
+    // 0.3.0 numbers its kinds the same; it just has fewer.
+    assert!(K::SetAttachment as u8 == wit_v3::CommandKind::SetAttachment as u8);
+    assert!(EventKind::Close as u8 == wit_v3::EventKind::Close as u8);
 };
+
+/// A 0.3.0 upgrade request, from the 0.4.0 one (the same fields).
+pub(crate) fn upgrade_request_v3(req: &UpgradeRequest) -> wit_v3::UpgradeRequest {
+    wit_v3::UpgradeRequest {
+        path: req.path.clone(),
+        query: req.query.clone(),
+        headers: req.headers.clone(),
+        remote_addr: req.remote_addr.clone(),
+        params: req.params.clone(),
+    }
+}
+
+/// A 0.3.0 guest's upgrade answer as 0.4.0 spells it.
+pub(crate) fn upgrade_response_from_v3(r: wit_v3::UpgradeResponse) -> UpgradeResponse {
+    match r {
+        wit_v3::UpgradeResponse::Accept(a) => UpgradeResponse::Accept(Accept {
+            protocol: a.protocol,
+            attachment: a.attachment,
+        }),
+        wit_v3::UpgradeResponse::Reject(status) => UpgradeResponse::Reject(status),
+    }
+}
 
 /// One batch of events for one route, built by the reactor and passed to
 /// [`Runner::handle`](super::Runner::handle). `clear` keeps the allocations,
@@ -161,6 +210,40 @@ impl Batch {
         self.push(conn, EventKind::Close, code, reason.as_bytes());
     }
 
+    /// An answer of the route's I/O (0.4.0 guests only).
+    pub fn push_io(&mut self, event: &super::io::IoEvent) {
+        use super::io::IoEvent;
+        let mut bytes = Vec::new();
+        match event {
+            IoEvent::Response {
+                conn,
+                tag,
+                status,
+                head,
+                body,
+            } => {
+                bytes.extend_from_slice(&tag.to_le_bytes());
+                bytes.extend_from_slice(&(head.len() as u32).to_le_bytes());
+                bytes.extend_from_slice(head.as_bytes());
+                bytes.extend_from_slice(body);
+                self.push(*conn, EventKind::HttpResponse, *status, &bytes);
+            }
+            IoEvent::Error {
+                conn,
+                tag,
+                reason,
+                message,
+            } => {
+                bytes.extend_from_slice(&tag.to_le_bytes());
+                bytes.extend_from_slice(message.as_bytes());
+                self.push(*conn, EventKind::HttpError, *reason as u16, &bytes);
+            }
+            IoEvent::Timer { conn, tag } => {
+                self.push(*conn, EventKind::Timer, 0, &tag.to_le_bytes());
+            }
+        }
+    }
+
     /// Forget the events, keep the buffers.
     pub fn clear(&mut self) {
         self.raw.events.clear();
@@ -208,6 +291,36 @@ impl Commands {
     /// [`MAX_OUTPUT_BYTES`] or breaks the ABI (weir-abi's rules), keep its
     /// buffers otherwise.
     pub(crate) fn parse(raw: RawCommands) -> Result<Self, Fault> {
+        let bytes = raw.data.len().saturating_add(raw.commands.len());
+        if bytes > MAX_OUTPUT_BYTES {
+            return Err(Fault::OutputTooLarge {
+                bytes,
+                cap: MAX_OUTPUT_BYTES,
+            });
+        }
+        let buf = CommandBuf::parse(raw.commands, raw.data)?;
+        Ok(Commands { buf })
+    }
+
+    /// A 0.3.0 guest's answer: as [`Commands::parse`], and the kinds 0.4.0
+    /// added are unknown to it.
+    pub(crate) fn parse_v3(raw: wit_v3::Commands) -> Result<Self, Fault> {
+        let (headers, _) = raw.commands.as_chunks::<COMMAND_HEADER_BYTES>();
+        if let Some((index, kind)) = headers
+            .iter()
+            .map(|h| h[8])
+            .enumerate()
+            .find(|&(_, kind)| kind > weir_abi::LAST_V3_COMMAND_KIND)
+        {
+            return Err(Fault::InvalidOutput(weir_abi::AbiError::UnknownKind {
+                index,
+                kind,
+            }));
+        }
+        let raw = RawCommands {
+            commands: raw.commands,
+            data: raw.data,
+        };
         let bytes = raw.data.len().saturating_add(raw.commands.len());
         if bytes > MAX_OUTPUT_BYTES {
             return Err(Fault::OutputTooLarge {

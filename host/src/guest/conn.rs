@@ -2,9 +2,10 @@
 //! guest's hook) and the [`Behaviour`] that turns pieces into messages for
 //! the route's batches on this worker ([`GuestSlot`]).
 
-use super::abi::Accept;
+use super::abi::{Accept, DeferredUpgrade, HttpOutcome, HttpResponse};
 use super::slot::GuestSlot;
-use super::{UpgradeRequest, UpgradeResponse};
+use super::thread::UpgradeCall;
+use super::{Fault, UpgradeRequest, UpgradeResponse};
 use crate::reactor::behaviour::{Behaviour, LocalFuture, Stop};
 use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
@@ -15,6 +16,7 @@ use crate::ws::frame::OpCode;
 use http::StatusCode;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::warn;
 
 impl WorkerRoute for GuestSlot {
@@ -45,6 +47,7 @@ impl WorkerRoute for GuestSlot {
         let mut info = Vec::with_capacity(16 + target.len());
         weir_abi::encode_conn_info(&mut info, target, up.params.iter().copied(), &[]);
         let peer = up.peer.ip();
+        let up_timeout = up.handshake_timeout;
         Box::pin(async move {
             if let Some(left) = self.route.backoff_left(peer) {
                 return Err(Refusal {
@@ -53,7 +56,13 @@ impl WorkerRoute for GuestSlot {
                     retry_after: Some(left.as_secs().max(1)),
                 });
             }
-            let protocol = match self.run_upgrade_hook(req).await {
+            let answer = match self.run_upgrade_hook(req.clone()).await {
+                Ok(UpgradeResponse::Defer(deferred)) => {
+                    self.resume_deferred(deferred, req, up_timeout).await
+                }
+                other => other,
+            };
+            let protocol = match answer {
                 Ok(UpgradeResponse::Accept(Accept {
                     protocol,
                     attachment,
@@ -65,6 +74,13 @@ impl WorkerRoute for GuestSlot {
                     return Err(Refusal {
                         status: StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN),
                         body: "upgrade refused by the route's handler\n",
+                        retry_after: None,
+                    })
+                }
+                Ok(UpgradeResponse::Defer(_)) => {
+                    return Err(Refusal {
+                        status: StatusCode::GATEWAY_TIMEOUT,
+                        body: "the route's handler did not decide within the handshake timeout\n",
                         retry_after: None,
                     })
                 }
@@ -90,6 +106,61 @@ impl WorkerRoute for GuestSlot {
                 behaviour: Box::new(conn),
             })
         })
+    }
+}
+
+impl GuestSlot {
+    /// A deferred upgrade: send the guest's request, then let it decide
+    /// (`resume-upgrade`) with the outcome, all within `limit` (the
+    /// handshake timeout); past it the answer is a 504.
+    async fn resume_deferred(
+        &self,
+        deferred: DeferredUpgrade,
+        req: UpgradeRequest,
+        limit: Duration,
+    ) -> Result<UpgradeResponse, Fault> {
+        let program = self.route.program();
+        let DeferredUpgrade { tag, request } = deferred;
+        let mut head = format!("{} {}", request.method, request.url);
+        for (name, value) in &request.headers {
+            head.push('\n');
+            head.push_str(name);
+            head.push_str(": ");
+            head.push_str(value);
+        }
+        let pending = self
+            .route
+            .io
+            .fetch(&head, &request.body, &program.config().outbound);
+        let decide = async {
+            let outcome = match pending.await {
+                Ok(Ok((status, head, body))) => HttpOutcome::Response(HttpResponse {
+                    status,
+                    headers: weir_abi::io::HeaderLines::new(&head)
+                        .map(|(n, v)| (n.to_string(), v.to_string()))
+                        .collect(),
+                    body: body.to_vec(),
+                }),
+                Ok(Err((reason, message))) => HttpOutcome::Error((reason as u16, message)),
+                Err(_) => HttpOutcome::Error((
+                    weir_abi::HttpErrorReason::Connect as u16,
+                    "the gateway's I/O thread stopped".into(),
+                )),
+            };
+            self.run_upgrade_call(UpgradeCall::Resume { tag, req, outcome })
+                .await
+        };
+        match tokio::time::timeout(limit, decide).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                warn!(
+                    route = &*self.route.path,
+                    ?limit,
+                    "deferred upgrade not decided within the handshake timeout; 504"
+                );
+                Ok(UpgradeResponse::Reject(504))
+            }
+        }
     }
 }
 

@@ -62,7 +62,11 @@ impl GuestEngine {
         // the context behind them (host.rs) grants no files and no sockets.
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
+        // Both worlds' imports: 0.4.0, and 0.3.0 for components built
+        // against it (different package versions, so no name clashes).
         GatewayHandler::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
+        super::abi::bindings_v3::GatewayHandler::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
         let cache = cache_dir
             .or_else(default_cache_dir)

@@ -16,7 +16,9 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::abi::bindings::weir::gateway::{host, types};
+use super::abi::bindings::weir::gateway::{host, kv, types};
+use super::abi::bindings_v3::weir::gateway as v3;
+use super::kv::KvStore;
 use super::log::{RouteLog, MAX_LOG_LINE_BYTES};
 use super::ConnectionId;
 use crate::config::LogLevel;
@@ -36,6 +38,8 @@ pub(crate) struct StoreState {
     /// call so the `connection` import can read them (a cheap swap, not a
     /// copy).
     pub(crate) conns: HashMap<ConnectionId, ConnRecord>,
+    /// The route's key-value store, for the `kv.get` import (0.4.0).
+    pub(crate) kv: Option<Arc<KvStore>>,
 }
 
 impl StoreState {
@@ -56,6 +60,7 @@ impl StoreState {
             memory_limit,
             memory_refused: false,
             conns: HashMap::new(),
+            kv: None,
         }
     }
 }
@@ -148,6 +153,33 @@ impl host::Host for StoreState {
 
     fn connection(&mut self, conn: ConnectionId) -> Option<Vec<u8>> {
         self.conns.get(&conn).map(|record| record.bytes.clone())
+    }
+}
+
+impl kv::Host for StoreState {
+    fn get(&mut self, key: Vec<u8>) -> Option<Vec<u8>> {
+        self.kv.as_ref()?.get(&key)
+    }
+}
+
+// weir:gateway 0.3.0: the same imports, for components built against it.
+impl v3::types::Host for StoreState {}
+
+impl v3::host::Host for StoreState {
+    fn log(&mut self, level: v3::host::Level, msg: String) {
+        use v3::host::Level as L;
+        let level = match level {
+            L::Error => host::Level::Error,
+            L::Warn => host::Level::Warn,
+            L::Info => host::Level::Info,
+            L::Debug => host::Level::Debug,
+            L::Trace => host::Level::Trace,
+        };
+        host::Host::log(self, level, msg)
+    }
+
+    fn connection(&mut self, conn: ConnectionId) -> Option<Vec<u8>> {
+        host::Host::connection(self, conn)
     }
 }
 

@@ -1,7 +1,9 @@
 //! WebAssembly guest routes: the wasmtime engine and its component cache
 //! ([`engine`], [`cache`]), one loaded component per route ([`program`]), the
-//! per-worker instance that runs batches with limits ([`runner`]), and the
-//! batch / command encoding of the `weir:gateway` ABI ([`abi`]).
+//! per-worker instance that runs batches with limits ([`runner`]), the
+//! batch / command encoding of the `weir:gateway` ABI ([`abi`]), and the
+//! I/O 0.4.0 guests ask for by command ([`io`]: outbound HTTP, timers;
+//! [`kv`]: key-value stores).
 //!
 //! How the reactor uses it: one [`GuestEngine`] per process; one [`Program`]
 //! per guest route, shared by all workers; one [`Runner`] per (worker thread,
@@ -31,6 +33,8 @@ pub mod deploy;
 pub mod engine;
 pub mod error;
 mod host;
+pub mod io;
+pub mod kv;
 pub mod log;
 pub mod program;
 pub mod route;

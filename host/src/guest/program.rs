@@ -13,7 +13,8 @@ use wasmtime::component::types::ComponentItem;
 use wasmtime::component::Component;
 use wasmtime::Store;
 
-use super::abi::bindings::{GatewayHandler, GatewayHandlerPre};
+use super::abi::bindings::GatewayHandlerPre;
+use super::abi::bindings_v3::GatewayHandlerPre as GatewayHandlerPreV3;
 use super::engine::{GuestEngine, POOL_COMPONENT_INSTANCES, POOL_MAX_MEMORY_BYTES};
 use super::error::GuestError;
 use super::host::StoreState;
@@ -26,7 +27,7 @@ const MIN_MEMORY_BYTES: usize = 64 << 10;
 /// A guest route ready to instantiate. `Send + Sync`; share it with `Arc`.
 pub struct Program {
     pub(crate) engine: Arc<GuestEngine>,
-    pub(crate) pre: GatewayHandlerPre<StoreState>,
+    pub(crate) pre: Pre,
     /// The route path, for logs.
     pub(crate) route: Arc<str>,
     /// What the route's guests may write to the gateway log, shared by all
@@ -97,12 +98,21 @@ impl Program {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| abi_error(format!("{e:#}")))?;
-        let pre = GatewayHandlerPre::new(instance_pre).map_err(|e| {
-            abi_error(format!(
-                "{e:#}; the component exports {}",
-                exports_of(engine, &component)
-            ))
-        })?;
+        let pre = match GatewayHandlerPre::new(instance_pre.clone()) {
+            Ok(pre) => Pre::V4(pre),
+            Err(e) => match GatewayHandlerPreV3::new(instance_pre) {
+                Ok(pre) => Pre::V3(pre),
+                Err(_) => {
+                    return Err(abi_error(format!(
+                        "{e:#}; the component exports {} (this gateway runs components \
+                         built for {} or {})",
+                        exports_of(engine, &component),
+                        super::abi::WIT_PACKAGE,
+                        super::abi::WIT_PACKAGE_V3
+                    )))
+                }
+            },
+        };
 
         let program = Arc::new(Program {
             engine: engine.clone(),
@@ -122,7 +132,7 @@ impl Program {
             stats: Default::default(),
         });
         let mut store = program.new_store();
-        program.pre.instantiate(&mut store).map_err(|e| {
+        program.instantiate(&mut store).map_err(|e| {
             let detail = if store.data().memory_refused {
                 format!(
                     "the component needs more than the route's memory limit of {} bytes to start",
@@ -184,11 +194,24 @@ impl Program {
     }
 
     /// Instantiate in `store` (whose deadline is already set).
-    pub(crate) fn instantiate(
-        &self,
-        store: &mut Store<StoreState>,
-    ) -> wasmtime::Result<GatewayHandler> {
-        self.pre.instantiate(store)
+    pub(crate) fn instantiate(&self, store: &mut Store<StoreState>) -> wasmtime::Result<Handler> {
+        Ok(match &self.pre {
+            Pre::V4(pre) => Handler::V4(pre.instantiate(store)?),
+            Pre::V3(pre) => Handler::V3(pre.instantiate(store)?),
+        })
+    }
+
+    /// Whether the component was built for weir:gateway 0.3.0 (no I/O).
+    pub fn is_v3(&self) -> bool {
+        matches!(self.pre, Pre::V3(_))
+    }
+
+    /// The world version the component was built for.
+    pub fn abi_version(&self) -> &'static str {
+        match self.pre {
+            Pre::V4(_) => super::abi::WIT_PACKAGE,
+            Pre::V3(_) => super::abi::WIT_PACKAGE_V3,
+        }
     }
 
     /// Take one of the route's instance slots, if any is free.
@@ -212,6 +235,20 @@ impl Program {
     pub(crate) fn timeout(&self) -> Duration {
         self.cfg.timeout
     }
+}
+
+/// A component linked for the world version it was built for.
+pub(crate) enum Pre {
+    /// weir:gateway 0.4.0 (I/O, deferred upgrade).
+    V4(GatewayHandlerPre<StoreState>),
+    /// weir:gateway 0.3.0: runs as before; gets no I/O events.
+    V3(GatewayHandlerPreV3<StoreState>),
+}
+
+/// A live instance's exports, for the version it was built for.
+pub(crate) enum Handler {
+    V4(super::abi::bindings::GatewayHandler),
+    V3(super::abi::bindings_v3::GatewayHandler),
 }
 
 /// One of a route's `instances` slots; given back on drop.

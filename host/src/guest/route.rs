@@ -6,11 +6,13 @@
 //! worker's guest thread (`thread`).
 
 use super::deploy::Versions;
+use super::io::RouteIo;
+use super::kv::KvStore;
 use super::slot::GuestSlot;
 use super::{Batch, Command, Commands, Fault, Program, Runner};
 use crate::pubsub::Topics;
 use crate::reactor::outbound::Outbound;
-use crate::registry::{worker_of, Registry};
+use crate::registry::Registry;
 use crate::routes::{RouteKind, WorkerRoute, WorkerSetup};
 use crate::stats::{self, GuestCounters};
 use crate::ws::encode::{self, message_opcode};
@@ -58,6 +60,10 @@ pub struct GuestRoute {
     /// Each worker's scheduler signal, once the route has a slot there: a
     /// removal wakes them so each closes its connections of the route.
     wakers: Mutex<Vec<Arc<Notify>>>,
+    /// The route's outbound HTTP and timers (0.4.0 guests).
+    pub(crate) io: Arc<RouteIo>,
+    /// The route's key-value store (`kv`), if it has one.
+    pub(crate) kv: Option<Arc<KvStore>>,
 }
 
 /// One client address's recent deadline trips.
@@ -76,6 +82,8 @@ impl GuestRoute {
     ) -> GuestRoute {
         GuestRoute {
             index,
+            io: RouteIo::new(program.route.clone()),
+            kv: None,
             path: program.route.clone(),
             versions: Versions::new(program),
             topics,
@@ -86,6 +94,17 @@ impl GuestRoute {
             retired: AtomicBool::new(false),
             wakers: Mutex::default(),
         }
+    }
+
+    /// The route with key-value store `kv`.
+    pub fn with_kv(mut self, kv: Option<Arc<KvStore>>) -> Self {
+        self.kv = kv;
+        self
+    }
+
+    /// The route's outbound HTTP and timers.
+    pub fn io(&self) -> &Arc<RouteIo> {
+        &self.io
     }
 
     /// The program serving now.
@@ -175,17 +194,15 @@ impl GuestRoute {
     /// One guest call, and what follows from its answer, on the serving
     /// version (a deploy takes effect here, between batches). Runs on the
     /// worker or its guest thread for the route.
-    pub(crate) fn run_batch(&self, runner: &mut Runner, batch: &Batch) {
+    pub(crate) fn run_batch(&self, runner: &mut Runner, batch: &mut Batch, worker: usize) {
         self.versions.refresh(runner);
         let result = runner.handle(batch);
-        // The batch's connections are all of one worker: its shard.
-        let worker = batch.connections().next().map_or(0, worker_of);
         let program = runner.program();
         program
             .stats
             .call(worker, batch.len(), runner.last_call().0.as_micros() as u64);
         match result {
-            Ok(commands) => self.apply(&commands, program.stats.shard(worker)),
+            Ok(commands) => self.apply(&commands, program.stats.shard(worker), worker, program),
             Err(fault) => {
                 program.stats.shard(worker).faults[stats::fault_cause(&fault)].add(1);
                 // The instance is gone; the connections whose events it was
@@ -238,7 +255,13 @@ impl GuestRoute {
     /// connection are written into one buffer and handed over once, straight
     /// into the socket when the connection is not writing itself (see
     /// `Outbound::send_direct`).
-    fn apply(&self, commands: &Commands, counters: &GuestCounters) {
+    fn apply(
+        &self,
+        commands: &Commands,
+        counters: &GuestCounters,
+        worker: usize,
+        program: &Program,
+    ) {
         let (mut messages, mut bytes) = (0, 0);
         let mut pending: Option<u64> = None;
         let mut frames = Vec::new();
@@ -297,6 +320,43 @@ impl GuestRoute {
                         self.topics.unsubscribe(topic, conn);
                     }
                 }
+                // I/O for a connection is only for one of the route's own
+                // that is still open; 0 is the route's own.
+                Command::HttpRequest {
+                    conn,
+                    tag,
+                    head,
+                    body,
+                } => {
+                    if conn == 0 || self.lookup(conn).is_some() {
+                        let policy = &program.config().outbound;
+                        self.io.http(worker, conn, tag, head, body, policy);
+                    }
+                }
+                Command::SetTimer {
+                    conn,
+                    tag,
+                    delay_ms,
+                } => {
+                    if conn == 0 || self.lookup(conn).is_some() {
+                        let delay = Duration::from_millis(delay_ms);
+                        self.io.set_timer(worker, conn, tag, delay);
+                    }
+                }
+                Command::CancelTimer { conn, tag } => self.io.cancel_timer(conn, tag),
+                Command::KvSet { key, value, ttl_ms } => match &self.kv {
+                    Some(kv) => {
+                        kv.set(key, value, ttl_ms);
+                    }
+                    None => warn!(route = &*self.path, "kv-set on a route without kv; ignored"),
+                },
+                Command::KvDelete { key } => match &self.kv {
+                    Some(kv) => kv.delete(key),
+                    None => warn!(
+                        route = &*self.path,
+                        "kv-delete on a route without kv; ignored"
+                    ),
+                },
             }
         }
         flush(&mut pending, &mut frames);

@@ -10,11 +10,15 @@ use std::sync::Arc;
 
 use wasmtime::{PoolConcurrencyLimitError, Store, Trap};
 
-use super::abi::bindings::GatewayHandler;
-use super::abi::{Accept, Batch, Commands, UpgradeRequest, UpgradeResponse};
+use super::abi::{
+    upgrade_request_v3, upgrade_response_from_v3, Accept, Batch, Commands, HttpOutcome,
+    UpgradeRequest, UpgradeResponse,
+};
 use super::engine::POOL_COMPONENT_INSTANCES;
 use super::error::Fault;
 use super::host::{ConnRecord, StoreState};
+use super::kv::KvStore;
+use super::program::Handler;
 use super::program::{InstancePermit, Program};
 use super::ConnectionId;
 use crate::config::Isolation;
@@ -22,7 +26,7 @@ use crate::config::Isolation;
 /// A live instance and what it has served.
 struct Live {
     store: Store<StoreState>,
-    handler: GatewayHandler,
+    handler: Handler,
     batches: u64,
     _permit: InstancePermit,
 }
@@ -49,6 +53,8 @@ pub struct Runner {
     /// The last call was its instance's first (which touches fresh memory,
     /// so it may take longer without the guest being slow).
     last_call_first: bool,
+    /// The route's key-value store, given to each instance's Store.
+    kv: Option<Arc<KvStore>>,
 }
 
 impl Runner {
@@ -63,7 +69,14 @@ impl Runner {
             faults: 0,
             last_call: std::time::Duration::ZERO,
             last_call_first: false,
+            kv: None,
         }
+    }
+
+    /// A runner whose instances read `kv` through the `kv.get` import.
+    pub fn with_kv(mut self, kv: Option<Arc<KvStore>>) -> Self {
+        self.kv = kv;
+        self
     }
 
     pub fn program(&self) -> &Arc<Program> {
@@ -104,10 +117,47 @@ impl Runner {
     /// offer (RFC 6455 §4.1 would make the client fail the connection) or
     /// with an attachment over `attachment_max` becomes a 500.
     pub fn upgrade(&mut self, req: &UpgradeRequest) -> Result<UpgradeResponse, Fault> {
-        let result =
-            self.call(|handler, store| handler.weir_gateway_handler().call_upgrade(store, req));
+        let result = self.call(|handler, store| match handler {
+            Handler::V4(h) => h.weir_gateway_handler().call_upgrade(store, req),
+            Handler::V3(h) => h
+                .weir_gateway_handler()
+                .call_upgrade(store, &upgrade_request_v3(req))
+                .map(upgrade_response_from_v3),
+        });
         let response = self.finish_call(result)?;
-        Ok(match response {
+        Ok(self.checked_upgrade(req, response))
+    }
+
+    /// A deferred upgrade's second half: the guest decides with the
+    /// outcome of its request (a second `defer` is refused with 500).
+    pub fn resume_upgrade(
+        &mut self,
+        tag: u64,
+        req: &UpgradeRequest,
+        outcome: &HttpOutcome,
+    ) -> Result<UpgradeResponse, Fault> {
+        let result = self.call(|handler, store| match handler {
+            Handler::V4(h) => h
+                .weir_gateway_handler()
+                .call_resume_upgrade(store, tag, req, outcome),
+            // A 0.3.0 guest cannot defer, so it is never resumed.
+            Handler::V3(_) => Ok(UpgradeResponse::Reject(500)),
+        });
+        let response = match self.finish_call(result)? {
+            UpgradeResponse::Defer(_) => {
+                tracing::warn!(route = %self.program.route,
+                    "guest deferred an upgrade again from resume-upgrade; refusing with 500");
+                UpgradeResponse::Reject(500)
+            }
+            other => other,
+        };
+        Ok(self.checked_upgrade(req, response))
+    }
+
+    /// The guest's answer, with the statuses and accepts the host does not
+    /// let through replaced.
+    fn checked_upgrade(&self, req: &UpgradeRequest, response: UpgradeResponse) -> UpgradeResponse {
+        match response {
             UpgradeResponse::Reject(status) if !(400..=599).contains(&status) => {
                 UpgradeResponse::Reject(403)
             }
@@ -128,7 +178,7 @@ impl Runner {
                 UpgradeResponse::Reject(500)
             }
             other => other,
-        })
+        }
     }
 
     /// How long the last guest call ran, instantiation not included, and
@@ -141,7 +191,7 @@ impl Runner {
     /// commands. Attachment commands are applied here and not returned.
     /// On a fault the instance is gone and the caller closes the batch's
     /// connections with [`Fault::close_code`].
-    pub fn handle(&mut self, batch: &Batch) -> Result<Commands, Fault> {
+    pub fn handle(&mut self, batch: &mut Batch) -> Result<Commands, Fault> {
         if batch.is_empty() {
             return Ok(Commands::empty());
         }
@@ -152,13 +202,26 @@ impl Runner {
                 }
             }
         }
-        let result = self.call(|handler, store| {
-            handler
+        let result = self.call(|handler, store| match handler {
+            Handler::V4(h) => h
                 .weir_gateway_handler()
                 .call_handle(store, &batch.raw)
+                .map(Commands::parse),
+            Handler::V3(h) => {
+                // The same two byte lists under 0.3.0's type: moved, not
+                // copied, and moved back after the call.
+                let raw = super::abi::bindings_v3::weir::gateway::types::Batch {
+                    events: std::mem::take(&mut batch.raw.events),
+                    data: std::mem::take(&mut batch.raw.data),
+                };
+                let answer = h.weir_gateway_handler().call_handle(&mut *store, &raw);
+                batch.raw.events = raw.events;
+                batch.raw.data = raw.data;
+                answer.map(Commands::parse_v3)
+            }
         });
-        let raw = self.finish_call(result)?;
-        let mut commands = match Commands::parse(raw) {
+        let parsed = self.finish_call(result)?;
+        let mut commands = match parsed {
             Ok(commands) => commands,
             Err(fault) => return Err(self.fault(fault)),
         };
@@ -200,7 +263,7 @@ impl Runner {
     /// attachments moved in.
     fn call<R>(
         &mut self,
-        f: impl FnOnce(&GatewayHandler, &mut Store<StoreState>) -> wasmtime::Result<R>,
+        f: impl FnOnce(&Handler, &mut Store<StoreState>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
         if self.live.is_none() {
             self.live = Some(self.start()?);
@@ -231,6 +294,7 @@ impl Runner {
                 self.program.max_instances(),
             )))?;
         let mut store = self.program.new_store();
+        store.data_mut().kv = self.kv.clone();
         match self.program.instantiate(&mut store) {
             Ok(handler) => Ok(Live {
                 store,

@@ -9,8 +9,9 @@
 //! [`OFFLOAD_FOR`], so a slow or hostile handler stalls the reactor at most
 //! once per period and never stalls another route.
 
+use super::io::Inbox;
 use super::route::GuestRoute;
-use super::thread::{GuestThread, Job, PendingUpgrade, SlotShared};
+use super::thread::{GuestThread, Job, PendingUpgrade, SlotShared, UpgradeCall};
 use super::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -140,14 +141,22 @@ pub struct GuestSlot {
     /// The route was removed and this worker's connections of it were
     /// asked to close.
     retired_closed: Cell<bool>,
+    /// Answers of the route's I/O for this worker (0.4.0 guests).
+    inbox: Arc<Inbox>,
+    /// The worker's index.
+    worker: usize,
 }
 
 impl GuestSlot {
     /// Creates the slot and registers it with the worker's scheduler.
     pub(crate) fn new(route: Arc<GuestRoute>, scheduler: &Rc<Scheduler>) -> Rc<GuestSlot> {
+        let inbox = Arc::new(Inbox::new(scheduler.work.clone()));
+        route.io.register(scheduler.worker, inbox.clone());
         let slot = Rc::new_cyclic(|me| GuestSlot {
             me: me.clone(),
-            runner: RefCell::new(Some(Runner::new(route.program()))),
+            inbox,
+            worker: scheduler.worker,
+            runner: RefCell::new(Some(Runner::new(route.program()).with_kv(route.kv.clone()))),
             offloaded_until: Cell::new(None),
             last_strike: Cell::new(None),
             batches: RefCell::new(VecDeque::new()),
@@ -201,6 +210,7 @@ impl GuestSlot {
             *self.runner.borrow_mut() = Some(runner);
             self.spare.borrow_mut().extend(batches);
         }
+        self.take_io();
         let offloaded = self
             .offloaded_until
             .get()
@@ -233,14 +243,37 @@ impl GuestSlot {
         }
     }
 
+    /// Queue the answers of the route's I/O that arrived for this worker
+    /// (those for a connection that has closed since are dropped).
+    fn take_io(&self) {
+        let events = self.inbox.take();
+        for event in &events {
+            let conn = event.conn();
+            if conn != 0
+                && self
+                    .route
+                    .registry
+                    .outbound(conn, self.route.index)
+                    .is_none()
+            {
+                continue;
+            }
+            let len = match event {
+                super::io::IoEvent::Response { head, body, .. } => head.len() + body.len(),
+                _ => 0,
+            };
+            self.batch_for(len).push_io(event);
+        }
+    }
+
     /// Runs what is pending on this thread, one batch per call; after a call
     /// that passed [`SLICE`], the rest goes to the guest thread.
     fn run_inline(&self, scheduler: &Scheduler) {
         let upgrades = std::mem::take(&mut *self.upgrades.borrow_mut());
-        for (req, reply) in upgrades {
+        for (call, reply) in upgrades {
             let (answer, took) = self.with_runner(|r| {
                 self.route.versions.refresh(r);
-                (r.upgrade(&req), r.last_call())
+                (call.run(r), r.last_call())
             });
             let _ = reply.send(answer);
             if self.passed_slice(took) {
@@ -252,7 +285,7 @@ impl GuestSlot {
             let Some(mut batch) = next else { break };
             if !batch.is_empty() {
                 let took = self.with_runner(|r| {
-                    self.route.run_batch(r, &batch);
+                    self.route.run_batch(r, &mut batch, self.worker);
                     r.last_call()
                 });
                 if self.passed_slice(took) {
@@ -350,6 +383,7 @@ impl GuestSlot {
             route: self.route.clone(),
             shared: self.shared.clone(),
             runner,
+            worker: self.worker,
             upgrades,
             batches,
             closed,
@@ -381,8 +415,17 @@ impl GuestSlot {
         &self,
         req: UpgradeRequest,
     ) -> Result<UpgradeResponse, Fault> {
+        self.run_upgrade_call(UpgradeCall::Hook(req)).await
+    }
+
+    /// One of the upgrade hooks (`upgrade`, `resume-upgrade`), answered
+    /// before the 101.
+    pub(super) async fn run_upgrade_call(
+        &self,
+        call: UpgradeCall,
+    ) -> Result<UpgradeResponse, Fault> {
         let (reply, answer) = oneshot::channel();
-        self.upgrades.borrow_mut().push((req, reply));
+        self.upgrades.borrow_mut().push((call, reply));
         self.wake();
         answer.await.unwrap_or(Err(Fault::Trap(
             "worker stopped before the upgrade ran".into(),

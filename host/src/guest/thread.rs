@@ -22,10 +22,29 @@ use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
 
 /// An upgrade request waiting for the guest's hook, and where the answer goes.
-pub(crate) type PendingUpgrade = (
-    UpgradeRequest,
-    oneshot::Sender<Result<UpgradeResponse, Fault>>,
-);
+pub(crate) type PendingUpgrade = (UpgradeCall, oneshot::Sender<Result<UpgradeResponse, Fault>>);
+
+/// A call of the upgrade hooks.
+pub(crate) enum UpgradeCall {
+    /// `upgrade`, before the 101.
+    Hook(UpgradeRequest),
+    /// `resume-upgrade`: a deferred upgrade's request has its outcome.
+    Resume {
+        tag: u64,
+        req: UpgradeRequest,
+        outcome: super::abi::HttpOutcome,
+    },
+}
+
+impl UpgradeCall {
+    /// Run this call on `runner`.
+    pub(crate) fn run(&self, runner: &mut Runner) -> Result<UpgradeResponse, Fault> {
+        match self {
+            UpgradeCall::Hook(req) => runner.upgrade(req),
+            UpgradeCall::Resume { tag, req, outcome } => runner.resume_upgrade(*tag, req, outcome),
+        }
+    }
+}
 
 /// What a worker-side slot and the guest thread share about one route.
 #[derive(Default)]
@@ -47,6 +66,8 @@ pub(crate) struct Job {
     pub route: Arc<GuestRoute>,
     pub shared: Arc<SlotShared>,
     pub runner: Runner,
+    /// The worker the slot belongs to (where the route's own I/O answers go).
+    pub worker: usize,
     pub upgrades: Vec<PendingUpgrade>,
     pub batches: Vec<Batch>,
     pub closed: Vec<u64>,
@@ -174,13 +195,13 @@ fn lower_priority() {
 
 /// Runs one job the way the worker runs a route inline (`slot`).
 fn run(mut job: Job) {
-    for (req, reply) in job.upgrades {
+    for (call, reply) in job.upgrades {
         job.route.versions.refresh(&mut job.runner);
-        let _ = reply.send(job.runner.upgrade(&req));
+        let _ = reply.send(call.run(&mut job.runner));
     }
     for batch in &mut job.batches {
         if !batch.is_empty() {
-            job.route.run_batch(&mut job.runner, batch);
+            job.route.run_batch(&mut job.runner, batch, job.worker);
         }
         batch.clear();
     }

@@ -24,6 +24,8 @@ pub struct Echo {
 }
 
 impl Behaviour for Echo {
+    const SENDS_EACH_MESSAGE_ON: bool = true;
+
     /// Adds the reply for `piece` to `out`, in place in `buf`.
     #[inline]
     fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, out: &mut Output) {

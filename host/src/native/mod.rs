@@ -7,6 +7,7 @@
 //! line in [`route_kind`]. The connection loop does not change.
 
 pub mod echo;
+pub mod proxy;
 pub mod pubsub;
 pub mod relay;
 
@@ -26,6 +27,7 @@ pub fn route_kind(kind: NativeKind, path: &str, topics: &Arc<Topics>) -> Arc<dyn
         NativeKind::PubSub(config) => Arc::new(pubsub::PubSubKind(Arc::new(
             pubsub::PubSubRoute::new(path, topics.clone(), config),
         ))),
+        NativeKind::Proxy(config) => Arc::new(proxy::ProxyRoute::new(config)),
     }
 }
 

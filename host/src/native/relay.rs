@@ -89,6 +89,7 @@ impl Relay {
 
 impl Behaviour for Relay {
     const DIRECT_WRITES: bool = true;
+    const SENDS_EACH_MESSAGE_ON: bool = true;
 
     /// Not read until paired, nor while the partner holds more than its
     /// budget.

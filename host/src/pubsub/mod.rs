@@ -26,6 +26,7 @@ pub use fanout::Fanout;
 use crate::config::SlowSubscriber;
 use crate::reactor::outbound::Outbound;
 use crate::registry::{worker_of, ConnId};
+use crate::stats::DeliveryStats;
 use crate::ws::close;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -53,6 +54,8 @@ pub struct Subscriber {
 pub struct Topic {
     name: Arc<str>,
     workers: Box<[WorkerSubscribers]>,
+    /// The namespace's delivery counters.
+    delivered: Arc<DeliveryStats>,
 }
 
 /// A topic's subscribers on one worker, written by that worker.
@@ -64,10 +67,20 @@ struct WorkerSubscribers {
 }
 
 impl Topic {
-    fn new(name: &str, workers: usize) -> Topic {
+    fn new(name: &str, workers: usize, delivered: Arc<DeliveryStats>) -> Topic {
         Topic {
             name: name.into(),
             workers: (0..workers).map(|_| WorkerSubscribers::default()).collect(),
+            delivered,
+        }
+    }
+
+    /// Counts `messages` deliveries of `bytes` on `worker` (its thread).
+    fn count(&self, worker: usize, messages: u64, bytes: u64) {
+        if messages != 0 {
+            let c = self.delivered.worker(worker);
+            c.messages.add_owned(messages);
+            c.bytes.add_owned(bytes);
         }
     }
 
@@ -96,11 +109,14 @@ impl Topic {
         stats: &fanout::WorkerStats,
     ) {
         let list = self.workers[worker].list.lock().expect("topic lock");
+        let mut reached = 0;
         for sub in list.iter() {
             if Some(sub.conn) != exclude {
-                offer(sub, frames, stats);
+                reached += u64::from(offer(sub, frames, stats));
             }
         }
+        drop(list);
+        self.count(worker, reached, reached * frames.len() as u64);
     }
 }
 
@@ -116,9 +132,11 @@ impl Topic {
         let all: Vec<Bytes> = group.iter().map(|d| d.frames.clone()).collect();
         let all_slices: Vec<IoSlice<'_>> = all.iter().map(|b| IoSlice::new(b)).collect();
         let list = self.workers[worker].list.lock().expect("topic lock");
+        let (mut reached, mut bytes) = (0, 0);
         for sub in list.iter() {
             if !group.iter().any(|d| d.exclude == Some(sub.conn)) {
-                offer_all(sub, &all, &all_slices, stats);
+                let (m, b) = offer_all(sub, &all, &all_slices, stats);
+                (reached, bytes) = (reached + m, bytes + b);
                 continue;
             }
             let mine: Vec<Bytes> = group
@@ -128,39 +146,47 @@ impl Topic {
                 .collect();
             if !mine.is_empty() {
                 let slices: Vec<IoSlice<'_>> = mine.iter().map(|b| IoSlice::new(b)).collect();
-                offer_all(sub, &mine, &slices, stats);
+                let (m, b) = offer_all(sub, &mine, &slices, stats);
+                (reached, bytes) = (reached + m, bytes + b);
             }
         }
+        drop(list);
+        self.count(worker, reached, bytes);
     }
 }
 
-/// [`offer`] for several deliveries at once.
+/// [`offer`] for several deliveries at once; (deliveries, bytes) handed
+/// over.
 fn offer_all(
     sub: &Subscriber,
     parts: &[Bytes],
     slices: &[IoSlice<'_>],
     stats: &fanout::WorkerStats,
-) {
+) -> (u64, u64) {
     let total = parts.iter().map(Bytes::len).sum();
     let out = &sub.outbound;
     if out.fits_strictly(total) {
         out.send_shared_all(parts, slices);
-        return;
+        return (parts.len() as u64, total as u64);
     }
     // Not all of them fit: one by one, so as many as fit are kept.
+    let (mut reached, mut bytes) = (0, 0);
     for part in parts {
-        offer(sub, part, stats);
+        if offer(sub, part, stats) {
+            (reached, bytes) = (reached + 1, bytes + part.len() as u64);
+        }
     }
+    (reached, bytes)
 }
 
-/// Hands `frames` to one subscriber, or applies its route's policy when
-/// they do not fit in its budget.
+/// Hands `frames` to one subscriber (true), or applies its route's policy
+/// when they do not fit in its budget.
 #[inline]
-fn offer(sub: &Subscriber, frames: &Bytes, stats: &fanout::WorkerStats) {
+fn offer(sub: &Subscriber, frames: &Bytes, stats: &fanout::WorkerStats) -> bool {
     let out = &sub.outbound;
     if out.fits(frames.len()) {
         out.send_shared(frames);
-        return;
+        return true;
     }
     match sub.slow {
         SlowSubscriber::Close => {
@@ -170,6 +196,7 @@ fn offer(sub: &Subscriber, frames: &Bytes, stats: &fanout::WorkerStats) {
         }
         SlowSubscriber::Drop => stats.count_dropped(),
     }
+    false
 }
 
 /// One shard of a namespace: topic name → topic.
@@ -184,6 +211,8 @@ pub struct Topics {
     hasher: RandomState,
     fanout: Arc<Fanout>,
     broker: Arc<dyn Broker>,
+    /// Messages handed to this namespace's subscribers, by worker.
+    delivered: Arc<DeliveryStats>,
 }
 
 impl Topics {
@@ -192,6 +221,7 @@ impl Topics {
             name: name.into(),
             shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
             hasher: RandomState::new(),
+            delivered: Arc::new(DeliveryStats::new(fanout.workers())),
             fanout,
             broker: broker.clone(),
         });
@@ -201,6 +231,12 @@ impl Topics {
 
     pub fn name(&self) -> &Arc<str> {
         &self.name
+    }
+
+    /// (messages, bytes) handed to subscribers of this namespace so far,
+    /// one per subscriber reached.
+    pub fn delivered(&self) -> (u64, u64) {
+        self.delivered.sum()
     }
 
     fn shard(&self, topic: &str) -> &Shard {
@@ -215,7 +251,11 @@ impl Topics {
         let entry = match shard.get(topic) {
             Some(entry) => entry.clone(),
             None => {
-                let entry = Arc::new(Topic::new(topic, self.fanout.workers()));
+                let entry = Arc::new(Topic::new(
+                    topic,
+                    self.fanout.workers(),
+                    self.delivered.clone(),
+                ));
                 shard.insert(entry.name.clone(), entry.clone());
                 self.broker.watch(&self.name, topic);
                 entry

@@ -8,10 +8,11 @@ use super::buffer::Output;
 use super::conn::ConnEnv;
 use super::decode::DataPiece;
 use super::outbound::Outbound;
+use crate::ws::frame::OpCode;
 use std::future::Future;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
-use tokio::net::TcpStream;
 
 /// Why a behaviour ends its connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +31,11 @@ pub trait Behaviour: 'static {
     /// Producers (a relay partner, the guest runner) may write straight
     /// into this connection's socket (see `outbound`).
     const DIRECT_WRITES: bool = false;
+
+    /// Every message read is sent on whole, once (an echo, a relay): the
+    /// route's messages out are its messages in, counted without a look
+    /// at the replies.
+    const SENDS_EACH_MESSAGE_ON: bool = false;
 
     /// The socket is the connection's; nothing has been read yet.
     fn on_open(&mut self, _id: u64, _outbound: &Arc<Outbound>) {}
@@ -51,6 +57,14 @@ pub trait Behaviour: 'static {
     /// `out`, written once per read.
     fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, out: &mut Output);
 
+    /// A ping or pong from the client, unmasked in `buf[payload]`: true when
+    /// the behaviour took it (a proxy carries it on), false to leave it to
+    /// the loop (which answers a ping with a pong in place).
+    #[inline]
+    fn on_control(&mut self, _buf: &mut [u8], _opcode: OpCode, _payload: Range<usize>) -> bool {
+        false
+    }
+
     /// The client sent a close with `code` (1005 when it gave none) and
     /// `reason` (valid UTF-8, checked by the decoder).
     fn on_peer_close(&mut self, _code: u16, _reason: &str) {}
@@ -59,6 +73,14 @@ pub trait Behaviour: 'static {
     #[inline]
     fn end_of_read(&mut self) -> Result<(), Stop> {
         Ok(())
+    }
+
+    /// [`end_of_read`](Self::end_of_read) for a behaviour that sends the
+    /// pieces on from where they are: `buf` still holds them (a proxy
+    /// writes them to its upstream with no copy).
+    #[inline]
+    fn end_of_read_in(&mut self, _buf: &[u8]) -> Result<(), Stop> {
+        self.end_of_read()
     }
 
     /// A reply frame is half written: no close frame can follow it.
@@ -91,11 +113,11 @@ pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 /// A connection's behaviour, ready to run once the upgrade completes; the
 /// server holds it without knowing its kind.
 pub trait Start {
-    /// Runs the connection loop on `stream` (`prefix`: bytes hyper read past
+    /// Runs the connection loop on `io` (`prefix`: bytes hyper read past
     /// the request head).
     fn start(
         self: Box<Self>,
-        stream: TcpStream,
+        io: super::transport::Io,
         prefix: bytes::Bytes,
         env: ConnEnv,
     ) -> LocalFuture<'static, ()>;
@@ -106,11 +128,18 @@ pub trait Start {
 impl<B: Behaviour> Start for B {
     fn start(
         self: Box<Self>,
-        stream: TcpStream,
+        io: super::transport::Io,
         prefix: bytes::Bytes,
         env: ConnEnv,
     ) -> LocalFuture<'static, ()> {
-        Box::pin(super::conn::run(stream, prefix, env, *self))
+        use super::transport::{H2Stream, Io, Tcp, Tls};
+        match io {
+            Io::Tcp(tcp) => Box::pin(super::conn::run(Tcp(Arc::new(tcp)), prefix, env, *self)),
+            Io::Tls(tcp, session) => {
+                Box::pin(super::conn::run(Tls::new(tcp, session), prefix, env, *self))
+            }
+            Io::H2(stream) => Box::pin(super::conn::run(H2Stream(stream), prefix, env, *self)),
+        }
     }
 
     fn abandon(self: Box<Self>, env: ConnEnv) {

@@ -196,7 +196,17 @@ impl Output {
         }
     }
 
-    /// Writes everything with as few syscalls as the kernel allows, then clears.
+    /// The ranges gathered so far, in order.
+    pub fn ranges(&self) -> &[Range<usize>] {
+        &self.segs
+    }
+
+    pub fn clear(&mut self) {
+        self.segs.clear();
+    }
+
+    /// Writes everything with as few syscalls as the kernel allows, flushes,
+    /// then clears.
     pub async fn flush<W: AsyncWrite + Unpin>(
         &mut self,
         stream: &mut W,
@@ -218,6 +228,10 @@ impl Output {
                     segs.iter().map(|r| IoSlice::new(slice(r))).collect();
                 write_all_vectored(stream, &mut slices).await?;
             }
+        }
+        if !self.segs.is_empty() {
+            // TLS hands its records to the kernel here; TCP has none.
+            stream.flush().await?;
         }
         self.segs.clear();
         if let Some(d) = &mut self.deflate {

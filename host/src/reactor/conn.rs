@@ -8,7 +8,8 @@ use super::behaviour::{Behaviour, Stop};
 use super::buffer::{BufPool, Output, HEADROOM_BYTES, READ_BUF_BYTES, STREAM_ABOVE_BYTES};
 use super::decode::{DataPiece, Decoder, Piece};
 use super::outbound::{OutMsg, Outbound};
-use super::socket::{self, unless_stalled, Socket, Writer};
+use super::socket::unless_stalled;
+use super::transport::Transport;
 use crate::config::Limits;
 use crate::registry::{worker_of, Registry};
 use crate::stats::{ConnCounters, RouteStats};
@@ -22,7 +23,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// How long the server keeps reading after its close frame, for the
@@ -81,9 +81,9 @@ impl From<Stop> for Flow {
     }
 }
 
-struct Conn {
+struct Conn<T> {
     env: ConnEnv,
-    stream: Socket,
+    stream: T,
     decoder: Decoder,
     /// Held only while bytes are in flight (idle connections hold none).
     buf: Option<Box<[u8]>>,
@@ -112,8 +112,8 @@ struct Inflating {
 
 /// Runs a connection after the 101 until it closes. `prefix` holds bytes
 /// hyper had already read past the request head.
-pub async fn run<B: Behaviour>(
-    stream: TcpStream,
+pub async fn run<B: Behaviour, T: Transport>(
+    stream: T,
     prefix: bytes::Bytes,
     env: ConnEnv,
     mut behaviour: B,
@@ -132,7 +132,7 @@ pub async fn run<B: Behaviour>(
         decoder,
         inflate,
         env,
-        stream: Arc::new(stream),
+        stream,
         buf: None,
         start: HEADROOM_BYTES,
         end: HEADROOM_BYTES,
@@ -149,7 +149,9 @@ pub async fn run<B: Behaviour>(
         .insert(id, c.env.route, outbound.clone(), c.env.peer);
     behaviour.on_open(id, &outbound);
     if B::DIRECT_WRITES {
-        outbound.enable_direct(&c.stream);
+        if let Some(socket) = c.stream.direct_socket() {
+            outbound.enable_direct(socket);
+        }
     }
     let flow = c.drive(prefix, &mut behaviour).await;
     match flow {
@@ -168,7 +170,7 @@ pub async fn run<B: Behaviour>(
     }
 }
 
-impl Conn {
+impl<T: Transport> Conn<T> {
     /// This worker's shard of the route's counters.
     fn counters(&self) -> &ConnCounters {
         self.env.stats.worker(worker_of(self.env.id))
@@ -252,7 +254,6 @@ impl Conn {
     /// connection must not be paired with the next client).
     async fn wait_unblocked<B: Behaviour>(&mut self, behaviour: &mut B) -> Flow {
         let mut watch_socket = true;
-        let mut probe = [0u8; 1];
         loop {
             tokio::select! {
                 unblocked = behaviour.unblocked(&self.env.outbound) => {
@@ -265,13 +266,13 @@ impl Conn {
                     Flow::Continue => {}
                     flow => return flow,
                 },
-                peeked = self.stream.peek(&mut probe), if watch_socket => match peeked {
+                waiting = self.stream.data_waiting(), if watch_socket => match waiting {
                     // Data waits; only a hang-up matters now.
-                    Ok(n) if n > 0 => watch_socket = false,
-                    _ => return Flow::Done,
+                    true => watch_socket = false,
+                    false => return Flow::Done,
                 },
                 _ = tokio::time::sleep(HANGUP_PROBE), if !watch_socket => {
-                    if socket::peer_hung_up(&self.stream) {
+                    if self.stream.hung_up() {
                         return Flow::Done;
                     }
                 }
@@ -287,10 +288,10 @@ impl Conn {
         for _ in 0..DRAIN_READS {
             let large = self.wants_large_buffer();
             let buf = self.buf.get_or_insert_with(|| self.env.pool.take(large));
-            let n = socket::read_now(&self.stream, &mut buf[self.end..]);
-            if n == 0 {
-                break;
-            }
+            let n = match self.stream.read(&mut buf[self.end..]) {
+                Ok(n) if n > 0 => n,
+                _ => break,
+            };
             self.end += n;
             match self.process(behaviour).await {
                 Flow::Continue => {}
@@ -314,7 +315,7 @@ impl Conn {
     async fn read<B: Behaviour>(&mut self, behaviour: &mut B) -> Flow {
         let large = self.wants_large_buffer();
         let buf = self.buf.get_or_insert_with(|| self.env.pool.take(large));
-        match socket::read_drained(&self.stream, &mut buf[self.end..]) {
+        match self.stream.read(&mut buf[self.end..]) {
             Ok(0) => return Flow::Done,
             Ok(n) => self.end += n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Flow::Continue,
@@ -354,10 +355,14 @@ impl Conn {
                     }
                 }
                 Ok(Some(Piece::Ping { payload })) => {
-                    let pong = encode::pong_in_place(buf, payload);
-                    self.out.push(buf, pong);
+                    if !behaviour.on_control(buf, OpCode::Ping, payload.clone()) {
+                        let pong = encode::pong_in_place(buf, payload);
+                        self.out.push(buf, pong);
+                    }
                 }
-                Ok(Some(Piece::Pong)) => {}
+                Ok(Some(Piece::Pong { payload })) => {
+                    behaviour.on_control(buf, OpCode::Pong, payload);
+                }
                 Ok(Some(Piece::Close { code, payload })) => {
                     // RFC 6455 §5.5.1: answer with a close, then end the
                     // connection. The decoder checked the reason's UTF-8.
@@ -381,15 +386,19 @@ impl Conn {
             let counters = self.env.stats.worker(worker_of(self.env.id));
             counters.messages_in.add_owned(messages);
             counters.bytes_in.add_owned(bytes);
+            if B::SENDS_EACH_MESSAGE_ON {
+                counters.messages_out.add_owned(messages);
+                counters.bytes_out.add_owned(bytes);
+            }
         }
-        if let Err(stop) = behaviour.end_of_read() {
+        if let Err(stop) = behaviour.end_of_read_in(&buf[..]) {
             if matches!(flow, Flow::Continue) {
                 flow = stop.into();
             }
         }
         let stall_limit = self.env.limits.idle_timeout;
         let outbound = &self.env.outbound;
-        let mut writer = Writer(&self.stream);
+        let mut writer = self.stream.writer();
         let written = if outbound.direct() && !self.out.is_empty() {
             // A producer may be writing into this socket too: take the
             // turn, and finish a frame it began first.
@@ -450,8 +459,8 @@ impl Conn {
         }
         let total: usize = frames.iter().map(|f| f.len()).sum();
         let stall_limit = self.env.limits.idle_timeout;
-        let mut writer = Writer(&self.stream);
-        let written = match frames.as_slice() {
+        let mut writer = self.stream.writer();
+        let mut written = match frames.as_slice() {
             [] => Ok(()),
             [one] => unless_stalled(stall_limit, writer.write_all(one)).await,
             _ => {
@@ -460,6 +469,9 @@ impl Conn {
                 unless_stalled(stall_limit, write).await
             }
         };
+        if written.is_ok() && !frames.is_empty() {
+            written = unless_stalled(stall_limit, writer.flush()).await;
+        }
         outbound.written(total);
         outbound.delivered(taken);
         match (written, closing) {
@@ -474,12 +486,13 @@ impl Conn {
     async fn write_own(&mut self, bytes: &[u8], stall_limit: Duration) -> std::io::Result<()> {
         let outbound = &self.env.outbound;
         let _turn = outbound.direct().then(|| outbound.write_turn());
-        let mut writer = Writer(&self.stream);
+        let mut writer = self.stream.writer();
         if let Some(rest) = outbound.take_remainder() {
             unless_stalled(stall_limit, writer.write_all(&rest)).await?;
             outbound.written(rest.len());
         }
-        unless_stalled(stall_limit, writer.write_all(bytes)).await
+        unless_stalled(stall_limit, writer.write_all(bytes)).await?;
+        unless_stalled(stall_limit, writer.flush()).await
     }
 
     /// Sends a close frame and FIN, then reads and discards whatever the
@@ -496,7 +509,7 @@ impl Conn {
         if self.write_own(&frame, CLOSE_LINGER).await.is_err() {
             return;
         }
-        socket::shutdown_write(&self.stream);
+        self.stream.shutdown_write();
         if self.decoder.peer_closed() {
             // The client's close came first: it sends nothing more.
             return;
@@ -511,7 +524,7 @@ impl Conn {
             if self.stream.readable().await.is_err() {
                 return;
             }
-            match self.stream.try_read(&mut buf[HEADROOM_BYTES..]) {
+            match self.stream.read(&mut buf[HEADROOM_BYTES..]) {
                 Ok(0) => return,
                 Ok(n) => discarded += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => continue,

@@ -19,7 +19,10 @@ pub enum Piece {
     Ping {
         payload: Range<usize>,
     },
-    Pong,
+    /// A complete pong; `payload` is unmasked in place.
+    Pong {
+        payload: Range<usize>,
+    },
     /// A valid close frame. `code` is 1005 when the frame had no body.
     Close {
         code: u16,
@@ -221,7 +224,7 @@ impl Decoder {
         self.current = None;
         match h.opcode {
             OpCode::Ping => Ok(Some(Piece::Ping { payload })),
-            OpCode::Pong => Ok(Some(Piece::Pong)),
+            OpCode::Pong => Ok(Some(Piece::Pong { payload })),
             OpCode::Close => {
                 let (code, _reason) = parse_close_payload(&buf[payload.clone()])?;
                 Ok(Some(Piece::Close { code, payload }))
@@ -327,7 +330,7 @@ mod tests {
                     Piece::Ping { payload } | Piece::Close { payload, .. } => {
                         buf[payload.clone()].to_vec()
                     }
-                    Piece::Pong => vec![],
+                    Piece::Pong { payload } => buf[payload.clone()].to_vec(),
                 };
                 out.push((p, bytes));
             }

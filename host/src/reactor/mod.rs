@@ -3,7 +3,8 @@
 //! pieces, `behaviour` is the interface every route kind implements,
 //! `buffer` owns receive buffers and the gather list of replies, `outbound`
 //! is the queue other connections and guests write into, `socket` says who
-//! may touch a connection's socket, `conn` is the loop itself.
+//! may touch a connection's socket, `transport` is what the loop reads and
+//! writes (TCP or TLS), `conn` is the loop itself.
 
 pub mod behaviour;
 pub mod buffer;
@@ -11,3 +12,4 @@ pub mod conn;
 pub mod decode;
 pub mod outbound;
 pub mod socket;
+pub mod transport;

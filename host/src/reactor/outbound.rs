@@ -345,6 +345,11 @@ impl Outbound {
         self.gone.load(Ordering::Acquire)
     }
 
+    /// The byte budget producers keep to (the route's `outbound_budget`).
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
     /// Bytes queued and not yet written.
     pub fn queued_bytes(&self) -> usize {
         self.queued.load(Ordering::Relaxed)

@@ -1,19 +1,25 @@
-//! HTTP/1.1 on an accepted connection (hyper): `/healthz`, `/metrics`,
-//! admission and drain refusals, route match, the opening handshake, the
-//! route kind's answer, and the handoff of the socket to the connection loop.
+//! HTTP on an accepted connection (hyper), after the TLS handshake when
+//! `[server] tls` is set: HTTP/1.1, or HTTP/2 when ALPN chose `h2` (or a
+//! plaintext client sent the HTTP/2 preface: h2c with prior knowledge).
+//! `/healthz`, `/metrics`, admission and drain refusals, route match, the
+//! opening handshake (RFC 6455's GET + Upgrade, or RFC 8441's extended
+//! CONNECT on an HTTP/2 stream), the route kind's answer, and the handoff
+//! of the socket (and TLS session), or the HTTP/2 stream, to the
+//! connection loop.
 
 use super::worker::Worker;
 use super::{Shared, Shutdown};
 use crate::admission::{Ticket, RETRY_AFTER_SECS};
 use crate::reactor::conn::ConnEnv;
 use crate::reactor::outbound::Outbound;
+use crate::reactor::transport::Io;
 use crate::routes::Upgrade;
 use crate::ws::handshake::{self, HandshakeError};
 use bytes::Bytes;
-use http::{header, HeaderValue, Request, Response, StatusCode};
+use http::{header, HeaderValue, Request, Response, StatusCode, Version};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
@@ -26,6 +32,30 @@ use tracing::{debug, warn, Instrument};
 
 /// Cap on an HTTP request head; past it hyper answers 431. (hyper's minimum.)
 const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
+/// WebSocket streams (and requests) one HTTP/2 connection may have open at
+/// once; the connection limits count TCP connections, so this bounds what
+/// one of them may hold.
+const H2_MAX_STREAMS: u32 = 256;
+/// What a client may send on one HTTP/2 stream before the loop has read
+/// it: a stream whose loop stops reading (its client not reading replies,
+/// a relay partner's queue full) holds at most this much.
+const H2_STREAM_WINDOW_BYTES: u32 = 256 << 10;
+/// The connection's window covers every stream's, so one stream that stops
+/// being read never closes the window of the others.
+const H2_CONNECTION_WINDOW_BYTES: u32 = H2_STREAM_WINDOW_BYTES * H2_MAX_STREAMS;
+/// What an HTTP/2 client with prior knowledge sends first (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Runs hyper's HTTP/2 stream tasks on the worker's `LocalSet`: they hold
+/// the worker's `Rc`s, like every task of a worker.
+#[derive(Clone, Copy)]
+struct LocalExec;
+
+impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LocalExec {
+    fn execute(&self, task: F) {
+        tokio::task::spawn_local(task);
+    }
+}
 
 /// Counts a connection as open for as long as it exists, and holds its
 /// place under the connection limits (None: over a limit, refuse).
@@ -44,20 +74,64 @@ impl Drop for LiveGuard {
     }
 }
 
-/// Serves HTTP/1.1 on a new connection until it upgrades or ends. On
-/// shutdown an idle keep-alive connection is closed; one in the middle of a
-/// request gets its answer first.
+/// Serves a new connection: the TLS handshake first when TLS is on, then
+/// HTTP/1.1 until it upgrades or ends.
 pub(super) async fn serve_http(
     stream: TcpStream,
     peer: SocketAddr,
     worker: Rc<Worker>,
-    mut stop: Shutdown,
+    stop: Shutdown,
 ) {
     // Replies are small and latency matters more than packet count; batching
     // already happens in the reactor (one write per read batch).
     let _ = stream.set_nodelay(true);
     let ticket = worker.shared.admission.admit(peer.ip());
     let guard = Rc::new(LiveGuard::new(worker.shared.clone(), ticket));
+    let timeout = worker.shared.handshake_timeout;
+    let Some(tls) = &worker.shared.tls else {
+        return match tokio::time::timeout(timeout, sends_h2_preface(&stream)).await {
+            Ok(true) => serve_http2(TokioIo::new(stream), peer, worker, stop, guard).await,
+            Ok(false) => serve_http1(TokioIo::new(stream), peer, worker, stop, guard).await,
+            Err(_) => debug!(%peer, ?timeout, "nothing sent within handshake_timeout"),
+        };
+    };
+    // The whole handshake within handshake_timeout: a client that stalls
+    // in it, sends plaintext or garbage costs a task and its socket for at
+    // most that long, like a slow HTTP request head.
+    match tokio::time::timeout(timeout, tls.acceptor().accept(stream)).await {
+        Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(crate::tls::ALPN_H2) => {
+            serve_http2(TokioIo::new(stream), peer, worker, stop, guard).await
+        }
+        Ok(Ok(stream)) => serve_http1(TokioIo::new(stream), peer, worker, stop, guard).await,
+        Ok(Err(e)) => {
+            worker
+                .shared
+                .tls_handshake_failures
+                .fetch_add(1, Ordering::Relaxed);
+            debug!(%peer, error = %e, "TLS handshake failed");
+        }
+        Err(_) => {
+            worker
+                .shared
+                .tls_handshake_failures
+                .fetch_add(1, Ordering::Relaxed);
+            debug!(%peer, ?timeout, "TLS handshake did not finish within handshake_timeout");
+        }
+    }
+}
+
+/// Serves HTTP/1.1 until the connection upgrades or ends. On shutdown an
+/// idle keep-alive connection is closed; one in the middle of a request
+/// gets its answer first.
+async fn serve_http1<I>(
+    io: TokioIo<I>,
+    peer: SocketAddr,
+    worker: Rc<Worker>,
+    mut stop: Shutdown,
+    guard: Rc<LiveGuard>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let service = {
         let worker = worker.clone();
         service_fn(move |req| {
@@ -70,7 +144,7 @@ pub(super) async fn serve_http(
         .timer(TokioTimer::new())
         .header_read_timeout(worker.shared.handshake_timeout)
         .max_buf_size(MAX_REQUEST_HEAD_BYTES)
-        .serve_connection(TokioIo::new(stream), service)
+        .serve_connection(io, service)
         .with_upgrades();
     tokio::pin!(http);
     // A connection accepted while draining is answered 503 and closed by
@@ -86,6 +160,86 @@ pub(super) async fn serve_http(
     if let Err(e) = ended {
         debug!(%peer, error = %e, "http connection ended");
     }
+}
+
+/// Serves HTTP/2 until the client or the drain ends the connection: each
+/// request is a stream, and each WebSocket (RFC 8441) a stream the loop
+/// runs on like a socket. On shutdown the client gets GOAWAY; the
+/// WebSocket streams get their 1001 through the registry.
+async fn serve_http2<I>(
+    io: TokioIo<I>,
+    peer: SocketAddr,
+    worker: Rc<Worker>,
+    mut stop: Shutdown,
+    guard: Rc<LiveGuard>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
+    let service = {
+        let worker = worker.clone();
+        service_fn(move |req| {
+            let worker = worker.clone();
+            let guard = guard.clone();
+            async move { Ok::<_, Infallible>(handle_request(req, peer, worker, guard).await) }
+        })
+    };
+    let http = http2::Builder::new(LocalExec)
+        .timer(TokioTimer::new())
+        .enable_connect_protocol()
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .initial_stream_window_size(H2_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW_BYTES)
+        .max_header_list_size(MAX_REQUEST_HEAD_BYTES as u32)
+        .serve_connection(io, service);
+    tokio::pin!(http);
+    let accepted_while_draining = *stop.borrow_and_update();
+    let ended = tokio::select! {
+        ended = http.as_mut() => ended,
+        _ = stop.wait_for(|stop| *stop), if !accepted_while_draining => {
+            http.as_mut().graceful_shutdown();
+            http.await
+        }
+    };
+    if let Err(e) = ended {
+        debug!(%peer, error = %e, "http/2 connection ended");
+    }
+}
+
+/// Whether a plaintext client opens with the HTTP/2 preface (h2c with prior
+/// knowledge) rather than an HTTP/1.1 request: a peek, so hyper still
+/// reads the bytes. The first byte decides for any HTTP/1.1 method but
+/// `PRI`-like ones; those wait (with growing pauses) for the rest.
+async fn sends_h2_preface(stream: &TcpStream) -> bool {
+    let mut head = [0u8; H2_PREFACE.len()];
+    let mut pause = std::time::Duration::from_millis(2);
+    loop {
+        match stream.peek(&mut head).await {
+            Ok(n) if n > 0 && head[..n] == H2_PREFACE[..n] => {
+                if n == H2_PREFACE.len() {
+                    return true;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_millis(200));
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// The socket (and TLS session) hyper upgraded, with the bytes it had
+/// read past the request head; an HTTP/2 stream as it is.
+fn into_io(upgraded: hyper::upgrade::Upgraded, h2: bool) -> Option<(Io, Bytes)> {
+    if h2 {
+        return Some((Io::H2(TokioIo::new(upgraded)), Bytes::new()));
+    }
+    let upgraded = match upgraded.downcast::<TokioIo<TcpStream>>() {
+        Ok(parts) => return Some((Io::Tcp(parts.io.into_inner()), parts.read_buf)),
+        Err(upgraded) => upgraded,
+    };
+    type TlsIo = TokioIo<tokio_rustls::server::TlsStream<TcpStream>>;
+    let parts = upgraded.downcast::<TlsIo>().ok()?;
+    let (tcp, session) = parts.io.into_inner().into_inner();
+    Some((Io::Tls(tcp, Box::new(session)), parts.read_buf))
 }
 
 fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
@@ -105,6 +259,45 @@ fn unavailable(body: &'static str) -> Response<Full<Bytes>> {
         .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// An HTTP/1.1 upgrade request's check (RFC 6455 §4.2.1): its accept key,
+/// or the refusal (426 for a plain request on a WebSocket route).
+fn websocket_request(
+    req: &Request<Incoming>,
+    peer: SocketAddr,
+    path: &str,
+) -> Result<String, Box<Response<Full<Bytes>>>> {
+    if !handshake::wants_websocket(req.headers()) {
+        let mut resp = text(
+            StatusCode::UPGRADE_REQUIRED,
+            "this route speaks WebSocket: send a GET with Upgrade: websocket\n",
+        );
+        resp.headers_mut()
+            .insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        resp.headers_mut().insert(
+            header::SEC_WEBSOCKET_VERSION,
+            HeaderValue::from_static(handshake::SUPPORTED_VERSION),
+        );
+        return Err(Box::new(resp));
+    }
+    handshake::check_request(req.method(), req.version(), req.headers())
+        .map_err(|e| Box::new(refused(e, peer, path)))
+}
+
+/// The answer to a malformed WebSocket request (over HTTP/2 a stream
+/// error's status: the connection and its other streams go on).
+fn refused(e: HandshakeError, peer: SocketAddr, path: &str) -> Response<Full<Bytes>> {
+    debug!(%peer, path, error = %e, "upgrade refused");
+    let mut resp = Response::new(Full::new(Bytes::from(format!("{e}\n"))));
+    *resp.status_mut() = e.status();
+    if e == HandshakeError::UnsupportedVersion {
+        resp.headers_mut().insert(
+            header::SEC_WEBSOCKET_VERSION,
+            HeaderValue::from_static(handshake::SUPPORTED_VERSION),
+        );
+    }
     resp
 }
 
@@ -168,38 +361,53 @@ async fn handle_request(
             params,
         )
     };
-    let limits = route.limits();
-    if !handshake::wants_websocket(req.headers()) {
-        let mut resp = text(
-            StatusCode::UPGRADE_REQUIRED,
-            "this route speaks WebSocket: send a GET with Upgrade: websocket\n",
-        );
-        resp.headers_mut()
-            .insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        resp.headers_mut().insert(
-            header::SEC_WEBSOCKET_VERSION,
-            HeaderValue::from_static(handshake::SUPPORTED_VERSION),
-        );
-        return resp;
+    if route.draining() {
+        return unavailable("this route is drained; retry later\n");
     }
-    let accept = match handshake::check_request(req.method(), req.version(), req.headers()) {
-        Ok(accept) => accept,
-        Err(e) => {
-            debug!(%peer, path = %route.path, error = %e, "upgrade refused");
-            let mut resp = Response::new(Full::new(Bytes::from(format!("{e}\n"))));
-            *resp.status_mut() = e.status();
-            if e == HandshakeError::UnsupportedVersion {
-                resp.headers_mut().insert(
-                    header::SEC_WEBSOCKET_VERSION,
-                    HeaderValue::from_static(handshake::SUPPORTED_VERSION),
-                );
-            }
-            return resp;
+    let limits = route.limits();
+    let h2 = req.version() == Version::HTTP_2;
+    let accept = if h2 {
+        let protocol = req
+            .extensions()
+            .get::<hyper::ext::Protocol>()
+            .map(|p| p.as_str());
+        match handshake::check_h2_request(req.method(), protocol, req.headers()) {
+            Ok(()) => None,
+            Err(e) => return refused(e, peer, &route.path),
+        }
+    } else {
+        match websocket_request(&req, peer, &route.path) {
+            Ok(accept) => Some(accept),
+            Err(resp) => return *resp,
         }
     };
-    if !handshake::origin_allowed(req.headers(), &limits.origins) {
+    let policy = crate::origin::Policy {
+        origins: &limits.origins,
+        require_origin: limits.require_origin,
+        trusted_proxies: &shared.trusted_proxies,
+    };
+    let origin_req = crate::origin::Request {
+        headers: req.headers(),
+        peer: peer.ip(),
+        tls: shared.tls.is_some(),
+    };
+    if let Err(refused) = crate::origin::check(&policy, &origin_req) {
         shared.refused_origin.fetch_add(1, Ordering::Relaxed);
-        debug!(%peer, path = %route.path, origin = ?req.headers().get(header::ORIGIN), "origin refused");
+        route.stats.worker(worker.index).refused_origin.add_owned(1);
+        let shown = match &refused {
+            crate::origin::Refused::Missing => "none (require_origin)".to_string(),
+            // Attacker-chosen text: escaped, and cut.
+            crate::origin::Refused::NotAllowed(o) => o
+                .chars()
+                .take(200)
+                .collect::<String>()
+                .escape_debug()
+                .to_string(),
+        };
+        if let Some((n, secs)) = shared.origin_refusals.note() {
+            warn!(route = %route.path, last_origin = %shown,
+                "refused {n} upgrades in the last {secs} s: origin not allowed (the route's origins, require_origin)");
+        }
         return text(
             StatusCode::FORBIDDEN,
             "this origin may not open WebSockets on this route (see the route's origins)\n",
@@ -220,6 +428,7 @@ async fn handle_request(
         headers: req.headers(),
         peer,
         outbound: &outbound,
+        handshake_timeout: shared.handshake_timeout,
     };
     let accepted = match worker_route.upgrade(up).await {
         Ok(accepted) => accepted,
@@ -257,14 +466,10 @@ async fn handle_request(
         async move {
             let _live = guard;
             match upgrade.await {
-                Ok(upgraded) => match upgraded.downcast::<TokioIo<TcpStream>>() {
-                    Ok(parts) => {
-                        behaviour
-                            .start(parts.io.into_inner(), parts.read_buf, env)
-                            .await
-                    }
-                    Err(_) => {
-                        warn!("upgraded connection is not a TcpStream");
+                Ok(upgraded) => match into_io(upgraded, h2) {
+                    Some((io, prefix)) => behaviour.start(io, prefix, env).await,
+                    None => {
+                        warn!("upgraded connection is neither TCP nor TLS over TCP");
                         behaviour.abandon(env);
                     }
                 },
@@ -279,14 +484,19 @@ async fn handle_request(
         .instrument(tracing::debug_span!("conn", route = %route.path, conn = id)),
     );
     let mut resp = Response::new(Full::new(Bytes::new()));
-    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    // HTTP/2: a 200 opens the stream (RFC 8441 §5); HTTP/1.1: the 101.
+    if accept.is_some() {
+        *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    }
     let h = resp.headers_mut();
-    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-    h.insert(
-        header::SEC_WEBSOCKET_ACCEPT,
-        HeaderValue::from_str(&accept).expect("base64 is a valid header value"),
-    );
+    if let Some(accept) = accept {
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(
+            header::SEC_WEBSOCKET_ACCEPT,
+            HeaderValue::from_str(&accept).expect("base64 is a valid header value"),
+        );
+    }
     if let Some(p) = protocol {
         h.insert(header::SEC_WEBSOCKET_PROTOCOL, p);
     }

@@ -7,8 +7,9 @@
 //!
 //! Thread per core: each worker has its own listener (the kernel spreads
 //! connections), its own current-thread runtime and buffer pool. After the
-//! 101 the raw `TcpStream` is taken back from hyper so the connection loop
-//! runs with no layer in between.
+//! 101 the raw `TcpStream` (and its TLS session) is taken back from hyper
+//! so the connection loop runs with no layer in between; a WebSocket over
+//! HTTP/2 stays a stream of hyper's connection (`reactor::transport`).
 //!
 //! Shutdown drains: every request gets 503 (`/healthz` too, so a load
 //! balancer stops sending clients), idle HTTP connections are closed, every
@@ -65,6 +66,8 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Guest(#[from] GuestError),
+    #[error("[server] tls: {0}")]
+    Tls(#[from] crate::tls::CertError),
     #[error("cannot start worker thread: {0}")]
     Worker(std::io::Error),
     #[error("[admin]: the environment variable {var} must hold the admin token (at least {MIN_TOKEN_BYTES} bytes), e.g. export {var}=$(openssl rand -hex 32)")]
@@ -94,6 +97,14 @@ struct Shared {
     refused_draining: AtomicU64,
     /// Upgrades refused (403) for a browser origin the route does not allow.
     refused_origin: AtomicU64,
+    /// Summaries of those refusals for the log.
+    origin_refusals: Summary,
+    /// `[server] trusted_proxies`, for the same-origin check.
+    trusted_proxies: Vec<crate::origin::Cidr>,
+    /// TLS termination, when `[server] tls` is set.
+    tls: Option<crate::tls::Tls>,
+    /// TLS handshakes that failed or timed out.
+    tls_handshake_failures: AtomicU64,
     /// The routes file, for reloads.
     source: Option<PathBuf>,
     /// Held by a deploy, rollback or reload: one change at a time.
@@ -178,15 +189,16 @@ impl Server {
         info!(addr = %self.local_addr, workers = self.listeners.len(), "weir listening");
         let mut threads = Vec::new();
         if let Some((listener, token)) = self.admin {
-            let (changes, shutdown) = (
+            let (changes, shutdown, public) = (
                 Changes {
                     shared: self.shared.clone(),
                 },
                 shutdown.clone(),
+                self.local_addr,
             );
             let thread = std::thread::Builder::new()
                 .name("weir-admin".into())
-                .spawn(move || admin::run(listener, changes, token, shutdown))
+                .spawn(move || admin::run(listener, changes, token, public, shutdown))
                 .map_err(ServeError::Worker)?;
             threads.push(thread);
         }
@@ -252,6 +264,16 @@ impl Shared {
             accept_failures: Summary::new(SUMMARY_EVERY),
             refused_draining: AtomicU64::new(0),
             refused_origin: AtomicU64::new(0),
+            origin_refusals: Summary::new(SUMMARY_EVERY),
+            trusted_proxies: config.server.trusted_proxies.clone(),
+            tls: match &config.server.tls {
+                Some(files) => Some(
+                    crate::tls::Tls::new(files, &[crate::tls::ALPN_H2, crate::tls::ALPN_HTTP1])
+                        .map_err(ServeError::Tls)?,
+                ),
+                None => None,
+            },
+            tls_handshake_failures: AtomicU64::new(0),
             source: config.source.clone(),
             changing: Mutex::new(()),
             public_metrics: config.server.public_metrics,
@@ -271,6 +293,7 @@ impl Shared {
             accept_failures: self.accept_failures.total(),
             refused_draining: self.refused_draining.load(Ordering::Relaxed),
             refused_origin: self.refused_origin.load(Ordering::Relaxed),
+            tls_handshake_failures: self.tls_handshake_failures.load(Ordering::Relaxed),
             outbound_queued_bytes: queues.queued_bytes,
             outbound_queued_bytes_max: queues.max_queued_bytes,
             receive_buffer_bytes_held: self.pools.iter().map(|p| p.held_bytes()).sum(),

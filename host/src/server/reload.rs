@@ -11,7 +11,9 @@
 //! changed is removed and added again; a guest route's changed component
 //! or guest settings become a new version (at each runner's next batch);
 //! any route's changed limits apply to connections opened from then on.
-//! `[server]` and `[admin]` changes need a restart.
+//! A reload also reads the TLS certificate and key again (the same
+//! files; an invalid pair keeps the old one). Other `[server]` and
+//! `[admin]` changes need a restart.
 
 use super::Shared;
 use crate::config::{Behaviour, Config, ConfigError};
@@ -71,6 +73,9 @@ pub struct ReloadReport {
     pub limits: Vec<String>,
     /// Changes in the file that were not applied, and why.
     pub not_applied: Vec<String>,
+    /// The TLS certificate file read again and served from now on (None
+    /// without TLS, or when the new one was refused: see `not_applied`).
+    pub certificate: Option<String>,
 }
 
 /// Deploys, rollbacks and reloads of a running gateway (cheap to clone;
@@ -118,10 +123,22 @@ impl Changes {
     /// docs); an invalid file or component changes nothing.
     pub fn reload(&self) -> Result<ReloadReport, ChangeError> {
         let _one = self.shared.changing.lock().expect("change lock");
+        // The certificate first, on its own: a renewed certificate must
+        // not wait for a routes file that does not parse.
+        let certificate = self.reload_certificate();
         let file = self.shared.source.as_ref().ok_or(ChangeError::NoFile)?;
-        let result = self.reload_from(&Config::load(file).inspect_err(
-            |e| warn!(file = %file.display(), "reload refused, nothing changed: {e}"),
-        )?);
+        let result = self
+            .reload_from(&Config::load(file).inspect_err(
+                |e| warn!(file = %file.display(), "reload refused, nothing changed: {e}"),
+            )?)
+            .map(|mut report| {
+                match certificate {
+                    Some(Ok(path)) => report.certificate = Some(path),
+                    Some(Err(why)) => report.not_applied.push(why),
+                    None => {}
+                }
+                report
+            });
         match &result {
             Ok(report) => info!(
                 file = %file.display(),
@@ -135,6 +152,24 @@ impl Changes {
             Err(e) => warn!(file = %file.display(), "reload refused, nothing changed: {e}"),
         }
         result
+    }
+
+    /// Reads `[server] tls`'s files again; a valid pair serves new
+    /// handshakes from now on (open connections keep their sessions), an
+    /// invalid one keeps the old certificate. None without TLS.
+    fn reload_certificate(&self) -> Option<Result<String, String>> {
+        let tls = self.shared.tls.as_ref()?;
+        let path = tls.cert_path().display().to_string();
+        Some(match tls.reload() {
+            Ok(()) => {
+                info!(cert = %path, "TLS certificate reloaded");
+                Ok(path)
+            }
+            Err(e) => {
+                warn!("TLS certificate not reloaded, the old one serves on: {e}");
+                Err(format!("TLS certificate (the old one serves on): {e}"))
+            }
+        })
     }
 
     fn reload_from(&self, config: &Config) -> Result<ReloadReport, ChangeError> {

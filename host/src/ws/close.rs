@@ -11,6 +11,9 @@ pub const POLICY_VIOLATION: u16 = 1008;
 pub const MESSAGE_TOO_BIG: u16 = 1009;
 pub const INTERNAL_ERROR: u16 = 1011;
 pub const TRY_AGAIN_LATER: u16 = 1013;
+/// A gateway's upstream failed (RFC 6455 §7.4.1, IANA registry): the proxy
+/// route's upstream went away mid-session.
+pub const BAD_GATEWAY: u16 = 1014;
 /// Reported, never sent: the peer's close frame carried no code.
 pub const NO_STATUS: u16 = 1005;
 /// Reported, never sent: the connection ended without a close frame.

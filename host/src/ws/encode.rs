@@ -166,6 +166,38 @@ pub fn close_reply_in_place(buf: &mut [u8], payload: Range<usize>, code: u16) ->
     at..payload.start
 }
 
+/// Writes a masked (client) header for a frame of `frame_len` payload bytes
+/// so that it ends at `payload_start`, over a client header that was there
+/// (a masked header of the same length form is as long). A proxy sends the
+/// client's frames on this way, the payload masked again in place with
+/// `mask`. Returns where the frame now starts.
+#[inline]
+pub fn masked_header_before(
+    buf: &mut [u8],
+    payload_start: usize,
+    fin: bool,
+    opcode: OpCode,
+    frame_len: u64,
+    mask: [u8; 4],
+) -> usize {
+    let at = payload_start - header_len(frame_len) - 4;
+    encode_client_header(&mut buf[at..], fin, opcode, mask, frame_len);
+    at
+}
+
+/// A masked close frame, as a client sends it (a proxy toward its
+/// upstream): `code` (an unsendable one becomes 1011) and the reason cut to
+/// fit a control frame.
+pub fn client_close_frame(code: u16, reason: &str, mask: [u8; 4]) -> Vec<u8> {
+    let reason = close::fit_reason(reason);
+    let mut out = vec![0u8; 6 + 2 + reason.len()];
+    let at = encode_client_header(&mut out, true, OpCode::Close, mask, 2 + reason.len() as u64);
+    out[at..at + 2].copy_from_slice(&close::sendable(code).to_be_bytes());
+    out[at + 2..].copy_from_slice(reason.as_bytes());
+    super::mask::unmask(&mut out[at..], mask, 0);
+    out
+}
+
 /// Encodes a masked client header (tests and benchmarks build client
 /// traffic with it); returns its length.
 pub fn encode_client_header(
@@ -223,6 +255,30 @@ mod tests {
         assert_eq!(&buf[r], &[0x88, 2, 0x03, 0xE8]);
         let r = close_reply_in_place(&mut buf, 10..14, 4001);
         assert_eq!(&buf[r], &[0x88, 2, 0x0F, 0xA1]);
+    }
+
+    /// RFC 6455 §5.3: a masked close parses back to its code and reason.
+    #[test]
+    fn client_close_frame_is_masked() {
+        let f = client_close_frame(1001, "bye", [1, 2, 3, 4]);
+        let h = crate::ws::frame::parse_client_header(&f).unwrap().unwrap();
+        let mut payload = f[h.header_len..].to_vec();
+        crate::ws::mask::unmask(&mut payload, h.mask, 0);
+        assert_eq!(&payload, &[0x03, 0xE9, b'b', b'y', b'e']);
+    }
+
+    #[test]
+    fn masked_header_takes_the_clients_place() {
+        let mut buf = [0u8; 20];
+        let at = masked_header_before(&mut buf, 14, true, OpCode::Binary, 300, [9, 9, 9, 9]);
+        assert_eq!(at, 6);
+        let h = crate::ws::frame::parse_client_header(&buf[at..])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (h.payload_len, h.header_len, h.mask),
+            (300, 8, [9, 9, 9, 9])
+        );
     }
 
     #[test]

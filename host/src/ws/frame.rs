@@ -61,6 +61,8 @@ pub enum ProtocolError {
     ReservedOpcode(u8),
     #[error("client frame is not masked")]
     UnmaskedClientFrame,
+    #[error("server frame is masked")]
+    MaskedServerFrame,
     #[error("64-bit payload length has its most significant bit set")]
     PayloadLengthTopBitSet,
     #[error("control frame payload longer than 125 bytes")]
@@ -165,6 +167,62 @@ pub fn parse_header(buf: &[u8], reserved: u8) -> Result<Option<FrameHeader>, Pro
         payload_len,
         header_len: mask_at + 4,
         rsv1: b0 & 0x40 != 0,
+    }))
+}
+
+/// A server frame header (an upstream's, to a proxy): its fields and
+/// length. RFC 6455 §5.1: a server never masks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerHeader {
+    pub fin: bool,
+    pub opcode: OpCode,
+    pub payload_len: u64,
+    pub header_len: usize,
+}
+
+/// Parses a server frame header from the start of `buf` (`Ok(None)`: more
+/// bytes are needed), with the checks the header alone allows: reserved
+/// bits, opcode, no mask, length form, control frame rules.
+#[inline]
+pub fn parse_server_header(buf: &[u8]) -> Result<Option<ServerHeader>, ProtocolError> {
+    let [b0, b1, ..] = *buf else {
+        return Ok(None);
+    };
+    if b0 & 0x70 != 0 {
+        return Err(ProtocolError::ReservedBitsSet);
+    }
+    if b1 & 0x80 != 0 {
+        return Err(ProtocolError::MaskedServerFrame);
+    }
+    let fin = b0 & 0x80 != 0;
+    let opcode = OpCode::from_bits(b0 & 0x0F)?;
+    let (payload_len, header_len) = match b1 & 0x7F {
+        126 => match buf.get(2..4) {
+            Some(ext) => (u64::from(u16::from_be_bytes([ext[0], ext[1]])), 4),
+            None => return Ok(None),
+        },
+        127 => match buf.get(2..10) {
+            Some(ext) => (u64::from_be_bytes(ext.try_into().expect("8 bytes")), 10),
+            None => return Ok(None),
+        },
+        short => (u64::from(short), 2),
+    };
+    if payload_len >> 63 != 0 {
+        return Err(ProtocolError::PayloadLengthTopBitSet);
+    }
+    if opcode.is_control() {
+        if !fin {
+            return Err(ProtocolError::FragmentedControlFrame);
+        }
+        if payload_len > MAX_CONTROL_PAYLOAD_BYTES {
+            return Err(ProtocolError::ControlFrameTooLong);
+        }
+    }
+    Ok(Some(ServerHeader {
+        fin,
+        opcode,
+        payload_len,
+        header_len,
     }))
 }
 

@@ -24,6 +24,10 @@ pub enum HandshakeError {
     UnsupportedVersion,
     #[error("Sec-WebSocket-Key must be 16 bytes in base64")]
     BadKey,
+    #[error(
+        "a WebSocket over HTTP/2 is an extended CONNECT with :protocol = websocket (RFC 8441)"
+    )]
+    NotExtendedConnect,
 }
 
 impl HandshakeError {
@@ -93,6 +97,26 @@ pub fn check_request(
     }
 }
 
+/// Validates a WebSocket request over HTTP/2 (RFC 8441 §4, §5): an
+/// extended CONNECT whose `:protocol` is `websocket`, speaking version 13.
+/// There is no key to answer: the stream is the connection.
+pub fn check_h2_request(
+    method: &Method,
+    protocol: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<(), HandshakeError> {
+    if method != Method::CONNECT || !protocol.is_some_and(|p| p.eq_ignore_ascii_case("websocket")) {
+        return Err(HandshakeError::NotExtendedConnect);
+    }
+    if headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_none_or(|v| v.as_bytes().trim_ascii() != SUPPORTED_VERSION.as_bytes())
+    {
+        return Err(HandshakeError::UnsupportedVersion);
+    }
+    Ok(())
+}
+
 /// Picks the subprotocol: the first of the route's list (server preference)
 /// that the client offered in `Sec-WebSocket-Protocol` (RFC 6455 §4.2.2).
 pub fn negotiate_subprotocol<'a>(headers: &HeaderMap, supported: &'a [String]) -> Option<&'a str> {
@@ -112,40 +136,38 @@ pub fn negotiate_subprotocol<'a>(headers: &HeaderMap, supported: &'a [String]) -
         .map(String::as_str)
 }
 
-/// Whether a browser at the request's `Origin` may open this route
-/// (cross-site WebSocket hijacking: browsers send cookies on upgrades, and
-/// the same-origin policy does not apply to WebSockets). Allowed: no
-/// `Origin` (not a browser), an origin whose host and port are the request's
-/// `Host` (the gateway's own pages), one listed in `allowed`, or any when
-/// `allowed` holds `"*"`. An opaque origin (`null`) only with `"*"`.
-pub fn origin_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
-    let Some(origin) = headers.get(http::header::ORIGIN) else {
-        return true;
-    };
-    if allowed.iter().any(|a| a == "*") {
-        return true;
-    }
-    let Ok(origin) = origin.to_str() else {
-        return false;
-    };
-    let origin = origin.trim().to_ascii_lowercase();
-    if allowed.contains(&origin) {
-        return true;
-    }
-    // Same origin: the host[:port] after the scheme is the Host header.
-    let Some((_, authority)) = origin.split_once("://") else {
-        return false;
-    };
-    headers
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .is_some_and(|host| host.trim().eq_ignore_ascii_case(authority))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    /// RFC 8441 §4-5: CONNECT with :protocol websocket and version 13;
+    /// anything else is refused.
+    #[test]
+    fn h2_requests_are_extended_connects_with_version_13() {
+        let v13 = headers(&[("sec-websocket-version", "13")]);
+        assert_eq!(
+            check_h2_request(&Method::CONNECT, Some("websocket"), &v13),
+            Ok(())
+        );
+        assert_eq!(
+            check_h2_request(&Method::GET, Some("websocket"), &v13),
+            Err(HandshakeError::NotExtendedConnect)
+        );
+        assert_eq!(
+            check_h2_request(&Method::CONNECT, None, &v13),
+            Err(HandshakeError::NotExtendedConnect)
+        );
+        assert_eq!(
+            check_h2_request(&Method::CONNECT, Some("webtransport"), &v13),
+            Err(HandshakeError::NotExtendedConnect)
+        );
+        let v8 = headers(&[("sec-websocket-version", "8")]);
+        assert_eq!(
+            check_h2_request(&Method::CONNECT, Some("websocket"), &v8),
+            Err(HandshakeError::UnsupportedVersion)
+        );
+    }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -226,32 +248,5 @@ mod tests {
         assert_eq!(negotiate_subprotocol(&h, &supported), Some("v2"));
         assert_eq!(negotiate_subprotocol(&h, &["mqtt".to_string()]), None);
         assert_eq!(negotiate_subprotocol(&h, &[]), None);
-    }
-
-    /// Origins: none (not a browser) and the gateway's own pass; another
-    /// site's only when listed (or with "*"); `null` only with "*".
-    #[test]
-    fn origin_checks() {
-        let req = |origin: Option<&str>| {
-            let mut h = HeaderMap::new();
-            h.insert(http::header::HOST, "gw.example:9001".parse().unwrap());
-            if let Some(o) = origin {
-                h.insert(http::header::ORIGIN, o.parse().unwrap());
-            }
-            h
-        };
-        let listed = vec!["https://app.example.com".to_string()];
-        assert!(origin_allowed(&req(None), &[]));
-        assert!(origin_allowed(&req(Some("http://gw.example:9001")), &[]));
-        assert!(origin_allowed(&req(Some("https://GW.example:9001")), &[]));
-        assert!(!origin_allowed(&req(Some("https://evil.example")), &[]));
-        assert!(!origin_allowed(&req(Some("http://gw.example")), &[]));
-        assert!(origin_allowed(
-            &req(Some("https://App.Example.com")),
-            &listed
-        ));
-        assert!(!origin_allowed(&req(Some("https://evil.example")), &listed));
-        assert!(!origin_allowed(&req(Some("null")), &listed));
-        assert!(origin_allowed(&req(Some("null")), &["*".to_string()]));
     }
 }

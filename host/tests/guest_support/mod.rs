@@ -50,6 +50,8 @@ pub fn config(name: &str) -> GuestConfig {
         env: BTreeMap::new(),
         log: Default::default(),
         cpu_share: 50,
+        outbound: Default::default(),
+        kv: None,
     }
 }
 
@@ -77,6 +79,8 @@ pub enum Owned {
     },
     Subscribe(u64, String),
     Unsubscribe(u64, String),
+    /// An I/O command (0.4.0), as its Debug text.
+    Io(String),
 }
 
 pub fn owned(cmds: &Commands) -> Vec<Owned> {
@@ -107,6 +111,7 @@ pub fn owned(cmds: &Commands) -> Vec<Owned> {
             Command::Subscribe { conn, topic } => Owned::Subscribe(conn, topic.to_string()),
             Command::Unsubscribe { conn, topic } => Owned::Unsubscribe(conn, topic.to_string()),
             Command::SetAttachment { .. } => unreachable!("the runner applies attachments"),
+            io => Owned::Io(format!("{io:?}")),
         })
         .collect()
 }
@@ -116,7 +121,7 @@ pub fn owned(cmds: &Commands) -> Vec<Owned> {
 pub fn open(runner: &mut Runner, conn: u64) -> Result<Vec<Owned>, weir::guest::Fault> {
     let mut b = Batch::new();
     b.push_open(conn, "/", &[], b"");
-    runner.handle(&b).map(|c| owned(&c))
+    runner.handle(&mut b).map(|c| owned(&c))
 }
 
 pub fn send_text(
@@ -126,5 +131,5 @@ pub fn send_text(
 ) -> Result<Vec<Owned>, weir::guest::Fault> {
     let mut b = Batch::new();
     b.push_message(conn, true, text.as_bytes());
-    runner.handle(&b).map(|c| owned(&c))
+    runner.handle(&mut b).map(|c| owned(&c))
 }

@@ -1,0 +1,252 @@
+//! A proxy route's keys in the routes file: the upstream URL (checked
+//! against the route's path parameters), `connect_timeout` and
+//! `forward_headers`, and their refusal on other routes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use toml::Value;
+
+use super::parse::RawRoute;
+use super::value::{Item, Source};
+use super::*;
+
+/// Longest wait for an upstream worth configuring: past it a client has
+/// long given up.
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Headers weir writes itself on the upstream request; forwarding the
+/// client's would let it speak for the gateway (or break the handshake).
+const HEADERS_WEIR_SETS: &[&str] = &[
+    "host",
+    "connection",
+    "upgrade",
+    "content-length",
+    "transfer-encoding",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+];
+
+pub(super) fn proxy_config(
+    src: &Source,
+    raw: &RawRoute,
+    native: &Item,
+    route_path: &str,
+) -> Result<Arc<ProxyConfig>, ConfigError> {
+    if let Some(item) = Item::of("subprotocols", &raw.subprotocols) {
+        return Err(item.fail(
+            src,
+            "a proxy route offers the upstream the client's subprotocols and returns the one \
+             the upstream chose; remove subprotocols",
+        ));
+    }
+    let Some(item) = Item::of("upstream", &raw.upstream) else {
+        return Err(native.fail(
+            src,
+            r#"a proxy route needs its upstream; add e.g. upstream = "ws://127.0.0.1:9100/rooms/{room}""#,
+        ));
+    };
+    let upstream = item.string(src, r#""ws://127.0.0.1:9100/""#)?;
+    let rest = if let Some(rest) = upstream.strip_prefix("ws://") {
+        rest
+    } else if upstream.starts_with("wss://") {
+        return Err(item.fail(
+            src,
+            "wss:// upstreams are not supported yet (weir has no TLS client); use ws://",
+        ));
+    } else {
+        return Err(item.fail(
+            src,
+            r#"an upstream is a ws:// URL; write e.g. "ws://127.0.0.1:9100/rooms/{room}""#,
+        ));
+    };
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(at) if rest.as_bytes()[at] == b'/' => (&rest[..at], rest[at..].to_string()),
+        Some(at) => (&rest[..at], format!("/{}", &rest[at..])),
+        None => (rest, "/".to_string()),
+    };
+    let (host, port) = split_authority(authority).ok_or_else(|| {
+        item.fail(
+            src,
+            "no host:port after ws://; write e.g. \"ws://127.0.0.1:9100/\"",
+        )
+    })?;
+    if path.contains(['#', ' ']) {
+        return Err(item.fail(src, "an upstream path has no fragment or spaces"));
+    }
+    check_placeholders(&path, route_path).map_err(|why| item.fail(src, why))?;
+    let mut config = ProxyConfig {
+        upstream: upstream.to_string(),
+        authority: authority.to_string(),
+        host,
+        port,
+        path,
+        connect_timeout: DEFAULT_PROXY_CONNECT_TIMEOUT,
+        forward_headers: Vec::new(),
+    };
+    if let Some(item) = Item::of("connect_timeout", &raw.connect_timeout) {
+        config.connect_timeout =
+            item.duration(src, Duration::from_millis(1), MAX_CONNECT_TIMEOUT)?;
+    }
+    if let Some(item) = Item::of("forward_headers", &raw.forward_headers) {
+        config.forward_headers = forward_headers(src, &item)?;
+    }
+    Ok(Arc::new(config))
+}
+
+/// `host[:port]` (`[v6]:port` for IPv6); the port defaults to 80.
+fn split_authority(authority: &str) -> Option<(String, u16)> {
+    if authority.is_empty() || authority.contains(['@', ' ']) {
+        return None;
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6.split_once(']')?;
+        match after {
+            "" => (host, None),
+            _ => (host, Some(after.strip_prefix(':')?)),
+        }
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse::<u16>().ok().filter(|&p| p != 0)?,
+        None => 80,
+    };
+    (!host.is_empty()).then(|| (host.to_string(), port))
+}
+
+/// Every `{name}` in the upstream path must be a parameter of the route's
+/// path (`{*rest}` is named `rest`).
+fn check_placeholders(upstream_path: &str, route_path: &str) -> Result<(), String> {
+    let params = placeholders(route_path)?;
+    for name in placeholders(upstream_path)? {
+        let name = name.trim_start_matches('*');
+        if !params.iter().any(|p| p.trim_start_matches('*') == name) {
+            let known = if params.is_empty() {
+                "the route's path has none".to_string()
+            } else {
+                format!(
+                    "the route's path has {}",
+                    params
+                        .iter()
+                        .map(|p| format!("{{{}}}", p.trim_start_matches('*')))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            return Err(format!(
+                "{{{name}}} is not a parameter of this route's path ({known})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The names in braces of a path template.
+fn placeholders(template: &str) -> Result<Vec<&str>, String> {
+    let mut names = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find(['{', '}']) {
+        if rest.as_bytes()[open] == b'}' {
+            return Err("a \"}\" without its \"{\"".into());
+        }
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else {
+            return Err("a \"{\" without its \"}\"".into());
+        };
+        let name = &after[..close];
+        if name.is_empty() || name.contains(['{', '/']) {
+            return Err("a parameter is a name in braces, e.g. {room}".into());
+        }
+        names.push(name);
+        rest = &after[close + 1..];
+    }
+    Ok(names)
+}
+
+/// Header names, checked and lower-cased.
+fn forward_headers(src: &Source, item: &Item) -> Result<Vec<String>, ConfigError> {
+    const HINT: &str = r#"write e.g. ["cookie", "authorization"]"#;
+    let Value::Array(items) = item.value else {
+        return Err(item.fail(src, format!("not a list of header names; {HINT}")));
+    };
+    let mut names: Vec<String> = Vec::with_capacity(items.len());
+    for value in items {
+        let Value::String(name) = value else {
+            return Err(item.fail(src, format!("{value} is not a string; {HINT}")));
+        };
+        let lower = name.to_ascii_lowercase();
+        if http::HeaderName::from_bytes(lower.as_bytes()).is_err() {
+            return Err(item.fail(src, format!("{value} is not a header name; {HINT}")));
+        }
+        if HEADERS_WEIR_SETS.contains(&lower.as_str()) || lower.starts_with("sec-websocket-") {
+            return Err(item.fail(
+                src,
+                format!("{value} is written by weir itself on the upstream request; remove it"),
+            ));
+        }
+        if !names.contains(&lower) {
+            names.push(lower);
+        }
+    }
+    Ok(names)
+}
+
+/// Only proxy routes take `upstream`, `connect_timeout` and `forward_headers`.
+pub(super) fn refuse_proxy_keys(
+    src: &Source,
+    raw: &RawRoute,
+    kind: &Item,
+) -> Result<(), ConfigError> {
+    let first = [
+        ("upstream", &raw.upstream),
+        ("connect_timeout", &raw.connect_timeout),
+        ("forward_headers", &raw.forward_headers),
+    ]
+    .into_iter()
+    .filter_map(|(key, field)| field.as_ref().map(|f| (key, f.span())))
+    .min_by_key(|(_, span)| span.start);
+    match first {
+        Some((key, span)) => Err(src.error(
+            span,
+            format!(
+                "{key} only applies to proxy routes, and this route is {}; remove {key}, \
+                 or write native = \"proxy\"",
+                kind.shown()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorities() {
+        assert_eq!(
+            split_authority("127.0.0.1:9100"),
+            Some(("127.0.0.1".into(), 9100))
+        );
+        assert_eq!(split_authority("backend"), Some(("backend".into(), 80)));
+        assert_eq!(split_authority("[::1]:81"), Some(("::1".into(), 81)));
+        assert_eq!(split_authority("[::1]"), Some(("::1".into(), 80)));
+        assert_eq!(split_authority("host:0"), None);
+        assert_eq!(split_authority("host:x"), None);
+        assert_eq!(split_authority("user@host"), None);
+        assert_eq!(split_authority(""), None);
+    }
+
+    #[test]
+    fn placeholders_must_be_route_parameters() {
+        assert!(check_placeholders("/rooms/{room}", "/r/{room}").is_ok());
+        assert!(check_placeholders("/files/{rest}", "/f/{*rest}").is_ok());
+        assert!(check_placeholders("/x/{user}", "/r/{room}").is_err());
+        assert!(check_placeholders("/x/{user", "/r/{room}").is_err());
+        assert!(check_placeholders("/x/}", "/r").is_err());
+    }
+}

@@ -1,0 +1,518 @@
+//! Guest I/O (weir:gateway 0.4.0): outbound HTTP and timers, asked for by
+//! commands and answered by events in a later batch, so a guest call never
+//! waits for the network. Requests and timers run on one process-wide
+//! thread (`weir-guest-io`, its own current-thread tokio runtime, hyper's
+//! pooled HTTP/1 client); an answer is queued in the [`Inbox`] of the
+//! worker that should see it (the connection's worker, or for a route's own
+//! request or timer, the worker whose batch asked) and wakes that worker's
+//! scheduler. [`RouteIo`] is one route's share: its policy check, its
+//! requests in flight, its timers (held here, not in an instance, so a
+//! route's timers survive instance replacement and deploys).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+use weir_abi::io::{split_request_head, HeaderLines};
+use weir_abi::HttpErrorReason;
+
+use super::ConnectionId;
+use crate::config::{OutboundPolicy, OutboundPrefix};
+use crate::registry::worker_of;
+
+/// Timers one route may have pending at once: past it, a set-timer is
+/// dropped (and logged), so a guest cannot grow the host's timer map
+/// without bound.
+pub const MAX_TIMERS_PER_ROUTE: usize = 100_000;
+
+/// An answer on its way to a guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IoEvent {
+    Response {
+        conn: ConnectionId,
+        tag: u64,
+        status: u16,
+        /// `name: value` lines (values that are not UTF-8 left out).
+        head: String,
+        body: Bytes,
+    },
+    Error {
+        conn: ConnectionId,
+        tag: u64,
+        reason: HttpErrorReason,
+        message: String,
+    },
+    Timer {
+        conn: ConnectionId,
+        tag: u64,
+    },
+}
+
+impl IoEvent {
+    /// The connection the event is for (0: the route).
+    pub fn conn(&self) -> ConnectionId {
+        match self {
+            IoEvent::Response { conn, .. }
+            | IoEvent::Error { conn, .. }
+            | IoEvent::Timer { conn, .. } => *conn,
+        }
+    }
+}
+
+/// A request's outcome: status, head lines and body, or why there is none.
+pub type Outcome = Result<(u16, String, Bytes), (HttpErrorReason, String)>;
+
+/// Events waiting for one worker's next turn on one route.
+#[derive(Default)]
+pub struct Inbox {
+    events: Mutex<Vec<IoEvent>>,
+    /// The worker's scheduler signal.
+    wake: Arc<Notify>,
+}
+
+impl Inbox {
+    pub(crate) fn new(wake: Arc<Notify>) -> Self {
+        Inbox {
+            events: Mutex::default(),
+            wake,
+        }
+    }
+
+    fn push(&self, event: IoEvent) {
+        self.events.lock().expect("inbox lock").push(event);
+        self.wake.notify_one();
+    }
+
+    /// The events queued so far, oldest first.
+    pub(crate) fn take(&self) -> Vec<IoEvent> {
+        std::mem::take(&mut *self.events.lock().expect("inbox lock"))
+    }
+}
+
+/// The process's I/O thread: its runtime and HTTP client.
+struct IoThread {
+    handle: tokio::runtime::Handle,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// The I/O thread, started on first use.
+fn io_thread() -> &'static IoThread {
+    static IO: OnceLock<IoThread> = OnceLock::new();
+    IO.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the guest I/O runtime starts");
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("weir-guest-io".into())
+            .spawn(move || runtime.block_on(std::future::pending::<()>()))
+            .expect("the guest I/O thread starts");
+        let mut connector = HttpConnector::new();
+        // Small requests and answers: no Nagle delay on either side.
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        IoThread { handle, client }
+    })
+}
+
+/// Pending timers by (connection, tag): generation and task.
+type Timers = HashMap<(ConnectionId, u64), (u64, AbortHandle)>;
+
+/// One guest route's I/O: where its answers go, its requests in flight and
+/// its timers.
+pub struct RouteIo {
+    /// The route path, for logs.
+    route: Arc<str>,
+    /// Each worker's inbox, once the route has a slot there.
+    inboxes: Mutex<HashMap<usize, Arc<Inbox>>>,
+    in_flight: Arc<AtomicUsize>,
+    /// Pending timers by (connection, tag): a generation (so a timer that
+    /// fires removes only itself, not one that replaced it) and its task.
+    timers: Arc<Mutex<Timers>>,
+    generation: AtomicU64,
+    /// Requests answered, errors, timers fired (for tests and `/metrics`).
+    pub(crate) counts: IoCounts,
+}
+
+/// What a route's I/O has done.
+#[derive(Default)]
+pub struct IoCounts {
+    pub requests: AtomicU64,
+    pub errors: AtomicU64,
+    pub timers: AtomicU64,
+}
+
+impl RouteIo {
+    pub fn new(route: Arc<str>) -> Arc<RouteIo> {
+        Arc::new(RouteIo {
+            route,
+            inboxes: Mutex::default(),
+            in_flight: Arc::default(),
+            timers: Arc::default(),
+            generation: AtomicU64::new(0),
+            counts: IoCounts::default(),
+        })
+    }
+
+    /// Worker `worker`'s inbox for this route.
+    pub(crate) fn register(&self, worker: usize, inbox: Arc<Inbox>) {
+        self.inboxes
+            .lock()
+            .expect("inboxes lock")
+            .insert(worker, inbox);
+    }
+
+    /// Queue `event` for the worker that should see it: the connection's,
+    /// or `asker` for the route's own.
+    fn deliver(inboxes: &Mutex<HashMap<usize, Arc<Inbox>>>, asker: usize, event: IoEvent) {
+        let worker = match event.conn() {
+            0 => asker,
+            conn => worker_of(conn),
+        };
+        let inbox = inboxes.lock().expect("inboxes lock").get(&worker).cloned();
+        if let Some(inbox) = inbox {
+            inbox.push(event);
+        }
+    }
+
+    /// Requests of the route in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// An `http-request` command of a batch that ran on worker `asker`:
+    /// checked against `policy` here (a refusal is an event too), sent on
+    /// the I/O thread; the answer is queued for the worker.
+    pub(crate) fn http(
+        self: &Arc<Self>,
+        asker: usize,
+        conn: ConnectionId,
+        tag: u64,
+        head: &str,
+        body: &[u8],
+        policy: &OutboundPolicy,
+    ) {
+        let inboxes = self.clone();
+        self.request(head, body, policy, move |outcome| {
+            let event = match outcome {
+                Ok((status, head, body)) => IoEvent::Response {
+                    conn,
+                    tag,
+                    status,
+                    head,
+                    body,
+                },
+                Err((reason, message)) => IoEvent::Error {
+                    conn,
+                    tag,
+                    reason,
+                    message,
+                },
+            };
+            Self::deliver(&inboxes.inboxes, asker, event);
+        });
+    }
+
+    /// A deferred upgrade's request: its outcome, through the I/O thread,
+    /// under the same policy as a batch's requests.
+    pub(crate) fn fetch(
+        self: &Arc<Self>,
+        head: &str,
+        body: &[u8],
+        policy: &OutboundPolicy,
+    ) -> tokio::sync::oneshot::Receiver<Outcome> {
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        self.request(head, body, policy, move |result| {
+            let _ = done.send(result);
+        });
+        outcome
+    }
+
+    /// Check a request against `policy` and send it; `done` gets the
+    /// outcome (at once for a refusal), on some thread.
+    fn request(
+        self: &Arc<Self>,
+        head: &str,
+        body: &[u8],
+        policy: &OutboundPolicy,
+        done: impl FnOnce(Outcome) + Send + 'static,
+    ) {
+        let refusal = match build_request(head, body) {
+            Err(why) => Err((HttpErrorReason::Invalid, why)),
+            Ok(request) if !allowed(&policy.allow, request.uri()) => Err((
+                HttpErrorReason::Refused,
+                format!("{} is not in the route's allow_outbound", request.uri()),
+            )),
+            Ok(request) => {
+                if self.in_flight.fetch_add(1, Ordering::AcqRel) >= policy.max_concurrent {
+                    self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                    Err((
+                        HttpErrorReason::Busy,
+                        format!(
+                            "the route has outbound_max_concurrent = {} requests in flight",
+                            policy.max_concurrent
+                        ),
+                    ))
+                } else {
+                    Ok(request)
+                }
+            }
+        };
+        let request = match refusal {
+            Ok(request) => request,
+            Err(refused) => {
+                self.counts.errors.fetch_add(1, Ordering::Relaxed);
+                return done(Err(refused));
+            }
+        };
+        let io = io_thread();
+        let client = io.client.clone();
+        let (timeout, max) = (policy.timeout, policy.max_response);
+        let me = self.clone();
+        io.handle.spawn(async move {
+            let outcome = match tokio::time::timeout(timeout, send(&client, request, max)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err((
+                    HttpErrorReason::Timeout,
+                    format!("no response within outbound_timeout ({timeout:?})"),
+                )),
+            };
+            me.in_flight.fetch_sub(1, Ordering::AcqRel);
+            let counter = match outcome {
+                Ok(_) => &me.counts.requests,
+                Err(_) => &me.counts.errors,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            done(outcome);
+        });
+    }
+
+    /// A `set-timer` of a batch that ran on worker `asker`; replaces a
+    /// pending timer with the same connection and tag.
+    pub(crate) fn set_timer(
+        self: &Arc<Self>,
+        asker: usize,
+        conn: ConnectionId,
+        tag: u64,
+        delay: Duration,
+    ) {
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let mut timers = self.timers.lock().expect("timers lock");
+        if timers.len() >= MAX_TIMERS_PER_ROUTE && !timers.contains_key(&(conn, tag)) {
+            tracing::warn!(
+                route = &*self.route,
+                conn,
+                tag,
+                max = MAX_TIMERS_PER_ROUTE,
+                "guest set a timer past the route's pending timers cap; dropped"
+            );
+            return;
+        }
+        let me = self.clone();
+        let task = io_thread().handle.spawn(async move {
+            tokio::time::sleep(delay).await;
+            let mine = {
+                let mut timers = me.timers.lock().expect("timers lock");
+                let mine = timers
+                    .get(&(conn, tag))
+                    .is_some_and(|(g, _)| *g == generation);
+                if mine {
+                    timers.remove(&(conn, tag));
+                }
+                mine
+            };
+            if mine {
+                me.counts.timers.fetch_add(1, Ordering::Relaxed);
+                Self::deliver(&me.inboxes, asker, IoEvent::Timer { conn, tag });
+            }
+        });
+        if let Some((_, old)) = timers.insert((conn, tag), (generation, task.abort_handle())) {
+            old.abort();
+        }
+    }
+
+    /// A `cancel-timer`: the timer does not fire (unless its event is
+    /// already queued).
+    pub(crate) fn cancel_timer(&self, conn: ConnectionId, tag: u64) {
+        if let Some((_, task)) = self
+            .timers
+            .lock()
+            .expect("timers lock")
+            .remove(&(conn, tag))
+        {
+            task.abort();
+        }
+    }
+
+    /// Timers pending now.
+    pub fn timers_pending(&self) -> usize {
+        self.timers.lock().expect("timers lock").len()
+    }
+}
+
+/// A request from a command's head and body, or why it cannot be sent.
+fn build_request(head: &str, body: &[u8]) -> Result<http::Request<Full<Bytes>>, String> {
+    let (method, url, headers) =
+        split_request_head(head).ok_or("the request head has no `METHOD URL` line")?;
+    let method = http::Method::from_bytes(method.as_bytes())
+        .map_err(|_| format!("{method:?} is not an HTTP method"))?;
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some("https") => {
+            return Err("https is not supported yet (the gateway has no TLS client)".into())
+        }
+        _ => return Err(format!("{url:?}: the URL must start with http://")),
+    }
+    let mut request = http::Request::builder().method(method).uri(uri);
+    for (name, value) in headers {
+        let name = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("{name:?} is not a header name"))?;
+        let value = http::HeaderValue::from_str(value)
+            .map_err(|_| format!("the value of {name} is not a header value"))?;
+        request = request.header(name, value);
+    }
+    request
+        .body(Full::new(Bytes::copy_from_slice(body)))
+        .map_err(|e| format!("invalid request: {e}"))
+}
+
+/// Whether `uri` starts with one of the `allow` prefixes (scheme, host and
+/// port equal, path a prefix).
+pub(crate) fn allowed(allow: &[OutboundPrefix], uri: &http::Uri) -> bool {
+    let (Some(scheme), Some(host)) = (uri.scheme_str(), uri.host()) else {
+        return false;
+    };
+    let port = uri
+        .port_u16()
+        .unwrap_or(if scheme == "https" { 443 } else { 80 });
+    let path = uri.path();
+    allow.iter().any(|p| {
+        p.scheme == scheme
+            && p.host.eq_ignore_ascii_case(host)
+            && p.port == port
+            && path.starts_with(&p.path)
+    })
+}
+
+/// Send `request`; status, head lines and a body of at most `max` bytes.
+async fn send(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    request: http::Request<Full<Bytes>>,
+    max: usize,
+) -> Outcome {
+    let response = client
+        .request(request)
+        .await
+        .map_err(|e| (HttpErrorReason::Connect, format!("{e:#}")))?;
+    let too_large = || {
+        (
+            HttpErrorReason::TooLarge,
+            format!("the response body is over outbound_max_response ({max} bytes)"),
+        )
+    };
+    let declared = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    let status = response.status().as_u16();
+    let mut head = String::new();
+    for (name, value) in response.headers() {
+        if let Ok(value) = value.to_str() {
+            if !head.is_empty() {
+                head.push('\n');
+            }
+            head.push_str(name.as_str());
+            head.push_str(": ");
+            head.push_str(value);
+        }
+    }
+    let body = Limited::new(response.into_body(), max)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                too_large()
+            } else {
+                (
+                    HttpErrorReason::Connect,
+                    format!("reading the response: {e}"),
+                )
+            }
+        })?
+        .to_bytes();
+    Ok((status, head, body))
+}
+
+/// The `name: value` lines of a response head (for tests and the SDK's
+/// harness).
+pub fn head_lines(head: &str) -> HeaderLines<'_> {
+    HeaderLines::new(head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefix(host: &str, port: u16, path: &str) -> OutboundPrefix {
+        OutboundPrefix {
+            scheme: "http".into(),
+            host: host.into(),
+            port,
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn allow_outbound_matches_scheme_host_port_and_path_prefix() {
+        let allow = [
+            prefix("127.0.0.1", 8080, "/"),
+            prefix("api.internal", 80, "/v1/"),
+        ];
+        let ok = |u: &str| allowed(&allow, &u.parse().unwrap());
+        assert!(ok("http://127.0.0.1:8080/anything?q=1"));
+        assert!(ok("http://API.internal/v1/users"));
+        assert!(!ok("http://127.0.0.1:8081/"), "another port");
+        assert!(!ok("http://127.0.0.2:8080/"), "another host");
+        assert!(!ok("http://api.internal/v2/users"), "another path");
+        assert!(!ok("http://api.internal:8080/v1/"), "another port");
+        assert!(!ok("https://127.0.0.1:8080/"), "another scheme");
+        assert!(
+            !allowed(&[], &"http://127.0.0.1/".parse().unwrap()),
+            "deny by default"
+        );
+    }
+
+    #[test]
+    fn a_request_head_builds_or_says_why_not() {
+        let r = build_request("POST http://a:1/x\ncontent-type: text/plain", b"hi").unwrap();
+        assert_eq!(r.method(), http::Method::POST);
+        assert_eq!(r.headers()["content-type"], "text/plain");
+        for (head, why) in [
+            ("GET", "METHOD URL"),
+            ("G@T http://a/", "method"),
+            ("GET https://a/", "https"),
+            ("GET ftp://a/", "http://"),
+            ("GET http://a/\nbad name: x", "header name"),
+        ] {
+            let e = build_request(head, b"").unwrap_err();
+            assert!(e.contains(why), "{head}: {e}");
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The upstream side of a proxied upgrade: the TCP connection and the
+//! opening handshake as a client (RFC 6455 §4.1), done before the client
+//! gets its answer, so an upstream that is down, slow or refuses shows up
+//! as an HTTP status (502, 504) instead of a 101 followed by a close.
+
+use crate::config::ProxyConfig;
+use crate::ws::handshake;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use http::{header, HeaderMap};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Cap on the upstream's response head: the same as on a client's request.
+const MAX_RESPONSE_HEAD_BYTES: usize = 16 * 1024;
+/// Response headers parsed at most.
+const MAX_RESPONSE_HEADERS: usize = 64;
+
+/// An upstream that answered the upgrade with a valid 101.
+pub struct Dialed {
+    pub stream: TcpStream,
+    /// The subprotocol the upstream chose (one the client offered).
+    pub protocol: Option<String>,
+    /// Bytes the upstream sent after its response head: its first frames.
+    pub early: Vec<u8>,
+}
+
+/// Why the upstream could not be used (each is a 502 to the client).
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    #[error("connection lost during the handshake: {0}")]
+    Io(std::io::Error),
+    #[error("closed the connection before answering")]
+    NoAnswer,
+    #[error("response head is not HTTP or larger than 16 KiB")]
+    BadResponse,
+    #[error("answered {0} instead of 101")]
+    Status(u16),
+    #[error("101 without a valid WebSocket handshake: {0}")]
+    BadHandshake(&'static str),
+}
+
+/// What the upstream request carries from the client's.
+pub struct UpstreamRequest {
+    /// Path and query, parameters substituted, the client's query appended.
+    pub target: String,
+    pub head: String,
+    /// The `Sec-WebSocket-Key` sent, to check the accept.
+    key: String,
+    /// Subprotocols the client offered: the upstream must pick one of these.
+    offered: Vec<String>,
+}
+
+/// `template` with each `{name}` replaced by the route parameter of that
+/// name (`{rest}` also for a `{*rest}` wildcard), then the client's query.
+pub fn upstream_target(template: &str, params: &[(&str, &str)], query: Option<&str>) -> String {
+    let mut out = String::with_capacity(template.len() + 32);
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let close = after.find('}').expect("placeholders were checked");
+        let name = after[..close].trim_start_matches('*');
+        let value = params
+            .iter()
+            .find(|(n, _)| n.trim_start_matches('*') == name)
+            .map_or("", |(_, v)| *v);
+        out.push_str(value);
+        rest = &after[close + 1..];
+    }
+    out.push_str(rest);
+    if let Some(query) = query.filter(|q| !q.is_empty()) {
+        out.push(if out.contains('?') { '&' } else { '?' });
+        out.push_str(query);
+    }
+    out
+}
+
+impl UpstreamRequest {
+    /// The request head for `target`: the handshake headers, the
+    /// subprotocols the client offered, the route's `forward_headers` and
+    /// `X-Forwarded-For` (the client's address: an edge gateway does not
+    /// pass on what a client claims) and `X-Forwarded-Proto`.
+    pub fn new(
+        config: &ProxyConfig,
+        target: String,
+        client: &HeaderMap,
+        peer: SocketAddr,
+        key: [u8; 16],
+    ) -> UpstreamRequest {
+        let key = BASE64.encode(key);
+        let offered: Vec<String> = client
+            .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect();
+        let mut head = String::with_capacity(256);
+        let _ = write!(
+            head,
+            "GET {target} HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n",
+            config.authority
+        );
+        if !offered.is_empty() {
+            let _ = write!(head, "Sec-WebSocket-Protocol: {}\r\n", offered.join(", "));
+        }
+        for name in &config.forward_headers {
+            for value in client.get_all(name.as_str()) {
+                // Header values hyper accepted hold no CR or LF.
+                if let Ok(value) = value.to_str() {
+                    let _ = write!(head, "{name}: {value}\r\n");
+                }
+            }
+        }
+        let _ = write!(
+            head,
+            "X-Forwarded-For: {}\r\nX-Forwarded-Proto: http\r\n\r\n",
+            peer.ip()
+        );
+        UpstreamRequest {
+            target,
+            head,
+            key,
+            offered,
+        }
+    }
+}
+
+/// Connects to the upstream and runs the handshake (the caller bounds it
+/// with the route's `connect_timeout`).
+pub async fn dial(config: &ProxyConfig, req: &UpstreamRequest) -> Result<Dialed, DialError> {
+    let mut stream = TcpStream::connect((config.host.as_str(), config.port))
+        .await
+        .map_err(DialError::Connect)?;
+    // Frames are forwarded as they come; batching happens per read.
+    let _ = stream.set_nodelay(true);
+    stream
+        .write_all(req.head.as_bytes())
+        .await
+        .map_err(DialError::Io)?;
+    let mut buf = Vec::with_capacity(1024);
+    loop {
+        if buf.len() >= MAX_RESPONSE_HEAD_BYTES {
+            return Err(DialError::BadResponse);
+        }
+        buf.reserve(1024);
+        let n = stream.read_buf(&mut buf).await.map_err(DialError::Io)?;
+        if n == 0 {
+            return Err(DialError::NoAnswer);
+        }
+        let mut headers = [httparse::EMPTY_HEADER; MAX_RESPONSE_HEADERS];
+        let mut response = httparse::Response::new(&mut headers);
+        match response.parse(&buf) {
+            Ok(httparse::Status::Partial) => continue,
+            Ok(httparse::Status::Complete(len)) => {
+                let protocol = check_response(&response, req)?;
+                return Ok(Dialed {
+                    stream,
+                    protocol,
+                    early: buf.split_off(len),
+                });
+            }
+            Err(_) => return Err(DialError::BadResponse),
+        }
+    }
+}
+
+/// RFC 6455 §4.1: the client's checks of the server's answer. Returns the
+/// chosen subprotocol.
+fn check_response(
+    response: &httparse::Response,
+    req: &UpstreamRequest,
+) -> Result<Option<String>, DialError> {
+    let status = response.code.unwrap_or(0);
+    if status != 101 {
+        return Err(DialError::Status(status));
+    }
+    let get = |name: &'static str| header_values(response, name);
+    let has_token = |name: &'static str, token: &str| {
+        get(name).any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    };
+    if !has_token("upgrade", "websocket") {
+        return Err(DialError::BadHandshake("no Upgrade: websocket"));
+    }
+    if !has_token("connection", "upgrade") {
+        return Err(DialError::BadHandshake("no Connection: Upgrade"));
+    }
+    let expected = handshake::accept_key(req.key.as_bytes());
+    if get("sec-websocket-accept").next().map(str::trim) != Some(expected.as_str()) {
+        return Err(DialError::BadHandshake("wrong Sec-WebSocket-Accept"));
+    }
+    // Nothing was offered, so nothing may be taken (permessage-deflate
+    // would change what the frames mean).
+    if get("sec-websocket-extensions").any(|v| !v.trim().is_empty()) {
+        return Err(DialError::BadHandshake("an extension nobody offered"));
+    }
+    let mut chosen = get("sec-websocket-protocol").map(str::trim);
+    match (chosen.next(), chosen.next()) {
+        (None, _) => Ok(None),
+        (Some(p), None) if req.offered.iter().any(|o| o == p) => Ok(Some(p.to_string())),
+        _ => Err(DialError::BadHandshake(
+            "a subprotocol the client did not offer",
+        )),
+    }
+}
+
+/// The values of every `name` header of `response` (case-insensitive).
+fn header_values<'r>(
+    response: &'r httparse::Response<'_, '_>,
+    name: &'static str,
+) -> impl Iterator<Item = &'r str> {
+    response
+        .headers
+        .iter()
+        .filter(move |h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| std::str::from_utf8(h.value).unwrap_or(""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_substitute_parameters_and_append_the_query() {
+        let params = [("room", "lobby"), ("*rest", "a/b")];
+        assert_eq!(
+            upstream_target("/rooms/{room}", &params, Some("x=1")),
+            "/rooms/lobby?x=1"
+        );
+        assert_eq!(
+            upstream_target("/f/{rest}?v=2", &params, Some("x=1")),
+            "/f/a/b?v=2&x=1"
+        );
+        assert_eq!(upstream_target("/", &params, Some("")), "/");
+    }
+}

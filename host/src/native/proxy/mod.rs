@@ -1,0 +1,376 @@
+//! Native proxy: each client connection is carried to a connection of its
+//! own to the route's upstream WebSocket server, opened before the client
+//! gets its 101 (`dial`). Client frames (data, pings, pongs) are masked
+//! again in place in the receive buffer and written to the upstream with
+//! no copy; upstream frames are already server frames and go to the client
+//! as read (`pump`). Fragments stay as sent, and close codes travel both
+//! ways: an upstream that goes away without one closes the client with
+//! 1014; a client that goes away closes the upstream with 1001.
+//!
+//! Backpressure both ways: the client is not read while more than
+//! `outbound_budget` bytes wait for the upstream socket, and the upstream
+//! is not read while the client's queue is over that budget. Nothing read
+//! is dropped on the way. See docs/architecture.md.
+//!
+//! `wss://` upstreams are not supported yet (no TLS client).
+
+mod dial;
+mod pump;
+
+use crate::config::ProxyConfig;
+use crate::reactor::behaviour::{Behaviour, LocalFuture, Stop};
+use crate::reactor::buffer::Output;
+use crate::reactor::decode::DataPiece;
+use crate::reactor::outbound::Outbound;
+use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
+use crate::ws::frame::OpCode;
+use crate::ws::{close, encode, mask};
+use http::StatusCode;
+use std::cell::{Cell, RefCell};
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::io::{ErrorKind, IoSlice};
+use std::ops::Range;
+use std::rc::Rc;
+use std::sync::Arc;
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tracing::debug;
+
+pub use dial::upstream_target;
+
+/// The close reason a client gets when its upstream went away.
+const UPSTREAM_GONE: &str = "upstream went away";
+/// Ranges written to the upstream in one `sendmsg` at most.
+const GATHER_MAX: usize = 16;
+
+/// `native = "proxy"`: the route's upstream, shared by all workers.
+pub struct ProxyRoute {
+    config: Arc<ProxyConfig>,
+}
+
+impl ProxyRoute {
+    pub fn new(config: Arc<ProxyConfig>) -> ProxyRoute {
+        ProxyRoute { config }
+    }
+}
+
+impl RouteKind for ProxyRoute {
+    fn on_worker(&self, _: &WorkerSetup) -> Rc<dyn WorkerRoute> {
+        Rc::new(ProxyRoute {
+            config: self.config.clone(),
+        })
+    }
+}
+
+impl WorkerRoute for ProxyRoute {
+    /// Opens the upstream connection; the client's answer waits for it.
+    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> LocalFuture<'a, Result<Accepted, Refusal>> {
+        let target = upstream_target(&self.config.path, up.params, up.uri.query());
+        let mut masks = Masks::new();
+        let mut key = [0u8; 16];
+        key[..8].copy_from_slice(&masks.next_u64().to_le_bytes());
+        key[8..].copy_from_slice(&masks.next_u64().to_le_bytes());
+        let req = dial::UpstreamRequest::new(&self.config, target, up.headers, up.peer, key);
+        let outbound = up.outbound.clone();
+        Box::pin(async move {
+            let config = &self.config;
+            let dialed = match tokio::time::timeout(
+                config.connect_timeout,
+                dial::dial(config, &req),
+            )
+            .await
+            {
+                Ok(Ok(dialed)) => dialed,
+                Ok(Err(e)) => {
+                    debug!(upstream = %config.upstream, target = %req.target, error = %e, "upstream refused");
+                    return Err(Refusal {
+                        status: StatusCode::BAD_GATEWAY,
+                        body: "the upstream server is unreachable or refused the WebSocket\n",
+                        retry_after: None,
+                    });
+                }
+                Err(_) => {
+                    debug!(upstream = %config.upstream, target = %req.target, "upstream timed out");
+                    return Err(Refusal {
+                        status: StatusCode::GATEWAY_TIMEOUT,
+                        body: "the upstream server did not answer in time\n",
+                        retry_after: None,
+                    });
+                }
+            };
+            let protocol = dialed.protocol.clone();
+            let proxy = Proxy::new(dialed, &outbound, masks);
+            Ok(Accepted {
+                protocol,
+                behaviour: Box::new(proxy),
+            })
+        })
+    }
+}
+
+/// Masking keys for frames toward the upstream (RFC 6455 §5.3, §10.3): a
+/// fast generator per connection, seeded from SipHash under the process's
+/// random keys, so no client can predict the mask its bytes will be sent
+/// under. One per frame, a few nanoseconds each.
+struct Masks(u64);
+
+impl Masks {
+    fn new() -> Masks {
+        thread_local! {
+            static SEEDS: (RandomState, Cell<u64>) = (RandomState::new(), Cell::new(0));
+        }
+        Masks(SEEDS.with(|(state, n)| {
+            n.set(n.get() + 1);
+            state.hash_one(n.get())
+        }))
+    }
+
+    /// wyrand: one multiply per output.
+    #[inline]
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0xa076_1d64_78bd_642f);
+        let t = u128::from(self.0) * u128::from(self.0 ^ 0xe703_7ed1_a0b4_28db);
+        (t as u64) ^ ((t >> 64) as u64)
+    }
+
+    #[inline]
+    fn next(&mut self) -> [u8; 4] {
+        (self.next_u64() as u32).to_le_bytes()
+    }
+}
+
+/// What a connection's two sides share (both run on the worker's thread).
+struct Link {
+    upstream: TcpStream,
+    /// Client frames the upstream socket has not taken yet, masked.
+    pending: RefCell<Vec<u8>>,
+    /// A client frame is partly written toward the upstream: no close
+    /// frame can follow until it ends.
+    to_upstream_mid_frame: Cell<bool>,
+    /// An upstream frame is partly written toward the client.
+    to_client_mid_frame: Cell<bool>,
+    /// The client side ended: the close to send the upstream (code, reason).
+    client_closed: RefCell<Option<(u16, String)>>,
+    /// Wakes the upstream side: bytes are pending, or the client ended.
+    wake: Notify,
+}
+
+impl Link {
+    /// Writes what the upstream socket takes of `pending` now. Err when the
+    /// upstream is gone.
+    fn flush(&self) -> std::io::Result<()> {
+        let mut pending = self.pending.borrow_mut();
+        while !pending.is_empty() {
+            match self.upstream.try_write(&pending) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    pending.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The client side of one proxied connection.
+pub struct Proxy {
+    link: Rc<Link>,
+    /// The upstream's first bytes, until the upstream side starts.
+    early: Option<Vec<u8>>,
+    /// Upstream-bound frames of this read: ranges of the receive buffer.
+    ranges: Output,
+    masks: Masks,
+    /// The mask of the frame being forwarded, and how far into its payload.
+    mask: [u8; 4],
+    offset: usize,
+    mid_frame: bool,
+    budget: usize,
+    upstream_failed: bool,
+}
+
+impl Proxy {
+    fn new(dialed: dial::Dialed, client: &Outbound, masks: Masks) -> Proxy {
+        Proxy {
+            link: Rc::new(Link {
+                upstream: dialed.stream,
+                pending: RefCell::new(Vec::new()),
+                to_upstream_mid_frame: Cell::new(false),
+                to_client_mid_frame: Cell::new(false),
+                client_closed: RefCell::new(None),
+                wake: Notify::new(),
+            }),
+            budget: client.budget(),
+            early: Some(dialed.early),
+            ranges: Output::default(),
+            masks,
+            mask: [0; 4],
+            offset: 0,
+            mid_frame: false,
+            upstream_failed: false,
+        }
+    }
+
+    /// Masks a client frame's piece again for the upstream, in place: a new
+    /// client header over the old one at the frame's start, then the
+    /// payload under the new mask.
+    #[inline]
+    fn forward(&mut self, buf: &mut [u8], piece: Range<usize>, start: Option<(bool, OpCode, u64)>) {
+        let from = match start {
+            Some((fin, opcode, len)) => {
+                self.mask = self.masks.next();
+                self.offset = 0;
+                encode::masked_header_before(buf, piece.start, fin, opcode, len, self.mask)
+            }
+            None => piece.start,
+        };
+        mask::unmask(&mut buf[piece.clone()], self.mask, self.offset);
+        self.offset += piece.len();
+        self.ranges.push(buf, from..piece.end);
+    }
+
+    /// The client side ended: the upstream side sends this close after
+    /// what is pending.
+    fn end(&mut self, code: u16, reason: &str) {
+        let mut closed = self.link.client_closed.borrow_mut();
+        if closed.is_none() {
+            *closed = Some((code, reason.to_string()));
+        }
+        drop(closed);
+        self.link.wake.notify_one();
+    }
+}
+
+impl Behaviour for Proxy {
+    /// The upstream side writes its frames straight into the client socket.
+    const DIRECT_WRITES: bool = true;
+
+    fn on_open(&mut self, _id: u64, outbound: &Arc<Outbound>) {
+        let early = self.early.take().unwrap_or_default();
+        tokio::task::spawn_local(pump::run(self.link.clone(), outbound.clone(), early));
+    }
+
+    /// Not read while the upstream socket has more than the budget waiting.
+    #[inline]
+    fn reads_blocked(&self, _own: &Outbound) -> bool {
+        self.link.pending.borrow().len() > self.budget
+    }
+
+    async fn unblocked(&mut self, _own: &Outbound) -> Result<(), Stop> {
+        loop {
+            let ready = self.link.upstream.writable().await;
+            if ready.is_err() || self.link.flush().is_err() {
+                self.upstream_failed = true;
+                return Err(Stop::Close(close::BAD_GATEWAY, UPSTREAM_GONE));
+            }
+            if self.link.pending.borrow().len() <= self.budget {
+                return Ok(());
+            }
+        }
+    }
+
+    #[inline]
+    fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, _out: &mut Output) {
+        let start = piece
+            .frame_start
+            .then_some((piece.fin, piece.opcode, piece.frame_len));
+        self.forward(buf, piece.payload.clone(), start);
+        self.mid_frame = !piece.frame_end;
+    }
+
+    /// Pings and pongs go to the upstream; its pongs come back as frames.
+    #[inline]
+    fn on_control(&mut self, buf: &mut [u8], opcode: OpCode, payload: Range<usize>) -> bool {
+        let len = payload.len() as u64;
+        self.forward(buf, payload, Some((true, opcode, len)));
+        true
+    }
+
+    fn on_peer_close(&mut self, code: u16, reason: &str) {
+        // RFC 6455 §7.1.5: no code received is sent on as a plain 1000.
+        let code = if code == close::NO_STATUS {
+            close::NORMAL
+        } else {
+            code
+        };
+        self.end(code, reason);
+    }
+
+    /// Writes the read's upstream-bound frames: straight into the socket
+    /// when nothing waits before them, the rest copied to `pending`.
+    #[inline]
+    fn end_of_read_in(&mut self, buf: &[u8]) -> Result<(), Stop> {
+        let ranges = self.ranges.ranges();
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        self.link.to_upstream_mid_frame.set(self.mid_frame);
+        let mut pending = self.link.pending.borrow_mut();
+        let mut written = 0;
+        if pending.is_empty() {
+            let mut slices = [IoSlice::new(&[]); GATHER_MAX];
+            let n = ranges.len().min(GATHER_MAX);
+            for (slice, range) in slices.iter_mut().zip(ranges) {
+                *slice = IoSlice::new(&buf[range.clone()]);
+            }
+            written = match self.link.upstream.try_write_vectored(&slices[..n]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => 0,
+                Err(_) => {
+                    self.ranges.clear();
+                    self.upstream_failed = true;
+                    return Err(Stop::Close(close::BAD_GATEWAY, UPSTREAM_GONE));
+                }
+            };
+        }
+        for range in ranges {
+            let len = range.len();
+            if written >= len {
+                written -= len;
+                continue;
+            }
+            pending.extend_from_slice(&buf[range.start + written..range.end]);
+            written = 0;
+        }
+        let wake = !pending.is_empty();
+        drop(pending);
+        self.ranges.clear();
+        if wake {
+            self.link.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// An upstream frame is half written to the client: a close frame
+    /// cannot follow it.
+    fn mid_frame(&self) -> bool {
+        self.link.to_client_mid_frame.get()
+    }
+
+    fn on_close(&mut self, _id: u64) {
+        if self.upstream_failed {
+            self.end(close::GOING_AWAY, "");
+            return;
+        }
+        self.end(close::GOING_AWAY, "client went away");
+    }
+
+    /// The 101 never reached the client: the upstream connection is
+    /// dropped with the behaviour.
+    fn abandon(self, _id: u64) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_differ_between_frames_and_connections() {
+        let (mut a, mut b) = (Masks::new(), Masks::new());
+        let first = a.next();
+        assert_ne!(first, a.next());
+        assert_ne!(first, b.next());
+    }
+}

@@ -1,0 +1,273 @@
+//! The upstream side of a proxied connection, a task on the client's
+//! worker: reads the upstream's frames and hands them to the client's
+//! socket as they came (a server's frames need no change, only their
+//! boundaries are found), writes the client bytes the upstream socket did
+//! not take at once, and carries the close either way.
+
+use super::{Link, Masks, UPSTREAM_GONE};
+use crate::reactor::buffer::READ_BUF_BYTES;
+use crate::reactor::conn::{CLOSE_DRAIN_MAX_BYTES, CLOSE_LINGER};
+use crate::reactor::outbound::Outbound;
+use crate::reactor::socket::read_drained;
+use crate::ws::close::{self, parse_close_payload};
+use crate::ws::encode;
+use crate::ws::frame::{parse_server_header, OpCode, ProtocolError};
+use std::cell::RefCell;
+use std::io::ErrorKind;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Receive buffer for upstream frames: the client loop's size, so a frame
+/// up to 64 KiB is handed on whole and larger ones stream through.
+const UPSTREAM_BUF_BYTES: usize = READ_BUF_BYTES;
+/// Free upstream buffers a worker keeps; a connection holds one only while
+/// bytes are in flight, like the client side.
+const POOL_KEEP: usize = 64;
+
+thread_local! {
+    static FREE: RefCell<Vec<Box<[u8]>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn take_buf() -> Box<[u8]> {
+    FREE.with(|free| free.borrow_mut().pop())
+        .unwrap_or_else(|| vec![0u8; UPSTREAM_BUF_BYTES].into_boxed_slice())
+}
+
+fn give_buf(buf: Box<[u8]>) {
+    FREE.with(|free| {
+        let mut free = free.borrow_mut();
+        if free.len() < POOL_KEEP {
+            free.push(buf);
+        }
+    });
+}
+
+/// How the upstream side ended.
+enum End {
+    /// The upstream sent a close with this code and reason.
+    Closed(u16, String),
+    /// The upstream's connection ended without a close.
+    Gone,
+    /// The upstream broke the protocol.
+    Broke(ProtocolError),
+    /// The client side ended (or its connection is gone).
+    ClientEnded,
+}
+
+struct Upstream {
+    link: Rc<Link>,
+    client: Arc<Outbound>,
+    buf: Option<Box<[u8]>>,
+    /// Bytes read and not yet handed on are `buf[..end]`.
+    end: usize,
+    /// Bytes of a streamed frame still to hand on as they come.
+    frame_left: u64,
+}
+
+/// Runs the upstream side until either side ends; `early` are bytes the
+/// upstream sent with its 101.
+pub(super) async fn run(link: Rc<Link>, client: Arc<Outbound>, early: Vec<u8>) {
+    let mut up = Upstream {
+        link,
+        client,
+        buf: None,
+        end: 0,
+        frame_left: 0,
+    };
+    let mut end = None;
+    if !early.is_empty() {
+        let buf = up.buf.insert(take_buf());
+        buf[..early.len()].copy_from_slice(&early);
+        up.end = early.len();
+        end = up.hand_on();
+    }
+    let end = match end {
+        Some(end) => end,
+        None => up.serve().await,
+    };
+    up.finish(end).await;
+    if let Some(buf) = up.buf.take() {
+        give_buf(buf);
+    }
+}
+
+impl Upstream {
+    async fn serve(&mut self) -> End {
+        loop {
+            if self.link.client_closed.borrow().is_some() || self.client.is_closed() {
+                return End::ClientEnded;
+            }
+            let pending = !self.link.pending.borrow().is_empty();
+            let over = self.client.over_budget();
+            tokio::select! {
+                biased;
+                () = self.link.wake.notified() => {}
+                ready = self.link.upstream.writable(), if pending => {
+                    if ready.is_err() || self.link.flush().is_err() {
+                        return End::Gone;
+                    }
+                }
+                () = self.client.wait_drained(), if over => {}
+                ready = self.link.upstream.readable(), if !over => {
+                    if ready.is_err() {
+                        return End::Gone;
+                    }
+                    if let Some(end) = self.read() {
+                        return end;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One read from the upstream, handed on.
+    fn read(&mut self) -> Option<End> {
+        let buf = self.buf.get_or_insert_with(take_buf);
+        match read_drained(&self.link.upstream, &mut buf[self.end..]) {
+            Ok(0) => return Some(End::Gone),
+            Ok(n) => self.end += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
+            Err(_) => return Some(End::Gone),
+        }
+        self.hand_on()
+    }
+
+    /// Finds the frames in `buf[..end]` and writes the complete ones (and
+    /// the arrived part of one too large for the buffer) to the client.
+    /// A close is not handed on: it ends this side.
+    fn hand_on(&mut self) -> Option<End> {
+        let buf = self.buf.as_mut().expect("bytes to hand on");
+        let end = self.end;
+        let mut pos = 0;
+        let mut result = None;
+        loop {
+            if self.frame_left > 0 {
+                let take = self.frame_left.min((end - pos) as u64);
+                pos += take as usize;
+                self.frame_left -= take;
+                if self.frame_left > 0 {
+                    break;
+                }
+                continue;
+            }
+            let header = match parse_server_header(&buf[pos..end]) {
+                Ok(Some(header)) => header,
+                Ok(None) => break,
+                Err(e) => {
+                    result = Some(End::Broke(e));
+                    break;
+                }
+            };
+            let total = header.header_len as u64 + header.payload_len;
+            let have = (end - pos) as u64;
+            if header.opcode == OpCode::Close {
+                if have < total {
+                    break;
+                }
+                let payload = &buf[pos + header.header_len..pos + total as usize];
+                result = Some(match parse_close_payload(payload) {
+                    Ok((code, reason)) => End::Closed(code, reason.to_string()),
+                    Err(e) => End::Broke(e),
+                });
+                break;
+            }
+            if have >= total {
+                pos += total as usize;
+            } else if total <= buf.len() as u64 {
+                // Whole once the rest arrives: wait for it.
+                break;
+            } else {
+                self.frame_left = total - have;
+                pos = end;
+                break;
+            }
+        }
+        if pos > 0 {
+            self.link.to_client_mid_frame.set(self.frame_left > 0);
+            if !self.client.send_direct(&buf[..pos]) {
+                result = result.or(Some(End::ClientEnded));
+            }
+        }
+        let left = end - pos;
+        if left == 0 {
+            give_buf(self.buf.take().expect("held above"));
+        } else if pos > 0 {
+            buf.copy_within(pos..end, 0);
+        }
+        self.end = left;
+        result
+    }
+
+    async fn finish(&mut self, end: End) {
+        match end {
+            End::Closed(code, reason) => {
+                // RFC 6455 §7.1.5: no code received is passed on as 1000.
+                let code = if code == close::NO_STATUS {
+                    close::NORMAL
+                } else {
+                    code
+                };
+                self.client.close(code, &reason);
+                self.close_upstream(code, "").await;
+            }
+            End::Gone => {
+                self.client.close(close::BAD_GATEWAY, UPSTREAM_GONE);
+            }
+            End::Broke(e) => {
+                tracing::debug!(error = %e, "upstream broke the protocol");
+                self.client
+                    .close(close::BAD_GATEWAY, "upstream protocol error");
+                self.close_upstream(e.close_code(), &e.to_string()).await;
+            }
+            End::ClientEnded => {
+                let (code, reason) = self
+                    .link
+                    .client_closed
+                    .borrow_mut()
+                    .take()
+                    .unwrap_or((close::GOING_AWAY, String::new()));
+                self.close_upstream(code, &reason).await;
+            }
+        }
+    }
+
+    /// Writes what the client sent first, then a close frame, FIN, and reads
+    /// until the upstream's EOF (bounded like the client side's linger).
+    async fn close_upstream(&mut self, code: u16, reason: &str) {
+        let link = self.link.clone();
+        let closing = async move {
+            while !link.pending.borrow().is_empty() {
+                link.upstream.writable().await?;
+                link.flush()?;
+            }
+            if link.to_upstream_mid_frame.get() {
+                // A client frame is cut short: no close frame can follow.
+                return Ok(());
+            }
+            let frame = encode::client_close_frame(code, reason, Masks::new().next());
+            let mut at = 0;
+            while at < frame.len() {
+                link.upstream.writable().await?;
+                match link.upstream.try_write(&frame[at..]) {
+                    Ok(n) => at += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            crate::reactor::socket::shutdown_write(&link.upstream);
+            let mut sink = [0u8; 4096];
+            let mut discarded = 0;
+            while discarded < CLOSE_DRAIN_MAX_BYTES {
+                link.upstream.readable().await?;
+                match link.upstream.try_read(&mut sink) {
+                    Ok(0) => break,
+                    Ok(n) => discarded += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        let _ = tokio::time::timeout(CLOSE_LINGER, closing).await;
+    }
+}

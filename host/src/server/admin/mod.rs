@@ -1,0 +1,582 @@
+//! The admin API and the dashboard, on a listener of their own (`[admin]
+//! listen`), never on the public one: `GET /routes`, `PUT
+//! /routes/{path}/component`, `POST /routes/{path}/rollback`, `POST
+//! /routes/{path}/drain` and `/resume`, `POST /reload`, `GET /metrics`,
+//! `GET /api/overview`, the console WebSocket `GET /console?path=…`, and
+//! the dashboard page at `/` ([`dashboard`]).
+//!
+//! Every API request carries `Authorization: Bearer <token>` (the token
+//! from the environment variable `[admin] token_env`) or the session
+//! cookie the page got by POSTing that token to `/session` ([`session`]);
+//! otherwise 401. A state-changing request made with the cookie also needs
+//! `X-Weir-Admin: 1` (403 without). The page and its assets need nothing:
+//! they hold no data. One thread with its own runtime: a deploy compiles
+//! there, never on a worker.
+
+mod console;
+mod dashboard;
+mod session;
+
+use super::reload::{ChangeError, Changes, ReloadReport};
+use super::{Shared, Shutdown};
+use crate::guest::Program;
+use bytes::Bytes;
+use dashboard::History;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::json;
+use session::Sessions;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+use tracing::{info, warn};
+
+/// Largest component a deploy may upload: guests are a few hundred KiB to
+/// a few MiB; this leaves room for big toolchains (a JS engine) and stops
+/// an upload from filling the gateway's memory.
+pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
+/// Bodies of other requests are empty; anything sent is capped at this.
+const MAX_OTHER_BODY_BYTES: usize = 4096;
+/// Time a client has to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Shortest token accepted: a bearer token is a secret, not a password
+/// someone types.
+pub const MIN_TOKEN_BYTES: usize = 16;
+
+/// Runs the admin listener until `shutdown` (on the calling thread).
+pub(super) fn run(
+    listener: std::net::TcpListener,
+    changes: Changes,
+    token: Arc<str>,
+    public: SocketAddr,
+    shutdown: Shutdown,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            warn!(error = %e, "admin runtime failed to start");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "admin listener failed");
+                return;
+            }
+        };
+        if let Ok(addr) = listener.local_addr() {
+            info!(%addr, "admin API and dashboard listening");
+        }
+        let admin = Arc::new(Admin {
+            changes,
+            token,
+            public: reachable(public),
+            sessions: Sessions::default(),
+            history: History::default(),
+        });
+        let sampler = admin.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(dashboard::SAMPLE_EVERY);
+            loop {
+                every.tick().await;
+                sampler.history.sample(&sampler.changes.shared);
+            }
+        });
+        let mut stop = shutdown;
+        loop {
+            tokio::select! {
+                changed = stop.wait_for(|s| *s) => { let _ = changed; break }
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    let admin = admin.clone();
+                    tokio::spawn(async move {
+                        let service = service_fn(move |req| {
+                            let admin = admin.clone();
+                            async move { Ok::<_, Infallible>(answer(req, &admin).await) }
+                        });
+                        let _ = http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(HEAD_TIMEOUT)
+                            .serve_connection(TokioIo::new(stream), service)
+                            .with_upgrades()
+                            .await;
+                    });
+                }
+            }
+        }
+    });
+}
+
+/// What every admin request is answered with.
+struct Admin {
+    changes: Changes,
+    token: Arc<str>,
+    /// Where the console connects to reach a public route.
+    public: SocketAddr,
+    sessions: Sessions,
+    history: History,
+}
+
+/// The public listener's address as a local client reaches it (a wildcard
+/// bind is reached on loopback).
+fn reachable(public: SocketAddr) -> SocketAddr {
+    let mut addr = public;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    addr
+}
+
+fn reply(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(body.into()));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+fn json_reply(status: StatusCode, value: serde_json::Value) -> Response<Full<Bytes>> {
+    reply(status, "application/json", format!("{value}\n"))
+}
+
+fn error(status: StatusCode, message: impl std::fmt::Display) -> Response<Full<Bytes>> {
+    json_reply(status, json!({ "error": message.to_string() }))
+}
+
+/// Compares in time that depends only on the lengths, so the token cannot
+/// be guessed a byte at a time from response times.
+fn same_token(given: &[u8], token: &[u8]) -> bool {
+    if given.len() != token.len() {
+        return false;
+    }
+    let diff = given
+        .iter()
+        .zip(token)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    std::hint::black_box(diff) == 0
+}
+
+/// How a request proved it may use the API.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Auth {
+    /// `Authorization: Bearer <token>`: a client that holds the token.
+    Bearer,
+    /// The dashboard's session cookie: a browser, which sends the cookie
+    /// by itself, so changes also need [`session::CSRF_HEADER`].
+    Session,
+}
+
+fn authorized(req: &Request<Incoming>, admin: &Admin) -> Option<Auth> {
+    let headers = req.headers();
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    if bearer.is_some_and(|given| same_token(given, admin.token.as_bytes())) {
+        return Some(Auth::Bearer);
+    }
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| session::from_cookie_header(v.as_bytes()))
+        .any(|id| admin.sessions.valid(id))
+        .then_some(Auth::Session)
+}
+
+/// The page's assets, with headers that keep it from being framed by
+/// another site or running anything but its own script.
+fn asset(content_type: &'static str, body: &'static str) -> Response<Full<Bytes>> {
+    let mut resp = reply(StatusCode::OK, content_type, body);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
+}
+
+async fn answer(req: Request<Incoming>, admin: &Arc<Admin>) -> Response<Full<Bytes>> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    if method == Method::GET {
+        if let Some((_, content_type, body)) = dashboard::ASSETS.iter().find(|(p, _, _)| *p == path)
+        {
+            return asset(content_type, body);
+        }
+    }
+    if path == "/session" {
+        return session_request(req, admin).await;
+    }
+    let Some(auth) = authorized(&req, admin) else {
+        let mut resp = error(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token (Authorization: Bearer <token from the admin token_env>), or no dashboard session",
+        );
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return resp;
+    };
+    let changes_state = !matches!(method, Method::GET | Method::HEAD);
+    if auth == Auth::Session
+        && changes_state
+        && req
+            .headers()
+            .get(session::CSRF_HEADER)
+            .is_none_or(|v| v.as_bytes() != b"1")
+    {
+        return error(
+            StatusCode::FORBIDDEN,
+            "a change made with the dashboard's session cookie needs the header X-Weir-Admin: 1",
+        );
+    }
+    if path == "/console" {
+        return console_request(req, admin);
+    }
+    let cap = if method == Method::PUT {
+        MAX_COMPONENT_BYTES
+    } else {
+        MAX_OTHER_BODY_BYTES
+    };
+    let body = match Limited::new(req.into_body(), cap).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the body is over {cap} bytes (or was cut off)"),
+            )
+        }
+    };
+    let changes = &admin.changes;
+    let shared = &changes.shared;
+    match (&method, path.as_str()) {
+        (&Method::GET, "/metrics") => reply(
+            StatusCode::OK,
+            crate::metrics::CONTENT_TYPE,
+            shared.snapshot().render(),
+        ),
+        (&Method::GET, "/routes") => json_reply(StatusCode::OK, routes(shared)),
+        (&Method::GET, "/api/overview") => {
+            json_reply(StatusCode::OK, dashboard::overview(shared, &admin.history))
+        }
+        (&Method::POST, "/reload") => {
+            let changes = changes.clone();
+            match tokio::task::spawn_blocking(move || changes.reload()).await {
+                Ok(Ok(report)) => json_reply(StatusCode::OK, report_json(&report)),
+                Ok(Err(e)) => error(e.status(), e),
+                Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+            }
+        }
+        _ => route_action(&method, &path, body, changes).await,
+    }
+}
+
+/// `POST /session` with the token as the body: a session cookie (204), or
+/// 401. `DELETE /session`: the session ends.
+async fn session_request(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> {
+    let method = req.method().clone();
+    let cookie_ids: Vec<String> = req
+        .headers()
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| session::from_cookie_header(v.as_bytes()).map(str::to_string))
+        .collect();
+    let body = match Limited::new(req.into_body(), MAX_OTHER_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(body) => body.to_bytes(),
+        Err(_) => return error(StatusCode::PAYLOAD_TOO_LARGE, "the body is too large"),
+    };
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = StatusCode::NO_CONTENT;
+    match method {
+        Method::POST => {
+            let given = body.trim_ascii();
+            if !same_token(given, admin.token.as_bytes()) {
+                warn!("dashboard login refused: wrong token");
+                return error(StatusCode::UNAUTHORIZED, "wrong token");
+            }
+            let Some(id) = admin.sessions.open() else {
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "no randomness for a session id",
+                );
+            };
+            info!("dashboard session opened");
+            let cookie = HeaderValue::from_str(&session::set_cookie(&id))
+                .expect("hex ids make a valid header");
+            resp.headers_mut().insert(header::SET_COOKIE, cookie);
+        }
+        Method::DELETE => {
+            for id in &cookie_ids {
+                admin.sessions.close(id);
+            }
+            let cookie = HeaderValue::from_str(&session::clear_cookie()).expect("valid header");
+            resp.headers_mut().insert(header::SET_COOKIE, cookie);
+        }
+        _ => {
+            return error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "POST the token, or DELETE to log out",
+            )
+        }
+    }
+    resp
+}
+
+/// `GET /console?path=/echo` upgraded to a WebSocket: the bridge to that
+/// route ([`console`]). The page must be the dashboard's own origin.
+fn console_request(mut req: Request<Incoming>, admin: &Arc<Admin>) -> Response<Full<Bytes>> {
+    use crate::ws::handshake;
+    let target = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("path=")))
+        .and_then(percent_decode);
+    let Some(target) = target.filter(|t| console::valid_target(t)) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "open /console?path=<a public route's path, percent-encoded>",
+        );
+    };
+    let own_origin = crate::origin::Policy {
+        origins: &[],
+        require_origin: false,
+        trusted_proxies: &[],
+    };
+    let origin_req = crate::origin::Request {
+        headers: req.headers(),
+        peer: std::net::Ipv4Addr::UNSPECIFIED.into(),
+        tls: false,
+    };
+    if crate::origin::check(&own_origin, &origin_req).is_err() {
+        return error(
+            StatusCode::FORBIDDEN,
+            "the console opens only from the dashboard's own origin",
+        );
+    }
+    let accept = match handshake::check_request(req.method(), req.version(), req.headers()) {
+        Ok(accept) => accept,
+        Err(e) => return error(e.status(), e),
+    };
+    let upgrade = hyper::upgrade::on(&mut req);
+    let public = admin.public;
+    tokio::spawn(async move {
+        if let Ok(upgraded) = upgrade.await {
+            console::run(upgraded, public, target).await;
+        }
+    });
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    h.insert(
+        header::SEC_WEBSOCKET_ACCEPT,
+        HeaderValue::from_str(&accept).expect("base64 is a valid header value"),
+    );
+    resp
+}
+
+/// `PUT /routes/{path}/component` and `POST /routes/{path}/rollback`.
+async fn route_action(
+    method: &Method,
+    path: &str,
+    body: Bytes,
+    changes: &Changes,
+) -> Response<Full<Bytes>> {
+    let not_found = || {
+        error(StatusCode::NOT_FOUND, "no such admin endpoint; see GET /routes, PUT /routes/{path}/component, POST /routes/{path}/rollback|drain|resume, POST /reload, GET /metrics, GET /api/overview")
+    };
+    let Some(rest) = path.strip_prefix("/routes/") else {
+        return not_found();
+    };
+    let (encoded, action) = match rest.rsplit_once('/') {
+        Some(split) => split,
+        None => return not_found(),
+    };
+    let Some(route) = percent_decode(encoded) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the route path is not valid percent-encoded UTF-8",
+        );
+    };
+    if let (&Method::POST, "drain" | "resume") = (method, action) {
+        return drain(&route, action == "drain", changes);
+    }
+    let changes = changes.clone();
+    let done: Result<Result<Arc<Program>, ChangeError>, _> = match (method, action) {
+        (&Method::PUT, "component") => {
+            tokio::task::spawn_blocking(move || changes.deploy(&route, &body)).await
+        }
+        (&Method::POST, "rollback") => {
+            tokio::task::spawn_blocking(move || changes.rollback(&route)).await
+        }
+        _ => return not_found(),
+    };
+    match done {
+        Ok(Ok(program)) => json_reply(
+            StatusCode::OK,
+            json!({ "route": program.route(), "version": program.version(), "hash": program.hash() }),
+        ),
+        Ok(Err(e)) => error(e.status(), e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// Reason of the 1001 a drained route's connections get.
+pub const DRAINED_REASON: &str = "route drained";
+/// When a drain closes the route's connections again, after the first
+/// sweep.
+const DRAIN_SWEEPS: [Duration; 2] = [Duration::from_millis(100), Duration::from_secs(1)];
+
+/// `POST /routes/{path}/drain`: upgrades to the route are refused (503)
+/// and its open connections closed with 1001; `/resume` takes upgrades
+/// again.
+fn drain(route: &str, draining: bool, changes: &Changes) -> Response<Full<Bytes>> {
+    let shared = &changes.shared;
+    let table = shared.routes.load();
+    let Some((index, r)) = table.live_route(route) else {
+        return error(StatusCode::NOT_FOUND, format!("no route {route}"));
+    };
+    r.set_draining(draining);
+    let open = r.stats.sum();
+    let closing = open.accepted.saturating_sub(open.closed);
+    if draining {
+        shared
+            .registry
+            .close_route(index, crate::ws::close::GOING_AWAY, DRAINED_REASON);
+        // An upgrade that passed the draining check just before the flag
+        // was set registers its connection right after its 101: sweep again
+        // once those are in the registry.
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            for wait in DRAIN_SWEEPS {
+                tokio::time::sleep(wait).await;
+                let table = shared.routes.load();
+                if table.routes.get(index).is_some_and(|r| r.draining()) {
+                    shared.registry.close_route(
+                        index,
+                        crate::ws::close::GOING_AWAY,
+                        DRAINED_REASON,
+                    );
+                }
+            }
+        });
+        info!(route, connections = closing, "route drained");
+    } else {
+        info!(route, "route resumed");
+    }
+    json_reply(
+        StatusCode::OK,
+        json!({ "route": route, "draining": draining, "closing": if draining { closing } else { 0 } }),
+    )
+}
+
+/// `%2Fjson` → `/json`; None for a bad escape or bytes that are not UTF-8.
+pub fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `GET /routes`: every route, with its guest versions.
+fn routes(shared: &Shared) -> serde_json::Value {
+    let secs = |t: std::time::SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let table = shared.routes.load();
+    let list: Vec<_> = table
+        .live_routes()
+        .map(|(_, r)| {
+            let c = r.stats.sum();
+            let mut entry = json!({
+                "path": r.path,
+                "behaviour": r.behaviour,
+                "connections": c.accepted.saturating_sub(c.closed),
+            });
+            if let Some(guest) = &r.guest {
+                let (current, kept) = guest.versions().list();
+                let p = &current.program;
+                entry["version"] = json!(p.version());
+                entry["hash"] = json!(p.hash());
+                entry["deployed_at"] = json!(secs(current.since));
+                entry["source"] = json!(current.source);
+                entry["kept_versions"] = json!(kept
+                    .iter()
+                    .map(|d| json!({ "version": d.program.version(), "hash": d.program.hash() }))
+                    .collect::<Vec<_>>());
+            }
+            entry
+        })
+        .collect();
+    json!({ "routes": list })
+}
+
+fn report_json(report: &ReloadReport) -> serde_json::Value {
+    json!({
+        "added": report.added,
+        "removed": report.removed,
+        "deployed": report.deployed.iter().map(|(route, version)| json!({ "route": route, "version": version })).collect::<Vec<_>>(),
+        "limits_changed": report.limits,
+        "not_applied": report.not_applied,
+        "certificate": report.certificate,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole_and_paths_decode() {
+        assert!(same_token(b"0123456789abcdef", b"0123456789abcdef"));
+        assert!(!same_token(b"0123456789abcdeF", b"0123456789abcdef"));
+        assert!(!same_token(b"0123456789abcde", b"0123456789abcdef"));
+        assert_eq!(percent_decode("%2Fjson").as_deref(), Some("/json"));
+        assert_eq!(
+            percent_decode("%2Fchat%2F%7Broom%7D").as_deref(),
+            Some("/chat/{room}")
+        );
+        assert_eq!(percent_decode("%2"), None);
+        assert_eq!(percent_decode("%ff"), None);
+    }
+}

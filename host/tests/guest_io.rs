@@ -1,0 +1,388 @@
+//! weir:gateway 0.4.0 guest I/O against a real `weir serve` and a real HTTP
+//! backend (hyper, in this process, on loopback): responses matched to tags
+//! under concurrency, policy refusals, timeouts, a slow backend not
+//! delaying other batches, timer precision, the key-value store across a
+//! restart, deferred upgrades (accept, reject, timeout). The guest is the
+//! `io-probe` fixture (examples/fixtures/io-probe).
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::*;
+use futures_util::SinkExt;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use tokio::net::TcpListener;
+use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::Message;
+
+/// A backend on loopback: `/echo?i=K` answers `K` (after a few ms so
+/// answers overtake each other), `/slow` answers after 3 s, `/big` 2 MiB,
+/// `/auth?token=good` 200 (else 403), `/value` a fixed value.
+struct Backend {
+    addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Backend {
+    async fn start() -> Backend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let value = Arc::new(Mutex::new(String::from("v1")));
+        let shared = value.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let value = shared.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let value = value.clone();
+                        async move { Ok::<_, Infallible>(answer(req, &value).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Backend { addr, task }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn answer(
+    req: hyper::Request<hyper::body::Incoming>,
+    value: &Mutex<String>,
+) -> hyper::Response<Full<Bytes>> {
+    let query = req.uri().query().unwrap_or("").to_string();
+    let param = |name: &str| {
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or("")
+            .to_string()
+    };
+    let (status, body) = match req.uri().path() {
+        "/echo" => {
+            let i = param("i");
+            let delay = i.parse::<u64>().unwrap_or(0) % 7;
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            (200, Bytes::from(i))
+        }
+        "/slow" => {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            (200, Bytes::from("slow"))
+        }
+        "/big" => (200, Bytes::from(vec![b'x'; 2 << 20])),
+        "/auth" if param("token") == "good" => (200, Bytes::from("ann")),
+        "/auth" => (403, Bytes::from("no")),
+        "/value" => (200, Bytes::from(value.lock().unwrap().clone())),
+        _ => (404, Bytes::new()),
+    };
+    hyper::Response::builder()
+        .status(status)
+        .body(Full::new(body))
+        .unwrap()
+}
+
+/// A gateway serving the io-probe at `/io` with `keys` added to its route.
+async fn gateway(server_keys: &str, keys: &str) -> WeirProcess {
+    let wasm =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/io-probe.wasm");
+    assert!(wasm.exists(), "run scripts/build-guests.sh first");
+    let routes = format!(
+        "[[route]]\npath = \"/io\"\nguest = \"{}\"\n{keys}\n",
+        wasm.display()
+    );
+    WeirProcess::start(server_keys, &routes, "warn", Stdio::null()).await
+}
+
+async fn send(ws: &mut Ws, text: &str) {
+    timeout(STEP, ws.send(Message::text(text)))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+async fn text(ws: &mut Ws) -> String {
+    match next(ws).await {
+        Message::Text(t) => t.to_string(),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_are_matched_to_their_tags_under_concurrency() {
+    let backend = Backend::start().await;
+    let allow = format!(
+        "allow_outbound = [\"http://{}/\"]\noutbound_max_concurrent = 256",
+        backend.addr
+    );
+    let weir = gateway("workers = 2", &allow).await;
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&weir.url("/io")).await);
+    }
+    const EACH: usize = 50;
+    for (c, ws) in clients.iter_mut().enumerate() {
+        for i in 0..EACH {
+            let k = c * 1000 + i;
+            send(
+                ws,
+                &format!("get {k} {}", backend.url(&format!("/echo?i={k}"))),
+            )
+            .await;
+        }
+    }
+    for (c, ws) in clients.iter_mut().enumerate() {
+        let mut seen = Vec::new();
+        for _ in 0..EACH {
+            let answer = text(ws).await;
+            let parts: Vec<&str> = answer.split(' ').collect();
+            assert_eq!(parts.len(), 3, "{answer}");
+            assert_eq!(parts[1], "200", "{answer}");
+            assert_eq!(
+                parts[0], parts[2],
+                "answer matched to another tag: {answer}"
+            );
+            seen.push(parts[0].parse::<usize>().unwrap());
+        }
+        seen.sort_unstable();
+        let want: Vec<usize> = (0..EACH).map(|i| c * 1000 + i).collect();
+        assert_eq!(seen, want, "every request of client {c} answered once");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_refusals_timeouts_and_limits_are_errors() {
+    let backend = Backend::start().await;
+    let keys = format!(
+        "allow_outbound = [\"http://{}/echo\", \"http://{}/slow\", \"http://{}/big\"]\n\
+         outbound_timeout = \"300ms\"\noutbound_max_response = \"1MiB\"",
+        backend.addr, backend.addr, backend.addr
+    );
+    let weir = gateway("workers = 1", &keys).await;
+    let mut ws = client(&weir.url("/io")).await;
+    // Not in allow_outbound: the path, another port, https.
+    send(&mut ws, &format!("get a {}", backend.url("/value"))).await;
+    assert_eq!(text(&mut ws).await, "a error refused");
+    let other_port = format!("http://127.0.0.1:{}/echo", backend.addr.port() ^ 1);
+    send(&mut ws, &format!("get b {other_port}")).await;
+    assert_eq!(text(&mut ws).await, "b error refused");
+    send(&mut ws, "get c https://127.0.0.1/echo").await;
+    assert_eq!(text(&mut ws).await, "c error invalid");
+    let started = Instant::now();
+    send(&mut ws, &format!("get d {}", backend.url("/slow"))).await;
+    assert_eq!(text(&mut ws).await, "d error timeout");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    send(&mut ws, &format!("get e {}", backend.url("/big"))).await;
+    assert_eq!(text(&mut ws).await, "e error too-large");
+    send(&mut ws, &format!("get f {}", backend.url("/echo?i=7"))).await;
+    assert_eq!(text(&mut ws).await, "f 200 7");
+    // A route with no allow_outbound may reach nothing.
+    drop(ws);
+    let closed = gateway("workers = 1", "").await;
+    let mut ws = client(&closed.url("/io")).await;
+    send(&mut ws, &format!("get g {}", backend.url("/echo?i=1"))).await;
+    assert_eq!(text(&mut ws).await, "g error refused");
+    // Connect failure: nothing listens there.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let weir = gateway(
+        "workers = 1",
+        &format!("allow_outbound = [\"http://{dead_addr}/\"]"),
+    )
+    .await;
+    let mut ws = client(&weir.url("/io")).await;
+    send(&mut ws, &format!("get h http://{dead_addr}/x")).await;
+    assert_eq!(text(&mut ws).await, "h error connect");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_max_concurrent_is_busy_and_a_slow_backend_delays_no_batch() {
+    let backend = Backend::start().await;
+    let keys = format!(
+        "allow_outbound = [\"http://{}/\"]\noutbound_max_concurrent = 64\noutbound_timeout = \"10s\"",
+        backend.addr
+    );
+    let weir = gateway("workers = 1", &keys).await;
+    let mut echo = client(&weir.url("/io")).await;
+    let rtt = |samples: &mut Vec<Duration>| {
+        samples.sort_unstable();
+        samples[samples.len() / 2]
+    };
+    let mut before = Vec::new();
+    for i in 0..50 {
+        let t = Instant::now();
+        send(&mut echo, &format!("ping {i}")).await;
+        assert_eq!(text(&mut echo).await, format!("ping {i}"));
+        before.push(t.elapsed());
+    }
+    // 64 requests hang on the slow backend (the route's whole budget).
+    let mut hang = client(&weir.url("/io")).await;
+    for i in 0..64 {
+        send(&mut hang, &format!("get s{i} {}", backend.url("/slow"))).await;
+    }
+    // The 65th is refused at once.
+    send(&mut hang, &format!("get over {}", backend.url("/echo?i=1"))).await;
+    assert_eq!(text(&mut hang).await, "over error busy");
+    let mut during = Vec::new();
+    for i in 0..50 {
+        let t = Instant::now();
+        send(&mut echo, &format!("pong {i}")).await;
+        assert_eq!(text(&mut echo).await, format!("pong {i}"));
+        during.push(t.elapsed());
+    }
+    let (before, during) = (rtt(&mut before), rtt(&mut during));
+    eprintln!("echo median round trip: {before:?} before, {during:?} while 64 requests hang");
+    assert!(
+        during < before * 5 + Duration::from_millis(5),
+        "echo slowed from {before:?} to {during:?}"
+    );
+    // And the 64 are all answered once the backend does.
+    let mut answered = 0;
+    while answered < 64 {
+        let answer = timeout(Duration::from_secs(10), async { text(&mut hang).await })
+            .await
+            .expect("the slow answers arrive");
+        assert!(answer.ends_with(" 200 slow"), "{answer}");
+        answered += 1;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_fire_on_time_and_route_timers_reach_the_route() {
+    let weir = gateway("workers = 2", "").await;
+    let mut ws = client(&weir.url("/io")).await;
+    let mut late = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        send(&mut ws, "timer 50").await;
+        assert_eq!(text(&mut ws).await, "timer");
+        late.push(t.elapsed().saturating_sub(Duration::from_millis(50)));
+    }
+    late.sort_unstable();
+    let median = late[late.len() / 2];
+    eprintln!(
+        "timer lateness seen by the client: median {median:?}, max {:?}",
+        late[19]
+    );
+    assert!(median < Duration::from_millis(10), "timers late: {late:?}");
+    // A route timer publishes to every connection (topic "io").
+    let mut other = client(&weir.url("/io")).await;
+    send(&mut ws, "route-timer 20").await;
+    assert_eq!(text(&mut ws).await, "route-timer");
+    assert_eq!(text(&mut other).await, "route-timer");
+    // A connection's timer does not outlive it.
+    send(&mut other, "timer 100").await;
+    drop(other);
+    send(&mut ws, "ping").await;
+    assert_eq!(text(&mut ws).await, "ping");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_value_store_survives_a_restart() {
+    let state = std::env::temp_dir().join(format!("weir-io-kv-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let server = format!("workers = 1\nstate_dir = \"{}\"", state.display());
+    {
+        let weir = gateway(&server, "kv = \"route\"").await;
+        let mut ws = client(&weir.url("/io")).await;
+        send(&mut ws, "set room lobby").await;
+        send(&mut ws, "get-kv nothing").await;
+        assert_eq!(text(&mut ws).await, "nothing?");
+        // Writes are applied after the batch: poll until it is visible.
+        let deadline = Instant::now() + STEP;
+        loop {
+            send(&mut ws, "get-kv room").await;
+            if text(&mut ws).await == "room=lobby" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the write never landed");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut weir = weir;
+        weir.child.kill().unwrap();
+        weir.child.wait().unwrap();
+    }
+    let weir = gateway(&server, "kv = \"route\"").await;
+    let mut ws = client(&weir.url("/io")).await;
+    send(&mut ws, "get-kv room").await;
+    assert_eq!(text(&mut ws).await, "room=lobby");
+    drop(ws);
+    drop(weir);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_upgrades_accept_reject_and_time_out() {
+    let backend = Backend::start().await;
+    let keys = format!("allow_outbound = [\"http://{}/\"]", backend.addr);
+    let weir = gateway("workers = 1\nhandshake_timeout = \"1s\"", &keys).await;
+    let url = |q: &str| weir.url(&format!("/io?auth={}", backend.url(q)));
+    let mut ws = client(&url("/auth?token=good")).await;
+    send(&mut ws, "hello").await;
+    assert_eq!(text(&mut ws).await, "hello");
+    let status = |r: Result<_, tokio_tungstenite::tungstenite::Error>| match r {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => resp.status().as_u16(),
+        Ok(_) => 101,
+        Err(e) => panic!("{e}"),
+    };
+    let refused = tokio_tungstenite::connect_async(url("/auth?token=bad")).await;
+    assert_eq!(status(refused.map(|_| ())), 403);
+    let started = Instant::now();
+    let slow = tokio_tungstenite::connect_async(url("/slow")).await;
+    assert_eq!(status(slow.map(|_| ())), 504);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "bounded by handshake_timeout"
+    );
+    // Not allowed by policy: the guest sees an error and answers 503.
+    let other = weir.url("/io?auth=http://127.0.0.1:1/auth");
+    let refused = tokio_tungstenite::connect_async(other).await;
+    assert_eq!(status(refused.map(|_| ())), 503);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_0_3_0_guest_still_runs_beside_0_4_0() {
+    // The JS examples are built against weir:gateway 0.3.0.
+    let wasm =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/js-echo.wasm");
+    assert!(wasm.exists(), "run scripts/build-guests.sh first");
+    let io =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/io-probe.wasm");
+    let routes = format!(
+        "[[route]]\npath = \"/old\"\nguest = \"{}\"\n\n[[route]]\npath = \"/io\"\nguest = \"{}\"\n",
+        wasm.display(),
+        io.display()
+    );
+    let weir = WeirProcess::start("workers = 1", &routes, "warn", Stdio::null()).await;
+    let mut old = client(&weir.url("/old")).await;
+    send(&mut old, "still here").await;
+    assert_eq!(text(&mut old).await, "still here");
+    let mut new = client(&weir.url("/io")).await;
+    send(&mut new, "timer 1").await;
+    assert_eq!(text(&mut new).await, "timer");
+}
