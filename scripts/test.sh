@@ -4,8 +4,9 @@
 # Autobahn|Testsuite against `weir serve`. Needs rustup, python3 (and Python
 # 2.7 via pyenv for Autobahn, see scripts/autobahn.sh); node/npm come from apt
 # when missing (build-guests.sh); installs Redis for the cluster tests when
-# missing (scripts/redis.sh) and the ws package for the proxy tests'
-# Node upstream. Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
+# missing (scripts/redis.sh), the Node/Python clients of the
+# permessage-deflate tests (host/tests/clients) and the ws package for the
+# proxy tests' Node upstream. Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +34,17 @@ fi
 # The cluster tests start their own Redis servers (Debian's redis-server).
 bash scripts/redis.sh
 
+# Third-party clients host/tests/deflate.rs drives (Node `ws`, Python
+# `websockets`), pinned in host/tests/clients; installed once.
+clients=host/tests/clients
+if [ ! -d "$clients/node_modules/ws" ]; then
+    (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if ! "$clients/.venv/bin/python" -c 'import websockets' 2>/dev/null; then
+    python3 -c 'import ensurepip, venv' 2>/dev/null || apt-get install -y -q python3-venv
+    python3 -m venv "$clients/.venv"
+    "$clients/.venv/bin/pip" install -q --disable-pip-version-check -r "$clients/requirements.txt"
+fi
 # The proxy tests' Node upstream: the ws package, pinned by its lock file
 # (build-guests.sh above made sure node and npm are there).
 if [ ! -f host/tests/proxy/node_modules/.weir-installed ] ||

@@ -134,6 +134,9 @@ pub struct Limits {
     /// `"null"`, or `"*"` for any; lower case, each checked by
     /// [`crate::origin::Rule::parse`].
     pub origins: Vec<String>,
+    /// permessage-deflate (`compression`, `compression_min`,
+    /// `compression_context`); off by default.
+    pub compression: crate::ws::deflate::Compression,
     /// Refuse upgrades without an `Origin` (non-browser clients).
     pub require_origin: bool,
 }
@@ -371,6 +374,7 @@ impl Default for Limits {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             subprotocols: Vec::new(),
             origins: Vec::new(),
+            compression: crate::ws::deflate::Compression::default(),
             require_origin: false,
         }
     }

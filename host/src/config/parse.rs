@@ -16,6 +16,7 @@ use super::proxy::{proxy_config, refuse_proxy_keys};
 use super::toml_error::toml_error;
 use super::value::{Field, Item, Source};
 use super::*;
+use crate::ws::deflate::Context;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -52,6 +53,9 @@ struct RawServer {
     drain_timeout: Field,
     subprotocols: Field,
     origins: Field,
+    compression: Field,
+    compression_min: Field,
+    compression_context: Field,
     require_origin: Field,
     trusted_proxies: Field,
     max_connections: Field,
@@ -74,6 +78,9 @@ pub(super) struct RawRoute {
     pub(super) idle_timeout: Field,
     pub(super) subprotocols: Field,
     pub(super) origins: Field,
+    pub(super) compression: Field,
+    pub(super) compression_min: Field,
+    pub(super) compression_context: Field,
     pub(super) require_origin: Field,
     pub(super) isolation: Field,
     pub(super) memory: Field,
@@ -342,6 +349,9 @@ fn server(
             &raw.subprotocols,
             &raw.origins,
             &raw.require_origin,
+            &raw.compression,
+            &raw.compression_min,
+            &raw.compression_context,
         ],
     )?;
     Ok(server)
@@ -378,8 +388,7 @@ fn tls_files(
 fn limits(
     src: &Source,
     base: &Limits,
-    [max_message, outbound_budget, idle_timeout, subprotocols, origins, require_origin]: [&Field;
-        6],
+    [max_message, outbound_budget, idle_timeout, subprotocols, origins, require_origin, compression, compression_min, compression_context]: [&Field; 9],
 ) -> Result<Limits, ConfigError> {
     let mut limits = base.clone();
     if let Some(item) = Item::of("max_message", max_message) {
@@ -396,6 +405,33 @@ fn limits(
     }
     if let Some(item) = Item::of("origins", origins) {
         limits.origins = item.origins(src)?;
+    }
+    if let Some(item) = Item::of("compression", compression) {
+        limits.compression.enabled = match item.string(src, r#""on" or "off""#)? {
+            "on" => true,
+            "off" => false,
+            _ => {
+                return Err(item.fail(
+                    src,
+                    r#"write compression = "on" (permessage-deflate when the client offers it) or "off""#,
+                ))
+            }
+        };
+    }
+    if let Some(item) = Item::of("compression_min", compression_min) {
+        limits.compression.min_bytes = item.size(src, 0, MAX_MESSAGE_CEILING_BYTES)?;
+    }
+    if let Some(item) = Item::of("compression_context", compression_context) {
+        limits.compression.context = match item.string(src, r#""takeover" or "none""#)? {
+            "takeover" => Context::Takeover,
+            "none" => Context::None,
+            _ => {
+                return Err(item.fail(
+                    src,
+                    r#"write compression_context = "takeover" (a compressor kept per connection) or "none" (no state between messages)"#,
+                ))
+            }
+        };
     }
     if let Some(item) = Item::of("require_origin", require_origin) {
         limits.require_origin = item.flag(src)?;
@@ -474,6 +510,9 @@ fn route(
             &raw.subprotocols,
             &raw.origins,
             &raw.require_origin,
+            &raw.compression,
+            &raw.compression_min,
+            &raw.compression_context,
         ],
     )?;
     let topics = match Item::of("topics", &raw.topics) {

@@ -103,6 +103,7 @@ native = "relay"
             idle_timeout: Duration::from_secs(120),
             subprotocols: vec!["chat.v2".into(), "chat.v1".into()],
             origins: Vec::new(),
+            compression: Default::default(),
             require_origin: false,
         }
     );
@@ -1086,6 +1087,52 @@ fn admin_section_errors_name_their_line() {
         2,
         &["public_metrics = \"yes\"", "true or false"],
     );
+}
+
+/// permessage-deflate keys: per route, over the server's defaults, with
+/// file:line errors for values that are not allowed.
+#[test]
+fn compression_keys() {
+    use crate::ws::deflate::{Compression, Context};
+    let text = r#"
+[server]
+compression = "on"
+
+[[route]]
+path = "/a"
+native = "echo"
+
+[[route]]
+path = "/b"
+native = "relay"
+compression = "off"
+
+[[route]]
+path = "/c"
+native = "echo"
+compression_min = "1KiB"
+compression_context = "none"
+"#;
+    let config = parse(text);
+    let on = |min_bytes, context| Compression {
+        enabled: true,
+        min_bytes,
+        context,
+    };
+    assert_eq!(
+        config.routes[0].limits.compression,
+        on(256, Context::Takeover)
+    );
+    assert!(!config.routes[1].limits.compression.enabled);
+    assert_eq!(config.routes[2].limits.compression, on(1024, Context::None));
+    for (bad, line, needle) in [
+        ("compression = \"yes\"", 4, "compression = \"on\""),
+        ("compression_context = \"shared\"", 4, "\"takeover\""),
+        ("compression_min = \"1MB\"", 4, "MiB"),
+    ] {
+        let text = format!("[[route]]\npath = \"/x\"\nnative = \"echo\"\n{bad}\n");
+        refused(&text, line, &[needle]);
+    }
 }
 
 fn proxy_route(extra: &str) -> String {

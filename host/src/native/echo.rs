@@ -3,6 +3,12 @@
 //! client's header (or the buffer headroom), so the reply is the received
 //! bytes themselves; a frame too large for the buffer streams back as it
 //! arrives, with the full length announced up front.
+//!
+//! On a connection that negotiated permessage-deflate, a compressed message
+//! (inflated by the loop) and a whole uncompressed one-frame message go back
+//! through the encoder (`Output::push_message`: compressed from the route's
+//! `compression_min` on); a fragmented or streamed uncompressed message
+//! goes back in place as above.
 
 use crate::reactor::behaviour::Behaviour;
 use crate::reactor::buffer::Output;
@@ -23,6 +29,10 @@ impl Behaviour for Echo {
     /// Adds the reply for `piece` to `out`, in place in `buf`.
     #[inline]
     fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, out: &mut Output) {
+        if piece.compressed || (out.compresses() && whole_message(piece)) {
+            out.push_message(piece.message, &buf[piece.payload.clone()]);
+            return;
+        }
         let start = if piece.frame_start {
             encode::header_before(
                 buf,
@@ -41,4 +51,10 @@ impl Behaviour for Echo {
     fn mid_frame(&self) -> bool {
         self.mid_frame
     }
+}
+
+/// A message that arrived as one frame, all in this piece.
+#[inline]
+fn whole_message(piece: &DataPiece) -> bool {
+    piece.frame_start && piece.frame_end && piece.fin && piece.opcode == piece.message
 }

@@ -2,6 +2,7 @@
 //! buffers; a connection holds one only while it has bytes in flight, so an
 //! idle connection costs no buffer.
 
+use crate::ws::compress::Deflater;
 use std::cell::RefCell;
 use std::io::IoSlice;
 use std::ops::Range;
@@ -111,13 +112,47 @@ impl BufPool {
 }
 
 /// Replies of one read batch: ranges of the receive buffer, in order (every
-/// reply is built in place, see `ws::encode`).
+/// reply is built in place, see `ws::encode`), and on a connection that
+/// negotiated permessage-deflate, compressed replies built by the encoder
+/// in a buffer of the batch's own.
 #[derive(Default)]
 pub struct Output {
     segs: Vec<Range<usize>>,
+    /// The connection's compressor (None: permessage-deflate not
+    /// negotiated) and the bytes of this batch's compressed replies.
+    deflate: Option<Box<OwnedReplies>>,
 }
 
+/// Replies built outside the receive buffer.
+struct OwnedReplies {
+    deflater: Deflater,
+    bytes: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+/// Ranges with this bit set are in `OwnedReplies::bytes`, not the
+/// receive buffer.
+const OWNED: usize = 1 << (usize::BITS - 1);
+
 impl Output {
+    /// Output for a connection that compresses its replies.
+    pub fn compressing(deflater: Deflater) -> Output {
+        Output {
+            segs: Vec::new(),
+            deflate: Some(Box::new(OwnedReplies {
+                deflater,
+                bytes: Vec::new(),
+                scratch: Vec::new(),
+            })),
+        }
+    }
+
+    /// Whether replies may be compressed (see [`Output::push_message`]).
+    #[inline]
+    pub fn compresses(&self) -> bool {
+        self.deflate.is_some()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.segs.is_empty()
     }
@@ -130,13 +165,35 @@ impl Output {
                 last.end = range.end;
                 return;
             }
-            if range.len() <= COALESCE_MAX_BYTES {
+            if range.len() <= COALESCE_MAX_BYTES && last.start & OWNED == 0 {
                 buf.copy_within(range.clone(), last.end);
                 last.end += range.len();
                 return;
             }
         }
         self.segs.push(range);
+    }
+
+    /// Adds one whole message, framed by the encoder: compressed when it
+    /// reaches the route's `compression_min`. Only on an output made by
+    /// [`Output::compressing`]. Out of line: echo's in-place path stays
+    /// as small as it was.
+    #[inline(never)]
+    pub fn push_message(&mut self, opcode: crate::ws::OpCode, payload: &[u8]) {
+        let owned = self.deflate.as_mut().expect("a compressing output");
+        let start = owned.bytes.len();
+        crate::ws::encode::append_message(
+            &mut owned.bytes,
+            opcode,
+            payload,
+            &mut owned.deflater,
+            &mut owned.scratch,
+        );
+        let range = (start | OWNED)..(owned.bytes.len() | OWNED);
+        match self.segs.last_mut() {
+            Some(last) if last.end == range.start => last.end = range.end,
+            _ => self.segs.push(range),
+        }
     }
 
     /// The ranges gathered so far, in order.
@@ -155,12 +212,20 @@ impl Output {
         stream: &mut W,
         buf: &[u8],
     ) -> std::io::Result<()> {
+        let owned: &[u8] = self.deflate.as_ref().map_or(&[], |d| &d.bytes);
+        let slice = |r: &Range<usize>| {
+            if r.start & OWNED == 0 {
+                &buf[r.clone()]
+            } else {
+                &owned[r.start & !OWNED..r.end & !OWNED]
+            }
+        };
         match self.segs.as_slice() {
             [] => {}
-            [one] => stream.write_all(&buf[one.clone()]).await?,
+            [one] => stream.write_all(slice(one)).await?,
             segs => {
                 let mut slices: Vec<IoSlice<'_>> =
-                    segs.iter().map(|r| IoSlice::new(&buf[r.clone()])).collect();
+                    segs.iter().map(|r| IoSlice::new(slice(r))).collect();
                 write_all_vectored(stream, &mut slices).await?;
             }
         }
@@ -169,6 +234,13 @@ impl Output {
             stream.flush().await?;
         }
         self.segs.clear();
+        if let Some(d) = &mut self.deflate {
+            // Freed, not kept: an idle connection holds no reply buffer.
+            if d.bytes.capacity() != 0 {
+                d.bytes = Vec::new();
+                d.scratch = Vec::new();
+            }
+        }
         Ok(())
     }
 }

@@ -6,7 +6,7 @@
 
 use super::behaviour::{Behaviour, Stop};
 use super::buffer::{BufPool, Output, HEADROOM_BYTES, READ_BUF_BYTES, STREAM_ABOVE_BYTES};
-use super::decode::{Decoder, Piece};
+use super::decode::{DataPiece, Decoder, Piece};
 use super::outbound::{OutMsg, Outbound};
 use super::socket::unless_stalled;
 use super::transport::Transport;
@@ -14,6 +14,8 @@ use crate::config::Limits;
 use crate::registry::{worker_of, Registry};
 use crate::stats::{ConnCounters, RouteStats};
 use crate::ws::close;
+use crate::ws::compress::{Deflater, Inflater};
+use crate::ws::deflate::Negotiated;
 use crate::ws::encode;
 use crate::ws::frame::{OpCode, ProtocolError};
 use std::io::{ErrorKind, IoSlice};
@@ -53,6 +55,8 @@ pub struct ConnEnv {
     pub outbound: Arc<Outbound>,
     /// The route's counters; this connection writes its worker's shard.
     pub stats: Arc<RouteStats>,
+    /// permessage-deflate, when the upgrade negotiated it.
+    pub deflate: Option<Negotiated>,
 }
 
 const SHUTDOWN_REASON: &str = "server shutting down";
@@ -95,6 +99,15 @@ struct Conn<T> {
     /// The close code the connection ends with, for the route's counters:
     /// the client's, or the one the server sends; 1006 while none.
     close_code: u16,
+    /// permessage-deflate's inbound side (None: not negotiated).
+    inflate: Option<Box<Inflating>>,
+}
+
+/// A compressed message being inflated.
+struct Inflating {
+    inflater: Inflater,
+    /// The message so far, inflated; at most `max_message + 1` bytes.
+    message: Vec<u8>,
 }
 
 /// Runs a connection after the 101 until it closes. `prefix` holds bytes
@@ -105,14 +118,25 @@ pub async fn run<B: Behaviour, T: Transport>(
     env: ConnEnv,
     mut behaviour: B,
 ) {
+    let mut decoder = Decoder::new(env.limits.max_message, STREAM_ABOVE_BYTES);
+    let (mut out, mut inflate) = (Output::default(), None);
+    if let Some(n) = &env.deflate {
+        decoder.allow_compression();
+        out = Output::compressing(Deflater::new(n));
+        inflate = Some(Box::new(Inflating {
+            inflater: Inflater::new(n),
+            message: Vec::new(),
+        }));
+    }
     let mut c = Conn {
-        decoder: Decoder::new(env.limits.max_message, STREAM_ABOVE_BYTES),
+        decoder,
+        inflate,
         env,
         stream,
         buf: None,
         start: HEADROOM_BYTES,
         end: HEADROOM_BYTES,
-        out: Output::default(),
+        out,
         last_read: Instant::now(),
         ping_sent: false,
         large_frames: false,
@@ -316,7 +340,19 @@ impl<T: Transport> Conn<T> {
                     large_frames |= piece.frame_len > STREAM_ABOVE_BYTES as u64;
                     messages += u64::from(piece.message_end());
                     bytes += piece.payload.len() as u64;
-                    behaviour.on_data(buf, &piece, &mut self.out);
+                    if !piece.compressed {
+                        behaviour.on_data(buf, &piece, &mut self.out);
+                    } else if let Err(e) = inflate_piece(
+                        self.inflate.as_mut().expect("RSV1 only when negotiated"),
+                        &buf[piece.payload.clone()],
+                        &piece,
+                        self.env.limits.max_message,
+                        behaviour,
+                        &mut self.out,
+                    ) {
+                        flow = failure(e);
+                        break;
+                    }
                 }
                 Ok(Some(Piece::Ping { payload })) => {
                     if !behaviour.on_control(buf, OpCode::Ping, payload.clone()) {
@@ -496,6 +532,46 @@ impl<T: Transport> Conn<T> {
             }
         }
     }
+}
+
+/// Inflates a piece of a compressed message (RFC 7692 §7.2.2); at the
+/// message's end, checks its UTF-8 and hands the whole inflated message
+/// to the behaviour as one piece. Fails with `MessageTooBig` the moment
+/// the message would pass `max_message`, before inflating more. Kept out
+/// of line: the loop over uncompressed pieces stays as tight as before.
+#[inline(never)]
+fn inflate_piece<B: Behaviour>(
+    inflating: &mut Inflating,
+    input: &[u8],
+    piece: &DataPiece,
+    max_message: usize,
+    behaviour: &mut B,
+    out: &mut Output,
+) -> Result<(), ProtocolError> {
+    let Inflating { inflater, message } = inflating;
+    inflater.feed(input, message, max_message)?;
+    if !piece.message_end() {
+        return Ok(());
+    }
+    inflater.finish(message, max_message)?;
+    if piece.message == OpCode::Text && simdutf8::basic::from_utf8(message).is_err() {
+        return Err(ProtocolError::InvalidUtf8);
+    }
+    let len = message.len();
+    let whole = DataPiece {
+        opcode: piece.message,
+        message: piece.message,
+        fin: true,
+        frame_len: len as u64,
+        frame_start: true,
+        frame_end: true,
+        payload: 0..len,
+        compressed: true,
+    };
+    behaviour.on_data(message, &whole, out);
+    // Freed, not kept: an idle connection holds no message buffer.
+    *message = Vec::new();
+    Ok(())
 }
 
 /// The close a protocol violation earns (RFC 6455 §7.4.1).

@@ -4,7 +4,9 @@
 //! size) checked as bytes arrive, not when the message ends.
 
 use crate::ws::close::parse_close_payload;
-use crate::ws::frame::{parse_client_header, FrameHeader, OpCode, ProtocolError};
+use crate::ws::frame::{
+    parse_header, FrameHeader, OpCode, ProtocolError, RESERVED_BITS, RESERVED_BITS_WITH_DEFLATE,
+};
 use crate::ws::mask::unmask;
 use crate::ws::utf8::Utf8Validator;
 use std::ops::Range;
@@ -46,6 +48,11 @@ pub struct DataPiece {
     /// This piece ends the frame.
     pub frame_end: bool,
     pub payload: Range<usize>,
+    /// The message is compressed (RSV1 on its first frame): these are
+    /// deflate bytes for the connection loop to inflate. A piece handed to
+    /// a behaviour with this set is instead the whole inflated message, in
+    /// a buffer of its own (not the read buffer: no room before it).
+    pub compressed: bool,
 }
 
 impl DataPiece {
@@ -78,6 +85,12 @@ pub struct Decoder {
     /// The open message's opcode, between its first and its final frame.
     message: Option<OpCode>,
     message_len: u64,
+    /// The open message is compressed: its UTF-8 is checked after
+    /// inflating, and its wire size has the slack of [`wire_cap`].
+    compressed: bool,
+    /// Header bits that fail a frame: RSV1-3, or RSV2-3 once
+    /// permessage-deflate was negotiated.
+    reserved: u8,
     utf8: Utf8Validator,
     /// A close frame has started: the client's side of the closing
     /// handshake is done, valid or not.
@@ -96,10 +109,18 @@ impl Decoder {
             current: None,
             message: None,
             message_len: 0,
+            compressed: false,
+            reserved: RESERVED_BITS,
             utf8: Utf8Validator::default(),
             peer_closed: false,
             failed: None,
         }
+    }
+
+    /// The connection negotiated permessage-deflate: RSV1 marks the first
+    /// frame of a compressed message (RFC 7692 §6).
+    pub fn allow_compression(&mut self) {
+        self.reserved = RESERVED_BITS_WITH_DEFLATE;
     }
 
     /// The client has sent a close frame (even an invalid one), so it will
@@ -151,7 +172,7 @@ impl Decoder {
             self.peer_closed |= buf[*pos..end]
                 .first()
                 .is_some_and(|b| b & 0x0F == OpCode::Close as u8);
-            let Some(header) = parse_client_header(&buf[*pos..end])? else {
+            let Some(header) = parse_header(&buf[*pos..end], self.reserved)? else {
                 return Ok(None);
             };
             self.start_frame(&header)?;
@@ -175,7 +196,7 @@ impl Decoder {
         let to = *pos + have as usize;
         if to > from {
             unmask(&mut buf[from..to], h.mask, cur.checked as usize);
-            if self.message == Some(OpCode::Text) && !h.opcode.is_control() {
+            if self.message == Some(OpCode::Text) && !h.opcode.is_control() && !self.compressed {
                 self.utf8.feed(&buf[from..to])?;
             }
             cur.checked += (to - from) as u64;
@@ -197,6 +218,7 @@ impl Decoder {
                 frame_start,
                 frame_end: false,
                 payload,
+                compressed: self.compressed,
             })));
         }
         self.current = None;
@@ -209,11 +231,13 @@ impl Decoder {
             }
             _ => {
                 let message = self.message.expect("data frame opens a message");
+                let compressed = self.compressed;
                 if h.fin {
-                    if message == OpCode::Text {
+                    if message == OpCode::Text && !compressed {
                         self.utf8.finish()?;
                     }
                     self.message = None;
+                    self.compressed = false;
                 }
                 Ok(Some(Piece::Data(DataPiece {
                     opcode: h.opcode,
@@ -223,6 +247,7 @@ impl Decoder {
                     frame_start,
                     frame_end: true,
                     payload,
+                    compressed,
                 })))
             }
         }
@@ -231,6 +256,11 @@ impl Decoder {
     /// Message-level rules for a new frame (RFC 6455 §5.4): continuations only
     /// inside a fragmented message, no new message inside one, and the size cap.
     fn start_frame(&mut self, h: &FrameHeader) -> Result<(), ProtocolError> {
+        // RFC 7692 §6.1: RSV1 only on a message's first frame; control
+        // frames are never compressed.
+        if h.rsv1 && (h.opcode.is_control() || h.opcode == OpCode::Continuation) {
+            return Err(ProtocolError::CompressedControlOrContinuation);
+        }
         match (h.opcode, self.message) {
             (op, _) if op.is_control() => return Ok(()),
             (OpCode::Continuation, None) => return Err(ProtocolError::UnexpectedContinuation),
@@ -239,14 +269,28 @@ impl Decoder {
             (op, None) => {
                 self.message = Some(op);
                 self.message_len = 0;
+                self.compressed = h.rsv1;
             }
         }
         self.message_len += h.payload_len;
-        if self.message_len > self.max_message {
+        let cap = if self.compressed {
+            wire_cap(self.max_message)
+        } else {
+            self.max_message
+        };
+        if self.message_len > cap {
             return Err(ProtocolError::MessageTooBig);
         }
         Ok(())
     }
+}
+
+/// Wire bytes a compressed message may take: its inflated size is held to
+/// `max_message` as it inflates, but deflate can make incompressible data
+/// a little longer (5 bytes per stored block of up to 64 KiB), and an
+/// endless run of empty blocks must not keep a message open for ever.
+fn wire_cap(max_message: u64) -> u64 {
+    max_message + max_message / 64 + 1024
 }
 
 #[cfg(test)]
@@ -467,5 +511,67 @@ mod tests {
             run(&bad, 64, 1 << 16),
             Err(ProtocolError::InvalidCloseCode(1004))
         );
+    }
+
+    /// RFC 7692 §6: RSV1 fails the frame unless permessage-deflate was
+    /// negotiated; then it marks the message's pieces compressed, and is
+    /// refused on continuations and control frames (§6.1).
+    #[test]
+    fn rsv1_only_when_negotiated_and_only_on_first_frames() {
+        let mut wire = frame(false, OpCode::Text, b"ab");
+        wire[0] |= 0x40;
+        wire.extend(frame(true, OpCode::Continuation, b"cd"));
+        let end = wire.len();
+        let mut d = Decoder::new(1 << 20, 1 << 16);
+        assert_eq!(
+            d.next(&mut wire.clone(), &mut 0, end),
+            Err(ProtocolError::ReservedBitsSet)
+        );
+        let mut d = Decoder::new(1 << 20, 1 << 16);
+        d.allow_compression();
+        let mut pos = 0;
+        for _ in 0..2 {
+            match d.next(&mut wire, &mut pos, end).unwrap() {
+                Some(Piece::Data(p)) => assert!(p.compressed),
+                other => panic!("{other:?}"),
+            }
+        }
+        for (first, op) in [(0xC0u8, OpCode::Continuation), (0xC0, OpCode::Ping)] {
+            let mut d = Decoder::new(1 << 20, 1 << 16);
+            d.allow_compression();
+            let mut wire = frame(false, OpCode::Binary, b"x");
+            let mut second = frame(true, op, b"y");
+            second[0] |= first & 0x40;
+            wire.extend(second);
+            let end = wire.len();
+            let mut pos = 0;
+            assert!(d.next(&mut wire, &mut pos, end).unwrap().is_some());
+            assert_eq!(
+                d.next(&mut wire, &mut pos, end),
+                Err(ProtocolError::CompressedControlOrContinuation)
+            );
+        }
+        let mut wire = frame(true, OpCode::Text, b"a");
+        wire[0] |= 0x20;
+        let end = wire.len();
+        let mut d = Decoder::new(1 << 20, 1 << 16);
+        d.allow_compression();
+        assert_eq!(
+            d.next(&mut wire, &mut 0, end),
+            Err(ProtocolError::ReservedBitsSet),
+            "RSV2 stays reserved"
+        );
+    }
+
+    /// Invalid UTF-8 in a compressed text message is the loop's to find
+    /// (after inflating): the decoder passes the deflate bytes through.
+    #[test]
+    fn compressed_text_is_not_utf8_checked_raw() {
+        let mut wire = frame(true, OpCode::Text, &[0xFF, 0xFE]);
+        wire[0] |= 0x40;
+        let end = wire.len();
+        let mut d = Decoder::new(1 << 20, 1 << 16);
+        d.allow_compression();
+        assert!(d.next(&mut wire, &mut 0, end).unwrap().is_some());
     }
 }

@@ -448,6 +448,7 @@ async fn handle_request(
         protocol = Some(p);
     }
     let behaviour = accepted.behaviour;
+    let deflate = crate::ws::deflate::negotiate(req.headers(), &limits.compression);
     let env = ConnEnv {
         id,
         route: index,
@@ -457,6 +458,7 @@ async fn handle_request(
         limits,
         registry: shared.registry.clone(),
         stats: route.stats.clone(),
+        deflate,
     };
     shared.upgrades.fetch_add(1, Ordering::Relaxed);
     let upgrade = hyper::upgrade::on(&mut req);
@@ -497,6 +499,12 @@ async fn handle_request(
     }
     if let Some(p) = protocol {
         h.insert(header::SEC_WEBSOCKET_PROTOCOL, p);
+    }
+    if let Some(n) = deflate {
+        h.insert(
+            header::SEC_WEBSOCKET_EXTENSIONS,
+            HeaderValue::from_str(&n.response()).expect("parameters are tokens"),
+        );
     }
     resp
 }

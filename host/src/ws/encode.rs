@@ -5,10 +5,12 @@
 //! framed (permessage-deflate: RSV1 and a compressor per connection) hooks in
 //! here and nowhere else. See `docs/architecture.md`.
 //!
-//! Servers never mask (RFC 6455 §5.1). permessage-deflate is not supported
-//! yet: every frame built here has RSV1-3 clear.
+//! Servers never mask (RFC 6455 §5.1). A compressed message (RFC 7692) is
+//! one frame with RSV1 set, built by [`append_message`]; every other frame
+//! has RSV1-3 clear.
 
 use super::close;
+use super::compress::Deflater;
 use super::frame::OpCode;
 use std::ops::Range;
 
@@ -92,6 +94,36 @@ pub fn append_frame(out: &mut Vec<u8>, opcode: OpCode, payload: &[u8]) {
     append_header(out, true, opcode, payload.len() as u64);
     out.extend_from_slice(payload);
 }
+
+/// Appends one whole message for a connection that negotiated
+/// permessage-deflate: compressed, in one frame with RSV1 set (RFC 7692
+/// §6), when it is at least the route's `compression_min`; else as a
+/// plain frame. `scratch` holds the deflate output before its header is
+/// known; it keeps its allocation for the next message.
+pub fn append_message(
+    out: &mut Vec<u8>,
+    opcode: OpCode,
+    payload: &[u8],
+    deflater: &mut Deflater,
+    scratch: &mut Vec<u8>,
+) {
+    if !deflater.wants(payload.len()) {
+        append_frame(out, opcode, payload);
+        return;
+    }
+    scratch.clear();
+    deflater.compress(payload, scratch);
+    let mut header = [0u8; MAX_SERVER_HEADER_BYTES];
+    let n = write_header(&mut header, true, opcode, scratch.len() as u64);
+    header[0] |= RSV1;
+    out.reserve(n + scratch.len());
+    out.extend_from_slice(&header[..n]);
+    out.extend_from_slice(scratch);
+}
+
+/// The RSV1 bit of a frame's first byte: "compressed" under
+/// permessage-deflate.
+pub const RSV1: u8 = 0x40;
 
 /// One whole unfragmented frame (publishes, pings).
 pub fn frame(opcode: OpCode, payload: &[u8]) -> Vec<u8> {

@@ -46,6 +46,9 @@ pub struct FrameHeader {
     pub mask: [u8; 4],
     pub payload_len: u64,
     pub header_len: usize,
+    /// RSV1: the message is compressed (permessage-deflate, RFC 7692
+    /// §6); only ever set when the connection negotiated it.
+    pub rsv1: bool,
 }
 
 /// Every way a peer can break the protocol. The close code follows from the
@@ -78,13 +81,19 @@ pub enum ProtocolError {
     InvalidUtf8,
     #[error("message larger than the route's max_message")]
     MessageTooBig,
+    #[error("RSV1 on a control or continuation frame")]
+    CompressedControlOrContinuation,
+    #[error("invalid deflate data in a compressed message")]
+    InvalidCompressedData,
 }
 
 impl ProtocolError {
     /// The close code the server answers with (RFC 6455 §7.4.1).
     pub fn close_code(self) -> u16 {
         match self {
-            ProtocolError::InvalidUtf8 => super::close::INVALID_PAYLOAD,
+            ProtocolError::InvalidUtf8 | ProtocolError::InvalidCompressedData => {
+                super::close::INVALID_PAYLOAD
+            }
             ProtocolError::MessageTooBig => super::close::MESSAGE_TOO_BIG,
             _ => super::close::PROTOCOL_ERROR,
         }
@@ -96,10 +105,23 @@ impl ProtocolError {
 /// §5.2): reserved bits, opcode, mask bit, length form, control frame rules.
 #[inline]
 pub fn parse_client_header(buf: &[u8]) -> Result<Option<FrameHeader>, ProtocolError> {
+    parse_header(buf, RESERVED_BITS)
+}
+
+/// RSV1-3: set only by a negotiated extension (RFC 6455 §5.2).
+pub const RESERVED_BITS: u8 = 0x70;
+/// RSV2-3: what stays reserved once permessage-deflate owns RSV1.
+pub const RESERVED_BITS_WITH_DEFLATE: u8 = 0x30;
+
+/// [`parse_client_header`] with the reserved bits that fail the frame
+/// given: [`RESERVED_BITS_WITH_DEFLATE`] lets RSV1 through (the decoder
+/// checks where it may appear).
+#[inline]
+pub fn parse_header(buf: &[u8], reserved: u8) -> Result<Option<FrameHeader>, ProtocolError> {
     let [b0, b1, ..] = *buf else {
         return Ok(None);
     };
-    if b0 & 0x70 != 0 {
+    if b0 & reserved != 0 {
         return Err(ProtocolError::ReservedBitsSet);
     }
     let fin = b0 & 0x80 != 0;
@@ -144,6 +166,7 @@ pub fn parse_client_header(buf: &[u8]) -> Result<Option<FrameHeader>, ProtocolEr
         mask: mask.try_into().expect("4 bytes"),
         payload_len,
         header_len: mask_at + 4,
+        rsv1: b0 & 0x40 != 0,
     }))
 }
 
@@ -339,7 +362,7 @@ mod tests {
             let mut b = [0u8; MAX_HEADER_BYTES];
             let n = encode_client_header(&mut b, fin, op, mask, len);
             let h = parse_client_header(&b[..n]).unwrap().unwrap();
-            prop_assert_eq!(h, FrameHeader { fin, opcode: op, mask, payload_len: len, header_len: n });
+            prop_assert_eq!(h, FrameHeader { fin, opcode: op, mask, payload_len: len, header_len: n, rsv1: false });
             prop_assert_eq!(n, server_header_len(len) + 4);
         }
     }

@@ -4,9 +4,12 @@
 //! make fast, and it needs in-place unmasking and replies built in the receive
 //! buffer, which general-purpose WebSocket crates do not expose.
 //!
-//! permessage-deflate is not supported yet: RSV1 set is a protocol error.
+//! permessage-deflate (RFC 7692): `deflate` negotiates it per route,
+//! `compress` holds a connection's zlib streams (flate2 over zlib-rs).
 
 pub mod close;
+pub mod compress;
+pub mod deflate;
 pub mod encode;
 pub mod frame;
 pub mod handshake;

@@ -118,6 +118,14 @@ pub fn frame(first_byte: u8, payload: &[u8]) -> Vec<u8> {
 }
 
 impl Raw {
+    /// A raw client on a stream whose upgrade the caller completed.
+    pub fn from_stream(stream: TcpStream) -> Raw {
+        Raw {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
     /// Sends a raw HTTP request and returns the status line's code.
     pub async fn request(addr: SocketAddr, head: &str) -> (Raw, u16) {
         let mut stream = timeout(STEP, TcpStream::connect(addr))
