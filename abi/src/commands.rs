@@ -4,7 +4,9 @@
 //! [`CommandBuf`] (feature `alloc`) is the same list owning its buffers.
 
 use crate::error::{AbiError, Field};
-use crate::header::{checked_str, is_utf8, range, split_headers, CommandHeader, CommandKind};
+use crate::header::{
+    checked_str, is_utf8, range, split_headers, CommandHeader, CommandKind, Direction,
+};
 use crate::header::{COMMAND_HEADER_BYTES as N, COMMAND_HEADER_BYTES};
 use crate::ConnectionId;
 
@@ -75,6 +77,15 @@ pub enum Command<'a> {
     },
     /// 0.4.0: remove `key` (not empty) from the route's store.
     KvDelete { key: &'a [u8] },
+    /// 0.4.0, a proxy route's filter: pass one message of `conn` on in
+    /// `direction` (the message received, or what replaces it); a `text`
+    /// payload is UTF-8.
+    Forward {
+        conn: ConnectionId,
+        direction: Direction,
+        text: bool,
+        payload: &'a [u8],
+    },
 }
 
 /// A guest's answer whose every command header passed [`parse_commands`].
@@ -105,7 +116,12 @@ pub fn parse_commands<'a>(commands: &'a [u8], data: &'a [u8]) -> Result<CommandL
 
 /// Every rule for one command; its kind when it passes.
 fn check(index: usize, c: &CommandHeader, data: &[u8]) -> Result<CommandKind, AbiError> {
-    if c.reserved != 0 {
+    // Byte 9 is a forward's direction, and reserved (0) for the rest.
+    let forward = matches!(
+        CommandKind::from_byte(c.kind),
+        Some(CommandKind::ForwardText | CommandKind::ForwardBinary)
+    );
+    if (forward && Direction::from_byte(c.reserved).is_none()) || (!forward && c.reserved != 0) {
         return Err(AbiError::ReservedByteSet {
             index,
             value: c.reserved,
@@ -130,7 +146,9 @@ fn check(index: usize, c: &CommandHeader, data: &[u8]) -> Result<CommandKind, Ab
         kind: c.kind,
     })?;
     match kind {
-        CommandKind::SendText | CommandKind::PublishText if !is_utf8(payload) => {
+        CommandKind::SendText | CommandKind::PublishText | CommandKind::ForwardText
+            if !is_utf8(payload) =>
+        {
             return Err(AbiError::TextNotUtf8 { index })
         }
         CommandKind::Close if !is_utf8(payload) => return Err(AbiError::ReasonNotUtf8 { index }),
@@ -307,6 +325,15 @@ impl<'a> CommandIter<'a> {
                         ttl_ms: u64_at(0),
                     },
                     CommandKind::KvDelete => Command::KvDelete { key: meta },
+                    CommandKind::ForwardText | CommandKind::ForwardBinary => Command::Forward {
+                        conn,
+                        direction: match Direction::from_byte(c.reserved) {
+                            Some(direction) => direction,
+                            None => unreachable!("checked by parse_commands"),
+                        },
+                        text: kind == CommandKind::ForwardText,
+                        payload,
+                    },
                     _ => unreachable!("every earlier kind is matched above"),
                 }
             }
@@ -576,9 +603,53 @@ mod tests {
 
     #[test]
     fn unknown_kinds_are_refused() {
-        let e = parse(&[cmd(13, 1, 0, (0, 0), (0, 0))], &[]).unwrap_err();
-        assert_eq!(e, AbiError::UnknownKind { index: 0, kind: 13 });
-        assert!(e.to_string().contains("unknown kind 13"), "{e}");
+        let e = parse(&[cmd(15, 1, 0, (0, 0), (0, 0))], &[]).unwrap_err();
+        assert_eq!(e, AbiError::UnknownKind { index: 0, kind: 15 });
+        assert!(e.to_string().contains("unknown kind 15"), "{e}");
+    }
+
+    /// A forward's byte 9 is its direction (0 or 1, nothing else), and a
+    /// forwarded text must be UTF-8 like any text the host sends.
+    #[test]
+    fn forwards_carry_their_direction() {
+        let forward = |kind: CommandKind, direction: u8, payload| {
+            let mut c = cmd(kind as u8, 7, 0, (0, 0), payload);
+            c.reserved = direction;
+            c
+        };
+        let got = parse(
+            &[
+                forward(CommandKind::ForwardText, 0, (0, 2)),
+                forward(CommandKind::ForwardBinary, 1, (2, 1)),
+            ],
+            b"hi\xff",
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                Command::Forward {
+                    conn: 7,
+                    direction: Direction::ToUpstream,
+                    text: true,
+                    payload: b"hi"
+                },
+                Command::Forward {
+                    conn: 7,
+                    direction: Direction::ToClient,
+                    text: false,
+                    payload: b"\xff"
+                },
+            ]
+        );
+        assert_eq!(
+            parse(&[forward(CommandKind::ForwardText, 2, (0, 0))], b""),
+            Err(AbiError::ReservedByteSet { index: 0, value: 2 })
+        );
+        assert_eq!(
+            parse(&[forward(CommandKind::ForwardText, 1, (0, 1))], b"\xff"),
+            Err(AbiError::TextNotUtf8 { index: 0 })
+        );
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! is skipped and the reserved byte is not looked at.
 
 use crate::error::{AbiError, Field};
-use crate::header::{checked_str, is_utf8, range, split_headers, EventHeader, EventKind};
+use crate::header::{
+    checked_str, is_utf8, range, split_headers, Direction, EventHeader, EventKind,
+};
 use crate::header::{EVENT_HEADER_BYTES as N, EVENT_HEADER_BYTES};
 use crate::io::{split_http_response, split_tag};
 use crate::{ConnInfo, ConnectionId};
@@ -54,6 +56,20 @@ pub enum Event<'a> {
     },
     /// 0.4.0: the timer `tag` of `conn` (0: the route's) came due.
     Timer { conn: ConnectionId, tag: u64 },
+    /// 0.4.0, a proxy route's filter: a complete message of `conn` on its
+    /// way in `direction`. It goes on only if the filter forwards it.
+    Proxy {
+        conn: ConnectionId,
+        direction: Direction,
+        msg: ProxyMessage<'a>,
+    },
+}
+
+/// A proxied message's payload; a text one is UTF-8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyMessage<'a> {
+    Text(&'a str),
+    Binary(&'a [u8]),
 }
 
 /// A batch whose every event header was checked by [`parse_events`].
@@ -93,6 +109,15 @@ pub fn parse_events<'a>(events: &'a [u8], data: &'a [u8]) -> Result<EventList<'a
             Some(EventKind::Timer) if bytes.len() != 8 => {
                 return Err(AbiError::IoEventMalformed { index })
             }
+            Some(EventKind::ProxyText | EventKind::ProxyBinary)
+                if Direction::from_byte(e.reserved).is_none() =>
+            {
+                return Err(AbiError::ReservedByteSet {
+                    index,
+                    value: e.reserved,
+                })
+            }
+            Some(EventKind::ProxyText) if !utf8() => return Err(AbiError::TextNotUtf8 { index }),
             _ => {}
         }
     }
@@ -187,6 +212,18 @@ impl<'a> Iterator for EventIter<'a> {
                     Some((tag, _)) => Event::Timer { conn, tag },
                     None => unreachable!("checked by parse_events"),
                 },
+                Some(kind @ (EventKind::ProxyText | EventKind::ProxyBinary)) => Event::Proxy {
+                    conn,
+                    direction: match Direction::from_byte(e.reserved) {
+                        Some(direction) => direction,
+                        None => unreachable!("checked by parse_events"),
+                    },
+                    msg: if kind == EventKind::ProxyText {
+                        ProxyMessage::Text(unsafe { checked_str(bytes) })
+                    } else {
+                        ProxyMessage::Binary(bytes)
+                    },
+                },
                 None => continue,
             });
         }
@@ -258,6 +295,40 @@ mod tests {
                     reason: "bye"
                 },
             ]
+        );
+    }
+
+    /// Proxy events carry their direction in byte 9; any other value, or
+    /// a text that is not UTF-8, breaks the batch.
+    #[test]
+    fn proxy_events_carry_their_direction() {
+        let (mut h, d) = batch(&[(3, 7, 0, b"up"), (3, 8, 0, &[0xff])]);
+        h[EVENT_HEADER_BYTES + 9] = 1;
+        let all: Vec<_> = parse_events(&h, &d).unwrap().iter().collect();
+        assert_eq!(
+            all,
+            [
+                Event::Proxy {
+                    conn: 3,
+                    direction: Direction::ToUpstream,
+                    msg: ProxyMessage::Text("up")
+                },
+                Event::Proxy {
+                    conn: 3,
+                    direction: Direction::ToClient,
+                    msg: ProxyMessage::Binary(&[0xff])
+                },
+            ]
+        );
+        h[9] = 2;
+        assert_eq!(
+            parse_events(&h, &d).err(),
+            Some(AbiError::ReservedByteSet { index: 0, value: 2 })
+        );
+        let (h, d) = batch(&[(3, 7, 0, &[0xff])]);
+        assert_eq!(
+            parse_events(&h, &d).err(),
+            Some(AbiError::TextNotUtf8 { index: 0 })
         );
     }
 

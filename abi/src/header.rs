@@ -26,6 +26,34 @@ pub enum EventKind {
     HttpError = 5,
     /// 0.4.0: a `set-timer` came due (bytes: its tag).
     Timer = 6,
+    /// 0.4.0, proxy filters: a text message on its way through a proxy
+    /// route; byte 9 is its [`Direction`].
+    ProxyText = 7,
+    /// 0.4.0, proxy filters: a binary message on its way through a proxy
+    /// route; byte 9 is its [`Direction`].
+    ProxyBinary = 8,
+}
+
+/// Which way a proxied message travels: byte 9 of a proxy event and of a
+/// forward command (the reserved byte of every other kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Direction {
+    /// From the client toward the upstream server.
+    ToUpstream = 0,
+    /// From the upstream server toward the client.
+    ToClient = 1,
+}
+
+impl Direction {
+    /// The direction a header byte names, None for any other value.
+    pub const fn from_byte(b: u8) -> Option<Self> {
+        match b {
+            0 => Some(Direction::ToUpstream),
+            1 => Some(Direction::ToClient),
+            _ => None,
+        }
+    }
 }
 
 impl EventKind {
@@ -40,6 +68,8 @@ impl EventKind {
             4 => EventKind::HttpResponse,
             5 => EventKind::HttpError,
             6 => EventKind::Timer,
+            7 => EventKind::ProxyText,
+            8 => EventKind::ProxyBinary,
             _ => return None,
         })
     }
@@ -69,6 +99,12 @@ pub enum CommandKind {
     KvSet = 11,
     /// 0.4.0: remove a key from the route's key-value store (meta: key).
     KvDelete = 12,
+    /// 0.4.0, proxy filters: pass a text message on (the one received or
+    /// a replacement); byte 9 is its [`Direction`].
+    ForwardText = 13,
+    /// 0.4.0, proxy filters: pass a binary message on; byte 9 is its
+    /// [`Direction`].
+    ForwardBinary = 14,
 }
 
 /// The last command kind of weir:gateway 0.3.0: a guest built for 0.3.0
@@ -92,6 +128,8 @@ impl CommandKind {
             10 => CommandKind::CancelTimer,
             11 => CommandKind::KvSet,
             12 => CommandKind::KvDelete,
+            13 => CommandKind::ForwardText,
+            14 => CommandKind::ForwardBinary,
             _ => return None,
         })
     }
@@ -312,12 +350,14 @@ mod tests {
             EventKind::HttpResponse,
             EventKind::HttpError,
             EventKind::Timer,
+            EventKind::ProxyText,
+            EventKind::ProxyBinary,
         ];
         for (i, k) in events.into_iter().enumerate() {
             assert_eq!(k as u8, i as u8);
             assert_eq!(EventKind::from_byte(i as u8), Some(k));
         }
-        assert_eq!(EventKind::from_byte(7), None);
+        assert_eq!(EventKind::from_byte(9), None);
         let commands = [
             CommandKind::SendText,
             CommandKind::SendBinary,
@@ -332,12 +372,14 @@ mod tests {
             CommandKind::CancelTimer,
             CommandKind::KvSet,
             CommandKind::KvDelete,
+            CommandKind::ForwardText,
+            CommandKind::ForwardBinary,
         ];
         for (i, k) in commands.into_iter().enumerate() {
             assert_eq!(k as u8, i as u8);
             assert_eq!(CommandKind::from_byte(i as u8), Some(k));
         }
-        assert_eq!(CommandKind::from_byte(13), None);
+        assert_eq!(CommandKind::from_byte(15), None);
     }
 
     #[test]

@@ -31,8 +31,10 @@
 //! |--------|----------|-------------------------------------------------------|
 //! | 0..8   | conn     | connection id, u64, never 0                           |
 //! | 8      | kind     | [`EventKind`]: open 0, text 1, binary 2, close 3;     |
-//! |        |          | 0.4.0: http-response 4, http-error 5, timer 6         |
-//! | 9      | reserved | 0                                                     |
+//! |        |          | 0.4.0: http-response 4, http-error 5, timer 6,        |
+//! |        |          | proxy-text 7, proxy-binary 8                          |
+//! | 9      | reserved | 0; for proxy kinds the [`Direction`]: 0 client to     |
+//! |        |          | upstream, 1 upstream to client                        |
 //! | 10..12 | code     | close code for `close`, 0 otherwise, u16              |
 //! | 12..16 | offset   | start of the event's bytes in the data buffer, u32    |
 //! | 16..20 | len      | length of the event's bytes, u32                      |
@@ -52,8 +54,9 @@
 //! |        |              | close 2, publish-text 3, publish-binary 4,        |
 //! |        |              | subscribe 5, unsubscribe 6, set-attachment 7;     |
 //! |        |              | 0.4.0: http-request 8, set-timer 9,               |
-//! |        |              | cancel-timer 10, kv-set 11, kv-delete 12          |
-//! | 9      | reserved     | must be 0                                         |
+//! |        |              | cancel-timer 10, kv-set 11, kv-delete 12,         |
+//! |        |              | forward-text 13, forward-binary 14                |
+//! | 9      | reserved     | must be 0; for forward kinds the [`Direction`]    |
 //! | 10..12 | code         | close code for `close`, 0 otherwise, u16          |
 //! | 12..16 | topic-offset | start of the topic in the data buffer, u32        |
 //! | 16..20 | topic-len    | length of the topic, u32 (0: the kind has none)   |
@@ -63,7 +66,17 @@
 //!
 //! Kind numbers are the case indices of the WIT enums `event-kind` and
 //! `command-kind`; the host and the SDK assert at compile time that their
-//! generated bindings agree.
+//! generated bindings agree. The proxy kinds (events 7 and 8, commands 13
+//! and 14) live in the packed layout only: they travel in the same byte
+//! lists, so the WIT world stays 0.4.0 and a guest that does not know them
+//! skips them.
+//!
+//! A proxy route with a `filter` sends its guest every message in either
+//! direction as a proxy event (after an open event, before a close event,
+//! like any guest route's connections); a message goes on only as a
+//! forward command of the filter's answer, with the received bytes or a
+//! replacement, in the direction the command names. No forward drops it;
+//! a close command closes the client (and the upstream with it).
 //!
 //! # Rules a guest's answer must follow
 //!
@@ -73,10 +86,11 @@
 //! [`AbiError`] named in brackets) when
 //!
 //! - the header buffer is not a whole number of headers \[`HeadersNotWhole`\],
-//! - a reserved byte is not 0 \[`ReservedByteSet`\],
+//! - a reserved byte is not 0 (a forward's direction not 0 or 1) \[`ReservedByteSet`\],
 //! - a range falls outside the data buffer \[`RangeOutOfBounds`\],
 //! - a kind is unknown \[`UnknownKind`\],
-//! - a text payload (send-text, publish-text) is not UTF-8 \[`TextNotUtf8`\],
+//! - a text payload (send-text, publish-text, forward-text) is not UTF-8
+//!   \[`TextNotUtf8`\],
 //! - a close reason is not UTF-8 \[`ReasonNotUtf8`\],
 //! - a publish, subscribe or unsubscribe has an empty topic \[`EmptyTopic`\]
 //!   or one that is not UTF-8 \[`TopicNotUtf8`\],
@@ -115,10 +129,10 @@ pub use commands::{
 pub use conn_info::encode_conn_info;
 pub use conn_info::{ConnInfo, Params};
 pub use error::{AbiError, Field};
-pub use events::{parse_events, Event, EventIter, EventList};
+pub use events::{parse_events, Event, EventIter, EventList, ProxyMessage};
 pub use header::{
-    CommandHeader, CommandKind, EventHeader, EventKind, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES,
-    LAST_V3_COMMAND_KIND,
+    CommandHeader, CommandKind, Direction, EventHeader, EventKind, COMMAND_HEADER_BYTES,
+    EVENT_HEADER_BYTES, LAST_V3_COMMAND_KIND,
 };
 pub use io::HttpErrorReason;
 

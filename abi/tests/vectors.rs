@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 use weir_abi::{
     parse_commands, parse_events, AbiError, Command, CommandHeader, Event, EventHeader,
-    COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES,
+    ProxyMessage, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES,
 };
 
 const EVENTS: &str = include_str!("../vectors/events.json");
@@ -152,6 +152,19 @@ fn event_json(e: Event<'_>) -> Value {
         } => json!({"kind": "http-error", "conn": conn, "tag": tag, "reason": reason,
             "message": message}),
         Event::Timer { conn, tag } => json!({"kind": "timer", "conn": conn, "tag": tag}),
+        Event::Proxy {
+            conn,
+            direction,
+            msg,
+        } => {
+            let direction = direction as u8;
+            match msg {
+                ProxyMessage::Text(text) => json!({"kind": "proxy-text", "conn": conn,
+                    "direction": direction, "text": text}),
+                ProxyMessage::Binary(payload) => json!({"kind": "proxy-binary", "conn": conn,
+                    "direction": direction, "payload_hex": hex(payload)}),
+            }
+        }
     }
 }
 
@@ -213,6 +226,16 @@ fn command_json(c: Command<'_>) -> Value {
         Command::KvSet { key, value, ttl_ms } => json!({"kind": "kv-set", "key_hex": hex(key),
             "value_hex": hex(value), "ttl_ms": ttl_ms}),
         Command::KvDelete { key } => json!({"kind": "kv-delete", "key_hex": hex(key)}),
+        Command::Forward {
+            conn,
+            direction,
+            text: t,
+            payload,
+        } => {
+            let (key, value) = text(t, payload);
+            let kind = if t { "forward-text" } else { "forward-binary" };
+            json!({"kind": kind, "conn": conn, "direction": direction as u8, key: value})
+        }
     }
 }
 

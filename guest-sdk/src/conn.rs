@@ -4,7 +4,7 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use weir_abi::{CommandHeader, CommandKind, ConnInfo, Params};
+use weir_abi::{CommandHeader, CommandKind, ConnInfo, Direction, Params};
 
 use crate::{ConnState, ConnectionId, Message};
 
@@ -64,6 +64,24 @@ impl Context {
     pub fn send_binary(&mut self, conn: ConnectionId, bytes: &[u8]) {
         let p = self.put(bytes);
         self.push(conn, CommandKind::SendBinary, 0, (0, 0), p);
+    }
+
+    /// Pass `msg` on through proxied connection `conn` in `direction` (a
+    /// proxy route's filter; [`Handler::on_proxy_message`]'s verdicts come
+    /// here, and a filter may also add messages of its own). On any other
+    /// route the gateway ignores it.
+    ///
+    /// [`Handler::on_proxy_message`]: crate::Handler::on_proxy_message
+    pub fn forward(&mut self, conn: ConnectionId, direction: Direction, msg: Message<'_>) {
+        let kind = if msg.is_text() {
+            CommandKind::ForwardText
+        } else {
+            CommandKind::ForwardBinary
+        };
+        let p = self.put(msg.as_bytes());
+        let mut header = CommandHeader::new(conn, kind as u8, 0, (0, 0), p);
+        header.reserved = direction as u8;
+        self.commands.extend_from_slice(&header.encode());
     }
 
     /// Send `msg` to `conn` as a message of the same kind.
@@ -336,6 +354,12 @@ impl<'a, S: ConnState> Conn<'a, S> {
     /// Its `on_close` follows, once the client has answered.
     pub fn close(&mut self, code: u16, reason: &str) {
         self.ctx.close(self.id, code, reason);
+    }
+
+    /// Pass `msg` on through this proxied connection in `direction` (see
+    /// [`Context::forward`]).
+    pub fn forward(&mut self, direction: Direction, msg: Message<'_>) {
+        self.ctx.forward(self.id, direction, msg);
     }
 
     /// Subscribe this connection to `topic`. Topics belong to the route

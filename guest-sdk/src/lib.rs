@@ -105,6 +105,7 @@ pub use conn::{Conn, Context};
 pub use io::{HttpError, HttpRequest, HttpResponse, HttpResult, Tag};
 pub use request::{Request, Upgrade};
 pub use state::ConnState;
+pub use weir_abi::Direction;
 pub use weir_abi::HttpErrorReason;
 pub use weir_abi::Params;
 
@@ -312,6 +313,49 @@ pub trait Handler: Default + 'static {
         let _ = (req, result);
         Upgrade::reject(500)
     }
+
+    /// A proxy route's filter (`filter = "x.wasm"` on a `native = "proxy"`
+    /// route): a complete message on its way through `conn`, from the
+    /// client to the upstream ([`Direction::ToUpstream`]) or back
+    /// ([`Direction::ToClient`]). The verdict decides what goes on; messages
+    /// of one direction go on in the order they came. On a filter,
+    /// `on_message` is never called. Default: forward everything.
+    ///
+    /// ```no_run
+    /// # use weir_guest::{Conn, Direction, Message, Verdict};
+    /// fn on_proxy_message(_conn: &mut Conn<()>, _dir: Direction, msg: Message) -> Verdict {
+    ///     match msg {
+    ///         Message::Text(t) if t.contains("secret") => Verdict::Drop,
+    ///         Message::Text(t) => Verdict::ReplaceText(t.replace("colour", "color")),
+    ///         Message::Binary(_) => Verdict::Forward,
+    ///     }
+    /// }
+    /// ```
+    fn on_proxy_message(
+        &mut self,
+        conn: &mut Conn<'_, Self::State>,
+        direction: Direction,
+        msg: Message<'_>,
+    ) -> Verdict {
+        let _ = (conn, direction, msg);
+        Verdict::Forward
+    }
+}
+
+/// What a proxy filter does with one message ([`Handler::on_proxy_message`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Pass the message on unchanged.
+    Forward,
+    /// Pass this text message on in its place.
+    ReplaceText(String),
+    /// Pass this binary message on in its place.
+    ReplaceBinary(Vec<u8>),
+    /// Pass nothing on.
+    Drop,
+    /// Pass nothing on and close the connection: the client gets this
+    /// code and reason, the upstream a close of its own.
+    Close(u16, String),
 }
 
 /// Write a line to the gateway log (prefixed there with the route). In

@@ -6,10 +6,10 @@ use std::collections::hash_map::Entry as MapEntry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use weir_abi::{Event, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
+use weir_abi::{Event, ProxyMessage, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
 
 use crate::conn::{Context, Entry};
-use crate::{Conn, ConnState, ConnectionId, Handler, Level, Message, Request, Upgrade};
+use crate::{Conn, ConnState, ConnectionId, Handler, Level, Message, Request, Upgrade, Verdict};
 
 /// Connection ids are handed out sequentially, so a multiplicative hash is
 /// enough and avoids std's randomly seeded hasher (a WASI random call).
@@ -255,6 +255,26 @@ impl<H: Handler> Runtime<H> {
                     io_hook(conns, route, &mut ctx, conn, lookup, |c| {
                         handler.on_timer(c, tag)
                     });
+                }
+                Event::Proxy {
+                    conn,
+                    direction,
+                    msg,
+                } => {
+                    let msg = match msg {
+                        ProxyMessage::Text(t) => Message::Text(t),
+                        ProxyMessage::Binary(b) => Message::Binary(b),
+                    };
+                    let entry = known(conns, conn, lookup);
+                    let mut c = Conn::new(conn, &mut ctx, entry);
+                    match handler.on_proxy_message(&mut c, direction, msg) {
+                        Verdict::Forward => c.forward(direction, msg),
+                        Verdict::ReplaceText(t) => c.forward(direction, Message::Text(&t)),
+                        Verdict::ReplaceBinary(b) => c.forward(direction, Message::Binary(&b)),
+                        Verdict::Drop => {}
+                        Verdict::Close(code, reason) => c.close(code, &reason),
+                    }
+                    settle(&mut ctx, conn, entry);
                 }
             }
         }

@@ -79,7 +79,7 @@ use weir_abi::{
 };
 
 use crate::runtime::{Runtime, UpgradeAnswer};
-use crate::{ConnectionId, Handler, HttpError, HttpResponse, Request, Tag};
+use crate::{ConnectionId, Direction, Handler, HttpError, HttpResponse, Message, Request, Tag};
 
 thread_local! {
     /// The store `kv_get` reads natively: the running TestRoute's, moved
@@ -127,6 +127,8 @@ struct Client {
     closed_by_handler: Option<(u16, String)>,
     /// Gone: closed by the client, or by the handler and answered.
     gone: bool,
+    /// What a proxy filter passed on, in order.
+    forwarded: VecDeque<(Direction, Received)>,
 }
 
 /// A route serving handler `H`, driven by the test. See the module doc.
@@ -406,6 +408,31 @@ impl<H: Handler> TestRoute<H> {
         self.run(conn, EventKind::Close, code, reason.as_bytes());
     }
 
+    /// A message on its way through proxied connection `conn` in
+    /// `direction`: the handler is a proxy route's filter
+    /// ([`Handler::on_proxy_message`]); [`forwarded`](Self::forwarded)
+    /// tells what it passed on.
+    pub fn proxy_message(&mut self, conn: ConnectionId, direction: Direction, msg: Message<'_>) {
+        self.live(conn);
+        let kind = if msg.is_text() {
+            EventKind::ProxyText
+        } else {
+            EventKind::ProxyBinary
+        };
+        self.run_in(conn, kind, direction as u8, 0, msg.as_bytes());
+    }
+
+    /// What a proxy filter passed on through `conn` since the last call,
+    /// oldest first, each with its direction.
+    pub fn forwarded(&mut self, conn: ConnectionId) -> Vec<(Direction, Received)> {
+        self.clients
+            .get_mut(&conn)
+            .unwrap_or_else(|| panic!("no connection {conn} on this route"))
+            .forwarded
+            .drain(..)
+            .collect()
+    }
+
     /// Everything `conn` received since the last call, oldest first.
     pub fn received(&mut self, conn: ConnectionId) -> Vec<Received> {
         self.clients
@@ -473,20 +500,26 @@ impl<H: Handler> TestRoute<H> {
     /// One batch of one event, then the handler's answer applied; closes
     /// the handler sent are answered (their `on_close` runs) afterwards.
     fn run(&mut self, conn: ConnectionId, kind: EventKind, code: u16, bytes: &[u8]) {
-        self.run_one(conn, kind, code, bytes);
+        self.run_in(conn, kind, 0, code, bytes);
+    }
+
+    /// [`run`](Self::run) with byte 9 of the event header (a proxy
+    /// event's direction).
+    fn run_in(&mut self, conn: ConnectionId, kind: EventKind, byte9: u8, code: u16, bytes: &[u8]) {
+        self.run_one(conn, kind, byte9, code, bytes);
         while !self.closing.is_empty() {
             for (conn, code, reason) in std::mem::take(&mut self.closing) {
                 self.clients.get_mut(&conn).expect("known").gone = true;
-                self.run_one(conn, EventKind::Close, code, reason.as_bytes());
+                self.run_one(conn, EventKind::Close, 0, code, reason.as_bytes());
             }
         }
     }
 
-    fn run_one(&mut self, conn: ConnectionId, kind: EventKind, code: u16, bytes: &[u8]) {
+    fn run_one(&mut self, conn: ConnectionId, kind: EventKind, byte9: u8, code: u16, bytes: &[u8]) {
         let header = EventHeader {
             conn,
             kind: kind as u8,
-            reserved: 0,
+            reserved: byte9,
             code,
             offset: 0,
             len: bytes.len() as u32,
@@ -618,6 +651,16 @@ impl<H: Handler> TestRoute<H> {
             Command::KvDelete { key } => {
                 self.kv.remove(key);
             }
+            Command::Forward {
+                conn,
+                direction,
+                text,
+                payload,
+            } => {
+                if let Some(c) = open(&mut self.clients, conn) {
+                    c.forwarded.push_back((direction, received(text, payload)));
+                }
+            }
         }
     }
 }
@@ -640,7 +683,7 @@ fn received(text: bool, payload: &[u8]) -> Received {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Conn, ConnState, Message, Upgrade};
+    use crate::{Conn, ConnState, Upgrade};
 
     #[test]
     fn route_patterns_match_like_the_gateway() {
