@@ -161,7 +161,7 @@ pub enum Behaviour {
     Guest(GuestConfig),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum NativeKind {
     Echo,
     Relay,
@@ -179,7 +179,7 @@ pub enum NativeKind {
 pub const DEFAULT_PROXY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A proxy route's keys: where its connections go.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProxyConfig {
     /// The upstream as written (`ws://127.0.0.1:9100/rooms/{room}`), for messages.
     pub upstream: String,
@@ -195,6 +195,17 @@ pub struct ProxyConfig {
     /// Request headers passed on to the upstream (lower case), besides the
     /// subprotocols offered, `X-Forwarded-For` and `X-Forwarded-Proto`.
     pub forward_headers: Vec<String>,
+    /// `wss://`: the upstream connection is TLS, its certificate checked
+    /// against the web's roots (`webpki-roots`) or `upstream_ca`.
+    pub tls: bool,
+    /// `upstream_ca = "file.pem"`: the only roots a `wss://` upstream's
+    /// certificate is checked against (a private CA), resolved against the
+    /// routes file's directory.
+    pub upstream_ca: Option<PathBuf>,
+    /// `filter = "x.wasm"`: a guest that sees every message either way and
+    /// decides what goes on (`native::proxy::filter`); the route's guest
+    /// keys (memory, timeout, ...) are its limits.
+    pub filter: Option<GuestConfig>,
 }
 
 /// A pubsub route's keys.

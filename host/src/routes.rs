@@ -5,8 +5,9 @@
 //! or refuses them. Topic namespaces are resolved here: each route has its
 //! own unless routes name a shared one (`topics = "name"`).
 
-use crate::config::{Behaviour, Config, Limits};
+use crate::config::{Behaviour, Config, GuestConfig, Limits, NativeKind};
 use crate::guest::{GuestEngine, GuestRoute, Program, Scheduler};
+use crate::native::proxy::{FilterLinks, ProxyRoute};
 use crate::pubsub::{Broker, Fanout, LocalBroker, Topics};
 use crate::reactor::behaviour::{LocalFuture, Start};
 use crate::reactor::outbound::Outbound;
@@ -245,34 +246,30 @@ impl Routes {
         };
         let mut guest_route = None;
         let kind: Arc<dyn RouteKind> = match &route.behaviour {
+            Behaviour::Native(NativeKind::Proxy(proxy)) if proxy.filter.is_some() => {
+                let filter = proxy.filter.as_ref().expect("matched");
+                let links = Arc::new(FilterLinks::new(self.workers));
+                let guest = self.guest_route(index, route, filter, &topics, registry)?;
+                if guest.program().is_v3() {
+                    return Err(ServeError::Route {
+                        path: route.path.clone(),
+                        line: route.line,
+                        reason: format!(
+                            "the filter {} is a weir:gateway 0.3.0 component; a proxy filter \
+                             needs 0.4.0 (rebuild it with the current SDK)",
+                            filter.wasm.display()
+                        ),
+                    });
+                }
+                let guest = Arc::new(guest.with_filter_links(links.clone()));
+                guest_route = Some(guest.clone());
+                Arc::new(ProxyRoute::new(proxy.clone()).with_filter(guest, links))
+            }
             Behaviour::Native(native) => {
                 crate::native::route_kind(native.clone(), &route.path, &topics)
             }
             Behaviour::Guest(guest) => {
-                let engine = match &self.engine {
-                    Some(engine) => engine.clone(),
-                    None => {
-                        let engine = GuestEngine::new(self.cache_dir.clone())?;
-                        self.engine = Some(engine.clone());
-                        engine
-                    }
-                };
-                let program = Program::load(&engine, &route.path, guest)
-                    .map_err(|e| e.at_line(route.line))?;
-                let kv = match &guest.kv {
-                    Some(name) => Some(
-                        crate::guest::kv::KvStore::open(&self.state_dir, &route.path, name)
-                            .map_err(|e| ServeError::Route {
-                                path: route.path.clone(),
-                                line: route.line,
-                                reason: e.to_string(),
-                            })?,
-                    ),
-                    None => None,
-                };
-                let guest = Arc::new(
-                    GuestRoute::new(index, program, topics.clone(), registry.clone()).with_kv(kv),
-                );
+                let guest = Arc::new(self.guest_route(index, route, guest, &topics, registry)?);
                 guest_route = Some(guest.clone());
                 Arc::new(guest)
             }
@@ -291,6 +288,43 @@ impl Routes {
     }
 }
 
+impl Routes {
+    /// The guest route of `route` at `index` running `guest` (a guest
+    /// route's component, or a proxy route's filter): compiled here.
+    fn guest_route(
+        &mut self,
+        index: usize,
+        route: &crate::config::RouteConfig,
+        guest: &GuestConfig,
+        topics: &Arc<Topics>,
+        registry: &Arc<Registry>,
+    ) -> Result<GuestRoute, ServeError> {
+        let engine = match &self.engine {
+            Some(engine) => engine.clone(),
+            None => {
+                let engine = GuestEngine::new(self.cache_dir.clone())?;
+                self.engine = Some(engine.clone());
+                engine
+            }
+        };
+        let program =
+            Program::load(&engine, &route.path, guest).map_err(|e| e.at_line(route.line))?;
+        let kv = match &guest.kv {
+            Some(name) => Some(
+                crate::guest::kv::KvStore::open(&self.state_dir, &route.path, name).map_err(
+                    |e| ServeError::Route {
+                        path: route.path.clone(),
+                        line: route.line,
+                        reason: e.to_string(),
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        Ok(GuestRoute::new(index, program, topics.clone(), registry.clone()).with_kv(kv))
+    }
+}
+
 /// `[server] state_dir`, or `weir-state` beside the routes file (the
 /// working directory when the config has no file).
 fn state_dir(config: &Config) -> std::path::PathBuf {
@@ -305,12 +339,16 @@ fn state_dir(config: &Config) -> std::path::PathBuf {
 }
 
 /// A route's behaviour as `GET /routes` names it: the native keyword
-/// (`echo`, `relay`), or `guest`.
+/// (`echo`, `relay`; `proxy+filter` for a proxy route with a filter, so a
+/// reload that adds or removes a filter makes a new route), or `guest`.
 pub fn behaviour_name(behaviour: &Behaviour) -> String {
     match behaviour {
         Behaviour::Native(crate::config::NativeKind::Echo) => "echo".into(),
         Behaviour::Native(crate::config::NativeKind::Relay) => "relay".into(),
         Behaviour::Native(crate::config::NativeKind::PubSub(_)) => "pubsub".into(),
+        Behaviour::Native(crate::config::NativeKind::Proxy(p)) if p.filter.is_some() => {
+            "proxy+filter".into()
+        }
         Behaviour::Native(crate::config::NativeKind::Proxy(_)) => "proxy".into(),
         Behaviour::Guest(_) => "guest".into(),
     }

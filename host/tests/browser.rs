@@ -92,10 +92,13 @@ fn routes() -> String {
         .filter(|table| !table.contains("path = \"/js/") && !table.contains("path = \"/py/"))
         .map(|table| format!("[[route]]{table}"))
         .collect();
-    let routes = routes.replace(
-        "guest = \"wasm/",
-        &format!("guest = \"{}/", wasm.canonicalize().unwrap().display()),
-    );
+    let wasm = wasm.canonicalize().unwrap();
+    let routes = routes
+        .replace("guest = \"wasm/", &format!("guest = \"{}/", wasm.display()))
+        .replace(
+            "filter = \"wasm/",
+            &format!("filter = \"{}/", wasm.display()),
+        );
     format!(
         "{routes}\n\
          [[route]]\npath = \"/closed-to-pages\"\nnative = \"echo\"\norigins = []\n\n\

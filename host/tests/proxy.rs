@@ -556,3 +556,168 @@ async fn slow_client_and_slow_upstream_hold_memory_bounded() {
     timeout(STEP, flood).await.unwrap().unwrap();
     drop(rx);
 }
+
+/// A component of examples/wasm (scripts/build-guests.sh builds them).
+fn example_wasm(name: &str) -> String {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/wasm")
+        .join(name);
+    path.display().to_string()
+}
+
+/// An upstream for filter tests: answers each text message `m` with `m`,
+/// `spam:m` and `darn:m`, echoes binary, and reports what it received
+/// (the close included).
+async fn chatty_upstream() -> (SocketAddr, mpsc::UnboundedReceiver<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let Ok(mut ws) =
+                    tokio_tungstenite::accept_async_with_config(stream, Some(ws_config())).await
+                else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    let _ = tx.send(Seen::Message(msg.clone()));
+                    let replies = match &msg {
+                        Message::Text(t) => vec![
+                            Message::text(t.as_str()),
+                            Message::text(format!("spam:{t}")),
+                            Message::text(format!("darn:{t}")),
+                        ],
+                        Message::Binary(b) => vec![Message::binary(b.clone())],
+                        _ => vec![],
+                    };
+                    for reply in replies {
+                        if ws.send(reply).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// The moderate example as a proxy route's filter, both ways: messages
+/// with "spam" are dropped, "darn" is rewritten, the rest (binary too,
+/// 1 MiB of it, larger than a read) goes on unchanged, in order; "!kick"
+/// closes the client 1008 and the upstream gets a close of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_drops_rewrites_and_forwards_both_ways_in_order() {
+    let (up, mut seen) = chatty_upstream().await;
+    let filter = example_wasm("moderate.wasm");
+    let gw = gateway(
+        &format!("ws://{up}/r/{{room}}"),
+        &format!("filter = \"{filter}\""),
+    );
+    let mut ws = client(&gw.url("/rooms/mod")).await;
+    const N: usize = 100;
+    let sent: Vec<String> = (0..N)
+        .map(|i| match i % 4 {
+            0 => format!("hello {i}"),
+            1 => format!("buy spam {i}"),
+            2 => format!("darn it {i}"),
+            _ => format!("plain {i}"),
+        })
+        .collect();
+    for m in &sent {
+        ws.send(Message::text(m.as_str())).await.unwrap();
+    }
+    let big = pattern(1 << 20, 7);
+    ws.send(Message::binary(big.clone())).await.unwrap();
+    // Toward the upstream: spam dropped, darn rewritten, order kept.
+    let upstream_wants: Vec<String> = sent
+        .iter()
+        .filter(|m| !m.contains("spam"))
+        .map(|m| m.replace("darn", "d**n"))
+        .collect();
+    for want in &upstream_wants {
+        assert_eq!(seen_message(&mut seen).await, Message::text(want.as_str()));
+    }
+    assert_eq!(seen_message(&mut seen).await.into_data()[..], big[..]);
+    // Toward the client: each answer `m`, `spam:m` (dropped), `darn:m`
+    // (rewritten), then the binary echo.
+    for m in &upstream_wants {
+        assert_eq!(next(&mut ws).await, Message::text(m.as_str()));
+        assert_eq!(next(&mut ws).await, Message::text(format!("d**n:{m}")));
+    }
+    assert_eq!(next(&mut ws).await.into_data()[..], big[..]);
+    // A ping still passes straight through (its pong comes back).
+    ws.send(Message::Ping(b"p".to_vec().into())).await.unwrap();
+    assert_eq!(next(&mut ws).await, Message::Pong(b"p".to_vec().into()));
+    // The filter closes: the client gets 1008, the upstream a close.
+    ws.send(Message::text("!kick")).await.unwrap();
+    match next(&mut ws).await {
+        Message::Close(Some(f)) => {
+            assert_eq!(f.code, CloseCode::Policy);
+            assert_eq!(f.reason.as_str(), "kicked by the moderator");
+        }
+        other => panic!("expected close 1008, got {other:?}"),
+    }
+    loop {
+        match seen_message(&mut seen).await {
+            Message::Close(_) => break,
+            Message::Pong(_) | Message::Ping(_) => continue,
+            other => panic!("upstream got {other:?} after the kick"),
+        }
+    }
+    gw.stop();
+}
+
+/// A filter that traps closes that connection 1011 (and its upstream),
+/// while another connection of the route, not in the failed batch, goes
+/// on; a filter that loops past its deadline does the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filter_faults_close_only_their_connection_1011() {
+    let (up, _seen) = tungstenite_upstream(None).await;
+    let filter = example_wasm("faulty.wasm");
+    let text = format!(
+        "[server]\nworkers = 1\n\n[[route]]\npath = \"/rooms/{{room}}\"\nnative = \"proxy\"\n\
+         upstream = \"ws://{up}/\"\nfilter = \"{filter}\"\ntimeout = \"200ms\"\n"
+    );
+    let gw = Gateway::start(Config::parse(&text, Path::new(".")).expect("routes"));
+    let mut calm = client(&gw.url("/rooms/calm")).await;
+    calm.send(Message::text("before")).await.unwrap();
+    assert_eq!(next(&mut calm).await, Message::text("before"));
+    for fault in ["trap", "loop"] {
+        let mut bad = client(&gw.url("/rooms/bad")).await;
+        bad.send(Message::text("fine")).await.unwrap();
+        assert_eq!(next(&mut bad).await, Message::text("fine"));
+        bad.send(Message::text(fault)).await.unwrap();
+        match next(&mut bad).await {
+            Message::Close(Some(f)) => assert_eq!(f.code, CloseCode::Error, "{fault}"),
+            other => panic!("{fault}: expected close 1011, got {other:?}"),
+        }
+        calm.send(Message::text(format!("after {fault}")))
+            .await
+            .unwrap();
+        assert_eq!(
+            next(&mut calm).await,
+            Message::text(format!("after {fault}"))
+        );
+    }
+    gw.stop();
+}
+
+/// Without a filter nothing reaches a guest, and a filter's keys are
+/// checked: `weir check` names a filter that is not a component.
+#[test]
+fn filter_keys_are_checked() {
+    let text = "[[route]]\npath = \"/p\"\nnative = \"proxy\"\nupstream = \"ws://127.0.0.1:1/\"\n\
+                filter = \"\"\n";
+    let err = Config::parse(text, Path::new(".")).unwrap_err().to_string();
+    assert!(err.contains("line 5"), "{err}");
+    let text = "[[route]]\npath = \"/p\"\nnative = \"echo\"\nfilter = \"x.wasm\"\n";
+    let err = Config::parse(text, Path::new(".")).unwrap_err().to_string();
+    assert!(err.contains("filter only applies to proxy routes"), "{err}");
+    let text = "[[route]]\npath = \"/p\"\nnative = \"proxy\"\nupstream = \"ws://127.0.0.1:1/\"\n\
+                memory = \"16MiB\"\n";
+    let err = Config::parse(text, Path::new(".")).unwrap_err().to_string();
+    assert!(err.contains("memory only applies to guest routes"), "{err}");
+}

@@ -100,6 +100,8 @@ pub(super) struct RawRoute {
     pub(super) upstream: Field,
     pub(super) connect_timeout: Field,
     pub(super) forward_headers: Field,
+    pub(super) upstream_ca: Field,
+    pub(super) filter: Field,
     pub(super) allow_outbound: Field,
     pub(super) outbound_timeout: Field,
     pub(super) outbound_max_concurrent: Field,
@@ -461,7 +463,7 @@ fn route(
                 "echo" => NativeKind::Echo,
                 "relay" => NativeKind::Relay,
                 "pubsub" => NativeKind::PubSub(pubsub_config(src, raw)?),
-                "proxy" => NativeKind::Proxy(proxy_config(src, raw, &native, &path)?),
+                "proxy" => NativeKind::Proxy(proxy_config(src, raw, &native, &path, origin_dir)?),
                 _ => {
                     return Err(native.fail(
                         src,
@@ -475,7 +477,11 @@ fn route(
             if !matches!(kind, NativeKind::Proxy(_)) {
                 refuse_proxy_keys(src, raw, &native)?;
             }
-            refuse_guest_keys(src, raw, &native, matches!(kind, NativeKind::PubSub(_)))?;
+            // A proxy route's filter takes the guest keys as its limits.
+            let filtered = matches!(&kind, NativeKind::Proxy(p) if p.filter.is_some());
+            if !filtered {
+                refuse_guest_keys(src, raw, &native, matches!(kind, NativeKind::PubSub(_)))?;
+            }
             Behaviour::Native(kind)
         }
         (None, Some(guest)) => {

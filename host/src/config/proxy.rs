@@ -2,11 +2,13 @@
 //! against the route's path parameters), `connect_timeout` and
 //! `forward_headers`, and their refusal on other routes.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use toml::Value;
 
+use super::guest::guest_config;
 use super::parse::RawRoute;
 use super::value::{Item, Source};
 use super::*;
@@ -32,6 +34,7 @@ pub(super) fn proxy_config(
     raw: &RawRoute,
     native: &Item,
     route_path: &str,
+    origin_dir: &Path,
 ) -> Result<Arc<ProxyConfig>, ConfigError> {
     if let Some(item) = Item::of("subprotocols", &raw.subprotocols) {
         return Err(item.fail(
@@ -47,17 +50,14 @@ pub(super) fn proxy_config(
         ));
     };
     let upstream = item.string(src, r#""ws://127.0.0.1:9100/""#)?;
-    let rest = if let Some(rest) = upstream.strip_prefix("ws://") {
-        rest
-    } else if upstream.starts_with("wss://") {
-        return Err(item.fail(
-            src,
-            "wss:// upstreams are not supported yet (weir has no TLS client); use ws://",
-        ));
+    let (rest, tls) = if let Some(rest) = upstream.strip_prefix("ws://") {
+        (rest, false)
+    } else if let Some(rest) = upstream.strip_prefix("wss://") {
+        (rest, true)
     } else {
         return Err(item.fail(
             src,
-            r#"an upstream is a ws:// URL; write e.g. "ws://127.0.0.1:9100/rooms/{room}""#,
+            r#"an upstream is a ws:// or wss:// URL; write e.g. "ws://127.0.0.1:9100/rooms/{room}""#,
         ));
     };
     let (authority, path) = match rest.find(['/', '?']) {
@@ -65,10 +65,11 @@ pub(super) fn proxy_config(
         Some(at) => (&rest[..at], format!("/{}", &rest[at..])),
         None => (rest, "/".to_string()),
     };
-    let (host, port) = split_authority(authority).ok_or_else(|| {
+    let default_port = if tls { 443 } else { 80 };
+    let (host, port) = split_authority(authority, default_port).ok_or_else(|| {
         item.fail(
             src,
-            "no host:port after ws://; write e.g. \"ws://127.0.0.1:9100/\"",
+            "no host:port after ws:// or wss://; write e.g. \"ws://127.0.0.1:9100/\"",
         )
     })?;
     if path.contains(['#', ' ']) {
@@ -83,6 +84,9 @@ pub(super) fn proxy_config(
         path,
         connect_timeout: DEFAULT_PROXY_CONNECT_TIMEOUT,
         forward_headers: Vec::new(),
+        tls,
+        upstream_ca: None,
+        filter: None,
     };
     if let Some(item) = Item::of("connect_timeout", &raw.connect_timeout) {
         config.connect_timeout =
@@ -91,11 +95,28 @@ pub(super) fn proxy_config(
     if let Some(item) = Item::of("forward_headers", &raw.forward_headers) {
         config.forward_headers = forward_headers(src, &item)?;
     }
+    if let Some(item) = Item::of("upstream_ca", &raw.upstream_ca) {
+        if !tls {
+            return Err(item.fail(
+                src,
+                "upstream_ca is for wss:// upstreams; remove it, or write the upstream as wss://",
+            ));
+        }
+        let file = item.string(src, r#""certs/upstream-ca.pem""#)?;
+        if file.is_empty() {
+            return Err(item.fail(src, r#"empty; write the CA file, e.g. "certs/ca.pem""#));
+        }
+        config.upstream_ca = Some(origin_dir.join(file));
+    }
+    if let Some(item) = Item::of("filter", &raw.filter) {
+        config.filter = Some(guest_config(src, raw, &item, origin_dir)?);
+    }
     Ok(Arc::new(config))
 }
 
-/// `host[:port]` (`[v6]:port` for IPv6); the port defaults to 80.
-fn split_authority(authority: &str) -> Option<(String, u16)> {
+/// `host[:port]` (`[v6]:port` for IPv6); the port defaults to
+/// `default_port` (80 for ws://, 443 for wss://).
+fn split_authority(authority: &str, default_port: u16) -> Option<(String, u16)> {
     if authority.is_empty() || authority.contains(['@', ' ']) {
         return None;
     }
@@ -113,7 +134,7 @@ fn split_authority(authority: &str) -> Option<(String, u16)> {
     };
     let port = match port {
         Some(p) => p.parse::<u16>().ok().filter(|&p| p != 0)?,
-        None => 80,
+        None => default_port,
     };
     (!host.is_empty()).then(|| (host.to_string(), port))
 }
@@ -195,7 +216,8 @@ fn forward_headers(src: &Source, item: &Item) -> Result<Vec<String>, ConfigError
     Ok(names)
 }
 
-/// Only proxy routes take `upstream`, `connect_timeout` and `forward_headers`.
+/// Only proxy routes take `upstream`, `connect_timeout`, `forward_headers`,
+/// `upstream_ca` and `filter`.
 pub(super) fn refuse_proxy_keys(
     src: &Source,
     raw: &RawRoute,
@@ -205,6 +227,8 @@ pub(super) fn refuse_proxy_keys(
         ("upstream", &raw.upstream),
         ("connect_timeout", &raw.connect_timeout),
         ("forward_headers", &raw.forward_headers),
+        ("upstream_ca", &raw.upstream_ca),
+        ("filter", &raw.filter),
     ]
     .into_iter()
     .filter_map(|(key, field)| field.as_ref().map(|f| (key, f.span())))
@@ -229,16 +253,16 @@ mod tests {
     #[test]
     fn authorities() {
         assert_eq!(
-            split_authority("127.0.0.1:9100"),
+            split_authority("127.0.0.1:9100", 80),
             Some(("127.0.0.1".into(), 9100))
         );
-        assert_eq!(split_authority("backend"), Some(("backend".into(), 80)));
-        assert_eq!(split_authority("[::1]:81"), Some(("::1".into(), 81)));
-        assert_eq!(split_authority("[::1]"), Some(("::1".into(), 80)));
-        assert_eq!(split_authority("host:0"), None);
-        assert_eq!(split_authority("host:x"), None);
-        assert_eq!(split_authority("user@host"), None);
-        assert_eq!(split_authority(""), None);
+        assert_eq!(split_authority("backend", 80), Some(("backend".into(), 80)));
+        assert_eq!(split_authority("[::1]:81", 80), Some(("::1".into(), 81)));
+        assert_eq!(split_authority("[::1]", 80), Some(("::1".into(), 80)));
+        assert_eq!(split_authority("host:0", 80), None);
+        assert_eq!(split_authority("host:x", 80), None);
+        assert_eq!(split_authority("user@host", 80), None);
+        assert_eq!(split_authority("", 80), None);
     }
 
     #[test]

@@ -751,6 +751,7 @@ fn examples_routes_file_parses() {
             "/relay",
             "/topic/{topic}",
             "/proxy/{room}",
+            "/moderated/{room}",
             "/plain",
             "/json",
             "/binary",
@@ -771,7 +772,7 @@ fn examples_routes_file_parses() {
             "/remote-auth"
         ]
     );
-    let Behaviour::Guest(auth) = &config.routes[9].behaviour else {
+    let Behaviour::Guest(auth) = &config.routes[10].behaviour else {
         panic!("/auth is a guest route");
     };
     assert_eq!(auth.wasm, Path::new("examples/wasm/auth.wasm"));
@@ -1161,6 +1162,24 @@ fn proxy_routes() {
     };
     assert_eq!((proxy.port, proxy.path.as_str()), (80, "/"));
     assert_eq!(proxy.connect_timeout, DEFAULT_PROXY_CONNECT_TIMEOUT);
+    assert!(!proxy.tls && proxy.filter.is_none());
+    // wss://: port 443 by default, a private CA beside the routes file,
+    // and a filter with the route's guest keys as its limits.
+    let config = parse(&proxy_route(
+        "upstream = \"wss://backend/x\"\nupstream_ca = \"ca.pem\"\n\
+         filter = \"wasm/moderate.wasm\"\ntimeout = \"50ms\"",
+    ));
+    let Behaviour::Native(NativeKind::Proxy(proxy)) = &config.routes[0].behaviour else {
+        panic!("a proxy route");
+    };
+    assert_eq!((proxy.tls, proxy.port), (true, 443));
+    assert!(proxy
+        .upstream_ca
+        .as_ref()
+        .is_some_and(|p| p.ends_with("ca.pem")));
+    let filter = proxy.filter.as_ref().expect("a filter");
+    assert!(filter.wasm.ends_with("wasm/moderate.wasm"));
+    assert_eq!(filter.timeout, Duration::from_millis(50));
 }
 
 /// Every proxy mistake names its line and what to write.
@@ -1172,11 +1191,20 @@ fn proxy_mistakes() {
         &["needs its upstream", "upstream = \"ws://"],
     );
     refused(
-        &proxy_route("upstream = \"wss://h/\""),
-        4,
-        &["wss:// upstreams are not supported yet"],
+        &proxy_route("upstream = \"ws://h/\"\nupstream_ca = \"ca.pem\""),
+        5,
+        &["upstream_ca is for wss:// upstreams"],
     );
-    refused(&proxy_route("upstream = \"http://h/\""), 4, &["ws:// URL"]);
+    refused(
+        &proxy_route("upstream = \"ws://h/\"\nmemory = \"16MiB\""),
+        5,
+        &["memory only applies to guest routes"],
+    );
+    refused(
+        &proxy_route("upstream = \"http://h/\""),
+        4,
+        &["ws:// or wss:// URL"],
+    );
     refused(
         &proxy_route("upstream = \"ws://h:99999/\""),
         4,

@@ -65,6 +65,8 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "upstream",
     "connect_timeout",
     "forward_headers",
+    "upstream_ca",
+    "filter",
     "allow_outbound",
     "outbound_timeout",
     "outbound_max_concurrent",

@@ -205,6 +205,39 @@ impl Batch {
         self.push(conn, kind, 0, payload);
     }
 
+    /// A complete message of proxied connection `conn` on its way in
+    /// `direction`, for the route's filter (byte 9 carries the direction).
+    pub fn push_proxy_message(
+        &mut self,
+        conn: ConnectionId,
+        direction: weir_abi::Direction,
+        text: bool,
+        payload: &[u8],
+    ) {
+        let kind = if text {
+            EventKind::ProxyText
+        } else {
+            EventKind::ProxyBinary
+        };
+        self.push(conn, kind, 0, payload);
+        let at = self.raw.events.len() - EVENT_HEADER_BYTES + 9;
+        self.raw.events[at] = direction as u8;
+    }
+
+    /// The proxy messages of the batch: connection and direction, in order.
+    pub(crate) fn proxy_messages(
+        &self,
+    ) -> impl Iterator<Item = (ConnectionId, weir_abi::Direction)> + '_ {
+        let (headers, _) = self.raw.events.as_chunks::<EVENT_HEADER_BYTES>();
+        headers.iter().map(EventHeader::decode).filter_map(|h| {
+            let proxy =
+                h.kind == EventKind::ProxyText as u8 || h.kind == EventKind::ProxyBinary as u8;
+            proxy
+                .then(|| weir_abi::Direction::from_byte(h.reserved).map(|d| (h.conn, d)))
+                .flatten()
+        })
+    }
+
     /// `conn` is gone, with the peer's close code (1005 none, 1006 dropped).
     pub fn push_close(&mut self, conn: ConnectionId, code: u16, reason: &str) {
         self.push(conn, EventKind::Close, code, reason.as_bytes());

@@ -10,6 +10,7 @@ use super::io::RouteIo;
 use super::kv::KvStore;
 use super::slot::GuestSlot;
 use super::{Batch, Command, Commands, Fault, Program, Runner};
+use crate::native::proxy::FilterLinks;
 use crate::pubsub::Topics;
 use crate::reactor::outbound::Outbound;
 use crate::registry::Registry;
@@ -25,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tracing::warn;
+use weir_abi::Direction;
 
 /// Deadline trips by one client address, within [`TRIP_WINDOW`], after which
 /// it is refused new upgrades on the route.
@@ -64,6 +66,9 @@ pub struct GuestRoute {
     pub(crate) io: Arc<RouteIo>,
     /// The route's key-value store (`kv`), if it has one.
     pub(crate) kv: Option<Arc<KvStore>>,
+    /// The route is a proxy route's filter: its connections' links, for
+    /// forwards toward the upstream and settling (`native::proxy::filter`).
+    pub(crate) filter_links: Option<Arc<FilterLinks>>,
 }
 
 /// One client address's recent deadline trips.
@@ -93,7 +98,14 @@ impl GuestRoute {
             backoff_refused: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             wakers: Mutex::default(),
+            filter_links: None,
         }
+    }
+
+    /// The route as a proxy route's filter.
+    pub fn with_filter_links(mut self, links: Arc<FilterLinks>) -> Self {
+        self.filter_links = Some(links);
+        self
     }
 
     /// The route with key-value store `kv`.
@@ -244,6 +256,11 @@ impl GuestRoute {
                 }
             }
         }
+        // A filter's messages have gone on or been dropped: closes that
+        // wait behind them may follow.
+        if let Some(links) = &self.filter_links {
+            links.settle(batch.proxy_messages());
+        }
     }
 
     /// The queue of `conn` if it is open on this route.
@@ -274,6 +291,20 @@ impl GuestRoute {
             }
         };
         for command in commands.iter() {
+            // A filter's forward toward the client is a send.
+            let command = match command {
+                Command::Forward {
+                    conn,
+                    direction: Direction::ToClient,
+                    text,
+                    payload,
+                } if self.filter_links.is_some() => Command::Send {
+                    conn,
+                    text,
+                    payload,
+                },
+                other => other,
+            };
             if let Command::Send {
                 conn,
                 text,
@@ -355,6 +386,23 @@ impl GuestRoute {
                     None => warn!(
                         route = &*self.path,
                         "kv-delete on a route without kv; ignored"
+                    ),
+                },
+                Command::Forward {
+                    conn,
+                    direction,
+                    text,
+                    payload,
+                } => match &self.filter_links {
+                    Some(links) if direction == Direction::ToUpstream => {
+                        messages += 1;
+                        bytes += payload.len() as u64;
+                        links.forward_to_upstream(conn, text, payload);
+                    }
+                    Some(_) => unreachable!("forwards toward the client are sends"),
+                    None => warn!(
+                        route = &*self.path,
+                        "forward on a route that is not a proxy filter; ignored"
                     ),
                 },
             }

@@ -399,11 +399,11 @@ impl GuestSlot {
 
     /// More events wait than the route may hold (its job is running on the
     /// guest thread).
-    pub(super) fn backlogged(&self) -> bool {
+    pub(crate) fn backlogged(&self) -> bool {
         self.pending_bytes.get() > BACKLOG_BATCHES * self.batch_max_bytes
     }
 
-    pub(super) async fn wait_backlog(&self) {
+    pub(crate) async fn wait_backlog(&self) {
         let shrank = self.backlog_shrank.notified();
         if self.backlogged() {
             shrank.await;
@@ -432,7 +432,7 @@ impl GuestSlot {
         )))
     }
 
-    pub(super) fn open(&self, conn: u64, info: &[u8]) {
+    pub(crate) fn open(&self, conn: u64, info: &[u8]) {
         self.batch_for(info.len()).push_open_info(conn, info);
         self.wake();
     }
@@ -442,15 +442,28 @@ impl GuestSlot {
             .push_message(conn, text, payload);
     }
 
+    /// A proxied message for the route's filter (`native::proxy::filter`);
+    /// the caller wakes the scheduler after its read.
+    pub(crate) fn proxy_message(
+        &self,
+        conn: u64,
+        direction: weir_abi::Direction,
+        text: bool,
+        payload: &[u8],
+    ) {
+        self.batch_for(payload.len())
+            .push_proxy_message(conn, direction, text, payload);
+    }
+
     /// Events were queued: the worker runs the guest once the other ready
     /// connections had their turn.
-    pub(super) fn wake(&self) {
+    pub(crate) fn wake(&self) {
         if let Some(scheduler) = self.scheduler.upgrade() {
             scheduler.work.notify_one();
         }
     }
 
-    pub(super) fn close(&self, conn: u64, code: u16, reason: &str) {
+    pub(crate) fn close(&self, conn: u64, code: u16, reason: &str) {
         let route = &self.route;
         for topic in route.registry.take_topics(conn) {
             route.topics.unsubscribe(&topic, conn);

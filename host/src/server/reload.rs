@@ -202,7 +202,13 @@ impl Changes {
             if *route.limits() != new.limits {
                 limits.push((route.clone(), new.limits.clone()));
             }
-            let (Behaviour::Guest(cfg), Some(guest)) = (&new.behaviour, &route.guest) else {
+            // A guest route's component, or a proxy route's filter.
+            let cfg = match &new.behaviour {
+                Behaviour::Guest(cfg) => Some(cfg),
+                Behaviour::Native(crate::config::NativeKind::Proxy(p)) => p.filter.as_ref(),
+                Behaviour::Native(_) => None,
+            };
+            let (Some(cfg), Some(guest)) = (cfg, &route.guest) else {
                 continue;
             };
             let current = guest.program();

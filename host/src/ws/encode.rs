@@ -198,6 +198,17 @@ pub fn client_close_frame(code: u16, reason: &str, mask: [u8; 4]) -> Vec<u8> {
     out
 }
 
+/// Appends one masked client frame (`fin` set) carrying `payload`: what a
+/// proxy filter forwards toward the upstream.
+pub fn append_client_frame(out: &mut Vec<u8>, opcode: OpCode, payload: &[u8], mask: [u8; 4]) {
+    let start = out.len();
+    out.resize(start + header_len(payload.len() as u64) + 4, 0);
+    encode_client_header(&mut out[start..], true, opcode, mask, payload.len() as u64);
+    let at = out.len();
+    out.extend_from_slice(payload);
+    super::mask::unmask(&mut out[at..], mask, 0);
+}
+
 /// Encodes a masked client header (tests and benchmarks build client
 /// traffic with it); returns its length.
 pub fn encode_client_header(

@@ -12,9 +12,12 @@
 //! is not read while the client's queue is over that budget. Nothing read
 //! is dropped on the way. See docs/architecture.md.
 //!
-//! `wss://` upstreams are not supported yet (no TLS client).
+//! With a `filter` (a guest, `filter`), data messages go through the
+//! guest both ways instead, as whole messages; control frames still pass
+//! straight through.
 
 mod dial;
+mod filter;
 mod pump;
 
 use crate::config::ProxyConfig;
@@ -38,35 +41,78 @@ use tokio::sync::Notify;
 use tracing::debug;
 
 pub use dial::upstream_target;
+pub use filter::FilterLinks;
+
+use crate::guest::slot::GuestSlot;
+use crate::guest::GuestRoute;
+use weir_abi::Direction;
 
 /// The close reason a client gets when its upstream went away.
 const UPSTREAM_GONE: &str = "upstream went away";
 /// Ranges written to the upstream in one `sendmsg` at most.
 const GATHER_MAX: usize = 16;
+/// A filtered client message's assembly buffer is freed past this.
+const KEEP_MESSAGE_BUF_BYTES: usize = 64 * 1024;
 
 /// `native = "proxy"`: the route's upstream, shared by all workers.
 pub struct ProxyRoute {
     config: Arc<ProxyConfig>,
+    /// The route's filter and its connections' links, if it has one.
+    filter: Option<(Arc<GuestRoute>, Arc<FilterLinks>)>,
 }
 
 impl ProxyRoute {
     pub fn new(config: Arc<ProxyConfig>) -> ProxyRoute {
-        ProxyRoute { config }
+        ProxyRoute {
+            config,
+            filter: None,
+        }
+    }
+
+    /// The route with filter `guest` (its `GuestRoute` made with `links`).
+    pub fn with_filter(mut self, guest: Arc<GuestRoute>, links: Arc<FilterLinks>) -> ProxyRoute {
+        self.filter = Some((guest, links));
+        self
     }
 }
 
 impl RouteKind for ProxyRoute {
-    fn on_worker(&self, _: &WorkerSetup) -> Rc<dyn WorkerRoute> {
-        Rc::new(ProxyRoute {
+    fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute> {
+        Rc::new(WorkerProxy {
             config: self.config.clone(),
+            filter: self.filter.as_ref().map(|(guest, links)| {
+                (GuestSlot::new(guest.clone(), &worker.guests), links.clone())
+            }),
         })
     }
 }
 
-impl WorkerRoute for ProxyRoute {
+/// A proxy route on one worker: with a filter, the filter's slot there.
+struct WorkerProxy {
+    config: Arc<ProxyConfig>,
+    filter: Option<(Rc<GuestSlot>, Arc<FilterLinks>)>,
+}
+
+impl WorkerRoute for WorkerProxy {
     /// Opens the upstream connection; the client's answer waits for it.
     fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> LocalFuture<'a, Result<Accepted, Refusal>> {
         let target = upstream_target(&self.config.path, up.params, up.uri.query());
+        // The filter's open event: the client's target and parameters.
+        let filter = self.filter.as_ref().map(|(slot, links)| {
+            let target = up
+                .uri
+                .path_and_query()
+                .map_or_else(|| up.uri.path(), |pq| pq.as_str());
+            let mut info = Vec::with_capacity(16 + target.len());
+            weir_abi::encode_conn_info(&mut info, target, up.params.iter().copied(), &[]);
+            LinkFilter {
+                slot: slot.clone(),
+                links: links.clone(),
+                shared: Arc::new(filter::FilterLink::new()),
+                queued: [Cell::new(0), Cell::new(0)],
+                info: RefCell::new(info),
+            }
+        });
         let mut masks = Masks::new();
         let mut key = [0u8; 16];
         key[..8].copy_from_slice(&masks.next_u64().to_le_bytes());
@@ -100,7 +146,7 @@ impl WorkerRoute for ProxyRoute {
                 }
             };
             let protocol = dialed.protocol.clone();
-            let proxy = Proxy::new(dialed, &outbound, masks);
+            let proxy = Proxy::new(dialed, &outbound, masks, filter);
             Ok(Accepted {
                 protocol,
                 behaviour: Box::new(proxy),
@@ -140,9 +186,39 @@ impl Masks {
     }
 }
 
+/// A filtered connection's side of its filter (on the client's worker).
+struct LinkFilter {
+    slot: Rc<GuestSlot>,
+    links: Arc<FilterLinks>,
+    shared: Arc<filter::FilterLink>,
+    /// Messages given to the filter per direction ([`Direction`] as index).
+    queued: [Cell<u64>; 2],
+    /// The open event's connection info, until the open.
+    info: RefCell<Vec<u8>>,
+}
+
+impl LinkFilter {
+    /// A whole message for the filter; the caller wakes the slot.
+    fn queue(&self, id: u64, direction: Direction, text: bool, payload: &[u8]) {
+        self.slot.proxy_message(id, direction, text, payload);
+        let queued = &self.queued[direction as usize];
+        queued.set(queued.get() + 1);
+    }
+
+    /// Every message given to the filter in `direction` has gone on or
+    /// been dropped.
+    fn settled(&self, direction: Direction) -> bool {
+        self.shared.settled(direction) >= self.queued[direction as usize].get()
+    }
+}
+
 /// What a connection's two sides share (both run on the worker's thread).
 struct Link {
     upstream: TcpStream,
+    /// The connection's id, once open.
+    id: Cell<u64>,
+    /// The route's filter, if it has one.
+    filter: Option<LinkFilter>,
     /// Client frames the upstream socket has not taken yet, masked.
     pending: RefCell<Vec<u8>>,
     /// A client frame is partly written toward the upstream: no close
@@ -189,12 +265,25 @@ pub struct Proxy {
     mid_frame: bool,
     budget: usize,
     upstream_failed: bool,
+    /// With a filter: the client message being assembled, and whether this
+    /// read gave the filter a message.
+    message: Vec<u8>,
+    queued: bool,
+    /// The client's close code and reason, once it sent a close.
+    peer_close: Option<(u16, String)>,
 }
 
 impl Proxy {
-    fn new(dialed: dial::Dialed, client: &Outbound, masks: Masks) -> Proxy {
+    fn new(
+        dialed: dial::Dialed,
+        client: &Outbound,
+        masks: Masks,
+        filter: Option<LinkFilter>,
+    ) -> Proxy {
         Proxy {
             link: Rc::new(Link {
+                id: Cell::new(0),
+                filter,
                 upstream: dialed.stream,
                 pending: RefCell::new(Vec::new()),
                 to_upstream_mid_frame: Cell::new(false),
@@ -210,7 +299,32 @@ impl Proxy {
             offset: 0,
             mid_frame: false,
             upstream_failed: false,
+            message: Vec::new(),
+            queued: false,
+            peer_close: None,
         }
+    }
+
+    /// With a filter: assembles the client's messages and gives each whole
+    /// one to the filter.
+    fn give_filter(&mut self, filter: &LinkFilter, buf: &[u8], piece: &DataPiece) {
+        let text = piece.message == OpCode::Text;
+        let bytes = &buf[piece.payload.clone()];
+        let id = self.link.id.get();
+        if piece.message_end() && self.message.is_empty() {
+            filter.queue(id, Direction::ToUpstream, text, bytes);
+        } else {
+            self.message.extend_from_slice(bytes);
+            if !piece.message_end() {
+                return;
+            }
+            filter.queue(id, Direction::ToUpstream, text, &self.message);
+            self.message.clear();
+            if self.message.capacity() > KEEP_MESSAGE_BUF_BYTES {
+                self.message = Vec::new();
+            }
+        }
+        self.queued = true;
     }
 
     /// Masks a client frame's piece again for the upstream, in place: a new
@@ -247,18 +361,35 @@ impl Behaviour for Proxy {
     /// The upstream side writes its frames straight into the client socket.
     const DIRECT_WRITES: bool = true;
 
-    fn on_open(&mut self, _id: u64, outbound: &Arc<Outbound>) {
+    fn on_open(&mut self, id: u64, outbound: &Arc<Outbound>) {
+        self.link.id.set(id);
+        if let Some(filter) = &self.link.filter {
+            filter.links.insert(id, filter.shared.clone());
+            filter.slot.open(id, &filter.info.take());
+        }
         let early = self.early.take().unwrap_or_default();
         tokio::task::spawn_local(pump::run(self.link.clone(), outbound.clone(), early));
     }
 
-    /// Not read while the upstream socket has more than the budget waiting.
+    /// Not read while the upstream socket has more than the budget
+    /// waiting, or while the filter's route has more than it may hold.
     #[inline]
     fn reads_blocked(&self, _own: &Outbound) -> bool {
         self.link.pending.borrow().len() > self.budget
+            || self
+                .link
+                .filter
+                .as_ref()
+                .is_some_and(|f| f.slot.backlogged())
     }
 
     async fn unblocked(&mut self, _own: &Outbound) -> Result<(), Stop> {
+        if self.link.pending.borrow().len() <= self.budget {
+            if let Some(filter) = &self.link.filter {
+                filter.slot.wait_backlog().await;
+                return Ok(());
+            }
+        }
         loop {
             let ready = self.link.upstream.writable().await;
             if ready.is_err() || self.link.flush().is_err() {
@@ -273,6 +404,11 @@ impl Behaviour for Proxy {
 
     #[inline]
     fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, _out: &mut Output) {
+        if self.link.filter.is_some() {
+            let link = self.link.clone();
+            self.give_filter(link.filter.as_ref().expect("checked"), buf, piece);
+            return;
+        }
         let start = piece
             .frame_start
             .then_some((piece.fin, piece.opcode, piece.frame_len));
@@ -289,6 +425,7 @@ impl Behaviour for Proxy {
     }
 
     fn on_peer_close(&mut self, code: u16, reason: &str) {
+        self.peer_close = Some((code, reason.to_string()));
         // RFC 6455 §7.1.5: no code received is sent on as a plain 1000.
         let code = if code == close::NO_STATUS {
             close::NORMAL
@@ -302,6 +439,11 @@ impl Behaviour for Proxy {
     /// when nothing waits before them, the rest copied to `pending`.
     #[inline]
     fn end_of_read_in(&mut self, buf: &[u8]) -> Result<(), Stop> {
+        if std::mem::take(&mut self.queued) {
+            if let Some(filter) = &self.link.filter {
+                filter.slot.wake();
+            }
+        }
         let ranges = self.ranges.ranges();
         if ranges.is_empty() {
             return Ok(());
@@ -349,7 +491,15 @@ impl Behaviour for Proxy {
         self.link.to_client_mid_frame.get()
     }
 
-    fn on_close(&mut self, _id: u64) {
+    fn on_close(&mut self, id: u64) {
+        if let Some(filter) = &self.link.filter {
+            // The filter's close event (1006: no close from the client).
+            let (code, reason) = self
+                .peer_close
+                .take()
+                .unwrap_or((close::ABNORMAL, String::new()));
+            filter.slot.close(id, code, &reason);
+        }
         if self.upstream_failed {
             self.end(close::GOING_AWAY, "");
             return;
@@ -360,6 +510,11 @@ impl Behaviour for Proxy {
     /// The 101 never reached the client: the upstream connection is
     /// dropped with the behaviour.
     fn abandon(self, _id: u64) {}
+
+    /// With a filter, replies come from batches that run after the close.
+    fn answers_before_drain(&self) -> bool {
+        self.link.filter.is_none()
+    }
 }
 
 #[cfg(test)]

@@ -2,9 +2,12 @@
 //! worker: reads the upstream's frames and hands them to the client's
 //! socket as they came (a server's frames need no change, only their
 //! boundaries are found), writes the client bytes the upstream socket did
-//! not take at once, and carries the close either way.
+//! not take at once, and carries the close either way. With a filter, data
+//! frames are assembled into messages for the filter instead, and what it
+//! forwards toward the upstream is written from here.
 
-use super::{Link, Masks, UPSTREAM_GONE};
+use super::filter::MAX_FILTERED_MESSAGE_BYTES;
+use super::{Link, LinkFilter, Masks, UPSTREAM_GONE};
 use crate::reactor::buffer::READ_BUF_BYTES;
 use crate::reactor::conn::{CLOSE_DRAIN_MAX_BYTES, CLOSE_LINGER};
 use crate::reactor::outbound::Outbound;
@@ -16,6 +19,13 @@ use std::cell::RefCell;
 use std::io::ErrorKind;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
+use weir_abi::Direction;
+
+/// Longest a close waits for the filter's batches that carry the messages
+/// before it (a batch that runs into its deadline settles them too; this
+/// bounds a worker that stops running guests, at shutdown).
+const SETTLE_WAIT: Duration = Duration::from_secs(10);
 
 /// Receive buffer for upstream frames: the client loop's size, so a frame
 /// up to 64 KiB is handed on whole and larger ones stream through.
@@ -62,6 +72,13 @@ struct Upstream {
     end: usize,
     /// Bytes of a streamed frame still to hand on as they come.
     frame_left: u64,
+    /// With a filter: the upstream message being assembled, its kind, and
+    /// whether one is open (fragments), and the FIN of a frame whose
+    /// payload is still arriving.
+    message: Vec<u8>,
+    message_text: bool,
+    message_open: bool,
+    frame_fin: bool,
 }
 
 /// Runs the upstream side until either side ends; `early` are bytes the
@@ -73,6 +90,10 @@ pub(super) async fn run(link: Rc<Link>, client: Arc<Outbound>, early: Vec<u8>) {
         buf: None,
         end: 0,
         frame_left: 0,
+        message: Vec::new(),
+        message_text: false,
+        message_open: false,
+        frame_fin: false,
     };
     let mut end = None;
     if !early.is_empty() {
@@ -89,25 +110,42 @@ pub(super) async fn run(link: Rc<Link>, client: Arc<Outbound>, early: Vec<u8>) {
     if let Some(buf) = up.buf.take() {
         give_buf(buf);
     }
+    if let Some(filter) = &up.link.filter {
+        filter.links.remove(up.link.id.get());
+    }
 }
 
 impl Upstream {
     async fn serve(&mut self) -> End {
+        let link = self.link.clone();
+        let filter = link.filter.as_ref();
         loop {
             if self.link.client_closed.borrow().is_some() || self.client.is_closed() {
                 return End::ClientEnded;
             }
             let pending = !self.link.pending.borrow().is_empty();
-            let over = self.client.over_budget();
+            let client_over = self.client.over_budget();
+            let over = client_over || filter.is_some_and(|f| f.slot.backlogged());
             tokio::select! {
                 biased;
                 () = self.link.wake.notified() => {}
+                // What the filter forwarded toward the upstream.
+                () = async { filter.expect("filtered").shared.wake.notified().await },
+                    if filter.is_some() =>
+                {
+                    filter.expect("filtered").shared.take_frames(&mut self.link.pending.borrow_mut());
+                    if self.link.flush().is_err() {
+                        return End::Gone;
+                    }
+                }
                 ready = self.link.upstream.writable(), if pending => {
                     if ready.is_err() || self.link.flush().is_err() {
                         return End::Gone;
                     }
                 }
-                () = self.client.wait_drained(), if over => {}
+                () = self.client.wait_drained(), if client_over => {}
+                () = async { filter.expect("filtered").slot.wait_backlog().await },
+                    if over && !client_over => {}
                 ready = self.link.upstream.readable(), if !over => {
                     if ready.is_err() {
                         return End::Gone;
@@ -132,10 +170,162 @@ impl Upstream {
         self.hand_on()
     }
 
+    /// With a filter: finds the frames in `buf[..end]`, passes pings and
+    /// pongs to the client, and gives each whole data message to the
+    /// filter (payload bytes are taken as they arrive, so a message may be
+    /// larger than the buffer).
+    fn hand_to_filter(&mut self, filter: &LinkFilter) -> Option<End> {
+        let mut buf = self.buf.take().expect("bytes to hand on");
+        let end = self.end;
+        let mut pos = 0;
+        let mut result = None;
+        let mut queued = false;
+        let id = self.link.id.get();
+        loop {
+            if self.frame_left > 0 {
+                let take = self.frame_left.min((end - pos) as u64) as usize;
+                self.message.extend_from_slice(&buf[pos..pos + take]);
+                pos += take;
+                self.frame_left -= take as u64;
+                if self.frame_left > 0 {
+                    break;
+                }
+                if self.frame_fin {
+                    match self.message_done(filter, id) {
+                        Ok(()) => queued = true,
+                        Err(e) => {
+                            result = Some(End::Broke(e));
+                            break;
+                        }
+                    }
+                }
+                continue;
+            }
+            let header = match parse_server_header(&buf[pos..end]) {
+                Ok(Some(header)) => header,
+                Ok(None) => break,
+                Err(e) => {
+                    result = Some(End::Broke(e));
+                    break;
+                }
+            };
+            let total = header.header_len + header.payload_len as usize;
+            let have = end - pos;
+            match header.opcode {
+                OpCode::Close | OpCode::Ping | OpCode::Pong if have < total => break,
+                OpCode::Close => {
+                    let payload = &buf[pos + header.header_len..pos + total];
+                    result = Some(match parse_close_payload(payload) {
+                        Ok((code, reason)) => End::Closed(code, reason.to_string()),
+                        Err(e) => End::Broke(e),
+                    });
+                    break;
+                }
+                OpCode::Ping | OpCode::Pong => {
+                    if !self.client.send_direct(&buf[pos..pos + total]) {
+                        result = Some(End::ClientEnded);
+                        break;
+                    }
+                    pos += total;
+                }
+                opcode => {
+                    let continuation = opcode == OpCode::Continuation;
+                    if continuation != self.message_open {
+                        result = Some(End::Broke(if continuation {
+                            ProtocolError::UnexpectedContinuation
+                        } else {
+                            ProtocolError::ExpectedContinuation
+                        }));
+                        break;
+                    }
+                    if !continuation {
+                        self.message_open = true;
+                        self.message_text = opcode == OpCode::Text;
+                    }
+                    if self.message.len() as u64 + header.payload_len
+                        > MAX_FILTERED_MESSAGE_BYTES as u64
+                    {
+                        result = Some(End::Broke(ProtocolError::MessageTooBig));
+                        break;
+                    }
+                    let arrived = (have - header.header_len).min(header.payload_len as usize);
+                    let from = pos + header.header_len;
+                    self.message.extend_from_slice(&buf[from..from + arrived]);
+                    pos = from + arrived;
+                    if (arrived as u64) < header.payload_len {
+                        self.frame_left = header.payload_len - arrived as u64;
+                        self.frame_fin = header.fin;
+                        break;
+                    }
+                    if header.fin {
+                        match self.message_done(filter, id) {
+                            Ok(()) => queued = true,
+                            Err(e) => {
+                                result = Some(End::Broke(e));
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if queued {
+            filter.slot.wake();
+        }
+        let left = end - pos;
+        if left == 0 {
+            give_buf(buf);
+        } else {
+            buf.copy_within(pos..end, 0);
+            self.buf = Some(buf);
+        }
+        self.end = left;
+        result
+    }
+
+    /// An upstream message is whole: to the filter (text must be UTF-8,
+    /// RFC 6455 §8.1, as every text a guest gets).
+    fn message_done(&mut self, filter: &LinkFilter, id: u64) -> Result<(), ProtocolError> {
+        if self.message_text && simdutf8::basic::from_utf8(&self.message).is_err() {
+            return Err(ProtocolError::InvalidUtf8);
+        }
+        filter.queue(id, Direction::ToClient, self.message_text, &self.message);
+        self.message.clear();
+        self.message_open = false;
+        if self.message.capacity() > super::KEEP_MESSAGE_BUF_BYTES {
+            self.message = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Waits until every message given to the filter in `direction` has
+    /// gone on or been dropped (at most [`SETTLE_WAIT`]); then, toward the
+    /// upstream, moves what the filter forwarded to `pending`.
+    async fn settle(&self, direction: Direction) {
+        let Some(filter) = &self.link.filter else {
+            return;
+        };
+        let wait = async {
+            while !filter.settled(direction) {
+                filter.shared.wake.notified().await;
+            }
+        };
+        let _ = tokio::time::timeout(SETTLE_WAIT, wait).await;
+        if direction == Direction::ToUpstream {
+            filter
+                .shared
+                .take_frames(&mut self.link.pending.borrow_mut());
+        }
+    }
+
     /// Finds the frames in `buf[..end]` and writes the complete ones (and
     /// the arrived part of one too large for the buffer) to the client.
     /// A close is not handed on: it ends this side.
     fn hand_on(&mut self) -> Option<End> {
+        if self.link.filter.is_some() {
+            let link = self.link.clone();
+            return self.hand_to_filter(link.filter.as_ref().expect("checked"));
+        }
         let buf = self.buf.as_mut().expect("bytes to hand on");
         let end = self.end;
         let mut pos = 0;
@@ -207,10 +397,12 @@ impl Upstream {
                 } else {
                     code
                 };
+                self.settle(Direction::ToClient).await;
                 self.client.close(code, &reason);
                 self.close_upstream(code, "").await;
             }
             End::Gone => {
+                self.settle(Direction::ToClient).await;
                 self.client.close(close::BAD_GATEWAY, UPSTREAM_GONE);
             }
             End::Broke(e) => {
@@ -234,6 +426,7 @@ impl Upstream {
     /// Writes what the client sent first, then a close frame, FIN, and reads
     /// until the upstream's EOF (bounded like the client side's linger).
     async fn close_upstream(&mut self, code: u16, reason: &str) {
+        self.settle(Direction::ToUpstream).await;
         let link = self.link.clone();
         let closing = async move {
             while !link.pending.borrow().is_empty() {
