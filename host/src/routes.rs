@@ -59,6 +59,8 @@ pub struct Upgrade<'a> {
     /// How long the upgrade may take (`[server] handshake_timeout`): what
     /// bounds a guest's deferred upgrade.
     pub handshake_timeout: std::time::Duration,
+    /// The client came over TLS (a proxy tells its upstream).
+    pub secure: bool,
 }
 
 /// An accepted upgrade.
@@ -263,10 +265,21 @@ impl Routes {
                 }
                 let guest = Arc::new(guest.with_filter_links(links.clone()));
                 guest_route = Some(guest.clone());
-                Arc::new(ProxyRoute::new(proxy.clone()).with_filter(guest, links))
+                let proxy = ProxyRoute::new(proxy.clone()).map_err(|reason| ServeError::Route {
+                    path: route.path.clone(),
+                    line: route.line,
+                    reason,
+                })?;
+                Arc::new(proxy.with_filter(guest, links))
             }
             Behaviour::Native(native) => {
-                crate::native::route_kind(native.clone(), &route.path, &topics)
+                crate::native::route_kind(native.clone(), &route.path, &topics).map_err(
+                    |reason| ServeError::Route {
+                        path: route.path.clone(),
+                        line: route.line,
+                        reason,
+                    },
+                )?
             }
             Behaviour::Guest(guest) => {
                 let guest = Arc::new(self.guest_route(index, route, guest, &topics, registry)?);

@@ -721,3 +721,192 @@ fn filter_keys_are_checked() {
     let err = Config::parse(text, Path::new(".")).unwrap_err().to_string();
     assert!(err.contains("memory only applies to guest routes"), "{err}");
 }
+
+/// A fresh directory for one test's certificates (none is committed).
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-proxy-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A self-signed certificate for `localhost` as `<stem>.pem` and
+/// `<stem>-key.pem` in `dir`; returns the certificate and key (DER).
+fn write_cert(
+    dir: &Path,
+    stem: &str,
+) -> (
+    rustls::pki_types::CertificateDer<'static>,
+    rustls::pki_types::PrivateKeyDer<'static>,
+) {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    std::fs::write(dir.join(format!("{stem}.pem")), made.cert.pem()).unwrap();
+    std::fs::write(
+        dir.join(format!("{stem}-key.pem")),
+        made.signing_key.serialize_pem(),
+    )
+    .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(made.signing_key.serialize_der()).unwrap();
+    (made.cert.der().clone(), key)
+}
+
+/// A wss:// upstream (tokio-rustls + tokio-tungstenite) that echoes data
+/// messages and reports the X-Forwarded-Proto of each upgrade, then each
+/// message (the close included).
+async fn tls_upstream(
+    cert: rustls::pki_types::CertificateDer<'static>,
+    key: rustls::pki_types::PrivateKeyDer<'static>,
+) -> (
+    SocketAddr,
+    mpsc::UnboundedReceiver<Seen>,
+    mpsc::UnboundedReceiver<String>,
+) {
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![cert], key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (proto_tx, proto_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (tx, proto_tx, acceptor) = (tx.clone(), proto_tx.clone(), acceptor.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let record = |req: &tokio_tungstenite::tungstenite::handshake::server::Request,
+                              resp| {
+                    let proto = req
+                        .headers()
+                        .get("x-forwarded-proto")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string();
+                    let _ = proto_tx.send(proto);
+                    Ok(resp)
+                };
+                let Ok(mut ws) =
+                    tokio_tungstenite::accept_hdr_async_with_config(tls, record, Some(ws_config()))
+                        .await
+                else {
+                    return;
+                };
+                while let Some(Ok(msg)) = ws.next().await {
+                    let _ = tx.send(Seen::Message(msg.clone()));
+                    if (msg.is_binary() || msg.is_text()) && ws.send(msg).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, rx, proto_rx)
+}
+
+/// A client TLS config that trusts exactly `root`.
+fn trusting(
+    root: rustls::pki_types::CertificateDer<'static>,
+) -> std::sync::Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(root).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    std::sync::Arc::new(config)
+}
+
+/// A `wss://` upstream with a private CA (`upstream_ca`): every size both
+/// ways exactly (records split and joined across reads), the close carried;
+/// X-Forwarded-Proto is `https` for a client that came over TLS and
+/// `http` for one that did not. The same upstream without `upstream_ca`
+/// (the web's roots do not know it) is a 502.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wss_upstreams_with_a_private_ca() {
+    let dir = scratch("wss");
+    let (up_cert, up_key) = write_cert(&dir, "upstream");
+    let (gw_cert, _) = write_cert(&dir, "gateway");
+    let (up, mut seen, mut protos) = tls_upstream(up_cert, up_key).await;
+    let routes = |tls: &str| {
+        format!(
+            "[server]\nworkers = 2\n{tls}\n\n[[route]]\npath = \"/rooms/{{room}}\"\n\
+             native = \"proxy\"\nupstream = \"wss://localhost:{port}/r/{{room}}\"\n\
+             upstream_ca = \"{ca}\"\n\n[[route]]\npath = \"/public/{{room}}\"\n\
+             native = \"proxy\"\nupstream = \"wss://localhost:{port}/r/{{room}}\"\n",
+            port = up.port(),
+            ca = dir.join("upstream.pem").display(),
+        )
+    };
+    // A plain gateway: the client's frames over TLS to the upstream.
+    let gw = Gateway::start(Config::parse(&routes(""), Path::new(".")).expect("routes"));
+    let mut ws = client(&gw.url("/rooms/a")).await;
+    assert_eq!(timeout(STEP, protos.recv()).await.unwrap().unwrap(), "http");
+    for size in [0, 125, 16_383, 16_385, 70_000, 1 << 20] {
+        let bin = pattern(size, size as u8);
+        ws.send(Message::binary(bin.clone())).await.unwrap();
+        assert_eq!(
+            seen_message(&mut seen).await.into_data()[..],
+            bin[..],
+            "{size}"
+        );
+        assert_eq!(next(&mut ws).await.into_data()[..], bin[..], "{size}");
+    }
+    ws.send(Message::text("héllo")).await.unwrap();
+    assert_eq!(next(&mut ws).await, Message::text("héllo"));
+    assert_eq!(seen_message(&mut seen).await, Message::text("héllo"));
+    ws.close(Some(CloseFrame {
+        code: CloseCode::Away,
+        reason: "bye".into(),
+    }))
+    .await
+    .unwrap();
+    match seen_message(&mut seen).await {
+        Message::Close(Some(f)) => {
+            assert_eq!((f.code, f.reason.as_str()), (CloseCode::Away, "bye"))
+        }
+        other => panic!("expected the client's close, got {other:?}"),
+    }
+    // Without upstream_ca the upstream's certificate is not trusted.
+    assert_eq!(upgrade_status(gw.addr, "/public/a").await, 502);
+    gw.stop();
+
+    // A TLS gateway: the upstream hears that the client came over https.
+    let tls = format!(
+        "tls = {{ cert = \"{}\", key = \"{}\" }}",
+        dir.join("gateway.pem").display(),
+        dir.join("gateway-key.pem").display()
+    );
+    let gw = Gateway::start(Config::parse(&routes(&tls), Path::new(".")).expect("routes"));
+    let tcp = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let stream = tokio_rustls::TlsConnector::from(trusting(gw_cert))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let (mut wss, _) = timeout(
+        STEP,
+        tokio_tungstenite::client_async("wss://localhost/rooms/b", stream),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        timeout(STEP, protos.recv()).await.unwrap().unwrap(),
+        "https"
+    );
+    wss.send(Message::text("over tls twice")).await.unwrap();
+    let got = timeout(STEP, wss.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(got, Message::text("over tls twice"));
+    gw.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}

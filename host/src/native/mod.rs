@@ -19,16 +19,20 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 /// The route kind a `native = "…"` keyword names, for the route at `path`
-/// whose topic namespace is `topics`.
-pub fn route_kind(kind: NativeKind, path: &str, topics: &Arc<Topics>) -> Arc<dyn RouteKind> {
-    match kind {
+/// whose topic namespace is `topics` (Err: why its settings are unusable).
+pub fn route_kind(
+    kind: NativeKind,
+    path: &str,
+    topics: &Arc<Topics>,
+) -> Result<Arc<dyn RouteKind>, String> {
+    Ok(match kind {
         NativeKind::Echo => Arc::new(EchoRoute),
         NativeKind::Relay => Arc::new(RelayRoute(Arc::default())),
         NativeKind::PubSub(config) => Arc::new(pubsub::PubSubKind(Arc::new(
             pubsub::PubSubRoute::new(path, topics.clone(), config),
         ))),
-        NativeKind::Proxy(config) => Arc::new(proxy::ProxyRoute::new(config)),
-    }
+        NativeKind::Proxy(config) => Arc::new(proxy::ProxyRoute::new(config)?),
+    })
 }
 
 /// `native = "echo"`: nothing shared, every upgrade accepted.

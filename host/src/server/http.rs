@@ -429,6 +429,7 @@ async fn handle_request(
         peer,
         outbound: &outbound,
         handshake_timeout: shared.handshake_timeout,
+        secure: shared.tls.is_some(),
     };
     let accepted = match worker_route.upgrade(up).await {
         Ok(accepted) => accepted,

@@ -1,16 +1,20 @@
-//! The upstream side of a proxied upgrade: the TCP connection and the
-//! opening handshake as a client (RFC 6455 §4.1), done before the client
+//! The upstream side of a proxied upgrade: the TCP connection, TLS for a
+//! `wss://` upstream, and the opening handshake as a client (RFC 6455
+//! §4.1), done before the client
 //! gets its answer, so an upstream that is down, slow or refuses shows up
 //! as an HTTP status (502, 504) instead of a 101 followed by a close.
 
+use super::upstream::{self, UpstreamIo};
 use crate::config::ProxyConfig;
 use crate::ws::handshake;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use http::{header, HeaderMap};
+use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Cap on the upstream's response head: the same as on a client's request.
@@ -20,7 +24,7 @@ const MAX_RESPONSE_HEADERS: usize = 64;
 
 /// An upstream that answered the upgrade with a valid 101.
 pub struct Dialed {
-    pub stream: TcpStream,
+    pub stream: UpstreamIo,
     /// The subprotocol the upstream chose (one the client offered).
     pub protocol: Option<String>,
     /// Bytes the upstream sent after its response head: its first frames.
@@ -32,6 +36,8 @@ pub struct Dialed {
 pub enum DialError {
     #[error("cannot connect: {0}")]
     Connect(std::io::Error),
+    #[error("TLS handshake failed: {0}")]
+    Tls(std::io::Error),
     #[error("connection lost during the handshake: {0}")]
     Io(std::io::Error),
     #[error("closed the connection before answering")]
@@ -84,12 +90,14 @@ impl UpstreamRequest {
     /// The request head for `target`: the handshake headers, the
     /// subprotocols the client offered, the route's `forward_headers` and
     /// `X-Forwarded-For` (the client's address: an edge gateway does not
-    /// pass on what a client claims) and `X-Forwarded-Proto`.
+    /// pass on what a client claims) and `X-Forwarded-Proto` (`https` when
+    /// the client came over TLS: `secure`).
     pub fn new(
         config: &ProxyConfig,
         target: String,
         client: &HeaderMap,
         peer: SocketAddr,
+        secure: bool,
         key: [u8; 16],
     ) -> UpstreamRequest {
         let key = BASE64.encode(key);
@@ -119,9 +127,10 @@ impl UpstreamRequest {
                 }
             }
         }
+        let proto = if secure { "https" } else { "http" };
         let _ = write!(
             head,
-            "X-Forwarded-For: {}\r\nX-Forwarded-Proto: http\r\n\r\n",
+            "X-Forwarded-For: {}\r\nX-Forwarded-Proto: {proto}\r\n\r\n",
             peer.ip()
         );
         UpstreamRequest {
@@ -133,18 +142,57 @@ impl UpstreamRequest {
     }
 }
 
-/// Connects to the upstream and runs the handshake (the caller bounds it
-/// with the route's `connect_timeout`).
-pub async fn dial(config: &ProxyConfig, req: &UpstreamRequest) -> Result<Dialed, DialError> {
-    let mut stream = TcpStream::connect((config.host.as_str(), config.port))
+/// Connects to the upstream (with TLS under `tls` for `wss://`) and runs
+/// the handshake (the caller bounds it with the route's `connect_timeout`).
+pub async fn dial(
+    config: &ProxyConfig,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    req: &UpstreamRequest,
+) -> Result<Dialed, DialError> {
+    let stream = TcpStream::connect((config.host.as_str(), config.port))
         .await
         .map_err(DialError::Connect)?;
     // Frames are forwarded as they come; batching happens per read.
     let _ = stream.set_nodelay(true);
+    let Some(tls) = tls else {
+        let mut stream = stream;
+        let (protocol, early) = handshake(&mut stream, req).await?;
+        return Ok(Dialed {
+            stream: UpstreamIo::Tcp(stream),
+            protocol,
+            early,
+        });
+    };
+    let name = upstream::server_name(&config.host).map_err(DialError::Tls)?;
+    let mut stream = tokio_rustls::TlsConnector::from(tls.clone())
+        .connect(name, stream)
+        .await
+        .map_err(DialError::Tls)?;
+    let (protocol, early) = handshake(&mut stream, req).await?;
+    // The session goes on synchronously over the socket (`UpstreamIo`);
+    // plaintext it already decrypted stays in it.
+    let (tcp, session) = stream.into_inner();
+    Ok(Dialed {
+        stream: UpstreamIo::Tls {
+            tcp,
+            tls: RefCell::new(session),
+        },
+        protocol,
+        early,
+    })
+}
+
+/// Sends the upgrade request and reads the answer: the chosen subprotocol
+/// and the bytes that came after the response head.
+async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    req: &UpstreamRequest,
+) -> Result<(Option<String>, Vec<u8>), DialError> {
     stream
         .write_all(req.head.as_bytes())
         .await
         .map_err(DialError::Io)?;
+    stream.flush().await.map_err(DialError::Io)?;
     let mut buf = Vec::with_capacity(1024);
     loop {
         if buf.len() >= MAX_RESPONSE_HEAD_BYTES {
@@ -161,11 +209,7 @@ pub async fn dial(config: &ProxyConfig, req: &UpstreamRequest) -> Result<Dialed,
             Ok(httparse::Status::Partial) => continue,
             Ok(httparse::Status::Complete(len)) => {
                 let protocol = check_response(&response, req)?;
-                return Ok(Dialed {
-                    stream,
-                    protocol,
-                    early: buf.split_off(len),
-                });
+                return Ok((protocol, buf.split_off(len)));
             }
             Err(_) => return Err(DialError::BadResponse),
         }

@@ -19,6 +19,7 @@
 mod dial;
 mod filter;
 mod pump;
+mod upstream;
 
 use crate::config::ProxyConfig;
 use crate::reactor::behaviour::{Behaviour, LocalFuture, Stop};
@@ -36,9 +37,9 @@ use std::io::{ErrorKind, IoSlice};
 use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
-use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use tracing::debug;
+use upstream::UpstreamIo;
 
 pub use dial::upstream_target;
 pub use filter::FilterLinks;
@@ -57,16 +58,25 @@ const KEEP_MESSAGE_BUF_BYTES: usize = 64 * 1024;
 /// `native = "proxy"`: the route's upstream, shared by all workers.
 pub struct ProxyRoute {
     config: Arc<ProxyConfig>,
+    /// A `wss://` upstream's TLS settings.
+    tls: Option<Arc<rustls::ClientConfig>>,
     /// The route's filter and its connections' links, if it has one.
     filter: Option<(Arc<GuestRoute>, Arc<FilterLinks>)>,
 }
 
 impl ProxyRoute {
-    pub fn new(config: Arc<ProxyConfig>) -> ProxyRoute {
-        ProxyRoute {
+    /// The route for `config`; a `wss://` route's `upstream_ca` is read
+    /// here (Err: why it is unusable).
+    pub fn new(config: Arc<ProxyConfig>) -> Result<ProxyRoute, String> {
+        let tls = match config.tls {
+            true => Some(upstream::client_config(config.upstream_ca.as_deref())?),
+            false => None,
+        };
+        Ok(ProxyRoute {
             config,
+            tls,
             filter: None,
-        }
+        })
     }
 
     /// The route with filter `guest` (its `GuestRoute` made with `links`).
@@ -80,6 +90,7 @@ impl RouteKind for ProxyRoute {
     fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute> {
         Rc::new(WorkerProxy {
             config: self.config.clone(),
+            tls: self.tls.clone(),
             filter: self.filter.as_ref().map(|(guest, links)| {
                 (GuestSlot::new(guest.clone(), &worker.guests), links.clone())
             }),
@@ -90,6 +101,7 @@ impl RouteKind for ProxyRoute {
 /// A proxy route on one worker: with a filter, the filter's slot there.
 struct WorkerProxy {
     config: Arc<ProxyConfig>,
+    tls: Option<Arc<rustls::ClientConfig>>,
     filter: Option<(Rc<GuestSlot>, Arc<FilterLinks>)>,
 }
 
@@ -117,13 +129,14 @@ impl WorkerRoute for WorkerProxy {
         let mut key = [0u8; 16];
         key[..8].copy_from_slice(&masks.next_u64().to_le_bytes());
         key[8..].copy_from_slice(&masks.next_u64().to_le_bytes());
-        let req = dial::UpstreamRequest::new(&self.config, target, up.headers, up.peer, key);
+        let req =
+            dial::UpstreamRequest::new(&self.config, target, up.headers, up.peer, up.secure, key);
         let outbound = up.outbound.clone();
         Box::pin(async move {
             let config = &self.config;
             let dialed = match tokio::time::timeout(
                 config.connect_timeout,
-                dial::dial(config, &req),
+                dial::dial(config, self.tls.as_ref(), &req),
             )
             .await
             {
@@ -214,7 +227,7 @@ impl LinkFilter {
 
 /// What a connection's two sides share (both run on the worker's thread).
 struct Link {
-    upstream: TcpStream,
+    upstream: UpstreamIo,
     /// The connection's id, once open.
     id: Cell<u64>,
     /// The route's filter, if it has one.
@@ -236,6 +249,7 @@ impl Link {
     /// Writes what the upstream socket takes of `pending` now. Err when the
     /// upstream is gone.
     fn flush(&self) -> std::io::Result<()> {
+        self.upstream.flush()?;
         let mut pending = self.pending.borrow_mut();
         while !pending.is_empty() {
             match self.upstream.try_write(&pending) {
@@ -373,6 +387,7 @@ impl Behaviour for Proxy {
 
     /// Not read while the upstream socket has more than the budget
     /// waiting, or while the filter's route has more than it may hold.
+    /// (A TLS session holds at most 64 KiB of records besides.)
     #[inline]
     fn reads_blocked(&self, _own: &Outbound) -> bool {
         self.link.pending.borrow().len() > self.budget
@@ -476,7 +491,9 @@ impl Behaviour for Proxy {
             pending.extend_from_slice(&buf[range.start + written..range.end]);
             written = 0;
         }
-        let wake = !pending.is_empty();
+        // TLS records the socket did not take wait in the session: the
+        // upstream side sends them when it is writable.
+        let wake = !pending.is_empty() || self.link.upstream.wants_write();
         drop(pending);
         self.ranges.clear();
         if wake {

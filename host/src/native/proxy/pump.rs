@@ -11,7 +11,6 @@ use super::{Link, LinkFilter, Masks, UPSTREAM_GONE};
 use crate::reactor::buffer::READ_BUF_BYTES;
 use crate::reactor::conn::{CLOSE_DRAIN_MAX_BYTES, CLOSE_LINGER};
 use crate::reactor::outbound::Outbound;
-use crate::reactor::socket::read_drained;
 use crate::ws::close::{self, parse_close_payload};
 use crate::ws::encode;
 use crate::ws::frame::{parse_server_header, OpCode, ProtocolError};
@@ -123,7 +122,8 @@ impl Upstream {
             if self.link.client_closed.borrow().is_some() || self.client.is_closed() {
                 return End::ClientEnded;
             }
-            let pending = !self.link.pending.borrow().is_empty();
+            let pending =
+                !self.link.pending.borrow().is_empty() || self.link.upstream.wants_write();
             let client_over = self.client.over_budget();
             let over = client_over || filter.is_some_and(|f| f.slot.backlogged());
             tokio::select! {
@@ -161,7 +161,7 @@ impl Upstream {
     /// One read from the upstream, handed on.
     fn read(&mut self) -> Option<End> {
         let buf = self.buf.get_or_insert_with(take_buf);
-        match read_drained(&self.link.upstream, &mut buf[self.end..]) {
+        match self.link.upstream.read(&mut buf[self.end..]) {
             Ok(0) => return Some(End::Gone),
             Ok(n) => self.end += n,
             Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
@@ -429,7 +429,7 @@ impl Upstream {
         self.settle(Direction::ToUpstream).await;
         let link = self.link.clone();
         let closing = async move {
-            while !link.pending.borrow().is_empty() {
+            while !link.pending.borrow().is_empty() || link.upstream.wants_write() {
                 link.upstream.writable().await?;
                 link.flush()?;
             }
@@ -447,12 +447,12 @@ impl Upstream {
                     Err(e) => return Err(e),
                 }
             }
-            crate::reactor::socket::shutdown_write(&link.upstream);
+            link.upstream.shutdown_write();
             let mut sink = [0u8; 4096];
             let mut discarded = 0;
             while discarded < CLOSE_DRAIN_MAX_BYTES {
                 link.upstream.readable().await?;
-                match link.upstream.try_read(&mut sink) {
+                match link.upstream.read(&mut sink) {
                     Ok(0) => break,
                     Ok(n) => discarded += n,
                     Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
