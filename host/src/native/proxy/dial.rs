@@ -175,7 +175,7 @@ pub async fn dial(
     Ok(Dialed {
         stream: UpstreamIo::Tls {
             tcp,
-            tls: RefCell::new(session),
+            tls: Box::new(RefCell::new(session)),
         },
         protocol,
         early,

@@ -23,7 +23,7 @@ pub enum UpstreamIo {
         tcp: TcpStream,
         /// Only this connection's two sides touch it, on one thread, and
         /// never across an await.
-        tls: RefCell<ClientConnection>,
+        tls: Box<RefCell<ClientConnection>>,
     },
 }
 
