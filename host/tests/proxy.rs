@@ -753,6 +753,8 @@ fn write_cert(
 /// A wss:// upstream (tokio-rustls + tokio-tungstenite) that echoes data
 /// messages and reports the X-Forwarded-Proto of each upgrade, then each
 /// message (the close included).
+// The header callback's error type is tungstenite's (an HTTP response).
+#[allow(clippy::result_large_err)]
 async fn tls_upstream(
     cert: rustls::pki_types::CertificateDer<'static>,
     key: rustls::pki_types::PrivateKeyDer<'static>,
