@@ -37,7 +37,7 @@ use std::io::{ErrorKind, IoSlice};
 use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
-use tokio::sync::Notify;
+use std::task::{Poll, Waker};
 use tracing::debug;
 use upstream::UpstreamIo;
 
@@ -199,6 +199,41 @@ impl Masks {
     }
 }
 
+/// Wakes the upstream side from the client side: both run on the worker's
+/// thread, so a flag and a waker do what tokio's `Notify` does without its
+/// lock (taken twice per wait; this runs once per client read).
+#[derive(Default)]
+struct LocalWake {
+    woken: Cell<bool>,
+    waker: Cell<Option<Waker>>,
+}
+
+impl LocalWake {
+    /// Wakes the waiter, or the next wait if none waits now.
+    fn notify_one(&self) {
+        self.woken.set(true);
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+
+    /// Resolves at the next `notify_one` (at once if one came since the
+    /// last wait).
+    async fn notified(&self) {
+        std::future::poll_fn(|cx| {
+            if self.woken.replace(false) {
+                return Poll::Ready(());
+            }
+            match self.waker.take() {
+                Some(waker) if waker.will_wake(cx.waker()) => self.waker.set(Some(waker)),
+                _ => self.waker.set(Some(cx.waker().clone())),
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
 /// A filtered connection's side of its filter (on the client's worker).
 struct LinkFilter {
     slot: Rc<GuestSlot>,
@@ -242,7 +277,7 @@ struct Link {
     /// The client side ended: the close to send the upstream (code, reason).
     client_closed: RefCell<Option<(u16, String)>>,
     /// Wakes the upstream side: bytes are pending, or the client ended.
-    wake: Notify,
+    wake: LocalWake,
 }
 
 impl Link {
@@ -303,7 +338,7 @@ impl Proxy {
                 to_upstream_mid_frame: Cell::new(false),
                 to_client_mid_frame: Cell::new(false),
                 client_closed: RefCell::new(None),
-                wake: Notify::new(),
+                wake: LocalWake::default(),
             }),
             budget: client.budget(),
             early: Some(dialed.early),
