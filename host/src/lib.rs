@@ -12,7 +12,8 @@
 //!   unmask in place, hand pieces to the behaviour, write replies in one
 //!   write per read batch, apply backpressure, timeouts and the close.
 //! - [`native`] — declared behaviours (echo, relay, pubsub, proxy to an
-//!   upstream WebSocket server) that need no guest.
+//!   upstream WebSocket server over ws:// or wss://, optionally through a
+//!   guest filter) that need no guest of their own.
 //! - [`guest`] — routes served by WebAssembly components: engine, component
 //!   cache, per-worker instances and scheduler, limits, batching of events
 //!   into one call, commands applied to connections.
