@@ -705,8 +705,9 @@ async fn filter_faults_close_only_their_connection_1011() {
     gw.stop();
 }
 
-/// Without a filter nothing reaches a guest, and a filter's keys are
-/// checked: `weir check` names a filter that is not a component.
+/// A filter's keys are checked with their line: an empty `filter`, a
+/// `filter` on another kind of route, guest keys on a proxy route without
+/// a filter.
 #[test]
 fn filter_keys_are_checked() {
     let text = "[[route]]\npath = \"/p\"\nnative = \"proxy\"\nupstream = \"ws://127.0.0.1:1/\"\n\
