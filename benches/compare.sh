@@ -73,6 +73,8 @@ scenario_defs=(
   "pingpong|relay|/relay|-c 1 -s 16"
   "connect|connect|/echo|-c 32"
   "idle10k|idle|/echo|-c 10000"
+  "idle19k|idle|/echo|-c 19000 --sources 8"
+  "chatidle19k|idle|/chat/room-{room}|-c 19000 --sources 8 --room-size 10"
   "fanout|fanout|/chat/bench|-c 100 -s 64 -p 32"
   "pubsub100|fanout|/topic/bench|-c 100 -s 64 -p 32"
   "pubsub1k|fanout|/topic/bench|-c 1000 -s 64 -p 32"

@@ -39,12 +39,51 @@ impl Target {
 /// Opens a connection and completes the handshake with blocking I/O; the
 /// socket is left non-blocking with TCP_NODELAY (frames are latency-bound).
 pub fn open(target: &Target, rng: &mut Rng) -> Result<TcpStream, String> {
-    let mut s =
+    let s =
         TcpStream::connect(&target.addr).map_err(|e| format!("connect {}: {e}", target.addr))?;
+    handshake(s, target, &target.path, rng)
+}
+
+/// Like [`open`], from a chosen local address (many loopback source
+/// addresses give more than one address's ephemeral ports), to `path`.
+pub fn open_from(
+    target: &Target,
+    path: &str,
+    source: std::net::IpAddr,
+    rng: &mut Rng,
+) -> Result<TcpStream, String> {
+    use std::net::ToSocketAddrs;
+    let addr = target
+        .addr
+        .to_socket_addrs()
+        .map_err(|e| format!("resolve {}: {e}", target.addr))?
+        .next()
+        .ok_or_else(|| format!("no address for {}", target.addr))?;
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(|e| format!("socket: {e}"))?;
+    socket
+        .bind(&std::net::SocketAddr::new(source, 0).into())
+        .map_err(|e| format!("bind {source}: {e}"))?;
+    socket
+        .connect(&addr.into())
+        .map_err(|e| format!("connect {addr} from {source}: {e}"))?;
+    handshake(socket.into(), target, path, rng)
+}
+
+fn handshake(
+    mut s: TcpStream,
+    target: &Target,
+    path: &str,
+    rng: &mut Rng,
+) -> Result<TcpStream, String> {
     s.set_nodelay(true).ok();
     s.set_read_timeout(Some(Duration::from_secs(10))).ok();
     let key = ws::new_key(rng);
-    s.write_all(ws::handshake_request(&target.addr, &target.path, &key).as_bytes())
+    s.write_all(ws::handshake_request(&target.addr, path, &key).as_bytes())
         .map_err(|e| format!("send handshake: {e}"))?;
     // Read until the head ends; the server sends nothing
     // after the 101 until we do, so bytes past the head are reported as an error.

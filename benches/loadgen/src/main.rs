@@ -106,6 +106,16 @@ struct Args {
     /// Report this process's CPU time per message (and RSS in idle mode).
     #[arg(long)]
     server_pid: Option<u32>,
+    /// idle: open the connections only, without one message exchanged on
+    /// each before measuring.
+    #[arg(long)]
+    no_exchange: bool,
+    /// idle: connections per `{room}` of the URL's path.
+    #[arg(long, default_value_t = 10)]
+    room_size: usize,
+    /// idle: connect from this many loopback addresses (127.0.0.1, .2, …).
+    #[arg(long, default_value_t = 1)]
+    sources: usize,
 }
 
 /// CPU clocks and wall time over the measured window.
@@ -172,7 +182,12 @@ fn run(a: &Args) -> Result<bool, String> {
 
     if a.mode == Mode::Idle {
         let hold = a.warmup;
-        let r = idle::run(&target, c, hold, a.server_pid);
+        let opts = idle::IdleOptions {
+            exchange: !a.no_exchange,
+            room_size: a.room_size,
+            sources: a.sources,
+        };
+        let r = idle::run(&target, c, hold, a.server_pid, &opts);
         let per_conn = match (r.rss_before_kib, r.rss_after_kib) {
             (Some(b), Some(f)) if r.opened > 0 => {
                 Some((f as f64 - b as f64) * 1024.0 / r.opened as f64)

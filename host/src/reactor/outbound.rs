@@ -20,7 +20,7 @@ use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, Weak};
 use std::task::Poll;
 use tokio::net::TcpStream;
@@ -82,6 +82,12 @@ pub struct Outbound {
     /// A close is queued: later ones are dropped (a publisher would
     /// otherwise queue one per message to a subscriber that stopped reading).
     closing: AtomicBool,
+    /// The consumer's last read, in ticks of its worker's idle wheel
+    /// (`reactor::idle`): the consumer stamps it, the wheel reads it.
+    last_read: AtomicU32,
+    /// The wheel found the connection silent past its `idle_timeout`:
+    /// `ready` returns so the consumer can look.
+    idle_due: AtomicBool,
 }
 
 impl Outbound {
@@ -99,7 +105,31 @@ impl Outbound {
             remainder: AtomicBool::new(false),
             direct: AtomicBool::new(false),
             socket: OnceLock::new(),
+            last_read: AtomicU32::new(0),
+            idle_due: AtomicBool::new(false),
         }
+    }
+
+    /// Consumer: a read at wheel tick `now`.
+    #[inline]
+    pub fn touch(&self, now: u32) {
+        self.last_read.store(now, Ordering::Relaxed);
+    }
+
+    /// The wheel tick of the consumer's last read.
+    pub fn last_read(&self) -> u32 {
+        self.last_read.load(Ordering::Relaxed)
+    }
+
+    /// The idle wheel: the connection has been silent past its deadline.
+    pub fn wake_idle(&self) {
+        self.idle_due.store(true, Ordering::Release);
+        self.consumer.wake();
+    }
+
+    /// Consumer: whether the idle wheel woke it (and clears that).
+    pub fn take_idle_due(&self) -> bool {
+        self.idle_due.load(Ordering::Relaxed) && self.idle_due.swap(false, Ordering::AcqRel)
     }
 
     fn push(&self, msg: OutMsg) -> bool {
@@ -372,19 +402,21 @@ impl Outbound {
         self.queued.load(Ordering::Relaxed) > self.budget
     }
 
-    /// Waits until something is queued; the consumer then takes it with
+    /// Waits until something is queued, or the idle wheel woke the
+    /// consumer (`take_idle_due`); the consumer then takes messages with
     /// `try_recv` (under the write turn when direct writes are on).
     pub async fn ready(&self) {
+        let ready = || !self.is_empty() || self.idle_due.load(Ordering::Acquire);
         std::future::poll_fn(|cx| {
-            if !self.is_empty() {
+            if ready() {
                 return Poll::Ready(());
             }
             self.consumer.register(cx.waker());
             // A message pushed between the check and the registration.
-            if self.is_empty() {
-                Poll::Pending
-            } else {
+            if ready() {
                 Poll::Ready(())
+            } else {
+                Poll::Pending
             }
         })
         .await
