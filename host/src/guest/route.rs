@@ -268,7 +268,9 @@ impl GuestRoute {
         let flush = |pending: &mut Option<u64>, frames: &mut Vec<u8>| {
             if let Some(conn) = pending.take() {
                 if let Some(out) = self.lookup(conn) {
-                    out.send_direct(frames);
+                    // Compressed for the connection if it negotiated
+                    // permessage-deflate; the guest sent plain payloads.
+                    out.send_frames(frames);
                 }
                 frames.clear();
             }

@@ -138,7 +138,8 @@ impl Behaviour for Relay {
         let Some(partner) = &self.partner else {
             return Err(Stop::Close(close::GOING_AWAY, PARTNER_LEFT));
         };
-        let ok = partner.send_direct(&self.pending[..self.complete]);
+        // Compressed for the partner when it negotiated permessage-deflate.
+        let ok = partner.send_frames(&self.pending[..self.complete]);
         // Keep the allocation for the next batch; a frame still arriving
         // moves to the front.
         self.pending.drain(..self.complete);

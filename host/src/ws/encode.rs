@@ -11,7 +11,7 @@
 
 use super::close;
 use super::compress::Deflater;
-use super::frame::OpCode;
+use super::frame::{parse_server_header, OpCode};
 use std::ops::Range;
 
 /// Longest server header: 2 bytes plus an 8-byte extended length.
@@ -119,6 +119,40 @@ pub fn append_message(
     out.reserve(n + scratch.len());
     out.extend_from_slice(&header[..n]);
     out.extend_from_slice(scratch);
+}
+
+/// Appends `frames` (whole plain server frames, as relays, guests and
+/// publishers build them) re-framed for a connection that negotiated
+/// permessage-deflate: each one-frame data message through
+/// [`append_message`] (compressed from `compression_min` on), fragments
+/// of a fragmented message and control frames unchanged (a fragmented
+/// message may go plain, RFC 7692 §6.1).
+pub fn append_compressed(
+    out: &mut Vec<u8>,
+    mut frames: &[u8],
+    deflater: &mut Deflater,
+    scratch: &mut Vec<u8>,
+) {
+    out.reserve(frames.len());
+    while !frames.is_empty() {
+        let header = match parse_server_header(frames) {
+            Ok(Some(h)) if h.header_len as u64 + h.payload_len <= frames.len() as u64 => h,
+            // Our own frames always parse; anything else goes as it is.
+            _ => {
+                debug_assert!(false, "producers hand over whole server frames");
+                out.extend_from_slice(frames);
+                return;
+            }
+        };
+        let end = header.header_len + header.payload_len as usize;
+        if header.fin && matches!(header.opcode, OpCode::Text | OpCode::Binary) {
+            let payload = &frames[header.header_len..end];
+            append_message(out, header.opcode, payload, deflater, scratch);
+        } else {
+            out.extend_from_slice(&frames[..end]);
+        }
+        frames = &frames[end..];
+    }
 }
 
 /// The RSV1 bit of a frame's first byte: "compressed" under
