@@ -36,7 +36,12 @@ impl Compressed {
 /// `frames` (whole plain server frames) re-framed in `form`.
 pub fn compress(form: SharedForm, frames: &[u8]) -> Bytes {
     let (mut out, mut scratch) = (Vec::new(), Vec::new());
-    encode::append_compressed(&mut out, frames, &mut Deflater::stateless(form), &mut scratch);
+    encode::append_compressed(
+        &mut out,
+        frames,
+        &mut Deflater::stateless(form),
+        &mut scratch,
+    );
     Bytes::from(out)
 }
 
