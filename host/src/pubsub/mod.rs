@@ -414,6 +414,8 @@ mod tests {
     use super::*;
     use crate::reactor::outbound::OutMsg;
     use crate::registry::conn_id;
+    use crate::ws::deflate::{negotiate, Compression, Context};
+    use crate::ws::OpCode;
 
     fn namespace(workers: usize) -> Arc<Topics> {
         Topics::new("/t", Arc::new(Fanout::new(workers)), Arc::new(LocalBroker))
@@ -517,6 +519,93 @@ mod tests {
         a.publish("room", &Bytes::from_static(b"\x81\x01x"), None);
         a.fanout().deliver_waiting(0);
         assert!(frames_of(&in_b.outbound).is_empty());
+    }
+
+    /// Payload lengths of the (short) server frames in `bytes`.
+    fn frame_lens(mut bytes: &[u8]) -> Vec<usize> {
+        let mut lens = Vec::new();
+        while let [_, b1, rest @ ..] = bytes {
+            let (len, at) = match b1 & 0x7F {
+                126 => (usize::from(u16::from_be_bytes([rest[0], rest[1]])), 4),
+                n => (usize::from(n), 2),
+            };
+            lens.push(len);
+            bytes = &bytes[at + len..];
+        }
+        lens
+    }
+
+    /// A subscriber whose queue takes compressed publishes (RSV1 set).
+    fn compressing(conn: ConnId, offer: &'static str, context: Context) -> Subscriber {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::SEC_WEBSOCKET_EXTENSIONS,
+            http::HeaderValue::from_static(offer),
+        );
+        let route = Compression {
+            enabled: true,
+            min_bytes: 0,
+            context,
+            level: 1,
+        };
+        let n = negotiate(&headers, &route).unwrap();
+        Subscriber {
+            conn,
+            outbound: Arc::new(Outbound::new(1 << 20).with_deflate(Some(&n))),
+            slow: SlowSubscriber::Close,
+        }
+    }
+
+    /// Issue 16: subscribers without context takeover that negotiated the
+    /// same parameters share one compressed buffer per publish (made once,
+    /// on whichever worker needs it first, runs of deliveries included);
+    /// another window gets its own; a takeover subscriber compresses with
+    /// its own context; a plain one gets the publisher's buffer.
+    #[test]
+    fn compressed_forms_are_made_once_and_shared() {
+        let topics = namespace(2);
+        let shared: Vec<_> = [(0, 1), (1, 1), (0, 2)]
+            .into_iter()
+            .map(|(w, seq)| compressing(conn_id(w, seq), "permessage-deflate", Context::None))
+            .collect();
+        let narrow = compressing(
+            conn_id(1, 2),
+            "permessage-deflate; server_max_window_bits=10",
+            Context::None,
+        );
+        let own = compressing(conn_id(0, 3), "permessage-deflate", Context::Takeover);
+        let plain = sub(conn_id(1, 3), 1 << 20, SlowSubscriber::Close);
+        for s in shared.iter().chain([&narrow, &own, &plain]) {
+            topics.join("room", s.clone());
+        }
+        let text = "{\"seq\":1,\"px\":100}".repeat(30);
+        let frames = Bytes::from(crate::ws::encode::frame(OpCode::Text, text.as_bytes()));
+        for _ in 0..2 {
+            topics.publish("room", &frames, None);
+        }
+        topics.fanout().deliver_waiting(0);
+        topics.fanout().deliver_waiting(1);
+        let got: Vec<Vec<Bytes>> = shared.iter().map(|s| frames_of(&s.outbound)).collect();
+        for g in &got {
+            assert_eq!(g.len(), 2);
+            assert_eq!(g[0][0] & 0x40, 0x40, "RSV1");
+            assert!(g[0].len() < frames.len() / 4);
+        }
+        for i in 0..2 {
+            assert_eq!(got[0][i].as_ptr(), got[1][i].as_ptr(), "across workers");
+            assert_eq!(got[0][i].as_ptr(), got[2][i].as_ptr(), "on one worker");
+        }
+        let narrow_got = frames_of(&narrow.outbound);
+        assert_eq!(narrow_got.len(), 2);
+        assert_ne!(narrow_got[0].as_ptr(), got[0][0].as_ptr(), "another form");
+        // The takeover subscriber's second publish refers to its first.
+        let own_got = frame_lens(&frames_of(&own.outbound).concat());
+        assert_eq!(own_got.len(), 2);
+        assert!(own_got[1] < own_got[0], "{own_got:?}");
+        assert!(own.outbound.deflate().unwrap().holds_state());
+        let plain_got = frames_of(&plain.outbound);
+        assert_eq!(plain_got.len(), 2);
+        assert_eq!(plain_got[0].as_ptr(), frames.as_ptr());
     }
 
     /// Deliveries to one topic waiting together reach each subscriber in

@@ -20,9 +20,6 @@ use std::sync::Mutex;
 /// The tail every message's deflate data loses on the wire and regains
 /// before inflating (RFC 7692 §7.2.1, §7.2.2).
 const SYNC_TAIL: [u8; 4] = [0x00, 0x00, 0xFF, 0xFF];
-/// zlib level 1: the cheapest that still finds repeats; a gateway's CPU
-/// goes to many connections, and JSON compresses well at any level.
-const LEVEL: u32 = 1;
 /// Compressors and decompressors a worker keeps for `"none"` connections.
 const POOL_KEEP: usize = 16;
 /// First allocation for a message being inflated; it doubles up to
@@ -34,7 +31,7 @@ thread_local! {
     #[allow(clippy::vec_box)]
     static FREE_INFLATERS: RefCell<Vec<Box<Decompress>>> = const { RefCell::new(Vec::new()) };
     #[allow(clippy::vec_box)]
-    static FREE_DEFLATERS: RefCell<Vec<(u8, Box<Compress>)>> = const { RefCell::new(Vec::new()) };
+    static FREE_DEFLATERS: RefCell<Vec<((u8, u32), Box<Compress>)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn take_decompress() -> Box<Decompress> {
@@ -52,9 +49,9 @@ fn give_decompress(mut d: Box<Decompress>) {
     });
 }
 
-fn new_compress(bits: u8) -> Box<Compress> {
+fn new_compress(bits: u8, level: u32) -> Box<Compress> {
     Box::new(Compress::new_with_window_bits(
-        Compression::new(LEVEL),
+        Compression::new(level),
         false,
         bits,
     ))
@@ -174,6 +171,8 @@ pub struct SharedForm {
     pub window_bits: u8,
     /// Messages shorter than this stay plain.
     pub min_bytes: usize,
+    /// zlib's level.
+    pub level: u32,
 }
 
 /// The connection's outbound stream: compresses whole messages of at least
@@ -185,6 +184,7 @@ pub struct Deflater {
     stateless: bool,
     window_bits: u8,
     min_bytes: usize,
+    level: u32,
 }
 
 impl Deflater {
@@ -194,6 +194,7 @@ impl Deflater {
             stateless: n.outbound_stateless(),
             window_bits: n.deflate_window_bits(),
             min_bytes: n.min_bytes,
+            level: n.level,
         }
     }
 
@@ -205,6 +206,7 @@ impl Deflater {
             stateless: true,
             window_bits: form.window_bits,
             min_bytes: form.min_bytes,
+            level: form.level,
         }
     }
 
@@ -216,24 +218,23 @@ impl Deflater {
 
     /// Appends `payload` compressed, without the sync tail (§7.2.1).
     pub fn compress(&mut self, payload: &[u8], out: &mut Vec<u8>) {
+        let key = (self.window_bits, self.level);
         if self.stateless {
-            let bits = self.window_bits;
             let mut c = FREE_DEFLATERS
                 .with_borrow_mut(|free| {
-                    let at = free.iter().position(|(b, _)| *b == bits)?;
+                    let at = free.iter().position(|(k, _)| *k == key)?;
                     Some(free.swap_remove(at).1)
                 })
-                .unwrap_or_else(|| new_compress(bits));
+                .unwrap_or_else(|| new_compress(key.0, key.1));
             deflate(&mut c, payload, out);
             c.reset();
             FREE_DEFLATERS.with_borrow_mut(|free| {
                 if free.len() < POOL_KEEP {
-                    free.push((bits, c));
+                    free.push((key, c));
                 }
             });
         } else {
-            let bits = self.window_bits;
-            let c = self.state.get_or_insert_with(|| new_compress(bits));
+            let c = self.state.get_or_insert_with(|| new_compress(key.0, key.1));
             deflate(c, payload, out);
         }
     }
@@ -267,6 +268,7 @@ impl SendDeflate {
         let form = SharedForm {
             window_bits: n.deflate_window_bits(),
             min_bytes: n.min_bytes,
+            level: n.level,
         };
         SendDeflate {
             form,
@@ -355,6 +357,7 @@ mod tests {
             enabled: true,
             min_bytes: 0,
             context,
+            level: 1,
         };
         negotiate(&h, &route).unwrap()
     }

@@ -315,6 +315,50 @@ mod tests {
         );
     }
 
+    /// RFC 7692 §6: a producer's frames re-framed for a compressing
+    /// connection: one-frame messages from `compression_min` on become one
+    /// RSV1 frame that inflates to the payload; short messages, fragments
+    /// and control frames go unchanged.
+    #[test]
+    fn append_compressed_reframes_whole_messages_only() {
+        use crate::ws::compress::SharedForm;
+        use flate2::{Decompress, FlushDecompress};
+        let long = "{\"id\":1,\"name\":\"weir\"}".repeat(40);
+        let mut frames = Vec::new();
+        append_frame(&mut frames, OpCode::Text, long.as_bytes());
+        append_frame(&mut frames, OpCode::Binary, b"short");
+        append_header(&mut frames, false, OpCode::Text, 300);
+        frames.extend_from_slice(&[b'a'; 300]);
+        append_frame(&mut frames, OpCode::Ping, b"p");
+        append_header(&mut frames, true, OpCode::Continuation, 1);
+        frames.push(b'b');
+        let form = SharedForm {
+            window_bits: 15,
+            min_bytes: 64,
+            level: 1,
+        };
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        append_compressed(
+            &mut out,
+            &frames,
+            &mut Deflater::stateless(form),
+            &mut scratch,
+        );
+        assert_eq!(out[0], 0x80 | RSV1 | OpCode::Text as u8);
+        let len = usize::from(out[1]);
+        assert!(len < long.len() / 4, "{len} bytes for {}", long.len());
+        let mut deflated = out[2..2 + len].to_vec();
+        deflated.extend_from_slice(&[0, 0, 0xFF, 0xFF]);
+        let mut inflated = Vec::with_capacity(long.len() + 16);
+        Decompress::new(false)
+            .decompress_vec(&deflated, &mut inflated, FlushDecompress::Sync)
+            .unwrap();
+        assert_eq!(inflated, long.as_bytes());
+        // Everything after the first frame is as it was.
+        let first_plain = 4 + long.len();
+        assert_eq!(&out[2 + len..], &frames[first_plain..]);
+    }
+
     #[test]
     fn pong_takes_the_pings_place() {
         let mut buf = *b"......abc";
