@@ -506,7 +506,7 @@ fn route(
             ))
         }
     };
-    let limits = limits(
+    let mut limits = limits(
         src,
         server,
         [
@@ -522,6 +522,21 @@ fn route(
             &raw.compression_level,
         ],
     )?;
+    if matches!(behaviour, Behaviour::Native(NativeKind::Proxy(_))) {
+        // A proxy passes frames between client and upstream as they are
+        // (and offers its upstream no extension): no permessage-deflate,
+        // whatever [server] says.
+        if let Some(item) = Item::of("compression", &raw.compression) {
+            if limits.compression.enabled {
+                return Err(item.fail(
+                    src,
+                    "permessage-deflate is not supported on proxy routes (frames pass through \
+                     unchanged); remove compression",
+                ));
+            }
+        }
+        limits.compression.enabled = false;
+    }
     let topics = match Item::of("topics", &raw.topics) {
         Some(item) => Some(topic_namespace(src, &item)?),
         None => None,

@@ -1139,6 +1139,21 @@ compression_level = 2
         let text = format!("[[route]]\npath = \"/x\"\nnative = \"echo\"\n{bad}\n");
         refused(&text, line, &[needle]);
     }
+    // A proxy route never negotiates it: refused when asked for on the
+    // route, off when [server] turns it on for every route.
+    refused(
+        &format!(
+            "{}compression = \"on\"\n",
+            proxy_route("upstream = \"ws://127.0.0.1:9/\"")
+        ),
+        6,
+        &["not supported on proxy routes"],
+    );
+    let config = parse(&format!(
+        "[server]\ncompression = \"on\"\n\n{}",
+        proxy_route("upstream = \"ws://127.0.0.1:9/\"")
+    ));
+    assert!(!config.routes[0].limits.compression.enabled);
 }
 
 fn proxy_route(extra: &str) -> String {

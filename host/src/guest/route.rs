@@ -252,9 +252,10 @@ impl GuestRoute {
     }
 
     /// Applies a guest's commands in order. Consecutive sends to one
-    /// connection are written into one buffer and handed over once, straight
+    /// connection are written into one buffer and handed over once,
+    /// compressed if the connection negotiated permessage-deflate, straight
     /// into the socket when the connection is not writing itself (see
-    /// `Outbound::send_direct`).
+    /// `Outbound::send_frames`).
     fn apply(
         &self,
         commands: &Commands,

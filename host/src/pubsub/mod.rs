@@ -5,7 +5,11 @@
 //! cannot publish into another route's sockets by using the same topic name.
 //!
 //! A published message is framed once (`ws::encode`) into one shared
-//! buffer; every subscriber's queue holds that buffer, not a copy. A topic
+//! buffer; every subscriber's queue holds that buffer, not a copy.
+//! Subscribers that negotiated permessage-deflate get it compressed: once
+//! per publish and form for those without context takeover, shared the
+//! same way, and with its own compressor for each of the others
+//! ([`compressed`]). A topic
 //! keeps one subscriber list per worker, and each worker writes its own
 //! subscribers ([`fanout`]): publishing takes no lock that all workers
 //! share, only a read lock on one of the namespace's shards to find the
