@@ -4,10 +4,14 @@
 //! route's `max_message`, and a [`Deflater`] that compresses whole
 //! messages for the encoder.
 //!
+//! A connection's producers (relay partner, guests, publishers) compress
+//! through its [`SendDeflate`]; echo's loop through a [`Deflater`] of its
+//! own (never both on one connection).
+//!
 //! Memory (window 15, zlib's memLevel 8): a compressor holds ~270 KiB, a
 //! decompressor ~40 KiB (7 KiB state + the 32 KiB window). With context
 //! takeover a connection keeps its decompressor, and its compressor from
-//! its first compressed reply on. With `compression_context = "none"` both
+//! the first compressed message it sends on. With `compression_context = "none"` both
 //! are borrowed from the worker's pool for one message and returned reset:
 //! an idle connection holds none.
 

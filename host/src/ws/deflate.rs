@@ -1,7 +1,7 @@
 //! permessage-deflate (RFC 7692): what a route allows (`compression`,
-//! `compression_min`, `compression_context`), and the negotiation of one
-//! connection's parameters from the client's `Sec-WebSocket-Extensions`
-//! offers (§5, §7.1). The compressor and decompressor are in
+//! `compression_min`, `compression_context`, `compression_level`), and the
+//! negotiation of one connection's parameters from the client's
+//! `Sec-WebSocket-Extensions` offers (§5, §7.1). The compressor and decompressor are in
 //! [`super::compress`].
 
 use http::{header, HeaderMap};
