@@ -1146,7 +1146,7 @@ compression_level = 2
             "{}compression = \"on\"\n",
             proxy_route("upstream = \"ws://127.0.0.1:9/\"")
         ),
-        6,
+        5,
         &["not supported on proxy routes"],
     );
     let config = parse(&format!(
