@@ -595,9 +595,9 @@ mod tests {
             assert_eq!(g[0][0] & 0x40, 0x40, "RSV1");
             assert!(g[0].len() < frames.len() / 4);
         }
-        for i in 0..2 {
-            assert_eq!(got[0][i].as_ptr(), got[1][i].as_ptr(), "across workers");
-            assert_eq!(got[0][i].as_ptr(), got[2][i].as_ptr(), "on one worker");
+        for ((a, b), c) in got[0].iter().zip(&got[1]).zip(&got[2]) {
+            assert_eq!(a.as_ptr(), b.as_ptr(), "across workers");
+            assert_eq!(a.as_ptr(), c.as_ptr(), "on one worker");
         }
         let narrow_got = frames_of(&narrow.outbound);
         assert_eq!(narrow_got.len(), 2);

@@ -30,12 +30,15 @@ const POOL_KEEP: usize = 16;
 /// `max_message`.
 const INFLATE_FIRST_BYTES: usize = 4096;
 
+/// A pooled compressor's window bits and level.
+type PoolKey = (u8, u32);
+
 thread_local! {
     // Boxed: the state moves between the pool and connections without a copy.
     #[allow(clippy::vec_box)]
     static FREE_INFLATERS: RefCell<Vec<Box<Decompress>>> = const { RefCell::new(Vec::new()) };
     #[allow(clippy::vec_box)]
-    static FREE_DEFLATERS: RefCell<Vec<((u8, u32), Box<Compress>)>> = const { RefCell::new(Vec::new()) };
+    static FREE_DEFLATERS: RefCell<Vec<(PoolKey, Box<Compress>)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn take_decompress() -> Box<Decompress> {
