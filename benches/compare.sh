@@ -22,6 +22,13 @@
 #                      200 × 8) run against weir and weir-base only;
 #                      the `pubsub*` scenarios (/topic/bench, native pubsub)
 #                      also against uws and bun (ws.subscribe / ws.publish)
+#                      the `deflate*` scenarios (weir-load deflate: echo of
+#                      JSON-like text with permessage-deflate) run weir's
+#                      /zecho (takeover) and /zecho-none routes
+#                      (benches/deflate/routes.toml) against uws (shared and
+#                      dedicated compressor), bun and ws with perMessageDeflate;
+#                      `deflatepub` (weir-load deflate-fanout) weir's /zpub
+#                      against uws and bun publishing compressed
 #   --runs N           runs per scenario (default 3)
 #   --warmup D --duration D   per measurement (default 1s / 2s)
 #   --baseline NAME    ratios are NAME/peer (default weir, else the first server)
@@ -87,6 +94,9 @@ scenario_defs=(
   "plain64x50|echo|/plain|-c 50 -p 1 -s 64"
   "json50|json|/json|-c 50 --sync"
   "guest|guest|-|-"
+  "deflate1k|deflate|/zecho|-c 50 -p 4 -s 1KiB"
+  "deflate16k|deflate|/zecho|-c 16 -p 2 -s 16KiB"
+  "deflatepub|deflate-fanout|/zpub/bench|-c 100 -p 8 -s 1KiB"
   "langs|langs|-|-"
 )
 quick="echo64x50,echo64x200p8,size16k,size1m,relay16,pingpong,connect"
@@ -160,6 +170,7 @@ start_server() {
   if [ "$name" = weir ] || [ "$name" = weir-base ]; then
     local bin="$weir_bin" routes="$weir_routes" file=()
     [ "$name" = weir-base ] && { bin="$weir_base_bin"; routes="$weir_base_routes"; }
+    [ -n "${routes_now:-}" ] && routes="$routes_now"
     [ -f "$routes" ] && file=("$routes")
     taskset -c 0 "$bin" serve "${file[@]}" --listen "127.0.0.1:$port" --workers 1 >>"$log" 2>&1 &
   else
@@ -245,6 +256,8 @@ def ratio(scen, srv, field):
 print("| scenario | server | ok runs | msg/s (median) | server CPU ns/msg | client CPU ns/msg | p50 µs | p99 µs | %s/peer msg/s | %s/peer CPU/msg |" % (base, base))
 print("|---|---|---|---|---|---|---|---|---|---|")
 for (scen, srv), rs in by.items():
+    if any(str(r.get("mode")).startswith("deflate") for r in rs):
+        continue
     ok = [r for r in rs if r.get("ok")]
     n_ok = f"{len(ok)}/{len(rs)}"
     if not ok:
@@ -259,6 +272,35 @@ for (scen, srv), rs in by.items():
         fmt(g("p50_us"), 1), fmt(g("p99_us"), 1),
         "1.00" if same else fmt(ratio(scen, srv, "msgs_per_s"), 2),
         "1.00" if same else fmt(ratio(scen, srv, "server_cpu_ns_per_msg"), 2)))
+
+# The deflate scenarios: bytes on the wire per message each way, the
+# compression ratio (payload / bytes to the client), and server CPU per
+# message as weir/peer within each run (weir none against peers that keep
+# no context, weir takeover against those that do), the median over runs.
+deflate = [(k, rs) for k, rs in by.items() if any(str(r.get("mode")).startswith("deflate") for r in rs)]
+if deflate:
+    print()
+    print("| scenario | server | agreed | ok runs | msg/s | server CPU ns/msg | wire B/msg to server | wire B/msg to client | ratio | %s CPU/msg ÷ this (per run, median) |" % base)
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (scen, srv), rs in deflate:
+        ok = [r for r in rs if r.get("ok")]
+        if not ok:
+            print(f"| {scen} | {srv} | | 0/{len(rs)} | FAILED | | | | | | |"); continue
+        g = lambda f: med([r.get(f) for r in ok])
+        ratio_wire = g("payload_per_msg") / g("wire_to_client_per_msg") if g("wire_to_client_per_msg") else None
+        agreed = ok[0].get("agreed", "").replace("server_no_context=", "s:").replace(" client_no_context=", " c:")
+        def vs(label):
+            rs2 = []
+            for (s, run), res in runs.items():
+                if s != scen or label not in res or srv not in res: continue
+                a, b = res[label], res[srv]
+                if a.get("ok") and b.get("ok"):
+                    rs2.append(a["server_cpu_ns_per_msg"] / b["server_cpu_ns_per_msg"])
+            return med(rs2)
+        mine = [k[1] for k, _ in deflate if k[0] == scen and k[1].split(" ")[0] == base]
+        cmp = "" if srv.split(" ")[0] == base else ", ".join(
+            f"{m[len(base) + 1:]} {fmt(vs(m), 2)}" for m in mine)
+        print(f"| {scen} | {srv} | {agreed} | {len(ok)}/{len(rs)} | {fmt(g('msgs_per_s'))} | {fmt(g('server_cpu_ns_per_msg'))} | {fmt(g('wire_to_server_per_msg'))} | {fmt(g('wire_to_client_per_msg'))} | {fmt(ratio_wire, 2)} | {cmp} |")
 
 # The langs scenario: each route against native /echo of the same server in
 # the same run (route/native msg/s; native/route CPU per message, so both
@@ -305,7 +347,9 @@ for scen in "${scenario_list[@]}"; do
     if [ $((run % 2)) -eq 0 ]; then
       order=(); for ((i=${#server_list[@]}-1; i>=0; i--)); do order+=("${server_list[i]}"); done
     fi
-    if [ "$path" = /topic/bench ]; then
+    if [ "$mode" = deflate ] || [ "$mode" = deflate-fanout ]; then
+      :
+    elif [ "$path" = /topic/bench ]; then
       # Native pubsub: weir and the peers with a pub/sub API of their own.
       keep=()
       for srv in "${order[@]}"; do
@@ -334,6 +378,41 @@ for scen in "${scenario_list[@]}"; do
           measure "$scen" "$srv" "$run" "$srv $p" json "$p" -c 200 -p 8 --async
         done
       done
+      continue
+    fi
+    if [ "$mode" = deflate-fanout ]; then
+      # Compressed fan-out: weir's /zpub ("none": one compressed copy per
+      # publish) against uws (shared compressor) and bun.
+      routes_now="$here/deflate/routes.toml"
+      for srv in "${order[@]}"; do
+        case "$srv" in
+          weir|weir-base)
+            measure "$scen" "$srv" "$run" "$srv none" "$mode" "$path" "${argv[@]}"
+            measure "$scen" "$srv" "$run" "$srv none L3" "$mode" "${path/zpub/zpub-l3}" "${argv[@]}" ;;
+          uws|bun) measure "$scen" "$srv" "$run" "$srv" "$mode" "$path" "${argv[@]}" ;;
+        esac
+      done
+      routes_now=""
+      continue
+    fi
+    if [ "$mode" = deflate ]; then
+      # Compressed echo: weir with and without context takeover against
+      # the peers that speak permessage-deflate.
+      routes_now="$here/deflate/routes.toml"
+      for srv in "${order[@]}"; do
+        case "$srv" in
+          weir|weir-base)
+            measure "$scen" "$srv" "$run" "$srv takeover" deflate /zecho "${argv[@]}"
+            measure "$scen" "$srv" "$run" "$srv none" deflate /zecho-none "${argv[@]}"
+            measure "$scen" "$srv" "$run" "$srv takeover L2" deflate /zecho-l2 "${argv[@]}"
+            measure "$scen" "$srv" "$run" "$srv none L3" deflate /zecho-none-l3 "${argv[@]}" ;;
+          uws)
+            measure "$scen" "$srv" "$run" "uws shared" deflate /zecho "${argv[@]}"
+            measure "$scen" "$srv" "$run" "uws dedicated" deflate /zecho-dedicated "${argv[@]}" ;;
+          bun|ws) measure "$scen" "$srv" "$run" "$srv" deflate /zecho "${argv[@]}" ;;
+        esac
+      done
+      routes_now=""
       continue
     fi
     if [ "$mode" = guest ]; then

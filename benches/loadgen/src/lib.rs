@@ -3,8 +3,8 @@
 //!
 //! Modules: `ws` (RFC 6455 client side), `payload` (what is sent, what must
 //! come back), `conn` (one connection: handshake, coalesced writes, close
-//! handshake), `engine` (the measuring epoll loop), `connect` and `idle`
-//! (their own loops), `hist` (latency histogram), `sys` (epoll, pinning, CPU
+//! handshake), `engine` (the measuring epoll loop), `connect`, `idle` and
+//! `deflate` (their own loops; `deflate`: echo with permessage-deflate), `hist` (latency histogram), `sys` (epoll, pinning, CPU
 //! clocks, the server's RSS and open fds), `units` (sizes and durations on
 //! the command line).
 //!
@@ -15,6 +15,7 @@
 
 pub mod conn;
 pub mod connect;
+pub mod deflate;
 pub mod engine;
 pub mod hist;
 pub mod idle;

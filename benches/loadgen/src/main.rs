@@ -28,6 +28,12 @@ enum Mode {
     Fanout,
     /// Open C connections and report the server's RSS growth per connection.
     Idle,
+    /// Echo of JSON-like text with permessage-deflate: C connections × P
+    /// per round, -s bytes per message; bytes on the wire each way.
+    Deflate,
+    /// Fan-out with permessage-deflate: one plain publisher, C compressing
+    /// subscribers on one topic (--url, e.g. /zpub/bench), P per round.
+    DeflateFanout,
 }
 
 impl Mode {
@@ -40,6 +46,8 @@ impl Mode {
             Mode::Binary => "binary",
             Mode::Fanout => "fanout",
             Mode::Idle => "idle",
+            Mode::Deflate => "deflate",
+            Mode::DeflateFanout => "deflate-fanout",
         }
     }
 
@@ -103,6 +111,10 @@ struct Args {
     /// given load rather than at saturation).
     #[arg(long)]
     rate: Option<u64>,
+    /// deflate: offer no context takeover either way ("none") or the
+    /// default ("takeover"; the server may still refuse it).
+    #[arg(long, default_value = "takeover")]
+    context: String,
     /// Report this process's CPU time per message (and RSS in idle mode).
     #[arg(long)]
     server_pid: Option<u32>,
@@ -219,6 +231,10 @@ fn run(a: &Args) -> Result<bool, String> {
         return Ok(ok);
     }
 
+    if matches!(a.mode, Mode::Deflate | Mode::DeflateFanout) {
+        return run_deflate(a, &target, &url, c, threads);
+    }
+
     // Open connections (sequentially: relay pairs form in arrival order).
     let depth = match a.mode {
         Mode::Echo => a.pipeline.unwrap_or(1),
@@ -296,7 +312,7 @@ fn run(a: &Args) -> Result<bool, String> {
             std::thread::sleep(Duration::from_millis(settle));
             groups = vec![all];
         }
-        Mode::Connect | Mode::Idle => {}
+        Mode::Connect | Mode::Idle | Mode::Deflate | Mode::DeflateFanout => {}
     }
     let setup_secs = setup.elapsed().as_secs_f64();
 
@@ -402,6 +418,131 @@ fn run(a: &Args) -> Result<bool, String> {
         res.failed_conns,
         json_num(server),
         json_num(client),
+    );
+    Ok(ok)
+}
+
+/// The deflate mode: its own loop (`weir_load::deflate`), one per thread.
+fn run_deflate(
+    a: &Args,
+    target: &Target,
+    url: &str,
+    c: usize,
+    threads: usize,
+) -> Result<bool, String> {
+    let none = match a.context.as_str() {
+        "none" => true,
+        "takeover" => false,
+        other => return Err(format!("--context {other}: takeover or none")),
+    };
+    let depth = a.pipeline.unwrap_or(1).max(1);
+    let ctl = Control::default();
+    let (t, win) = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let n = c / threads + usize::from(i < c % threads);
+                let ctl = &ctl;
+                sc.spawn(move || {
+                    let plan = weir_load::deflate::Plan {
+                        c: n,
+                        depth,
+                        size: a.size,
+                        none,
+                    };
+                    let seed = 7 + i as u64;
+                    match a.mode {
+                        Mode::DeflateFanout => weir_load::deflate::run_fanout(
+                            &target.addr,
+                            &target.path,
+                            &target.path,
+                            plan,
+                            ctl,
+                            seed,
+                        ),
+                        _ => weir_load::deflate::run(&target.addr, &target.path, plan, ctl, seed),
+                    }
+                })
+            })
+            .collect();
+        let win = measure(&ctl, a.warmup, a.duration, a.server_pid);
+        let mut total = weir_load::deflate::Totals::default();
+        for h in handles {
+            let part = h.join().expect("deflate thread panicked");
+            total.result.merge(part.result);
+            total.wire_out += part.wire_out;
+            total.wire_in += part.wire_in;
+            total.payload += part.payload;
+            total.compressed_replies += part.compressed_replies;
+            if total.agreed.is_empty() {
+                total.agreed = part.agreed;
+            }
+        }
+        (total, win)
+    });
+    let res = &t.result;
+    let msgs = res.msgs;
+    let per = |v: f64| {
+        if msgs > 0 {
+            Some(v / msgs as f64)
+        } else {
+            None
+        }
+    };
+    let server = win.server_cpu_ns.and_then(|ns| per(ns as f64));
+    let client = per(win.client_cpu_ns as f64);
+    let us = |q: f64| res.hist.quantile(q) as f64 / 1000.0;
+    let (out_pm, in_pm, pay_pm) = (
+        per(t.wire_out as f64),
+        per(t.wire_in as f64),
+        per(t.payload as f64),
+    );
+    println!(
+        "{} {url}: {c} connections, {depth} per round, {} B JSON, context {} ({})",
+        a.mode.name(),
+        a.size,
+        a.context,
+        t.agreed
+    );
+    println!(
+        "measured {:.2}s: {msgs} messages, {:.0}/s; server CPU {} ns/msg, client CPU {} ns/msg",
+        win.secs,
+        msgs as f64 / win.secs,
+        json_num(server),
+        json_num(client)
+    );
+    println!(
+        "wire bytes per message: to server {}, to client {} (payload {}; {} of {msgs} replies compressed)",
+        json_num(out_pm),
+        json_num(in_pm),
+        json_num(pay_pm),
+        t.compressed_replies
+    );
+    println!(
+        "mismatches {}, failed connections {}",
+        res.mismatches, res.failed_conns
+    );
+    for e in &res.errors {
+        println!("  error: {e}");
+    }
+    let ok = res.mismatches == 0 && res.failed_conns == 0 && msgs > 0;
+    println!(
+        "RESULT {{\"mode\":\"{}\",\"url\":\"{url}\",\"connections\":{c},\"depth\":{depth},\"size\":{},\"context\":\"{}\",\"agreed\":\"{}\",\"secs\":{:.3},\"msgs\":{msgs},\"msgs_per_s\":{},\"p50_us\":{},\"p99_us\":{},\"server_cpu_ns_per_msg\":{},\"client_cpu_ns_per_msg\":{},\"wire_to_server_per_msg\":{},\"wire_to_client_per_msg\":{},\"payload_per_msg\":{},\"compressed_replies\":{},\"mismatches\":{},\"failed_conns\":{},\"ok\":{ok}}}",
+        a.mode.name(),
+        a.size,
+        a.context,
+        t.agreed,
+        win.secs,
+        json_num(Some(msgs as f64 / win.secs)),
+        json_num(Some(us(0.5))),
+        json_num(Some(us(0.99))),
+        json_num(server),
+        json_num(client),
+        json_num(out_pm),
+        json_num(in_pm),
+        json_num(pay_pm),
+        t.compressed_replies,
+        res.mismatches,
+        res.failed_conns,
     );
     Ok(ok)
 }

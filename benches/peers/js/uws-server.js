@@ -18,10 +18,36 @@ const common = {
 };
 let waiting = null;
 
+// permessage-deflate (benches/compare.sh's deflate scenarios): /zecho
+// with the shared compressor (no context kept between messages), and
+// /zecho-dedicated with a compressor and decompressor per connection
+// (context takeover). ws.send compresses when the connection negotiated it.
+const compressed = (compression) => ({
+  ...common,
+  compression,
+  message: (ws, msg, isBinary) => { ws.send(msg, isBinary, true); },
+});
+
 uWS.App()
   .ws('/echo', {
     ...common,
     message: (ws, msg, isBinary) => { ws.send(msg, isBinary); },
+  })
+  .ws('/zecho', compressed(uWS.SHARED_COMPRESSOR))
+  .ws('/zecho-dedicated', compressed(uWS.DEDICATED_COMPRESSOR | uWS.DEDICATED_DECOMPRESSOR))
+  .ws('/zpub/:topic', {
+    ...compressed(uWS.SHARED_COMPRESSOR),
+    upgrade: (res, req, context) => {
+      res.upgrade(
+        { topic: req.getParameter(0) },
+        req.getHeader('sec-websocket-key'),
+        req.getHeader('sec-websocket-protocol'),
+        req.getHeader('sec-websocket-extensions'),
+        context,
+      );
+    },
+    open: (ws) => { ws.subscribe(ws.getUserData().topic); },
+    message: (ws, msg, isBinary) => { ws.publish(ws.getUserData().topic, msg, isBinary, true); },
   })
   .ws('/relay', {
     ...common,

@@ -37,6 +37,14 @@ pub trait Behaviour: 'static {
     /// at the replies.
     const SENDS_EACH_MESSAGE_ON: bool = false;
 
+    /// The loop compresses this behaviour's own replies
+    /// (`Output::push_message`: echo) on a connection that negotiated
+    /// permessage-deflate. Every other kind's messages come from
+    /// producers, which compress through the connection's `Outbound`;
+    /// a connection never has both, so with context takeover one
+    /// compressor sees every compressed message it sends.
+    const COMPRESSES_REPLIES: bool = false;
+
     /// The socket is the connection's; nothing has been read yet.
     fn on_open(&mut self, _id: u64, _outbound: &Arc<Outbound>) {}
 

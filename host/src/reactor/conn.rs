@@ -134,7 +134,9 @@ pub fn run<B: Behaviour, T: Transport>(
     let (mut out, mut inflate) = (Output::default(), None);
     if let Some(n) = &env.deflate {
         decoder.allow_compression();
-        out = Output::compressing(Deflater::new(n));
+        if B::COMPRESSES_REPLIES {
+            out = Output::compressing(Deflater::new(n));
+        }
         inflate = Some(Box::new(Inflating {
             inflater: Inflater::new(n),
             message: Vec::new(),

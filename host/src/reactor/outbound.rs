@@ -16,6 +16,8 @@
 //! into a descriptor that was closed and reused.
 
 use super::socket::{send_now, send_vectored_now, Socket};
+use crate::ws::compress::SendDeflate;
+use crate::ws::deflate::Negotiated;
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -88,6 +90,10 @@ pub struct Outbound {
     /// The wheel found the connection silent past its `idle_timeout`:
     /// `ready` returns so the consumer can look.
     idle_due: AtomicBool,
+    /// permessage-deflate for what producers send (None: not negotiated).
+    /// An echo connection's replies are compressed by its loop instead
+    /// (`Behaviour::COMPRESSES_REPLIES`), and it gets no producer data.
+    deflate: Option<Box<SendDeflate>>,
 }
 
 impl Outbound {
@@ -107,6 +113,7 @@ impl Outbound {
             socket: OnceLock::new(),
             last_read: AtomicU32::new(0),
             idle_due: AtomicBool::new(false),
+            deflate: None,
         }
     }
 
@@ -130,6 +137,42 @@ impl Outbound {
     /// Consumer: whether the idle wheel woke it (and clears that).
     pub fn take_idle_due(&self) -> bool {
         self.idle_due.load(Ordering::Relaxed) && self.idle_due.swap(false, Ordering::AcqRel)
+    }
+
+    /// The queue of a connection that negotiated permessage-deflate (when
+    /// `deflate` is Some): producers' messages reach it compressed.
+    pub fn with_deflate(mut self, deflate: Option<&Negotiated>) -> Outbound {
+        self.deflate = deflate.map(|n| Box::new(SendDeflate::new(n)));
+        self
+    }
+
+    /// permessage-deflate for what producers send, if negotiated.
+    #[inline]
+    pub fn deflate(&self) -> Option<&SendDeflate> {
+        self.deflate.as_deref()
+    }
+
+    /// Producer: whole plain server frames (a relay partner's, a guest's
+    /// sends), compressed for this connection when it negotiated
+    /// permessage-deflate (`encode::append_compressed`), then as
+    /// [`send_direct`](Self::send_direct). With context takeover the
+    /// connection's compressor stays locked until the bytes are written
+    /// or queued: compression order is wire order.
+    pub fn send_frames(&self, frames: &[u8]) -> bool {
+        match &self.deflate {
+            None => self.send_direct(frames),
+            Some(d) => d.encode(&[frames], |bytes| self.send_direct(bytes)),
+        }
+    }
+
+    /// [`send_frames`](Self::send_frames) for several buffers in order
+    /// (publishes a fan-out gathers): one hand-over.
+    pub fn send_frames_all(&self, parts: &[Bytes]) -> bool {
+        let Some(d) = &self.deflate else {
+            return parts.iter().all(|p| self.send_shared(p));
+        };
+        let slices: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        d.encode(&slices, |bytes| self.send_direct(bytes))
     }
 
     fn push(&self, msg: OutMsg) -> bool {

@@ -436,7 +436,8 @@ async fn handle_request(
     let mut protocol = handshake::negotiate_subprotocol(req.headers(), &limits.subprotocols)
         .and_then(|p| HeaderValue::from_str(p).ok());
     let id = worker.next_conn_id();
-    let outbound = Arc::new(Outbound::new(limits.outbound_budget));
+    let deflate = crate::ws::deflate::negotiate(req.headers(), &limits.compression);
+    let outbound = Arc::new(Outbound::new(limits.outbound_budget).with_deflate(deflate.as_ref()));
     let params: Vec<(&str, &str)> = params
         .iter()
         .map(|(n, v)| (n.as_str(), v.as_str()))
@@ -468,7 +469,6 @@ async fn handle_request(
         protocol = Some(p);
     }
     let behaviour = accepted.behaviour;
-    let deflate = crate::ws::deflate::negotiate(req.headers(), &limits.compression);
     let env = ConnEnv {
         id,
         route: index,
