@@ -64,7 +64,7 @@ pub fn run(target: &Target, count: usize, hold: Duration, server_pid: Option<u32
 
     // Liveness: ping everyone, then collect the pongs.
     for (i, s) in conns.iter_mut().enumerate() {
-        s.set_nonblocking(false).ok();
+        s.socket().set_nonblocking(false).ok();
         let ping = ws::client_frame(OP_PING, &(i as u32).to_le_bytes(), MASK_KEY);
         if let Err(e) = s.write_all(&ping) {
             if r.errors.len() < 20 {
@@ -81,7 +81,7 @@ pub fn run(target: &Target, count: usize, hold: Duration, server_pid: Option<u32
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1));
-            s.set_read_timeout(Some(left)).ok();
+            s.socket().set_read_timeout(Some(left)).ok();
             match s.read(&mut buf) {
                 Ok(0) | Err(_) => break false,
                 Ok(n) => {
