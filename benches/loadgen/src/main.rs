@@ -71,6 +71,10 @@ struct Args {
     /// wss://: accept any server certificate (loopback benchmarks with a throwaway certificate).
     #[arg(long, conflicts_with = "ca")]
     insecure: bool,
+    /// wss://: offer only these TLS 1.3 suites, in this order (aes128,
+    /// aes256, chacha20), so every server compared uses the same cipher.
+    #[arg(long, value_delimiter = ',')]
+    tls_suites: Vec<String>,
     /// WebSockets over HTTP/2 (RFC 8441 extended CONNECT): h2c with prior
     /// knowledge for ws://, ALPN h2 for wss://. echo, json and binary only.
     #[arg(long)]
@@ -185,7 +189,7 @@ fn run(a: &Args) -> Result<bool, String> {
             (None, false) => return Err("wss:// needs --ca FILE or --insecure".into()),
         };
         let alpn: &[&[u8]] = if a.h2 { &[b"h2"] } else { &[b"http/1.1"] };
-        target.tls = Some(tls::client_config(&trust, alpn)?);
+        target.tls = Some(tls::client_config(&trust, alpn, &a.tls_suites)?);
     } else if a.ca.is_some() || a.insecure {
         return Err("--ca and --insecure are for wss:// URLs".into());
     }
@@ -273,6 +277,9 @@ fn run(a: &Args) -> Result<bool, String> {
                 }
                 let s =
                     conn::open(&target, &mut rng).map_err(|e| format!("connection {i}: {e}"))?;
+                if let (0, Some(d)) = (i, s.describe()) {
+                    println!("TLS: {d}");
+                }
                 groups[i % threads].push(Conn::new(s, src, exp, depth));
             }
         }

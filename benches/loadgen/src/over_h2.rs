@@ -188,6 +188,8 @@ async fn open_conn(target: &Target) -> Result<SendRequest<Bytes>, String> {
                 .connect(name, tcp)
                 .await
                 .map_err(|e| format!("TLS handshake: {e}"))?;
+            static SHOWN: std::sync::Once = std::sync::Once::new();
+            SHOWN.call_once(|| println!("TLS: {}", crate::stream::describe(tls.get_ref().1)));
             let alpn = tls.get_ref().1.alpn_protocol();
             if alpn != Some(b"h2") {
                 return Err(format!(

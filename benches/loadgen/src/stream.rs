@@ -25,11 +25,51 @@ pub enum Trust {
     Insecure,
 }
 
+/// The TLS 1.3 cipher suites `--tls-suites` may name.
+pub const SUITE_NAMES: &[(&str, rustls::CipherSuite)] = &[
+    ("aes128", rustls::CipherSuite::TLS13_AES_128_GCM_SHA256),
+    ("aes256", rustls::CipherSuite::TLS13_AES_256_GCM_SHA384),
+    (
+        "chacha20",
+        rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+    ),
+];
+
 /// A client TLS configuration: TLS 1.2 and 1.3, ring, no session
 /// resumption (every connection pays a full handshake, which is what the
-/// `connect` mode measures), ALPN as given.
-pub fn client_config(trust: &Trust, alpn: &[&[u8]]) -> Result<Arc<ClientConfig>, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+/// `connect` mode measures), ALPN as given. `suites` (names from
+/// [`SUITE_NAMES`], in order of preference) limits what is offered, so
+/// every server compared uses the same cipher (servers choose differently
+/// from the same offer: rustls takes the client's first, BoringSSL prefers
+/// AES-128-GCM); empty: rustls's defaults.
+pub fn client_config(
+    trust: &Trust,
+    alpn: &[&[u8]],
+    suites: &[String],
+) -> Result<Arc<ClientConfig>, String> {
+    let mut provider = rustls::crypto::ring::default_provider();
+    if !suites.is_empty() {
+        let mut chosen = Vec::new();
+        for name in suites {
+            let id = SUITE_NAMES
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, id)| *id)
+                .ok_or_else(|| {
+                    let known: Vec<_> = SUITE_NAMES.iter().map(|(n, _)| *n).collect();
+                    format!("unknown TLS suite {name:?} (known: {})", known.join(", "))
+                })?;
+            let suite = provider
+                .cipher_suites
+                .iter()
+                .find(|s| s.suite() == id)
+                .copied()
+                .ok_or_else(|| format!("{name}: not in the ring provider"))?;
+            chosen.push(suite);
+        }
+        provider.cipher_suites = chosen;
+    }
+    let provider = Arc::new(provider);
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS versions: {e}"))?;
@@ -183,6 +223,15 @@ impl Stream {
         Ok(())
     }
 
+    /// "TLSv1_3 TLS13_AES_128_GCM_SHA256, ALPN h2" once the handshake is
+    /// done; `None` for TCP.
+    pub fn describe(&self) -> Option<String> {
+        match self {
+            Stream::Tcp(_) => None,
+            Stream::Tls(t) => Some(describe(&t.tls)),
+        }
+    }
+
     /// The protocol ALPN settled on, if any.
     pub fn alpn(&self) -> Option<&[u8]> {
         match self {
@@ -242,6 +291,18 @@ impl TlsStream {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         Ok(n)
+    }
+}
+
+/// The version, cipher suite and ALPN a session settled on.
+pub fn describe(tls: &ClientConnection) -> String {
+    let alpn = tls
+        .alpn_protocol()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .unwrap_or_else(|| "-".into());
+    match (tls.protocol_version(), tls.negotiated_cipher_suite()) {
+        (Some(v), Some(s)) => format!("{v:?} {:?}, ALPN {alpn}", s.suite()),
+        _ => "handshake not done".into(),
     }
 }
 
