@@ -21,14 +21,20 @@
 #                      in Rust, JS (/js/...) and Python (/py/...) at 64 B ×
 #                      200 × 8) run against weir and weir-base only;
 #                      the `pubsub*` scenarios (/topic/bench, native pubsub)
-#                      also against uws and bun (ws.subscribe / ws.publish)
+#                      also against uws and bun (ws.subscribe / ws.publish);
 #                      the `deflate*` scenarios (weir-load deflate: echo of
 #                      JSON-like text with permessage-deflate) run weir's
 #                      /zecho (takeover) and /zecho-none routes
 #                      (benches/deflate/routes.toml) against uws (shared and
 #                      dedicated compressor), bun and ws with perMessageDeflate;
 #                      `deflatepub` (weir-load deflate-fanout) weir's /zpub
-#                      against uws and bun publishing compressed
+#                      against uws and bun publishing compressed;
+#                      the `wss*` scenarios (wss://: echo, handshake cost)
+#                      against weir with `[server] tls`, uws as uWS.SSLApp
+#                      and bun with Bun.serve's tls, with a throwaway
+#                      certificate made here (openssl); `h2` (weir only):
+#                      echo over HTTP/1.1 vs over HTTP/2 streams (RFC 8441),
+#                      h2c and TLS
 #   --runs N           runs per scenario (default 3)
 #   --warmup D --duration D   per measurement (default 1s / 2s)
 #   --baseline NAME    ratios are NAME/peer (default weir, else the first server)
@@ -98,6 +104,10 @@ scenario_defs=(
   "deflate16k|deflate|/zecho|-c 16 -p 2 -s 16KiB"
   "deflatepub|deflate-fanout|/zpub/bench|-c 100 -p 8 -s 1KiB"
   "langs|langs|-|-"
+  "wss64x200p8|echo|wss:/echo|-c 200 -p 8 -s 64"
+  "wss64k|echo|wss:/echo|-c 16 -p 1 -s 64KiB"
+  "wssconnect|connect|wss:/echo|-c 32"
+  "h2|h2|-|-"
 )
 quick="echo64x50,echo64x200p8,size16k,size1m,relay16,pingpong,connect"
 
@@ -151,11 +161,42 @@ for s in "${server_list[@]}"; do
 done
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
+# TLS (wss scenarios, h2): a throwaway self-signed certificate for
+# 127.0.0.1 made for this run (its key never leaves the temporary
+# directory), weir's routes file beside it, weir-load told to trust it.
+tls_dir=""
+server_tls=0     # 1: start the next server with TLS
+url_scheme=ws
+tls_args=()
+if [ -z "$from" ] && [[ ",$scenarios," == *",wss"* || ",$scenarios," == *",h2,"* ]]; then
+  command -v openssl >/dev/null || { echo "the wss and h2 scenarios need openssl (apt-get install openssl)" >&2; exit 2; }
+  tls_dir="$(mktemp -d /tmp/weir-compare-tls.XXXXXX)"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -keyout "$tls_dir/key.pem" -out "$tls_dir/cert.pem" -subj /CN=localhost \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -addext "basicConstraints=critical,CA:FALSE" \
+    -addext "keyUsage=digitalSignature" -addext "extendedKeyUsage=serverAuth" 2>/dev/null
+  cat > "$tls_dir/routes.toml" <<'TOML'
+# weir's native routes over TLS, for benches/compare.sh (made per run).
+[server]
+max_message = "64MiB"
+tls = { cert = "cert.pem", key = "key.pem" }
+
+[[route]]
+path = "/echo"
+native = "echo"
+
+[[route]]
+path = "/relay"
+native = "relay"
+TOML
+fi
+
 raw="$(mktemp /tmp/weir-compare.XXXXXX.jsonl)"
 log="${raw%.jsonl}.log"
 server_pid=""
 cleanup() {
   rm -f "${WEIR_COMPARE_COPY:-}"
+  [ -z "$tls_dir" ] || rm -rf "$tls_dir"
   if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
@@ -171,8 +212,12 @@ start_server() {
     local bin="$weir_bin" routes="$weir_routes" file=()
     [ "$name" = weir-base ] && { bin="$weir_base_bin"; routes="$weir_base_routes"; }
     [ -n "${routes_now:-}" ] && routes="$routes_now"
+    [ "$server_tls" = 1 ] && routes="$tls_dir/routes.toml"
     [ -f "$routes" ] && file=("$routes")
     taskset -c 0 "$bin" serve "${file[@]}" --listen "127.0.0.1:$port" --workers 1 >>"$log" 2>&1 &
+  elif [ "$server_tls" = 1 ]; then
+    TLS_CERT="$tls_dir/cert.pem" TLS_KEY="$tls_dir/key.pem" \
+      taskset -c 0 "$here/peers/run.sh" "$name-tls" "$port" >>"$log" 2>&1 &
   else
     taskset -c 0 "$here/peers/run.sh" "$name" "$port" >>"$log" 2>&1 &
   fi
@@ -204,7 +249,7 @@ measure() {
     echo "{\"scenario\":\"$scen\",\"server\":\"$label\",\"run\":$run,\"ok\":false,\"error\":\"start\"}" >>"$raw"
     stop_server; return
   fi
-  line="$(taskset -c 1 "$load" "$mode" --url "ws://127.0.0.1:$port$path" "$@" \
+  line="$(taskset -c 1 "$load" "$mode" --url "$url_scheme://127.0.0.1:$port$path" "${tls_args[@]}" "$@" \
           --warmup "$warmup" --duration "$duration" --server-pid "$server_pid" 2>>"$log" \
           | tee -a "$log" | grep '^RESULT ' | tail -n1 | sed 's/^RESULT //')" || true
   stop_server
@@ -325,6 +370,31 @@ if native:
             tput.append(r["msgs_per_s"] / n["msgs_per_s"])
             cpu.append(n["server_cpu_ns_per_msg"] / r["server_cpu_ns_per_msg"])
         print(f"| {srv} | {len(cpu)} | {fmt(med(tput), 2)} | {fmt(med(cpu), 2)} |")
+
+# The h2 scenario: each HTTP/2 row against HTTP/1.1 of the same server and
+# scheme (h2c against ws://, h2 over TLS against wss://) in the same run.
+h1 = {}
+for (s, run), res in runs.items():
+    if s != "h2": continue
+    for srv, r in res.items():
+        if srv.endswith("HTTP/1.1") and r.get("ok"):
+            h1[(run, srv)] = r
+if h1:
+    print()
+    print("| h2: transport | runs | msg/s ÷ HTTP/1.1 | server CPU/msg ÷ HTTP/1.1 |")
+    print("|---|---|---|---|")
+    for (scen, srv), rs in by.items():
+        if scen != "h2" or srv.endswith("HTTP/1.1"): continue
+        name = srv.split(" ")[0]
+        ref = f"{name} wss:// HTTP/1.1" if " TLS " in srv else f"{name} ws:// HTTP/1.1"
+        tput, cpu = [], []
+        for (s, run), res in runs.items():
+            if s != "h2" or srv not in res: continue
+            b, r = h1.get((run, ref)), res[srv]
+            if not (b and r.get("ok")): continue
+            tput.append(r["msgs_per_s"] / b["msgs_per_s"])
+            cpu.append(r["server_cpu_ns_per_msg"] / b["server_cpu_ns_per_msg"])
+        print(f"| {srv} vs {ref.split(' ', 1)[1]} | {len(cpu)} | {fmt(med(tput), 2)} | {fmt(med(cpu), 2)} |")
 PY
 }
 
@@ -342,6 +412,11 @@ for scen in "${scenario_list[@]}"; do
   [ -n "$def" ] || { echo "unknown scenario $scen (see --list)" >&2; exit 2; }
   IFS='|' read -r _ mode path args <<< "$def"
   read -r -a argv <<< "$args"
+  server_tls=0; url_scheme=ws; tls_args=()
+  if [[ "$path" == wss:* ]]; then
+    path="${path#wss:}"
+    server_tls=1; url_scheme=wss; tls_args=(--ca "$tls_dir/cert.pem")
+  fi
   for run in $(seq "$runs"); do
     order=("${server_list[@]}")
     if [ $((run % 2)) -eq 0 ]; then
@@ -349,6 +424,13 @@ for scen in "${scenario_list[@]}"; do
     fi
     if [ "$mode" = deflate ] || [ "$mode" = deflate-fanout ]; then
       :
+    elif [ "$server_tls" = 1 ]; then
+      # wss: weir and the peers with TLS of their own.
+      keep=()
+      for srv in "${order[@]}"; do
+        case "$srv" in weir|weir-base|uws|bun) keep+=("$srv") ;; esac
+      done
+      order=("${keep[@]}")
     elif [ "$path" = /topic/bench ]; then
       # Native pubsub: weir and the peers with a pub/sub API of their own.
       keep=()
@@ -413,6 +495,20 @@ for scen in "${scenario_list[@]}"; do
         esac
       done
       routes_now=""
+      continue
+    fi
+    if [ "$mode" = h2 ]; then
+      # Within weir: the same echo load (64 B × 200 × 8) over HTTP/1.1 and
+      # over HTTP/2 streams, h2c and TLS (ALPN h2).
+      for srv in "${order[@]}"; do
+        server_tls=0; url_scheme=ws; tls_args=()
+        measure "$scen" "$srv" "$run" "$srv ws:// HTTP/1.1" echo /echo -c 200 -p 8 -s 64
+        measure "$scen" "$srv" "$run" "$srv h2c 100 streams/conn" echo /echo -c 200 -p 8 -s 64 --h2 --streams 100
+        measure "$scen" "$srv" "$run" "$srv h2c 1 stream/conn" echo /echo -c 200 -p 8 -s 64 --h2 --streams 1
+        server_tls=1; url_scheme=wss; tls_args=(--ca "$tls_dir/cert.pem")
+        measure "$scen" "$srv" "$run" "$srv wss:// HTTP/1.1" echo /echo -c 200 -p 8 -s 64
+        measure "$scen" "$srv" "$run" "$srv h2 TLS 100 streams/conn" echo /echo -c 200 -p 8 -s 64 --h2 --streams 100
+      done
       continue
     fi
     if [ "$mode" = guest ]; then

@@ -70,14 +70,14 @@ impl Sink for PongSink {
 
 /// One message out on every connection, then at least one data message
 /// back on each (its echo, or a room's broadcast), within 30 s in all.
-fn exchange(conns: &mut [std::net::TcpStream], errors: &mut Vec<String>) {
+fn exchange(conns: &mut [crate::stream::Stream], errors: &mut Vec<String>) {
     let msg = ws::client_frame(
         ws::OP_TEXT,
         b"{\"idle\":\"one message before the silence\"}",
         MASK_KEY,
     );
     for (i, s) in conns.iter_mut().enumerate() {
-        s.set_nonblocking(false).ok();
+        s.socket().set_nonblocking(false).ok();
         if let Err(e) = s.write_all(&msg) {
             if errors.len() < 20 {
                 errors.push(format!("conn {i}: send: {e}"));
@@ -93,7 +93,7 @@ fn exchange(conns: &mut [std::net::TcpStream], errors: &mut Vec<String>) {
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1));
-            s.set_read_timeout(Some(left)).ok();
+            s.socket().set_read_timeout(Some(left)).ok();
             match s.read(&mut buf) {
                 Ok(n) if n > 0 && parser.feed(&buf[..n], &mut sink).is_ok() && !sink.control => {}
                 _ => {
@@ -136,8 +136,8 @@ pub fn run(
             conn::open_from(target, &path, source.into(), &mut rng)
         } else if path != target.path {
             let t = Target {
-                addr: target.addr.clone(),
                 path,
+                ..target.clone()
             };
             conn::open(&t, &mut rng)
         } else {
@@ -161,7 +161,7 @@ pub fn run(
 
     // Liveness: ping everyone, then collect the pongs.
     for (i, s) in conns.iter_mut().enumerate() {
-        s.set_nonblocking(false).ok();
+        s.socket().set_nonblocking(false).ok();
         let ping = ws::client_frame(OP_PING, &(i as u32).to_le_bytes(), MASK_KEY);
         if let Err(e) = s.write_all(&ping) {
             if r.errors.len() < 20 {
@@ -178,7 +178,7 @@ pub fn run(
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1));
-            s.set_read_timeout(Some(left)).ok();
+            s.socket().set_read_timeout(Some(left)).ok();
             match s.read(&mut buf) {
                 Ok(0) | Err(_) => break false,
                 Ok(n) => {

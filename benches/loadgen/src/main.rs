@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use weir_load::conn::{self, Conn, Target};
 use weir_load::engine::{self, Control, Load, ThreadResult, DONE, MEASURE};
 use weir_load::payload::{Expect, Source, Template};
+use weir_load::stream::{self as tls, Trust};
 use weir_load::units::{parse_duration, parse_size};
-use weir_load::{connect, idle, sys, ws};
+use weir_load::{connect, idle, over_h2, sys, ws};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -69,9 +70,26 @@ impl Mode {
 )]
 struct Args {
     mode: Mode,
-    /// Server URL; the default path depends on the mode (/echo, /relay, /json, /binary, /chat/bench).
+    /// Server URL, ws:// or wss://; the default path depends on the mode (/echo, /relay, /json, /binary, /chat/bench).
     #[arg(long)]
     url: Option<String>,
+    /// wss://: trust the certificate(s) in this PEM file (a CA, or the server's self-signed certificate).
+    #[arg(long, value_name = "FILE")]
+    ca: Option<String>,
+    /// wss://: accept any server certificate (loopback benchmarks with a throwaway certificate).
+    #[arg(long, conflicts_with = "ca")]
+    insecure: bool,
+    /// wss://: offer only these TLS 1.3 suites, in this order (aes128,
+    /// aes256, chacha20), so every server compared uses the same cipher.
+    #[arg(long, value_delimiter = ',')]
+    tls_suites: Vec<String>,
+    /// WebSockets over HTTP/2 (RFC 8441 extended CONNECT): h2c with prior
+    /// knowledge for ws://, ALPN h2 for wss://. echo, json and binary only.
+    #[arg(long)]
+    h2: bool,
+    /// --h2: WebSocket streams per TCP connection (-c counts streams).
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
     /// Connections (echo, json, binary, connect workers, idle), pairs (relay), subscribers (fanout).
     #[arg(short = 'c', long, default_value_t = 50)]
     connections: usize,
@@ -185,11 +203,26 @@ fn run(a: &Args) -> Result<bool, String> {
         .url
         .clone()
         .unwrap_or_else(|| format!("ws://127.0.0.1:9001{}", a.mode.default_path()));
-    let target = Target::parse(&url)?;
+    let mut target = Target::parse(&url)?;
+    if target.secure {
+        let trust = match (&a.ca, a.insecure) {
+            (Some(file), _) => Trust::CaFile(file.clone()),
+            (None, true) => Trust::Insecure,
+            (None, false) => return Err("wss:// needs --ca FILE or --insecure".into()),
+        };
+        let alpn: &[&[u8]] = if a.h2 { &[b"h2"] } else { &[b"http/1.1"] };
+        target.tls = Some(tls::client_config(&trust, alpn, &a.tls_suites)?);
+    } else if a.ca.is_some() || a.insecure {
+        return Err("--ca and --insecure are for wss:// URLs".into());
+    }
+    if a.h2 && !matches!(a.mode, Mode::Echo | Mode::Json | Mode::Binary) {
+        return Err("--h2 supports the echo, json and binary modes".into());
+    }
     let text = a.text;
     let threads = a.threads.max(1);
     let c = a.connections.max(1);
-    let ctl = Control::default();
+    // 'static: HTTP/2 streams are tasks that outlive any borrow.
+    let ctl: &'static Control = Box::leak(Box::default());
     let mut rng = ws::Rng::new(0x5eed ^ std::process::id() as u64);
 
     if a.mode == Mode::Idle {
@@ -245,6 +278,8 @@ fn run(a: &Args) -> Result<bool, String> {
     }
     .max(1);
     let mut groups: Vec<Vec<Conn>> = (0..threads).map(|_| Vec::new()).collect();
+    // --h2: what each thread's streams send and expect; they open in the threads.
+    let mut h2_ends: Vec<Vec<(Source, Expect)>> = (0..threads).map(|_| Vec::new()).collect();
     let load = match a.mode {
         Mode::Echo | Mode::Json | Mode::Binary => Load::ReqResp { depth },
         Mode::Relay => Load::Relay,
@@ -258,15 +293,24 @@ fn run(a: &Args) -> Result<bool, String> {
     match a.mode {
         Mode::Echo | Mode::Json | Mode::Binary => {
             let t = Template::new(a.size, text, 1);
+            let streams = a.streams.max(1);
             for i in 0..c {
-                let s =
-                    conn::open(&target, &mut rng).map_err(|e| format!("connection {i}: {e}"))?;
                 let base = i as u64 * 1_000_003;
                 let (src, exp) = match a.mode {
                     Mode::Json => (Source::Json { base }, Expect::Json { base }),
                     Mode::Binary => (Source::Int32 { base }, Expect::Int32 { base }),
                     _ => (Source::Pattern(t), Expect::Pattern(t)),
                 };
+                if a.h2 {
+                    // Whole connections per thread: streams i..i+streams share one.
+                    h2_ends[(i / streams) % threads].push((src, exp));
+                    continue;
+                }
+                let s =
+                    conn::open(&target, &mut rng).map_err(|e| format!("connection {i}: {e}"))?;
+                if let (0, Some(d)) = (i, s.describe()) {
+                    println!("TLS: {d}");
+                }
                 groups[i % threads].push(Conn::new(s, src, exp, depth));
             }
         }
@@ -316,21 +360,31 @@ fn run(a: &Args) -> Result<bool, String> {
     }
     let setup_secs = setup.elapsed().as_secs_f64();
 
+    h2_ends.retain(|e| !e.is_empty());
+    let ready = std::sync::Barrier::new(h2_ends.len() + 1);
     let (res, win) = std::thread::scope(|sc| {
         let mut handles = Vec::new();
         if a.mode == Mode::Connect {
             for t in 0..threads {
                 let slots = c / threads + usize::from(t < c % threads);
-                let (ctl, target) = (&ctl, &target);
+                let target = &target;
                 handles.push(sc.spawn(move || connect::run(target, slots, t as u64 + 1, ctl)));
             }
+        } else if a.h2 {
+            let ready = &ready;
+            for e in h2_ends.drain(..) {
+                let target = &target;
+                let streams = a.streams.max(1);
+                handles.push(sc.spawn(move || over_h2::run(target, e, streams, depth, ctl, ready)));
+            }
+            // Measure from when every stream is open.
+            ready.wait();
         } else {
             for mut g in groups.drain(..).filter(|g| !g.is_empty()) {
-                let ctl = &ctl;
                 handles.push(sc.spawn(move || engine::run(&mut g, load, ctl)));
             }
         }
-        let win = measure(&ctl, a.warmup, a.duration, a.server_pid);
+        let win = measure(ctl, a.warmup, a.duration, a.server_pid);
         let mut total = ThreadResult::default();
         for h in handles {
             total.merge(h.join().expect("worker thread panicked"));

@@ -4,6 +4,11 @@
 // the topic's other subscribers (ws.publish leaves the sender out, like
 // weir's default). permessage-deflate when a client offers it (see below),
 // 64 MiB max payload and backpressure limit.
+// With TLS_CERT and TLS_KEY (PEM files) in the environment it serves wss://
+// (run.sh's `bun-tls`).
+const tls = process.env.TLS_CERT && process.env.TLS_KEY
+  ? { cert: Bun.file(process.env.TLS_CERT), key: Bun.file(process.env.TLS_KEY) }
+  : undefined;
 const port = Number(process.argv[2] || process.env.PORT || 9001);
 let waiting = null;
 
@@ -15,6 +20,7 @@ let waiting = null;
 Bun.serve({
   hostname: '127.0.0.1',
   port,
+  tls,
   fetch(req, server) {
     const path = new URL(req.url).pathname;
     const zpub = path.startsWith('/zpub/');
@@ -54,4 +60,4 @@ Bun.serve({
     },
   },
 });
-console.log(`Bun peer listening on 127.0.0.1:${port}`);
+console.log(`Bun peer listening on 127.0.0.1:${port}${tls ? ' (TLS)' : ''}`);

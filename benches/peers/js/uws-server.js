@@ -4,7 +4,8 @@
 // subscribes to NAME and publishes each message to the topic's other
 // subscribers (ws.publish leaves the sender out, like weir's default). Compression off,
 // 64 MiB max payload and backpressure limit (so large pipelined echoes are
-// never dropped).
+// never dropped). With TLS_CERT and TLS_KEY (PEM files) in the environment it
+// serves wss:// through uWS.SSLApp instead (run.sh's `uws-tls`).
 'use strict';
 const path = require('path');
 const uWS = require(path.join(__dirname, '..', 'uws', `uws_linux_x64_${process.versions.modules}.node`));
@@ -17,6 +18,10 @@ const common = {
   idleTimeout: 0,
 };
 let waiting = null;
+const tls = process.env.TLS_CERT && process.env.TLS_KEY;
+const app = tls
+  ? uWS.SSLApp({ cert_file_name: process.env.TLS_CERT, key_file_name: process.env.TLS_KEY })
+  : uWS.App();
 
 // permessage-deflate (benches/compare.sh's deflate scenarios): /zecho
 // with the shared compressor (no context kept between messages), and
@@ -28,7 +33,7 @@ const compressed = (compression) => ({
   message: (ws, msg, isBinary) => { ws.send(msg, isBinary, true); },
 });
 
-uWS.App()
+app
   .ws('/echo', {
     ...common,
     message: (ws, msg, isBinary) => { ws.send(msg, isBinary); },
@@ -93,5 +98,5 @@ uWS.App()
   .any('/*', (res) => { res.writeStatus('404 Not Found').end(); })
   .listen('127.0.0.1', port, (token) => {
     if (!token) { console.error(`uWS: cannot listen on ${port}`); process.exit(1); }
-    console.log(`uWebSockets.js peer listening on 127.0.0.1:${port}`);
+    console.log(`uWebSockets.js peer listening on 127.0.0.1:${port}${tls ? ' (TLS)' : ''}`);
   });
