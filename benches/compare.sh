@@ -21,7 +21,20 @@
 #                      in Rust, JS (/js/...) and Python (/py/...) at 64 B ×
 #                      200 × 8) run against weir and weir-base only;
 #                      the `pubsub*` scenarios (/topic/bench, native pubsub)
-#                      also against uws and bun (ws.subscribe / ws.publish)
+#                      also against uws and bun (ws.subscribe / ws.publish);
+#                      the `deflate*` scenarios (weir-load deflate: echo of
+#                      JSON-like text with permessage-deflate) run weir's
+#                      /zecho (takeover) and /zecho-none routes
+#                      (benches/deflate/routes.toml) against uws (shared and
+#                      dedicated compressor), bun and ws with perMessageDeflate;
+#                      `deflatepub` (weir-load deflate-fanout) weir's /zpub
+#                      against uws and bun publishing compressed;
+#                      the `wss*` scenarios (wss://: echo, handshake cost)
+#                      against weir with `[server] tls`, uws as uWS.SSLApp
+#                      and bun with Bun.serve's tls, with a throwaway
+#                      certificate made here (openssl); `h2` (weir only):
+#                      echo over HTTP/1.1 vs over HTTP/2 streams (RFC 8441),
+#                      h2c and TLS
 #   --runs N           runs per scenario (default 3)
 #   --warmup D --duration D   per measurement (default 1s / 2s)
 #   --baseline NAME    ratios are NAME/peer (default weir, else the first server)
@@ -73,6 +86,8 @@ scenario_defs=(
   "pingpong|relay|/relay|-c 1 -s 16"
   "connect|connect|/echo|-c 32"
   "idle10k|idle|/echo|-c 10000"
+  "idle19k|idle|/echo|-c 19000 --sources 8"
+  "chatidle19k|idle|/chat/room-{room}|-c 19000 --sources 8 --room-size 10"
   "fanout|fanout|/chat/bench|-c 100 -s 64 -p 32"
   "pubsub100|fanout|/topic/bench|-c 100 -s 64 -p 32"
   "pubsub1k|fanout|/topic/bench|-c 1000 -s 64 -p 32"
@@ -85,7 +100,14 @@ scenario_defs=(
   "plain64x50|echo|/plain|-c 50 -p 1 -s 64"
   "json50|json|/json|-c 50 --sync"
   "guest|guest|-|-"
+  "deflate1k|deflate|/zecho|-c 50 -p 4 -s 1KiB"
+  "deflate16k|deflate|/zecho|-c 16 -p 2 -s 16KiB"
+  "deflatepub|deflate-fanout|/zpub/bench|-c 100 -p 8 -s 1KiB"
   "langs|langs|-|-"
+  "wss64x200p8|echo|wss:/echo|-c 200 -p 8 -s 64"
+  "wss64k|echo|wss:/echo|-c 16 -p 1 -s 64KiB"
+  "wssconnect|connect|wss:/echo|-c 32"
+  "h2|h2|-|-"
 )
 quick="echo64x50,echo64x200p8,size16k,size1m,relay16,pingpong,connect"
 
@@ -139,11 +161,42 @@ for s in "${server_list[@]}"; do
 done
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
+# TLS (wss scenarios, h2): a throwaway self-signed certificate for
+# 127.0.0.1 made for this run (its key never leaves the temporary
+# directory), weir's routes file beside it, weir-load told to trust it.
+tls_dir=""
+server_tls=0     # 1: start the next server with TLS
+url_scheme=ws
+tls_args=()
+if [ -z "$from" ] && [[ ",$scenarios," == *",wss"* || ",$scenarios," == *",h2,"* ]]; then
+  command -v openssl >/dev/null || { echo "the wss and h2 scenarios need openssl (apt-get install openssl)" >&2; exit 2; }
+  tls_dir="$(mktemp -d /tmp/weir-compare-tls.XXXXXX)"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -keyout "$tls_dir/key.pem" -out "$tls_dir/cert.pem" -subj /CN=localhost \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -addext "basicConstraints=critical,CA:FALSE" \
+    -addext "keyUsage=digitalSignature" -addext "extendedKeyUsage=serverAuth" 2>/dev/null
+  cat > "$tls_dir/routes.toml" <<'TOML'
+# weir's native routes over TLS, for benches/compare.sh (made per run).
+[server]
+max_message = "64MiB"
+tls = { cert = "cert.pem", key = "key.pem" }
+
+[[route]]
+path = "/echo"
+native = "echo"
+
+[[route]]
+path = "/relay"
+native = "relay"
+TOML
+fi
+
 raw="$(mktemp /tmp/weir-compare.XXXXXX.jsonl)"
 log="${raw%.jsonl}.log"
 server_pid=""
 cleanup() {
   rm -f "${WEIR_COMPARE_COPY:-}"
+  [ -z "$tls_dir" ] || rm -rf "$tls_dir"
   if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
@@ -158,8 +211,13 @@ start_server() {
   if [ "$name" = weir ] || [ "$name" = weir-base ]; then
     local bin="$weir_bin" routes="$weir_routes" file=()
     [ "$name" = weir-base ] && { bin="$weir_base_bin"; routes="$weir_base_routes"; }
+    [ -n "${routes_now:-}" ] && routes="$routes_now"
+    [ "$server_tls" = 1 ] && routes="$tls_dir/routes.toml"
     [ -f "$routes" ] && file=("$routes")
     taskset -c 0 "$bin" serve "${file[@]}" --listen "127.0.0.1:$port" --workers 1 >>"$log" 2>&1 &
+  elif [ "$server_tls" = 1 ]; then
+    TLS_CERT="$tls_dir/cert.pem" TLS_KEY="$tls_dir/key.pem" \
+      taskset -c 0 "$here/peers/run.sh" "$name-tls" "$port" >>"$log" 2>&1 &
   else
     taskset -c 0 "$here/peers/run.sh" "$name" "$port" >>"$log" 2>&1 &
   fi
@@ -191,7 +249,7 @@ measure() {
     echo "{\"scenario\":\"$scen\",\"server\":\"$label\",\"run\":$run,\"ok\":false,\"error\":\"start\"}" >>"$raw"
     stop_server; return
   fi
-  line="$(taskset -c 1 "$load" "$mode" --url "ws://127.0.0.1:$port$path" "$@" \
+  line="$(taskset -c 1 "$load" "$mode" --url "$url_scheme://127.0.0.1:$port$path" "${tls_args[@]}" "$@" \
           --warmup "$warmup" --duration "$duration" --server-pid "$server_pid" 2>>"$log" \
           | tee -a "$log" | grep '^RESULT ' | tail -n1 | sed 's/^RESULT //')" || true
   stop_server
@@ -243,6 +301,8 @@ def ratio(scen, srv, field):
 print("| scenario | server | ok runs | msg/s (median) | server CPU ns/msg | client CPU ns/msg | p50 µs | p99 µs | %s/peer msg/s | %s/peer CPU/msg |" % (base, base))
 print("|---|---|---|---|---|---|---|---|---|---|")
 for (scen, srv), rs in by.items():
+    if any(str(r.get("mode")).startswith("deflate") for r in rs):
+        continue
     ok = [r for r in rs if r.get("ok")]
     n_ok = f"{len(ok)}/{len(rs)}"
     if not ok:
@@ -257,6 +317,35 @@ for (scen, srv), rs in by.items():
         fmt(g("p50_us"), 1), fmt(g("p99_us"), 1),
         "1.00" if same else fmt(ratio(scen, srv, "msgs_per_s"), 2),
         "1.00" if same else fmt(ratio(scen, srv, "server_cpu_ns_per_msg"), 2)))
+
+# The deflate scenarios: bytes on the wire per message each way, the
+# compression ratio (payload / bytes to the client), and server CPU per
+# message as weir/peer within each run (weir none against peers that keep
+# no context, weir takeover against those that do), the median over runs.
+deflate = [(k, rs) for k, rs in by.items() if any(str(r.get("mode")).startswith("deflate") for r in rs)]
+if deflate:
+    print()
+    print("| scenario | server | agreed | ok runs | msg/s | server CPU ns/msg | wire B/msg to server | wire B/msg to client | ratio | %s CPU/msg ÷ this (per run, median) |" % base)
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (scen, srv), rs in deflate:
+        ok = [r for r in rs if r.get("ok")]
+        if not ok:
+            print(f"| {scen} | {srv} | | 0/{len(rs)} | FAILED | | | | | | |"); continue
+        g = lambda f: med([r.get(f) for r in ok])
+        ratio_wire = g("payload_per_msg") / g("wire_to_client_per_msg") if g("wire_to_client_per_msg") else None
+        agreed = ok[0].get("agreed", "").replace("server_no_context=", "s:").replace(" client_no_context=", " c:")
+        def vs(label):
+            rs2 = []
+            for (s, run), res in runs.items():
+                if s != scen or label not in res or srv not in res: continue
+                a, b = res[label], res[srv]
+                if a.get("ok") and b.get("ok"):
+                    rs2.append(a["server_cpu_ns_per_msg"] / b["server_cpu_ns_per_msg"])
+            return med(rs2)
+        mine = [k[1] for k, _ in deflate if k[0] == scen and k[1].split(" ")[0] == base]
+        cmp = "" if srv.split(" ")[0] == base else ", ".join(
+            f"{m[len(base) + 1:]} {fmt(vs(m), 2)}" for m in mine)
+        print(f"| {scen} | {srv} | {agreed} | {len(ok)}/{len(rs)} | {fmt(g('msgs_per_s'))} | {fmt(g('server_cpu_ns_per_msg'))} | {fmt(g('wire_to_server_per_msg'))} | {fmt(g('wire_to_client_per_msg'))} | {fmt(ratio_wire, 2)} | {cmp} |")
 
 # The langs scenario: each route against native /echo of the same server in
 # the same run (route/native msg/s; native/route CPU per message, so both
@@ -281,6 +370,31 @@ if native:
             tput.append(r["msgs_per_s"] / n["msgs_per_s"])
             cpu.append(n["server_cpu_ns_per_msg"] / r["server_cpu_ns_per_msg"])
         print(f"| {srv} | {len(cpu)} | {fmt(med(tput), 2)} | {fmt(med(cpu), 2)} |")
+
+# The h2 scenario: each HTTP/2 row against HTTP/1.1 of the same server and
+# scheme (h2c against ws://, h2 over TLS against wss://) in the same run.
+h1 = {}
+for (s, run), res in runs.items():
+    if s != "h2": continue
+    for srv, r in res.items():
+        if srv.endswith("HTTP/1.1") and r.get("ok"):
+            h1[(run, srv)] = r
+if h1:
+    print()
+    print("| h2: transport | runs | msg/s ÷ HTTP/1.1 | server CPU/msg ÷ HTTP/1.1 |")
+    print("|---|---|---|---|")
+    for (scen, srv), rs in by.items():
+        if scen != "h2" or srv.endswith("HTTP/1.1"): continue
+        name = srv.split(" ")[0]
+        ref = f"{name} wss:// HTTP/1.1" if " TLS " in srv else f"{name} ws:// HTTP/1.1"
+        tput, cpu = [], []
+        for (s, run), res in runs.items():
+            if s != "h2" or srv not in res: continue
+            b, r = h1.get((run, ref)), res[srv]
+            if not (b and r.get("ok")): continue
+            tput.append(r["msgs_per_s"] / b["msgs_per_s"])
+            cpu.append(r["server_cpu_ns_per_msg"] / b["server_cpu_ns_per_msg"])
+        print(f"| {srv} vs {ref.split(' ', 1)[1]} | {len(cpu)} | {fmt(med(tput), 2)} | {fmt(med(cpu), 2)} |")
 PY
 }
 
@@ -298,12 +412,26 @@ for scen in "${scenario_list[@]}"; do
   [ -n "$def" ] || { echo "unknown scenario $scen (see --list)" >&2; exit 2; }
   IFS='|' read -r _ mode path args <<< "$def"
   read -r -a argv <<< "$args"
+  server_tls=0; url_scheme=ws; tls_args=()
+  if [[ "$path" == wss:* ]]; then
+    path="${path#wss:}"
+    server_tls=1; url_scheme=wss; tls_args=(--ca "$tls_dir/cert.pem")
+  fi
   for run in $(seq "$runs"); do
     order=("${server_list[@]}")
     if [ $((run % 2)) -eq 0 ]; then
       order=(); for ((i=${#server_list[@]}-1; i>=0; i--)); do order+=("${server_list[i]}"); done
     fi
-    if [ "$path" = /topic/bench ]; then
+    if [ "$mode" = deflate ] || [ "$mode" = deflate-fanout ]; then
+      :
+    elif [ "$server_tls" = 1 ]; then
+      # wss: weir and the peers with TLS of their own.
+      keep=()
+      for srv in "${order[@]}"; do
+        case "$srv" in weir|weir-base|uws|bun) keep+=("$srv") ;; esac
+      done
+      order=("${keep[@]}")
+    elif [ "$path" = /topic/bench ]; then
       # Native pubsub: weir and the peers with a pub/sub API of their own.
       keep=()
       for srv in "${order[@]}"; do
@@ -331,6 +459,55 @@ for scen in "${scenario_list[@]}"; do
         for p in /json /js/json /py/json; do
           measure "$scen" "$srv" "$run" "$srv $p" json "$p" -c 200 -p 8 --async
         done
+      done
+      continue
+    fi
+    if [ "$mode" = deflate-fanout ]; then
+      # Compressed fan-out: weir's /zpub ("none": one compressed copy per
+      # publish) against uws (shared compressor) and bun.
+      routes_now="$here/deflate/routes.toml"
+      for srv in "${order[@]}"; do
+        case "$srv" in
+          weir|weir-base)
+            measure "$scen" "$srv" "$run" "$srv none" "$mode" "$path" "${argv[@]}"
+            measure "$scen" "$srv" "$run" "$srv none L3" "$mode" "${path/zpub/zpub-l3}" "${argv[@]}" ;;
+          uws|bun) measure "$scen" "$srv" "$run" "$srv" "$mode" "$path" "${argv[@]}" ;;
+        esac
+      done
+      routes_now=""
+      continue
+    fi
+    if [ "$mode" = deflate ]; then
+      # Compressed echo: weir with and without context takeover against
+      # the peers that speak permessage-deflate.
+      routes_now="$here/deflate/routes.toml"
+      for srv in "${order[@]}"; do
+        case "$srv" in
+          weir|weir-base)
+            measure "$scen" "$srv" "$run" "$srv takeover" deflate /zecho "${argv[@]}"
+            measure "$scen" "$srv" "$run" "$srv none" deflate /zecho-none "${argv[@]}"
+            measure "$scen" "$srv" "$run" "$srv takeover L2" deflate /zecho-l2 "${argv[@]}"
+            measure "$scen" "$srv" "$run" "$srv none L3" deflate /zecho-none-l3 "${argv[@]}" ;;
+          uws)
+            measure "$scen" "$srv" "$run" "uws shared" deflate /zecho "${argv[@]}"
+            measure "$scen" "$srv" "$run" "uws dedicated" deflate /zecho-dedicated "${argv[@]}" ;;
+          bun|ws) measure "$scen" "$srv" "$run" "$srv" deflate /zecho "${argv[@]}" ;;
+        esac
+      done
+      routes_now=""
+      continue
+    fi
+    if [ "$mode" = h2 ]; then
+      # Within weir: the same echo load (64 B × 200 × 8) over HTTP/1.1 and
+      # over HTTP/2 streams, h2c and TLS (ALPN h2).
+      for srv in "${order[@]}"; do
+        server_tls=0; url_scheme=ws; tls_args=()
+        measure "$scen" "$srv" "$run" "$srv ws:// HTTP/1.1" echo /echo -c 200 -p 8 -s 64
+        measure "$scen" "$srv" "$run" "$srv h2c 100 streams/conn" echo /echo -c 200 -p 8 -s 64 --h2 --streams 100
+        measure "$scen" "$srv" "$run" "$srv h2c 1 stream/conn" echo /echo -c 200 -p 8 -s 64 --h2 --streams 1
+        server_tls=1; url_scheme=wss; tls_args=(--ca "$tls_dir/cert.pem")
+        measure "$scen" "$srv" "$run" "$srv wss:// HTTP/1.1" echo /echo -c 200 -p 8 -s 64
+        measure "$scen" "$srv" "$run" "$srv h2 TLS 100 streams/conn" echo /echo -c 200 -p 8 -s 64 --h2 --streams 100
       done
       continue
     fi

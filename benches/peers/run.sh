@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # run.sh NAME PORT: exec one peer server in the foreground, so the PID the
 # caller started IS the server (its /proc/PID/stat is what gets measured).
-# NAME: uws | ws | bun | deno | tungstenite | fastws
+# NAME: uws | ws | bun | deno | tungstenite | fastws, or uws-tls | bun-tls
+# (wss://: uWS.SSLApp, Bun.serve's tls) with the PEM files TLS_CERT and
+# TLS_KEY from the environment.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 name="${1:?usage: run.sh NAME PORT}"
@@ -14,6 +16,10 @@ case "$name" in
   bun)         exec "$here/node_modules/bun/bin/bun.exe" "$here/js/bun-server.js" "$port" ;;
   deno)        DENO_NO_UPDATE_CHECK=1 exec "$here/node_modules/@deno/linux-x64-glibc/deno" run \
                  --allow-net --allow-env "$here/js/deno-server.js" "$port" ;;
+  uws-tls|bun-tls)
+    [ -f "${TLS_CERT:-}" ] && [ -f "${TLS_KEY:-}" ] || { echo "$name needs TLS_CERT and TLS_KEY (PEM files)" >&2; exit 2; }
+    export TLS_CERT TLS_KEY
+    exec "$0" "${name%-tls}" "$port" ;;
   tungstenite) exec "$target/tungstenite" "$port" ;;
   fastws)      exec "$target/fastws" "$port" ;;
   *) echo "unknown peer $name" >&2; exit 2 ;;

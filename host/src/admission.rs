@@ -39,7 +39,7 @@ pub fn raise_descriptor_limit() -> Option<u64> {
 /// opens (listeners, epoll and event fds, the guest cache, logs, Redis)
 /// and for accepting a connection only to refuse it.
 pub fn descriptor_reserve(limit: u64) -> u64 {
-    (limit / 16).max(32).min(limit / 2)
+    (limit / 32).max(32).min(limit / 2)
 }
 
 /// The global connection cap in force: `configured` (0 = no limit), but
@@ -184,8 +184,8 @@ mod tests {
     fn the_cap_stays_below_the_descriptor_limit() {
         // 0 is "no limit" (it used to refuse everything).
         assert_eq!(connection_cap(0, None), usize::MAX);
-        assert_eq!(connection_cap(0, Some(1024)), 1024 - 64);
-        assert_eq!(connection_cap(100_000, Some(20_000)), 20_000 - 1_250);
+        assert_eq!(connection_cap(0, Some(1024)), 1024 - 32);
+        assert_eq!(connection_cap(100_000, Some(20_000)), 20_000 - 625);
         assert_eq!(connection_cap(500, Some(20_000)), 500);
         assert_eq!(connection_cap(100, Some(128)), 128 - 32);
         assert_eq!(connection_cap(100, Some(40)), 20, "half is kept at least");

@@ -135,7 +135,7 @@ pub struct Limits {
     /// [`crate::origin::Rule::parse`].
     pub origins: Vec<String>,
     /// permessage-deflate (`compression`, `compression_min`,
-    /// `compression_context`); off by default.
+    /// `compression_context`, `compression_level`); off by default.
     pub compression: crate::ws::deflate::Compression,
     /// Refuse upgrades without an `Origin` (non-browser clients).
     pub require_origin: bool,

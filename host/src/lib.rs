@@ -21,8 +21,10 @@
 //! - [`registry`] — the one map of live connections (shutdown, guest sends,
 //!   subscriptions, `/metrics`).
 //! - [`pubsub`] — topic namespaces (one per route unless shared), fan-out of
-//!   a publish to each worker's subscribers, and the broker that carries
-//!   publishes to other nodes (in-process by default, Redis with `[cluster]`).
+//!   a publish to each worker's subscribers (compressed once per
+//!   permessage-deflate form for subscribers without context takeover), and
+//!   the broker that carries publishes to other nodes (in-process by
+//!   default, Redis with `[cluster]`).
 //! - [`config`] — the routes file.
 //! - [`tls`] — TLS termination's certificates and settings (rustls); the
 //!   loop reads and writes a TLS connection through `reactor::transport`.

@@ -52,16 +52,53 @@ compression = "on"
 path = "/guest"
 guest = "GUEST"
 compression = "on"
+
+[[route]]
+path = "/relay-none"
+native = "relay"
+compression = "on"
+compression_context = "none"
+
+[[route]]
+path = "/mixed/{name}"
+native = "pubsub"
+compression = "on"
+topics = "mixed"
+
+[[route]]
+path = "/mixed-none/{name}"
+native = "pubsub"
+compression = "on"
+compression_context = "none"
+topics = "mixed"
+
+[[route]]
+path = "/guest-none"
+guest = "GUEST"
+compression = "on"
+compression_context = "none"
+
+[[route]]
+path = "/chat/{room}"
+guest = "CHAT"
+compression = "on"
 "#;
 
-async fn weir() -> WeirProcess {
-    let guest = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/echo.wasm");
+fn example(name: &str) -> String {
+    let wasm =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../examples/wasm/{name}.wasm"));
     assert!(
-        guest.exists(),
+        wasm.exists(),
         "{} missing: run scripts/build-guests.sh",
-        guest.display()
+        wasm.display()
     );
-    let routes = ROUTES.replace("GUEST", &guest.display().to_string());
+    wasm.display().to_string()
+}
+
+async fn weir() -> WeirProcess {
+    let routes = ROUTES
+        .replace("GUEST", &example("echo"))
+        .replace("CHAT", &example("chat"));
     WeirProcess::start("workers = 2", &routes, "warn", Stdio::null()).await
 }
 
@@ -136,6 +173,15 @@ impl ClientDeflate {
         assert!(out.ends_with(&[0, 0, 0xFF, 0xFF]));
         out.truncate(out.len() - 4);
         out
+    }
+
+    /// A message the server sent: inflated when RSV1 is set, else as is.
+    fn read(&mut self, first: u8, payload: Vec<u8>) -> Vec<u8> {
+        if first & 0x40 != 0 {
+            self.inflate(&payload)
+        } else {
+            payload
+        }
     }
 
     fn inflate(&mut self, payload: &[u8]) -> Vec<u8> {
@@ -332,8 +378,8 @@ async fn bad_compressed_input_close_codes() {
 }
 
 /// Relay, pubsub and a guest route inflate what their clients send; what
-/// they deliver arrives whole and readable (plain frames: only echo
-/// compresses its replies so far).
+/// they deliver arrives whole and readable: plain to clients that did not
+/// negotiate permessage-deflate, compressed to one that did.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_pubsub_and_guest_inflate() {
     let weir = weir().await;
@@ -362,18 +408,17 @@ async fn relay_pubsub_and_guest_inflate() {
 
     let (mut g, _, ext) = upgrade(weir.addr, "/guest", Some("permessage-deflate")).await;
     assert_eq!(ext.as_deref(), Some("permessage-deflate"));
-    let mut z = ClientDeflate::new();
+    let (mut z, mut zr) = (ClientDeflate::new(), ClientDeflate::new());
     for i in 0..3 {
         let msg = json(1500 + i, i);
         g.send(&frame(0xC1, &z.deflate(&msg))).await;
         let (first, payload) = g.next_frame().await.unwrap();
-        assert_eq!(first & 0x0F, 0x1, "guest echo");
-        let got = if first & 0x40 != 0 {
-            ClientDeflate::new().inflate(&payload)
-        } else {
-            payload
-        };
-        assert_eq!(got, msg, "the guest saw the inflated message");
+        assert_eq!(first, 0xC1, "guest echo, compressed");
+        assert_eq!(
+            zr.read(first, payload),
+            msg,
+            "the guest saw the inflated message"
+        );
     }
 }
 
@@ -479,5 +524,275 @@ async fn python_websockets_client_both_modes() {
             stateless,
             "{path} {mode}: {ext}"
         );
+    }
+}
+
+/// A `deflate_peer.py` child (Python `websockets` with permessage-deflate):
+/// started and ready (its connection open and answering); killed if the
+/// test ends before it does.
+struct Peer {
+    child: std::process::Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl Peer {
+    /// `open`: ready once open (an unpaired relay connection answers no
+    /// ping), else once it answered a ping.
+    async fn start(url: &str, mode: &str, send: usize, recv: usize, open: bool) -> Peer {
+        let python = clients_dir().join(".venv/bin/python");
+        assert!(
+            python.exists(),
+            "{} missing: run scripts/test.sh",
+            python.display()
+        );
+        let mut child = Command::new(python)
+            .args([
+                "deflate_peer.py",
+                url,
+                mode,
+                &send.to_string(),
+                &recv.to_string(),
+            ])
+            .args(open.then_some("open"))
+            .current_dir(clients_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        let mut peer = Peer { child, lines };
+        let first = timeout(STEP, peer.lines.recv())
+            .await
+            .expect("peer not ready");
+        assert_eq!(first.as_deref(), Some("ready"), "{url} {mode}");
+        peer
+    }
+
+    /// Waits for the peer's JSON line (it exits after it).
+    async fn finish(mut self) -> serde_json::Value {
+        let mut last = String::new();
+        while let Some(line) = timeout(STEP, self.lines.recv())
+            .await
+            .expect("peer timed out")
+        {
+            last = line;
+        }
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "deflate_peer.py: {status}: {last}");
+        serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {last}"))
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// What a peer received, as text, and whether each arrived with RSV1.
+fn received(out: &serde_json::Value) -> (Vec<String>, Vec<bool>) {
+    let texts = out["received"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let rsv1 = out["rsv1"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_bool().unwrap())
+        .collect();
+    (texts, rsv1)
+}
+
+/// Message sizes around the default `compression_min` (256 B).
+const SIZES: [usize; 6] = [100, 300, 2000, 5000, 20, 3000];
+
+/// Relay in both context modes: what a plain partner sends reaches a
+/// Python `websockets` client compressed (RSV1 on the wire) from
+/// `compression_min` on and plain below it, and inflates to exactly what
+/// was sent (with context takeover, message after message through one
+/// context); and what the compressing side sends reaches a raw client
+/// plain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_delivers_compressed_both_modes() {
+    let weir = weir().await;
+    for (path, mode) in [("/relay", "takeover"), ("/relay-none", "none")] {
+        let peer = Peer::start(&weir.url(path), mode, 2, SIZES.len(), true).await;
+        let (mut plain, _, ext) = upgrade(weir.addr, path, None).await;
+        assert_eq!(ext, None);
+        let msgs: Vec<Vec<u8>> = SIZES.iter().map(|&n| json(n, n)).collect();
+        for m in &msgs {
+            plain.send(&frame(0x81, m)).await;
+        }
+        let mut from_peer = Vec::new();
+        for _ in 0..2 {
+            let (first, payload) = plain.next_frame().await.unwrap();
+            assert_eq!(first, 0x81, "{path}: the plain side gets plain frames");
+            from_peer.push(String::from_utf8(payload).unwrap());
+        }
+        let out = peer.finish().await;
+        let (texts, rsv1) = received(&out);
+        let want: Vec<String> = msgs
+            .iter()
+            .map(|m| String::from_utf8(m.clone()).unwrap())
+            .collect();
+        assert_eq!(texts, want, "{path}: exact payloads");
+        let compressed: Vec<bool> = SIZES.iter().map(|&n| n >= 256).collect();
+        assert_eq!(rsv1, compressed, "{path}: RSV1 from compression_min on");
+        let sent: Vec<String> = serde_json::from_value(out["sent"].clone()).unwrap();
+        assert_eq!(from_peer, sent, "{path}: the peer's messages");
+        assert_eq!(
+            out["extensions"]
+                .as_str()
+                .unwrap()
+                .contains("server_no_context_takeover"),
+            mode == "none",
+            "{out}"
+        );
+    }
+}
+
+/// One topic (a namespace shared by a takeover route and a "none" route)
+/// with compressing and plain subscribers: each gets exactly what was
+/// published, compressed (RSV1) from `compression_min` on where it
+/// negotiated permessage-deflate, plain where it did not. The two raw
+/// subscribers without context takeover get the same compressed bytes
+/// (one shared form), each message inflating on its own; the takeover
+/// ones inflate through one context; two Python clients check the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pubsub_mixed_topic_compressed_and_plain() {
+    let weir = weir().await;
+    let py_takeover =
+        Peer::start(&weir.url("/mixed/room"), "takeover", 0, SIZES.len(), false).await;
+    let py_none = Peer::start(&weir.url("/mixed-none/room"), "none", 0, SIZES.len(), false).await;
+    let mut subs = Vec::new();
+    for (path, offer) in [
+        ("/mixed/room", None),
+        ("/mixed/room", Some("permessage-deflate")),
+        ("/mixed-none/room", Some("permessage-deflate")),
+        ("/mixed-none/room", Some("permessage-deflate")),
+        // A takeover route's client may ask for no context on its side.
+        (
+            "/mixed/room",
+            Some("permessage-deflate; server_no_context_takeover"),
+        ),
+    ] {
+        let (mut raw, _, ext) = upgrade(weir.addr, path, offer).await;
+        assert_eq!(ext.is_some(), offer.is_some(), "{path} {offer:?}");
+        raw.send(&frame(0x89, b"")).await;
+        assert_eq!(raw.next_frame().await.unwrap().0, 0x8A, "subscribed");
+        subs.push(raw);
+    }
+    let (mut publisher, _, _) = upgrade(weir.addr, "/mixed/room", None).await;
+    let msgs: Vec<Vec<u8>> = SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| json(n, 100 * i))
+        .collect();
+    for m in &msgs {
+        publisher.send(&frame(0x81, m)).await;
+    }
+    let mut wires: Vec<Vec<(u8, Vec<u8>)>> = Vec::new();
+    for (s, sub) in subs.iter_mut().enumerate() {
+        let mut z = ClientDeflate::new();
+        let mut wire = Vec::new();
+        for (m, want) in msgs.iter().enumerate() {
+            let (first, payload) = sub.next_frame().await.unwrap();
+            let compressed = s != 0 && want.len() >= 256;
+            assert_eq!(
+                first,
+                if compressed { 0xC1 } else { 0x81 },
+                "subscriber {s}, message {m}"
+            );
+            wire.push((first, payload.clone()));
+            let got = if s >= 2 {
+                // No context: every message inflates on its own.
+                ClientDeflate::new().read(first, payload)
+            } else {
+                z.read(first, payload)
+            };
+            assert!(got == *want, "subscriber {s}, message {m}: payload differs");
+        }
+        wires.push(wire);
+    }
+    assert_eq!(wires[2], wires[3], "one shared compressed form");
+    assert_eq!(wires[2], wires[4], "the same form from the takeover route");
+    let want: Vec<String> = msgs
+        .iter()
+        .map(|m| String::from_utf8(m.clone()).unwrap())
+        .collect();
+    let compressed: Vec<bool> = SIZES.iter().map(|&n| n >= 256).collect();
+    for peer in [py_takeover, py_none] {
+        let out = peer.finish().await;
+        let (texts, rsv1) = received(&out);
+        assert_eq!(texts, want, "{out}");
+        assert_eq!(rsv1, compressed, "{out}");
+    }
+    // The publisher is not a subscriber of its own messages (echo_self off).
+    publisher.send(&frame(0x89, b"")).await;
+    assert_eq!(publisher.next_frame().await.unwrap().0, 0x8A);
+}
+
+/// A guest's sends (the echo example) reach a Python `websockets` client
+/// compressed in both context modes, and a guest's publishes (the chat
+/// example) reach a takeover subscriber, a no-context subscriber and a
+/// plain one, each exactly; the guest sees only plain payloads (it echoes
+/// what the client compressed, inflated).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_sends_and_publishes_compressed() {
+    let weir = weir().await;
+    for (path, mode) in [("/guest", "takeover"), ("/guest-none", "none")] {
+        let out = Peer::start(&weir.url(path), mode, 6, 6, false)
+            .await
+            .finish()
+            .await;
+        let (texts, rsv1) = received(&out);
+        let sent: Vec<String> = serde_json::from_value(out["sent"].clone()).unwrap();
+        assert_eq!(texts, sent, "{path}: exact echoes");
+        let compressed: Vec<bool> = sent.iter().map(|m| m.len() >= 256).collect();
+        assert_eq!(rsv1, compressed, "{path}: RSV1 from compression_min on");
+    }
+
+    let (mut a, _, _) = upgrade(weir.addr, "/chat/r", Some("permessage-deflate")).await;
+    let (mut b, _, ext) = upgrade(
+        weir.addr,
+        "/chat/r",
+        Some("permessage-deflate; server_no_context_takeover"),
+    )
+    .await;
+    assert!(ext.unwrap().contains("server_no_context_takeover"));
+    let (mut c, _, _) = upgrade(weir.addr, "/chat/r", None).await;
+    // Let the open events (and their subscriptions) reach the guest first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (mut za, mut zb) = (ClientDeflate::new(), ClientDeflate::new());
+    for i in 0..3 {
+        let msg = json(1000 + 700 * i, i);
+        a.send(&frame(0xC1, &za.deflate(&msg))).await;
+        let (first, payload) = b.next_frame().await.unwrap();
+        assert_eq!(first, 0xC1, "b gets a compressed publish");
+        assert!(ClientDeflate::new().read(first, payload) == msg, "b: {i}");
+        assert_eq!(c.next_frame().await.unwrap(), (0x81, msg.clone()), "c: {i}");
+        let msg = json(2000 + i, 50 + i);
+        c.send(&frame(0x81, &msg)).await;
+        let (first, payload) = a.next_frame().await.unwrap();
+        assert_eq!(first, 0xC1, "a gets a compressed publish");
+        assert!(za.read(first, payload) == msg, "a: {i}");
+        let (first, payload) = b.next_frame().await.unwrap();
+        assert!(zb.read(first, payload) == msg, "b: {i}");
     }
 }

@@ -69,10 +69,24 @@ async fn connect(
     path: &str,
     method: Method,
 ) -> (u16, Option<Ws>) {
+    connect_with(client, scheme, path, method, None).await
+}
+
+/// [`connect`] offering `extensions` (Sec-WebSocket-Extensions).
+async fn connect_with(
+    client: &SendRequest<Bytes>,
+    scheme: &str,
+    path: &str,
+    method: Method,
+    extensions: Option<&str>,
+) -> (u16, Option<Ws>) {
     let mut request = Request::builder()
         .method(method.clone())
         .uri(format!("{scheme}://localhost{path}"))
         .header("sec-websocket-version", "13");
+    if let Some(ext) = extensions {
+        request = request.header("sec-websocket-extensions", ext);
+    }
     if method == Method::CONNECT {
         request = request.extension(h2::ext::Protocol::from_static("websocket"));
     }
@@ -85,6 +99,13 @@ async fn connect(
         .expect("no response")
         .expect("response");
     let status = response.status().as_u16();
+    if let Some(ext) = extensions {
+        let answered = response.headers().get("sec-websocket-extensions");
+        assert!(
+            answered.is_some_and(|v| v.to_str().unwrap().starts_with("permessage-deflate")),
+            "{path}: offered {ext}, answered {answered:?}"
+        );
+    }
     let ws = (status == 200).then(|| Ws {
         send,
         recv: response.into_body(),
@@ -102,8 +123,13 @@ async fn open(client: &SendRequest<Bytes>, scheme: &str, path: &str) -> Ws {
 impl Ws {
     /// Sends one masked frame (FIN set).
     fn send(&mut self, opcode: u8, payload: &[u8]) {
+        self.send_frame(0x80 | opcode, payload);
+    }
+
+    /// Sends one masked frame whose first byte is `first`.
+    fn send_frame(&mut self, first: u8, payload: &[u8]) {
         let mask = [0x37, 0xfa, 0x21, 0x3d];
-        let mut frame = vec![0x80 | opcode];
+        let mut frame = vec![first];
         match payload.len() {
             n if n < 126 => frame.push(0x80 | n as u8),
             n if n < 1 << 16 => {
@@ -122,10 +148,16 @@ impl Ws {
 
     /// The next whole frame from the server (unmasked): opcode and payload.
     async fn next(&mut self) -> (u8, Vec<u8>) {
+        let (first, payload) = self.next_frame().await;
+        (first & 0x0f, payload)
+    }
+
+    /// The next whole frame from the server: its first byte and payload.
+    async fn next_frame(&mut self) -> (u8, Vec<u8>) {
         loop {
-            if let Some((opcode, payload, used)) = parse(&self.buf) {
+            if let Some((first, payload, used)) = parse(&self.buf) {
                 self.buf.drain(..used);
-                return (opcode, payload);
+                return (first, payload);
             }
             let chunk = timeout(STEP, self.recv.data())
                 .await
@@ -148,7 +180,7 @@ impl Ws {
     }
 }
 
-/// A server frame at the start of `buf`: (opcode, payload, bytes used).
+/// A server frame at the start of `buf`: (first byte, payload, bytes used).
 fn parse(buf: &[u8]) -> Option<(u8, Vec<u8>, usize)> {
     if buf.len() < 2 {
         return None;
@@ -164,7 +196,7 @@ fn parse(buf: &[u8]) -> Option<(u8, Vec<u8>, usize)> {
         126 | 127 => return None,
         n => (n as usize, 2),
     };
-    (buf.len() >= head + len).then(|| (buf[0] & 0x0f, buf[head..head + len].to_vec(), head + len))
+    (buf.len() >= head + len).then(|| (buf[0], buf[head..head + len].to_vec(), head + len))
 }
 
 fn guest_wasm(name: &str) -> PathBuf {
@@ -318,6 +350,103 @@ async fn a_stream_whose_replies_are_not_read_holds_back_only_itself() {
             stuck.next().await,
             (BINARY, payload(i, 64 << 10)),
             "message {i}"
+        );
+    }
+}
+
+/// Deflate bytes of one message without the sync tail (RFC 7692 §7.2.1),
+/// with the client's context kept.
+fn deflate(c: &mut flate2::Compress, msg: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(msg.len() + 64);
+    c.compress_vec(msg, &mut out, flate2::FlushCompress::Sync)
+        .unwrap();
+    assert!(
+        out.ends_with(&[0, 0, 0xFF, 0xFF]),
+        "room for the whole message"
+    );
+    out.truncate(out.len() - 4);
+    out
+}
+
+fn inflate(d: &mut flate2::Decompress, payload: &[u8]) -> Vec<u8> {
+    let mut input = payload.to_vec();
+    input.extend_from_slice(&[0, 0, 0xFF, 0xFF]);
+    let mut out = Vec::with_capacity(1 << 20);
+    d.decompress_vec(&input, &mut out, flate2::FlushDecompress::Sync)
+        .unwrap();
+    out
+}
+
+/// permessage-deflate on WebSockets over HTTP/2 (h2c): the extension is
+/// negotiated per stream; native echo (compressed by its loop), relay
+/// and a guest route (compressed by their producers, queued for the
+/// stream) send RSV1 frames that inflate to exactly what was sent, with
+/// context takeover across messages and, on the guest route, without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permessage_deflate_on_h2_streams() {
+    let routes = format!(
+        "[[route]]\npath = \"/zecho\"\nnative = \"echo\"\ncompression = \"on\"\n\n\
+         [[route]]\npath = \"/zrelay\"\nnative = \"relay\"\ncompression = \"on\"\n\n\
+         [[route]]\npath = \"/zguest\"\nguest = \"{}\"\ncompression = \"on\"\n\
+         compression_context = \"none\"\n",
+        guest_wasm("echo").display()
+    );
+    let weir = WeirProcess::start("workers = 1", &routes, "warn", Stdio::inherit()).await;
+    let client = h2_client(TcpStream::connect(weir.addr).await.unwrap()).await;
+    let offer = Some("permessage-deflate");
+    let open_z = |path: &'static str| {
+        let client = client.clone();
+        async move {
+            connect_with(&client, "http", path, Method::CONNECT, offer)
+                .await
+                .1
+                .expect("200")
+        }
+    };
+    let json = |i: usize| {
+        (0..40)
+            .map(|n| {
+                format!(
+                    "{{\"seq\":{i},\"n\":{n},\"px\":{}}},",
+                    (n * 7919 + i) % 1000
+                )
+            })
+            .collect::<String>()
+            .into_bytes()
+    };
+    let mut echo = open_z("/zecho").await;
+    let (mut c, mut d) = (
+        flate2::Compress::new(flate2::Compression::fast(), false),
+        flate2::Decompress::new(false),
+    );
+    for i in 0..5 {
+        let msg = json(i);
+        echo.send_frame(0xC1, &deflate(&mut c, &msg));
+        let (first, payload) = echo.next_frame().await;
+        assert_eq!(first, 0xC1, "echo {i} compressed");
+        assert_eq!(inflate(&mut d, &payload), msg, "echo {i}");
+    }
+    let mut a = open_z("/zrelay").await;
+    let mut b = open(&client, "http", "/zrelay").await;
+    let mut d = flate2::Decompress::new(false);
+    for i in 0..5 {
+        let msg = json(10 + i);
+        b.send(TEXT, &msg);
+        let (first, payload) = a.next_frame().await;
+        assert_eq!(first, 0xC1, "relay {i} compressed");
+        assert_eq!(inflate(&mut d, &payload), msg, "relay {i}");
+    }
+    let mut guest = open_z("/zguest").await;
+    for i in 0..5 {
+        let msg = json(20 + i);
+        guest.send(TEXT, &msg);
+        let (first, payload) = guest.next_frame().await;
+        assert_eq!(first, 0xC1, "guest {i} compressed");
+        // No context: each message inflates on its own.
+        assert_eq!(
+            inflate(&mut flate2::Decompress::new(false), &payload),
+            msg,
+            "guest {i}"
         );
     }
 }

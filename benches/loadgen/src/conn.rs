@@ -4,24 +4,37 @@
 //! what comes back, and the closing handshake.
 
 use crate::payload::{Checker, Expect, Source, MASK_KEY};
+use crate::stream::{self, Stream};
 use crate::ws::{self, Parser, Rng, OP_CLOSE, OP_PONG};
+use rustls::ClientConfig;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Where to connect: `ws://host:port/path`.
+/// Where to connect: `ws://host:port/path` or `wss://host:port/path`.
 #[derive(Clone, Debug)]
 pub struct Target {
+    /// `host:port`, what TCP connects to (and the `Host` header).
     pub addr: String,
+    /// The host alone: the TLS server name and the certificate's name.
+    pub host: String,
     pub path: String,
+    /// `wss://`: the URL asks for TLS.
+    pub secure: bool,
+    /// The TLS configuration for a `wss://` target (set by the caller,
+    /// which knows how to trust the server); `None` for `ws://`.
+    pub tls: Option<Arc<ClientConfig>>,
 }
 
 impl Target {
     pub fn parse(url: &str) -> Result<Self, String> {
-        let rest = url
-            .strip_prefix("ws://")
-            .ok_or("only ws:// URLs are supported")?;
+        let (secure, rest) = match (url.strip_prefix("ws://"), url.strip_prefix("wss://")) {
+            (Some(rest), _) => (false, rest),
+            (_, Some(rest)) => (true, rest),
+            _ => return Err(format!("{url:?}: only ws:// and wss:// URLs are supported")),
+        };
         let (addr, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -29,22 +42,93 @@ impl Target {
         if addr.is_empty() {
             return Err(format!("no host in {url:?}"));
         }
+        let host = match addr.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => addr,
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
         Ok(Target {
             addr: addr.to_string(),
+            host: host.to_string(),
             path: path.to_string(),
+            secure,
+            tls: None,
         })
+    }
+
+    /// A `ws://` target (the soak test's).
+    pub fn plain(addr: &str, path: &str) -> Self {
+        Target {
+            addr: addr.to_string(),
+            host: addr.to_string(),
+            path: path.to_string(),
+            secure: false,
+            tls: None,
+        }
+    }
+
+    /// Wraps a connected (or connecting) socket as this target asks: TLS
+    /// for `wss://`.
+    pub fn wrap(&self, sock: TcpStream) -> Result<Stream, String> {
+        match (&self.tls, self.secure) {
+            (_, false) => Ok(Stream::Tcp(sock)),
+            (Some(config), true) => Stream::tls(sock, config, stream::server_name(&self.host)?),
+            (None, true) => Err("wss:// without a TLS configuration".into()),
+        }
     }
 }
 
-/// Opens a connection and completes the handshake with blocking I/O; the
-/// socket is left non-blocking with TCP_NODELAY (frames are latency-bound).
-pub fn open(target: &Target, rng: &mut Rng) -> Result<TcpStream, String> {
-    let mut s =
+/// Opens a connection and completes the handshake (TLS, then the upgrade)
+/// with blocking I/O; the socket is left non-blocking with TCP_NODELAY
+/// (frames are latency-bound).
+pub fn open(target: &Target, rng: &mut Rng) -> Result<Stream, String> {
+    let sock =
         TcpStream::connect(&target.addr).map_err(|e| format!("connect {}: {e}", target.addr))?;
-    s.set_nodelay(true).ok();
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    handshake(sock, target, &target.path, rng)
+}
+
+/// Like [`open`], from a chosen local address (many loopback source
+/// addresses give more than one address's ephemeral ports), to `path`.
+pub fn open_from(
+    target: &Target,
+    path: &str,
+    source: std::net::IpAddr,
+    rng: &mut Rng,
+) -> Result<Stream, String> {
+    use std::net::ToSocketAddrs;
+    let addr = target
+        .addr
+        .to_socket_addrs()
+        .map_err(|e| format!("resolve {}: {e}", target.addr))?
+        .next()
+        .ok_or_else(|| format!("no address for {}", target.addr))?;
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .map_err(|e| format!("socket: {e}"))?;
+    socket
+        .bind(&std::net::SocketAddr::new(source, 0).into())
+        .map_err(|e| format!("bind {source}: {e}"))?;
+    socket
+        .connect(&addr.into())
+        .map_err(|e| format!("connect {addr} from {source}: {e}"))?;
+    handshake(socket.into(), target, path, rng)
+}
+
+fn handshake(
+    sock: TcpStream,
+    target: &Target,
+    path: &str,
+    rng: &mut Rng,
+) -> Result<Stream, String> {
+    sock.set_nodelay(true).ok();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut s = target.wrap(sock)?;
+    s.handshake().map_err(|e| format!("TLS handshake: {e}"))?;
     let key = ws::new_key(rng);
-    s.write_all(ws::handshake_request(&target.addr, &target.path, &key).as_bytes())
+    s.write_all(ws::handshake_request(&target.addr, path, &key).as_bytes())
         .map_err(|e| format!("send handshake: {e}"))?;
     // Read until the head ends; the server sends nothing
     // after the 101 until we do, so bytes past the head are reported as an error.
@@ -69,8 +153,10 @@ pub fn open(target: &Target, rng: &mut Rng) -> Result<TcpStream, String> {
             return Err("response head larger than 16 KiB".into());
         }
     }
-    s.set_read_timeout(None).ok();
-    s.set_nonblocking(true).map_err(|e| e.to_string())?;
+    s.socket().set_read_timeout(None).ok();
+    s.socket()
+        .set_nonblocking(true)
+        .map_err(|e| e.to_string())?;
     Ok(s)
 }
 
@@ -115,9 +201,26 @@ impl Outbox {
         self.queue.is_empty() && self.control.is_empty()
     }
 
-    /// Writes as much as the socket takes. `Ok(true)` when everything went out.
-    pub fn flush(&mut self, s: &TcpStream) -> io::Result<bool> {
-        let mut w = s;
+    /// Moves every frame waiting (control frames first) to the end of
+    /// `out`, for a transport that takes one buffer per write (an HTTP/2
+    /// DATA frame).
+    pub fn drain_into(&mut self, out: &mut Vec<u8>) {
+        out.append(&mut self.control);
+        let tail = self.src.tail();
+        while let Some(seq) = self.queue.pop_front() {
+            let head = &self.heads[(seq % self.heads.len() as u64) as usize];
+            let skip = std::mem::take(&mut self.written);
+            let in_tail = skip.saturating_sub(head.len());
+            out.extend_from_slice(&head[skip.min(head.len())..]);
+            out.extend_from_slice(&tail[in_tail..]);
+        }
+    }
+
+    /// Writes as much as the stream takes. `Ok(true)` when everything went out.
+    pub fn flush(&mut self, w: &mut Stream) -> io::Result<bool> {
+        if !w.push_pending()? {
+            return Ok(false);
+        }
         while !self.control.is_empty() {
             match w.write(&self.control) {
                 Ok(n) => {
@@ -165,13 +268,13 @@ impl Outbox {
                 }
             }
         }
-        Ok(true)
+        Ok(!w.wants_write())
     }
 }
 
 /// A connection in a load loop.
 pub struct Conn {
-    pub stream: TcpStream,
+    pub stream: Stream,
     pub parser: Parser,
     pub check: Checker,
     pub out: Outbox,
@@ -184,7 +287,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(stream: TcpStream, src: Source, expect: Expect, slots: usize) -> Self {
+    pub fn new(stream: Stream, src: Source, expect: Expect, slots: usize) -> Self {
         let now = Instant::now();
         Conn {
             stream,
@@ -215,7 +318,7 @@ impl Conn {
     /// (answered with a close frame, §5.5.1); the connection is then dead.
     pub fn read_all(&mut self, buf: &mut [u8]) -> bool {
         loop {
-            match (&self.stream).read(buf) {
+            match self.stream.read(buf) {
                 Ok(0) => {
                     self.dead = Some(match self.check.close_code {
                         Some(c) => format!("server closed the connection (close code {c})"),
@@ -234,14 +337,14 @@ impl Conn {
                     }
                     if let Some(code) = self.check.close_code {
                         self.out.push_control(&close_frame(code));
-                        let _ = self.out.flush(&self.stream);
+                        let _ = self.out.flush(&mut self.stream);
                         self.dead = Some(format!(
                             "server closed the connection with code {code} {:?}",
                             self.check.close_reason
                         ));
                         return false;
                     }
-                    if n < buf.len() {
+                    if n < buf.len() && self.stream.short_read_drains() {
                         return true;
                     }
                 }
@@ -255,9 +358,14 @@ impl Conn {
         }
     }
 
+    /// Whether anything waits to be written (frames, or TLS records).
+    pub fn wants_write(&self) -> bool {
+        !self.out.is_empty() || self.stream.wants_write()
+    }
+
     /// Flushes the outbox; marks the connection dead on a write error.
     pub fn flush(&mut self) -> bool {
-        match self.out.flush(&self.stream) {
+        match self.out.flush(&mut self.stream) {
             Ok(_) => true,
             Err(e) => {
                 self.dead = Some(format!("write: {e}"));
@@ -277,6 +385,7 @@ impl Conn {
     pub fn close_handshake(&mut self, initiate: bool, wait: Duration) -> Result<u16, String> {
         let deadline = Instant::now() + wait;
         self.stream
+            .socket()
             .set_nonblocking(false)
             .map_err(|e| format!("set blocking: {e}"))?;
         let mut sent = false;
@@ -290,9 +399,9 @@ impl Conn {
                 self.out.push_control(&close_frame(code));
                 sent = true;
             }
-            if !self.out.is_empty() {
+            if self.wants_write() {
                 self.out
-                    .flush(&self.stream)
+                    .flush(&mut self.stream)
                     .map_err(|e| format!("send close: {e}"))?;
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -303,8 +412,8 @@ impl Conn {
             if left.is_zero() {
                 return Err(format!("no sign of {waiting_for} within {wait:?}"));
             }
-            self.stream.set_read_timeout(Some(left)).ok();
-            match (&self.stream).read(&mut buf) {
+            self.stream.socket().set_read_timeout(Some(left)).ok();
+            match self.stream.read(&mut buf) {
                 Ok(0) => {
                     return match self.check.close_code {
                         Some(code) if sent => Ok(code),
@@ -358,7 +467,7 @@ mod tests {
         let (server, _) = l.accept().unwrap();
         client.set_nonblocking(true).unwrap();
         let t = Template::new(16, false, 1);
-        let c = Conn::new(client, Source::Pattern(t), Expect::Pattern(t), 1);
+        let c = Conn::new(client.into(), Source::Pattern(t), Expect::Pattern(t), 1);
         (c, server)
     }
 

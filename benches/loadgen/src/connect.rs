@@ -2,10 +2,13 @@
 //! (checking Sec-WebSocket-Accept), sends close 1000 and waits for the
 //! server's close frame, then drops the socket with an RST (SO_LINGER 0) so
 //! the client side does not pile up TIME_WAIT sockets and run out of ports.
+//! Over `wss://` each cycle is a full TLS handshake (no session resumption)
+//! before the upgrade.
 
 use crate::conn::Target;
 use crate::engine::{Control, ThreadResult, DONE, MEASURE};
 use crate::payload::{Checker, Expect, Template, MASK_KEY};
+use crate::stream::Stream;
 use crate::sys::{self, Epoll};
 use crate::ws::{self, Parser, Rng, OP_CLOSE};
 use std::io::{self, Read, Write};
@@ -23,7 +26,7 @@ enum State {
 }
 
 struct Slot {
-    stream: TcpStream,
+    stream: Stream,
     state: State,
     key: String,
     head: Vec<u8>,
@@ -74,7 +77,7 @@ fn start_connect(addr: &SocketAddr) -> io::Result<TcpStream> {
 }
 
 /// Closes with RST instead of FIN (no TIME_WAIT on our side).
-fn reset_close(s: TcpStream) {
+fn reset_close(s: Stream) {
     let l = libc::linger {
         l_onoff: 1,
         l_linger: 0,
@@ -121,7 +124,7 @@ pub fn run(target: &Target, slots: usize, seed: u64, ctl: &Control) -> ThreadRes
             if ctl.get() == DONE {
                 return;
             }
-            match start_connect(&addr) {
+            match start_connect(&addr).and_then(|s| target.wrap(s).map_err(io::Error::other)) {
                 Ok(stream) => {
                     generation = generation.wrapping_add(1);
                     let token = (generation as u64) << 32 | i as u64;
@@ -206,7 +209,7 @@ fn step(s: &mut Slot, buf: &mut [u8], host: &str, path: &str, close_frame: &[u8]
         match s.state {
             State::Connecting => {
                 let req = ws::handshake_request(host, path, &s.key);
-                match (&s.stream).write(req.as_bytes()) {
+                match s.stream.write(req.as_bytes()) {
                     Ok(n) if n == req.len() => s.state = State::Upgrading,
                     Ok(_) => return Step::Fail("short write of the handshake request".into()),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Wait,
@@ -215,7 +218,12 @@ fn step(s: &mut Slot, buf: &mut [u8], host: &str, path: &str, close_frame: &[u8]
                 }
             }
             State::Upgrading | State::Closing => {
-                let n = match (&s.stream).read(buf) {
+                // TLS records the socket did not take before (the
+                // ClientHello while connecting).
+                if let Err(e) = s.stream.push_pending() {
+                    return Step::Fail(format!("send: {e}"));
+                }
+                let n = match s.stream.read(buf) {
                     Ok(0) => return Step::Fail("server closed the connection early".into()),
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Wait,
@@ -233,7 +241,7 @@ fn step(s: &mut Slot, buf: &mut [u8], host: &str, path: &str, close_frame: &[u8]
                     if let Err(e) = ws::check_response(&s.head[..end], &s.key) {
                         return Step::Fail(e);
                     }
-                    if let Err(e) = (&s.stream).write_all(close_frame) {
+                    if let Err(e) = s.stream.write_all(close_frame) {
                         return Step::Fail(format!("send close: {e}"));
                     }
                     s.state = State::Closing;

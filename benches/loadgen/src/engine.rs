@@ -181,7 +181,7 @@ pub fn run(conns: &mut [Conn], load: Load, ctl: &Control) -> ThreadResult {
                 }
             }
             let c = &mut conns[i];
-            if c.dead.is_none() && !c.out.is_empty() {
+            if c.dead.is_none() && c.wants_write() {
                 c.flush();
             }
         }
@@ -320,7 +320,12 @@ mod tests {
         let (mut server, _) = l.accept().unwrap();
         client.set_nonblocking(true).unwrap();
         let t = Template::new(16, false, 1);
-        let mut conns = vec![Conn::new(client, Source::Pattern(t), Expect::Pattern(t), 1)];
+        let mut conns = vec![Conn::new(
+            client.into(),
+            Source::Pattern(t),
+            Expect::Pattern(t),
+            1,
+        )];
         let answer = std::thread::spawn(move || {
             // The 16-byte message is 6 header + 16 payload bytes, masked.
             let mut req = [0u8; 22];

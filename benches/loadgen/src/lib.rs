@@ -3,10 +3,12 @@
 //!
 //! Modules: `ws` (RFC 6455 client side), `payload` (what is sent, what must
 //! come back), `conn` (one connection: handshake, coalesced writes, close
-//! handshake), `engine` (the measuring epoll loop), `connect` and `idle`
-//! (their own loops), `hist` (latency histogram), `sys` (epoll, pinning, CPU
-//! clocks, the server's RSS and open fds), `units` (sizes and durations on
-//! the command line).
+//! handshake), `stream` (TCP, or TLS driven by hand for `wss://`), `engine`
+//! (the measuring epoll loop), `connect`, `idle` and `deflate` (their own
+//! loops; `deflate`: echo with permessage-deflate), `over_h2` (WebSockets on
+//! HTTP/2 streams, RFC 8441, on tokio), `hist` (latency histogram), `sys`
+//! (epoll, pinning, CPU clocks, the server's RSS and open fds), `units`
+//! (sizes and durations on the command line).
 //!
 //! A message's path: `payload::Source` builds its masked frame, `conn::Outbox`
 //! writes it, the server's reply is read by `conn::Conn::read_all`, split into
@@ -15,10 +17,13 @@
 
 pub mod conn;
 pub mod connect;
+pub mod deflate;
 pub mod engine;
 pub mod hist;
 pub mod idle;
+pub mod over_h2;
 pub mod payload;
+pub mod stream;
 pub mod sys;
 pub mod units;
 pub mod ws;

@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use weir_load::conn::{self, Conn, Target};
 use weir_load::engine::{self, Control, Load, ThreadResult, DONE, MEASURE};
 use weir_load::payload::{Expect, Source, Template};
+use weir_load::stream::{self as tls, Trust};
 use weir_load::units::{parse_duration, parse_size};
-use weir_load::{connect, idle, sys, ws};
+use weir_load::{connect, idle, over_h2, sys, ws};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -28,6 +29,12 @@ enum Mode {
     Fanout,
     /// Open C connections and report the server's RSS growth per connection.
     Idle,
+    /// Echo of JSON-like text with permessage-deflate: C connections × P
+    /// per round, -s bytes per message; bytes on the wire each way.
+    Deflate,
+    /// Fan-out with permessage-deflate: one plain publisher, C compressing
+    /// subscribers on one topic (--url, e.g. /zpub/bench), P per round.
+    DeflateFanout,
 }
 
 impl Mode {
@@ -40,6 +47,8 @@ impl Mode {
             Mode::Binary => "binary",
             Mode::Fanout => "fanout",
             Mode::Idle => "idle",
+            Mode::Deflate => "deflate",
+            Mode::DeflateFanout => "deflate-fanout",
         }
     }
 
@@ -61,9 +70,26 @@ impl Mode {
 )]
 struct Args {
     mode: Mode,
-    /// Server URL; the default path depends on the mode (/echo, /relay, /json, /binary, /chat/bench).
+    /// Server URL, ws:// or wss://; the default path depends on the mode (/echo, /relay, /json, /binary, /chat/bench).
     #[arg(long)]
     url: Option<String>,
+    /// wss://: trust the certificate(s) in this PEM file (a CA, or the server's self-signed certificate).
+    #[arg(long, value_name = "FILE")]
+    ca: Option<String>,
+    /// wss://: accept any server certificate (loopback benchmarks with a throwaway certificate).
+    #[arg(long, conflicts_with = "ca")]
+    insecure: bool,
+    /// wss://: offer only these TLS 1.3 suites, in this order (aes128,
+    /// aes256, chacha20), so every server compared uses the same cipher.
+    #[arg(long, value_delimiter = ',')]
+    tls_suites: Vec<String>,
+    /// WebSockets over HTTP/2 (RFC 8441 extended CONNECT): h2c with prior
+    /// knowledge for ws://, ALPN h2 for wss://. echo, json and binary only.
+    #[arg(long)]
+    h2: bool,
+    /// --h2: WebSocket streams per TCP connection (-c counts streams).
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
     /// Connections (echo, json, binary, connect workers, idle), pairs (relay), subscribers (fanout).
     #[arg(short = 'c', long, default_value_t = 50)]
     connections: usize,
@@ -103,9 +129,23 @@ struct Args {
     /// given load rather than at saturation).
     #[arg(long)]
     rate: Option<u64>,
+    /// deflate: offer no context takeover either way ("none") or the
+    /// default ("takeover"; the server may still refuse it).
+    #[arg(long, default_value = "takeover")]
+    context: String,
     /// Report this process's CPU time per message (and RSS in idle mode).
     #[arg(long)]
     server_pid: Option<u32>,
+    /// idle: open the connections only, without one message exchanged on
+    /// each before measuring.
+    #[arg(long)]
+    no_exchange: bool,
+    /// idle: connections per `{room}` of the URL's path.
+    #[arg(long, default_value_t = 10)]
+    room_size: usize,
+    /// idle: connect from this many loopback addresses (127.0.0.1, .2, …).
+    #[arg(long, default_value_t = 1)]
+    sources: usize,
 }
 
 /// CPU clocks and wall time over the measured window.
@@ -163,16 +203,36 @@ fn run(a: &Args) -> Result<bool, String> {
         .url
         .clone()
         .unwrap_or_else(|| format!("ws://127.0.0.1:9001{}", a.mode.default_path()));
-    let target = Target::parse(&url)?;
+    let mut target = Target::parse(&url)?;
+    if target.secure {
+        let trust = match (&a.ca, a.insecure) {
+            (Some(file), _) => Trust::CaFile(file.clone()),
+            (None, true) => Trust::Insecure,
+            (None, false) => return Err("wss:// needs --ca FILE or --insecure".into()),
+        };
+        let alpn: &[&[u8]] = if a.h2 { &[b"h2"] } else { &[b"http/1.1"] };
+        target.tls = Some(tls::client_config(&trust, alpn, &a.tls_suites)?);
+    } else if a.ca.is_some() || a.insecure {
+        return Err("--ca and --insecure are for wss:// URLs".into());
+    }
+    if a.h2 && !matches!(a.mode, Mode::Echo | Mode::Json | Mode::Binary) {
+        return Err("--h2 supports the echo, json and binary modes".into());
+    }
     let text = a.text;
     let threads = a.threads.max(1);
     let c = a.connections.max(1);
-    let ctl = Control::default();
+    // 'static: HTTP/2 streams are tasks that outlive any borrow.
+    let ctl: &'static Control = Box::leak(Box::default());
     let mut rng = ws::Rng::new(0x5eed ^ std::process::id() as u64);
 
     if a.mode == Mode::Idle {
         let hold = a.warmup;
-        let r = idle::run(&target, c, hold, a.server_pid);
+        let opts = idle::IdleOptions {
+            exchange: !a.no_exchange,
+            room_size: a.room_size,
+            sources: a.sources,
+        };
+        let r = idle::run(&target, c, hold, a.server_pid, &opts);
         let per_conn = match (r.rss_before_kib, r.rss_after_kib) {
             (Some(b), Some(f)) if r.opened > 0 => {
                 Some((f as f64 - b as f64) * 1024.0 / r.opened as f64)
@@ -204,6 +264,10 @@ fn run(a: &Args) -> Result<bool, String> {
         return Ok(ok);
     }
 
+    if matches!(a.mode, Mode::Deflate | Mode::DeflateFanout) {
+        return run_deflate(a, &target, &url, c, threads);
+    }
+
     // Open connections (sequentially: relay pairs form in arrival order).
     let depth = match a.mode {
         Mode::Echo => a.pipeline.unwrap_or(1),
@@ -214,6 +278,8 @@ fn run(a: &Args) -> Result<bool, String> {
     }
     .max(1);
     let mut groups: Vec<Vec<Conn>> = (0..threads).map(|_| Vec::new()).collect();
+    // --h2: what each thread's streams send and expect; they open in the threads.
+    let mut h2_ends: Vec<Vec<(Source, Expect)>> = (0..threads).map(|_| Vec::new()).collect();
     let load = match a.mode {
         Mode::Echo | Mode::Json | Mode::Binary => Load::ReqResp { depth },
         Mode::Relay => Load::Relay,
@@ -227,15 +293,24 @@ fn run(a: &Args) -> Result<bool, String> {
     match a.mode {
         Mode::Echo | Mode::Json | Mode::Binary => {
             let t = Template::new(a.size, text, 1);
+            let streams = a.streams.max(1);
             for i in 0..c {
-                let s =
-                    conn::open(&target, &mut rng).map_err(|e| format!("connection {i}: {e}"))?;
                 let base = i as u64 * 1_000_003;
                 let (src, exp) = match a.mode {
                     Mode::Json => (Source::Json { base }, Expect::Json { base }),
                     Mode::Binary => (Source::Int32 { base }, Expect::Int32 { base }),
                     _ => (Source::Pattern(t), Expect::Pattern(t)),
                 };
+                if a.h2 {
+                    // Whole connections per thread: streams i..i+streams share one.
+                    h2_ends[(i / streams) % threads].push((src, exp));
+                    continue;
+                }
+                let s =
+                    conn::open(&target, &mut rng).map_err(|e| format!("connection {i}: {e}"))?;
+                if let (0, Some(d)) = (i, s.describe()) {
+                    println!("TLS: {d}");
+                }
                 groups[i % threads].push(Conn::new(s, src, exp, depth));
             }
         }
@@ -281,25 +356,35 @@ fn run(a: &Args) -> Result<bool, String> {
             std::thread::sleep(Duration::from_millis(settle));
             groups = vec![all];
         }
-        Mode::Connect | Mode::Idle => {}
+        Mode::Connect | Mode::Idle | Mode::Deflate | Mode::DeflateFanout => {}
     }
     let setup_secs = setup.elapsed().as_secs_f64();
 
+    h2_ends.retain(|e| !e.is_empty());
+    let ready = std::sync::Barrier::new(h2_ends.len() + 1);
     let (res, win) = std::thread::scope(|sc| {
         let mut handles = Vec::new();
         if a.mode == Mode::Connect {
             for t in 0..threads {
                 let slots = c / threads + usize::from(t < c % threads);
-                let (ctl, target) = (&ctl, &target);
+                let target = &target;
                 handles.push(sc.spawn(move || connect::run(target, slots, t as u64 + 1, ctl)));
             }
+        } else if a.h2 {
+            let ready = &ready;
+            for e in h2_ends.drain(..) {
+                let target = &target;
+                let streams = a.streams.max(1);
+                handles.push(sc.spawn(move || over_h2::run(target, e, streams, depth, ctl, ready)));
+            }
+            // Measure from when every stream is open.
+            ready.wait();
         } else {
             for mut g in groups.drain(..).filter(|g| !g.is_empty()) {
-                let ctl = &ctl;
                 handles.push(sc.spawn(move || engine::run(&mut g, load, ctl)));
             }
         }
-        let win = measure(&ctl, a.warmup, a.duration, a.server_pid);
+        let win = measure(ctl, a.warmup, a.duration, a.server_pid);
         let mut total = ThreadResult::default();
         for h in handles {
             total.merge(h.join().expect("worker thread panicked"));
@@ -387,6 +472,131 @@ fn run(a: &Args) -> Result<bool, String> {
         res.failed_conns,
         json_num(server),
         json_num(client),
+    );
+    Ok(ok)
+}
+
+/// The deflate mode: its own loop (`weir_load::deflate`), one per thread.
+fn run_deflate(
+    a: &Args,
+    target: &Target,
+    url: &str,
+    c: usize,
+    threads: usize,
+) -> Result<bool, String> {
+    let none = match a.context.as_str() {
+        "none" => true,
+        "takeover" => false,
+        other => return Err(format!("--context {other}: takeover or none")),
+    };
+    let depth = a.pipeline.unwrap_or(1).max(1);
+    let ctl = Control::default();
+    let (t, win) = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let n = c / threads + usize::from(i < c % threads);
+                let ctl = &ctl;
+                sc.spawn(move || {
+                    let plan = weir_load::deflate::Plan {
+                        c: n,
+                        depth,
+                        size: a.size,
+                        none,
+                    };
+                    let seed = 7 + i as u64;
+                    match a.mode {
+                        Mode::DeflateFanout => weir_load::deflate::run_fanout(
+                            &target.addr,
+                            &target.path,
+                            &target.path,
+                            plan,
+                            ctl,
+                            seed,
+                        ),
+                        _ => weir_load::deflate::run(&target.addr, &target.path, plan, ctl, seed),
+                    }
+                })
+            })
+            .collect();
+        let win = measure(&ctl, a.warmup, a.duration, a.server_pid);
+        let mut total = weir_load::deflate::Totals::default();
+        for h in handles {
+            let part = h.join().expect("deflate thread panicked");
+            total.result.merge(part.result);
+            total.wire_out += part.wire_out;
+            total.wire_in += part.wire_in;
+            total.payload += part.payload;
+            total.compressed_replies += part.compressed_replies;
+            if total.agreed.is_empty() {
+                total.agreed = part.agreed;
+            }
+        }
+        (total, win)
+    });
+    let res = &t.result;
+    let msgs = res.msgs;
+    let per = |v: f64| {
+        if msgs > 0 {
+            Some(v / msgs as f64)
+        } else {
+            None
+        }
+    };
+    let server = win.server_cpu_ns.and_then(|ns| per(ns as f64));
+    let client = per(win.client_cpu_ns as f64);
+    let us = |q: f64| res.hist.quantile(q) as f64 / 1000.0;
+    let (out_pm, in_pm, pay_pm) = (
+        per(t.wire_out as f64),
+        per(t.wire_in as f64),
+        per(t.payload as f64),
+    );
+    println!(
+        "{} {url}: {c} connections, {depth} per round, {} B JSON, context {} ({})",
+        a.mode.name(),
+        a.size,
+        a.context,
+        t.agreed
+    );
+    println!(
+        "measured {:.2}s: {msgs} messages, {:.0}/s; server CPU {} ns/msg, client CPU {} ns/msg",
+        win.secs,
+        msgs as f64 / win.secs,
+        json_num(server),
+        json_num(client)
+    );
+    println!(
+        "wire bytes per message: to server {}, to client {} (payload {}; {} of {msgs} replies compressed)",
+        json_num(out_pm),
+        json_num(in_pm),
+        json_num(pay_pm),
+        t.compressed_replies
+    );
+    println!(
+        "mismatches {}, failed connections {}",
+        res.mismatches, res.failed_conns
+    );
+    for e in &res.errors {
+        println!("  error: {e}");
+    }
+    let ok = res.mismatches == 0 && res.failed_conns == 0 && msgs > 0;
+    println!(
+        "RESULT {{\"mode\":\"{}\",\"url\":\"{url}\",\"connections\":{c},\"depth\":{depth},\"size\":{},\"context\":\"{}\",\"agreed\":\"{}\",\"secs\":{:.3},\"msgs\":{msgs},\"msgs_per_s\":{},\"p50_us\":{},\"p99_us\":{},\"server_cpu_ns_per_msg\":{},\"client_cpu_ns_per_msg\":{},\"wire_to_server_per_msg\":{},\"wire_to_client_per_msg\":{},\"payload_per_msg\":{},\"compressed_replies\":{},\"mismatches\":{},\"failed_conns\":{},\"ok\":{ok}}}",
+        a.mode.name(),
+        a.size,
+        a.context,
+        t.agreed,
+        win.secs,
+        json_num(Some(msgs as f64 / win.secs)),
+        json_num(Some(us(0.5))),
+        json_num(Some(us(0.99))),
+        json_num(server),
+        json_num(client),
+        json_num(out_pm),
+        json_num(in_pm),
+        json_num(pay_pm),
+        t.compressed_replies,
+        res.mismatches,
+        res.failed_conns,
     );
     Ok(ok)
 }

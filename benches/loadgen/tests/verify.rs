@@ -2,7 +2,11 @@
 //! inside the test (thread per connection, std sockets): correct ones must
 //! give 0 mismatches and exit 0; deliberately wrong ones (a corrupted byte,
 //! an echo on a relay route, a wrong JSON answer) must be caught and make
-//! the exit code non-zero, so the verification can fail.
+//! the exit code non-zero, so the verification can fail. The same servers
+//! behind a TLS front and an HTTP/2 front (`fronts/`) check `wss://` and
+//! `--h2`.
+
+mod fronts;
 
 use base64::Engine as _;
 use sha1::{Digest, Sha1};
@@ -403,4 +407,72 @@ fn connect_and_idle() {
     assert!(r.ok, "{}", r.stdout);
     assert_eq!(r.num("pongs"), 40.0);
     assert!(r.num("rss_after_kib") > 0.0);
+}
+
+/// wss:// and WebSockets over HTTP/2 (h2c, and TLS with ALPN h2, several
+/// streams per connection, messages past the default 64 KiB window): a
+/// correct echo passes with every byte checked, and a byte corrupted behind
+/// the front is caught, so the checks hold on both transports.
+#[test]
+fn tls_and_h2_echo_are_verified() {
+    use fronts::Front;
+    for front in [Front::Tls, Front::H2c, Front::H2Tls] {
+        for (how, correct) in [(Behaviour::Echo, true), (Behaviour::CorruptEvery50, false)] {
+            let (port, cert) = fronts::start(front, start(how));
+            let scheme = if cert.is_some() { "wss" } else { "ws" };
+            let u = format!("{scheme}://127.0.0.1:{port}/echo");
+            let cert = cert.map(|c| c.display().to_string());
+            for size in ["200", "70000"] {
+                let mut a = vec!["echo", "--url", &u, "-c", "6", "-p", "3", "-s", size];
+                if let Some(c) = &cert {
+                    a.extend(["--ca", c]);
+                }
+                if front != Front::Tls {
+                    a.extend(["--h2", "--streams", "4"]);
+                }
+                let r = load(&a);
+                let label = format!("front {}, -s {size}", u);
+                if correct {
+                    assert!(r.ok, "{label}: {}", r.stdout);
+                    assert_eq!(r.num("mismatches"), 0.0, "{label}");
+                    assert!(r.num("msgs") > 0.0, "{label}");
+                } else {
+                    assert!(!r.ok, "{label}: a corrupting server must fail the run");
+                    assert!(r.num("mismatches") > 0.0, "{label}");
+                }
+            }
+        }
+    }
+}
+
+/// Over TLS: relay pairs and handshake cycles work, --insecure accepts the
+/// throwaway certificate, and a certificate the client does not trust
+/// fails the run (so --ca really verifies).
+#[test]
+fn tls_relay_connect_and_trust() {
+    use fronts::Front;
+    let (relay, cert) = fronts::start(Front::Tls, start(Behaviour::Relay));
+    let cert = cert.unwrap().display().to_string();
+    let u = format!("wss://127.0.0.1:{relay}/relay");
+    let r = load(&["relay", "--url", &u, "-c", "3", "-s", "16", "--ca", &cert]);
+    assert!(r.ok, "{}", r.stdout);
+    assert!(r.num("msgs") > 0.0);
+
+    let (echo, other_cert) = fronts::start(Front::Tls, start(Behaviour::Echo));
+    let u = format!("wss://127.0.0.1:{echo}/echo");
+    let r = load(&["connect", "--url", &u, "-c", "4", "--insecure"]);
+    assert!(r.ok, "{}", r.stdout);
+    assert!(r.num("msgs") > 10.0, "{}", r.result);
+    let r = load(&["echo", "--url", &u, "-c", "2", "--insecure"]);
+    assert!(r.ok, "{}", r.stdout);
+    // The relay front's certificate is not the echo front's.
+    assert_ne!(other_cert.unwrap().display().to_string(), cert);
+    let out = Command::new(env!("CARGO_BIN_EXE_weir-load"))
+        .args(["echo", "--url", &u, "-c", "1", "--ca", &cert])
+        .args(["--warmup", "0.1s", "--duration", "0.1s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("certificate"), "{err}");
 }

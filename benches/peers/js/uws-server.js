@@ -4,7 +4,8 @@
 // subscribes to NAME and publishes each message to the topic's other
 // subscribers (ws.publish leaves the sender out, like weir's default). Compression off,
 // 64 MiB max payload and backpressure limit (so large pipelined echoes are
-// never dropped).
+// never dropped). With TLS_CERT and TLS_KEY (PEM files) in the environment it
+// serves wss:// through uWS.SSLApp instead (run.sh's `uws-tls`).
 'use strict';
 const path = require('path');
 const uWS = require(path.join(__dirname, '..', 'uws', `uws_linux_x64_${process.versions.modules}.node`));
@@ -17,11 +18,41 @@ const common = {
   idleTimeout: 0,
 };
 let waiting = null;
+const tls = process.env.TLS_CERT && process.env.TLS_KEY;
+const app = tls
+  ? uWS.SSLApp({ cert_file_name: process.env.TLS_CERT, key_file_name: process.env.TLS_KEY })
+  : uWS.App();
 
-uWS.App()
+// permessage-deflate (benches/compare.sh's deflate scenarios): /zecho
+// with the shared compressor (no context kept between messages), and
+// /zecho-dedicated with a compressor and decompressor per connection
+// (context takeover). ws.send compresses when the connection negotiated it.
+const compressed = (compression) => ({
+  ...common,
+  compression,
+  message: (ws, msg, isBinary) => { ws.send(msg, isBinary, true); },
+});
+
+app
   .ws('/echo', {
     ...common,
     message: (ws, msg, isBinary) => { ws.send(msg, isBinary); },
+  })
+  .ws('/zecho', compressed(uWS.SHARED_COMPRESSOR))
+  .ws('/zecho-dedicated', compressed(uWS.DEDICATED_COMPRESSOR | uWS.DEDICATED_DECOMPRESSOR))
+  .ws('/zpub/:topic', {
+    ...compressed(uWS.SHARED_COMPRESSOR),
+    upgrade: (res, req, context) => {
+      res.upgrade(
+        { topic: req.getParameter(0) },
+        req.getHeader('sec-websocket-key'),
+        req.getHeader('sec-websocket-protocol'),
+        req.getHeader('sec-websocket-extensions'),
+        context,
+      );
+    },
+    open: (ws) => { ws.subscribe(ws.getUserData().topic); },
+    message: (ws, msg, isBinary) => { ws.publish(ws.getUserData().topic, msg, isBinary, true); },
   })
   .ws('/relay', {
     ...common,
@@ -67,5 +98,5 @@ uWS.App()
   .any('/*', (res) => { res.writeStatus('404 Not Found').end(); })
   .listen('127.0.0.1', port, (token) => {
     if (!token) { console.error(`uWS: cannot listen on ${port}`); process.exit(1); }
-    console.log(`uWebSockets.js peer listening on 127.0.0.1:${port}`);
+    console.log(`uWebSockets.js peer listening on 127.0.0.1:${port}${tls ? ' (TLS)' : ''}`);
   });

@@ -8,6 +8,14 @@ const { WebSocketServer } = require('ws');
 const port = Number(process.argv[2] || process.env.PORT || 9001);
 const server = http.createServer((req, res) => { res.writeHead(426); res.end(); });
 const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 64 << 20 });
+// permessage-deflate on /zecho (benches/compare.sh's deflate scenarios):
+// zlib level 1 (as weir) and no threshold, so every message is compressed
+// and the ratios are comparable.
+const zwss = new WebSocketServer({
+  noServer: true,
+  maxPayload: 64 << 20,
+  perMessageDeflate: { threshold: 0, zlibDeflateOptions: { level: 1 } },
+});
 let waiting = null;
 
 function relay(ws) {
@@ -26,6 +34,12 @@ function relay(ws) {
 
 server.on('upgrade', (req, socket, head) => {
   const path = req.url.split('?')[0];
+  if (path === '/zecho') {
+    zwss.handleUpgrade(req, socket, head, (ws) => {
+      ws.on('message', (data, isBinary) => ws.send(data, { binary: isBinary }));
+    });
+    return;
+  }
   if (path !== '/echo' && path !== '/relay') {
     socket.end('HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n');
     return;

@@ -161,10 +161,7 @@ impl GroupPlan {
     /// Opens the group's connections one after the other (relay pairs form in
     /// arrival order). Stops at the first failure, returning what was opened.
     pub fn open(&self, addr: &str, rng: &mut Rng) -> (Group, Option<String>) {
-        let target = Target {
-            addr: addr.to_string(),
-            path: self.spec.path.to_string(),
-        };
+        let target = Target::plain(addr, self.spec.path);
         let depth = match self.spec.load {
             Load::ReqResp { depth } => depth,
             _ => 1,

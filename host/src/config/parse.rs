@@ -56,6 +56,7 @@ struct RawServer {
     compression: Field,
     compression_min: Field,
     compression_context: Field,
+    compression_level: Field,
     require_origin: Field,
     trusted_proxies: Field,
     max_connections: Field,
@@ -81,6 +82,7 @@ pub(super) struct RawRoute {
     pub(super) compression: Field,
     pub(super) compression_min: Field,
     pub(super) compression_context: Field,
+    pub(super) compression_level: Field,
     pub(super) require_origin: Field,
     pub(super) isolation: Field,
     pub(super) memory: Field,
@@ -354,6 +356,7 @@ fn server(
             &raw.compression,
             &raw.compression_min,
             &raw.compression_context,
+            &raw.compression_level,
         ],
     )?;
     Ok(server)
@@ -390,7 +393,7 @@ fn tls_files(
 fn limits(
     src: &Source,
     base: &Limits,
-    [max_message, outbound_budget, idle_timeout, subprotocols, origins, require_origin, compression, compression_min, compression_context]: [&Field; 9],
+    [max_message, outbound_budget, idle_timeout, subprotocols, origins, require_origin, compression, compression_min, compression_context, compression_level]: [&Field; 10],
 ) -> Result<Limits, ConfigError> {
     let mut limits = base.clone();
     if let Some(item) = Item::of("max_message", max_message) {
@@ -434,6 +437,9 @@ fn limits(
                 ))
             }
         };
+    }
+    if let Some(item) = Item::of("compression_level", compression_level) {
+        limits.compression.level = item.count(src, 1, 9)? as u32;
     }
     if let Some(item) = Item::of("require_origin", require_origin) {
         limits.require_origin = item.flag(src)?;
@@ -506,7 +512,7 @@ fn route(
             ))
         }
     };
-    let limits = limits(
+    let mut limits = limits(
         src,
         server,
         [
@@ -519,8 +525,24 @@ fn route(
             &raw.compression,
             &raw.compression_min,
             &raw.compression_context,
+            &raw.compression_level,
         ],
     )?;
+    if matches!(behaviour, Behaviour::Native(NativeKind::Proxy(_))) {
+        // A proxy passes frames between client and upstream as they are
+        // (and offers its upstream no extension): no permessage-deflate,
+        // whatever [server] says.
+        if let Some(item) = Item::of("compression", &raw.compression) {
+            if limits.compression.enabled {
+                return Err(item.fail(
+                    src,
+                    "permessage-deflate is not supported on proxy routes (frames pass through \
+                     unchanged); remove compression",
+                ));
+            }
+        }
+        limits.compression.enabled = false;
+    }
     let topics = match Item::of("topics", &raw.topics) {
         Some(item) => Some(topic_namespace(src, &item)?),
         None => None,

@@ -1113,27 +1113,48 @@ path = "/c"
 native = "echo"
 compression_min = "1KiB"
 compression_context = "none"
+compression_level = 2
 "#;
     let config = parse(text);
-    let on = |min_bytes, context| Compression {
+    let on = |min_bytes, context, level| Compression {
         enabled: true,
         min_bytes,
         context,
+        level,
     };
     assert_eq!(
         config.routes[0].limits.compression,
-        on(256, Context::Takeover)
+        on(256, Context::Takeover, 1)
     );
     assert!(!config.routes[1].limits.compression.enabled);
-    assert_eq!(config.routes[2].limits.compression, on(1024, Context::None));
+    assert_eq!(
+        config.routes[2].limits.compression,
+        on(1024, Context::None, 2)
+    );
     for (bad, line, needle) in [
         ("compression = \"yes\"", 4, "compression = \"on\""),
         ("compression_context = \"shared\"", 4, "\"takeover\""),
         ("compression_min = \"1MB\"", 4, "MiB"),
+        ("compression_level = 0", 4, "from 1 to 9"),
     ] {
         let text = format!("[[route]]\npath = \"/x\"\nnative = \"echo\"\n{bad}\n");
         refused(&text, line, &[needle]);
     }
+    // A proxy route never negotiates it: refused when asked for on the
+    // route, off when [server] turns it on for every route.
+    refused(
+        &format!(
+            "{}compression = \"on\"\n",
+            proxy_route("upstream = \"ws://127.0.0.1:9/\"")
+        ),
+        5,
+        &["not supported on proxy routes"],
+    );
+    let config = parse(&format!(
+        "[server]\ncompression = \"on\"\n\n{}",
+        proxy_route("upstream = \"ws://127.0.0.1:9/\"")
+    ));
+    assert!(!config.routes[0].limits.compression.enabled);
 }
 
 fn proxy_route(extra: &str) -> String {

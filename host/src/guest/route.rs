@@ -269,9 +269,10 @@ impl GuestRoute {
     }
 
     /// Applies a guest's commands in order. Consecutive sends to one
-    /// connection are written into one buffer and handed over once, straight
+    /// connection are written into one buffer and handed over once,
+    /// compressed if the connection negotiated permessage-deflate, straight
     /// into the socket when the connection is not writing itself (see
-    /// `Outbound::send_direct`).
+    /// `Outbound::send_frames`).
     fn apply(
         &self,
         commands: &Commands,
@@ -285,7 +286,9 @@ impl GuestRoute {
         let flush = |pending: &mut Option<u64>, frames: &mut Vec<u8>| {
             if let Some(conn) = pending.take() {
                 if let Some(out) = self.lookup(conn) {
-                    out.send_direct(frames);
+                    // Compressed for the connection if it negotiated
+                    // permessage-deflate; the guest sent plain payloads.
+                    out.send_frames(frames);
                 }
                 frames.clear();
             }

@@ -25,6 +25,7 @@ pub struct Echo {
 
 impl Behaviour for Echo {
     const SENDS_EACH_MESSAGE_ON: bool = true;
+    const COMPRESSES_REPLIES: bool = true;
 
     /// Adds the reply for `piece` to `out`, in place in `buf`.
     #[inline]

@@ -1,7 +1,9 @@
 //! Native relay: connections on a route pair up in arrival order; each frame
 //! goes to the partner only. When one side ends, the other is closed with 1001.
 //! An unpaired connection is not read from until it has a partner, so nothing
-//! it sends is lost or reordered.
+//! it sends is lost or reordered. A partner that negotiated
+//! permessage-deflate gets each one-frame message compressed
+//! (`Outbound::send_frames`).
 
 use crate::reactor::behaviour::{Behaviour, Stop};
 use crate::reactor::buffer::Output;
@@ -138,7 +140,8 @@ impl Behaviour for Relay {
         let Some(partner) = &self.partner else {
             return Err(Stop::Close(close::GOING_AWAY, PARTNER_LEFT));
         };
-        let ok = partner.send_direct(&self.pending[..self.complete]);
+        // Compressed for the partner when it negotiated permessage-deflate.
+        let ok = partner.send_frames(&self.pending[..self.complete]);
         // Keep the allocation for the next batch; a frame still arriving
         // moves to the front.
         self.pending.drain(..self.complete);

@@ -13,6 +13,7 @@
 //! as the same buffer. Deliveries waiting for a worker are bounded in bytes
 //! ([`FANOUT_BACKLOG_BYTES`]): past it, publishers stop reading.
 
+use super::compressed::Compressed;
 use super::Topic;
 use crate::registry::ConnId;
 use atomic_waker::AtomicWaker;
@@ -37,6 +38,9 @@ pub(super) struct Delivery {
     pub(super) topic: Arc<Topic>,
     pub(super) frames: Bytes,
     pub(super) exclude: Option<ConnId>,
+    /// The publish's compressed forms, when the topic had subscribers
+    /// that share them (permessage-deflate without context takeover).
+    pub(super) compressed: Option<Arc<Compressed>>,
 }
 
 #[derive(Default)]
@@ -102,6 +106,7 @@ impl Fanout {
     /// their turn, so what they publish meanwhile goes out in the same
     /// writes). Mailboxes are FIFO, so each publisher's order holds.
     pub fn deliver(&self, topic: &Arc<Topic>, frames: &Bytes, exclude: Option<ConnId>) {
+        let compressed = topic.shares_compressed().then(Arc::default);
         for (worker, mailbox) in self.mailboxes.iter().enumerate() {
             if !topic.has_subscribers_on(worker) {
                 continue;
@@ -111,6 +116,7 @@ impl Fanout {
                 topic: topic.clone(),
                 frames: frames.clone(),
                 exclude,
+                compressed: compressed.clone(),
             });
             mailbox.bytes.fetch_add(frames.len(), Ordering::AcqRel);
             drop(queue);
@@ -182,10 +188,7 @@ impl Fanout {
                 .map_or((start + MAX_GATHER).min(batch.len()), |n| start + n);
             let group = &batch[start..end];
             match group {
-                [one] => {
-                    one.topic
-                        .deliver_on(worker, &one.frames, one.exclude, &self.stats[worker])
-                }
+                [one] => one.topic.deliver_on(worker, one, &self.stats[worker]),
                 _ => topic.deliver_all_on(worker, group, &self.stats[worker]),
             }
             bytes += group.iter().map(|d| d.frames.len()).sum::<usize>();

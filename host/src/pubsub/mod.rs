@@ -5,7 +5,11 @@
 //! cannot publish into another route's sockets by using the same topic name.
 //!
 //! A published message is framed once (`ws::encode`) into one shared
-//! buffer; every subscriber's queue holds that buffer, not a copy. A topic
+//! buffer; every subscriber's queue holds that buffer, not a copy.
+//! Subscribers that negotiated permessage-deflate get it compressed: once
+//! per publish and form for those without context takeover, shared the
+//! same way, and with its own compressor for each of the others
+//! ([`compressed`]). A topic
 //! keeps one subscriber list per worker, and each worker writes its own
 //! subscribers ([`fanout`]): publishing takes no lock that all workers
 //! share, only a read lock on one of the namespace's shards to find the
@@ -18,10 +22,13 @@
 
 pub mod broker;
 pub mod cluster;
+pub mod compressed;
 pub mod fanout;
 
 pub use broker::{Broker, LocalBroker};
 pub use fanout::Fanout;
+
+use compressed::Forms;
 
 use crate::config::SlowSubscriber;
 use crate::reactor::outbound::Outbound;
@@ -56,6 +63,10 @@ pub struct Topic {
     workers: Box<[WorkerSubscribers]>,
     /// The namespace's delivery counters.
     delivered: Arc<DeliveryStats>,
+    /// Subscribers that share compressed forms of a publish
+    /// (permessage-deflate without context takeover): while there are
+    /// any, a publish carries a place for those forms.
+    sharing: AtomicUsize,
 }
 
 /// A topic's subscribers on one worker, written by that worker.
@@ -72,7 +83,13 @@ impl Topic {
             name: name.into(),
             workers: (0..workers).map(|_| WorkerSubscribers::default()).collect(),
             delivered,
+            sharing: AtomicUsize::new(0),
         }
+    }
+
+    /// Some subscriber takes shared compressed forms of publishes.
+    pub(crate) fn shares_compressed(&self) -> bool {
+        self.sharing.load(Ordering::Relaxed) > 0
     }
 
     /// Counts `messages` deliveries of `bytes` on `worker` (its thread).
@@ -100,27 +117,21 @@ impl Topic {
             .sum()
     }
 
-    /// Writes `frames` to `worker`'s subscribers except `exclude`.
-    fn deliver_on(
-        &self,
-        worker: usize,
-        frames: &Bytes,
-        exclude: Option<ConnId>,
-        stats: &fanout::WorkerStats,
-    ) {
+    /// Writes a delivery to `worker`'s subscribers but the one it
+    /// excludes.
+    fn deliver_on(&self, worker: usize, d: &fanout::Delivery, stats: &fanout::WorkerStats) {
+        let mut forms = Forms::new(std::slice::from_ref(d));
         let list = self.workers[worker].list.lock().expect("topic lock");
         let mut reached = 0;
         for sub in list.iter() {
-            if Some(sub.conn) != exclude {
-                reached += u64::from(offer(sub, frames, stats));
+            if Some(sub.conn) != d.exclude {
+                reached += u64::from(offer(sub, &d.frames, 0, &mut forms, stats));
             }
         }
         drop(list);
-        self.count(worker, reached, reached * frames.len() as u64);
+        self.count(worker, reached, reached * d.frames.len() as u64);
     }
-}
 
-impl Topic {
     /// Writes a run of deliveries to this topic to `worker`'s subscribers,
     /// each subscriber's share (all but its own publishes) in one write.
     fn deliver_all_on(
@@ -131,61 +142,94 @@ impl Topic {
     ) {
         let all: Vec<Bytes> = group.iter().map(|d| d.frames.clone()).collect();
         let all_slices: Vec<IoSlice<'_>> = all.iter().map(|b| IoSlice::new(b)).collect();
+        let every: Vec<usize> = (0..group.len()).collect();
+        let mut forms = Forms::new(group);
         let list = self.workers[worker].list.lock().expect("topic lock");
         let (mut reached, mut bytes) = (0, 0);
         for sub in list.iter() {
-            if !group.iter().any(|d| d.exclude == Some(sub.conn)) {
-                let (m, b) = offer_all(sub, &all, &all_slices, stats);
-                (reached, bytes) = (reached + m, bytes + b);
-                continue;
-            }
-            let mine: Vec<Bytes> = group
-                .iter()
-                .filter(|d| d.exclude != Some(sub.conn))
-                .map(|d| d.frames.clone())
-                .collect();
-            if !mine.is_empty() {
-                let slices: Vec<IoSlice<'_>> = mine.iter().map(|b| IoSlice::new(b)).collect();
-                let (m, b) = offer_all(sub, &mine, &slices, stats);
-                (reached, bytes) = (reached + m, bytes + b);
-            }
+            let (m, b) = if group.iter().any(|d| d.exclude == Some(sub.conn)) {
+                let mine: Vec<usize> = every
+                    .iter()
+                    .copied()
+                    .filter(|&i| group[i].exclude != Some(sub.conn))
+                    .collect();
+                offer_all(sub, &all, &mine, None, &mut forms, stats)
+            } else {
+                offer_all(sub, &all, &every, Some(&all_slices), &mut forms, stats)
+            };
+            (reached, bytes) = (reached + m, bytes + b);
         }
         drop(list);
         self.count(worker, reached, bytes);
     }
 }
 
-/// [`offer`] for several deliveries at once; (deliveries, bytes) handed
-/// over.
+/// [`offer`] for several deliveries at once (`which` of the run `plain`;
+/// `plain_slices`: all of them, ready for one `sendmsg`); (deliveries,
+/// bytes) handed over.
 fn offer_all(
     sub: &Subscriber,
-    parts: &[Bytes],
-    slices: &[IoSlice<'_>],
+    plain: &[Bytes],
+    which: &[usize],
+    plain_slices: Option<&[IoSlice<'_>]>,
+    forms: &mut Forms<'_>,
     stats: &fanout::WorkerStats,
 ) -> (u64, u64) {
-    let total = parts.iter().map(Bytes::len).sum();
+    if which.is_empty() {
+        return (0, 0);
+    }
+    let total = which.iter().map(|&i| plain[i].len()).sum();
     let out = &sub.outbound;
     if out.fits_strictly(total) {
-        out.send_shared_all(parts, slices);
-        return (parts.len() as u64, total as u64);
+        let form = out.deflate().map(|d| d.shared_form());
+        let parts: Vec<Bytes> = match form {
+            Some(Some(form)) => which.iter().map(|&i| forms.part(form, i).clone()).collect(),
+            _ => which.iter().map(|&i| plain[i].clone()).collect(),
+        };
+        match (form, plain_slices) {
+            // Context takeover: compressed with its own compressor.
+            (Some(None), _) => {
+                out.send_frames_all(&parts);
+            }
+            (None, Some(slices)) => {
+                out.send_shared_all(&parts, slices);
+            }
+            _ => {
+                let slices: Vec<IoSlice<'_>> = parts.iter().map(|b| IoSlice::new(b)).collect();
+                out.send_shared_all(&parts, &slices);
+            }
+        }
+        return (which.len() as u64, total as u64);
     }
     // Not all of them fit: one by one, so as many as fit are kept.
     let (mut reached, mut bytes) = (0, 0);
-    for part in parts {
-        if offer(sub, part, stats) {
-            (reached, bytes) = (reached + 1, bytes + part.len() as u64);
+    for &i in which {
+        if offer(sub, &plain[i], i, forms, stats) {
+            (reached, bytes) = (reached + 1, bytes + plain[i].len() as u64);
         }
     }
     (reached, bytes)
 }
 
-/// Hands `frames` to one subscriber (true), or applies its route's policy
-/// when they do not fit in its budget.
+/// Hands `frames` (delivery `index` of the run `forms` knows) to one
+/// subscriber (true): as they are, in its shared compressed form, or
+/// compressed with its own compressor. Applies its route's policy when
+/// they do not fit in its budget.
 #[inline]
-fn offer(sub: &Subscriber, frames: &Bytes, stats: &fanout::WorkerStats) -> bool {
+fn offer(
+    sub: &Subscriber,
+    frames: &Bytes,
+    index: usize,
+    forms: &mut Forms<'_>,
+    stats: &fanout::WorkerStats,
+) -> bool {
     let out = &sub.outbound;
     if out.fits(frames.len()) {
-        out.send_shared(frames);
+        match out.deflate().map(|d| d.shared_form()) {
+            None => out.send_shared(frames),
+            Some(Some(form)) => out.send_shared(forms.part(form, index)),
+            Some(None) => out.send_frames(frames),
+        };
         return true;
     }
     match sub.slow {
@@ -197,6 +241,13 @@ fn offer(sub: &Subscriber, frames: &Bytes, stats: &fanout::WorkerStats) -> bool 
         SlowSubscriber::Drop => stats.count_dropped(),
     }
     false
+}
+
+/// The subscriber takes shared compressed forms of publishes.
+fn shares_compressed(sub: &Subscriber) -> bool {
+    sub.outbound
+        .deflate()
+        .is_some_and(|d| d.shared_form().is_some())
 }
 
 /// One shard of a namespace: topic name → topic.
@@ -264,6 +315,9 @@ impl Topics {
         let subs = &entry.workers[worker];
         let mut list = subs.list.lock().expect("topic lock");
         if !list.iter().any(|s| s.conn == sub.conn) {
+            if shares_compressed(&sub) {
+                entry.sharing.fetch_add(1, Ordering::Relaxed);
+            }
             list.push(sub);
             subs.count.store(list.len(), Ordering::Release);
         }
@@ -293,7 +347,11 @@ impl Topics {
         };
         let subs = &entry.workers[worker];
         let mut list = subs.list.lock().expect("topic lock");
-        list.retain(|s| s.conn != conn);
+        if let Some(at) = list.iter().position(|s| s.conn == conn) {
+            if shares_compressed(&list.remove(at)) {
+                entry.sharing.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
         subs.count.store(list.len(), Ordering::Release);
         drop(list);
         if entry.total() == 0 {
@@ -360,6 +418,8 @@ mod tests {
     use super::*;
     use crate::reactor::outbound::OutMsg;
     use crate::registry::conn_id;
+    use crate::ws::deflate::{negotiate, Compression, Context};
+    use crate::ws::OpCode;
 
     fn namespace(workers: usize) -> Arc<Topics> {
         Topics::new("/t", Arc::new(Fanout::new(workers)), Arc::new(LocalBroker))
@@ -463,6 +523,93 @@ mod tests {
         a.publish("room", &Bytes::from_static(b"\x81\x01x"), None);
         a.fanout().deliver_waiting(0);
         assert!(frames_of(&in_b.outbound).is_empty());
+    }
+
+    /// Payload lengths of the (short) server frames in `bytes`.
+    fn frame_lens(mut bytes: &[u8]) -> Vec<usize> {
+        let mut lens = Vec::new();
+        while let [_, b1, rest @ ..] = bytes {
+            let (len, at) = match b1 & 0x7F {
+                126 => (usize::from(u16::from_be_bytes([rest[0], rest[1]])), 4),
+                n => (usize::from(n), 2),
+            };
+            lens.push(len);
+            bytes = &bytes[at + len..];
+        }
+        lens
+    }
+
+    /// A subscriber whose queue takes compressed publishes (RSV1 set).
+    fn compressing(conn: ConnId, offer: &'static str, context: Context) -> Subscriber {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::SEC_WEBSOCKET_EXTENSIONS,
+            http::HeaderValue::from_static(offer),
+        );
+        let route = Compression {
+            enabled: true,
+            min_bytes: 0,
+            context,
+            level: 1,
+        };
+        let n = negotiate(&headers, &route).unwrap();
+        Subscriber {
+            conn,
+            outbound: Arc::new(Outbound::new(1 << 20).with_deflate(Some(&n))),
+            slow: SlowSubscriber::Close,
+        }
+    }
+
+    /// Issue 16: subscribers without context takeover that negotiated the
+    /// same parameters share one compressed buffer per publish (made once,
+    /// on whichever worker needs it first, runs of deliveries included);
+    /// another window gets its own; a takeover subscriber compresses with
+    /// its own context; a plain one gets the publisher's buffer.
+    #[test]
+    fn compressed_forms_are_made_once_and_shared() {
+        let topics = namespace(2);
+        let shared: Vec<_> = [(0, 1), (1, 1), (0, 2)]
+            .into_iter()
+            .map(|(w, seq)| compressing(conn_id(w, seq), "permessage-deflate", Context::None))
+            .collect();
+        let narrow = compressing(
+            conn_id(1, 2),
+            "permessage-deflate; server_max_window_bits=10",
+            Context::None,
+        );
+        let own = compressing(conn_id(0, 3), "permessage-deflate", Context::Takeover);
+        let plain = sub(conn_id(1, 3), 1 << 20, SlowSubscriber::Close);
+        for s in shared.iter().chain([&narrow, &own, &plain]) {
+            topics.join("room", s.clone());
+        }
+        let text = "{\"seq\":1,\"px\":100}".repeat(30);
+        let frames = Bytes::from(crate::ws::encode::frame(OpCode::Text, text.as_bytes()));
+        for _ in 0..2 {
+            topics.publish("room", &frames, None);
+        }
+        topics.fanout().deliver_waiting(0);
+        topics.fanout().deliver_waiting(1);
+        let got: Vec<Vec<Bytes>> = shared.iter().map(|s| frames_of(&s.outbound)).collect();
+        for g in &got {
+            assert_eq!(g.len(), 2);
+            assert_eq!(g[0][0] & 0x40, 0x40, "RSV1");
+            assert!(g[0].len() < frames.len() / 4);
+        }
+        for ((a, b), c) in got[0].iter().zip(&got[1]).zip(&got[2]) {
+            assert_eq!(a.as_ptr(), b.as_ptr(), "across workers");
+            assert_eq!(a.as_ptr(), c.as_ptr(), "on one worker");
+        }
+        let narrow_got = frames_of(&narrow.outbound);
+        assert_eq!(narrow_got.len(), 2);
+        assert_ne!(narrow_got[0].as_ptr(), got[0][0].as_ptr(), "another form");
+        // The takeover subscriber's second publish refers to its first.
+        let own_got = frame_lens(&frames_of(&own.outbound).concat());
+        assert_eq!(own_got.len(), 2);
+        assert!(own_got[1] < own_got[0], "{own_got:?}");
+        assert!(own.outbound.deflate().unwrap().holds_state());
+        let plain_got = frames_of(&plain.outbound);
+        assert_eq!(plain_got.len(), 2);
+        assert_eq!(plain_got[0].as_ptr(), frames.as_ptr());
     }
 
     /// Deliveries to one topic waiting together reach each subscriber in

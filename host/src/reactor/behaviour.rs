@@ -37,6 +37,14 @@ pub trait Behaviour: 'static {
     /// at the replies.
     const SENDS_EACH_MESSAGE_ON: bool = false;
 
+    /// The loop compresses this behaviour's own replies
+    /// (`Output::push_message`: echo) on a connection that negotiated
+    /// permessage-deflate. Every other kind's messages come from
+    /// producers, which compress through the connection's `Outbound`;
+    /// a connection never has both, so with context takeover one
+    /// compressor sees every compressed message it sends.
+    const COMPRESSES_REPLIES: bool = false;
+
     /// The socket is the connection's; nothing has been read yet.
     fn on_open(&mut self, _id: u64, _outbound: &Arc<Outbound>) {}
 
@@ -113,32 +121,46 @@ pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 /// A connection's behaviour, ready to run once the upgrade completes; the
 /// server holds it without knowing its kind.
 pub trait Start {
-    /// Runs the connection loop on `io` (`prefix`: bytes hyper read past
-    /// the request head).
-    fn start(
+    /// Spawns the connection loop on `io` as a task of its own on the
+    /// worker (`prefix`: bytes hyper read past the request head). The task
+    /// is exactly the loop's future, one allocation: an open connection's
+    /// memory. Its log lines carry `span`.
+    fn spawn(
         self: Box<Self>,
         io: super::transport::Io,
         prefix: bytes::Bytes,
         env: ConnEnv,
-    ) -> LocalFuture<'static, ()>;
+        span: tracing::Span,
+    );
     /// The upgrade failed.
     fn abandon(self: Box<Self>, env: ConnEnv);
 }
 
 impl<B: Behaviour> Start for B {
-    fn start(
+    fn spawn(
         self: Box<Self>,
         io: super::transport::Io,
         prefix: bytes::Bytes,
         env: ConnEnv,
-    ) -> LocalFuture<'static, ()> {
+        span: tracing::Span,
+    ) {
+        use super::conn::run;
         use super::transport::{H2Stream, Io, Tcp, Tls};
+        use tracing::Instrument;
+        let behaviour = *self;
         match io {
-            Io::Tcp(tcp) => Box::pin(super::conn::run(Tcp(Arc::new(tcp)), prefix, env, *self)),
-            Io::Tls(tcp, session) => {
-                Box::pin(super::conn::run(Tls::new(tcp, session), prefix, env, *self))
+            Io::Tcp(tcp) => {
+                let conn = run(Tcp(Arc::new(tcp)), prefix, env, behaviour);
+                tokio::task::spawn_local(conn.instrument(span));
             }
-            Io::H2(stream) => Box::pin(super::conn::run(H2Stream(stream), prefix, env, *self)),
+            Io::Tls(tcp, session) => {
+                let conn = run(Tls::new(tcp, session), prefix, env, behaviour);
+                tokio::task::spawn_local(conn.instrument(span));
+            }
+            Io::H2(stream) => {
+                let conn = run(H2Stream(stream), prefix, env, behaviour);
+                tokio::task::spawn_local(conn.instrument(span));
+            }
         }
     }
 

@@ -6,9 +6,11 @@ use crate::ws::compress::Deflater;
 use std::cell::RefCell;
 use std::io::IoSlice;
 use std::ops::Range;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use std::task::{ready, Context, Poll};
+use tokio::io::AsyncWrite;
 
 /// Free bytes kept in front of the data: a piece of a frame that began in an
 /// earlier read gets its reply header written here (10 bytes at most).
@@ -35,6 +37,8 @@ const POOL_KEEP_LARGE: usize = 8;
 /// of small frames goes out as one contiguous write; longer ones get their
 /// own gather entry instead of a copy.
 const COALESCE_MAX_BYTES: usize = 2048;
+/// Ranges handed to one writev (the kernel's IOV_MAX is 1024).
+const MAX_SLICES: usize = 64;
 
 /// Per-worker pool of receive buffers (single-threaded: no locking).
 #[derive(Default)]
@@ -118,6 +122,8 @@ impl BufPool {
 #[derive(Default)]
 pub struct Output {
     segs: Vec<Range<usize>>,
+    /// Bytes of `segs` already written, while a flush waits for the socket.
+    sent: usize,
     /// The connection's compressor (None: permessage-deflate not
     /// negotiated) and the bytes of this batch's compressed replies.
     deflate: Option<Box<OwnedReplies>>,
@@ -139,6 +145,7 @@ impl Output {
     pub fn compressing(deflater: Deflater) -> Output {
         Output {
             segs: Vec::new(),
+            sent: 0,
             deflate: Some(Box::new(OwnedReplies {
                 deflater,
                 bytes: Vec::new(),
@@ -206,12 +213,18 @@ impl Output {
     }
 
     /// Writes everything with as few syscalls as the kernel allows, flushes,
-    /// then clears.
-    pub async fn flush<W: AsyncWrite + Unpin>(
+    /// then clears. Polled in place: a write the socket cannot take at once
+    /// leaves its progress in the output (`sent`), not in a future, so the
+    /// connection's future stays small.
+    pub fn poll_flush<W: AsyncWrite + Unpin>(
         &mut self,
         stream: &mut W,
         buf: &[u8],
-    ) -> std::io::Result<()> {
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.segs.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
         let owned: &[u8] = self.deflate.as_ref().map_or(&[], |d| &d.bytes);
         let slice = |r: &Range<usize>| {
             if r.start & OWNED == 0 {
@@ -220,20 +233,36 @@ impl Output {
                 &owned[r.start & !OWNED..r.end & !OWNED]
             }
         };
-        match self.segs.as_slice() {
-            [] => {}
-            [one] => stream.write_all(slice(one)).await?,
-            segs => {
-                let mut slices: Vec<IoSlice<'_>> =
-                    segs.iter().map(|r| IoSlice::new(slice(r))).collect();
-                write_all_vectored(stream, &mut slices).await?;
+        loop {
+            let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+            let (mut n, mut skip) = (0, self.sent);
+            for r in &self.segs {
+                let s = slice(r);
+                if skip >= s.len() {
+                    skip -= s.len();
+                    continue;
+                }
+                slices[n] = IoSlice::new(&s[skip..]);
+                skip = 0;
+                n += 1;
+                if n == MAX_SLICES {
+                    break;
+                }
             }
+            let written = match n {
+                0 => break,
+                1 => ready!(Pin::new(&mut *stream).poll_write(cx, &slices[0]))?,
+                _ => ready!(Pin::new(&mut *stream).poll_write_vectored(cx, &slices[..n]))?,
+            };
+            if written == 0 {
+                return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+            }
+            self.sent += written;
         }
-        if !self.segs.is_empty() {
-            // TLS hands its records to the kernel here; TCP has none.
-            stream.flush().await?;
-        }
+        // TLS hands its records to the kernel here; TCP has none.
+        ready!(Pin::new(&mut *stream).poll_flush(cx))?;
         self.segs.clear();
+        self.sent = 0;
         if let Some(d) = &mut self.deflate {
             // Freed, not kept: an idle connection holds no reply buffer.
             if d.bytes.capacity() != 0 {
@@ -241,23 +270,53 @@ impl Output {
                 d.scratch = Vec::new();
             }
         }
-        Ok(())
+        Poll::Ready(Ok(()))
+    }
+
+    /// [`poll_flush`](Self::poll_flush) as a future.
+    pub async fn flush<W: AsyncWrite + Unpin>(
+        &mut self,
+        stream: &mut W,
+        buf: &[u8],
+    ) -> std::io::Result<()> {
+        std::future::poll_fn(|cx| self.poll_flush(stream, buf, cx)).await
     }
 }
 
-/// `write_all` for a gather list: one writev per kernel acceptance.
-pub async fn write_all_vectored<W: AsyncWrite + Unpin>(
+/// Writes `bytes[*sent..]` and flushes, advancing `sent`: `write_all` and
+/// `flush` polled in place (the cursor is the caller's).
+pub fn poll_write_all<W: AsyncWrite + Unpin>(
     stream: &mut W,
-    mut slices: &mut [IoSlice<'_>],
-) -> std::io::Result<()> {
-    while !slices.is_empty() {
-        let n = stream.write_vectored(slices).await?;
+    bytes: &[u8],
+    sent: &mut usize,
+    cx: &mut Context<'_>,
+) -> Poll<std::io::Result<()>> {
+    while *sent < bytes.len() {
+        let n = ready!(Pin::new(&mut *stream).poll_write(cx, &bytes[*sent..]))?;
         if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
+            return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
         }
-        IoSlice::advance_slices(&mut slices, n);
+        *sent += n;
     }
-    Ok(())
+    Pin::new(&mut *stream).poll_flush(cx)
+}
+
+/// Writes all of `slices`, advancing them past what was written: one
+/// writev per kernel acceptance. Polled in place (the cursor is the
+/// caller's), so no future of its own.
+pub fn poll_write_all_vectored<W: AsyncWrite + Unpin>(
+    stream: &mut W,
+    slices: &mut &mut [IoSlice<'_>],
+    cx: &mut Context<'_>,
+) -> Poll<std::io::Result<()>> {
+    while !slices.is_empty() {
+        let n = ready!(Pin::new(&mut *stream).poll_write_vectored(cx, slices))?;
+        if n == 0 {
+            return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+        }
+        IoSlice::advance_slices(slices, n);
+    }
+    Poll::Ready(Ok(()))
 }
 
 #[cfg(test)]

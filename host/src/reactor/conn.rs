@@ -5,10 +5,14 @@
 //! behaviour: nothing here names a route kind.
 
 use super::behaviour::{Behaviour, Stop};
-use super::buffer::{BufPool, Output, HEADROOM_BYTES, READ_BUF_BYTES, STREAM_ABOVE_BYTES};
+use super::buffer::{
+    poll_write_all, poll_write_all_vectored, BufPool, Output, HEADROOM_BYTES, READ_BUF_BYTES,
+    STREAM_ABOVE_BYTES,
+};
 use super::decode::{DataPiece, Decoder, Piece};
+use super::idle::IdleWheel;
 use super::outbound::{OutMsg, Outbound};
-use super::socket::unless_stalled;
+use super::socket::unless_stalled_poll;
 use super::transport::Transport;
 use crate::config::Limits;
 use crate::registry::{worker_of, Registry};
@@ -21,9 +25,8 @@ use crate::ws::frame::{OpCode, ProtocolError};
 use std::io::{ErrorKind, IoSlice};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::ready;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::time::Instant;
 
 /// How long the server keeps reading after its close frame, for the
 /// client's close or EOF, before it drops the TCP connection anyway.
@@ -57,6 +60,11 @@ pub struct ConnEnv {
     pub stats: Arc<RouteStats>,
     /// permessage-deflate, when the upgrade negotiated it.
     pub deflate: Option<Negotiated>,
+    /// The worker's idle deadlines.
+    pub idle: Rc<IdleWheel>,
+    /// Held until the connection ends: its place under the connection
+    /// limits (the server's; for HTTP/2, shared by the connection's streams).
+    pub live: Rc<dyn std::any::Any>,
 }
 
 const SHUTDOWN_REASON: &str = "server shutting down";
@@ -91,7 +99,7 @@ struct Conn<T> {
     start: usize,
     end: usize,
     out: Output,
-    last_read: Instant,
+    /// A ping went out after a silent period; a read clears it.
     ping_sent: bool,
     /// The last read carried a piece of a streamed (large) frame: the next
     /// read takes a large buffer from the start.
@@ -112,17 +120,23 @@ struct Inflating {
 
 /// Runs a connection after the 101 until it closes. `prefix` holds bytes
 /// hyper had already read past the request head.
-pub async fn run<B: Behaviour, T: Transport>(
+///
+/// Not an `async fn`: its arguments would stay in the future beside the
+/// connection they were moved into. The future is what every open
+/// connection holds while it waits, so its size is per-connection memory.
+pub fn run<B: Behaviour, T: Transport>(
     stream: T,
     prefix: bytes::Bytes,
     env: ConnEnv,
     mut behaviour: B,
-) {
+) -> impl std::future::Future<Output = ()> {
     let mut decoder = Decoder::new(env.limits.max_message, STREAM_ABOVE_BYTES);
     let (mut out, mut inflate) = (Output::default(), None);
     if let Some(n) = &env.deflate {
         decoder.allow_compression();
-        out = Output::compressing(Deflater::new(n));
+        if B::COMPRESSES_REPLIES {
+            out = Output::compressing(Deflater::new(n));
+        }
         inflate = Some(Box::new(Inflating {
             inflater: Inflater::new(n),
             message: Vec::new(),
@@ -137,36 +151,40 @@ pub async fn run<B: Behaviour, T: Transport>(
         start: HEADROOM_BYTES,
         end: HEADROOM_BYTES,
         out,
-        last_read: Instant::now(),
         ping_sent: false,
         large_frames: false,
         close_code: close::ABNORMAL,
     };
-    let (id, outbound) = (c.env.id, c.env.outbound.clone());
-    c.counters().accepted.add_owned(1);
-    c.env
-        .registry
-        .insert(id, c.env.route, outbound.clone(), c.env.peer);
-    behaviour.on_open(id, &outbound);
-    if B::DIRECT_WRITES {
-        if let Some(socket) = c.stream.direct_socket() {
-            outbound.enable_direct(socket);
+    async move {
+        let (id, outbound) = (c.env.id, c.env.outbound.clone());
+        c.counters().accepted.add_owned(1);
+        c.env
+            .registry
+            .insert(id, c.env.route, outbound.clone(), c.env.peer);
+        behaviour.on_open(id, &outbound);
+        c.env
+            .idle
+            .watch(outbound.clone(), c.env.limits.idle_timeout);
+        if B::DIRECT_WRITES {
+            if let Some(socket) = c.stream.direct_socket() {
+                outbound.enable_direct(socket);
+            }
         }
-    }
-    let flow = c.drive(prefix, &mut behaviour).await;
-    match flow {
-        Flow::Close(code, reason) if !behaviour.mid_frame() => {
-            c.close_code = code;
-            c.close_and_linger(code, &reason).await
+        let flow = c.drive(prefix, &mut behaviour).await;
+        match flow {
+            Flow::Close(code, reason) if !behaviour.mid_frame() => {
+                c.close_code = code;
+                c.close_and_linger(code, &reason).await
+            }
+            _ => outbound.end_direct(),
         }
-        _ => outbound.end_direct(),
-    }
-    c.counters().closed_with(c.close_code);
-    behaviour.on_close(id);
-    c.env.registry.remove(id);
-    outbound.consumer_gone();
-    if let Some(buf) = c.buf.take() {
-        c.env.pool.give(buf);
+        c.counters().closed_with(c.close_code);
+        behaviour.on_close(id);
+        c.env.registry.remove(id);
+        outbound.consumer_gone();
+        if let Some(buf) = c.buf.take() {
+            c.env.pool.give(buf);
+        }
     }
 }
 
@@ -176,11 +194,14 @@ impl<T: Transport> Conn<T> {
         self.env.stats.worker(worker_of(self.env.id))
     }
 
+    /// The paths that are not every message's (reads blocked, the idle
+    /// ping, the shutdown's last reads) run boxed: the future every open
+    /// connection holds while it waits is sized by the common path only.
     async fn drive<B: Behaviour>(&mut self, prefix: bytes::Bytes, behaviour: &mut B) -> Flow {
         // Bytes the client sent with its upgrade wait, like the socket, until
         // reads are allowed (a relay is paired first).
         if behaviour.reads_blocked(&self.env.outbound) {
-            match self.wait_unblocked(behaviour).await {
+            match Box::pin(self.wait_unblocked(behaviour)).await {
                 Flow::Continue => {}
                 // Nothing was read while blocked: nothing to answer.
                 Flow::Drain => return Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()),
@@ -200,27 +221,26 @@ impl<T: Transport> Conn<T> {
         // hyper's read buffer is several KiB: not something to keep for the
         // life of an idle connection.
         drop(prefix);
-        let idle_timeout = self.env.limits.idle_timeout;
-        let idle = tokio::time::sleep(idle_timeout);
-        tokio::pin!(idle);
         loop {
             let flow = if behaviour.reads_blocked(&self.env.outbound) {
-                self.wait_unblocked(behaviour).await
+                Box::pin(self.wait_unblocked(behaviour)).await
             } else {
                 tokio::select! {
                     biased;
-                    _ = self.env.outbound.ready() => self.deliver().await,
+                    _ = self.env.outbound.ready() => match self.env.outbound.take_idle_due() {
+                        true => Box::pin(self.idle_check()).await,
+                        false => self.deliver().await,
+                    },
                     ready = self.stream.readable() => match ready {
                         Ok(()) => self.read(behaviour).await,
                         Err(_) => Flow::Done,
                     },
-                    _ = &mut idle => self.idle_check(idle.as_mut()).await,
                 }
             };
             match flow {
                 Flow::Continue => {}
                 Flow::Drain if behaviour.answers_before_drain() => {
-                    return self.read_rest(behaviour).await
+                    return Box::pin(self.read_rest(behaviour)).await
                 }
                 Flow::Drain => return Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()),
                 flow => return flow,
@@ -228,21 +248,21 @@ impl<T: Transport> Conn<T> {
         }
     }
 
-    /// The idle timer fired: a ping after one silent period, a close after
-    /// the second.
-    async fn idle_check(&mut self, mut idle: std::pin::Pin<&mut tokio::time::Sleep>) -> Flow {
-        let idle_timeout = self.env.limits.idle_timeout;
-        if self.last_read.elapsed() < idle_timeout {
-            idle.as_mut().reset(self.last_read + idle_timeout);
+    /// The idle wheel woke the connection: a ping after one silent period,
+    /// a close after the second (see `reactor::idle`).
+    async fn idle_check(&mut self) -> Flow {
+        let idle = &self.env.idle;
+        let silent = idle.now().wrapping_sub(self.env.outbound.last_read());
+        if silent < IdleWheel::ticks(self.env.limits.idle_timeout) {
+            // A read came after the wheel looked.
             return Flow::Continue;
         }
         if self.ping_sent {
             return Flow::Close(close::GOING_AWAY, "idle timeout".into());
         }
         self.ping_sent = true;
-        idle.as_mut().reset(Instant::now() + idle_timeout);
         let ping = encode::frame(OpCode::Ping, b"");
-        match self.write_own(&ping, idle_timeout).await {
+        match self.write_own(&ping, self.env.limits.idle_timeout).await {
             Ok(()) => Flow::Continue,
             Err(_) => Flow::Done,
         }
@@ -262,9 +282,13 @@ impl<T: Transport> Conn<T> {
                         Err(stop) => stop.into(),
                     };
                 }
-                _ = self.env.outbound.ready() => match self.deliver().await {
-                    Flow::Continue => {}
-                    flow => return flow,
+                _ = self.env.outbound.ready() => {
+                    // Reads are blocked: nothing to time out yet.
+                    self.env.outbound.take_idle_due();
+                    match self.deliver().await {
+                        Flow::Continue => {}
+                        flow => return flow,
+                    }
                 },
                 waiting = self.stream.data_waiting(), if watch_socket => match waiting {
                     // Data waits; only a hang-up matters now.
@@ -321,7 +345,7 @@ impl<T: Transport> Conn<T> {
             Err(e) if e.kind() == ErrorKind::WouldBlock => return Flow::Continue,
             Err(_) => return Flow::Done,
         }
-        self.last_read = Instant::now();
+        self.env.outbound.touch(self.env.idle.now());
         self.ping_sent = false;
         self.process(behaviour).await
     }
@@ -398,23 +422,24 @@ impl<T: Transport> Conn<T> {
         }
         let stall_limit = self.env.limits.idle_timeout;
         let outbound = &self.env.outbound;
-        let mut writer = self.stream.writer();
-        let written = if outbound.direct() && !self.out.is_empty() {
-            // A producer may be writing into this socket too: take the
-            // turn, and finish a frame it began first.
-            let _turn = outbound.write_turn();
-            let mut result = Ok(());
-            if let Some(rest) = outbound.take_remainder() {
-                result = unless_stalled(stall_limit, writer.write_all(&rest)).await;
-                outbound.written(rest.len());
-            }
-            if result.is_ok() {
-                result = unless_stalled(stall_limit, self.out.flush(&mut writer, buf)).await;
-            }
-            result
-        } else {
-            unless_stalled(stall_limit, self.out.flush(&mut writer, buf)).await
-        };
+        let (stream, out) = (&mut self.stream, &mut self.out);
+        // A producer may be writing into this socket too: take the turn,
+        // and finish a frame it began first.
+        let direct = outbound.direct() && !out.is_empty();
+        let _turn = direct.then(|| outbound.write_turn());
+        let mut written = Ok(());
+        if let Some(rest) = direct.then(|| outbound.take_remainder()).flatten() {
+            // A direct write's remainder (relay, guests): rare, boxed.
+            written = Box::pin(write_all(stream, &rest, stall_limit)).await;
+            outbound.written(rest.len());
+        }
+        if written.is_ok() {
+            let buf: &[u8] = buf;
+            written = unless_stalled_poll(stall_limit, |cx| {
+                out.poll_flush(&mut stream.writer(), buf, cx)
+            })
+            .await;
+        }
         if written.is_err() {
             return Flow::Done;
         }
@@ -459,18 +484,21 @@ impl<T: Transport> Conn<T> {
         }
         let total: usize = frames.iter().map(|f| f.len()).sum();
         let stall_limit = self.env.limits.idle_timeout;
-        let mut writer = self.stream.writer();
-        let mut written = match frames.as_slice() {
-            [] => Ok(()),
-            [one] => unless_stalled(stall_limit, writer.write_all(one)).await,
-            _ => {
-                let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
-                let write = super::buffer::write_all_vectored(&mut writer, &mut slices);
-                unless_stalled(stall_limit, write).await
-            }
-        };
-        if written.is_ok() && !frames.is_empty() {
-            written = unless_stalled(stall_limit, writer.flush()).await;
+        let stream = &mut self.stream;
+        let mut written = Ok(());
+        if !frames.is_empty() {
+            let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
+            let mut cursor = slices.as_mut_slice();
+            let mut flushing = false;
+            written = unless_stalled_poll(stall_limit, |cx| {
+                let mut writer = stream.writer();
+                if !flushing {
+                    ready!(poll_write_all_vectored(&mut writer, &mut cursor, cx))?;
+                    flushing = true;
+                }
+                tokio::io::AsyncWrite::poll_flush(std::pin::Pin::new(&mut writer), cx)
+            })
+            .await;
         }
         outbound.written(total);
         outbound.delivered(taken);
@@ -486,13 +514,11 @@ impl<T: Transport> Conn<T> {
     async fn write_own(&mut self, bytes: &[u8], stall_limit: Duration) -> std::io::Result<()> {
         let outbound = &self.env.outbound;
         let _turn = outbound.direct().then(|| outbound.write_turn());
-        let mut writer = self.stream.writer();
         if let Some(rest) = outbound.take_remainder() {
-            unless_stalled(stall_limit, writer.write_all(&rest)).await?;
+            write_all(&mut self.stream, &rest, stall_limit).await?;
             outbound.written(rest.len());
         }
-        unless_stalled(stall_limit, writer.write_all(bytes)).await?;
-        unless_stalled(stall_limit, writer.flush()).await
+        write_all(&mut self.stream, bytes, stall_limit).await
     }
 
     /// Sends a close frame and FIN, then reads and discards whatever the
@@ -574,8 +600,44 @@ fn inflate_piece<B: Behaviour>(
     Ok(())
 }
 
+/// Writes and flushes `bytes`; gives up if the socket takes none of them
+/// for `stall_limit` (see [`super::socket::unless_stalled`]).
+async fn write_all<T: Transport>(
+    stream: &mut T,
+    bytes: &[u8],
+    stall_limit: Duration,
+) -> std::io::Result<()> {
+    let mut sent = 0;
+    unless_stalled_poll(stall_limit, |cx| {
+        poll_write_all(&mut stream.writer(), bytes, &mut sent, cx)
+    })
+    .await
+}
+
 /// The close a protocol violation earns (RFC 6455 §7.4.1).
 fn failure(e: ProtocolError) -> Flow {
     tracing::debug!(error = %e, "closing connection on protocol error");
     Flow::Close(e.close_code(), e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::echo::Echo;
+    use crate::reactor::transport::Tcp;
+
+    /// The size of the future `run` returns, without running it.
+    fn future_size<A, B, C, D, F: std::future::Future>(_: impl FnOnce(A, B, C, D) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// Every open connection holds this future while it waits: its size is
+    /// per-connection memory (docs/architecture.md, "What a connection
+    /// costs"). A regression guard: a timer, a write future or a buffer
+    /// moved back into the common path shows here first.
+    #[test]
+    fn an_echo_connections_future_stays_small() {
+        let size = future_size(run::<Echo, Tcp>);
+        assert!(size <= 960, "run::<Echo, Tcp> is {size} bytes (was 880)");
+    }
 }

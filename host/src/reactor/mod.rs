@@ -10,6 +10,7 @@ pub mod behaviour;
 pub mod buffer;
 pub mod conn;
 pub mod decode;
+pub mod idle;
 pub mod outbound;
 pub mod socket;
 pub mod transport;

@@ -16,11 +16,13 @@
 //! into a descriptor that was closed and reused.
 
 use super::socket::{send_now, send_vectored_now, Socket};
+use crate::ws::compress::SendDeflate;
+use crate::ws::deflate::Negotiated;
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, Weak};
 use std::task::Poll;
 use tokio::net::TcpStream;
@@ -82,6 +84,16 @@ pub struct Outbound {
     /// A close is queued: later ones are dropped (a publisher would
     /// otherwise queue one per message to a subscriber that stopped reading).
     closing: AtomicBool,
+    /// The consumer's last read, in ticks of its worker's idle wheel
+    /// (`reactor::idle`): the consumer stamps it, the wheel reads it.
+    last_read: AtomicU32,
+    /// The wheel found the connection silent past its `idle_timeout`:
+    /// `ready` returns so the consumer can look.
+    idle_due: AtomicBool,
+    /// permessage-deflate for what producers send (None: not negotiated).
+    /// An echo connection's replies are compressed by its loop instead
+    /// (`Behaviour::COMPRESSES_REPLIES`), and it gets no producer data.
+    deflate: Option<Box<SendDeflate>>,
 }
 
 impl Outbound {
@@ -99,7 +111,68 @@ impl Outbound {
             remainder: AtomicBool::new(false),
             direct: AtomicBool::new(false),
             socket: OnceLock::new(),
+            last_read: AtomicU32::new(0),
+            idle_due: AtomicBool::new(false),
+            deflate: None,
         }
+    }
+
+    /// Consumer: a read at wheel tick `now`.
+    #[inline]
+    pub fn touch(&self, now: u32) {
+        self.last_read.store(now, Ordering::Relaxed);
+    }
+
+    /// The wheel tick of the consumer's last read.
+    pub fn last_read(&self) -> u32 {
+        self.last_read.load(Ordering::Relaxed)
+    }
+
+    /// The idle wheel: the connection has been silent past its deadline.
+    pub fn wake_idle(&self) {
+        self.idle_due.store(true, Ordering::Release);
+        self.consumer.wake();
+    }
+
+    /// Consumer: whether the idle wheel woke it (and clears that).
+    pub fn take_idle_due(&self) -> bool {
+        self.idle_due.load(Ordering::Relaxed) && self.idle_due.swap(false, Ordering::AcqRel)
+    }
+
+    /// The queue of a connection that negotiated permessage-deflate (when
+    /// `deflate` is Some): producers' messages reach it compressed.
+    pub fn with_deflate(mut self, deflate: Option<&Negotiated>) -> Outbound {
+        self.deflate = deflate.map(|n| Box::new(SendDeflate::new(n)));
+        self
+    }
+
+    /// permessage-deflate for what producers send, if negotiated.
+    #[inline]
+    pub fn deflate(&self) -> Option<&SendDeflate> {
+        self.deflate.as_deref()
+    }
+
+    /// Producer: whole plain server frames (a relay partner's, a guest's
+    /// sends), compressed for this connection when it negotiated
+    /// permessage-deflate (`encode::append_compressed`), then as
+    /// [`send_direct`](Self::send_direct). With context takeover the
+    /// connection's compressor stays locked until the bytes are written
+    /// or queued: compression order is wire order.
+    pub fn send_frames(&self, frames: &[u8]) -> bool {
+        match &self.deflate {
+            None => self.send_direct(frames),
+            Some(d) => d.encode(&[frames], |bytes| self.send_direct(bytes)),
+        }
+    }
+
+    /// [`send_frames`](Self::send_frames) for several buffers in order
+    /// (publishes a fan-out gathers): one hand-over.
+    pub fn send_frames_all(&self, parts: &[Bytes]) -> bool {
+        let Some(d) = &self.deflate else {
+            return parts.iter().all(|p| self.send_shared(p));
+        };
+        let slices: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        d.encode(&slices, |bytes| self.send_direct(bytes))
     }
 
     fn push(&self, msg: OutMsg) -> bool {
@@ -372,19 +445,21 @@ impl Outbound {
         self.queued.load(Ordering::Relaxed) > self.budget
     }
 
-    /// Waits until something is queued; the consumer then takes it with
+    /// Waits until something is queued, or the idle wheel woke the
+    /// consumer (`take_idle_due`); the consumer then takes messages with
     /// `try_recv` (under the write turn when direct writes are on).
     pub async fn ready(&self) {
+        let ready = || !self.is_empty() || self.idle_due.load(Ordering::Acquire);
         std::future::poll_fn(|cx| {
-            if !self.is_empty() {
+            if ready() {
                 return Poll::Ready(());
             }
             self.consumer.register(cx.waker());
             // A message pushed between the check and the registration.
-            if self.is_empty() {
-                Poll::Pending
-            } else {
+            if ready() {
                 Poll::Ready(())
+            } else {
+                Poll::Pending
             }
         })
         .await

@@ -10,6 +10,7 @@
 //! the only `unsafe` left is reading the kernel's TCP state.
 
 use socket2::SockRef;
+use std::future::Future;
 use std::io::{ErrorKind, Read, Write};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -151,18 +152,55 @@ impl AsyncWrite for Writer<'_> {
 /// that completes at once costs none.
 pub async fn unless_stalled<F>(limit: Duration, write: F) -> std::io::Result<()>
 where
-    F: std::future::Future<Output = std::io::Result<()>>,
+    F: Future<Output = std::io::Result<()>>,
 {
     let mut write = std::pin::pin!(write);
-    let first = std::future::poll_fn(|cx| Poll::Ready(write.as_mut().poll(cx))).await;
-    match first {
-        Poll::Ready(result) => result,
-        Poll::Pending => match tokio::time::timeout(limit, write).await {
-            Ok(result) => result,
-            Err(_) => {
+    unless_stalled_poll(limit, |cx| write.as_mut().poll(cx)).await
+}
+
+/// [`unless_stalled`] for a write polled in place (its progress kept by
+/// the caller): the future is the closure, the limit and a pointer.
+pub fn unless_stalled_poll<W>(limit: Duration, write: W) -> Stalled<W>
+where
+    W: FnMut(&mut Context<'_>) -> Poll<std::io::Result<()>> + Unpin,
+{
+    Stalled {
+        limit,
+        write,
+        timer: None,
+    }
+}
+
+/// See [`unless_stalled_poll`].
+pub struct Stalled<W> {
+    limit: Duration,
+    write: W,
+    /// Boxed, and only once the write waits: the timer is not part of
+    /// every connection's future (an idle connection holds it for nothing).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<W> Future for Stalled<W>
+where
+    W: FnMut(&mut Context<'_>) -> Poll<std::io::Result<()>> + Unpin,
+{
+    type Output = std::io::Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Poll::Ready(result) = (this.write)(cx) {
+            return Poll::Ready(result);
+        }
+        let limit = this.limit;
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
                 tracing::debug!(?limit, "client stopped reading; dropping the connection");
-                Err(ErrorKind::TimedOut.into())
+                Poll::Ready(Err(ErrorKind::TimedOut.into()))
             }
-        },
+            Poll::Pending => Poll::Pending,
+        }
     }
 }

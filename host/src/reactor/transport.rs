@@ -5,7 +5,8 @@
 //! - [`Tcp`]: the socket itself (`reactor/socket.rs`); producers on other
 //!   threads may write into it directly (`outbound`).
 //! - [`Tls`]: a rustls session over the socket. One read takes the
-//!   ciphertext the socket holds, decrypts it and copies the plaintext into
+//!   ciphertext the socket holds (one recv of up to what the receive buffer
+//!   has room for), decrypts it and copies the plaintext into
 //!   the connection's receive buffer (decode and the behaviour then work in
 //!   place as over TCP); a batch of replies is encrypted into rustls's send
 //!   buffer and handed to the kernel in one `sendmsg` on flush. Only the
@@ -116,6 +117,9 @@ pub struct Tls {
     /// rustls may hold plaintext the last read had no room for: the next
     /// read must not wait for the socket.
     pending: bool,
+    /// Ciphertext received that the last read had no room to decrypt
+    /// (empty, and unallocated, but for that).
+    held: Vec<u8>,
 }
 
 impl Tls {
@@ -126,6 +130,7 @@ impl Tls {
             tcp,
             session,
             pending: true,
+            held: Vec::new(),
         }
     }
 
@@ -149,6 +154,50 @@ impl Tls {
                 other => return Poll::Ready(other),
             }
         }
+    }
+}
+
+/// The most ciphertext one TLS read takes from the socket: a 64 KiB
+/// message and its record headers in one recv.
+const RECV_CHUNK_BYTES: usize = 80 << 10;
+
+thread_local! {
+    /// Where a worker's TLS reads land before rustls takes them (one per
+    /// worker, not per connection: an idle connection holds none).
+    static RECV_CHUNK: std::cell::RefCell<Box<[u8]>> =
+        std::cell::RefCell::new(vec![0; RECV_CHUNK_BYTES].into_boxed_slice());
+}
+
+impl Tls {
+    /// Hands `data` (ciphertext) to rustls, a deframer's read at a time,
+    /// moving the plaintext out into `buf[*filled..]` as records complete
+    /// (which keeps rustls's plaintext buffer under its limit). Stops when
+    /// `buf` is full; returns how many bytes of `data` it did not take.
+    fn decrypt(
+        &mut self,
+        mut data: &[u8],
+        buf: &mut [u8],
+        filled: &mut usize,
+    ) -> std::io::Result<usize> {
+        while !data.is_empty() && *filled < buf.len() {
+            if self.session.read_tls(&mut data)? == 0 {
+                // After close_notify rustls takes nothing more.
+                return Ok(0);
+            }
+            let processed = self.session.process_new_packets();
+            // Alerts, key updates: out with the next write, or now.
+            if self.session.wants_write() {
+                let _ = self.send_tls();
+            }
+            if let Err(e) = processed {
+                tracing::debug!(error = %e, "TLS error; dropping the connection");
+                return Err(std::io::Error::new(ErrorKind::InvalidData, e));
+            }
+            while let Ok(n @ 1..) = self.session.reader().read(&mut buf[*filled..]) {
+                *filled += n;
+            }
+        }
+        Ok(data.len())
     }
 }
 
@@ -188,29 +237,83 @@ impl Transport for Tls {
     }
 
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut filled = 0;
         loop {
-            match self.session.reader().read(buf) {
-                Ok(n) => {
-                    self.pending = n == buf.len();
-                    return Ok(n);
+            // Plaintext rustls holds first.
+            match self.session.reader().read(&mut buf[filled..]) {
+                Ok(0) if filled < buf.len() => {
+                    // close_notify: the end, after what this read has.
+                    self.pending = filled > 0;
+                    return Ok(filled);
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => self.pending = false,
+                Ok(n) => {
+                    filled += n;
+                    if filled == buf.len() {
+                        self.pending = true;
+                        return Ok(filled);
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                 // The client closed without close_notify: the end.
-                Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
+                    self.pending = filled > 0;
+                    return Ok(filled);
+                }
                 Err(e) => return Err(e),
             }
-            let (tcp, session) = (&self.tcp, &mut self.session);
-            tcp.try_io(Interest::READABLE, || session.read_tls(&mut Raw(tcp)))?;
-            let processed = self.session.process_new_packets();
-            // Alerts, key updates: out with the next write, or now.
-            if self.session.wants_write() {
-                let _ = self.send_tls();
+            // Then ciphertext an earlier read had no room for.
+            if !self.held.is_empty() {
+                let held = std::mem::take(&mut self.held);
+                let left = self.decrypt(&held, buf, &mut filled)?;
+                if left > 0 {
+                    self.held = held[held.len() - left..].to_vec();
+                    self.pending = true;
+                    return Ok(filled);
+                }
+                continue;
             }
-            if let Err(e) = processed {
-                tracing::debug!(error = %e, "TLS error; dropping the connection");
-                return Err(std::io::Error::new(ErrorKind::InvalidData, e));
+            // Then one recv of up to as much ciphertext as the plaintext
+            // room can take (a record's plaintext is shorter than the
+            // record). rustls alone reads at most 4 KiB per `read_tls`: a
+            // 64 KiB message took 9 recvs.
+            // Nothing waits in rustls now: an error or WouldBlock below
+            // must leave the loop waiting for the socket.
+            self.pending = false;
+            let room = (buf.len() - filled).min(RECV_CHUNK_BYTES);
+            let got = RECV_CHUNK.with(|chunk| {
+                let chunk = &mut chunk.borrow_mut()[..room];
+                let tcp = &self.tcp;
+                let n = match tcp.try_io(Interest::READABLE, || Raw(tcp).read(chunk)) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock && filled > 0 => return Ok(None),
+                    Err(e) => return Err(e),
+                };
+                if n == 0 {
+                    // EOF: rustls notes it; its reader tells which kind.
+                    self.session.read_tls(&mut &[][..])?;
+                    return Ok(Some(0));
+                }
+                let left = self.decrypt(&chunk[..n], buf, &mut filled)?;
+                if left > 0 {
+                    self.held = chunk[n - left..n].to_vec();
+                }
+                Ok(Some(n))
+            })?;
+            match got {
+                // The socket is drained: what this read has is the batch.
+                None => break,
+                Some(_) if !self.held.is_empty() => {
+                    self.pending = true;
+                    return Ok(filled);
+                }
+                // A short recv: the socket is most likely drained.
+                Some(n) if n > 0 && n < room && filled > 0 => break,
+                Some(_) => {}
             }
         }
+        self.pending = false;
+        Ok(filled)
     }
 
     fn writer(&mut self) -> TlsWriter<'_> {

@@ -6,6 +6,7 @@ use super::http::serve_http;
 use super::{Shared, Shutdown};
 use crate::guest::Scheduler;
 use crate::reactor::buffer::BufPool;
+use crate::reactor::idle::IdleWheel;
 use crate::registry::conn_id;
 use crate::routes::{Routes, WorkerRoute, WorkerSetup};
 use std::cell::{Cell, RefCell};
@@ -28,6 +29,8 @@ pub(super) struct Worker {
     pub shared: Arc<Shared>,
     pub index: usize,
     pub pool: Rc<BufPool>,
+    /// The idle deadlines of this worker's connections.
+    pub idle: Rc<IdleWheel>,
     /// Each route on this worker, by route index (routes a reload added
     /// are set up here at their first request).
     routes: RefCell<Vec<Rc<dyn WorkerRoute>>>,
@@ -85,6 +88,8 @@ pub(super) fn run(
         .map(|r| r.kind.on_worker(&setup))
         .collect();
     let scheduler = guests.clone();
+    let idle = Rc::new(IdleWheel::default());
+    local.spawn_local(idle.clone().run());
     let mut main = local.spawn_local(async move {
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
@@ -98,6 +103,7 @@ pub(super) fn run(
             setup,
             index,
             pool: Rc::new(BufPool::new(shared.pools[index].clone())),
+            idle,
             opened: Cell::new(0),
             shared,
         });

@@ -4,10 +4,14 @@
 //! route's `max_message`, and a [`Deflater`] that compresses whole
 //! messages for the encoder.
 //!
+//! A connection's producers (relay partner, guests, publishers) compress
+//! through its [`SendDeflate`]; echo's loop through a [`Deflater`] of its
+//! own (never both on one connection).
+//!
 //! Memory (window 15, zlib's memLevel 8): a compressor holds ~270 KiB, a
 //! decompressor ~40 KiB (7 KiB state + the 32 KiB window). With context
 //! takeover a connection keeps its decompressor, and its compressor from
-//! its first compressed reply on. With `compression_context = "none"` both
+//! the first compressed message it sends on. With `compression_context = "none"` both
 //! are borrowed from the worker's pool for one message and returned reset:
 //! an idle connection holds none.
 
@@ -15,25 +19,26 @@ use super::deflate::Negotiated;
 use super::frame::ProtocolError;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 use std::cell::RefCell;
+use std::sync::Mutex;
 
 /// The tail every message's deflate data loses on the wire and regains
 /// before inflating (RFC 7692 §7.2.1, §7.2.2).
 const SYNC_TAIL: [u8; 4] = [0x00, 0x00, 0xFF, 0xFF];
-/// zlib level 1: the cheapest that still finds repeats; a gateway's CPU
-/// goes to many connections, and JSON compresses well at any level.
-const LEVEL: u32 = 1;
 /// Compressors and decompressors a worker keeps for `"none"` connections.
 const POOL_KEEP: usize = 16;
 /// First allocation for a message being inflated; it doubles up to
 /// `max_message`.
 const INFLATE_FIRST_BYTES: usize = 4096;
 
+/// A pooled compressor's window bits and level.
+type PoolKey = (u8, u32);
+
 thread_local! {
     // Boxed: the state moves between the pool and connections without a copy.
     #[allow(clippy::vec_box)]
     static FREE_INFLATERS: RefCell<Vec<Box<Decompress>>> = const { RefCell::new(Vec::new()) };
     #[allow(clippy::vec_box)]
-    static FREE_DEFLATERS: RefCell<Vec<(u8, Box<Compress>)>> = const { RefCell::new(Vec::new()) };
+    static FREE_DEFLATERS: RefCell<Vec<(PoolKey, Box<Compress>)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn take_decompress() -> Box<Decompress> {
@@ -51,9 +56,9 @@ fn give_decompress(mut d: Box<Decompress>) {
     });
 }
 
-fn new_compress(bits: u8) -> Box<Compress> {
+fn new_compress(bits: u8, level: u32) -> Box<Compress> {
     Box::new(Compress::new_with_window_bits(
-        Compression::new(LEVEL),
+        Compression::new(level),
         false,
         bits,
     ))
@@ -164,6 +169,19 @@ fn inflate(
     }
 }
 
+/// What decides the bytes of a compressed message when the server keeps no
+/// context (`server_no_context_takeover`): connections that negotiated
+/// the same form can share one compressed copy of a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedForm {
+    /// The window the server compresses with.
+    pub window_bits: u8,
+    /// Messages shorter than this stay plain.
+    pub min_bytes: usize,
+    /// zlib's level.
+    pub level: u32,
+}
+
 /// The connection's outbound stream: compresses whole messages of at least
 /// `min_bytes` for the encoder.
 pub struct Deflater {
@@ -173,6 +191,7 @@ pub struct Deflater {
     stateless: bool,
     window_bits: u8,
     min_bytes: usize,
+    level: u32,
 }
 
 impl Deflater {
@@ -182,6 +201,19 @@ impl Deflater {
             stateless: n.outbound_stateless(),
             window_bits: n.deflate_window_bits(),
             min_bytes: n.min_bytes,
+            level: n.level,
+        }
+    }
+
+    /// A deflater without context takeover for `form`: it holds no state
+    /// and borrows the worker's pooled compressor per message.
+    pub fn stateless(form: SharedForm) -> Deflater {
+        Deflater {
+            state: None,
+            stateless: true,
+            window_bits: form.window_bits,
+            min_bytes: form.min_bytes,
+            level: form.level,
         }
     }
 
@@ -193,26 +225,104 @@ impl Deflater {
 
     /// Appends `payload` compressed, without the sync tail (§7.2.1).
     pub fn compress(&mut self, payload: &[u8], out: &mut Vec<u8>) {
+        let key = (self.window_bits, self.level);
         if self.stateless {
-            let bits = self.window_bits;
             let mut c = FREE_DEFLATERS
                 .with_borrow_mut(|free| {
-                    let at = free.iter().position(|(b, _)| *b == bits)?;
+                    let at = free.iter().position(|(k, _)| *k == key)?;
                     Some(free.swap_remove(at).1)
                 })
-                .unwrap_or_else(|| new_compress(bits));
+                .unwrap_or_else(|| new_compress(key.0, key.1));
             deflate(&mut c, payload, out);
             c.reset();
             FREE_DEFLATERS.with_borrow_mut(|free| {
                 if free.len() < POOL_KEEP {
-                    free.push((bits, c));
+                    free.push((key, c));
                 }
             });
         } else {
-            let bits = self.window_bits;
-            let c = self.state.get_or_insert_with(|| new_compress(bits));
+            let c = self.state.get_or_insert_with(|| new_compress(key.0, key.1));
             deflate(c, payload, out);
         }
+    }
+}
+
+/// permessage-deflate for the messages other threads send a connection
+/// (its relay partner, guest runners, publishes), which do not pass
+/// through its loop. Built at the upgrade, so the first message a
+/// producer sends is compressed already.
+pub struct SendDeflate {
+    form: SharedForm,
+    /// With context takeover: the connection's one compressor. It is
+    /// locked from compressing a message until that message's bytes are
+    /// written or queued, so messages reach the wire in the order they
+    /// were compressed in, whichever thread sends them (the client's
+    /// inflater follows that order). None without context takeover.
+    takeover: Option<Mutex<Deflater>>,
+}
+
+thread_local! {
+    /// The encoded bytes of one hand-over and the deflate scratch, kept
+    /// per thread between messages (dropped past [`KEEP_ENCODED_BYTES`]).
+    static ENCODED: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Largest encode buffer a thread keeps between hand-overs.
+const KEEP_ENCODED_BYTES: usize = 256 << 10;
+
+impl SendDeflate {
+    pub fn new(n: &Negotiated) -> SendDeflate {
+        let form = SharedForm {
+            window_bits: n.deflate_window_bits(),
+            min_bytes: n.min_bytes,
+            level: n.level,
+        };
+        SendDeflate {
+            form,
+            takeover: (!n.outbound_stateless()).then(|| Mutex::new(Deflater::new(n))),
+        }
+    }
+
+    /// The form this connection can share compressed publishes in; None
+    /// with context takeover (it compresses with its own context).
+    pub fn shared_form(&self) -> Option<SharedForm> {
+        self.takeover.is_none().then_some(self.form)
+    }
+
+    /// Whether zlib state is held right now (tests: none before the
+    /// first compressed message, none ever without context takeover).
+    pub fn holds_state(&self) -> bool {
+        self.takeover
+            .as_ref()
+            .is_some_and(|d| d.lock().expect("deflater lock").state.is_some())
+    }
+
+    /// Re-frames `parts` (whole plain server frames, in order) for this
+    /// connection (`encode::append_compressed`) and hands the bytes to
+    /// `send`; with context takeover, under the compressor's lock.
+    pub fn encode<R>(&self, parts: &[&[u8]], send: impl FnOnce(&[u8]) -> R) -> R {
+        let (mut out, mut scratch) = ENCODED.with_borrow_mut(std::mem::take);
+        out.clear();
+        let result = match &self.takeover {
+            Some(deflater) => {
+                let mut deflater = deflater.lock().expect("deflater lock");
+                for part in parts {
+                    super::encode::append_compressed(&mut out, part, &mut deflater, &mut scratch);
+                }
+                send(&out)
+            }
+            None => {
+                let mut deflater = Deflater::stateless(self.form);
+                for part in parts {
+                    super::encode::append_compressed(&mut out, part, &mut deflater, &mut scratch);
+                }
+                send(&out)
+            }
+        };
+        if out.capacity() <= KEEP_ENCODED_BYTES && scratch.capacity() <= KEEP_ENCODED_BYTES {
+            ENCODED.with_borrow_mut(|kept| *kept = (out, scratch));
+        }
+        result
     }
 }
 
@@ -254,6 +364,7 @@ mod tests {
             enabled: true,
             min_bytes: 0,
             context,
+            level: 1,
         };
         negotiate(&h, &route).unwrap()
     }

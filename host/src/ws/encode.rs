@@ -11,7 +11,7 @@
 
 use super::close;
 use super::compress::Deflater;
-use super::frame::OpCode;
+use super::frame::{parse_server_header, OpCode};
 use std::ops::Range;
 
 /// Longest server header: 2 bytes plus an 8-byte extended length.
@@ -119,6 +119,40 @@ pub fn append_message(
     out.reserve(n + scratch.len());
     out.extend_from_slice(&header[..n]);
     out.extend_from_slice(scratch);
+}
+
+/// Appends `frames` (whole plain server frames, as relays, guests and
+/// publishers build them) re-framed for a connection that negotiated
+/// permessage-deflate: each one-frame data message through
+/// [`append_message`] (compressed from `compression_min` on), fragments
+/// of a fragmented message and control frames unchanged (a fragmented
+/// message may go plain, RFC 7692 §6.1).
+pub fn append_compressed(
+    out: &mut Vec<u8>,
+    mut frames: &[u8],
+    deflater: &mut Deflater,
+    scratch: &mut Vec<u8>,
+) {
+    out.reserve(frames.len());
+    while !frames.is_empty() {
+        let header = match parse_server_header(frames) {
+            Ok(Some(h)) if h.header_len as u64 + h.payload_len <= frames.len() as u64 => h,
+            // Our own frames always parse; anything else goes as it is.
+            _ => {
+                debug_assert!(false, "producers hand over whole server frames");
+                out.extend_from_slice(frames);
+                return;
+            }
+        };
+        let end = header.header_len + header.payload_len as usize;
+        if header.fin && matches!(header.opcode, OpCode::Text | OpCode::Binary) {
+            let payload = &frames[header.header_len..end];
+            append_message(out, header.opcode, payload, deflater, scratch);
+        } else {
+            out.extend_from_slice(&frames[..end]);
+        }
+        frames = &frames[end..];
+    }
 }
 
 /// The RSV1 bit of a frame's first byte: "compressed" under
@@ -290,6 +324,50 @@ mod tests {
             (h.payload_len, h.header_len, h.mask),
             (300, 8, [9, 9, 9, 9])
         );
+    }
+
+    /// RFC 7692 §6: a producer's frames re-framed for a compressing
+    /// connection: one-frame messages from `compression_min` on become one
+    /// RSV1 frame that inflates to the payload; short messages, fragments
+    /// and control frames go unchanged.
+    #[test]
+    fn append_compressed_reframes_whole_messages_only() {
+        use crate::ws::compress::SharedForm;
+        use flate2::{Decompress, FlushDecompress};
+        let long = "{\"id\":1,\"name\":\"weir\"}".repeat(40);
+        let mut frames = Vec::new();
+        append_frame(&mut frames, OpCode::Text, long.as_bytes());
+        append_frame(&mut frames, OpCode::Binary, b"short");
+        append_header(&mut frames, false, OpCode::Text, 300);
+        frames.extend_from_slice(&[b'a'; 300]);
+        append_frame(&mut frames, OpCode::Ping, b"p");
+        append_header(&mut frames, true, OpCode::Continuation, 1);
+        frames.push(b'b');
+        let form = SharedForm {
+            window_bits: 15,
+            min_bytes: 64,
+            level: 1,
+        };
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        append_compressed(
+            &mut out,
+            &frames,
+            &mut Deflater::stateless(form),
+            &mut scratch,
+        );
+        assert_eq!(out[0], 0x80 | RSV1 | OpCode::Text as u8);
+        let len = usize::from(out[1]);
+        assert!(len < long.len() / 4, "{len} bytes for {}", long.len());
+        let mut deflated = out[2..2 + len].to_vec();
+        deflated.extend_from_slice(&[0, 0, 0xFF, 0xFF]);
+        let mut inflated = Vec::with_capacity(long.len() + 16);
+        Decompress::new(false)
+            .decompress_vec(&deflated, &mut inflated, FlushDecompress::Sync)
+            .unwrap();
+        assert_eq!(inflated, long.as_bytes());
+        // Everything after the first frame is as it was.
+        let first_plain = 4 + long.len();
+        assert_eq!(&out[2 + len..], &frames[first_plain..]);
     }
 
     #[test]
