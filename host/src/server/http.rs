@@ -166,19 +166,32 @@ async fn serve_http1<I>(
         .max_buf_size(MAX_REQUEST_HEAD_BYTES)
         .serve_connection(io, service)
         .with_upgrades();
-    tokio::pin!(http);
-    // A connection accepted while draining is answered 503 and closed by
-    // its response; only ones open before the drain need closing here.
-    let accepted_while_draining = *stop.borrow_and_update();
-    let ended = tokio::select! {
-        ended = http.as_mut() => ended,
-        _ = stop.wait_for(|stop| *stop), if !accepted_while_draining => {
-            http.as_mut().graceful_shutdown();
-            http.await
-        }
-    };
+    let ended = until_drained(std::pin::pin!(http), &mut stop, |http| {
+        http.graceful_shutdown()
+    })
+    .await;
     if let Err(e) = ended {
         debug!(%peer, error = %e, "http connection ended");
+    }
+}
+
+/// Runs hyper's connection `http` to its end; on shutdown asks it to end
+/// gracefully (`graceful_shutdown`: HTTP/1.1 closes an idle keep-alive
+/// connection after the request in flight, HTTP/2 sends GOAWAY) and waits
+/// for that. A connection accepted while draining is answered 503 and
+/// closed by its response; only ones open before the drain need closing.
+async fn until_drained<F: std::future::Future>(
+    mut http: std::pin::Pin<&mut F>,
+    stop: &mut Shutdown,
+    graceful_shutdown: impl FnOnce(std::pin::Pin<&mut F>),
+) -> F::Output {
+    let accepted_while_draining = *stop.borrow_and_update();
+    tokio::select! {
+        ended = http.as_mut() => ended,
+        _ = stop.wait_for(|stop| *stop), if !accepted_while_draining => {
+            graceful_shutdown(http.as_mut());
+            http.await
+        }
     }
 }
 
@@ -211,15 +224,10 @@ async fn serve_http2<I>(
         .initial_connection_window_size(H2_CONNECTION_WINDOW_BYTES)
         .max_header_list_size(MAX_REQUEST_HEAD_BYTES as u32)
         .serve_connection(io, service);
-    tokio::pin!(http);
-    let accepted_while_draining = *stop.borrow_and_update();
-    let ended = tokio::select! {
-        ended = http.as_mut() => ended,
-        _ = stop.wait_for(|stop| *stop), if !accepted_while_draining => {
-            http.as_mut().graceful_shutdown();
-            http.await
-        }
-    };
+    let ended = until_drained(std::pin::pin!(http), &mut stop, |http| {
+        http.graceful_shutdown()
+    })
+    .await;
     if let Err(e) = ended {
         debug!(%peer, error = %e, "http/2 connection ended");
     }
