@@ -233,7 +233,18 @@ impl Output {
                 &owned[r.start & !OWNED..r.end & !OWNED]
             }
         };
-        loop {
+        if let [one] = self.segs.as_slice() {
+            // The usual batch of an echo: one range, no gather list.
+            let bytes = slice(one);
+            while self.sent < bytes.len() {
+                let n = ready!(Pin::new(&mut *stream).poll_write(cx, &bytes[self.sent..]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+                }
+                self.sent += n;
+            }
+        }
+        while self.segs.len() > 1 {
             let mut slices = [IoSlice::new(&[]); MAX_SLICES];
             let (mut n, mut skip) = (0, self.sent);
             for r in &self.segs {
