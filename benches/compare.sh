@@ -88,6 +88,7 @@ scenario_defs=(
   "idle10k|idle|/echo|-c 10000"
   "idle19k|idle|/echo|-c 19000 --sources 8"
   "chatidle19k|idle|/chat/room-{room}|-c 19000 --sources 8 --room-size 10"
+  "heartbeat19k|heartbeat|/echo|-c 19000 --sources 8"
   "fanout|fanout|/chat/bench|-c 100 -s 64 -p 32"
   "pubsub100|fanout|/topic/bench|-c 100 -s 64 -p 32"
   "pubsub1k|fanout|/topic/bench|-c 1000 -s 64 -p 32"
@@ -413,6 +414,15 @@ for scen in "${scenario_list[@]}"; do
   IFS='|' read -r _ mode path args <<< "$def"
   read -r -a argv <<< "$args"
   server_tls=0; url_scheme=ws; tls_args=()
+  routes_now=""; unset IDLE_TIMEOUT
+  if [ "$mode" = heartbeat ]; then
+    # Every server pings its idle connections after 8 s of silence: weir's
+    # idle_timeout (benches/heartbeat-routes.toml), uWS.js idleTimeout with
+    # sendPingsAutomatically, Bun idleTimeout with sendPings. Run it with
+    # --warmup 10s --duration 16s or more, so every connection is pinged.
+    export IDLE_TIMEOUT=8
+    routes_now="$here/heartbeat-routes.toml"
+  fi
   if [[ "$path" == wss:* ]]; then
     path="${path#wss:}"
     server_tls=1; url_scheme=wss; tls_args=(--ca "$tls_dir/cert.pem")

@@ -10,6 +10,7 @@
 
 use crate::conn::{self, Target};
 use crate::payload::MASK_KEY;
+use crate::stream::Stream;
 use crate::ws::{self, Parser, Rng, Sink, OP_PING, OP_PONG};
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -68,9 +69,50 @@ impl Sink for PongSink {
     }
 }
 
+/// Opens up to `count` connections as `opts` asks (stops at the first
+/// failure, which goes to `errors`), then exchanges one message on each
+/// unless `opts.exchange` is off.
+pub fn open_all(
+    target: &Target,
+    count: usize,
+    opts: &IdleOptions,
+    rng: &mut Rng,
+    errors: &mut Vec<String>,
+) -> Vec<Stream> {
+    let mut conns = Vec::with_capacity(count);
+    for i in 0..count {
+        let path = target
+            .path
+            .replace("{room}", &(i / opts.room_size.max(1)).to_string());
+        let opened = if opts.sources > 1 {
+            let source = std::net::Ipv4Addr::new(127, 0, 0, 1 + (i % opts.sources) as u8);
+            conn::open_from(target, &path, source.into(), rng)
+        } else if path != target.path {
+            let t = Target {
+                path,
+                ..target.clone()
+            };
+            conn::open(&t, rng)
+        } else {
+            conn::open(target, rng)
+        };
+        match opened {
+            Ok(s) => conns.push(s),
+            Err(e) => {
+                errors.push(e);
+                break;
+            }
+        }
+    }
+    if opts.exchange {
+        exchange(&mut conns, errors);
+    }
+    conns
+}
+
 /// One message out on every connection, then at least one data message
 /// back on each (its echo, or a room's broadcast), within 30 s in all.
-fn exchange(conns: &mut [crate::stream::Stream], errors: &mut Vec<String>) {
+fn exchange(conns: &mut [Stream], errors: &mut Vec<String>) {
     let msg = ws::client_frame(
         ws::OP_TEXT,
         b"{\"idle\":\"one message before the silence\"}",
@@ -126,35 +168,8 @@ pub fn run(
         pongs: 0,
         errors: Vec::new(),
     };
-    let mut conns = Vec::with_capacity(count);
-    for i in 0..count {
-        let path = target
-            .path
-            .replace("{room}", &(i / opts.room_size.max(1)).to_string());
-        let opened = if opts.sources > 1 {
-            let source = std::net::Ipv4Addr::new(127, 0, 0, 1 + (i % opts.sources) as u8);
-            conn::open_from(target, &path, source.into(), &mut rng)
-        } else if path != target.path {
-            let t = Target {
-                path,
-                ..target.clone()
-            };
-            conn::open(&t, &mut rng)
-        } else {
-            conn::open(target, &mut rng)
-        };
-        match opened {
-            Ok(s) => conns.push(s),
-            Err(e) => {
-                r.errors.push(e);
-                break;
-            }
-        }
-    }
+    let mut conns = open_all(target, count, opts, &mut rng, &mut r.errors);
     r.opened = conns.len();
-    if opts.exchange {
-        exchange(&mut conns, &mut r.errors);
-    }
     std::thread::sleep(hold);
     r.rss_after_kib = rss();
     println!("IDLE_READY {}", conns.len());

@@ -19,6 +19,7 @@ pub mod conn;
 pub mod connect;
 pub mod deflate;
 pub mod engine;
+pub mod heartbeat;
 pub mod hist;
 pub mod idle;
 pub mod over_h2;

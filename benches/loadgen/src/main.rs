@@ -11,7 +11,7 @@ use weir_load::engine::{self, Control, Load, ThreadResult, DONE, MEASURE};
 use weir_load::payload::{Expect, Source, Template};
 use weir_load::stream::{self as tls, Trust};
 use weir_load::units::{parse_duration, parse_size};
-use weir_load::{connect, idle, over_h2, sys, ws};
+use weir_load::{connect, heartbeat, idle, over_h2, sys, ws};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -29,6 +29,9 @@ enum Mode {
     Fanout,
     /// Open C connections and report the server's RSS growth per connection.
     Idle,
+    /// C idle connections answer the server's pings for --duration:
+    /// the server's CPU per ping and pong.
+    Heartbeat,
     /// Echo of JSON-like text with permessage-deflate: C connections × P
     /// per round, -s bytes per message; bytes on the wire each way.
     Deflate,
@@ -47,6 +50,7 @@ impl Mode {
             Mode::Binary => "binary",
             Mode::Fanout => "fanout",
             Mode::Idle => "idle",
+            Mode::Heartbeat => "heartbeat",
             Mode::Deflate => "deflate",
             Mode::DeflateFanout => "deflate-fanout",
         }
@@ -264,6 +268,35 @@ fn run(a: &Args) -> Result<bool, String> {
         return Ok(ok);
     }
 
+    if a.mode == Mode::Heartbeat {
+        let opts = idle::IdleOptions {
+            exchange: !a.no_exchange,
+            room_size: a.room_size,
+            sources: a.sources,
+        };
+        let r = heartbeat::run(&target, c, a.warmup, a.duration, a.server_pid, &opts);
+        let secs = r.window.as_secs_f64();
+        let per_ping = |ns: u64| (r.pings > 0).then(|| ns as f64 / r.pings as f64);
+        println!(
+            "heartbeat: {} of {c} connections to {url}, {} pings answered in {secs:.1} s, {} connections pinged",
+            r.opened, r.pings, r.pinged
+        );
+        for e in &r.errors {
+            println!("  error: {e}");
+        }
+        let ok = r.opened == c && r.pinged == r.opened && r.errors.is_empty();
+        println!(
+            "RESULT {{\"mode\":\"heartbeat\",\"url\":\"{url}\",\"connections\":{},\"secs\":{secs:.3},\"msgs\":{},\"msgs_per_s\":{},\"pinged\":{},\"p50_us\":null,\"p99_us\":null,\"server_cpu_ns_per_msg\":{},\"client_cpu_ns_per_msg\":{},\"ok\":{ok}}}",
+            r.opened,
+            r.pings,
+            json_num(Some(r.pings as f64 / secs)),
+            r.pinged,
+            json_num(r.server_cpu_ns.and_then(per_ping)),
+            json_num(per_ping(r.client_cpu_ns)),
+        );
+        return Ok(ok);
+    }
+
     if matches!(a.mode, Mode::Deflate | Mode::DeflateFanout) {
         return run_deflate(a, &target, &url, c, threads);
     }
@@ -356,7 +389,7 @@ fn run(a: &Args) -> Result<bool, String> {
             std::thread::sleep(Duration::from_millis(settle));
             groups = vec![all];
         }
-        Mode::Connect | Mode::Idle | Mode::Deflate | Mode::DeflateFanout => {}
+        Mode::Connect | Mode::Idle | Mode::Heartbeat | Mode::Deflate | Mode::DeflateFanout => {}
     }
     let setup_secs = setup.elapsed().as_secs_f64();
 

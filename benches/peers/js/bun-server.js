@@ -32,6 +32,10 @@ Bun.serve({
   },
   websocket: {
     perMessageDeflate: true,
+    // IDLE_TIMEOUT (seconds; compare.sh's heartbeat scenario): ping
+    // connections silent that long. Bun's default is 120 s.
+    idleTimeout: Number(process.env.IDLE_TIMEOUT || 120),
+    sendPings: true,
     maxPayloadLength: 64 << 20,
     backpressureLimit: 64 << 20,
     publishToSelf: false,

@@ -15,7 +15,10 @@ const common = {
   compression: uWS.DISABLED,
   maxPayloadLength: 64 << 20,
   maxBackpressure: 64 << 20,
-  idleTimeout: 0,
+  // IDLE_TIMEOUT (seconds, >= 8; compare.sh's heartbeat scenario): ping
+  // connections silent that long, close them if they stay silent.
+  idleTimeout: Number(process.env.IDLE_TIMEOUT || 0),
+  sendPingsAutomatically: true,
 };
 let waiting = null;
 const tls = process.env.TLS_CERT && process.env.TLS_KEY;
