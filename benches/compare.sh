@@ -247,7 +247,7 @@ measure() {
   local port line
   port="$(free_port)"
   if ! start_server "$srv" "$port"; then
-    echo "{\"scenario\":\"$scen\",\"server\":\"$label\",\"run\":$run,\"ok\":false,\"error\":\"start\"}" >>"$raw"
+    echo "{\"scenario\":\"$scen\",\"server\":\"$label\",\"run\":$run,\"r\":{\"ok\":false,\"error\":\"start\"}}" >>"$raw"
     stop_server; return
   fi
   line="$(taskset -c 1 "$load" "$mode" --url "$url_scheme://127.0.0.1:$port$path" "${tls_args[@]}" "$@" \
