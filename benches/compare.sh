@@ -89,6 +89,7 @@ scenario_defs=(
   "idle19k|idle|/echo|-c 19000 --sources 8"
   "chatidle19k|idle|/chat/room-{room}|-c 19000 --sources 8 --room-size 10"
   "heartbeat19k|heartbeat|/echo|-c 19000 --sources 8"
+  "storm19k|storm|/echo|-c 19000 --sources 8"
   "fanout|fanout|/chat/bench|-c 100 -s 64 -p 32"
   "pubsub100|fanout|/topic/bench|-c 100 -s 64 -p 32"
   "pubsub1k|fanout|/topic/bench|-c 1000 -s 64 -p 32"
@@ -422,6 +423,11 @@ for scen in "${scenario_list[@]}"; do
     # --warmup 10s --duration 16s or more, so every connection is pinged.
     export IDLE_TIMEOUT=8
     routes_now="$here/heartbeat-routes.toml"
+  fi
+  if [ "$mode" = storm ]; then
+    # 19,000 clients connect at once; every server listens with a backlog
+    # of 512 (uSockets' fixed value; weir's benches/storm-routes.toml).
+    routes_now="$here/storm-routes.toml"
   fi
   if [[ "$path" == wss:* ]]; then
     path="${path#wss:}"

@@ -40,6 +40,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
 /// Open connections per client IP; 0 = no per-IP limit, because load
 /// generators and proxies put many clients behind one address.
 pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 0;
+/// Each listener's accept queue: room for a burst of reconnecting clients
+/// (the kernel caps it at `net.core.somaxconn`, 4096 on current Linux).
+pub const DEFAULT_LISTEN_BACKLOG: u32 = 4096;
 /// Linear memory a guest instance may grow to: room for a JSON handler's
 /// parse buffers, small enough that 1024 instances fit in RAM.
 pub const DEFAULT_GUEST_MEMORY_BYTES: usize = 64 << 20;
@@ -99,6 +102,10 @@ pub struct ServerConfig {
     /// second gateway on an address in use fails to start instead of
     /// silently sharing it (and serving old handler code to some clients).
     pub reuse_port: bool,
+    /// Connections each listener's accept queue holds before the kernel
+    /// drops new SYNs (`listen(2)`'s backlog; the kernel caps it at
+    /// `net.core.somaxconn`).
+    pub listen_backlog: u32,
     /// Whether the public listener answers `/metrics`. Default: yes without
     /// `[admin]` (nothing else would serve it), no with it (the figures
     /// name routes and versions: operators' business, not clients').
@@ -404,6 +411,7 @@ impl Default for ServerConfig {
             cache_dir: None,
             state_dir: None,
             reuse_port: false,
+            listen_backlog: DEFAULT_LISTEN_BACKLOG,
             public_metrics: true,
             trusted_proxies: Vec::new(),
             tls: None,

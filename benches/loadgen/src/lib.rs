@@ -4,7 +4,7 @@
 //! Modules: `ws` (RFC 6455 client side), `payload` (what is sent, what must
 //! come back), `conn` (one connection: handshake, coalesced writes, close
 //! handshake), `stream` (TCP, or TLS driven by hand for `wss://`), `engine`
-//! (the measuring epoll loop), `connect`, `idle` and `deflate` (their own
+//! (the measuring epoll loop), `connect`, `idle`, `storm` and `deflate` (their own
 //! loops; `deflate`: echo with permessage-deflate), `over_h2` (WebSockets on
 //! HTTP/2 streams, RFC 8441, on tokio), `hist` (latency histogram), `sys`
 //! (epoll, pinning, CPU clocks, the server's RSS and open fds), `units`
@@ -24,6 +24,7 @@ pub mod hist;
 pub mod idle;
 pub mod over_h2;
 pub mod payload;
+pub mod storm;
 pub mod stream;
 pub mod sys;
 pub mod units;

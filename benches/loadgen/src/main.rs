@@ -11,7 +11,7 @@ use weir_load::engine::{self, Control, Load, ThreadResult, DONE, MEASURE};
 use weir_load::payload::{Expect, Source, Template};
 use weir_load::stream::{self as tls, Trust};
 use weir_load::units::{parse_duration, parse_size};
-use weir_load::{connect, heartbeat, idle, over_h2, sys, ws};
+use weir_load::{connect, heartbeat, idle, over_h2, storm, sys, ws};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -32,6 +32,9 @@ enum Mode {
     /// C idle connections answer the server's pings for --duration:
     /// the server's CPU per ping and pong.
     Heartbeat,
+    /// C clients connect at once (from --sources addresses) and upgrade;
+    /// every one must get its 101: the server's CPU per upgrade.
+    Storm,
     /// Echo of JSON-like text with permessage-deflate: C connections × P
     /// per round, -s bytes per message; bytes on the wire each way.
     Deflate,
@@ -51,6 +54,7 @@ impl Mode {
             Mode::Fanout => "fanout",
             Mode::Idle => "idle",
             Mode::Heartbeat => "heartbeat",
+            Mode::Storm => "storm",
             Mode::Deflate => "deflate",
             Mode::DeflateFanout => "deflate-fanout",
         }
@@ -147,7 +151,7 @@ struct Args {
     /// idle: connections per `{room}` of the URL's path.
     #[arg(long, default_value_t = 10)]
     room_size: usize,
-    /// idle: connect from this many loopback addresses (127.0.0.1, .2, …).
+    /// idle, heartbeat, storm: connect from this many loopback addresses (127.0.0.1, .2, …).
     #[arg(long, default_value_t = 1)]
     sources: usize,
 }
@@ -297,6 +301,49 @@ fn run(a: &Args) -> Result<bool, String> {
         return Ok(ok);
     }
 
+    if a.mode == Mode::Storm {
+        let r = storm::run(&target, c, a.sources, a.server_pid)?;
+        let secs = r.window.as_secs_f64();
+        let per_upgrade = |ns: u64| (r.upgraded > 0).then(|| ns as f64 / r.upgraded as f64);
+        let ms = |q: f64| r.latency.quantile(q) as f64 / 1e6;
+        println!(
+            "storm {url}: {} of {c} clients upgraded in {secs:.2} s from {} source address(es); refused {}, reset {}, rejected {}, no response {}",
+            r.upgraded,
+            a.sources.max(1),
+            r.refused,
+            r.reset,
+            r.rejected,
+            r.timed_out
+        );
+        println!(
+            "upgrade latency (connect to 101) p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+            ms(0.5),
+            ms(0.99),
+            ms(1.0)
+        );
+        if let Some(s) = r.server_cpu_ns.and_then(per_upgrade) {
+            println!("server CPU {:.1} us per upgrade", s / 1000.0);
+        }
+        for e in &r.errors {
+            println!("  error: {e}");
+        }
+        let ok = r.upgraded == c;
+        println!(
+            "RESULT {{\"mode\":\"storm\",\"url\":\"{url}\",\"connections\":{c},\"secs\":{secs:.3},\"msgs\":{},\"msgs_per_s\":{},\"refused\":{},\"reset\":{},\"rejected\":{},\"timed_out\":{},\"p50_us\":{},\"p99_us\":{},\"server_cpu_ns_per_msg\":{},\"client_cpu_ns_per_msg\":{},\"ok\":{ok}}}",
+            r.upgraded,
+            json_num(Some(r.upgraded as f64 / secs)),
+            r.refused,
+            r.reset,
+            r.rejected,
+            r.timed_out,
+            json_num(Some(ms(0.5) * 1000.0)),
+            json_num(Some(ms(0.99) * 1000.0)),
+            json_num(r.server_cpu_ns.and_then(per_upgrade)),
+            json_num(per_upgrade(r.client_cpu_ns)),
+        );
+        return Ok(ok);
+    }
+
     if matches!(a.mode, Mode::Deflate | Mode::DeflateFanout) {
         return run_deflate(a, &target, &url, c, threads);
     }
@@ -389,7 +436,12 @@ fn run(a: &Args) -> Result<bool, String> {
             std::thread::sleep(Duration::from_millis(settle));
             groups = vec![all];
         }
-        Mode::Connect | Mode::Idle | Mode::Heartbeat | Mode::Deflate | Mode::DeflateFanout => {}
+        Mode::Connect
+        | Mode::Idle
+        | Mode::Heartbeat
+        | Mode::Storm
+        | Mode::Deflate
+        | Mode::DeflateFanout => {}
     }
     let setup_secs = setup.elapsed().as_secs_f64();
 

@@ -64,6 +64,7 @@ struct RawServer {
     cache_dir: Field,
     state_dir: Field,
     reuse_port: Field,
+    listen_backlog: Field,
     public_metrics: Field,
     tls: Field,
 }
@@ -117,6 +118,8 @@ const MAX_MESSAGE_CEILING_BYTES: u64 = 1 << 30;
 const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 /// More worker threads than this is a typo, not a machine.
 const MAX_WORKERS: u64 = 1024;
+/// `listen(2)` takes an int; the kernel caps it at `net.core.somaxconn`.
+const MAX_LISTEN_BACKLOG: u32 = 1 << 20;
 
 pub(super) fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError> {
     let src = Source { text };
@@ -336,6 +339,9 @@ fn server(
     }
     if let Some(item) = Item::of("reuse_port", &raw.reuse_port) {
         server.reuse_port = item.flag(src)?;
+    }
+    if let Some(item) = Item::of("listen_backlog", &raw.listen_backlog) {
+        server.listen_backlog = item.count(src, 1, MAX_LISTEN_BACKLOG as u64)? as u32;
     }
     if let Some(item) = Item::of("trusted_proxies", &raw.trusted_proxies) {
         server.trusted_proxies = item.address_ranges(src)?;

@@ -269,6 +269,18 @@ fn reuse_port_is_a_flag() {
 }
 
 #[test]
+fn listen_backlog_is_a_positive_count() {
+    refused("[server]\nlisten_backlog = 0\n", 2, &["listen_backlog = 0"]);
+    let route = "[[route]]\npath = \"/echo\"\nnative = \"echo\"\n";
+    let set = parse(&format!("[server]\nlisten_backlog = 512\n{route}"));
+    assert_eq!(set.server.listen_backlog, 512);
+    assert_eq!(
+        parse(route).server.listen_backlog,
+        crate::config::DEFAULT_LISTEN_BACKLOG
+    );
+}
+
+#[test]
 fn size_out_of_range() {
     refused(
         "[server]\nmax_message = 0\n",

@@ -28,6 +28,7 @@ pub(super) const SERVER_KEYS: &[&str] = &[
     "cache_dir",
     "state_dir",
     "reuse_port",
+    "listen_backlog",
     "public_metrics",
     "tls",
 ];
@@ -145,6 +146,7 @@ fn example(key: &str) -> String {
         "subprotocols" => r#"["chat.v1"]"#,
         "origins" => r#"["https://app.example.com"]"#,
         "max_connections" | "max_connections_per_ip" | "instances" | "recycle_after" => "1000",
+        "listen_backlog" => "4096",
         "cache_dir" => r#""/var/cache/weir""#,
         "public_metrics" => "false",
         "token_env" => r#""WEIR_ADMIN_TOKEN""#,

@@ -42,8 +42,6 @@ use tracing::{info, warn};
 /// docs). A dropped sender also means stop.
 pub type Shutdown = tokio::sync::watch::Receiver<bool>;
 
-/// Pending connections the kernel queues per listener before refusing.
-const LISTEN_BACKLOG: i32 = 4096;
 /// How often a repeated event (refusals, failed accepts) is summarised in
 /// the log.
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
@@ -131,14 +129,14 @@ impl Server {
         if !config.server.reuse_port {
             refuse_an_address_in_use(config.server.listen)?;
         }
-        let first = listen(config.server.listen)?;
+        let first = listen(config.server.listen, config.server.listen_backlog)?;
         let local_addr = first.local_addr().map_err(|source| ServeError::Bind {
             addr: config.server.listen,
             source,
         })?;
         let mut listeners = vec![first];
         for _ in 1..workers {
-            listeners.push(listen(local_addr)?);
+            listeners.push(listen(local_addr, config.server.listen_backlog)?);
         }
         let admin = match &config.admin {
             Some(admin) => {
@@ -363,7 +361,7 @@ fn refuse_an_address_in_use(addr: SocketAddr) -> Result<(), ServeError> {
 }
 
 /// A listening socket that shares its port with the other workers'.
-fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
+fn listen(addr: SocketAddr, backlog: u32) -> Result<std::net::TcpListener, ServeError> {
     use socket2::{Domain, Protocol, Socket, Type};
     let bind = || -> std::io::Result<std::net::TcpListener> {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -371,7 +369,7 @@ fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
         socket.set_reuse_port(true)?;
         socket.set_nonblocking(true)?;
         socket.bind(&addr.into())?;
-        socket.listen(LISTEN_BACKLOG)?;
+        socket.listen(backlog as i32)?;
         Ok(socket.into())
     };
     bind().map_err(|source| ServeError::Bind { addr, source })
