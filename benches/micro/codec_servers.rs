@@ -27,7 +27,7 @@ use std::io::IoSlice;
 use std::pin::Pin;
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::runtime::Runtime;
 use weir::native::echo::Echo;
@@ -213,14 +213,28 @@ pub async fn consume(server: Server, io: DuplexStream, mut each: impl FnMut(&[u8
     }
 }
 
-/// Sends `count` text messages carrying `text` (valid UTF-8) into `io`,
-/// then flushes.
-pub async fn send_texts(server: Server, io: Discard, text: &Bytes, count: usize) -> Discard {
-    match server {
+/// Sends `warm` then `count` text messages carrying `text` (valid UTF-8)
+/// into `io` and flushes; returns the sink and the time taken by the last
+/// `count` and the flush.
+pub async fn send_texts(
+    server: Server,
+    io: Discard,
+    text: &Bytes,
+    warm: usize,
+    count: usize,
+) -> (Discard, Duration) {
+    let mut start = Instant::now();
+    let mut note = |i: usize| {
+        if i == warm {
+            start = Instant::now();
+        }
+    };
+    let io = match server {
         Server::Weir => {
             let mut io = io;
             let mut frames = Vec::with_capacity(SEND_BATCH_BYTES + MAX_HEADER_BYTES + text.len());
-            for _ in 0..count {
+            for i in 0..warm + count {
+                note(i);
                 encode::append_frame(&mut frames, OpCode::Text, text);
                 if frames.len() >= SEND_BATCH_BYTES {
                     io.write_all(&frames).await.expect("discard write");
@@ -233,7 +247,8 @@ pub async fn send_texts(server: Server, io: Discard, text: &Bytes, count: usize)
         }
         Server::Sockudo => {
             let mut ws = sockudo_ws::WebSocketStream::server(io, sockudo_config());
-            for _ in 0..count {
+            for i in 0..warm + count {
+                note(i);
                 ws.feed(sockudo_ws::Message::Text(text.clone()))
                     .await
                     .expect("sockudo feed");
@@ -244,7 +259,8 @@ pub async fn send_texts(server: Server, io: Discard, text: &Bytes, count: usize)
         Server::Fastwebsockets => {
             let mut ws =
                 fastwebsockets::WebSocket::after_handshake(io, fastwebsockets::Role::Server);
-            for _ in 0..count {
+            for i in 0..warm + count {
+                note(i);
                 let frame = fastwebsockets::Frame::text(fastwebsockets::Payload::Borrowed(text));
                 ws.write_frame(frame).await.expect("fastwebsockets write");
             }
@@ -255,7 +271,8 @@ pub async fn send_texts(server: Server, io: Discard, text: &Bytes, count: usize)
             use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
             let text = Utf8Bytes::try_from(text.clone()).expect("UTF-8 text");
             let mut ws = tungstenite_server(io).await;
-            for _ in 0..count {
+            for i in 0..warm + count {
+                note(i);
                 ws.feed(Message::Text(text.clone()))
                     .await
                     .expect("tungstenite feed");
@@ -263,7 +280,8 @@ pub async fn send_texts(server: Server, io: Discard, text: &Bytes, count: usize)
             SinkExt::flush(&mut ws).await.expect("tungstenite flush");
             ws.into_inner()
         }
-    }
+    };
+    (io, start.elapsed())
 }
 
 /// Plain frames only: no pings, no idle deadline, nothing but the codec.
@@ -513,45 +531,46 @@ pub fn burst(server: Server, size: usize, count: usize) -> Vec<u64> {
     lat
 }
 
-/// Messages/s the server consumes: `count` text messages of `size` bytes,
-/// encoded beforehand and written in one go.
-pub fn receive_rate(server: Server, size: usize, count: usize) -> f64 {
+/// Messages/s the server consumes: `warm` then `count` text messages of
+/// `size` bytes, encoded beforehand and written in one go; timed by the
+/// server's receive loop from its `warm`-th message to its last, so the
+/// pipe's and the server's buffers have grown before the clock starts.
+pub fn receive_rate(server: Server, size: usize, warm: usize, count: usize) -> f64 {
+    assert!(warm > 0);
     let rt = runtime();
     let (mut client, server_end) = tokio::io::duplex(PIPE_BYTES);
-    let text = payload(size);
-    let one = client_frame(OpCode::Text, &text);
-    let frames = one.repeat(count);
+    let one = client_frame(OpCode::Text, &payload(size));
+    let frames = one.repeat(warm + count);
     let task = rt.spawn(async move {
-        let mut seen = 0;
+        let (mut seen, mut start, mut took) = (0, Instant::now(), Duration::ZERO);
         consume(server, server_end, |msg| {
             assert!(msg.len() == size, "wrong message");
             seen += 1;
+            if seen == warm {
+                start = Instant::now();
+            } else if seen == warm + count {
+                took = start.elapsed();
+            }
         })
         .await;
-        seen
+        (seen, took)
     });
     let (seen, took) = rt.block_on(async move {
-        let t = Instant::now();
         client.write_all(&frames).await.expect("client write");
         drop(client);
-        let seen = task.await.expect("server task");
-        (seen, t.elapsed())
+        task.await.expect("server task")
     });
-    assert_eq!(seen, count, "{server:?} lost messages");
+    assert_eq!(seen, warm + count, "{server:?} lost messages");
     count as f64 / took.as_secs_f64()
 }
 
-/// Messages/s the server sends: `count` text messages of `size` bytes into
-/// a sink that discards them.
-pub fn send_rate(server: Server, size: usize, count: usize) -> f64 {
+/// Messages/s the server sends: `count` text messages of `size` bytes,
+/// after `warm` untimed ones, into a sink that discards them.
+pub fn send_rate(server: Server, size: usize, warm: usize, count: usize) -> f64 {
     let rt = runtime();
     let text = Bytes::from(payload(size));
-    let (sink, took) = rt.block_on(async {
-        let t = Instant::now();
-        let sink = send_texts(server, Discard::default(), &text, count).await;
-        (sink, t.elapsed())
-    });
-    let want = count * server_frame(OpCode::Text, &text).len();
+    let (sink, took) = rt.block_on(send_texts(server, Discard::default(), &text, warm, count));
+    let want = (warm + count) * server_frame(OpCode::Text, &text).len();
     assert_eq!(
         sink.bytes, want,
         "{server:?} sent the wrong number of bytes"
@@ -559,14 +578,17 @@ pub fn send_rate(server: Server, size: usize, count: usize) -> f64 {
     count as f64 / took.as_secs_f64()
 }
 
-/// Messages/s of `count` sequential round trips of `size`-byte text.
-pub fn echo_rate(server: Server, size: usize, count: usize) -> f64 {
+/// Messages/s of `count` sequential round trips of `size`-byte text, after
+/// `warm` untimed ones (checked in full).
+pub fn echo_rate(server: Server, size: usize, warm: usize, count: usize) -> f64 {
     let rt = runtime();
     let (client, server_end) = tokio::io::duplex(PIPE_BYTES);
     rt.spawn(echo(server, server_end));
     let mut client = EchoClient::new(client, size);
     let took = rt.block_on(async {
-        client.round_trip(true).await;
+        for _ in 0..warm {
+            client.round_trip(true).await;
+        }
         let t = Instant::now();
         for _ in 0..count {
             client.round_trip(false).await;

@@ -12,7 +12,8 @@
 //!    receive loop sees it (queueing in the pipe and backpressure included);
 //! 3. text throughput at 512 B, messages/s: receives (10,000 pre-encoded
 //!    client frames), sends (10,000 into a discarding sink), round trips
-//!    (10,000 sequential echoes).
+//!    (10,000 sequential echoes), each after 1,000 untimed (the pipe's and
+//!    the server's buffers grown, pages touched).
 //!
 //! Three rounds, the libraries' order rotating each round; every cell is
 //! the median of the rounds, shown with its ratio to the best *other*
@@ -175,9 +176,9 @@ fn main() {
         for &s in &order {
             let n = plan.throughput;
             rates[s].push(vec![
-                receive_rate(SERVERS[s], SMALL_BYTES, n),
-                send_rate(SERVERS[s], SMALL_BYTES, n),
-                echo_rate(SERVERS[s], SMALL_BYTES, n),
+                receive_rate(SERVERS[s], SMALL_BYTES, plan.warm, n),
+                send_rate(SERVERS[s], SMALL_BYTES, plan.warm, n),
+                echo_rate(SERVERS[s], SMALL_BYTES, plan.warm, n),
             ]);
         }
         eprintln!("round {} of {} done", round + 1, plan.rounds);

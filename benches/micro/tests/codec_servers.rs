@@ -30,7 +30,11 @@ fn every_server_receives_a_whole_burst() {
     for server in SERVERS {
         let lat = burst(server, 512, 3_000);
         assert!(lat.windows(2).all(|w| w[0] <= w[1]), "{}", server.name());
-        assert!(receive_rate(server, 512, 3_000) > 0.0, "{}", server.name());
+        assert!(
+            receive_rate(server, 512, 10, 3_000) > 0.0,
+            "{}",
+            server.name()
+        );
     }
 }
 
@@ -45,22 +49,22 @@ fn every_server_sends_exact_frames() {
             bytes: 0,
             kept: Some(Vec::new()),
         };
-        let sink = rt.block_on(send_texts(server, sink, &text, 100));
+        let (sink, _) = rt.block_on(send_texts(server, sink, &text, 0, 100));
         assert!(
             sink.kept.as_deref() == Some(&want[..]),
             "{} sent other bytes",
             server.name()
         );
-        assert!(send_rate(server, 512, 100) > 0.0, "{}", server.name());
+        assert!(send_rate(server, 512, 10, 100) > 0.0, "{}", server.name());
     }
 }
 
-/// Sequential round trips at the throughput size, and the client's own
-/// frames against an independent server (tokio-tungstenite) mirror weir's.
+/// Sequential round trips at the throughput size complete for every
+/// server, and the client's frames are masked (RFC 6455 §5.3).
 #[test]
 fn round_trips_complete_for_every_server() {
     for server in SERVERS {
-        assert!(echo_rate(server, 512, 500) > 0.0, "{}", server.name());
+        assert!(echo_rate(server, 512, 10, 500) > 0.0, "{}", server.name());
     }
     let frame = client_frame(OpCode::Text, b"abc");
     assert_eq!(frame[0], 0x81);
