@@ -81,6 +81,50 @@ pub fn now_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
+/// CPU time this thread has run, user and kernel: the throughput cells'
+/// clock, since client and server share the thread, and time the scheduler
+/// gave other processes of a shared machine is not the codec's.
+pub fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "CLOCK_THREAD_CPUTIME_ID");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// A throughput: messages per second of wall-clock time, and per second of
+/// the thread's CPU time.
+#[derive(Clone, Copy, Debug)]
+pub struct Rate {
+    pub per_wall_s: f64,
+    pub per_cpu_s: f64,
+}
+
+impl Rate {
+    fn of(count: usize, wall: Duration, cpu: Duration) -> Rate {
+        Rate {
+            per_wall_s: count as f64 / wall.as_secs_f64(),
+            per_cpu_s: count as f64 / cpu.as_secs_f64(),
+        }
+    }
+}
+
+/// Wall-clock and CPU time since it was made.
+struct Stopwatch(Instant, Duration);
+
+impl Stopwatch {
+    fn start() -> Stopwatch {
+        Stopwatch(Instant::now(), thread_cpu())
+    }
+
+    fn rate(&self, count: usize) -> Rate {
+        Rate::of(count, self.0.elapsed(), thread_cpu() - self.1)
+    }
+}
+
 /// A current-thread runtime: client and server take turns on one thread.
 pub fn runtime() -> Runtime {
     // sockudo-ws calibrates its clock on first use (up to 200 ms): done
@@ -214,7 +258,7 @@ pub async fn consume(server: Server, io: DuplexStream, mut each: impl FnMut(&[u8
 }
 
 /// Sends `warm` then `count` text messages carrying `text` (valid UTF-8)
-/// into `io` and flushes; returns the sink and the time taken by the last
+/// into `io` and flushes; returns the sink and the rate of the last
 /// `count` and the flush.
 pub async fn send_texts(
     server: Server,
@@ -222,11 +266,11 @@ pub async fn send_texts(
     text: &Bytes,
     warm: usize,
     count: usize,
-) -> (Discard, Duration) {
-    let mut start = Instant::now();
+) -> (Discard, Rate) {
+    let mut start = Stopwatch::start();
     let mut note = |i: usize| {
         if i == warm {
-            start = Instant::now();
+            start = Stopwatch::start();
         }
     };
     let io = match server {
@@ -281,7 +325,7 @@ pub async fn send_texts(
             ws.into_inner()
         }
     };
-    (io, start.elapsed())
+    (io, start.rate(count))
 }
 
 /// Plain frames only: no pings, no idle deadline, nothing but the codec.
@@ -535,65 +579,64 @@ pub fn burst(server: Server, size: usize, count: usize) -> Vec<u64> {
 /// `size` bytes, encoded beforehand and written in one go; timed by the
 /// server's receive loop from its `warm`-th message to its last, so the
 /// pipe's and the server's buffers have grown before the clock starts.
-pub fn receive_rate(server: Server, size: usize, warm: usize, count: usize) -> f64 {
+pub fn receive_rate(server: Server, size: usize, warm: usize, count: usize) -> Rate {
     assert!(warm > 0);
     let rt = runtime();
     let (mut client, server_end) = tokio::io::duplex(PIPE_BYTES);
     let one = client_frame(OpCode::Text, &payload(size));
     let frames = one.repeat(warm + count);
     let task = rt.spawn(async move {
-        let (mut seen, mut start, mut took) = (0, Instant::now(), Duration::ZERO);
+        let (mut seen, mut start, mut rate) = (0, Stopwatch::start(), None);
         consume(server, server_end, |msg| {
             assert!(msg.len() == size, "wrong message");
             seen += 1;
             if seen == warm {
-                start = Instant::now();
+                start = Stopwatch::start();
             } else if seen == warm + count {
-                took = start.elapsed();
+                rate = Some(start.rate(count));
             }
         })
         .await;
-        (seen, took)
+        (seen, rate)
     });
-    let (seen, took) = rt.block_on(async move {
+    let (seen, rate) = rt.block_on(async move {
         client.write_all(&frames).await.expect("client write");
         drop(client);
         task.await.expect("server task")
     });
     assert_eq!(seen, warm + count, "{server:?} lost messages");
-    count as f64 / took.as_secs_f64()
+    rate.expect("the last message was timed")
 }
 
 /// Messages/s the server sends: `count` text messages of `size` bytes,
 /// after `warm` untimed ones, into a sink that discards them.
-pub fn send_rate(server: Server, size: usize, warm: usize, count: usize) -> f64 {
+pub fn send_rate(server: Server, size: usize, warm: usize, count: usize) -> Rate {
     let rt = runtime();
     let text = Bytes::from(payload(size));
-    let (sink, took) = rt.block_on(send_texts(server, Discard::default(), &text, warm, count));
+    let (sink, rate) = rt.block_on(send_texts(server, Discard::default(), &text, warm, count));
     let want = (warm + count) * server_frame(OpCode::Text, &text).len();
     assert_eq!(
         sink.bytes, want,
         "{server:?} sent the wrong number of bytes"
     );
-    count as f64 / took.as_secs_f64()
+    rate
 }
 
 /// Messages/s of `count` sequential round trips of `size`-byte text, after
 /// `warm` untimed ones (checked in full).
-pub fn echo_rate(server: Server, size: usize, warm: usize, count: usize) -> f64 {
+pub fn echo_rate(server: Server, size: usize, warm: usize, count: usize) -> Rate {
     let rt = runtime();
     let (client, server_end) = tokio::io::duplex(PIPE_BYTES);
     rt.spawn(echo(server, server_end));
     let mut client = EchoClient::new(client, size);
-    let took = rt.block_on(async {
+    rt.block_on(async {
         for _ in 0..warm {
             client.round_trip(true).await;
         }
-        let t = Instant::now();
+        let t = Stopwatch::start();
         for _ in 0..count {
             client.round_trip(false).await;
         }
-        t.elapsed()
-    });
-    count as f64 / took.as_secs_f64()
+        t.rate(count)
+    })
 }
