@@ -25,7 +25,8 @@
 //! in every throughput cell, p99.9 ≤ 1.1× the best.
 //!
 //! `cargo bench -p weir-micro --bench codec_tables`; `-- --quick` (or
-//! `CODEC_TABLES_QUICK=1`) runs one short round, for a look.
+//! `CODEC_TABLES_QUICK=1`) runs one short round, for a look, as does
+//! `cargo test --benches`.
 
 #[path = "../codec_servers.rs"]
 mod codec_servers;
@@ -146,7 +147,11 @@ fn latency_row(label: &str, server: Server, cells: &[f64], ratio: &[f64]) {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick")
+    // `cargo bench` passes `--bench`; without it (`cargo test --benches`)
+    // the binary is only being checked, so it runs the short plan.
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick")
+        || !args.iter().any(|a| a == "--bench")
         || std::env::var("CODEC_TABLES_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
     let plan = if quick { QUICK } else { FULL };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
