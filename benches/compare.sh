@@ -486,7 +486,7 @@ for scen in "${scenario_list[@]}"; do
         case "$srv" in
           weir|weir-base)
             measure "$scen" "$srv" "$run" "$srv none" "$mode" "$path" "${argv[@]}"
-            measure "$scen" "$srv" "$run" "$srv none L3" "$mode" "${path/zpub/zpub-l3}" "${argv[@]}" ;;
+            measure "$scen" "$srv" "$run" "$srv none L5" "$mode" "${path/zpub/zpub-l5}" "${argv[@]}" ;;
           uws|bun) measure "$scen" "$srv" "$run" "$srv" "$mode" "$path" "${argv[@]}" ;;
         esac
       done
@@ -503,7 +503,7 @@ for scen in "${scenario_list[@]}"; do
             measure "$scen" "$srv" "$run" "$srv takeover" deflate /zecho "${argv[@]}"
             measure "$scen" "$srv" "$run" "$srv none" deflate /zecho-none "${argv[@]}"
             measure "$scen" "$srv" "$run" "$srv takeover L2" deflate /zecho-l2 "${argv[@]}"
-            measure "$scen" "$srv" "$run" "$srv none L3" deflate /zecho-none-l3 "${argv[@]}" ;;
+            measure "$scen" "$srv" "$run" "$srv none L5" deflate /zecho-none-l5 "${argv[@]}" ;;
           uws)
             measure "$scen" "$srv" "$run" "uws shared" deflate /zecho "${argv[@]}"
             measure "$scen" "$srv" "$run" "uws dedicated" deflate /zecho-dedicated "${argv[@]}" ;;

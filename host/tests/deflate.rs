@@ -188,9 +188,16 @@ impl ClientDeflate {
         let mut input = payload.to_vec();
         input.extend_from_slice(&[0, 0, 0xFF, 0xFF]);
         let mut out = Vec::with_capacity(1 << 20);
-        self.decompress
+        let status = self
+            .decompress
             .decompress_vec(&input, &mut out, FlushDecompress::Sync)
             .unwrap();
+        // A message may end in a final block (RFC 7692 §7.2.3.4: weir
+        // compresses whole messages so without context takeover); the
+        // next message starts a new stream.
+        if status == flate2::Status::StreamEnd {
+            self.decompress.reset(false);
+        }
         out
     }
 }

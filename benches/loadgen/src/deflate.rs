@@ -211,10 +211,18 @@ impl ZConn {
         let mut rest = &input[..];
         loop {
             let before = self.decompress.total_in();
-            self.decompress
+            let status = self
+                .decompress
                 .decompress_vec(rest, &mut out, FlushDecompress::Sync)
                 .map_err(|e| format!("inflate: {e}"))?;
             rest = &rest[(self.decompress.total_in() - before) as usize..];
+            if status == flate2::Status::StreamEnd {
+                // The message ended in a final block (RFC 7692 §7.2.3.4):
+                // the appended tail is not read, the next message starts
+                // a new stream.
+                self.decompress.reset(false);
+                break;
+            }
             if rest.is_empty() {
                 break;
             }

@@ -4,6 +4,15 @@
 //! route's `max_message`, and a [`Deflater`] that compresses whole
 //! messages for the encoder.
 //!
+//! Without context takeover a message is compressed on its own, and
+//! libdeflate does that better than a zlib stream: zlib-rs clears its
+//! 128 KiB hash table at every reset, and at equal ratio libdeflate spent
+//! about half zlib-rs's CPU on 1 KiB JSON-like messages and a quarter on
+//! 16 KiB (benches/RESULTS.md, permessage-deflate). Its output ends in a
+//! final block (BFINAL = 1) where a zlib sync flush ends in an empty stored
+//! block; RFC 7692 §7.2.3.4 allows it, and a receiver without context
+//! takeover starts each message afresh anyway.
+//!
 //! A connection's producers (relay partner, guests, publishers) compress
 //! through its [`SendDeflate`]; echo's loop through a [`Deflater`] of its
 //! own (never both on one connection).
@@ -18,6 +27,7 @@
 use super::deflate::Negotiated;
 use super::frame::ProtocolError;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+use libdeflater::{CompressionLvl, Compressor};
 use std::cell::RefCell;
 use std::sync::Mutex;
 
@@ -39,6 +49,8 @@ thread_local! {
     static FREE_INFLATERS: RefCell<Vec<Box<Decompress>>> = const { RefCell::new(Vec::new()) };
     #[allow(clippy::vec_box)]
     static FREE_DEFLATERS: RefCell<Vec<(PoolKey, Box<Compress>)>> = const { RefCell::new(Vec::new()) };
+    /// libdeflate's compressors for whole messages, one per level in use.
+    static WHOLE: RefCell<Vec<(u32, Compressor)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn take_decompress() -> Box<Decompress> {
@@ -226,7 +238,11 @@ impl Deflater {
     /// Appends `payload` compressed, without the sync tail (§7.2.1).
     pub fn compress(&mut self, payload: &[u8], out: &mut Vec<u8>) {
         let key = (self.window_bits, self.level);
-        if self.stateless {
+        // libdeflate's window is 32 KiB: a message no longer than the
+        // negotiated window cannot reach back past it.
+        if self.stateless && payload.len() <= 1 << self.window_bits {
+            deflate_whole(self.level, payload, out);
+        } else if self.stateless {
             let mut c = FREE_DEFLATERS
                 .with_borrow_mut(|free| {
                     let at = free.iter().position(|(k, _)| *k == key)?;
@@ -326,6 +342,29 @@ impl SendDeflate {
     }
 }
 
+/// Compresses `payload` on its own with libdeflate onto `out`: deflate
+/// blocks ending in a final one, which the receiver's appended sync tail
+/// follows harmlessly (§7.2.3.4).
+fn deflate_whole(level: u32, payload: &[u8], out: &mut Vec<u8>) {
+    WHOLE.with_borrow_mut(|whole| {
+        let at = match whole.iter().position(|(l, _)| *l == level) {
+            Some(at) => at,
+            None => {
+                let lvl = CompressionLvl::new(level as i32).unwrap_or_default();
+                whole.push((level, Compressor::new(lvl)));
+                whole.len() - 1
+            }
+        };
+        let c = &mut whole[at].1;
+        let start = out.len();
+        out.resize(start + c.deflate_compress_bound(payload.len()), 0);
+        let n = c
+            .deflate_compress(payload, &mut out[start..])
+            .expect("the bound fits any input");
+        out.truncate(start + n);
+    });
+}
+
 /// Compresses `payload` with a sync flush onto `out` and drops the
 /// 4-byte sync tail.
 fn deflate(c: &mut Compress, payload: &[u8], out: &mut Vec<u8>) {
@@ -394,6 +433,12 @@ mod tests {
             (
                 "permessage-deflate; server_max_window_bits=9",
                 Context::Takeover,
+            ),
+            // Whole messages up to the 512-byte window go to libdeflate,
+            // longer ones to a zlib stream with the negotiated window.
+            (
+                "permessage-deflate; server_max_window_bits=9",
+                Context::None,
             ),
         ] {
             let n = negotiated(offer, context);
