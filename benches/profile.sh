@@ -12,14 +12,16 @@
 #     clock ticks (10 ms) charged to whatever mode the server was in at the
 #     tick: at these loads the server uses ~0.1 s of CPU per second, so a
 #     4 s window holds ~40 ticks and the user share (~15%) is ±35%.
-#   - perf (default when `perf` runs here): cpu-clock samples of the server
-#     at --freq Hz (default 10000) over the same window, user-space samples
-#     against kernel ones: thousands of samples per window, a few % error.
-#     The sampling itself costs the server a little CPU, the same for every
-#     server. The table uses this split when it is there.
+#   - perf (default when `perf` runs here): a second fresh run of the same
+#     server right after, under `perf record` (cpu-clock samples at --freq
+#     Hz, default 10000) over the same window: the share of user-space
+#     samples (thousands per window, a few % error) times the total of the
+#     run without perf (sampling costs the server CPU of its own, charged as
+#     system time, so the total under perf is not used). The table uses
+#     this split when it is there.
 # Printed per server: medians over rounds of user, system and total µs/msg,
-# and the medians of per-round ratios to the first server; then, from the
-# last round's samples, the top user-space symbols of each server.
+# and the medians of per-round ratios (other ÷ first server); then, from
+# the last round's samples, the top user-space symbols of each server.
 #
 # Usage: benches/profile.sh [options]
 #   --servers LIST    comma list of: weir, weir-base, uws-cpp (default weir,weir-base,uws-cpp;
@@ -143,9 +145,13 @@ ticks() { awk '{ sub(/^.*\) /, ""); print $12, $13 }' "/proc/$1/stat"; }
 read -r -a largs <<< "$load_args"
 mode="${largs[0]}"; largs=("${largs[@]:1}")
 
-# run SERVER ROUND: one measurement; a JSON line into $raw.
-run() {
-  local srv="$1" round="$2" port out a b user=null
+# once SERVER PERF: one fresh server under the load, /proc ticks read at the
+# window's ends (and perf sampling between them when PERF is 1); sets
+# once_out (weir-load's RESULT), once_ticks and once_user (user share of
+# perf's samples, or null).
+once() {
+  local srv="$1" with_perf="$2" port a b
+  once_out='{"ok":false}'; once_ticks='"0 0","0 0"'; once_user=null
   # The measured window starts after the connections are up and the warmup
   # is over; a 10% margin of the window on each side keeps the sample in it.
   # (Sleeps computed before the load starts: python3 can take 0.5 s to start
@@ -154,13 +160,14 @@ run() {
   lead="$(awk -v w="$warmup" -v d="$duration" 'BEGIN { printf "%.2f", w + 0.3 + d * 0.1 }')"
   inside="$(awk -v d="$duration" 'BEGIN { printf "%.2f", d * 0.8 - 0.3 }')"
   port="$(free_port)"
-  start_server "$srv" "$port" || { echo "{\"server\":\"$srv\",\"round\":$round,\"ok\":false}" >>"$raw"; stop_server; return; }
+  start_server "$srv" "$port" || { stop_server; return; }
   taskset -c 1 "$load" "$mode" --url "ws://127.0.0.1:$port$path" "${largs[@]}" \
     --warmup "${warmup}s" --duration "${duration}s" --server-pid "$server_pid" >"$work/load.out" 2>>"$log" &
   local lpid=$!
   sleep "$lead"
   a="$(ticks "$server_pid")"
-  if [ "$perf_on" = 1 ]; then
+  if [ "$with_perf" = 1 ]; then
+    rm -f "$work/$srv.perf"
     perf record -q -e cpu-clock -F "$freq" -p "$server_pid" -o "$work/$srv.perf" -- \
       sleep "$inside" >>"$log" 2>&1 || true
   else
@@ -169,15 +176,30 @@ run() {
   b="$(ticks "$server_pid")"
   wait "$lpid" || true
   stop_server
-  out="$(grep '^RESULT ' "$work/load.out" | tail -n1 | sed 's/^RESULT //')"
-  [ -n "$out" ] || out='{"ok":false}'
-  if [ "$perf_on" = 1 ] && [ -f "$work/$srv.perf" ]; then
+  once_out="$(grep '^RESULT ' "$work/load.out" | tail -n1 | sed 's/^RESULT //')"
+  [ -n "$once_out" ] || once_out='{"ok":false}'
+  once_ticks="\"$a\",\"$b\""
+  if [ "$with_perf" = 1 ] && [ -f "$work/$srv.perf" ]; then
     # Samples in user space ([.]) and in the kernel ([k]), by symbol.
-    user="$(perf report -q -i "$work/$srv.perf" --no-children --sort sym -F overhead,sym 2>/dev/null \
+    once_user="$(perf report -q -i "$work/$srv.perf" --no-children --sort sym -F overhead,sym 2>/dev/null \
       | awk '/\[\.\]/ { sub(/%/, "", $1); u += $1 } /\[k\]/ { sub(/%/, "", $1); k += $1 }
              END { if (u + k > 0) printf "%.5f", u / (u + k); else print "null" }')"
   fi
-  echo "{\"server\":\"$srv\",\"round\":$round,\"ticks\":[\"$a\",\"$b\"],\"perf_user\":$user,\"r\":$out}" >>"$raw"
+}
+
+# run SERVER ROUND: the total and /proc ticks from a run without perf
+# (sampling at 10 kHz costs the server CPU of its own, charged as system
+# time), then, with perf, the user share from a second fresh run; a JSON
+# line into $raw.
+run() {
+  local srv="$1" round="$2" out ticks user=null perf_r=null
+  once "$srv" 0
+  out="$once_out"; ticks="$once_ticks"
+  if [ "$perf_on" = 1 ]; then
+    once "$srv" 1
+    user="$once_user"; perf_r="$once_out"
+  fi
+  echo "{\"server\":\"$srv\",\"round\":$round,\"ticks\":[$ticks],\"perf_user\":$user,\"r\":$out,\"under_perf\":$perf_r}" >>"$raw"
   python3 - "$raw" <<'PY'
 import json, sys
 x = json.loads(open(sys.argv[1]).read().splitlines()[-1])
@@ -189,7 +211,9 @@ du, ds = u1 - u0, s1 - s0
 tot = r["server_cpu_ns_per_msg"] / 1000
 share = du / (du + ds) if du + ds else 0
 pu = x["perf_user"]
-perf = "" if pu is None else f", perf: user {tot * pu:.3f}, system {tot * (1 - pu):.3f}"
+up = (x.get("under_perf") or {}).get("server_cpu_ns_per_msg")
+perf = "" if pu is None else (f", perf: user {tot * pu:.3f}, system {tot * (1 - pu):.3f}"
+                              f" (share of samples {pu:.3f}; total under perf {up / 1000 if up else 0:.3f})")
 print(f"  {x['server']:<10} round {x['round']}: {r['msgs_per_s']:,.0f} msg/s, total {tot:.3f} µs/msg; "
       f"/proc: user {tot * share:.3f}, system {tot * (1 - share):.3f} ({du}+{ds} ticks){perf}")
 PY
