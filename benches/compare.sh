@@ -10,8 +10,11 @@
 # with a mismatch is reported as FAILED, never as a number.
 #
 # Usage: benches/compare.sh [options]
-#   --servers LIST     comma list of: weir,weir-base,uws,bun,fastws,tungstenite,ws,deno
+#   --servers LIST     comma list of: weir,weir-base,uws,uws-cpp,bun,fastws,tungstenite,ws,deno
 #                      (default: weir if its binary exists, then all peers);
+#                      uws-cpp is C++ uWebSockets (peers/build-uws-cpp.sh,
+#                      UWS_CPP_BIN), /echo and /relay only, skipped with a
+#                      note when it is not built;
 #                      weir-base is a second weir build (WEIR_BASE_BIN), to
 #                      compare two builds in one run: --servers weir,weir-base
 #   --scenarios LIST   comma list (default: the quick set); `all` for every one;
@@ -140,8 +143,16 @@ if [ "$scenarios" = all ]; then
   scenarios="$(printf '%s\n' "${scenario_defs[@]}" | cut -d'|' -f1 | paste -sd,)"
 fi
 if [ -z "$servers" ]; then
-  servers="uws,bun,fastws,tungstenite,ws,deno"
+  servers="uws,uws-cpp,bun,fastws,tungstenite,ws,deno"
   [ -x "$weir_bin" ] && servers="weir,$servers"
+fi
+# The C++ uWebSockets peer is built by hand from sources outside the
+# repository (peers/build-uws-cpp.sh): without it, run the rest.
+uws_cpp_bin="${UWS_CPP_BIN:-$target/uws-cpp/uws-cpp}"
+export UWS_CPP_BIN="$uws_cpp_bin"
+if [[ ",$servers," == *",uws-cpp,"* ]] && [ ! -x "$uws_cpp_bin" ]; then
+  echo "skipping uws-cpp: $uws_cpp_bin not built (UWS_CPP_SRC=... bash benches/peers/build-uws-cpp.sh)" >&2
+  servers="$(echo ",$servers," | sed 's/,uws-cpp,/,/; s/^,//; s/,$//')"
 fi
 IFS=, read -r -a server_list <<< "$servers"
 IFS=, read -r -a scenario_list <<< "$scenarios"

@@ -31,6 +31,15 @@ if ! command -v chromium >/dev/null 2>&1 && [ -z "${WEIR_CHROMIUM:-}" ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q chromium
 fi
 
+# host/tests/batching.rs counts the gateway's reads and writes with strace.
+if ! command -v strace >/dev/null 2>&1; then
+    echo "test.sh: installing strace (Debian) for host/tests/batching.rs"
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q strace
+fi
+
 # The cluster tests start their own Redis servers (Debian's redis-server).
 bash scripts/redis.sh
 
