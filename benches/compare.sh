@@ -23,7 +23,9 @@
 #                      /json, /binary, and `langs`: /echo vs /plain and /json
 #                      in Rust, JS (/js/...) and Python (/py/...) at 64 B ×
 #                      200 × 8) run against weir and weir-base only;
-#                      the `pubsub*` scenarios (/topic/bench, native pubsub)
+#                      the `pubsub*` and `rooms10` scenarios (/topic/...,
+#                      native pubsub; rooms10: 1,000 connections in chat
+#                      rooms of 10, every member publishing)
 #                      also against uws and bun (ws.subscribe / ws.publish);
 #                      the `deflate*` scenarios (weir-load deflate: echo of
 #                      JSON-like text with permessage-deflate) run weir's
@@ -100,6 +102,7 @@ scenario_defs=(
   "pubsub100x1k|fanout|/topic/bench|-c 100 -s 1KiB -p 32"
   "pubsub1kx1k|fanout|/topic/bench|-c 1000 -s 1KiB -p 32"
   "pubsub10kx1k|fanout|/topic/bench|-c 10000 -s 1KiB -p 32"
+  "rooms10|rooms|/topic/room-{room}|-c 1000 --room-size 10 -p 4 -s 64"
   "plain64x200p8|echo|/plain|-c 200 -p 8 -s 64"
   "json200p8|json|/json|-c 200 -p 8 --async"
   "plain64x50|echo|/plain|-c 50 -p 1 -s 64"
@@ -458,7 +461,7 @@ for scen in "${scenario_list[@]}"; do
         case "$srv" in weir|weir-base|uws|bun) keep+=("$srv") ;; esac
       done
       order=("${keep[@]}")
-    elif [ "$path" = /topic/bench ]; then
+    elif [[ "$path" == /topic/* ]]; then
       # Native pubsub: weir and the peers with a pub/sub API of their own.
       keep=()
       for srv in "${order[@]}"; do

@@ -267,6 +267,12 @@ impl Snapshot {
                 "Times the link to Redis failed (each followed by reconnecting with backoff).",
                 c.link_failures,
             );
+            metric(
+                "weir_cluster_resubscribed_total",
+                "counter",
+                "Subscriptions a Redis Cluster shard ended because the channel's slot moved (resharding), made again on its new shard.",
+                c.resubscribed,
+            );
         }
         type Figure = fn(&GuestRouteStats) -> u64;
         let per_route: [(&str, &str, Figure); 4] = [
@@ -584,6 +590,7 @@ mod tests {
                 received: 24,
                 lost: 25,
                 link_failures: 26,
+                resubscribed: 27,
             }),
             routes: vec![RouteFigures {
                 route: "/say \"hi\"".into(),
@@ -644,6 +651,7 @@ mod tests {
             ("weir_cluster_received_total", 24),
             ("weir_cluster_lost_total", 25),
             ("weir_cluster_link_failures_total", 26),
+            ("weir_cluster_resubscribed_total", 27),
             (
                 r#"weir_guest_log_dropped_lines_total{route="/say \"hi\""}"#,
                 15,

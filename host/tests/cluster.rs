@@ -252,6 +252,59 @@ async fn exchange(a: &WeirProcess, b: &WeirProcess, topics: &[&str], each: usize
     }
 }
 
+/// A master's every slot moves to `to` (`redis-cli --cluster reshard`);
+/// each moved slot's sharded subscriptions end on the old master.
+fn reshard(from: &Redis, to: &Redis, slots: usize) {
+    let id = |r: &Redis| {
+        let out = Command::new("redis-cli")
+            .args(["-p", &r.port.to_string(), "cluster", "myid"])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let status = Command::new("redis-cli")
+        .args(["--cluster", "reshard", &format!("127.0.0.1:{}", from.port)])
+        .args(["--cluster-from", &id(from), "--cluster-to", &id(to)])
+        .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "redis-cli --cluster reshard failed");
+}
+
+/// Resharding while both nodes hold subscriptions: two masters hand all
+/// their slots to the third, which ends the subscriptions of the topics
+/// that lived there (MOVED); both nodes subscribe again and every topic
+/// crosses between them afterwards, both ways.
+async fn follow_resharding(a: &WeirProcess, b: &WeirProcess, nodes: &[Redis], topics: &[&str]) {
+    let mut pairs = Vec::new();
+    for topic in topics {
+        let mut on_a = client(&a.url(&format!("/topic/{topic}"))).await;
+        let mut on_b = client(&b.url(&format!("/topic/{topic}"))).await;
+        connected(&mut on_a, &mut on_b).await;
+        pairs.push((on_a, on_b));
+    }
+    // `redis-cli --cluster create` gives the three masters 5,461, 5,462
+    // and 5,461 slots.
+    reshard(&nodes[0], &nodes[1], 5461);
+    reshard(&nodes[2], &nodes[1], 5461);
+    await_cluster_ok(nodes).await;
+    for weir in [a, b] {
+        let deadline = tokio::time::Instant::now() + STEP;
+        while metric(weir.addr, "weir_cluster_resubscribed_total").await == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no subscription was made again after its slot moved"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for (on_a, on_b) in pairs.iter_mut() {
+        connected(on_a, on_b).await;
+        connected(on_b, on_a).await;
+    }
+}
+
 /// Kills Redis while a publisher on node A keeps going: A's subscribers get
 /// everything, B's get what was sent while Redis was up, the lost ones are
 /// counted on A, and delivery across nodes resumes after the restart.
@@ -408,6 +461,10 @@ async fn two_nodes_share_topics_through_a_redis_cluster() {
     exchange(&a, &b, &["alpha", "beta", "gamma", "delta"], 100, 1).await;
     survive_restart(&a, &b, &mut nodes).await;
     exchange(&a, &b, &["alpha", "beta", "gamma", "delta"], 50, 2).await;
+    let topics = ["alpha", "beta", "gamma", "delta"];
+    follow_resharding(&a, &b, &nodes, &topics).await;
+    // Exactly once and in order on the resharded cluster.
+    exchange(&a, &b, &topics, 50, 3).await;
     for weir in [&mut a, &mut b] {
         assert!(weir.child.try_wait().unwrap().is_none(), "a node exited");
     }

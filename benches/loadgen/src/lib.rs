@@ -24,6 +24,7 @@ pub mod hist;
 pub mod idle;
 pub mod over_h2;
 pub mod payload;
+pub mod rooms;
 pub mod storm;
 pub mod stream;
 pub mod sys;

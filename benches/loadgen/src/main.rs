@@ -11,7 +11,7 @@ use weir_load::engine::{self, Control, Load, ThreadResult, DONE, MEASURE};
 use weir_load::payload::{Expect, Source, Template};
 use weir_load::stream::{self as tls, Trust};
 use weir_load::units::{parse_duration, parse_size};
-use weir_load::{connect, heartbeat, idle, over_h2, storm, sys, ws};
+use weir_load::{connect, heartbeat, idle, over_h2, rooms, storm, sys, ws};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -35,6 +35,10 @@ enum Mode {
     /// C clients connect at once (from --sources addresses) and upgrade;
     /// every one must get its 101: the server's CPU per upgrade.
     Storm,
+    /// Chat rooms: C connections in rooms of --room-size on `{room}` in
+    /// the URL's path (a pubsub topic each); every member publishes -p
+    /// messages per round and receives the others'. Server CPU per delivery.
+    Rooms,
     /// Echo of JSON-like text with permessage-deflate: C connections × P
     /// per round, -s bytes per message; bytes on the wire each way.
     Deflate,
@@ -55,6 +59,7 @@ impl Mode {
             Mode::Idle => "idle",
             Mode::Heartbeat => "heartbeat",
             Mode::Storm => "storm",
+            Mode::Rooms => "rooms",
             Mode::Deflate => "deflate",
             Mode::DeflateFanout => "deflate-fanout",
         }
@@ -148,7 +153,7 @@ struct Args {
     /// each before measuring.
     #[arg(long)]
     no_exchange: bool,
-    /// idle: connections per `{room}` of the URL's path.
+    /// idle, rooms: connections per `{room}` of the URL's path.
     #[arg(long, default_value_t = 10)]
     room_size: usize,
     /// idle, heartbeat, storm: connect from this many loopback addresses (127.0.0.1, .2, …).
@@ -301,6 +306,44 @@ fn run(a: &Args) -> Result<bool, String> {
         return Ok(ok);
     }
 
+    if a.mode == Mode::Rooms {
+        let opts = rooms::RoomsOptions {
+            room_size: a.room_size,
+            window: a.pipeline.unwrap_or(4),
+            size: a.size,
+            sources: a.sources,
+        };
+        let r = rooms::run(&target, c, &opts, a.warmup, a.duration, a.server_pid);
+        let secs = r.window.as_secs_f64();
+        let per = |ns: u64| (r.deliveries > 0).then(|| ns as f64 / r.deliveries as f64);
+        let us = |q: f64| r.latency.quantile(q) as f64 / 1000.0;
+        println!(
+            "rooms {url}: {} of {c} connections in rooms of {}, {} per member per round, {} B; {} deliveries in {secs:.2} s",
+            r.opened, opts.room_size, opts.window, opts.size, r.deliveries
+        );
+        println!(
+            "latency p50 {:.1} us, p99 {:.1} us, p99.9 {:.1} us",
+            us(0.5),
+            us(0.99),
+            us(0.999)
+        );
+        for e in &r.errors {
+            println!("  error: {e}");
+        }
+        let ok = r.errors.is_empty() && r.deliveries > 0;
+        println!(
+            "RESULT {{\"mode\":\"rooms\",\"url\":\"{url}\",\"connections\":{},\"secs\":{secs:.3},\"msgs\":{},\"msgs_per_s\":{},\"p50_us\":{},\"p99_us\":{},\"server_cpu_ns_per_msg\":{},\"client_cpu_ns_per_msg\":{},\"ok\":{ok}}}",
+            r.opened,
+            r.deliveries,
+            json_num((secs > 0.0).then(|| r.deliveries as f64 / secs)),
+            json_num(Some(us(0.5))),
+            json_num(Some(us(0.99))),
+            json_num(r.server_cpu_ns.and_then(per)),
+            json_num(per(r.client_cpu_ns)),
+        );
+        return Ok(ok);
+    }
+
     if a.mode == Mode::Storm {
         let r = storm::run(&target, c, a.sources, a.server_pid)?;
         let secs = r.window.as_secs_f64();
@@ -440,6 +483,7 @@ fn run(a: &Args) -> Result<bool, String> {
         | Mode::Idle
         | Mode::Heartbeat
         | Mode::Storm
+        | Mode::Rooms
         | Mode::Deflate
         | Mode::DeflateFanout => {}
     }

@@ -61,6 +61,8 @@ pub struct ClusterStats {
     pub lost: u64,
     /// Times the link failed.
     pub link_failures: u64,
+    /// Subscriptions a shard ended because their slot moved, made again.
+    pub resubscribed: u64,
 }
 
 /// A publish on its way to Redis.
@@ -86,6 +88,7 @@ pub struct RedisBroker {
     received: AtomicU64,
     lost: AtomicU64,
     link_failures: AtomicU64,
+    resubscribed: AtomicU64,
 }
 
 impl RedisBroker {
@@ -105,6 +108,7 @@ impl RedisBroker {
             received: AtomicU64::new(0),
             lost: AtomicU64::new(0),
             link_failures: AtomicU64::new(0),
+            resubscribed: AtomicU64::new(0),
         });
         let link = broker.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -181,6 +185,13 @@ impl RedisBroker {
                     Some(push) => match push.kind {
                         PushKind::Message | PushKind::SMessage => self.receive(&subscribed, push.data),
                         PushKind::Disconnection => return "disconnected".into(),
+                        PushKind::SUnsubscribe => {
+                            if self.dropped(&mut subscribed, &push.data) {
+                                if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
+                                    return e.to_string();
+                                }
+                            }
+                        }
                         _ => {}
                     },
                     None => return "connection closed".into(),
@@ -204,6 +215,29 @@ impl RedisBroker {
                 }
             }
         }
+    }
+
+    /// A shard ended a subscription we still hold: its slot moved to
+    /// another shard (resharding), which unsubscribes every client of the
+    /// slot's channels. Forget it, so `follow_wanted` subscribes again
+    /// (through the moved slot's new owner). An unsubscribe we asked for
+    /// is no longer in `subscribed` by the time its answer arrives.
+    fn dropped(&self, subscribed: &mut Wanted, data: &[Value]) -> bool {
+        let Some(Value::BulkString(channel)) = data.first() else {
+            return false;
+        };
+        let Ok(channel) = std::str::from_utf8(channel) else {
+            return false;
+        };
+        if subscribed.remove(channel).is_none() {
+            return false;
+        }
+        self.resubscribed.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            channel,
+            "the Redis Cluster moved a subscribed channel's slot; subscribing again"
+        );
+        true
     }
 
     /// Subscribes to wanted channels not yet subscribed, and unsubscribes
@@ -326,6 +360,7 @@ impl Broker for RedisBroker {
             received: self.received.load(Ordering::Relaxed),
             lost: self.lost.load(Ordering::Relaxed),
             link_failures: self.link_failures.load(Ordering::Relaxed),
+            resubscribed: self.resubscribed.load(Ordering::Relaxed),
         })
     }
 }
