@@ -320,13 +320,13 @@ fn check(
             "from member {sender}: message {seq}, expected {want}"
         ));
     }
-    *want += 1;
     let bad = (HEADER..msg.len()).find(|&at| msg[at] != filler(sender as u32, seq, at));
     if let Some(at) = bad {
         return Err(format!(
             "from member {sender}: byte {at} of message {seq} differs"
         ));
     }
+    *want += 1;
     Ok(())
 }
 
