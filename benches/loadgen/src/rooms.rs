@@ -181,8 +181,9 @@ pub fn run(
     let base = Instant::now();
     let start_round = |members: &mut [Member], room: usize| -> Result<(), String> {
         let now = base.elapsed().as_nanos() as u64;
-        for i in room * r_size..(room + 1) * r_size {
-            let m = &mut members[i];
+        let first = room * r_size;
+        for (i, m) in members[first..first + r_size].iter_mut().enumerate() {
+            let i = first + i;
             let mut out = Vec::new();
             for _ in 0..opts.window.max(1) {
                 let payload = message(i as u32, m.sent, now, opts.size);

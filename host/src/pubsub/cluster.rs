@@ -185,11 +185,9 @@ impl RedisBroker {
                     Some(push) => match push.kind {
                         PushKind::Message | PushKind::SMessage => self.receive(&subscribed, push.data),
                         PushKind::Disconnection => return "disconnected".into(),
-                        PushKind::SUnsubscribe => {
-                            if self.dropped(&mut subscribed, &push.data) {
-                                if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
-                                    return e.to_string();
-                                }
+                        PushKind::SUnsubscribe if self.dropped(&mut subscribed, &push.data) => {
+                            if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
+                                return e.to_string();
                             }
                         }
                         _ => {}
