@@ -67,6 +67,16 @@ impl Target {
         }
     }
 
+    /// The first address `addr` resolves to.
+    pub fn resolve(&self) -> Result<std::net::SocketAddr, String> {
+        use std::net::ToSocketAddrs;
+        self.addr
+            .to_socket_addrs()
+            .map_err(|e| format!("resolve {}: {e}", self.addr))?
+            .next()
+            .ok_or_else(|| format!("no address for {}", self.addr))
+    }
+
     /// Wraps a connected (or connecting) socket as this target asks: TLS
     /// for `wss://`.
     pub fn wrap(&self, sock: TcpStream) -> Result<Stream, String> {
@@ -95,13 +105,7 @@ pub fn open_from(
     source: std::net::IpAddr,
     rng: &mut Rng,
 ) -> Result<Stream, String> {
-    use std::net::ToSocketAddrs;
-    let addr = target
-        .addr
-        .to_socket_addrs()
-        .map_err(|e| format!("resolve {}: {e}", target.addr))?
-        .next()
-        .ok_or_else(|| format!("no address for {}", target.addr))?;
+    let addr = target.resolve()?;
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,

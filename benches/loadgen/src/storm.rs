@@ -17,7 +17,7 @@ use crate::hist::Histogram;
 use crate::sys::{self, Epoll};
 use crate::ws::{self, Rng};
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -75,12 +75,7 @@ pub fn run(
     if target.secure {
         return Err("storm: wss:// is not supported (plain ws:// only)".into());
     }
-    let addr = target
-        .addr
-        .to_socket_addrs()
-        .map_err(|e| format!("resolve {}: {e}", target.addr))?
-        .next()
-        .ok_or_else(|| format!("no address for {}", target.addr))?;
+    let addr = target.resolve()?;
     sys::raise_nofile();
     let epoll = Epoll::new().map_err(|e| format!("epoll: {e}"))?;
     let mut rng = Rng::new(0x570a);
