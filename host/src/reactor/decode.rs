@@ -145,7 +145,32 @@ impl Decoder {
     /// Decodes the next piece from `buf[*pos..end]`. `Ok(None)` means more
     /// bytes are needed; `buf[*pos..end]` must then be kept, in order, at the
     /// front of the next read's data. After an error, every call returns it.
+    ///
+    /// Inlined into the connection loop: the common frame (see
+    /// [`whole_message`](Self::whole_message)) is decoded there without a
+    /// call; every other goes to the general path.
+    #[inline(always)]
     pub fn next(
+        &mut self,
+        buf: &mut [u8],
+        pos: &mut usize,
+        end: usize,
+    ) -> Result<Option<Piece>, ProtocolError> {
+        if self.current.is_none() && self.message.is_none() && self.failed.is_none() {
+            match self.whole_message(buf, pos, end) {
+                Some(Ok(piece)) => return Ok(Some(piece)),
+                Some(Err(e)) => {
+                    self.failed = Some(e);
+                    return Err(e);
+                }
+                None => {}
+            }
+        }
+        self.next_general(buf, pos, end)
+    }
+
+    #[inline(never)]
+    fn next_general(
         &mut self,
         buf: &mut [u8],
         pos: &mut usize,
@@ -253,6 +278,61 @@ impl Decoder {
         }
     }
 
+    /// The common case, decoded without the general path's state: a whole
+    /// unfragmented, uncompressed text or binary message (FIN, no RSV bits,
+    /// a 7- or 16-bit length) that is all in `buf[*pos..end]` and not long
+    /// enough to stream. It opens and closes its message in one step, so no
+    /// state between frames changes. `None` when the frame is anything else
+    /// (or incomplete): the general path takes it, rules and errors included.
+    #[inline(always)]
+    fn whole_message(
+        &mut self,
+        buf: &mut [u8],
+        pos: &mut usize,
+        end: usize,
+    ) -> Option<Result<Piece, ProtocolError>> {
+        let at = *pos;
+        let (b0, b1) = match buf.get(at..end)? {
+            [b0, b1, ..] => (*b0, *b1),
+            _ => return None,
+        };
+        let opcode = match b0 {
+            0x81 => OpCode::Text,
+            0x82 => OpCode::Binary,
+            _ => return None,
+        };
+        let (len, header_len) = match b1 {
+            0x80..=0xFD => (usize::from(b1 & 0x7F), 6),
+            0xFE => {
+                let ext = buf.get(at + 2..at + 4)?;
+                (usize::from(u16::from_be_bytes([ext[0], ext[1]])), 8)
+            }
+            // Unmasked (an error), or a 64-bit length: the general path.
+            _ => return None,
+        };
+        let start = at + header_len;
+        let stop = start.checked_add(len)?;
+        if stop > end || len as u64 > self.stream_above || len as u64 > self.max_message {
+            return None;
+        }
+        let mask: [u8; 4] = buf[start - 4..start].try_into().expect("4 bytes");
+        unmask(&mut buf[start..stop], mask, 0);
+        if opcode == OpCode::Text && simdutf8::basic::from_utf8(&buf[start..stop]).is_err() {
+            return Some(Err(ProtocolError::InvalidUtf8));
+        }
+        *pos = stop;
+        Some(Ok(Piece::Data(DataPiece {
+            opcode,
+            message: opcode,
+            fin: true,
+            frame_len: len as u64,
+            frame_start: true,
+            frame_end: true,
+            payload: start..stop,
+            compressed: false,
+        })))
+    }
+
     /// Message-level rules for a new frame (RFC 6455 §5.4): continuations only
     /// inside a fragmented message, no new message inside one, and the size cap.
     fn start_frame(&mut self, h: &FrameHeader) -> Result<(), ProtocolError> {
@@ -353,6 +433,57 @@ mod tests {
             };
             assert!(d.frame_start && d.frame_end && d.fin && d.message == OpCode::Binary);
         }
+    }
+
+    /// Whole frames in one read take the short path; what it does not
+    /// handle (over the cap, bad UTF-8, a message inside a fragmented one)
+    /// must come out exactly as the general path decides.
+    #[test]
+    fn whole_messages_in_one_read_follow_the_same_rules() {
+        let text: String = "héllo wörld ".repeat(20); // 16-bit length
+        let mut wire = frame(true, OpCode::Text, text.as_bytes());
+        wire.extend(frame(true, OpCode::Binary, &[]));
+        wire.extend(frame(true, OpCode::Binary, &[9; 125]));
+        // Byte by byte, every frame takes the general path.
+        let fields = |pieces: &[(Piece, Vec<u8>)]| -> Vec<_> {
+            pieces
+                .iter()
+                .map(|(p, bytes)| match p {
+                    Piece::Data(d) => (d.opcode, d.message, d.fin, d.frame_len, bytes.clone()),
+                    other => panic!("not data: {other:?}"),
+                })
+                .collect()
+        };
+        let whole = run(&wire, wire.len(), 1 << 16).unwrap();
+        let byte_by_byte = run(&wire, 1, 1 << 16).unwrap();
+        assert_eq!(fields(&whole), fields(&byte_by_byte));
+        assert!(whole
+            .iter()
+            .all(|(p, _)| matches!(p, Piece::Data(d) if d.frame_start && d.frame_end)));
+        assert_eq!(whole[0].1, text.as_bytes());
+        assert_eq!(whole[2].1, vec![9; 125]);
+
+        // Over max_message (1 MiB in `run`) is refused by its header alone.
+        let mut d = Decoder::new(100, 1 << 16);
+        let mut big = frame(true, OpCode::Binary, &[0; 101]);
+        let end = big.len();
+        assert_eq!(
+            d.next(&mut big, &mut 0, end),
+            Err(ProtocolError::MessageTooBig)
+        );
+        // Invalid UTF-8 in a whole text frame.
+        let bad = frame(true, OpCode::Text, &[b'a', 0xC3, 0x28]);
+        assert_eq!(
+            run(&bad, bad.len(), 1 << 16),
+            Err(ProtocolError::InvalidUtf8)
+        );
+        // A whole message inside a fragmented one is an error, not a message.
+        let mut inside = frame(false, OpCode::Text, b"a");
+        inside.extend(frame(true, OpCode::Binary, b"b"));
+        assert_eq!(
+            run(&inside, inside.len(), 1 << 16),
+            Err(ProtocolError::ExpectedContinuation)
+        );
     }
 
     /// RFC 6455 §5.4: a fragmented message with a ping between its fragments.
