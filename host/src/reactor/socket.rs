@@ -96,15 +96,23 @@ pub fn peer_hung_up(stream: &TcpStream) -> bool {
 pub struct Writer<'a>(pub &'a TcpStream);
 
 impl Writer<'_> {
-    /// Tries `write` first (it costs no syscall when tokio already knows the
-    /// socket is full), and waits for writability only when it would block.
+    /// Sends straight away first: the usual send finds room, and going
+    /// through tokio's readiness bookkeeping (`try_write`) for it costs more
+    /// instructions than the send's own user-space part. Only a send that
+    /// would block goes through tokio (`tracked`), which then knows the
+    /// socket is full and waits for writability.
     fn poll_with<T>(
         &self,
         cx: &mut Context<'_>,
-        write: impl Fn(&TcpStream) -> std::io::Result<T>,
+        raw: impl Fn(&TcpStream) -> std::io::Result<T>,
+        tracked: impl Fn(&TcpStream) -> std::io::Result<T>,
     ) -> Poll<std::io::Result<T>> {
+        match raw(self.0) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            other => return Poll::Ready(other),
+        }
         loop {
-            match write(self.0) {
+            match tracked(self.0) {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     std::task::ready!(self.0.poll_write_ready(cx))?
                 }
@@ -120,7 +128,11 @@ impl AsyncWrite for Writer<'_> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        self.poll_with(cx, |s| s.try_write(buf))
+        self.poll_with(
+            cx,
+            |s| (&*SockRef::from(s)).write(buf),
+            |s| s.try_write(buf),
+        )
     }
 
     fn poll_write_vectored(
@@ -128,7 +140,11 @@ impl AsyncWrite for Writer<'_> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        self.poll_with(cx, |s| s.try_write_vectored(bufs))
+        self.poll_with(
+            cx,
+            |s| (&*SockRef::from(s)).write_vectored(bufs),
+            |s| s.try_write_vectored(bufs),
+        )
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -79,8 +79,15 @@ pub struct Tcp(pub Socket);
 impl Transport for Tcp {
     type Writer<'a> = Writer<'a>;
 
+    /// Through the socket's one read-waker slot, not `TcpStream::readable`:
+    /// that future enters a waiter list under a lock on every wait and
+    /// leaves it after, and the wake-up walks the list — a fifth of the
+    /// user-space instructions of a one-message read (benches/instructions.sh).
+    /// The slot keeps only the last task's waker: the connection's loop is
+    /// the only reader (producers only write into the socket).
     fn readable(&mut self) -> impl Future<Output = std::io::Result<()>> {
-        self.0.readable()
+        let socket = &self.0;
+        std::future::poll_fn(move |cx| socket.poll_read_ready(cx))
     }
 
     #[inline]
