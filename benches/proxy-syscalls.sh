@@ -7,6 +7,9 @@
 #   bash benches/proxy-syscalls.sh [--runs N] [--warmup 1s] [--duration 4s]
 #        [--load "-c 200 -p 8 -s 64"] [--servers weir,nginx,haproxy] [--no-build]
 #
+# Server weir-base: another weir binary as the proxy (WEIR_BASE_BIN), for a
+# before/after in the same run.
+#
 # Each round runs every proxy twice under the same weir-load scenario
 # (servers alternating, order reversed every other round):
 #   - counts: `perf stat` on the syscalls:sys_enter_* tracepoints of the
@@ -85,9 +88,11 @@ IFS=, read -r -a list <<<"$servers"
 for srv in "${list[@]}"; do
   port[$srv]="$(free_port)"
   case "$srv" in
-    weir)
+    weir|weir-base)
+      bin="$weir"
+      [ "$srv" = weir ] || bin="${WEIR_BASE_BIN:?weir-base needs WEIR_BASE_BIN}"
       fill weir-proxy.toml "${port[$srv]}"
-      taskset -c 0 "$weir" serve "$work/weir-proxy.toml" --listen "127.0.0.1:${port[$srv]}" >>"$log" 2>&1 &
+      taskset -c 0 "$bin" serve "$work/weir-proxy.toml" --listen "127.0.0.1:${port[$srv]}" >>"$log" 2>&1 &
       pids+=($!); pid[$srv]=$! ;;
     nginx)
       mkdir -p "$work/client_body" "$work/proxy" "$work/fastcgi" "$work/uwsgi" "$work/scgi"
@@ -98,7 +103,7 @@ for srv in "${list[@]}"; do
       fill haproxy.cfg "${port[$srv]}"
       taskset -c 0 "$haproxy_bin" -db -f "$work/haproxy.cfg" >>"$log" 2>&1 &
       pids+=($!); pid[$srv]=$! ;;
-    *) echo "unknown server $srv (weir, nginx, haproxy)" >&2; exit 2 ;;
+    *) echo "unknown server $srv (weir, weir-base, nginx, haproxy)" >&2; exit 2 ;;
   esac
 done
 for srv in "${list[@]}"; do wait_port "${port[$srv]}"; done
