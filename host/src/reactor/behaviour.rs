@@ -61,6 +61,22 @@ pub trait Behaviour: 'static {
         std::future::ready(Ok(()))
     }
 
+    /// The behaviour has work of its own beside the client's socket
+    /// ([`beside`](Self::beside)), which the loop polls.
+    const HAS_BESIDE: bool = false;
+
+    /// Work the behaviour does beside the client's socket in the
+    /// connection's own task (a proxy's upstream socket), so that readiness
+    /// of either wakes the one task: the loop polls it with the client's
+    /// socket and queue whenever it waits for them (while reads are blocked,
+    /// `unblocked` carries it instead). Resolves when the loop must act:
+    /// `Ok` goes on (the loop polls a fresh one), `Err` ends the
+    /// connection. It is dropped whenever the client's side is ready first,
+    /// so it keeps its state in the behaviour, never across an await.
+    fn beside(&mut self) -> impl Future<Output = Result<(), Stop>> {
+        std::future::pending()
+    }
+
     /// A piece of a data frame, unmasked in `buf`. Replies in place go to
     /// `out`, written once per read.
     fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, out: &mut Output);

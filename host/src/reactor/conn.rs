@@ -235,6 +235,10 @@ impl<T: Transport> Conn<T> {
                         Ok(()) => self.read(behaviour).await,
                         Err(_) => Flow::Done,
                     },
+                    beside = behaviour.beside(), if B::HAS_BESIDE => match beside {
+                        Ok(()) => Flow::Continue,
+                        Err(stop) => stop.into(),
+                    },
                 }
             };
             match flow {

@@ -30,6 +30,7 @@ use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSe
 use crate::ws::frame::OpCode;
 use crate::ws::{close, encode, mask};
 use http::StatusCode;
+use pump::{End, Upstream};
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -37,7 +38,6 @@ use std::io::{ErrorKind, IoSlice};
 use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Poll, Waker};
 use tracing::debug;
 use upstream::UpstreamIo;
 
@@ -199,41 +199,6 @@ impl Masks {
     }
 }
 
-/// Wakes the upstream side from the client side: both run on the worker's
-/// thread, so a flag and a waker do what tokio's `Notify` does without its
-/// lock (taken twice per wait; this runs once per client read).
-#[derive(Default)]
-struct LocalWake {
-    woken: Cell<bool>,
-    waker: Cell<Option<Waker>>,
-}
-
-impl LocalWake {
-    /// Wakes the waiter, or the next wait if none waits now.
-    fn notify_one(&self) {
-        self.woken.set(true);
-        if let Some(waker) = self.waker.take() {
-            waker.wake();
-        }
-    }
-
-    /// Resolves at the next `notify_one` (at once if one came since the
-    /// last wait).
-    async fn notified(&self) {
-        std::future::poll_fn(|cx| {
-            if self.woken.replace(false) {
-                return Poll::Ready(());
-            }
-            match self.waker.take() {
-                Some(waker) if waker.will_wake(cx.waker()) => self.waker.set(Some(waker)),
-                _ => self.waker.set(Some(cx.waker().clone())),
-            }
-            Poll::Pending
-        })
-        .await
-    }
-}
-
 /// A filtered connection's side of its filter (on the client's worker).
 struct LinkFilter {
     slot: Rc<GuestSlot>,
@@ -260,7 +225,8 @@ impl LinkFilter {
     }
 }
 
-/// What a connection's two sides share (both run on the worker's thread).
+/// What a connection's two sides share: the client's behaviour and its
+/// upstream side, then the closing task (all on the worker's thread).
 struct Link {
     upstream: UpstreamIo,
     /// The connection's id, once open.
@@ -274,10 +240,6 @@ struct Link {
     to_upstream_mid_frame: Cell<bool>,
     /// An upstream frame is partly written toward the client.
     to_client_mid_frame: Cell<bool>,
-    /// The client side ended: the close to send the upstream (code, reason).
-    client_closed: RefCell<Option<(u16, String)>>,
-    /// Wakes the upstream side: bytes are pending, or the client ended.
-    wake: LocalWake,
 }
 
 impl Link {
@@ -300,11 +262,18 @@ impl Link {
     }
 }
 
-/// The client side of one proxied connection.
+/// One proxied connection: the client side (the behaviour's hooks) and the
+/// upstream side (`pump`, polled by the same loop through `beside`).
 pub struct Proxy {
     link: Rc<Link>,
     /// The upstream's first bytes, until the upstream side starts.
     early: Option<Vec<u8>>,
+    /// The upstream side, from the open until either side ends (then its
+    /// closing task has it).
+    up: Option<Upstream>,
+    /// The upstream side ended first: what the client sends now has
+    /// nowhere to go.
+    upstream_ended: bool,
     /// Upstream-bound frames of this read: ranges of the receive buffer.
     ranges: Output,
     masks: Masks,
@@ -337,11 +306,11 @@ impl Proxy {
                 pending: RefCell::new(Vec::new()),
                 to_upstream_mid_frame: Cell::new(false),
                 to_client_mid_frame: Cell::new(false),
-                client_closed: RefCell::new(None),
-                wake: LocalWake::default(),
             }),
             budget: client.budget(),
             early: Some(dialed.early),
+            up: None,
+            upstream_ended: false,
             ranges: Output::default(),
             masks,
             mask: [0; 4],
@@ -394,15 +363,21 @@ impl Proxy {
         self.ranges.push(buf, from..piece.end);
     }
 
-    /// The client side ended: the upstream side sends this close after
-    /// what is pending.
+    /// The client side ended: the closing task sends the upstream this
+    /// close after what is pending (unless the upstream side ended first).
     fn end(&mut self, code: u16, reason: &str) {
-        let mut closed = self.link.client_closed.borrow_mut();
-        if closed.is_none() {
-            *closed = Some((code, reason.to_string()));
+        self.finish(End::ClientEnded(code, reason.to_string()));
+    }
+
+    /// One side ended: the upstream side goes to a task of its own that
+    /// carries the close on.
+    fn finish(&mut self, end: End) {
+        if !matches!(end, End::ClientEnded(..)) {
+            self.upstream_ended = true;
         }
-        drop(closed);
-        self.link.wake.notify_one();
+        if let Some(up) = self.up.take() {
+            tokio::task::spawn_local(up.finish(end));
+        }
     }
 }
 
@@ -417,7 +392,11 @@ impl Behaviour for Proxy {
             filter.slot.open(id, &filter.info.take());
         }
         let early = self.early.take().unwrap_or_default();
-        tokio::task::spawn_local(pump::run(self.link.clone(), outbound.clone(), early));
+        let (up, end) = Upstream::new(self.link.clone(), outbound.clone(), &early);
+        self.up = Some(up);
+        if let Some(end) = end {
+            self.finish(end);
+        }
     }
 
     /// Not read while the upstream socket has more than the budget
@@ -433,23 +412,31 @@ impl Behaviour for Proxy {
                 .is_some_and(|f| f.slot.backlogged())
     }
 
+    /// Serves the upstream side (which also writes what waits for the
+    /// upstream socket) until the client may be read again. Once the
+    /// upstream side has ended, the client's close is on its queue: the
+    /// loop delivers it.
     async fn unblocked(&mut self, _own: &Outbound) -> Result<(), Stop> {
-        if self.link.pending.borrow().len() <= self.budget {
-            if let Some(filter) = &self.link.filter {
-                filter.slot.wait_backlog().await;
-                return Ok(());
-            }
+        let Some(up) = self.up.as_mut() else {
+            return std::future::pending().await;
+        };
+        if let Some(end) = up.serve(Some(self.budget)).await {
+            self.finish(end);
         }
-        loop {
-            let ready = self.link.upstream.writable().await;
-            if ready.is_err() || self.link.flush().is_err() {
-                self.upstream_failed = true;
-                return Err(Stop::Close(close::BAD_GATEWAY, UPSTREAM_GONE));
-            }
-            if self.link.pending.borrow().len() <= self.budget {
-                return Ok(());
-            }
+        Ok(())
+    }
+
+    const HAS_BESIDE: bool = true;
+
+    /// The upstream side, in the client's task, until it ends.
+    async fn beside(&mut self) -> Result<(), Stop> {
+        let Some(up) = self.up.as_mut() else {
+            return std::future::pending().await;
+        };
+        if let Some(end) = up.serve(None).await {
+            self.finish(end);
         }
+        Ok(())
     }
 
     #[inline]
@@ -498,6 +485,12 @@ impl Behaviour for Proxy {
         if ranges.is_empty() {
             return Ok(());
         }
+        if self.upstream_ended {
+            // Behind the close the closing task sends (or the upstream is
+            // gone): the client gets its close next.
+            self.ranges.clear();
+            return Ok(());
+        }
         self.link.to_upstream_mid_frame.set(self.mid_frame);
         let mut pending = self.link.pending.borrow_mut();
         let mut written = 0;
@@ -526,14 +519,11 @@ impl Behaviour for Proxy {
             pending.extend_from_slice(&buf[range.start + written..range.end]);
             written = 0;
         }
-        // TLS records the socket did not take wait in the session: the
-        // upstream side sends them when it is writable.
-        let wake = !pending.is_empty() || self.link.upstream.wants_write();
+        // What the socket did not take (and TLS records waiting in the
+        // session) the upstream side writes when it is writable: the loop's
+        // next `beside` waits for that.
         drop(pending);
         self.ranges.clear();
-        if wake {
-            self.link.wake.notify_one();
-        }
         Ok(())
     }
 

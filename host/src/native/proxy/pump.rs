@@ -1,10 +1,14 @@
-//! The upstream side of a proxied connection, a task on the client's
-//! worker: reads the upstream's frames and hands them to the client's
+//! The upstream side of a proxied connection, run by the client's own
+//! connection task (`Behaviour::beside`: readiness of either socket wakes
+//! the one task): reads the upstream's frames and hands them to the client's
 //! socket as they came (a server's frames need no change, only their
 //! boundaries are found), writes the client bytes the upstream socket did
 //! not take at once, and carries the close either way. With a filter, data
 //! frames are assembled into messages for the filter instead, and what it
-//! forwards toward the upstream is written from here.
+//! forwards toward the upstream is written from here. Once either side
+//! ends, the closing toward the upstream runs as a task of its own
+//! ([`Upstream::finish`]), so the client's close handshake and the
+//! upstream's go on together.
 
 use super::filter::MAX_FILTERED_MESSAGE_BYTES;
 use super::{Link, LinkFilter, Masks, UPSTREAM_GONE};
@@ -52,18 +56,20 @@ fn give_buf(buf: Box<[u8]>) {
 }
 
 /// How the upstream side ended.
-enum End {
+pub(super) enum End {
     /// The upstream sent a close with this code and reason.
     Closed(u16, String),
     /// The upstream's connection ended without a close.
     Gone,
     /// The upstream broke the protocol.
     Broke(ProtocolError),
-    /// The client side ended (or its connection is gone).
-    ClientEnded,
+    /// The client side ended: the close to send the upstream (code, reason).
+    ClientEnded(u16, String),
 }
 
-struct Upstream {
+/// The upstream side's state, held by the client's behaviour (`Proxy`)
+/// until either side ends, then by the closing task.
+pub(super) struct Upstream {
     link: Rc<Link>,
     client: Arc<Outbound>,
     buf: Option<Box<[u8]>>,
@@ -80,78 +86,89 @@ struct Upstream {
     frame_fin: bool,
 }
 
-/// Runs the upstream side until either side ends; `early` are bytes the
-/// upstream sent with its 101.
-pub(super) async fn run(link: Rc<Link>, client: Arc<Outbound>, early: Vec<u8>) {
-    let mut up = Upstream {
-        link,
-        client,
-        buf: None,
-        end: 0,
-        frame_left: 0,
-        message: Vec::new(),
-        message_text: false,
-        message_open: false,
-        frame_fin: false,
-    };
-    let mut end = None;
-    if !early.is_empty() {
-        let buf = up.buf.insert(take_buf());
-        buf[..early.len()].copy_from_slice(&early);
-        up.end = early.len();
-        end = up.hand_on();
-    }
-    let end = match end {
-        Some(end) => end,
-        None => up.serve().await,
-    };
-    up.finish(end).await;
-    if let Some(buf) = up.buf.take() {
-        give_buf(buf);
-    }
-    if let Some(filter) = &up.link.filter {
-        filter.links.remove(up.link.id.get());
-    }
-}
-
 impl Upstream {
-    async fn serve(&mut self) -> End {
+    /// The upstream side of `link`, writing to the client's queue `client`;
+    /// `early` are bytes the upstream sent with its 101, handed on now
+    /// (an end among them is returned).
+    pub(super) fn new(
+        link: Rc<Link>,
+        client: Arc<Outbound>,
+        early: &[u8],
+    ) -> (Upstream, Option<End>) {
+        let mut up = Upstream {
+            link,
+            client,
+            buf: None,
+            end: 0,
+            frame_left: 0,
+            message: Vec::new(),
+            message_text: false,
+            message_open: false,
+            frame_fin: false,
+        };
+        let mut end = None;
+        if !early.is_empty() {
+            let buf = up.buf.insert(take_buf());
+            buf[..early.len()].copy_from_slice(early);
+            up.end = early.len();
+            end = up.hand_on();
+        }
+        (up, end)
+    }
+
+    /// The closing task: carries `end` to the other side, then lets go of
+    /// the upstream (its buffer to the pool, its filter link removed).
+    pub(super) async fn finish(mut self, end: End) {
+        self.close(end).await;
+        if let Some(buf) = self.buf.take() {
+            give_buf(buf);
+        }
+        if let Some(filter) = &self.link.filter {
+            filter.links.remove(self.link.id.get());
+        }
+    }
+    /// Serves the upstream side until it ends (Some), or, with
+    /// `client_budget`, until the client side may read again: at most that
+    /// many bytes wait for the upstream socket and the filter (if any) is
+    /// not backlogged (None). Holds no state across its awaits: the
+    /// connection loop drops it whenever the client's side is ready first.
+    pub(super) async fn serve(&mut self, client_budget: Option<usize>) -> Option<End> {
         let link = self.link.clone();
         let filter = link.filter.as_ref();
         loop {
-            if self.link.client_closed.borrow().is_some() || self.client.is_closed() {
-                return End::ClientEnded;
+            let pending_len = link.pending.borrow().len();
+            let backlogged = filter.is_some_and(|f| f.slot.backlogged());
+            if client_budget.is_some_and(|budget| pending_len <= budget && !backlogged) {
+                return None;
             }
-            let pending =
-                !self.link.pending.borrow().is_empty() || self.link.upstream.wants_write();
+            let pending = pending_len > 0 || link.upstream.wants_write();
             let client_over = self.client.over_budget();
-            let over = client_over || filter.is_some_and(|f| f.slot.backlogged());
+            let over = client_over || backlogged;
             tokio::select! {
                 biased;
-                () = self.link.wake.notified() => {}
                 // What the filter forwarded toward the upstream.
                 () = async { filter.expect("filtered").shared.wake.notified().await },
                     if filter.is_some() =>
                 {
-                    filter.expect("filtered").shared.take_frames(&mut self.link.pending.borrow_mut());
-                    if self.link.flush().is_err() {
-                        return End::Gone;
+                    filter.expect("filtered").shared.take_frames(&mut link.pending.borrow_mut());
+                    if link.flush().is_err() {
+                        return Some(End::Gone);
                     }
                 }
-                ready = self.link.upstream.writable(), if pending => {
-                    if ready.is_err() || self.link.flush().is_err() {
-                        return End::Gone;
+                ready = link.upstream.writable(), if pending => {
+                    if ready.is_err() || link.flush().is_err() {
+                        return Some(End::Gone);
                     }
                 }
                 () = self.client.wait_drained(), if client_over => {}
                 () = async { filter.expect("filtered").slot.wait_backlog().await },
-                    if over && !client_over => {}
-                ready = self.link.upstream.readable(), if !over => {
+                    if backlogged && !client_over => {}
+                ready = link.upstream.readable(), if !over => {
                     if ready.is_err() {
-                        return End::Gone;
+                        return Some(End::Gone);
                     }
                     if let Some(end) = self.read() {
-                        return end;
+                        return Some(end);
                     }
                 }
             }
@@ -223,7 +240,7 @@ impl Upstream {
                 }
                 OpCode::Ping | OpCode::Pong => {
                     if !self.client.send_direct(&buf[pos..pos + total]) {
-                        result = Some(End::ClientEnded);
+                        result = Some(End::ClientEnded(close::GOING_AWAY, String::new()));
                         break;
                     }
                     pos += total;
@@ -375,7 +392,7 @@ impl Upstream {
         if pos > 0 {
             self.link.to_client_mid_frame.set(self.frame_left > 0);
             if !self.client.send_direct(&buf[..pos]) {
-                result = result.or(Some(End::ClientEnded));
+                result = result.or(Some(End::ClientEnded(close::GOING_AWAY, String::new())));
             }
         }
         let left = end - pos;
@@ -388,7 +405,7 @@ impl Upstream {
         result
     }
 
-    async fn finish(&mut self, end: End) {
+    async fn close(&mut self, end: End) {
         match end {
             End::Closed(code, reason) => {
                 // RFC 6455 §7.1.5: no code received is passed on as 1000.
@@ -411,15 +428,7 @@ impl Upstream {
                     .close(close::BAD_GATEWAY, "upstream protocol error");
                 self.close_upstream(e.close_code(), &e.to_string()).await;
             }
-            End::ClientEnded => {
-                let (code, reason) = self
-                    .link
-                    .client_closed
-                    .borrow_mut()
-                    .take()
-                    .unwrap_or((close::GOING_AWAY, String::new()));
-                self.close_upstream(code, &reason).await;
-            }
+            End::ClientEnded(code, reason) => self.close_upstream(code, &reason).await,
         }
     }
 

@@ -100,7 +100,10 @@ impl UpstreamIo {
     }
 
     /// Waits until a read may find something (TLS: plaintext the session
-    /// already holds counts).
+    /// already holds counts). One task waits at a time (the client's, then
+    /// the closing task): the socket's own waker slot, not tokio's list of
+    /// waiters, which takes a lock to join and another to leave each time
+    /// the connection loop drops the wait.
     pub async fn readable(&self) -> io::Result<()> {
         if let UpstreamIo::Tls { tls, .. } = self {
             let held = match tls.borrow_mut().process_new_packets() {
@@ -111,11 +114,13 @@ impl UpstreamIo {
                 return Ok(());
             }
         }
-        self.tcp().readable().await
+        std::future::poll_fn(|cx| self.tcp().poll_read_ready(cx)).await
     }
 
+    /// Waits until the socket takes more (one task at a time, as
+    /// `readable`).
     pub async fn writable(&self) -> io::Result<()> {
-        self.tcp().writable().await
+        std::future::poll_fn(|cx| self.tcp().poll_write_ready(cx)).await
     }
 
     /// One non-blocking read of plaintext: Ok(0) at the end, WouldBlock
