@@ -13,7 +13,9 @@
 //!
 //! `cargo bench -p weir-micro --bench guest_langs` (needs
 //! scripts/build-guests.sh). One core, one language at a time; the machine
-//! is shared, so compare rows of one run.
+//! is shared, so compare rows of one run. `WEIR_GUEST_LANGS_WASM=DIR` takes
+//! the components from DIR instead of examples/wasm (to compare two SDK
+//! builds, each row under the same names).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,8 +28,9 @@ const BATCH: usize = 64;
 const INSTANCES: usize = 16;
 
 fn wasm(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/wasm")
+    let path = std::env::var_os("WEIR_GUEST_LANGS_WASM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/wasm"))
         .join(format!("{name}.wasm"));
     assert!(
         path.exists(),
