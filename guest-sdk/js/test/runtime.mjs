@@ -191,7 +191,7 @@ deepStrictEqual(
 const echo = createHandler(
   {
     onMessage(conn, msg) {
-      if (msg === "x") conn.sendText("before");
+      if (msg === "x") conn.sendText("before é😀 \ud800");
       conn.send(msg);
     },
   },
@@ -204,7 +204,8 @@ for (const msgs of [
   deepStrictEqual(
     run(echo, msgs.map((m) => [20, abi.EventKind.TEXT, 0, m])),
     msgs.flatMap((m) => [
-      ...(m === "x" ? [{ kind: "send-text", conn: 20, text: "before" }] : []),
+      // A lone surrogate is sent as U+FFFD, as TextEncoder does.
+      ...(m === "x" ? [{ kind: "send-text", conn: 20, text: "before é😀 \ufffd" }] : []),
       { kind: "send-text", conn: 20, text: m },
     ]),
     `echo of ${msgs.length} messages`,
