@@ -260,12 +260,6 @@ const NON_ASCII = /[\x80-\xff]/;
  * position (guest_langs echo ~2.8 -> ~2.6 µs per message).
  */
 const ALL_ASCII = /^[\x00-\x7f]*$/;
-/**
- * Longest byte string ALL_ASCII is used on: its greedy loop keeps a
- * backtracking entry per character, which past this would cost the guest
- * memory that the search does not.
- */
-const ANCHORED_ASCII_MAX_CHARS = 16 << 10;
 const hasEscape = typeof escape === "function";
 const hasBase64 = typeof atob === "function" && typeof Uint8Array.prototype.toBase64 === "function";
 
@@ -279,7 +273,7 @@ export function byteString(b) {
 
 /** Whether a byte string holds only ASCII (then it is its own UTF-8 text). */
 export function isAsciiByteString(bin) {
-  return bin.length <= ANCHORED_ASCII_MAX_CHARS ? ALL_ASCII.test(bin) : !NON_ASCII.test(bin);
+  return ALL_ASCII.test(bin);
 }
 
 /** A byte string's bytes decoded as UTF-8, or null when they are not UTF-8. */
