@@ -13,7 +13,10 @@
 //!
 //! `cargo bench -p weir-micro --bench guest_langs` (needs
 //! scripts/build-guests.sh). One core, one language at a time; the machine
-//! is shared, so compare rows of one run.
+//! is shared, so compare rows of one run. `WEIR_GUEST_LANGS_WASM=DIR` takes
+//! the components from DIR instead of examples/wasm (to compare two SDK
+//! builds, each row under the same names); `WEIR_GUEST_LANGS_CACHE=DIR`
+//! keeps the compiled components in DIR (cold start is then not measured).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -26,8 +29,9 @@ const BATCH: usize = 64;
 const INSTANCES: usize = 16;
 
 fn wasm(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/wasm")
+    let path = std::env::var_os("WEIR_GUEST_LANGS_WASM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/wasm"))
         .join(format!("{name}.wasm"));
     assert!(
         path.exists(),
@@ -79,8 +83,10 @@ fn batches(json: bool) -> (Batch, Batch) {
     (open, msgs)
 }
 
-fn measure(label: &str, name: &str, json: bool, cache: &Path) {
-    let _ = std::fs::remove_dir_all(cache);
+fn measure(label: &str, name: &str, json: bool, cache: &Path, keep_cache: bool) {
+    if !keep_cache {
+        let _ = std::fs::remove_dir_all(cache);
+    }
     let cfg = config(wasm(name));
     let engine = GuestEngine::new(Some(cache.to_path_buf())).expect("engine");
     let t = Instant::now();
@@ -137,7 +143,13 @@ fn main() {
         .skip(1)
         .find(|a| !a.starts_with('-'))
         .map(|f| f.to_lowercase());
-    let cache = std::env::temp_dir().join(format!("weir-guest-langs-{}", std::process::id()));
+    // WEIR_GUEST_LANGS_CACHE=DIR keeps compiled components in DIR from run
+    // to run (cold start is then not measured): for A/B runs of the call.
+    let kept = std::env::var_os("WEIR_GUEST_LANGS_CACHE").map(PathBuf::from);
+    let keep_cache = kept.is_some();
+    let cache = kept.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("weir-guest-langs-{}", std::process::id()))
+    });
     println!(
         "| guest | .wasm | cold start: compile + load, ms | warm start: cached load, ms | first batch on a fresh instance, ms | call, µs per message (64 × 64 B) | memory per instance, KiB |"
     );
@@ -156,7 +168,9 @@ fn main() {
         {
             continue;
         }
-        measure(label, name, json, &cache);
+        measure(label, name, json, &cache, keep_cache);
     }
-    let _ = std::fs::remove_dir_all(&cache);
+    if !keep_cache {
+        let _ = std::fs::remove_dir_all(&cache);
+    }
 }

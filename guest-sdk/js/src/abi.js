@@ -35,6 +35,13 @@ export const CommandKind = Object.freeze({
 const TWO_32 = 4294967296;
 
 /**
+ * Largest batch data buffer copied whole into an answer that sends one of
+ * its messages back (CommandWriter.sourceOffset): past it, the copy of the
+ * unsent rest would cost more than copying each sent message.
+ */
+const SOURCE_COPY_MAX_BYTES = 64 << 10;
+
+/**
  * Whether this machine is little-endian (WebAssembly always is): then a
  * Uint32Array over a header buffer reads and writes the ABI's fields
  * directly, one typed-array access per field (headers are 20 and 28 bytes,
@@ -501,19 +508,49 @@ export class CommandWriter {
     this.clen = 0;
     this.dlen = 0;
     this.lastOffset = 0;
-    // The message being handled, as the runtime decoded it and as bytes:
-    // sending that same string back (echo, publish) copies its bytes
-    // instead of encoding it again.
+    // The batch being answered, set by the runtime: its data buffer, and
+    // the text message being handled as decoded with its range there.
+    // Sending that same string back (echo, publish) refers to its bytes
+    // instead of encoding them again: the batch's data is copied into the
+    // answer once, by the first such send (one native copy per batch, at
+    // srcBase), and each later one costs a header only.
     this.srcText = null;
     this.srcBytes = null;
     this.srcStart = 0;
     this.srcEnd = 0;
+    this.srcBase = -1;
   }
 
   /** Start a new answer (the buffers are kept). */
   reset() {
     this.clen = 0;
     this.dlen = 0;
+    this.srcBase = -1;
+  }
+
+  /**
+   * Where the bytes of the message being handled (srcStart..srcEnd of
+   * srcBytes) are in the answer's data, copying the batch's data there
+   * on first use; a batch past SOURCE_COPY_MAX_BYTES copies the message only.
+   */
+  sourceOffset() {
+    let base = this.srcBase;
+    if (base < 0) {
+      const src = this.srcBytes;
+      base = this.dlen;
+      if (src.length > SOURCE_COPY_MAX_BYTES) {
+        const n = this.srcEnd - this.srcStart;
+        this.reserveData(n);
+        this.data.set(src.subarray(this.srcStart, this.srcEnd), base);
+        this.dlen = base + n;
+        return base;
+      }
+      this.reserveData(src.length);
+      this.data.set(src, base);
+      this.dlen = base + src.length;
+      this.srcBase = base;
+    }
+    return base + this.srcStart;
   }
 
   /** The answer so far, as views of the buffers. */
@@ -536,11 +573,8 @@ export class CommandWriter {
     this.lastOffset = offset;
     if (typeof msg === "string") {
       if (msg === this.srcText && msg !== null) {
-        const n = this.srcEnd - this.srcStart;
-        this.reserveData(n);
-        this.data.set(this.srcBytes.subarray(this.srcStart, this.srcEnd), offset);
-        this.dlen = offset + n;
-        return n;
+        this.lastOffset = this.sourceOffset();
+        return this.srcEnd - this.srcStart;
       }
       this.reserveData(maxUtf8Bytes(msg));
       this.dlen = encodeUtf8Into(msg, this.data, offset);
@@ -603,16 +637,13 @@ export class CommandWriter {
   /** Send `msg` to `conn`: a string as text, bytes as binary. */
   send(conn, msg) {
     if (msg === this.srcText && msg !== null) {
-      // Echo of the message being handled, the hot case: its bytes are
-      // copied, with no call that is not needed (calls are what an
-      // interpreter pays most for).
+      // Echo of the message being handled, the hot case: a header that
+      // points at its bytes, with no call that is not needed (calls are
+      // what an interpreter pays most for).
+      const base = this.srcBase;
       const start = this.srcStart;
-      const n = this.srcEnd - start;
-      const offset = this.dlen;
-      if (offset + n > this.data.length) this.reserveData(n);
-      this.data.set(this.srcBytes.subarray(start, this.srcEnd), offset);
-      this.dlen = offset + n;
-      this.push(conn, CommandKind.SEND_TEXT, 0, 0, 0, offset, n);
+      const offset = base < 0 ? this.sourceOffset() : base + start;
+      this.push(conn, CommandKind.SEND_TEXT, 0, 0, 0, offset, this.srcEnd - start);
     } else if (typeof msg === "string") {
       const len = this.putData(msg);
       this.push(conn, CommandKind.SEND_TEXT, 0, 0, 0, this.lastOffset, len);

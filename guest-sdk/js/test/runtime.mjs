@@ -185,6 +185,33 @@ deepStrictEqual(
   "state that is not JSON",
 );
 
+// An echo refers to the batch's bytes (copied into the answer once): each
+// reply is its own message, whatever was written before or between them,
+// in a small batch and in one past the whole-copy limit.
+const echo = createHandler(
+  {
+    onMessage(conn, msg) {
+      if (msg === "x") conn.sendText("before é😀 \ud800");
+      conn.send(msg);
+    },
+  },
+  host,
+);
+for (const msgs of [
+  ["one", "x", "två 😀", "three"],
+  ["one", "b".repeat(70000), "x", "two"],
+]) {
+  deepStrictEqual(
+    run(echo, msgs.map((m) => [20, abi.EventKind.TEXT, 0, m])),
+    msgs.flatMap((m) => [
+      // A lone surrogate is sent as U+FFFD, as TextEncoder does.
+      ...(m === "x" ? [{ kind: "send-text", conn: 20, text: "before é😀 \ufffd" }] : []),
+      { kind: "send-text", conn: 20, text: m },
+    ]),
+    `echo of ${msgs.length} messages`,
+  );
+}
+
 // Text that is not UTF-8 breaks the ABI (the host never sends it): the
 // batch fails (the throw traps the instance), it is not handed on mangled.
 throws(

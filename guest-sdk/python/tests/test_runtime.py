@@ -156,5 +156,30 @@ class RuntimeTests(unittest.TestCase):
         ])
 
 
+    def test_echo_text_and_bytes_in_one_batch(self):
+        class Echo(weir_guest.Handler):
+            def on_message(self, conn, msg):
+                conn.send(msg)
+
+        rt = Runtime(Echo(), self.known.get)
+        msgs = ["one", "två 😀", b"\x00\xff", "x" * 70000]
+        commands, data = rt.handle(*batch([(20, abi.BINARY if isinstance(m, bytes) else abi.TEXT,
+                                            0, m) for m in msgs]))
+        self.assertEqual(abi.decode_commands(commands, data), [
+            {"kind": "send-binary", "conn": 20, "payload": m} if isinstance(m, bytes)
+            else {"kind": "send-text", "conn": 20, "text": m} for m in msgs])
+
+    def test_a_batch_that_breaks_the_abi_fails_whole(self):
+        headers, data = batch([(1, abi.TEXT, 0, "fine"), (1, abi.TEXT, 0, "cut")])
+        with self.assertRaises(abi.AbiError) as e:
+            self.rt.handle(headers, data[:-1])
+        self.assertEqual((e.exception.variant, e.exception.index), ("RangeOutOfBounds", 1))
+        with self.assertRaises(abi.AbiError) as e:
+            self.rt.handle(headers[:-1], data)
+        self.assertEqual((e.exception.variant, e.exception.index), ("HeadersNotWhole", None))
+        with self.assertRaises(abi.AbiError) as e:
+            self.rt.handle(*batch([(2, abi.TEXT, 0, b"a\xff")]))
+        self.assertEqual((e.exception.variant, e.exception.index), ("TextNotUtf8", 0))
+
 if __name__ == "__main__":
     unittest.main()

@@ -38,6 +38,8 @@ from typing import Any, Optional
 
 from . import abi
 
+_pack_command = abi.COMMAND_HEADER.pack
+
 __all__ = ["Handler", "Conn", "Request", "Accept", "log", "ERROR", "WARN", "INFO", "DEBUG",
            "TRACE"]
 
@@ -117,7 +119,7 @@ class Conn:
     parameters, its state, and everything a handler can do to it. One object
     per connection for its whole life in an instance."""
 
-    __slots__ = ("id", "target", "params", "state", "_saved", "_rt", "_failed")
+    __slots__ = ("id", "target", "params", "state", "_saved", "_w", "_failed")
 
     def __init__(self, conn_id, info, runtime):
         self.id = conn_id
@@ -129,7 +131,9 @@ class Conn:
         self.state = None
         """The connection's state: any JSON value, saved when it changes."""
         self._saved = ""
-        self._rt = runtime
+        # The instance's answer writer, one attribute away: send and
+        # send_text write into it directly (a Python call less per message).
+        self._w = runtime.writer
         self._failed = False
         if info.attachment:
             import json
@@ -162,39 +166,52 @@ class Conn:
     def ctx(self):
         """The batch's answer, to address other connections by id
         (`conn.ctx.send_text(other_id, "hi")`)."""
-        return self._rt.writer
+        return self._w
 
     def send(self, msg):
         """Send `msg` to this connection: a str as text, bytes as binary."""
-        self._rt.writer.send(self.id, msg)
+        w = self._w
+        data = w.data
+        offset = len(data)
+        if isinstance(msg, str):
+            data += msg.encode("utf-8")
+            kind = 0  # abi.SEND_TEXT
+        else:
+            data += msg
+            kind = 1  # abi.SEND_BINARY
+        w.commands += _pack_command(self.id, kind, 0, 0, 0, 0, offset, len(data) - offset)
 
     def send_text(self, text):
         """Send a text message."""
-        self._rt.writer.send_text(self.id, text)
+        w = self._w
+        data = w.data
+        offset = len(data)
+        data += text.encode("utf-8")
+        w.commands += _pack_command(self.id, 0, 0, 0, 0, 0, offset, len(data) - offset)
 
     def send_binary(self, data):
         """Send a binary message."""
-        self._rt.writer.send_binary(self.id, data)
+        self._w.send_binary(self.id, data)
 
     def close(self, code=1000, reason=""):
         """Close with `code` (1000-4999) and a short reason; on_close follows."""
-        self._rt.writer.close(self.id, code, reason)
+        self._w.close(self.id, code, reason)
 
     def subscribe(self, topic):
         """Subscribe to `topic` (topics belong to the route)."""
-        self._rt.writer.subscribe(self.id, topic)
+        self._w.subscribe(self.id, topic)
 
     def unsubscribe(self, topic):
         """Unsubscribe from `topic`."""
-        self._rt.writer.unsubscribe(self.id, topic)
+        self._w.unsubscribe(self.id, topic)
 
     def publish(self, topic, msg):
         """Deliver `msg` to every *other* subscriber of `topic`, on every worker."""
-        self._rt.writer.publish(topic, msg, self.id)
+        self._w.publish(topic, msg, self.id)
 
     def broadcast(self, topic, msg):
         """Deliver `msg` to every subscriber of `topic`, this connection included."""
-        self._rt.writer.publish(topic, msg, None)
+        self._w.publish(topic, msg, None)
 
 
 class Handler:

@@ -93,26 +93,33 @@ class Runtime:
         w = self.writer
         w.reset()
         handler = self.handler
+        on_message = handler.on_message
         conns = self.conns
+        size = len(data)
         # The host checked what it sends; a batch that still breaks the ABI
         # is a host bug, and failing the batch (1011 for its connections)
-        # is the honest answer: the AbiError traps the instance.
-        abi.check_event_ranges(headers, data)
+        # is the honest answer: the AbiError traps the instance. Each range
+        # is checked as its event comes up, in this one pass (a pass of its
+        # own cost ~0.2 µs a message in the guest).
+        if len(headers) % abi.EVENT_HEADER_BYTES:
+            raise abi.AbiError("HeadersNotWhole", None, f"{len(headers)} bytes")
         for i, (conn_id, kind, _, code, offset, length) in enumerate(_EVENT.iter_unpack(headers)):
-            if kind == abi.TEXT or kind == abi.BINARY:
+            end = offset + length
+            if end > size:
+                raise abi.AbiError("RangeOutOfBounds", i, f"payload {offset}+{length} of {size}")
+            if kind == 1 or kind == 2:  # abi.TEXT, abi.BINARY: constants cost a lookup
                 conn = conns.get(conn_id) or self._known(conn_id)
                 if conn._failed:
                     continue
-                raw = data[offset:offset + length]
-                if kind == abi.TEXT:
+                if kind == 1:
                     try:
-                        msg = raw.decode("utf-8")
+                        msg = data[offset:end].decode("utf-8")
                     except UnicodeDecodeError:
                         raise abi.AbiError("TextNotUtf8", i) from None
                 else:
-                    msg = raw
+                    msg = data[offset:end]
                 try:
-                    handler.on_message(conn, msg)
+                    on_message(conn, msg)
                 except MemoryError:
                     raise
                 except Exception:
