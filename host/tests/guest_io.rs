@@ -3,7 +3,8 @@
 //! under concurrency, policy refusals, timeouts, a slow backend not
 //! delaying other batches, timer precision, the key-value store across a
 //! restart, deferred upgrades (accept, reject, timeout). The guest is the
-//! `io-probe` fixture (examples/fixtures/io-probe).
+//! `io-probe` fixture (examples/fixtures/io-probe), and `fetch-echo`
+//! (examples/fixtures/fetch-echo, the guest of benches/guest-io.py).
 
 mod common;
 
@@ -24,7 +25,8 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// A backend on loopback: `/echo?i=K` answers `K` (after a few ms so
 /// answers overtake each other), `/slow` answers after 3 s, `/big` 2 MiB,
-/// `/auth?token=good` 200 (else 403), `/value` a fixed value.
+/// `/auth?token=good` 200 (else 403), `/value` a fixed value, `/post` the
+/// request's body and `x-kind` header.
 struct Backend {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
@@ -79,6 +81,18 @@ async fn answer(
             .unwrap_or("")
             .to_string()
     };
+    if req.uri().path() == "/post" {
+        let kind = req.headers().get("x-kind").cloned();
+        let body = http_body_util::BodyExt::collect(req.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let mut response = hyper::Response::new(Full::new(body));
+        if let Some(kind) = kind {
+            response.headers_mut().insert("x-kind", kind);
+        }
+        return response;
+    }
     let (status, body) = match req.uri().path() {
         "/echo" => {
             let i = param("i");
@@ -385,4 +399,37 @@ async fn a_0_3_0_guest_still_runs_beside_0_4_0() {
     let mut new = client(&weir.url("/io")).await;
     send(&mut new, "timer 1").await;
     assert_eq!(text(&mut new).await, "timer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_echo_answers_with_the_backend_and_counts_its_timers() {
+    let backend = Backend::start().await;
+    let wasm = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/wasm/fetch-echo.wasm");
+    assert!(wasm.exists(), "run scripts/build-guests.sh first");
+    let routes = format!(
+        "[[route]]\npath = \"/fetch\"\nguest = \"{}\"\nallow_outbound = [\"http://{}/post\"]\n\
+         env = {{ BACKEND_URL = \"{}\" }}\n",
+        wasm.display(),
+        backend.addr,
+        backend.url("/post")
+    );
+    let weir = WeirProcess::start("", &routes, "warn", Stdio::null()).await;
+    let mut ws = client(&weir.url("/fetch")).await;
+    // Text and binary come back as sent, through the backend.
+    send(&mut ws, "héllo").await;
+    assert_eq!(text(&mut ws).await, "héllo");
+    let bytes: Vec<u8> = (0..=255).collect();
+    timeout(STEP, ws.send(Message::binary(bytes.clone())))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next(&mut ws).await, Message::binary(bytes));
+    // 1,000 timers of 5 ms: one `done` after the last.
+    let started = Instant::now();
+    send(&mut ws, "timers 1000 5").await;
+    assert_eq!(text(&mut ws).await, "done 1000");
+    assert!(started.elapsed() >= Duration::from_millis(5));
+    send(&mut ws, "after").await;
+    assert_eq!(text(&mut ws).await, "after", "no second done");
 }
