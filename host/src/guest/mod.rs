@@ -35,6 +35,7 @@ pub mod error;
 mod host;
 pub mod io;
 pub mod kv;
+mod kv_redis;
 pub mod log;
 pub mod program;
 pub mod route;
