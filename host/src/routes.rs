@@ -327,6 +327,13 @@ impl Routes {
         };
         let program =
             Program::load(&engine, &route.path, guest).map_err(|e| e.at_line(route.line))?;
+        crate::guest::io::check_outbound_ca(&guest.outbound).map_err(|reason| {
+            ServeError::Route {
+                path: route.path.clone(),
+                line: route.line,
+                reason,
+            }
+        })?;
         let kv = match &guest.kv {
             Some(name) => Some(
                 crate::guest::kv::KvStore::open(

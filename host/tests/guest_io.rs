@@ -34,6 +34,26 @@ struct Backend {
 
 impl Backend {
     async fn start() -> Backend {
+        Self::serve(None).await
+    }
+
+    /// The same backend behind TLS (tokio-rustls) with `cert`.
+    async fn start_tls(
+        cert: rustls::pki_types::CertificateDer<'static>,
+        key: rustls::pki_types::PrivateKeyDer<'static>,
+    ) -> Backend {
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .unwrap();
+        Self::serve(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn serve(tls: Option<tokio_rustls::TlsAcceptor>) -> Backend {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let value = Arc::new(Mutex::new(String::from("v1")));
@@ -44,14 +64,26 @@ impl Backend {
                     return;
                 };
                 let value = shared.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                         let value = value.clone();
                         async move { Ok::<_, Infallible>(answer(req, &value).await) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        None => {
+                            http.serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await
+                        }
+                        Some(tls) => {
+                            let Ok(stream) = tls.accept(stream).await else {
+                                return;
+                            };
+                            http.serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await
+                        }
+                    };
                 });
             }
         });
@@ -194,14 +226,14 @@ async fn policy_refusals_timeouts_and_limits_are_errors() {
     );
     let weir = gateway("workers = 1", &keys).await;
     let mut ws = client(&weir.url("/io")).await;
-    // Not in allow_outbound: the path, another port, https.
+    // Not in allow_outbound: the path, another port, https (another scheme).
     send(&mut ws, &format!("get a {}", backend.url("/value"))).await;
     assert_eq!(text(&mut ws).await, "a error refused");
     let other_port = format!("http://127.0.0.1:{}/echo", backend.addr.port() ^ 1);
     send(&mut ws, &format!("get b {other_port}")).await;
     assert_eq!(text(&mut ws).await, "b error refused");
     send(&mut ws, "get c https://127.0.0.1/echo").await;
-    assert_eq!(text(&mut ws).await, "c error invalid");
+    assert_eq!(text(&mut ws).await, "c error refused");
     let started = Instant::now();
     send(&mut ws, &format!("get d {}", backend.url("/slow"))).await;
     assert_eq!(text(&mut ws).await, "d error timeout");
@@ -432,4 +464,73 @@ async fn fetch_echo_answers_with_the_backend_and_counts_its_timers() {
     assert!(started.elapsed() >= Duration::from_millis(5));
     send(&mut ws, "after").await;
     assert_eq!(text(&mut ws).await, "after", "no second done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_requests_check_the_certificate_against_outbound_ca() {
+    let made =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .unwrap();
+    let dir = std::env::temp_dir().join(format!("weir-io-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, made.cert.pem()).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(made.signing_key.serialize_der()).unwrap();
+    let backend = Backend::start_tls(made.cert.der().clone(), key).await;
+    let https = |path: &str| format!("https://{}{path}", backend.addr);
+    // Trusting the test's certificate: answers as over http.
+    let allow = format!(
+        "allow_outbound = [\"{}\"]\noutbound_ca = \"{}\"",
+        https("/"),
+        ca.display()
+    );
+    let weir = gateway("", &allow).await;
+    let mut ws = client(&weir.url("/io")).await;
+    send(&mut ws, &format!("get a {}", https("/echo?i=7"))).await;
+    assert_eq!(text(&mut ws).await, "a 200 7");
+    send(&mut ws, &format!("get b {}", https("/value"))).await;
+    assert_eq!(
+        text(&mut ws).await,
+        "b 200 v1",
+        "the pooled TLS connection again"
+    );
+    // http:// to the same port is another scheme: not allowed.
+    send(&mut ws, &format!("get c http://{}/value", backend.addr)).await;
+    assert_eq!(text(&mut ws).await, "c error refused");
+    drop(weir);
+    // With webpki-roots only, the self-signed certificate is refused.
+    let weir = gateway("", &format!("allow_outbound = [\"{}\"]", https("/"))).await;
+    let mut ws = client(&weir.url("/io")).await;
+    send(&mut ws, &format!("get d {}", https("/value"))).await;
+    assert_eq!(text(&mut ws).await, "d error connect");
+    drop(weir);
+    // A CA file with no certificate stops the gateway from starting, saying why.
+    let empty = dir.join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let wasm =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/io-probe.wasm");
+    let routes = dir.join("routes.toml");
+    std::fs::write(
+        &routes,
+        format!(
+            "[[route]]\npath = \"/io\"\nguest = \"{}\"\nallow_outbound = [\"{}\"]\noutbound_ca = \"{}\"\n",
+            wasm.display(),
+            https("/"),
+            empty.display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("serve")
+        .arg(&routes)
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("outbound_ca") && err.contains("no certificate"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -33,6 +33,7 @@ pub mod deploy;
 pub mod engine;
 pub mod error;
 mod host;
+mod https;
 pub mod io;
 pub mod kv;
 mod kv_redis;
