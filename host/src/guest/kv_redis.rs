@@ -191,7 +191,15 @@ impl Link {
         conn.subscribe(&self.channel)
             .await
             .map_err(|e| e.to_string())?;
+        // Writes not yet sent are in the mirror; the load replaces it, so
+        // gather them first and apply them again after it.
+        while let Ok(op) = queue.try_recv() {
+            pending.push_back(op);
+        }
         let loaded = self.load(&mut conn).await.map_err(|e| e.to_string())?;
+        for op in pending.iter() {
+            self.kv.apply(op);
+        }
         *up = true;
         info!(store = %self.channel, keys = loaded, "key-value store: loaded from Redis");
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
@@ -228,8 +236,8 @@ impl Link {
         }
     }
 
-    /// Replace the mirror with the store as Redis has it (then re-apply
-    /// the writes not yet sent); the number of keys loaded.
+    /// Replace the mirror with the store as Redis has it; the number of
+    /// keys loaded.
     async fn load(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<usize> {
         let mut pattern = self.prefix.clone();
         pattern.push(b'*');
