@@ -42,7 +42,8 @@ pub(crate) fn next_tag() -> Tag {
 }
 
 /// An outbound HTTP request. The route's `allow_outbound` must allow its
-/// URL (deny by default), http only for now.
+/// URL (deny by default); `http://` or `https://` (the server's certificate
+/// checked against the Mozilla roots, or the route's `outbound_ca`).
 ///
 /// ```
 /// use weir_guest::HttpRequest;

@@ -297,6 +297,10 @@ pub struct OutboundPolicy {
     pub max_concurrent: usize,
     /// Largest response body accepted; past it: http-error too-large.
     pub max_response: usize,
+    /// The CA certificates (PEM) https servers are checked against
+    /// (`outbound_ca`, for private services); None: webpki-roots, the
+    /// Mozilla set.
+    pub ca: Option<PathBuf>,
 }
 
 /// Long enough for a remote API, short enough that a stuck backend does
@@ -314,6 +318,7 @@ impl Default for OutboundPolicy {
             timeout: DEFAULT_OUTBOUND_TIMEOUT,
             max_concurrent: DEFAULT_OUTBOUND_MAX_CONCURRENT,
             max_response: DEFAULT_OUTBOUND_MAX_RESPONSE_BYTES,
+            ca: None,
         }
     }
 }

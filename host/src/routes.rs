@@ -151,6 +151,9 @@ pub struct Routes {
     cache_dir: Option<std::path::PathBuf>,
     /// Where guests' key-value stores live.
     state_dir: std::path::PathBuf,
+    /// The `[cluster]` section: its Redis server holds the key-value
+    /// stores when it names one.
+    cluster: Option<crate::config::ClusterConfig>,
     workers: usize,
 }
 
@@ -172,6 +175,7 @@ impl Routes {
             engine: None,
             cache_dir: config.server.cache_dir.clone(),
             state_dir: state_dir(config),
+            cluster: config.cluster.clone(),
             workers: config.server.workers,
         };
         for route in &config.routes {
@@ -194,6 +198,7 @@ impl Routes {
             engine: self.engine.clone(),
             cache_dir: self.cache_dir.clone(),
             state_dir: self.state_dir.clone(),
+            cluster: self.cluster.clone(),
             workers: self.workers,
         }
     }
@@ -322,15 +327,26 @@ impl Routes {
         };
         let program =
             Program::load(&engine, &route.path, guest).map_err(|e| e.at_line(route.line))?;
+        crate::guest::io::check_outbound_ca(&guest.outbound).map_err(|reason| {
+            ServeError::Route {
+                path: route.path.clone(),
+                line: route.line,
+                reason,
+            }
+        })?;
         let kv = match &guest.kv {
             Some(name) => Some(
-                crate::guest::kv::KvStore::open(&self.state_dir, &route.path, name).map_err(
-                    |e| ServeError::Route {
-                        path: route.path.clone(),
-                        line: route.line,
-                        reason: e.to_string(),
-                    },
-                )?,
+                crate::guest::kv::KvStore::open(
+                    &self.state_dir,
+                    self.cluster.as_ref(),
+                    &route.path,
+                    name,
+                )
+                .map_err(|e| ServeError::Route {
+                    path: route.path.clone(),
+                    line: route.line,
+                    reason: e.to_string(),
+                })?,
             ),
             None => None,
         };

@@ -5,7 +5,8 @@
 //! Every message reaches every other subscriber on both nodes exactly once
 //! and in its publisher's order; Redis killed mid-run stops nothing local,
 //! what could not cross is counted, and delivery across nodes resumes once
-//! Redis is back.
+//! Redis is back. Guests' key-value stores on the standalone server: shared
+//! by the nodes, expiring, private to their route.
 
 mod common;
 
@@ -468,4 +469,107 @@ async fn two_nodes_share_topics_through_a_redis_cluster() {
     for weir in [&mut a, &mut b] {
         assert!(weir.child.try_wait().unwrap().is_none(), "a node exited");
     }
+}
+
+/// Asks `ws` (the io-probe) for `key` until the answer is `want`, within
+/// STEP: another node's write arrives through Redis a moment later.
+async fn await_kv(ws: &mut Ws, key: &str, want: &str) {
+    let deadline = tokio::time::Instant::now() + STEP;
+    loop {
+        timeout(STEP, ws.send(Message::text(format!("get-kv {key}"))))
+            .await
+            .unwrap()
+            .unwrap();
+        let got = match next(ws).await {
+            Message::Text(t) => t.to_string(),
+            other => panic!("expected text, got {other:?}"),
+        };
+        if got == want {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{key}: still {got:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn say(ws: &mut Ws, text: &str) {
+    timeout(STEP, ws.send(Message::text(text)))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guests_key_value_stores_live_in_redis_shared_by_the_nodes() {
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(false).await;
+    let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/io-probe.wasm");
+    assert!(wasm.exists(), "run scripts/build-guests.sh first");
+    let routes = format!(
+        "[[route]]\npath = \"/io\"\nguest = \"{w}\"\nkv = \"route\"\n\n\
+         [[route]]\npath = \"/other\"\nguest = \"{w}\"\nkv = \"route\"\n\n\
+         [[route]]\npath = \"/s1\"\nguest = \"{w}\"\nkv = \"shared:common\"\n\n\
+         [[route]]\npath = \"/s2\"\nguest = \"{w}\"\nkv = \"shared:common\"\n\n\
+         [cluster]\nredis = \"{}\"\n",
+        redis.url(),
+        w = wasm.display()
+    );
+    let a = WeirProcess::start("workers = 2", &routes, "info", Stdio::null()).await;
+    let b = WeirProcess::start("workers = 2", &routes, "info", Stdio::null()).await;
+    let (mut on_a, mut on_b) = (client(&a.url("/io")).await, client(&b.url("/io")).await);
+    // A write on one node is read on the other (and on the writer at once).
+    say(&mut on_a, "set colour blue").await;
+    await_kv(&mut on_a, "colour", "colour=blue").await;
+    await_kv(&mut on_b, "colour", "colour=blue").await;
+    say(&mut on_b, "set colour red").await;
+    await_kv(&mut on_a, "colour", "colour=red").await;
+    say(&mut on_b, "del colour").await;
+    await_kv(&mut on_a, "colour", "colour?").await;
+    // A ttl expires on every node, and in Redis.
+    say(&mut on_a, "set-ttl 300 brief here").await;
+    await_kv(&mut on_b, "brief", "brief=here").await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    await_kv(&mut on_a, "brief", "brief?").await;
+    await_kv(&mut on_b, "brief", "brief?").await;
+    // Another route's store does not see the key; a shared store is shared
+    // by the routes that name it, across nodes.
+    say(&mut on_a, "set secret 42").await;
+    await_kv(&mut on_b, "secret", "secret=42").await;
+    let mut other = client(&b.url("/other")).await;
+    await_kv(&mut other, "secret", "secret?").await;
+    let mut s1 = client(&a.url("/s1")).await;
+    let mut s2 = client(&b.url("/s2")).await;
+    say(&mut s1, "set room 7").await;
+    await_kv(&mut s2, "room", "room=7").await;
+    await_kv(&mut on_b, "room", "room?").await;
+    // A node started later loads what is there; nothing on disk.
+    let c = WeirProcess::start("workers = 1", &routes, "info", Stdio::null()).await;
+    let mut on_c = client(&c.url("/io")).await;
+    await_kv(&mut on_c, "secret", "secret=42").await;
+    await_kv(&mut on_c, "brief", "brief?").await;
+    let keys = Command::new("redis-cli")
+        .args([
+            "-p",
+            &redis.port.to_string(),
+            "--scan",
+            "--pattern",
+            "weir:kv:*",
+        ])
+        .output()
+        .unwrap();
+    let mut keys: Vec<String> = String::from_utf8_lossy(&keys.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["weir:kv:route-_2fio:secret", "weir:kv:shared-common:room"],
+        "one key per write still alive, under its store's prefix"
+    );
 }

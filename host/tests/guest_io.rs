@@ -3,7 +3,8 @@
 //! under concurrency, policy refusals, timeouts, a slow backend not
 //! delaying other batches, timer precision, the key-value store across a
 //! restart, deferred upgrades (accept, reject, timeout). The guest is the
-//! `io-probe` fixture (examples/fixtures/io-probe).
+//! `io-probe` fixture (examples/fixtures/io-probe), and `fetch-echo`
+//! (examples/fixtures/fetch-echo, the guest of benches/guest-io.py).
 
 mod common;
 
@@ -24,7 +25,8 @@ use tokio_tungstenite::tungstenite::Message;
 
 /// A backend on loopback: `/echo?i=K` answers `K` (after a few ms so
 /// answers overtake each other), `/slow` answers after 3 s, `/big` 2 MiB,
-/// `/auth?token=good` 200 (else 403), `/value` a fixed value.
+/// `/auth?token=good` 200 (else 403), `/value` a fixed value, `/post` the
+/// request's body and `x-kind` header.
 struct Backend {
     addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
@@ -32,6 +34,26 @@ struct Backend {
 
 impl Backend {
     async fn start() -> Backend {
+        Self::serve(None).await
+    }
+
+    /// The same backend behind TLS (tokio-rustls) with `cert`.
+    async fn start_tls(
+        cert: rustls::pki_types::CertificateDer<'static>,
+        key: rustls::pki_types::PrivateKeyDer<'static>,
+    ) -> Backend {
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .unwrap();
+        Self::serve(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn serve(tls: Option<tokio_rustls::TlsAcceptor>) -> Backend {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let value = Arc::new(Mutex::new(String::from("v1")));
@@ -42,14 +64,26 @@ impl Backend {
                     return;
                 };
                 let value = shared.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                         let value = value.clone();
                         async move { Ok::<_, Infallible>(answer(req, &value).await) }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        None => {
+                            http.serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await
+                        }
+                        Some(tls) => {
+                            let Ok(stream) = tls.accept(stream).await else {
+                                return;
+                            };
+                            http.serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                                .await
+                        }
+                    };
                 });
             }
         });
@@ -79,6 +113,18 @@ async fn answer(
             .unwrap_or("")
             .to_string()
     };
+    if req.uri().path() == "/post" {
+        let kind = req.headers().get("x-kind").cloned();
+        let body = http_body_util::BodyExt::collect(req.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let mut response = hyper::Response::new(Full::new(body));
+        if let Some(kind) = kind {
+            response.headers_mut().insert("x-kind", kind);
+        }
+        return response;
+    }
     let (status, body) = match req.uri().path() {
         "/echo" => {
             let i = param("i");
@@ -180,14 +226,14 @@ async fn policy_refusals_timeouts_and_limits_are_errors() {
     );
     let weir = gateway("workers = 1", &keys).await;
     let mut ws = client(&weir.url("/io")).await;
-    // Not in allow_outbound: the path, another port, https.
+    // Not in allow_outbound: the path, another port, https (another scheme).
     send(&mut ws, &format!("get a {}", backend.url("/value"))).await;
     assert_eq!(text(&mut ws).await, "a error refused");
     let other_port = format!("http://127.0.0.1:{}/echo", backend.addr.port() ^ 1);
     send(&mut ws, &format!("get b {other_port}")).await;
     assert_eq!(text(&mut ws).await, "b error refused");
     send(&mut ws, "get c https://127.0.0.1/echo").await;
-    assert_eq!(text(&mut ws).await, "c error invalid");
+    assert_eq!(text(&mut ws).await, "c error refused");
     let started = Instant::now();
     send(&mut ws, &format!("get d {}", backend.url("/slow"))).await;
     assert_eq!(text(&mut ws).await, "d error timeout");
@@ -385,4 +431,106 @@ async fn a_0_3_0_guest_still_runs_beside_0_4_0() {
     let mut new = client(&weir.url("/io")).await;
     send(&mut new, "timer 1").await;
     assert_eq!(text(&mut new).await, "timer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_echo_answers_with_the_backend_and_counts_its_timers() {
+    let backend = Backend::start().await;
+    let wasm = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/wasm/fetch-echo.wasm");
+    assert!(wasm.exists(), "run scripts/build-guests.sh first");
+    let routes = format!(
+        "[[route]]\npath = \"/fetch\"\nguest = \"{}\"\nallow_outbound = [\"http://{}/post\"]\n\
+         env = {{ BACKEND_URL = \"{}\" }}\n",
+        wasm.display(),
+        backend.addr,
+        backend.url("/post")
+    );
+    let weir = WeirProcess::start("", &routes, "warn", Stdio::null()).await;
+    let mut ws = client(&weir.url("/fetch")).await;
+    // Text and binary come back as sent, through the backend.
+    send(&mut ws, "héllo").await;
+    assert_eq!(text(&mut ws).await, "héllo");
+    let bytes: Vec<u8> = (0..=255).collect();
+    timeout(STEP, ws.send(Message::binary(bytes.clone())))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next(&mut ws).await, Message::binary(bytes));
+    // 1,000 timers of 5 ms: one `done` after the last.
+    let started = Instant::now();
+    send(&mut ws, "timers 1000 5").await;
+    assert_eq!(text(&mut ws).await, "done 1000");
+    assert!(started.elapsed() >= Duration::from_millis(5));
+    send(&mut ws, "after").await;
+    assert_eq!(text(&mut ws).await, "after", "no second done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_requests_check_the_certificate_against_outbound_ca() {
+    let made =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .unwrap();
+    let dir = std::env::temp_dir().join(format!("weir-io-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, made.cert.pem()).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(made.signing_key.serialize_der()).unwrap();
+    let backend = Backend::start_tls(made.cert.der().clone(), key).await;
+    let https = |path: &str| format!("https://{}{path}", backend.addr);
+    // Trusting the test's certificate: answers as over http.
+    let allow = format!(
+        "allow_outbound = [\"{}\"]\noutbound_ca = \"{}\"",
+        https("/"),
+        ca.display()
+    );
+    let weir = gateway("", &allow).await;
+    let mut ws = client(&weir.url("/io")).await;
+    send(&mut ws, &format!("get a {}", https("/echo?i=7"))).await;
+    assert_eq!(text(&mut ws).await, "a 200 7");
+    send(&mut ws, &format!("get b {}", https("/value"))).await;
+    assert_eq!(
+        text(&mut ws).await,
+        "b 200 v1",
+        "the pooled TLS connection again"
+    );
+    // http:// to the same port is another scheme: not allowed.
+    send(&mut ws, &format!("get c http://{}/value", backend.addr)).await;
+    assert_eq!(text(&mut ws).await, "c error refused");
+    drop(weir);
+    // With webpki-roots only, the self-signed certificate is refused.
+    let weir = gateway("", &format!("allow_outbound = [\"{}\"]", https("/"))).await;
+    let mut ws = client(&weir.url("/io")).await;
+    send(&mut ws, &format!("get d {}", https("/value"))).await;
+    assert_eq!(text(&mut ws).await, "d error connect");
+    drop(weir);
+    // A CA file with no certificate stops the gateway from starting, saying why.
+    let empty = dir.join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let wasm =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/io-probe.wasm");
+    let routes = dir.join("routes.toml");
+    std::fs::write(
+        &routes,
+        format!(
+            "[[route]]\npath = \"/io\"\nguest = \"{}\"\nallow_outbound = [\"{}\"]\noutbound_ca = \"{}\"\n",
+            wasm.display(),
+            https("/"),
+            empty.display()
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("serve")
+        .arg(&routes)
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("outbound_ca") && err.contains("no certificate"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

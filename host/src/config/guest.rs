@@ -43,6 +43,7 @@ pub(super) fn refuse_guest_keys(
         ("outbound_timeout", &raw.outbound_timeout),
         ("outbound_max_concurrent", &raw.outbound_max_concurrent),
         ("outbound_max_response", &raw.outbound_max_response),
+        ("outbound_ca", &raw.outbound_ca),
         ("kv", &raw.kv),
     ];
     let env_span = raw.env.as_ref().map(|env| ("env", env.span()));
@@ -118,7 +119,7 @@ pub(super) fn guest_config(
             }
         };
     }
-    guest_io(src, raw, &mut config)?;
+    guest_io(src, raw, &mut config, origin_dir)?;
     if let Some(env) = &raw.env {
         for (name, value) in env.get_ref() {
             let item = Item {
@@ -215,8 +216,13 @@ const MAX_OUTBOUND_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_OUTBOUND_RESPONSE_BYTES: u64 = 64 << 20;
 
 /// `allow_outbound`, `outbound_timeout`, `outbound_max_concurrent`,
-/// `outbound_max_response` and `kv`.
-fn guest_io(src: &Source, raw: &RawRoute, config: &mut GuestConfig) -> Result<(), ConfigError> {
+/// `outbound_max_response`, `outbound_ca` and `kv`.
+fn guest_io(
+    src: &Source,
+    raw: &RawRoute,
+    config: &mut GuestConfig,
+    origin_dir: &Path,
+) -> Result<(), ConfigError> {
     let policy = &mut config.outbound;
     if let Some(item) = Item::of("allow_outbound", &raw.allow_outbound) {
         const HINT: &str = r#"write e.g. ["http://127.0.0.1:8080", "http://api.internal/v1/"]"#;
@@ -242,6 +248,20 @@ fn guest_io(src: &Source, raw: &RawRoute, config: &mut GuestConfig) -> Result<()
     if let Some(item) = Item::of("outbound_max_response", &raw.outbound_max_response) {
         policy.max_response = item.size(src, 0, MAX_OUTBOUND_RESPONSE_BYTES)?;
     }
+    if let Some(item) = Item::of("outbound_ca", &raw.outbound_ca) {
+        if !policy.allow.iter().any(|p| p.scheme == "https") {
+            return Err(item.fail(
+                src,
+                "outbound_ca is for https:// requests, and allow_outbound lists none; \
+                 remove it, or allow an https:// prefix",
+            ));
+        }
+        let file = item.string(src, r#""certs/ca.pem""#)?;
+        if file.is_empty() {
+            return Err(item.fail(src, r#"empty; write the CA file, e.g. "certs/ca.pem""#));
+        }
+        policy.ca = Some(origin_dir.join(file));
+    }
     if let Some(item) = Item::of("kv", &raw.kv) {
         const HINT: &str = r#"write "route" (the route's own store) or "shared:NAME""#;
         let text = item.string(src, r#""route""#)?;
@@ -266,15 +286,14 @@ fn guest_io(src: &Source, raw: &RawRoute, config: &mut GuestConfig) -> Result<()
     Ok(())
 }
 
-/// An `allow_outbound` entry: `http://host[:port][/path]`. https is refused
-/// until the gateway has TLS.
+/// An `allow_outbound` entry: `http[s]://host[:port][/path]`.
 fn outbound_prefix(text: &str) -> Result<OutboundPrefix, &'static str> {
     let (scheme, rest) = text.split_once("://").ok_or("no scheme")?;
     let scheme = scheme.to_ascii_lowercase();
     let default_port = match scheme.as_str() {
         "http" => 80,
-        "https" => return Err("https is not supported yet: the gateway has no TLS client"),
-        _ => return Err("the scheme must be http"),
+        "https" => 443,
+        _ => return Err("the scheme must be http or https"),
     };
     let (authority, path) = match rest.find('/') {
         Some(at) => rest.split_at(at),

@@ -109,6 +109,7 @@ pub(super) struct RawRoute {
     pub(super) outbound_timeout: Field,
     pub(super) outbound_max_concurrent: Field,
     pub(super) outbound_max_response: Field,
+    pub(super) outbound_ca: Field,
     pub(super) kv: Field,
 }
 

@@ -1283,16 +1283,18 @@ fn proxy_mistakes() {
 #[test]
 fn guest_io_policy_reads_and_defaults_to_deny() {
     let text = guest_route(
-        "allow_outbound = [\"http://127.0.0.1:8080\", \"HTTP://Api.Internal/v1/\"]\n\
+        "allow_outbound = [\"http://127.0.0.1:8080\", \"HTTP://Api.Internal/v1/\", \
+         \"https://auth.example.com\"]\n\
          outbound_timeout = \"2s\"\noutbound_max_concurrent = 8\n\
-         outbound_max_response = \"64KiB\"\nkv = \"shared:rooms\"",
+         outbound_max_response = \"64KiB\"\noutbound_ca = \"certs/ca.pem\"\n\
+         kv = \"shared:rooms\"",
     );
     let config = Config::parse(&text, Path::new("/etc/weir")).unwrap();
     let Behaviour::Guest(g) = &config.routes[0].behaviour else {
         panic!("a guest route")
     };
     let prefix = |host: &str, port, path: &str| OutboundPrefix {
-        scheme: "http".into(),
+        scheme: if port == 443 { "https" } else { "http" }.into(),
         host: host.into(),
         port,
         path: path.into(),
@@ -1302,11 +1304,13 @@ fn guest_io_policy_reads_and_defaults_to_deny() {
         OutboundPolicy {
             allow: vec![
                 prefix("127.0.0.1", 8080, "/"),
-                prefix("api.internal", 80, "/v1/")
+                prefix("api.internal", 80, "/v1/"),
+                prefix("auth.example.com", 443, "/"),
             ],
             timeout: Duration::from_secs(2),
             max_concurrent: 8,
             max_response: 64 << 10,
+            ca: Some(PathBuf::from("/etc/weir/certs/ca.pem")),
         }
     );
     assert_eq!(g.kv, Some(KvName::Shared("rooms".into())));
@@ -1321,9 +1325,19 @@ fn guest_io_policy_reads_and_defaults_to_deny() {
 #[test]
 fn guest_io_policy_errors_name_their_line() {
     refused(
-        &guest_route("allow_outbound = [\"https://auth.example.com\"]"),
+        &guest_route("allow_outbound = [\"ftp://files.example.com\"]"),
         4,
-        &["allow_outbound", "https is not supported yet"],
+        &["allow_outbound", "the scheme must be http or https"],
+    );
+    refused(
+        &guest_route("allow_outbound = [\"http://a/\"]\noutbound_ca = \"ca.pem\""),
+        5,
+        &["outbound_ca is for https:// requests"],
+    );
+    refused(
+        &guest_route("allow_outbound = [\"https://a/\"]\noutbound_ca = \"\""),
+        5,
+        &["outbound_ca", "empty"],
     );
     refused(
         &guest_route("allow_outbound = [\"127.0.0.1:8080\"]"),

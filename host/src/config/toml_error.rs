@@ -74,6 +74,7 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "outbound_timeout",
     "outbound_max_concurrent",
     "outbound_max_response",
+    "outbound_ca",
     "kv",
 ];
 

@@ -5,18 +5,20 @@
 //! pooled HTTP/1 client); an answer is queued in the [`Inbox`] of the
 //! worker that should see it (the connection's worker, or for a route's own
 //! request or timer, the worker whose batch asked) and wakes that worker's
-//! scheduler. [`RouteIo`] is one route's share: its policy check, its
+//! scheduler. https goes through rustls ([`https`](super::https)), its
+//! servers checked against webpki-roots or the route's `outbound_ca`.
+//! [`RouteIo`] is one route's share: its policy check, its
 //! requests in flight, its timers (held here, not in an instance, so a
 //! route's timers survive instance replacement and deploys).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Notify;
@@ -24,6 +26,7 @@ use tokio::task::AbortHandle;
 use weir_abi::io::{split_request_head, HeaderLines};
 use weir_abi::HttpErrorReason;
 
+use super::https::Connector;
 use super::ConnectionId;
 use crate::config::{OutboundPolicy, OutboundPrefix};
 use crate::registry::worker_of;
@@ -97,10 +100,32 @@ impl Inbox {
     }
 }
 
-/// The process's I/O thread: its runtime and HTTP client.
+/// The I/O thread's HTTP client (one per set of trusted roots).
+type HttpClient = Client<Connector, Full<Bytes>>;
+
+/// The process's I/O thread: its runtime and HTTP clients.
 struct IoThread {
     handle: tokio::runtime::Handle,
-    client: Client<HttpConnector, Full<Bytes>>,
+    /// By `outbound_ca` (None: webpki-roots), made on first use; each
+    /// pools its connections.
+    clients: Mutex<HashMap<Option<PathBuf>, HttpClient>>,
+}
+
+impl IoThread {
+    /// The client trusting `ca`, or why it cannot be made (an unreadable
+    /// or empty CA file).
+    fn client(&self, ca: Option<&PathBuf>) -> Result<HttpClient, String> {
+        let mut clients = self.clients.lock().expect("clients lock");
+        if let Some(client) = clients.get(&ca.cloned()) {
+            return Ok(client.clone());
+        }
+        let connector = Connector::new(ca.map(PathBuf::as_path))?;
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        clients.insert(ca.cloned(), client.clone());
+        Ok(client)
+    }
 }
 
 /// The I/O thread, started on first use.
@@ -116,14 +141,20 @@ fn io_thread() -> &'static IoThread {
             .name("weir-guest-io".into())
             .spawn(move || runtime.block_on(std::future::pending::<()>()))
             .expect("the guest I/O thread starts");
-        let mut connector = HttpConnector::new();
-        // Small requests and answers: no Nagle delay on either side.
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
-        IoThread { handle, client }
+        IoThread {
+            handle,
+            clients: Mutex::default(),
+        }
     })
+}
+
+/// Check that `policy`'s `outbound_ca` can be used (a route with a bad CA
+/// file is refused when the routes are built, not at its first request).
+pub fn check_outbound_ca(policy: &OutboundPolicy) -> Result<(), String> {
+    match &policy.ca {
+        Some(ca) => io_thread().client(Some(ca)).map(drop),
+        None => Ok(()),
+    }
 }
 
 /// Pending timers by (connection, tag): generation and task.
@@ -269,15 +300,21 @@ impl RouteIo {
                 }
             }
         };
-        let request = match refusal {
-            Ok(request) => request,
+        let io = io_thread();
+        let sendable = refusal.and_then(|request| match io.client(policy.ca.as_ref()) {
+            Ok(client) => Ok((request, client)),
+            Err(why) => {
+                self.in_flight.fetch_sub(1, Ordering::AcqRel);
+                Err((HttpErrorReason::Invalid, why))
+            }
+        });
+        let (request, client) = match sendable {
+            Ok(sendable) => sendable,
             Err(refused) => {
                 self.counts.errors.fetch_add(1, Ordering::Relaxed);
                 return done(Err(refused));
             }
         };
-        let io = io_thread();
-        let client = io.client.clone();
         let (timeout, max) = (policy.timeout, policy.max_response);
         let me = self.clone();
         io.handle.spawn(async move {
@@ -371,11 +408,12 @@ fn build_request(head: &str, body: &[u8]) -> Result<http::Request<Full<Bytes>>, 
         .parse()
         .map_err(|e| format!("{url:?} is not a URL: {e}"))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => {
-            return Err("https is not supported yet (the gateway has no TLS client)".into())
+        Some("http" | "https") => {}
+        _ => {
+            return Err(format!(
+                "{url:?}: the URL must start with http:// or https://"
+            ))
         }
-        _ => return Err(format!("{url:?}: the URL must start with http://")),
     }
     let mut request = http::Request::builder().method(method).uri(uri);
     for (name, value) in headers {
@@ -409,11 +447,7 @@ pub(crate) fn allowed(allow: &[OutboundPrefix], uri: &http::Uri) -> bool {
 }
 
 /// Send `request`; status, head lines and a body of at most `max` bytes.
-async fn send(
-    client: &Client<HttpConnector, Full<Bytes>>,
-    request: http::Request<Full<Bytes>>,
-    max: usize,
-) -> Outcome {
+async fn send(client: &HttpClient, request: http::Request<Full<Bytes>>, max: usize) -> Outcome {
     let response = client
         .request(request)
         .await
@@ -507,8 +541,7 @@ mod tests {
         for (head, why) in [
             ("GET", "METHOD URL"),
             ("G@T http://a/", "method"),
-            ("GET https://a/", "https"),
-            ("GET ftp://a/", "http://"),
+            ("GET ftp://a/", "http:// or https://"),
             ("GET http://a/\nbad name: x", "header name"),
         ] {
             let e = build_request(head, b"").unwrap_err();

@@ -1,6 +1,7 @@
 //! Guests' key-value stores (weir:gateway 0.4.0, `kv` in the routes file):
 //! embedded and persistent, one redb file per store in the gateway's
-//! `state_dir`. Reads are synchronous (`kv.get`, answered from redb's
+//! `state_dir`; on Redis, shared by every node, when `[cluster]` names one
+//! Redis server ([`kv_redis`](super::kv_redis)). Reads are synchronous (`kv.get`, answered from redb's
 //! memory-mapped pages in about a microsecond); writes (`kv-set`,
 //! `kv-delete` commands) go to the store's writer thread, which commits
 //! everything queued in one transaction, so no guest call and no worker
@@ -14,7 +15,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use redb::{Database, ReadableDatabase, TableDefinition};
 
-use crate::config::KvName;
+use super::kv_redis::{Op, RedisKv};
+use crate::config::{ClusterConfig, KvName};
 
 /// The one table of a store.
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
@@ -40,10 +42,18 @@ enum Write {
 
 /// One key-value store.
 pub struct KvStore {
-    db: Arc<Database>,
-    writes: Mutex<mpsc::Sender<Write>>,
-    /// Where the file is, for logs.
+    backend: Backend,
+    /// Where the store is (its file, or its Redis prefix), for logs.
     path: PathBuf,
+}
+
+/// Where a store's values live.
+enum Backend {
+    Redb {
+        db: Arc<Database>,
+        writes: Mutex<mpsc::Sender<Write>>,
+    },
+    Redis(Arc<RedisKv>),
 }
 
 /// Why a store cannot be used.
@@ -55,16 +65,26 @@ pub struct KvError {
 }
 
 impl KvStore {
-    /// The store `name` in `state_dir` for the route at `route`: opened
-    /// once per process (a second route naming the same shared store gets
-    /// the same one).
-    pub fn open(state_dir: &Path, route: &str, name: &KvName) -> Result<Arc<KvStore>, KvError> {
+    /// The store `name` for the route at `route`: on the Redis server of
+    /// `cluster` when it names one, else in `state_dir`. Opened once per
+    /// process (a second route naming the same shared store gets the same
+    /// one). A Redis Cluster does not hold stores yet: each node keeps its
+    /// own in `state_dir` (logged).
+    pub fn open(
+        state_dir: &Path,
+        cluster: Option<&ClusterConfig>,
+        route: &str,
+        name: &KvName,
+    ) -> Result<Arc<KvStore>, KvError> {
         static OPEN: Mutex<Vec<(PathBuf, Weak<KvStore>)>> = Mutex::new(Vec::new());
-        let file = match name {
-            KvName::Route => format!("route-{}.redb", file_safe(route)),
-            KvName::Shared(name) => format!("shared-{name}.redb"),
+        let store = match name {
+            KvName::Route => format!("route-{}", file_safe(route)),
+            KvName::Shared(name) => format!("shared-{name}"),
         };
-        let path = state_dir.join("kv").join(file);
+        let path = match cluster {
+            Some(ClusterConfig::Redis(url)) => PathBuf::from(format!("{url}#weir:kv:{store}")),
+            _ => state_dir.join("kv").join(format!("{store}.redb")),
+        };
         let mut open = OPEN.lock().expect("kv stores lock");
         open.retain(|(_, store)| store.strong_count() > 0);
         if let Some(store) = open
@@ -78,6 +98,20 @@ impl KvStore {
             path: path.clone(),
             detail,
         };
+        if let Some(ClusterConfig::Redis(url)) = cluster {
+            let redis = RedisKv::open(url, &store)
+                .map_err(|e| fail(format!("cannot start its Redis thread: {e}")))?;
+            let store = Arc::new(KvStore {
+                backend: Backend::Redis(redis),
+                path: path.clone(),
+            });
+            open.push((path, Arc::downgrade(&store)));
+            return Ok(store);
+        }
+        if let Some(ClusterConfig::RedisCluster(_)) = cluster {
+            tracing::warn!(route, store = %path.display(),
+                "key-value stores on a Redis Cluster are not supported yet; this node keeps its own");
+        }
         std::fs::create_dir_all(path.parent().expect("a file in a directory"))
             .map_err(|e| fail(format!("cannot create the directory: {e}")))?;
         let db = Database::create(&path).map_err(|e| fail(e.to_string()))?;
@@ -94,8 +128,10 @@ impl KvStore {
             .spawn(move || write_loop(&writer_db, &queue, &shown))
             .map_err(|e| fail(format!("cannot start its writer: {e}")))?;
         let store = Arc::new(KvStore {
-            db,
-            writes: Mutex::new(writes),
+            backend: Backend::Redb {
+                db,
+                writes: Mutex::new(writes),
+            },
             path: path.clone(),
         });
         open.push((path, Arc::downgrade(&store)));
@@ -105,8 +141,12 @@ impl KvStore {
     /// The value under `key`, None when absent or expired (or unreadable:
     /// logged).
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let db = match &self.backend {
+            Backend::Redb { db, .. } => db,
+            Backend::Redis(redis) => return redis.get(key, now_ms()),
+        };
         let read = || -> Result<Option<Vec<u8>>, redb::Error> {
-            let tx = self.db.begin_read()?;
+            let tx = db.begin_read()?;
             let table = tx.open_table(TABLE)?;
             let Some(stored) = table.get(key)? else {
                 return Ok(None);
@@ -138,28 +178,44 @@ impl KvStore {
         } else {
             now_ms().saturating_add(ttl_ms)
         };
-        self.queue(Write::Set {
-            key: key.to_vec(),
-            value: value.to_vec(),
-            expires_ms,
-        });
+        match &self.backend {
+            Backend::Redb { .. } => self.queue(Write::Set {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                expires_ms,
+            }),
+            Backend::Redis(redis) => redis.write(Op::Set {
+                key: key.to_vec(),
+                value: value.to_vec(),
+                expires_ms,
+            }),
+        }
         true
     }
 
     /// Queue the removal of `key`.
     pub fn delete(&self, key: &[u8]) {
-        self.queue(Write::Delete { key: key.to_vec() });
+        match &self.backend {
+            Backend::Redb { .. } => self.queue(Write::Delete { key: key.to_vec() }),
+            Backend::Redis(redis) => redis.write(Op::Delete { key: key.to_vec() }),
+        }
     }
 
-    /// Wait until every write queued so far is committed (shutdown, tests).
+    /// Wait until every write queued so far is committed (shutdown, tests;
+    /// on Redis: until Redis has it, however long it is unreachable).
     pub fn flush(&self) {
         let (done, wait) = mpsc::channel();
-        self.queue(Write::Flush(done));
+        match &self.backend {
+            Backend::Redb { .. } => self.queue(Write::Flush(done)),
+            Backend::Redis(redis) => redis.write(Op::Flush(done)),
+        }
         let _ = wait.recv();
     }
 
     fn queue(&self, write: Write) {
-        let _ = self.writes.lock().expect("kv queue lock").send(write);
+        if let Backend::Redb { writes, .. } = &self.backend {
+            let _ = writes.lock().expect("kv queue lock").send(write);
+        }
     }
 }
 
@@ -204,7 +260,7 @@ fn write_loop(db: &Database, queue: &mpsc::Receiver<Write>, path: &str) {
     }
 }
 
-fn now_ms() -> u64 {
+pub(super) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -234,7 +290,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("weir-kv-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         {
-            let store = KvStore::open(&dir, "/p", &KvName::Route).unwrap();
+            let store = KvStore::open(&dir, None, "/p", &KvName::Route).unwrap();
             assert!(store.set(b"a", b"1", 0));
             assert!(store.set(b"gone", b"x", 1));
             assert!(store.set(b"b", b"2", 0));
@@ -248,7 +304,7 @@ mod tests {
         }
         // The writer thread holds the database until its queue closes.
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let store = KvStore::open(&dir, "/p", &KvName::Route).unwrap();
+        let store = KvStore::open(&dir, None, "/p", &KvName::Route).unwrap();
         assert_eq!(store.get(b"a").as_deref(), Some(&b"1"[..]), "persisted");
         assert_eq!(file_safe("/a/{b}"), "_2fa_2f_7bb_7d");
         let _ = std::fs::remove_dir_all(&dir);

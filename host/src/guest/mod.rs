@@ -2,8 +2,9 @@
 //! ([`engine`], [`cache`]), one loaded component per route ([`program`]), the
 //! per-worker instance that runs batches with limits ([`runner`]), the
 //! batch / command encoding of the `weir:gateway` ABI ([`abi`]), and the
-//! I/O 0.4.0 guests ask for by command ([`io`]: outbound HTTP, timers;
-//! [`kv`]: key-value stores).
+//! I/O 0.4.0 guests ask for by command ([`io`]: outbound HTTP and https
+//! through `https`'s connector, timers; [`kv`]: key-value stores, embedded
+//! or on Redis through `kv_redis`).
 //!
 //! How the reactor uses it: one [`GuestEngine`] per process; one [`Program`]
 //! per guest route, shared by all workers; one [`Runner`] per (worker thread,
@@ -33,8 +34,10 @@ pub mod deploy;
 pub mod engine;
 pub mod error;
 mod host;
+mod https;
 pub mod io;
 pub mod kv;
+mod kv_redis;
 pub mod log;
 pub mod program;
 pub mod route;

@@ -19,7 +19,7 @@
 mod dial;
 mod filter;
 mod pump;
-mod upstream;
+pub(crate) mod upstream;
 
 use crate::config::ProxyConfig;
 use crate::reactor::behaviour::{Behaviour, LocalFuture, Stop};
