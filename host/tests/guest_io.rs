@@ -341,6 +341,16 @@ async fn timers_fire_on_time_and_route_timers_reach_the_route() {
     send(&mut ws, "route-timer 20").await;
     assert_eq!(text(&mut ws).await, "route-timer");
     assert_eq!(text(&mut other).await, "route-timer");
+    // Cancelled timers never fire, however many, and do not hold back
+    // the one set after them.
+    send(&mut ws, "cancelled 5000 30").await;
+    let t = Instant::now();
+    send(&mut ws, "timer 60").await;
+    assert_eq!(text(&mut ws).await, "timer");
+    assert!(t.elapsed() >= Duration::from_millis(60), "fired early");
+    send(&mut ws, "ping").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(text(&mut ws).await, "ping", "a cancelled timer fired");
     // A connection's timer does not outlive it.
     send(&mut other, "timer 100").await;
     drop(other);

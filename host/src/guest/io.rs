@@ -11,10 +11,11 @@
 //! requests in flight, its timers (held here, not in an instance, so a
 //! route's timers survive instance replacement and deploys).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,7 +23,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::Notify;
-use tokio::task::AbortHandle;
+use tokio::time::Instant;
 use weir_abi::io::{split_request_head, HeaderLines};
 use weir_abi::HttpErrorReason;
 
@@ -90,7 +91,12 @@ impl Inbox {
     }
 
     fn push(&self, event: IoEvent) {
-        self.events.lock().expect("inbox lock").push(event);
+        self.push_all(std::iter::once(event));
+    }
+
+    /// Several events under one lock and one wake-up.
+    fn push_all(&self, events: impl IntoIterator<Item = IoEvent>) {
+        self.events.lock().expect("inbox lock").extend(events);
         self.wake.notify_one();
     }
 
@@ -157,8 +163,57 @@ pub fn check_outbound_ca(policy: &OutboundPolicy) -> Result<(), String> {
     }
 }
 
-/// Pending timers by (connection, tag): generation and task.
-type Timers = HashMap<(ConnectionId, u64), (u64, AbortHandle)>;
+/// A route's timers: one task on the I/O thread sleeps until the earliest
+/// is due and fires every due one in one go (setting a timer is a lock and
+/// a heap push, no task of its own; timers due together reach a worker as
+/// one inbox push and one wake-up).
+#[derive(Default)]
+struct Timers {
+    state: Mutex<TimerState>,
+    /// Wakes the task: a timer due before the one it sleeps for, or the
+    /// route gone.
+    wake: Notify,
+    /// The route is gone: the task ends.
+    closed: AtomicBool,
+}
+
+#[derive(Default)]
+struct TimerState {
+    /// Pending timers by (connection, tag): the generation of the one set
+    /// last (an earlier one with the same key was replaced).
+    pending: HashMap<(ConnectionId, u64), u64>,
+    /// When each timer is due, earliest first. An entry whose generation
+    /// is no longer the pending one was cancelled or replaced, and is
+    /// skipped when due (or dropped when the heap is compacted).
+    due: BinaryHeap<Reverse<Due>>,
+    /// When the task will look next (None: it is not running, or waits
+    /// for a first timer).
+    next_look: Option<Instant>,
+    /// The task has been started.
+    running: bool,
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Due {
+    at: Instant,
+    generation: u64,
+    conn: ConnectionId,
+    tag: u64,
+    /// The worker whose batch set it (a route timer's event goes there).
+    asker: usize,
+}
+
+impl TimerState {
+    /// Entries for cancelled or replaced timers are dropped once they are
+    /// most of the heap, so set-and-cancel churn cannot grow it.
+    fn compact(&mut self) {
+        if self.due.len() > 1024 && self.due.len() > 2 * self.pending.len() {
+            let pending = &self.pending;
+            self.due
+                .retain(|Reverse(d)| pending.get(&(d.conn, d.tag)) == Some(&d.generation));
+        }
+    }
+}
 
 /// One guest route's I/O: where its answers go, its requests in flight and
 /// its timers.
@@ -168,9 +223,8 @@ pub struct RouteIo {
     /// Each worker's inbox, once the route has a slot there.
     inboxes: Mutex<HashMap<usize, Arc<Inbox>>>,
     in_flight: Arc<AtomicUsize>,
-    /// Pending timers by (connection, tag): a generation (so a timer that
-    /// fires removes only itself, not one that replaced it) and its task.
-    timers: Arc<Mutex<Timers>>,
+    /// Pending timers, and the task that fires them.
+    timers: Arc<Timers>,
     generation: AtomicU64,
     /// Requests answered, errors, timers fired (for tests and `/metrics`).
     pub(crate) counts: IoCounts,
@@ -345,8 +399,10 @@ impl RouteIo {
         delay: Duration,
     ) {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let mut timers = self.timers.lock().expect("timers lock");
-        if timers.len() >= MAX_TIMERS_PER_ROUTE && !timers.contains_key(&(conn, tag)) {
+        let at = Instant::now() + delay;
+        let mut state = self.timers.state.lock().expect("timers lock");
+        if state.pending.len() >= MAX_TIMERS_PER_ROUTE && !state.pending.contains_key(&(conn, tag))
+        {
             tracing::warn!(
                 route = &*self.route,
                 conn,
@@ -356,45 +412,114 @@ impl RouteIo {
             );
             return;
         }
-        let me = self.clone();
-        let task = io_thread().handle.spawn(async move {
-            tokio::time::sleep(delay).await;
-            let mine = {
-                let mut timers = me.timers.lock().expect("timers lock");
-                let mine = timers
-                    .get(&(conn, tag))
-                    .is_some_and(|(g, _)| *g == generation);
-                if mine {
-                    timers.remove(&(conn, tag));
-                }
-                mine
-            };
-            if mine {
-                me.counts.timers.fetch_add(1, Ordering::Relaxed);
-                Self::deliver(&me.inboxes, asker, IoEvent::Timer { conn, tag });
-            }
-        });
-        if let Some((_, old)) = timers.insert((conn, tag), (generation, task.abort_handle())) {
-            old.abort();
+        state.pending.insert((conn, tag), generation);
+        state.due.push(Reverse(Due {
+            at,
+            generation,
+            conn,
+            tag,
+            asker,
+        }));
+        state.compact();
+        if !state.running {
+            state.running = true;
+            state.next_look = Some(at);
+            io_thread()
+                .handle
+                .spawn(fire_timers(self.timers.clone(), Arc::downgrade(self)));
+        } else if state.next_look.is_none_or(|next| at < next) {
+            state.next_look = Some(at);
+            self.timers.wake.notify_one();
         }
     }
 
     /// A `cancel-timer`: the timer does not fire (unless its event is
     /// already queued).
     pub(crate) fn cancel_timer(&self, conn: ConnectionId, tag: u64) {
-        if let Some((_, task)) = self
-            .timers
-            .lock()
-            .expect("timers lock")
-            .remove(&(conn, tag))
-        {
-            task.abort();
-        }
+        let mut state = self.timers.state.lock().expect("timers lock");
+        state.pending.remove(&(conn, tag));
+        state.compact();
     }
 
     /// Timers pending now.
     pub fn timers_pending(&self) -> usize {
-        self.timers.lock().expect("timers lock").len()
+        self.timers.state.lock().expect("timers lock").pending.len()
+    }
+
+    /// Queue the fired `events` for their workers: one push per worker.
+    fn deliver_fired(&self, fired: Vec<(usize, IoEvent)>) {
+        self.counts
+            .timers
+            .fetch_add(fired.len() as u64, Ordering::Relaxed);
+        let mut by_worker: HashMap<usize, Vec<IoEvent>> = HashMap::new();
+        for (asker, event) in fired {
+            let worker = match event.conn() {
+                0 => asker,
+                conn => worker_of(conn),
+            };
+            by_worker.entry(worker).or_default().push(event);
+        }
+        let inboxes = self.inboxes.lock().expect("inboxes lock");
+        for (worker, events) in by_worker {
+            if let Some(inbox) = inboxes.get(&worker) {
+                inbox.push_all(events);
+            }
+        }
+    }
+}
+
+impl Drop for RouteIo {
+    fn drop(&mut self) {
+        self.timers.closed.store(true, Ordering::Release);
+        self.timers.wake.notify_one();
+    }
+}
+
+/// A route's timer task (on the I/O thread): sleeps until the earliest
+/// timer is due or an earlier one is set, fires what is due, and ends
+/// with the route.
+async fn fire_timers(timers: Arc<Timers>, route: Weak<RouteIo>) {
+    loop {
+        let (fired, next) = {
+            let mut state = timers.state.lock().expect("timers lock");
+            let now = Instant::now();
+            let mut fired = Vec::new();
+            while let Some(Reverse(due)) = state.due.peek() {
+                if due.at > now {
+                    break;
+                }
+                let Reverse(due) = state.due.pop().expect("peeked");
+                if state.pending.get(&(due.conn, due.tag)) == Some(&due.generation) {
+                    state.pending.remove(&(due.conn, due.tag));
+                    let event = IoEvent::Timer {
+                        conn: due.conn,
+                        tag: due.tag,
+                    };
+                    fired.push((due.asker, event));
+                }
+            }
+            let next = state.due.peek().map(|Reverse(due)| due.at);
+            state.next_look = next;
+            (fired, next)
+        };
+        if timers.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if !fired.is_empty() {
+            match route.upgrade() {
+                Some(route) => route.deliver_fired(fired),
+                None => return,
+            }
+        }
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = timers.wake.notified() => {}
+                }
+            }
+            None => timers.wake.notified().await,
+        }
     }
 }
 
