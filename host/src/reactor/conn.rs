@@ -224,29 +224,20 @@ impl<T: Transport> Conn<T> {
         loop {
             let flow = if behaviour.reads_blocked(&self.env.outbound) {
                 Box::pin(self.wait_unblocked(behaviour)).await
-            } else if B::HAS_BESIDE {
+            } else {
                 tokio::select! {
                     biased;
-                    _ = self.env.outbound.ready() => self.outbound_ready().await,
+                    _ = self.env.outbound.ready() => match self.env.outbound.take_idle_due() {
+                        true => Box::pin(self.idle_check()).await,
+                        false => self.deliver().await,
+                    },
                     ready = self.stream.readable() => match ready {
                         Ok(()) => self.read(behaviour).await,
                         Err(_) => Flow::Done,
                     },
-                    beside = behaviour.beside() => match beside {
+                    beside = behaviour.beside(), if B::HAS_BESIDE => match beside {
                         Ok(()) => Flow::Continue,
                         Err(stop) => stop.into(),
-                    },
-                }
-            } else {
-                // The same select without the third branch: a disabled
-                // branch still costs its future and its checks on every
-                // wake (about 20 instructions per echoed message).
-                tokio::select! {
-                    biased;
-                    _ = self.env.outbound.ready() => self.outbound_ready().await,
-                    ready = self.stream.readable() => match ready {
-                        Ok(()) => self.read(behaviour).await,
-                        Err(_) => Flow::Done,
                     },
                 }
             };
@@ -258,14 +249,6 @@ impl<T: Transport> Conn<T> {
                 Flow::Drain => return Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()),
                 flow => return flow,
             }
-        }
-    }
-
-    /// Others queued for this connection, or the idle wheel woke it.
-    async fn outbound_ready(&mut self) -> Flow {
-        match self.env.outbound.take_idle_due() {
-            true => Box::pin(self.idle_check()).await,
-            false => self.deliver().await,
         }
     }
 
