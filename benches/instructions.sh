@@ -21,6 +21,8 @@
 #
 # Usage: benches/instructions.sh [--servers weir,weir-base,uws-cpp]
 #          [--scenarios echo64x200p8,echo64x50] [--runs 3]
+#          (also echo4kx50, and wss64x200p8 / wss64x50 over TLS 1.3 with a
+#          throwaway certificate, weir builds only: uws-cpp has no TLS)
 #          [--short 3] [--long 9]          (seconds of load)
 # Environment: WEIR_BIN, WEIR_BASE_BIN (another weir build), UWS_CPP_BIN
 # (benches/peers/build-uws-cpp.sh), WEIR_LOAD, CARGO_TARGET_DIR.
@@ -43,7 +45,7 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --short) short=$2; shift 2 ;;
     --long) long=$2; shift 2 ;;
-    -h|--help) sed -n 2,27p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,29p "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -55,6 +57,8 @@ scenario_args() {
     echo64x200p8) echo "-c 200 -p 8 -s 64" ;;
     echo64x50) echo "-c 50 -p 1 -s 64" ;;
     echo4kx50) echo "-c 50 -p 1 -s 4KiB" ;;
+    wss64x200p8) echo "-c 200 -p 8 -s 64" ;;
+    wss64x50) echo "-c 50 -p 1 -s 64" ;;
     *) echo "unknown scenario $1" >&2; return 2 ;;
   esac
 }
@@ -65,6 +69,16 @@ cat > "$work/routes.toml" <<'TOML'
 path = "/echo"
 native = "echo"
 TOML
+if [[ ",$scenarios," == *",wss"* ]]; then
+  command -v openssl >/dev/null || { echo "the wss scenarios need openssl" >&2; exit 2; }
+  # A throwaway certificate for 127.0.0.1; its key stays in $work.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=localhost \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -addext "basicConstraints=critical,CA:FALSE" \
+    -addext "keyUsage=digitalSignature" -addext "extendedKeyUsage=serverAuth" 2>/dev/null
+  { printf '[server]\ntls = { cert = "cert.pem", key = "key.pem" }\n\n'; cat "$work/routes.toml"; } \
+    > "$work/routes-tls.toml"
+fi
 port=19471
 server_pid=
 
@@ -74,14 +88,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# server_cmd SERVER SCENARIO
 server_cmd() {
+  local routes=$work/routes.toml
+  [[ $2 != wss* ]] || routes=$work/routes-tls.toml
   case "$1" in
-    weir) echo "$weir_bin serve $work/routes.toml --workers 1 --listen 127.0.0.1:$port" ;;
+    weir) echo "$weir_bin serve $routes --workers 1 --listen 127.0.0.1:$port" ;;
     weir-base)
       [ -n "${WEIR_BASE_BIN:-}" ] || { echo "weir-base needs WEIR_BASE_BIN" >&2; return 2; }
-      echo "$WEIR_BASE_BIN serve $work/routes.toml --workers 1 --listen 127.0.0.1:$port" ;;
+      echo "$WEIR_BASE_BIN serve $routes --workers 1 --listen 127.0.0.1:$port" ;;
     uws-cpp)
       [ -x "$uws_cpp" ] || { echo "uws-cpp not built (benches/peers/build-uws-cpp.sh)" >&2; return 2; }
+      [[ $2 != wss* ]] || { echo "uws-cpp is built without TLS" >&2; return 2; }
       echo "$uws_cpp $port 1" ;;
     *) echo "unknown server $1" >&2; return 2 ;;
   esac
@@ -92,7 +110,9 @@ count() {
   local cmd args out ir msgs
   args=$(scenario_args "$2")
   port=$((port + 1))
-  cmd=$(server_cmd "$1")
+  cmd=$(server_cmd "$1" "$2")
+  local url="ws://127.0.0.1:$port/echo" tls=()
+  [[ $2 != wss* ]] || { url="wss://127.0.0.1:$port/echo"; tls=(--ca "$work/cert.pem"); }
   out="$work/cg.out"
   rm -f "$out"
   # shellcheck disable=SC2086
@@ -103,7 +123,7 @@ count() {
     sleep 0.2
   done
   # shellcheck disable=SC2086
-  "$load" echo --url "ws://127.0.0.1:$port/echo" $args --warmup 0s --duration "${3}s" \
+  "$load" echo --url "$url" "${tls[@]}" $args --warmup 0s --duration "${3}s" \
     >"$work/load.txt" 2>&1 || { cat "$work/load.txt" >&2; return 1; }
   kill -TERM "$server_pid"
   wait "$server_pid" 2>/dev/null || true

@@ -142,11 +142,21 @@ impl Tls {
     }
 
     /// Writes what rustls has encrypted, as far as the socket takes it
-    /// now; `WouldBlock` when it takes nothing.
+    /// now; `WouldBlock` when it takes nothing. Straight to the kernel
+    /// first, as TCP's `Writer` does: only a write that would block goes
+    /// through tokio's readiness (`try_io`, which then clears it, so the
+    /// wait that follows is for real writability).
     fn send_tls(&mut self) -> std::io::Result<()> {
         let (tcp, session) = (&self.tcp, &mut self.session);
         while session.wants_write() {
-            tcp.try_io(Interest::WRITABLE, || session.write_tls(&mut Raw(tcp)))?;
+            match session.write_tls(&mut Raw(tcp)) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    tcp.try_io(Interest::WRITABLE, || session.write_tls(&mut Raw(tcp)))?;
+                }
+                other => {
+                    other?;
+                }
+            }
         }
         Ok(())
     }
@@ -236,11 +246,14 @@ impl Write for Raw<'_> {
 impl Transport for Tls {
     type Writer<'a> = TlsWriter<'a>;
 
-    async fn readable(&mut self) -> std::io::Result<()> {
-        if self.pending {
-            return Ok(());
-        }
-        self.tcp.readable().await
+    /// At once when rustls holds plaintext or ciphertext is held back;
+    /// else in the socket's read-waker slot, as over TCP.
+    fn readable(&mut self) -> impl Future<Output = std::io::Result<()>> {
+        let (pending, tcp) = (self.pending, &self.tcp);
+        std::future::poll_fn(move |cx| match pending {
+            true => Poll::Ready(Ok(())),
+            false => tcp.poll_read_ready(cx),
+        })
     }
 
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
