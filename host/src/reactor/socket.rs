@@ -64,6 +64,21 @@ pub fn send_vectored_now(stream: &TcpStream, parts: &[std::io::IoSlice<'_>]) -> 
     (&*SockRef::from(stream)).write_vectored(parts).unwrap_or(0)
 }
 
+/// A non-blocking `sendmsg` of `parts`, straight to the kernel first (as
+/// [`Writer`] does); only when that would block does it go through tokio's
+/// readiness (`try_write_vectored`), which then clears it, so a wait for
+/// writability that follows is for real room. WouldBlock when nothing was
+/// taken.
+pub fn try_send_vectored(
+    stream: &TcpStream,
+    parts: &[std::io::IoSlice<'_>],
+) -> std::io::Result<usize> {
+    match (&*SockRef::from(stream)).write_vectored(parts) {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => stream.try_write_vectored(parts),
+        other => other,
+    }
+}
+
 /// Sends FIN after what was written: the client reads everything, then EOF.
 pub fn shutdown_write(stream: &TcpStream) {
     let _ = SockRef::from(stream).shutdown(std::net::Shutdown::Write);

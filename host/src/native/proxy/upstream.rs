@@ -6,7 +6,7 @@
 //! session and hands the records to the socket, and what the socket did
 //! not take stays in the session (`wants_write`) until it is writable.
 
-use crate::reactor::socket::read_drained;
+use crate::reactor::socket::{read_drained, try_send_vectored};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::ClientConnection;
@@ -158,7 +158,7 @@ impl UpstreamIo {
 
     pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let (tcp, tls) = match self {
-            UpstreamIo::Tcp(tcp) => return tcp.try_write_vectored(bufs),
+            UpstreamIo::Tcp(tcp) => return try_send_vectored(tcp, bufs),
             UpstreamIo::Tls { tcp, tls } => (tcp, tls),
         };
         let mut tls = tls.borrow_mut();
