@@ -21,8 +21,10 @@
 #
 # Usage: benches/instructions.sh [--servers weir,weir-base,uws-cpp]
 #          [--scenarios echo64x200p8,echo64x50] [--runs 3]
-#          (also echo4kx50, and wss64x200p8 / wss64x50 over TLS 1.3 with a
-#          throwaway certificate, weir builds only: uws-cpp has no TLS)
+#          (also echo4kx50; wss64x200p8 / wss64x50 over TLS 1.3 with a
+#          throwaway certificate; proxy64x200p8 / proxy64x50: the server is
+#          a native proxy in front of WEIR_BIN's echo run without valgrind,
+#          counted per echo through it. weir builds only for these)
 #          [--short 3] [--long 9]          (seconds of load)
 # Environment: WEIR_BIN, WEIR_BASE_BIN (another weir build), UWS_CPP_BIN
 # (benches/peers/build-uws-cpp.sh), WEIR_LOAD, CARGO_TARGET_DIR.
@@ -45,7 +47,7 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --short) short=$2; shift 2 ;;
     --long) long=$2; shift 2 ;;
-    -h|--help) sed -n 2,29p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,31p "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -59,6 +61,8 @@ scenario_args() {
     echo4kx50) echo "-c 50 -p 1 -s 4KiB" ;;
     wss64x200p8) echo "-c 200 -p 8 -s 64" ;;
     wss64x50) echo "-c 50 -p 1 -s 64" ;;
+    proxy64x200p8) echo "-c 200 -p 8 -s 64" ;;
+    proxy64x50) echo "-c 50 -p 1 -s 64" ;;
     *) echo "unknown scenario $1" >&2; return 2 ;;
   esac
 }
@@ -81,9 +85,20 @@ if [[ ",$scenarios," == *",wss"* ]]; then
 fi
 port=19471
 server_pid=
+upstream_pid=
+if [[ ",$scenarios," == *",proxy"* ]]; then
+  # The proxy's upstream: weir's native echo, not under valgrind.
+  upstream_port=19469
+  "$weir_bin" serve "$work/routes.toml" --workers 1 --listen "127.0.0.1:$upstream_port" \
+    >"$work/upstream.log" 2>&1 &
+  upstream_pid=$!
+  printf '[[route]]\npath = "/echo"\nnative = "proxy"\nupstream = "ws://127.0.0.1:%s/echo"\n' \
+    "$upstream_port" >"$work/routes-proxy.toml"
+fi
 
 cleanup() {
   if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; fi
+  if [ -n "$upstream_pid" ]; then kill "$upstream_pid" 2>/dev/null || true; fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -92,6 +107,7 @@ trap cleanup EXIT
 server_cmd() {
   local routes=$work/routes.toml
   [[ $2 != wss* ]] || routes=$work/routes-tls.toml
+  [[ $2 != proxy* ]] || routes=$work/routes-proxy.toml
   case "$1" in
     weir) echo "$weir_bin serve $routes --workers 1 --listen 127.0.0.1:$port" ;;
     weir-base)
@@ -99,7 +115,7 @@ server_cmd() {
       echo "$WEIR_BASE_BIN serve $routes --workers 1 --listen 127.0.0.1:$port" ;;
     uws-cpp)
       [ -x "$uws_cpp" ] || { echo "uws-cpp not built (benches/peers/build-uws-cpp.sh)" >&2; return 2; }
-      [[ $2 != wss* ]] || { echo "uws-cpp is built without TLS" >&2; return 2; }
+      [[ $2 == echo* ]] || { echo "uws-cpp serves only the echo scenarios" >&2; return 2; }
       echo "$uws_cpp $port 1" ;;
     *) echo "unknown server $1" >&2; return 2 ;;
   esac
