@@ -185,10 +185,9 @@ struct TimerState {
     /// When each timer is due, earliest first. An entry whose generation
     /// is no longer the pending one was cancelled or replaced, and is
     /// skipped when due (or dropped when the heap is compacted).
+    /// The task sleeps until the earliest entry, as it was when it last
+    /// looked: only a push can make the earliest sooner.
     due: BinaryHeap<Reverse<Due>>,
-    /// When the task will look next (None: it is not running, or waits
-    /// for a first timer).
-    next_look: Option<Instant>,
     /// The task has been started.
     running: bool,
 }
@@ -258,13 +257,9 @@ impl RouteIo {
             .insert(worker, inbox);
     }
 
-    /// Queue `event` for the worker that should see it: the connection's,
-    /// or `asker` for the route's own.
+    /// Queue `event` for its worker ([`worker_for`]).
     fn deliver(inboxes: &Mutex<HashMap<usize, Arc<Inbox>>>, asker: usize, event: IoEvent) {
-        let worker = match event.conn() {
-            0 => asker,
-            conn => worker_of(conn),
-        };
+        let worker = worker_for(asker, &event);
         let inbox = inboxes.lock().expect("inboxes lock").get(&worker).cloned();
         if let Some(inbox) = inbox {
             inbox.push(event);
@@ -412,6 +407,7 @@ impl RouteIo {
             );
             return;
         }
+        let sooner = state.due.peek().is_none_or(|Reverse(due)| at < due.at);
         state.pending.insert((conn, tag), generation);
         state.due.push(Reverse(Due {
             at,
@@ -423,12 +419,10 @@ impl RouteIo {
         state.compact();
         if !state.running {
             state.running = true;
-            state.next_look = Some(at);
             io_thread()
                 .handle
                 .spawn(fire_timers(self.timers.clone(), Arc::downgrade(self)));
-        } else if state.next_look.is_none_or(|next| at < next) {
-            state.next_look = Some(at);
+        } else if sooner {
             self.timers.wake.notify_one();
         }
     }
@@ -453,11 +447,10 @@ impl RouteIo {
             .fetch_add(fired.len() as u64, Ordering::Relaxed);
         let mut by_worker: HashMap<usize, Vec<IoEvent>> = HashMap::new();
         for (asker, event) in fired {
-            let worker = match event.conn() {
-                0 => asker,
-                conn => worker_of(conn),
-            };
-            by_worker.entry(worker).or_default().push(event);
+            by_worker
+                .entry(worker_for(asker, &event))
+                .or_default()
+                .push(event);
         }
         let inboxes = self.inboxes.lock().expect("inboxes lock");
         for (worker, events) in by_worker {
@@ -472,6 +465,15 @@ impl Drop for RouteIo {
     fn drop(&mut self) {
         self.timers.closed.store(true, Ordering::Release);
         self.timers.wake.notify_one();
+    }
+}
+
+/// The worker an event goes to: the connection's, or for the route's own
+/// (connection 0) the worker whose batch asked.
+fn worker_for(asker: usize, event: &IoEvent) -> usize {
+    match event.conn() {
+        0 => asker,
+        conn => worker_of(conn),
     }
 }
 
@@ -498,9 +500,7 @@ async fn fire_timers(timers: Arc<Timers>, route: Weak<RouteIo>) {
                     fired.push((due.asker, event));
                 }
             }
-            let next = state.due.peek().map(|Reverse(due)| due.at);
-            state.next_look = next;
-            (fired, next)
+            (fired, state.due.peek().map(|Reverse(due)| due.at))
         };
         if timers.closed.load(Ordering::Acquire) {
             return;

@@ -64,19 +64,31 @@ pub fn send_vectored_now(stream: &TcpStream, parts: &[std::io::IoSlice<'_>]) -> 
     (&*SockRef::from(stream)).write_vectored(parts).unwrap_or(0)
 }
 
-/// A non-blocking `sendmsg` of `parts`, straight to the kernel first (as
-/// [`Writer`] does); only when that would block does it go through tokio's
-/// readiness (`try_write_vectored`), which then clears it, so a wait for
+/// Runs `send` (a non-blocking write into `stream`) straight away: the
+/// usual send finds room, and going through tokio's readiness bookkeeping
+/// for it costs more instructions than the send's own user-space part.
+/// Only a send that would block runs again under tokio's readiness
+/// (`try_io`), which then knows the socket is full, so a wait for
 /// writability that follows is for real room. WouldBlock when nothing was
 /// taken.
+pub fn send_direct_first<T>(
+    stream: &TcpStream,
+    mut send: impl FnMut() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    match send() {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {
+            stream.try_io(tokio::io::Interest::WRITABLE, send)
+        }
+        other => other,
+    }
+}
+
+/// One `sendmsg` of `parts` by [`send_direct_first`].
 pub fn try_send_vectored(
     stream: &TcpStream,
     parts: &[std::io::IoSlice<'_>],
 ) -> std::io::Result<usize> {
-    match (&*SockRef::from(stream)).write_vectored(parts) {
-        Err(e) if e.kind() == ErrorKind::WouldBlock => stream.try_write_vectored(parts),
-        other => other,
-    }
+    send_direct_first(stream, || (&*SockRef::from(stream)).write_vectored(parts))
 }
 
 /// Sends FIN after what was written: the client reads everything, then EOF.
@@ -111,25 +123,19 @@ pub fn peer_hung_up(stream: &TcpStream) -> bool {
 pub struct Writer<'a>(pub &'a TcpStream);
 
 impl Writer<'_> {
-    /// Sends straight away first: the usual send finds room, and going
-    /// through tokio's readiness bookkeeping (`try_write`) for it costs more
-    /// instructions than the send's own user-space part. Only a send that
-    /// would block goes through tokio (`tracked`), which then knows the
-    /// socket is full and waits for writability.
+    /// `send` by [`send_direct_first`], then, while the socket is full,
+    /// again each time tokio reports it writable.
     fn poll_with<T>(
         &self,
         cx: &mut Context<'_>,
-        raw: impl Fn(&TcpStream) -> std::io::Result<T>,
-        tracked: impl Fn(&TcpStream) -> std::io::Result<T>,
+        mut send: impl FnMut() -> std::io::Result<T>,
     ) -> Poll<std::io::Result<T>> {
-        match raw(self.0) {
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            other => return Poll::Ready(other),
-        }
+        let mut result = send_direct_first(self.0, &mut send);
         loop {
-            match tracked(self.0) {
+            match result {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    std::task::ready!(self.0.poll_write_ready(cx))?
+                    std::task::ready!(self.0.poll_write_ready(cx))?;
+                    result = self.0.try_io(tokio::io::Interest::WRITABLE, &mut send);
                 }
                 other => return Poll::Ready(other),
             }
@@ -143,11 +149,8 @@ impl AsyncWrite for Writer<'_> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        self.poll_with(
-            cx,
-            |s| (&*SockRef::from(s)).write(buf),
-            |s| s.try_write(buf),
-        )
+        let socket = self.0;
+        self.poll_with(cx, || (&*SockRef::from(socket)).write(buf))
     }
 
     fn poll_write_vectored(
@@ -155,11 +158,8 @@ impl AsyncWrite for Writer<'_> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        self.poll_with(
-            cx,
-            |s| (&*SockRef::from(s)).write_vectored(bufs),
-            |s| s.try_write_vectored(bufs),
-        )
+        let socket = self.0;
+        self.poll_with(cx, || (&*SockRef::from(socket)).write_vectored(bufs))
     }
 
     fn is_write_vectored(&self) -> bool {

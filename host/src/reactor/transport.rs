@@ -142,21 +142,12 @@ impl Tls {
     }
 
     /// Writes what rustls has encrypted, as far as the socket takes it
-    /// now; `WouldBlock` when it takes nothing. Straight to the kernel
-    /// first, as TCP's `Writer` does: only a write that would block goes
-    /// through tokio's readiness (`try_io`, which then clears it, so the
-    /// wait that follows is for real writability).
+    /// now (straight to the kernel first, as over TCP); `WouldBlock` when
+    /// it takes nothing.
     fn send_tls(&mut self) -> std::io::Result<()> {
         let (tcp, session) = (&self.tcp, &mut self.session);
         while session.wants_write() {
-            match session.write_tls(&mut Raw(tcp)) {
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    tcp.try_io(Interest::WRITABLE, || session.write_tls(&mut Raw(tcp)))?;
-                }
-                other => {
-                    other?;
-                }
-            }
+            socket::send_direct_first(tcp, || session.write_tls(&mut Raw(tcp)))?;
         }
         Ok(())
     }
