@@ -15,7 +15,8 @@ pub const ADMIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// What went wrong talking to the admin API.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("cannot reach the admin API at {addr}: {source}")]
+    // The cause is the error's source, shown once by the caller's chain.
+    #[error("cannot reach the admin API at {addr}")]
     Connect {
         addr: String,
         source: std::io::Error,
@@ -24,6 +25,28 @@ pub enum ClientError {
     Http(String),
     #[error("the admin API did not answer within {ADMIN_REQUEST_TIMEOUT:?}")]
     Timeout,
+}
+
+/// The `host:port` to connect to for an admin address given as `host:port`
+/// or as an `http://host:port[/]` URL (what a browser's address bar shows
+/// for the dashboard).
+pub fn admin_authority(given: &str) -> Result<String, String> {
+    let given = given.trim();
+    if given.starts_with("https://") {
+        return Err(format!(
+            "{given}: the command line speaks plain HTTP to the admin API; \
+             give its host:port on a listener without [admin] tls"
+        ));
+    }
+    let rest = given.strip_prefix("http://").unwrap_or(given);
+    let authority = rest.trim_end_matches('/');
+    if authority.is_empty() || authority.contains(['/', '?', '#', '@']) || !authority.contains(':')
+    {
+        return Err(format!(
+            "{given}: not an admin address; write host:port, e.g. 127.0.0.1:9090"
+        ));
+    }
+    Ok(authority.to_string())
 }
 
 /// `/routes/{path}/{action}` with the route path percent-encoded.
@@ -91,6 +114,22 @@ async fn send(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn admin_addresses_take_urls_and_refuse_paths() {
+        use super::admin_authority;
+        assert_eq!(admin_authority("127.0.0.1:9090").unwrap(), "127.0.0.1:9090");
+        assert_eq!(
+            admin_authority("http://127.0.0.1:9090/").unwrap(),
+            "127.0.0.1:9090"
+        );
+        assert_eq!(admin_authority("http://[::1]:9090").unwrap(), "[::1]:9090");
+        assert!(admin_authority("http://127.0.0.1:9090/routes").is_err());
+        assert!(admin_authority("127.0.0.1").is_err());
+        assert!(admin_authority("https://a:1")
+            .unwrap_err()
+            .contains("plain HTTP"));
+    }
+
     #[test]
     fn route_paths_are_encoded_whole() {
         assert_eq!(

@@ -16,7 +16,8 @@ use weir::config::{self, Config};
 #[command(name = "weir", version, propagate_version = true)]
 #[command(
     after_help = "Logging: set RUST_LOG (default \"info\"), e.g. RUST_LOG=weir=debug.\n\
-Admin commands read the admin token from WEIR_ADMIN_TOKEN."
+Admin commands read the admin token from WEIR_ADMIN_TOKEN and the admin address\n\
+from --admin, else WEIR_ADMIN, else [admin] listen in ./routes.toml."
 )]
 struct Cli {
     /// Log lines as text, or as one JSON object per line (fields: level,
@@ -64,7 +65,7 @@ enum Command {
         /// Project (and crate, and route) name: lower-case letters, digits,
         /// '-' and '_'
         name: String,
-        /// Directory to create the project in [default: the current one]
+        /// Directory to create the project in
         #[arg(long, value_name = "DIR", default_value = ".")]
         dir: PathBuf,
         /// The handler's language
@@ -83,23 +84,36 @@ enum Command {
     /// message batch.
     Deploy {
         /// The gateway's admin address ([admin] listen), e.g. 127.0.0.1:9090
+        /// or http://127.0.0.1:9090 [default: $WEIR_ADMIN, else [admin]
+        /// listen of ./routes.toml]
         #[arg(long, value_name = "ADDR")]
-        admin: String,
+        admin: Option<String>,
         /// The route's path as in the routes file, e.g. /json
         route: String,
         /// The component (.wasm)
         file: PathBuf,
     },
-    /// Put a guest route's previous version back.
+    /// Put a guest route's previous version back, pinned: reloads (SIGHUP)
+    /// keep it until the next deploy or `weir unpin`.
     Rollback {
+        /// The gateway's admin address (as for deploy)
         #[arg(long, value_name = "ADDR")]
-        admin: String,
+        admin: Option<String>,
+        route: String,
+    },
+    /// Let reloads deploy a rolled-back route's component from the routes
+    /// file again.
+    Unpin {
+        /// The gateway's admin address (as for deploy)
+        #[arg(long, value_name = "ADDR")]
+        admin: Option<String>,
         route: String,
     },
     /// List a running gateway's routes, versions and connections.
     Routes {
+        /// The gateway's admin address (as for deploy)
         #[arg(long, value_name = "ADDR")]
-        admin: String,
+        admin: Option<String>,
     },
 }
 
@@ -118,9 +132,16 @@ fn main() -> ExitCode {
         Command::Build { dir } => weir::scaffold::build_project(&dir).map(|path| {
             println!("{}", path.display());
         }),
-        Command::Deploy { admin, route, file } => deploy(&admin, &route, &file),
-        Command::Rollback { admin, route } => rollback(&admin, &route),
-        Command::Routes { admin } => routes(&admin),
+        Command::Deploy { admin, route, file } => {
+            admin_addr(admin).and_then(|admin| deploy(&admin, &route, &file))
+        }
+        Command::Rollback { admin, route } => {
+            admin_addr(admin).and_then(|admin| rollback(&admin, &route))
+        }
+        Command::Unpin { admin, route } => {
+            admin_addr(admin).and_then(|admin| unpin(&admin, &route))
+        }
+        Command::Routes { admin } => admin_addr(admin).and_then(|admin| routes(&admin)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -205,12 +226,46 @@ fn new_project(parent: &std::path::Path, name: &str, lang: &str) -> anyhow::Resu
     println!("next:");
     println!("  cd {shown}");
     if lang == weir::scaffold::Lang::Rust {
-        println!("  cargo test --target host-tuple   # its tests, natively");
+        println!("  cargo test                       # its tests, natively");
     }
     println!("  weir build                       # dist/{name}.wasm");
-    println!("  weir serve routes.toml           # ws://127.0.0.1:9001/{name}");
+    println!(
+        "  weir serve routes.toml           # ws://{}/{name}",
+        weir::scaffold::SCAFFOLD_LISTEN
+    );
     Ok(())
 }
+
+/// The admin API's address for deploy, rollback and routes: `--admin`,
+/// else `WEIR_ADMIN`, else `[admin] listen` of `routes.toml` in the current
+/// directory (a project from `weir new`, or a gateway's own directory).
+fn admin_addr(flag: Option<String>) -> anyhow::Result<String> {
+    let given = flag.or_else(|| std::env::var(ADMIN_ADDR_ENV).ok().filter(|a| !a.is_empty()));
+    if let Some(addr) = given {
+        return weir::client::admin_authority(&addr).map_err(anyhow::Error::msg);
+    }
+    let file = std::path::Path::new("routes.toml");
+    if let Ok(text) = std::fs::read_to_string(file) {
+        let table: toml::Table = text
+            .parse()
+            .with_context(|| format!("{} is not valid TOML", file.display()))?;
+        if let Some(listen) = table
+            .get("admin")
+            .and_then(|a| a.get("listen"))
+            .and_then(|l| l.as_str())
+        {
+            return Ok(listen.to_string());
+        }
+    }
+    anyhow::bail!(
+        "which gateway? pass --admin ADDR (its [admin] listen, e.g. 127.0.0.1:9090), \
+         or set {ADMIN_ADDR_ENV}, or run this where a routes.toml has [admin] listen"
+    )
+}
+
+/// The environment variable admin commands take the admin address from
+/// when `--admin` is not given.
+const ADMIN_ADDR_ENV: &str = "WEIR_ADMIN";
 
 /// One admin request from the command line; the body of a 2xx answer, or
 /// the server's error.
@@ -234,6 +289,12 @@ fn admin_request(
         runtime.block_on(weir::client::request(addr, &token, method, path, body))?;
     let value: serde_json::Value =
         serde_json::from_str(&text).unwrap_or_else(|_| serde_json::json!({ "error": text.trim() }));
+    if status == 404 && text.starts_with(weir::server::NO_ROUTE_BODY.trim_end()) {
+        anyhow::bail!(
+            "{addr} is the gateway's public listener, not its admin one \
+             (the address in the routes file's [admin] listen)"
+        );
+    }
     if !(200..300).contains(&status) {
         let message = value["error"].as_str().unwrap_or(text.trim()).to_string();
         anyhow::bail!("the gateway answered {status}: {message}");
@@ -264,13 +325,26 @@ fn rollback(admin: &str, route: &str) -> anyhow::Result<()> {
         answer["version"],
         answer["hash"].as_str().unwrap_or("?")
     );
+    println!("pinned: reloads keep this version until the next deploy or `weir unpin {route}`");
+    Ok(())
+}
+
+fn unpin(admin: &str, route: &str) -> anyhow::Result<()> {
+    let path = weir::client::route_endpoint(route, "unpin");
+    let answer = admin_request(admin, http::Method::POST, &path, Vec::new())
+        .with_context(|| format!("{route} was not unpinned"))?;
+    if answer["unpinned"].as_bool() == Some(true) {
+        println!("unpinned {route}: the next reload deploys its routes file's component");
+    } else {
+        println!("{route} was not pinned");
+    }
     Ok(())
 }
 
 fn routes(admin: &str) -> anyhow::Result<()> {
     let answer = admin_request(admin, http::Method::GET, "/routes", Vec::new())?;
     println!(
-        "{:<24} {:<9} {:>11} {:>7}  {:<12}  DEPLOYED (unix s)",
+        "{:<24} {:<9} {:>11} {:>10}  {:<12}  DEPLOYED",
         "PATH", "BEHAVIOUR", "CONNECTIONS", "VERSION", "SHA256"
     );
     for r in answer["routes"].as_array().into_iter().flatten() {
@@ -282,10 +356,16 @@ fn routes(admin: &str) -> anyhow::Result<()> {
         let hash = r["hash"]
             .as_str()
             .map_or("-".to_string(), |h| h[..12.min(h.len())].to_string());
-        let version = r.get("version").map_or("-".to_string(), text);
-        let since = r.get("deployed_at").map_or("-".to_string(), text);
+        let mut version = r.get("version").map_or("-".to_string(), text);
+        if r["pinned"].as_bool() == Some(true) {
+            version.push_str(" pinned");
+        }
+        let since = r
+            .get("deployed_at")
+            .and_then(|v| v.as_u64())
+            .map_or("-".to_string(), deployed_at);
         println!(
-            "{:<24} {:<9} {:>11} {:>7}  {:<12}  {since}",
+            "{:<24} {:<9} {:>11} {:>10}  {:<12}  {since}",
             text(&r["path"]),
             text(&r["behaviour"]),
             text(&r["connections"]),
@@ -294,6 +374,12 @@ fn routes(admin: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A deploy's time (Unix seconds) as an HTTP date, in UTC.
+fn deployed_at(unix_secs: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_secs);
+    httpdate::fmt_http_date(at)
 }
 
 /// The signal-handling runtime, with SIGHUP already registered.

@@ -154,6 +154,11 @@ const LOCK_FILE: &str = include_str!("../../examples/Cargo.lock");
 /// the route's `memory`); as in examples/.cargo/config.toml.
 const STACK_FLAG: &str = "-C link-arg=-zstack-size=65536";
 
+/// Where a new project's routes file listens: not 9001, which the example
+/// gateway (`scripts/serve.sh`) and `weir serve` without a file take, so a
+/// newcomer running both does not meet "address in use".
+pub const SCAFFOLD_LISTEN: &str = "127.0.0.1:9011";
+
 /// A manifest of this repository's workspace made standalone: inherited
 /// keys spelled out, `[dev-dependencies]` (the SDK's own test tools)
 /// dropped.
@@ -253,15 +258,12 @@ fn project_files(name: &str) -> Vec<(String, String)> {
     files.push((
         ".cargo/config.toml".into(),
         format!(
-            "# `cargo build` makes a WebAssembly component (what weir loads), and the\n\
-             # shadow stack is 64 KiB instead of 1 MiB, so the route's `memory` is\n\
-             # spent on the heap. `weir build` passes the same settings.\n\
-             [build]\n\
-             target = \"wasm32-wasip2\"\n\n\
+            "# `weir build` makes the WebAssembly component weir loads (cargo build\n\
+             # --release --target wasm32-wasip2, with these flags: the shadow stack is\n\
+             # 64 KiB instead of 1 MiB, so the route's `memory` is spent on the heap).\n\
+             # Plain `cargo test` runs the handler's tests natively (weir_guest::testing).\n\
              [target.wasm32-wasip2]\n\
-             rustflags = [{}]\n\
-             # Tests run natively (weir_guest::testing): `cargo test --target host-tuple`.\n\
-             runner = [\"sh\", \"-c\", \"echo 'run the tests natively: cargo test --target host-tuple' >&2; exit 1\", \"--\"]\n",
+             rustflags = [{}]\n",
             STACK_FLAG
                 .split(' ')
                 .map(|a| format!("\"{a}\""))
@@ -275,9 +277,9 @@ fn project_files(name: &str) -> Vec<(String, String)> {
     files.push((
         "routes.toml".into(),
         format!(
-            "# `weir serve routes.toml` after `weir build`: {name} at ws://127.0.0.1:9001/{name}\n\
+            "# `weir serve routes.toml` after `weir build`: {name} at ws://{SCAFFOLD_LISTEN}/{name}\n\
              [server]\n\
-             listen = \"127.0.0.1:9001\"\n\n\
+             listen = \"{SCAFFOLD_LISTEN}\"\n\n\
              [[route]]\n\
              path = \"/{name}\"\n\
              guest = \"dist/{name}.wasm\"\n"
@@ -312,9 +314,9 @@ fn script_project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
     files.push((
         "routes.toml".into(),
         format!(
-            "# `weir serve routes.toml` after `weir build`: {name} at ws://127.0.0.1:9001/{name}\n\
+            "# `weir serve routes.toml` after `weir build`: {name} at ws://{SCAFFOLD_LISTEN}/{name}\n\
              [server]\n\
-             listen = \"127.0.0.1:9001\"\n\n\
+             listen = \"{SCAFFOLD_LISTEN}\"\n\n\
              [[route]]\n\
              path = \"/{name}\"\n\
              guest = \"dist/{name}.wasm\"\n"
@@ -331,7 +333,7 @@ fn script_project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
             "# {name}\n\n\
              A weir WebSocket handler in {language}.\n\n    \
              weir build              # dist/{name}.wasm (installs the SDK's toolchain into weir-sdk/ once)\n    \
-             weir serve routes.toml  # serves it at ws://127.0.0.1:9001/{name}\n\n\
+             weir serve routes.toml  # serves it at ws://{SCAFFOLD_LISTEN}/{name}\n\n\
              The handler is `{handler}`; the SDK it uses is in `weir-sdk/` (written by\n\
              `weir new`, matching the gateway's ABI), documented in weir-sdk/README.md.\n"
         ),
@@ -446,7 +448,7 @@ weir_guest::export!(App);
 mod tests;
 "##;
 
-const STARTER_TESTS: &str = r##"//! Run with `cargo test --target host-tuple`: the handler runs natively,
+const STARTER_TESTS: &str = r##"//! Run with `cargo test`: the handler runs natively,
 //! driven like the gateway drives it.
 
 use super::App;
@@ -483,9 +485,9 @@ const STARTER_README: &str = r##"# NAME
 
 A weir WebSocket handler.
 
-    cargo test --target host-tuple   # the handler's tests, natively
+    cargo test                       # the handler's tests, natively
     weir build                       # builds dist/NAME.wasm
-    weir serve routes.toml           # serves it at ws://127.0.0.1:9001/NAME
+    weir serve routes.toml           # serves it at ws://127.0.0.1:9011/NAME
 
 The handler is `src/lib.rs`; the SDK it uses is in `weir-sdk/` (written by
 `weir new`, matching the gateway's ABI). `cargo doc --open` documents it.
@@ -633,7 +635,8 @@ fn build_rust_project(dir: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(&dist).with_context(|| format!("cannot create {}", dist.display()))?;
     let out = dist.join(format!("{name}.wasm"));
     std::fs::write(&out, &bytes).with_context(|| format!("cannot write {}", out.display()))?;
-    Ok(out)
+    // Absolute, as the JavaScript and Python builds print it.
+    Ok(out.canonicalize().unwrap_or(out))
 }
 
 /// Where cargo puts the project's artifacts (`CARGO_TARGET_DIR`, config

@@ -181,7 +181,11 @@ fn a_second_gateway_on_an_address_in_use_fails_unless_sharing_is_asked_for() {
         )),
         "{stderr}"
     );
-    assert!(stderr.contains("reuse_port"), "{stderr}");
+    assert!(
+        stderr.contains("--listen"),
+        "the hint is the safe flag: {stderr}"
+    );
+    assert!(!stderr.contains("reuse_port = true"), "{stderr}");
 
     // With reuse_port on both sides, both serve.
     let port = TcpListener::bind("127.0.0.1:0")
@@ -271,4 +275,36 @@ fn json_logs_are_one_object_per_line() {
         .as_str()
         .unwrap()
         .starts_with("127.0.0.1:"));
+}
+
+/// Issue 36: `weir check` said `ok` for `allow_outbound` and `kv` on a
+/// component that cannot use them (a JavaScript guest on the 0.3.0 world).
+/// It still passes (the route serves), with a warning naming the settings,
+/// the component and the world.
+#[test]
+fn check_warns_when_a_route_sets_io_its_component_cannot_use() {
+    let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/js-echo.wasm");
+    assert!(wasm.exists(), "run scripts/build-guests.sh first");
+    let file = routes_file(
+        "io-on-v3.toml",
+        &format!(
+            "[[route]]\npath = \"/js\"\nguest = \"{}\"\nkv = \"route\"\n\
+             allow_outbound = [\"http://127.0.0.1:9/\"]\n",
+            wasm.display()
+        ),
+    );
+    let out = weir()
+        .arg("check")
+        .arg(&file)
+        .env("WEIR_CACHE_DIR", "")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("allow_outbound and kv set on the route")
+            && stderr.contains("js-echo.wasm")
+            && stderr.contains("weir:gateway@0.3.0"),
+        "{stderr}"
+    );
 }

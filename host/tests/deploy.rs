@@ -11,7 +11,7 @@ use common::STEP;
 use futures_util::{SinkExt, StreamExt};
 use guest_support::wasm;
 use http::Method;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -257,6 +257,53 @@ async fn rollback_puts_the_previous_version_back() {
     // A native route takes no component.
     let (status, body) = gw.deploy("/e", "echo").await;
     assert_eq!(status, 409, "{body}");
+}
+
+/// Issue 36: after `weir rollback`, a reload re-deployed the newer component
+/// because the routes file points at the file the build overwrote. A
+/// rollback now pins the version: a reload leaves it (and says so) until
+/// the next deploy or an unpin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_pins_the_version_against_reloads_until_unpinned() {
+    let gw = Gateway::start(
+        "pin",
+        &["echo>v"],
+        "[[route]]\npath = \"/g\"\nguest = \"v.wasm\"\n",
+    )
+    .await;
+    let mut ws = common::client(&gw.url("/g")).await;
+    // A new build overwrites v.wasm and is reloaded: version 2 (json).
+    std::fs::copy(wasm("json"), gw.dir.join("v.wasm")).unwrap();
+    let (status, body) = gw.admin(Method::POST, "/reload", Vec::new()).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(ask(&mut ws, 1).await, Answer::Json);
+    let (status, body) = gw
+        .admin(
+            Method::POST,
+            &weir::client::route_endpoint("/g", "rollback"),
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"pinned\":true"), "{body}");
+    assert_eq!(ask(&mut ws, 3).await, Answer::Echo);
+    // The file still holds the newer build: a reload keeps version 1 and says why.
+    let (status, body) = gw.admin(Method::POST, "/reload", Vec::new()).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("pinned to version 1 by a rollback"), "{body}");
+    assert_eq!(ask(&mut ws, 5).await, Answer::Echo);
+    assert_eq!(gw.version("/g").await, 1);
+    let (_, routes) = gw.admin(Method::GET, "/routes", Vec::new()).await;
+    assert!(routes.contains("\"pinned\":true"), "{routes}");
+    // Unpinned, the next reload deploys the file again.
+    let unpin = weir::client::route_endpoint("/g", "unpin");
+    let (status, body) = gw.admin(Method::POST, &unpin, Vec::new()).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"unpinned\":true"), "{body}");
+    let (status, body) = gw.admin(Method::POST, "/reload", Vec::new()).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!body.contains("pinned"), "{body}");
+    assert_eq!(ask(&mut ws, 7).await, Answer::Json);
 }
 
 /// The counter example keeps its count in the connection's attachment: a
@@ -522,6 +569,45 @@ async fn cli_deploys_rolls_back_and_lists() {
     let (code, _, err) = weir(&["routes", "--admin", "ADMIN"], "not-the-token-at-all");
     assert_eq!(code, Some(1));
     assert!(err.contains("answered 401"), "{err}");
+
+    // Issue 36's first-hour snags: the address from WEIR_ADMIN as a URL, a
+    // deploy time a person can read, the public port named as such, and a
+    // missing address explained.
+    let empty = gw.dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let run_in = |dir: &Path, args: &[&str], admin_env: Option<String>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.args(args)
+            .env("WEIR_ADMIN_TOKEN", TOKEN)
+            .env("RUST_LOG", "off")
+            .env_remove("WEIR_ADMIN")
+            .current_dir(dir);
+        if let Some(admin) = admin_env {
+            cmd.env("WEIR_ADMIN", admin);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let run = |args: &[&str], admin_env: Option<String>| run_in(&empty, args, admin_env);
+    let (code, out, err) = run(&["routes"], Some(format!("http://{}/", gw.admin)));
+    assert_eq!(code, Some(0), "{err}");
+    let line = out.lines().find(|l| l.starts_with("/g ")).unwrap();
+    assert!(line.ends_with(" GMT"), "deployed at, as a date: {line}");
+    // In the gateway's directory, its routes.toml's [admin] listen.
+    let (code, out, err) = run_in(&gw.dir, &["routes"], None);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.lines().any(|l| l.starts_with("/g ")), "{out}");
+    let (code, _, err) = run(&["routes", "--admin", &gw.addr.to_string()], None);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("public listener, not its admin one"), "{err}");
+    assert_eq!(err.matches("error").count(), 1, "one error line: {err}");
+    let (code, _, err) = run(&["routes"], None);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("pass --admin ADDR"), "{err}");
 }
 
 /// With `[admin]` and no token in the environment, `weir serve` refuses to

@@ -1,7 +1,7 @@
 //! `weir new` → `weir build` → `weir serve` → a real client, in a temporary
 //! directory outside the repository: the path a newcomer takes with only
 //! the `weir` binary and a Rust toolchain. Also the scaffold's own tests
-//! (`cargo test --target host-tuple`), which drive its handler natively.
+//! (plain `cargo test`), which drive its handler natively.
 
 mod common;
 
@@ -43,6 +43,22 @@ fn run(mut cmd: Command, what: &str, limit: Duration) -> String {
     stdout
 }
 
+/// The admin token the gateways here are started with.
+const ADMIN_TOKEN: &str = "scaffold-test-admin-token-0123456789";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The greeting a new connection to `url` gets.
+async fn greeting(url: &str) -> Message {
+    next(&mut client(url).await).await
+}
+
 /// `weir serve`, stopped (by its PID) when dropped.
 struct Serving(Child);
 
@@ -56,16 +72,13 @@ impl Drop for Serving {
 /// `weir serve` on `project`'s routes file on a free port, its compile
 /// cache in `cache`; returns once the port answers (within `limit`).
 async fn serve(project: &Path, cache: &Path, limit: Duration) -> (Serving, u16) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let child = weir()
         .arg("serve")
         .arg(project.join("routes.toml"))
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .env("WEIR_CACHE_DIR", cache)
+        .env("WEIR_ADMIN_TOKEN", ADMIN_TOKEN)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -118,18 +131,90 @@ async fn new_build_serve_and_a_client_outside_the_repository() {
     assert_eq!(&std::fs::read(&component).unwrap()[..4], b"\0asm");
 
     let mut test = Command::new("cargo");
-    test.current_dir(&project)
-        .args(["test", "--target", "host-tuple"]);
+    // Plain `cargo test`, as a newcomer types it (issue 36: with the
+    // wasm target as the project's default it failed with a runner line).
+    test.current_dir(&project).arg("test");
     let tested = run(test, "the scaffold's cargo test", Duration::from_secs(600));
     assert!(tested.contains("2 passed"), "{tested}");
 
+    // The scaffold's routes file listens on its own port, not the example
+    // gateway's 9001; an admin listener is added as the README shows.
+    let routes = project.join("routes.toml");
+    let text = std::fs::read_to_string(&routes).unwrap();
+    assert!(
+        text.contains(weir::scaffold::SCAFFOLD_LISTEN) && !text.contains(":9001"),
+        "{text}"
+    );
+    let admin = format!("127.0.0.1:{}", free_port());
+    std::fs::write(&routes, format!("{text}\n[admin]\nlisten = \"{admin}\"\n")).unwrap();
+
     let (serving, port) = serve(&project, &parent.join("cache"), Duration::from_secs(20)).await;
-    let mut ws = client(&format!("ws://127.0.0.1:{port}/hello")).await;
+    let url = format!("ws://127.0.0.1:{port}/hello");
+    let mut ws = client(&url).await;
     assert_eq!(next(&mut ws).await, Message::text("welcome to hello"));
     ws.send(Message::text("hi")).await.unwrap();
     assert_eq!(next(&mut ws).await, Message::text("#1 hi"));
     ws.send(Message::binary(vec![7, 8])).await.unwrap();
     assert_eq!(next(&mut ws).await, Message::binary(vec![7, 8]));
+
+    // A change deployed, rolled back, then a reload (issue 36: the reload
+    // brought the rolled-back build back, since the routes file names the
+    // file `weir build` overwrites). The CLI finds the admin address in the
+    // project's routes.toml.
+    let lib = project.join("src/lib.rs");
+    let v1 = std::fs::read_to_string(&lib).unwrap();
+    std::fs::write(&lib, v1.replace("\"welcome to", "\"v2: welcome to")).unwrap();
+    let mut build = weir();
+    build.arg("build").arg(&project);
+    if let Some(dir) = &shared_target {
+        build.env("CARGO_TARGET_DIR", Path::new(dir).join("wasm"));
+    }
+    run(build, "weir build (v2)", Duration::from_secs(600));
+    let cli = |args: &[&str]| {
+        let mut cmd = weir();
+        cmd.current_dir(&project)
+            .args(args)
+            .env("WEIR_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env_remove("WEIR_ADMIN");
+        run(
+            cmd,
+            &format!("weir {}", args.join(" ")),
+            Duration::from_secs(120),
+        )
+    };
+    let said = cli(&["deploy", "/hello", "dist/hello.wasm"]);
+    assert!(said.contains("to /hello: version 2"), "{said}");
+    assert_eq!(greeting(&url).await, Message::text("v2: welcome to hello"));
+    let said = cli(&["rollback", "/hello"]);
+    assert!(
+        said.contains("version 1 serves") && said.contains("pinned"),
+        "{said}"
+    );
+    assert_eq!(greeting(&url).await, Message::text("welcome to hello"));
+    let reload = || {
+        weir::client::request(
+            &admin,
+            ADMIN_TOKEN,
+            http::Method::POST,
+            "/reload",
+            Vec::new(),
+        )
+    };
+    let (status, body) = reload().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("pinned to version 1 by a rollback"), "{body}");
+    assert_eq!(greeting(&url).await, Message::text("welcome to hello"));
+    let said = cli(&["routes"]);
+    assert!(
+        said.lines()
+            .any(|l| l.starts_with("/hello ") && l.contains("pinned")),
+        "{said}"
+    );
+    let said = cli(&["unpin", "/hello"]);
+    assert!(said.contains("unpinned /hello"), "{said}");
+    let (status, body) = reload().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(greeting(&url).await, Message::text("v2: welcome to hello"));
     drop(serving);
     std::fs::remove_dir_all(&parent).unwrap();
 }

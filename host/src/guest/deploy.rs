@@ -11,7 +11,7 @@
 use super::{GuestError, Program, Runner};
 use crate::config::GuestConfig;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 use tracing::{info, warn};
@@ -47,6 +47,11 @@ pub struct Versions {
     deploying: Mutex<()>,
     deploys: AtomicU64,
     failed_deploys: AtomicU64,
+    /// Set by a rollback, cleared by the next deploy or an unpin: while
+    /// set, a reload does not deploy the routes file's component (after
+    /// `weir rollback`, that file is usually the very build rolled back
+    /// from, and a SIGHUP must not quietly bring it back).
+    pinned: AtomicBool,
 }
 
 /// Why a rollback did not happen.
@@ -74,7 +79,24 @@ impl Versions {
             deploying: Mutex::new(()),
             deploys: AtomicU64::new(0),
             failed_deploys: AtomicU64::new(0),
+            pinned: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a rollback pinned the serving version against reloads.
+    pub fn pinned(&self) -> bool {
+        self.pinned.load(Ordering::Relaxed)
+    }
+
+    /// Lets reloads deploy the routes file's component again; whether the
+    /// route was pinned.
+    pub fn unpin(&self) -> bool {
+        let was = self.pinned.swap(false, Ordering::Relaxed);
+        if was {
+            let route = self.history().current.program.route().to_string();
+            info!(route = %route, "unpinned: a reload deploys the routes file's component again");
+        }
+        was
     }
 
     fn history(&self) -> std::sync::RwLockReadGuard<'_, History> {
@@ -175,6 +197,7 @@ impl Versions {
             h.next_version = h.next_version.max(version + 1);
             self.serving.store(version, Ordering::Release);
         }
+        self.pinned.store(false, Ordering::Relaxed);
         self.deploys.fetch_add(1, Ordering::Relaxed);
         info!(
             route = program.route(),
@@ -198,11 +221,12 @@ impl Versions {
         let program = previous.program.clone();
         let dropped = std::mem::replace(&mut h.current, previous);
         self.serving.store(program.version(), Ordering::Release);
+        self.pinned.store(true, Ordering::Relaxed);
         info!(
             route = program.route(),
             from = dropped.program.version(),
             to = program.version(),
-            "rolled back; open connections switch at their next batch"
+            "rolled back and pinned (reloads keep this version until the next deploy or an unpin); open connections switch at their next batch"
         );
         Ok(program)
     }

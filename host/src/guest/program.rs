@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::warn;
 
 use sha2::{Digest, Sha256};
 
@@ -114,6 +115,21 @@ impl Program {
             },
         };
 
+        if matches!(pre, Pre::V3(_)) {
+            let unusable = settings_needing_io(cfg);
+            if !unusable.is_empty() {
+                warn!(
+                    route = %route,
+                    "{} set on the route, but {} was built for {}, which has no I/O \
+                     imports: the guest cannot use {}; rebuild it with an SDK for {}",
+                    unusable.join(" and "),
+                    path.display(),
+                    super::abi::WIT_PACKAGE_V3,
+                    if unusable.len() == 1 { "it" } else { "them" },
+                    super::abi::WIT_PACKAGE
+                );
+            }
+        }
         let program = Arc::new(Program {
             engine: engine.clone(),
             pre,
@@ -235,6 +251,19 @@ impl Program {
     pub(crate) fn timeout(&self) -> Duration {
         self.cfg.timeout
     }
+}
+
+/// The route settings (routes-file keys) that only a component with the
+/// I/O imports (outbound HTTP, timers, key-value) can use.
+fn settings_needing_io(cfg: &GuestConfig) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    if !cfg.outbound.allow.is_empty() {
+        keys.push("allow_outbound");
+    }
+    if cfg.kv.is_some() {
+        keys.push("kv");
+    }
+    keys
 }
 
 /// A component linked for the world version it was built for.

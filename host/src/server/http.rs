@@ -372,7 +372,7 @@ async fn handle_request(
     let (index, route, worker_route, params) = {
         let table = shared.routes.load();
         let Ok(matched) = table.router.at(path) else {
-            return text(StatusCode::NOT_FOUND, "no route for this path\n");
+            return text(StatusCode::NOT_FOUND, super::NO_ROUTE_BODY);
         };
         let index = *matched.value;
         // The route's path parameters, owned: the table may be swapped

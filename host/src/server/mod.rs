@@ -36,7 +36,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Flips to true when the gateway should drain and stop (see the module
 /// docs). A dropped sender also means stop.
@@ -47,6 +47,10 @@ pub type Shutdown = tokio::sync::watch::Receiver<bool>;
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
 /// Why the gateway could not start.
+/// What the public listener answers a path no route matches; `weir deploy`
+/// pointed at the public port instead of the admin one recognises it.
+pub const NO_ROUTE_BODY: &str = "no route for this path\n";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("cannot listen on {addr}: {source}")]
@@ -54,7 +58,7 @@ pub enum ServeError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot listen on {addr}: another process is listening there (another weir?); stop it, or set [server] reuse_port = true to share the address on purpose")]
+    #[error("cannot listen on {addr}: another process is listening there (another weir?); stop it, or pick a free address with --listen (e.g. --listen 127.0.0.1:9011)")]
     InUse { addr: SocketAddr },
     #[error("route {path} (line {line}): {reason}")]
     Route {
@@ -237,9 +241,10 @@ impl Shared {
                      descriptors back so refusals still get their 503; raise `ulimit -n` for more",
                     admission::descriptor_reserve(limit)
                 );
-                // The default is not the operator's choice: say it, quietly.
+                // The default is not the operator's choice: nothing to act
+                // on unless they asked for more (then it is a warning).
                 if configured == crate::config::DEFAULT_MAX_CONNECTIONS {
-                    info!("{message}");
+                    debug!("{message}");
                 } else {
                     warn!("{message}");
                 }

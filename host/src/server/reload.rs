@@ -113,10 +113,18 @@ impl Changes {
         Ok(program)
     }
 
-    /// Puts route `path`'s previous version back.
+    /// Puts route `path`'s previous version back, pinned against reloads
+    /// until the next deploy or [`Changes::unpin`].
     pub fn rollback(&self, path: &str) -> Result<Arc<Program>, ChangeError> {
         let _one = self.shared.changing.lock().expect("change lock");
         Ok(self.guest(path)?.versions().rollback()?)
+    }
+
+    /// Lets reloads deploy route `path`'s component from the routes file
+    /// again; whether it was pinned.
+    pub fn unpin(&self, path: &str) -> Result<bool, ChangeError> {
+        let _one = self.shared.changing.lock().expect("change lock");
+        Ok(self.guest(path)?.versions().unpin())
     }
 
     /// Re-reads the routes file and applies what changed (see the module
@@ -225,6 +233,19 @@ impl Changes {
             };
             let same_bytes = crate::guest::program::hex_sha256(&wasm) == current.hash();
             if same_bytes && current.config() == cfg {
+                continue;
+            }
+            if guest.versions().pinned() {
+                let why = format!(
+                    "{}: pinned to version {} by a rollback, so {} was not deployed; \
+                     deploy it, or unpin the route (`weir unpin {}`) and reload",
+                    new.path,
+                    current.version(),
+                    cfg.wasm.display(),
+                    new.path
+                );
+                warn!(route = %new.path, "reload: {why}");
+                report.not_applied.push(why);
                 continue;
             }
             match guest.versions().prepare(cfg, &wasm, &cfg.wasm) {

@@ -182,6 +182,7 @@ pub fn overview(shared: &Shared, history: &History) -> Value {
             entry["version"] = json!(current.program.version());
             entry["hash"] = json!(current.program.hash());
             entry["source"] = json!(current.source);
+            entry["pinned"] = json!(guest.versions().pinned());
             entry["kept_versions"] =
                 json!(kept.iter().map(|d| d.program.version()).collect::<Vec<_>>());
             entry["call_p99_us"] = json!(t.call_micros_quantile(0.99));

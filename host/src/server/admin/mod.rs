@@ -1,6 +1,7 @@
 //! The admin API and the dashboard, on a listener of their own (`[admin]
 //! listen`), never on the public one: `GET /routes`, `PUT
-//! /routes/{path}/component`, `POST /routes/{path}/rollback`, `POST
+//! /routes/{path}/component`, `POST /routes/{path}/rollback` (which pins
+//! the version against reloads) and `/unpin`, `POST
 //! /routes/{path}/drain` and `/resume`, `POST /reload`, `GET /metrics`,
 //! `GET /api/overview`, the console WebSocket `GET /console?path=…`, and
 //! the dashboard page at `/` ([`dashboard`]).
@@ -362,6 +363,13 @@ fn console_request(mut req: Request<Incoming>, admin: &Arc<Admin>) -> Response<F
         .query()
         .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("path=")))
         .and_then(percent_decode);
+    if let Some(pattern) = target.as_deref().filter(|t| t.contains(['{', '}'])) {
+        // A route's pattern pasted as is would open a room named "{room}".
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("{pattern} is a route pattern; fill in its parameters (e.g. /rooms/{{room}} as /rooms/lobby)"),
+        );
+    }
     let Some(target) = target.filter(|t| console::valid_target(t)) else {
         return error(
             StatusCode::BAD_REQUEST,
@@ -415,7 +423,7 @@ async fn route_action(
     changes: &Changes,
 ) -> Response<Full<Bytes>> {
     let not_found = || {
-        error(StatusCode::NOT_FOUND, "no such admin endpoint; see GET /routes, PUT /routes/{path}/component, POST /routes/{path}/rollback|drain|resume, POST /reload, GET /metrics, GET /api/overview")
+        error(StatusCode::NOT_FOUND, "no such admin endpoint; see GET /routes, PUT /routes/{path}/component, POST /routes/{path}/rollback|unpin|drain|resume, POST /reload, GET /metrics, GET /api/overview")
     };
     let Some(rest) = path.strip_prefix("/routes/") else {
         return not_found();
@@ -433,6 +441,14 @@ async fn route_action(
     if let (&Method::POST, "drain" | "resume") = (method, action) {
         return drain(&route, action == "drain", changes);
     }
+    if let (&Method::POST, "unpin") = (method, action) {
+        let changes = changes.clone();
+        return match tokio::task::spawn_blocking(move || changes.unpin(&route)).await {
+            Ok(Ok(was)) => json_reply(StatusCode::OK, json!({ "unpinned": was })),
+            Ok(Err(e)) => error(e.status(), e),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        };
+    }
     let changes = changes.clone();
     let done: Result<Result<Arc<Program>, ChangeError>, _> = match (method, action) {
         (&Method::PUT, "component") => {
@@ -443,10 +459,16 @@ async fn route_action(
         }
         _ => return not_found(),
     };
+    let pinned = action == "rollback";
     match done {
         Ok(Ok(program)) => json_reply(
             StatusCode::OK,
-            json!({ "route": program.route(), "version": program.version(), "hash": program.hash() }),
+            json!({
+                "route": program.route(),
+                "version": program.version(),
+                "hash": program.hash(),
+                "pinned": pinned,
+            }),
         ),
         Ok(Err(e)) => error(e.status(), e),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
@@ -540,6 +562,7 @@ fn routes(shared: &Shared) -> serde_json::Value {
                 entry["hash"] = json!(p.hash());
                 entry["deployed_at"] = json!(secs(current.since));
                 entry["source"] = json!(current.source);
+                entry["pinned"] = json!(guest.versions().pinned());
                 entry["kept_versions"] = json!(kept
                     .iter()
                     .map(|d| json!({ "version": d.program.version(), "hash": d.program.hash() }))

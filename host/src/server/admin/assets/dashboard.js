@@ -85,9 +85,16 @@ function makeRow(route) {
   const drainBtn = button("drain", () => change(route.path, tr.classList.contains("draining") ? "resume" : "drain"));
   drainBtn.className = "drain";
   actions.appendChild(drainBtn);
-  if (!route.path.includes("{")) {
-    actions.appendChild(button("try", () => { $("#console-path").value = route.path; $("#console-text").focus(); }));
-  }
+  // A pattern's parameters must be filled in first: "try" puts the pattern
+  // in the box and selects its first parameter to be typed over.
+  actions.appendChild(button("try", () => {
+    const box = $("#console-path");
+    box.value = route.path;
+    const at = route.path.indexOf("{");
+    box.focus();
+    if (at >= 0) box.setSelectionRange(at, route.path.indexOf("}", at) + 1);
+    else $("#console-text").focus();
+  }));
   tr.querySelector(".actions").appendChild(actions);
   return tr;
 }
@@ -108,8 +115,11 @@ function render(data) {
     }
     tr.classList.toggle("draining", !!r.draining);
     tr.querySelector(".version").textContent = r.version !== undefined
-      ? `v${r.version}` + (r.kept_versions && r.kept_versions.length ? ` (kept ${r.kept_versions.map((v) => "v" + v).join(", ")})` : "")
+      ? `v${r.version}` + (r.pinned ? " · pinned" : "") +
+        (r.kept_versions && r.kept_versions.length ? ` (kept ${r.kept_versions.map((v) => "v" + v).join(", ")})` : "")
       : "—";
+    tr.querySelector(".version").title = r.pinned
+      ? "pinned by a rollback: reloads keep this version until the next deploy or POST /routes/{path}/unpin" : "";
     tr.querySelector(".conns").textContent = String(r.connections);
     tr.querySelector(".min").textContent = rate(r.per_second.messages_in);
     tr.querySelector(".mout").textContent = rate(r.per_second.messages_out);
@@ -127,6 +137,8 @@ function render(data) {
   for (const [path, tr] of rows) {
     if (!seen.has(path)) { tr.remove(); rows.delete(path); }
   }
+  const plain = data.routes.find((r) => !r.path.includes("{"));
+  $("#console-path").placeholder = plain ? plain.path : "/path";
   const order = data.routes.map((r) => r.path);
   chart($("#chart-connections"), data.history, "connections", order);
   chart($("#chart-messages"), data.history, "messages_in", order);
@@ -267,6 +279,10 @@ function consoleOpen(open) {
 $("#console-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const path = $("#console-path").value.trim();
+  if (/[{}]/.test(path)) {
+    setStatus(`${path} is a route pattern: fill in its parameters, e.g. /rooms/lobby for /rooms/{room}`, true);
+    return;
+  }
   const scheme = location.protocol === "https:" ? "wss://" : "ws://";
   const ws = new WebSocket(scheme + location.host + "/console?path=" + encodeURIComponent(path));
   consoleSocket = ws;
