@@ -320,7 +320,8 @@ mod tests {
         assert_eq!(norm("/api/%2e/x").unwrap(), "/api/x");
         assert_eq!(norm("/%61pi/x%7e").unwrap(), "/api/x~");
         assert_eq!(norm("/a%20b/%3f%c3%a9").unwrap(), "/a%20b/%3F%C3%A9");
-        assert_eq!(norm("/api//../secret").unwrap(), "/api/secret");
+        // Slashes merge first, as nginx does: `..` then climbs out of `/api`.
+        assert_eq!(norm("/api//../secret").unwrap(), "/secret");
         assert_eq!(norm("//a///b").unwrap(), "/a/b");
         assert_eq!(norm("/é/x").unwrap(), "/é/x");
     }
