@@ -638,7 +638,7 @@ fn allowed(allow: &[OutboundPrefix], uri: &http::Uri, path: &str) -> bool {
 
 /// The connector's refusal of a resolved address, if that is why `err`
 /// happened (it comes wrapped in hyper's and the connector's errors).
-fn private_address(err: &(dyn std::error::Error + 'static)) -> Option<&PrivateAddress> {
+fn private_address<'e>(err: &'e (dyn std::error::Error + 'static)) -> Option<&'e PrivateAddress> {
     let mut next = Some(err);
     while let Some(err) = next {
         if let Some(found) = err.downcast_ref::<PrivateAddress>() {
