@@ -74,7 +74,7 @@ fn normal_segment(segment: &str) -> Result<String, PathError> {
         ) else {
             return Err(PathError::MalformedEscape);
         };
-        let decoded = hi << 4 | lo;
+        let decoded = (hi << 4) | lo;
         match decoded {
             b'/' => return Err(PathError::EncodedSlash),
             _ => check_byte(decoded)?,
@@ -212,7 +212,7 @@ fn decode_segment(segment: &str) -> Result<Vec<u8>, PathError> {
             ) else {
                 return Err(PathError::MalformedEscape);
             };
-            b = hi << 4 | lo;
+            b = (hi << 4) | lo;
             if b == b'/' {
                 return Err(PathError::EncodedSlash);
             }
