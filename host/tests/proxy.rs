@@ -915,7 +915,9 @@ async fn wss_upstreams_with_a_private_ca() {
 }
 
 /// An upstream that accepts every WebSocket and reports the request path
-/// of each upgrade it gets.
+/// of each upgrade it gets. (tungstenite's callback type returns its
+/// error response by value.)
+#[allow(clippy::result_large_err)]
 async fn path_recording_upstream() -> (SocketAddr, mpsc::UnboundedReceiver<String>) {
     use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
