@@ -301,6 +301,12 @@ pub struct OutboundPolicy {
     /// (`outbound_ca`, for private services); None: webpki-roots, the
     /// Mozilla set.
     pub ca: Option<PathBuf>,
+    /// `allow_private = true`: an allowed host *name* may resolve to a
+    /// loopback, private, link-local or other non-global address. Off by
+    /// default, so a name (or a DNS answer an attacker controls) cannot
+    /// lead a guest to the gateway's own network; an entry that names an
+    /// IP address is the operator's explicit choice and needs no opt-in.
+    pub allow_private: bool,
 }
 
 /// Long enough for a remote API, short enough that a stuck backend does
@@ -319,20 +325,22 @@ impl Default for OutboundPolicy {
             max_concurrent: DEFAULT_OUTBOUND_MAX_CONCURRENT,
             max_response: DEFAULT_OUTBOUND_MAX_RESPONSE_BYTES,
             ca: None,
+            allow_private: false,
         }
     }
 }
 
 /// One `allow_outbound` entry: a URL must have this scheme, host and port
-/// (the scheme's default when the entry names none) and a path that starts
-/// with `path`.
+/// (the scheme's default when the entry names none) and a path that, once
+/// normalised (`url_check::normalize_path`), lies under `path` on a
+/// segment boundary (`url_check::path_within`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboundPrefix {
     pub scheme: String,
     /// Lower-case.
     pub host: String,
     pub port: u16,
-    /// Starts with `/`.
+    /// Normalised; starts with `/`.
     pub path: String,
 }
 

@@ -28,6 +28,9 @@
 //! - [`config`] — the routes file.
 //! - [`tls`] — TLS termination's certificates and settings (rustls); the
 //!   loop reads and writes a TLS connection through `reactor::transport`.
+//! - [`url_check`] — URL paths as their receiver reads them: a guest's
+//!   outbound URL normalised and matched on segment boundaries, a proxy's
+//!   path parameter kept to one segment, non-global addresses told apart.
 //! - [`admission`] — global and per-IP connection limits (503 past them).
 //! - [`metrics`] — `GET /metrics` in the Prometheus text format; [`stats`]
 //!   — per-route counters kept per worker and summed when read.
@@ -57,6 +60,7 @@ pub mod scaffold;
 pub mod server;
 pub mod stats;
 pub mod tls;
+pub mod url_check;
 pub mod ws;
 
 pub use config::Config;

@@ -544,3 +544,186 @@ async fn https_requests_check_the_certificate_against_outbound_ca() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A backend that reads paths as nginx and most frameworks do: the path
+/// percent-decoded (`%2f` and `%5c` too), backslashes taken for slashes,
+/// dot segments resolved. `/secret` answers `secret`, `/v1-admin` answers
+/// `admin`; anything else answers `seen PATH HOST` (the path as
+/// received). It counts the requests it gets.
+struct NormalisingBackend {
+    addr: SocketAddr,
+    hits: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl NormalisingBackend {
+    async fn start() -> NormalisingBackend {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = hits.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let counter = counter.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let raw = req.uri().path().to_string();
+                        let host = req
+                            .headers()
+                            .get("host")
+                            .map(|h| h.to_str().unwrap_or("?").to_string())
+                            .unwrap_or_default();
+                        let body = match resolve_like_nginx(&raw).as_str() {
+                            "/secret" => "secret".to_string(),
+                            "/v1-admin" => "admin".to_string(),
+                            _ => format!("seen {raw} {host}"),
+                        };
+                        async move {
+                            Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(body))))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        NormalisingBackend { addr, hits, task }
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for NormalisingBackend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// What a lenient server makes of a path: decode every escape, read `\`
+/// as `/`, resolve `.` and `..` (clamped at the root).
+fn resolve_like_nginx(raw: &str) -> String {
+    let bytes = raw.as_bytes();
+    let mut decoded = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
+            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                decoded.push((hex(h).unwrap() * 16 + hex(l).unwrap()) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&decoded).replace('\\', "/");
+    let mut kept: Vec<&str> = Vec::new();
+    for segment in text.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                kept.pop();
+            }
+            s => kept.push(s),
+        }
+    }
+    format!("/{}", kept.join("/"))
+}
+
+/// Issue 35 (security review): `allow_outbound = [".../api/"]` let a guest
+/// reach `/secret` on a backend that resolves `/api/../secret` (raw or
+/// percent-encoded), and `/v1` admitted `/v1-admin`. Now the path is
+/// normalised before it is matched (on segment boundaries), what cannot be
+/// read one way is refused, and exactly the checked path is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbound_paths_are_checked_as_the_backend_reads_them() {
+    let backend = NormalisingBackend::start().await;
+    let base = format!("http://{}", backend.addr);
+    let keys = format!("allow_outbound = [\"{base}/api/\", \"{base}/v1\"]");
+    let weir = gateway("workers = 1", &keys).await;
+    let mut ws = client(&weir.url("/io")).await;
+    for (label, path) in [
+        ("dots", "/api/../secret"),
+        ("encoded", "/api/%2e%2e/secret"),
+        ("upper", "/api/%2E%2E/secret"),
+        ("mixed", "/api/.%2e/secret"),
+        ("slash", "/api/..%2fsecret"),
+        ("slash2", "/api%2f.."),
+        ("back", "/api/..\\secret"),
+        ("back2", "/api/..%5csecret"),
+        ("params", "/api/..;/secret"),
+        ("above", "/api/../../secret"),
+        ("admin", "/v1-admin"),
+    ] {
+        send(&mut ws, &format!("get {label} {base}{path}")).await;
+        assert_eq!(
+            text(&mut ws).await,
+            format!("{label} error refused"),
+            "{path}"
+        );
+    }
+    assert_eq!(backend.hits(), 0, "no refused request reached the backend");
+    // Allowed ones are sent normalised: the backend sees the checked path.
+    let host = backend.addr.to_string();
+    for (label, path, seen) in [
+        ("a", "/api/x", "/api/x"),
+        ("b", "/api/./x/../y", "/api/y"),
+        ("c", "/api//%2e/z", "/api/z"),
+        ("d", "/v1", "/v1"),
+        ("e", "/v1/users", "/v1/users"),
+    ] {
+        send(&mut ws, &format!("get {label} {base}{path}")).await;
+        assert_eq!(
+            text(&mut ws).await,
+            format!("{label} 200 seen {seen} {host}")
+        );
+    }
+}
+
+/// Issue 35: a guest could set its own Host header (any virtual host on an
+/// allowed address), and an allowed host *name* was not checked against
+/// the addresses it resolves to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guest_cannot_choose_host_or_reach_private_addresses_by_name() {
+    let backend = NormalisingBackend::start().await;
+    let base = format!("http://{}", backend.addr);
+    let host = backend.addr.to_string();
+    let weir = gateway(
+        "workers = 1",
+        &format!("allow_outbound = [\"{base}/api/\"]"),
+    )
+    .await;
+    let mut ws = client(&weir.url("/io")).await;
+    send(&mut ws, &format!("get-as a admin.internal {base}/api/x")).await;
+    assert_eq!(text(&mut ws).await, "a error refused");
+    assert_eq!(backend.hits(), 0);
+    // The URL's own authority is no choice: sent as the gateway writes it.
+    send(&mut ws, &format!("get-as b {host} {base}/api/x")).await;
+    assert_eq!(text(&mut ws).await, format!("b 200 seen /api/x {host}"));
+    drop(ws);
+    drop(weir);
+
+    // `localhost` resolves to loopback: refused without allow_private.
+    let port = backend.addr.port();
+    let by_name = format!("allow_outbound = [\"http://localhost:{port}/api/\"]");
+    let weir = gateway("workers = 1", &by_name).await;
+    let mut ws = client(&weir.url("/io")).await;
+    send(&mut ws, &format!("get c http://localhost:{port}/api/x")).await;
+    assert_eq!(text(&mut ws).await, "c error refused");
+    assert_eq!(backend.hits(), 1, "only b reached the backend");
+    drop(ws);
+    drop(weir);
+    let weir = gateway("workers = 1", &format!("{by_name}\nallow_private = true")).await;
+    let mut ws = client(&weir.url("/io")).await;
+    send(&mut ws, &format!("get d http://localhost:{port}/api/x")).await;
+    assert_eq!(
+        text(&mut ws).await,
+        format!("d 200 seen /api/x localhost:{port}")
+    );
+}

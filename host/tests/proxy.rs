@@ -913,3 +913,82 @@ async fn wss_upstreams_with_a_private_ca() {
     gw.stop();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An upstream that accepts every WebSocket and reports the request path
+/// of each upgrade it gets. (tungstenite's callback type returns its
+/// error response by value.)
+#[allow(clippy::result_large_err)]
+async fn path_recording_upstream() -> (SocketAddr, mpsc::UnboundedReceiver<String>) {
+    use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let record = |req: &Request, resp: Response| {
+                    let _ = tx.send(req.uri().to_string());
+                    Ok(resp)
+                };
+                if let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(stream, record).await {
+                    while let Some(Ok(_)) = ws.next().await {}
+                }
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// Issue 35 (security review): a proxy route `upstream = "ws://…/rooms/{room}"`
+/// passed `/rooms/..`, `/rooms/%2e%2e` and `/rooms/..%2Fadmin` on as
+/// upstream paths. A parameter that would change the upstream path's shape
+/// now gets 400 before any dial; others are sent as one encoded segment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_parameters_cannot_change_the_upstream_path() {
+    let (addr, mut seen) = path_recording_upstream().await;
+    let gw = gateway(&format!("ws://{addr}/rooms/{{room}}"), "");
+    for room in [
+        "..",
+        ".",
+        "%2e%2e",
+        "%2E%2E",
+        ".%2e",
+        "%2e",
+        "..%2Fadmin",
+        "a%2fb",
+        "a\\b",
+        "a%5Cb",
+        "a%0d%0aX-Evil:%201",
+        "a%00",
+        "a%zz",
+    ] {
+        assert_eq!(
+            upgrade_status(gw.addr, &format!("/rooms/{room}")).await,
+            400,
+            "{room}"
+        );
+    }
+    // Allowed values arrive as one segment, percent-encoded.
+    for (room, sent) in [
+        ("lobby", "/rooms/lobby"),
+        ("a%20b", "/rooms/a%20b"),
+        ("a;b=c", "/rooms/a%3Bb%3Dc"),
+        ("...", "/rooms/..."),
+    ] {
+        let head = format!(
+            "GET /rooms/{room}?x=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+             Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Version: 13\r\n\r\n"
+        );
+        let (_raw, status) = Raw::request(gw.addr, &head).await;
+        assert_eq!(status, 101, "{room}");
+        let path = timeout(STEP, seen.recv()).await.unwrap().unwrap();
+        assert_eq!(path, format!("{sent}?x=1"), "{room}");
+    }
+    assert!(
+        seen.try_recv().is_err(),
+        "the upstream saw only the allowed upgrades"
+    );
+    gw.stop();
+}

@@ -44,6 +44,7 @@ pub(super) fn refuse_guest_keys(
         ("outbound_max_concurrent", &raw.outbound_max_concurrent),
         ("outbound_max_response", &raw.outbound_max_response),
         ("outbound_ca", &raw.outbound_ca),
+        ("allow_private", &raw.allow_private),
         ("kv", &raw.kv),
     ];
     let env_span = raw.env.as_ref().map(|env| ("env", env.span()));
@@ -216,7 +217,7 @@ const MAX_OUTBOUND_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_OUTBOUND_RESPONSE_BYTES: u64 = 64 << 20;
 
 /// `allow_outbound`, `outbound_timeout`, `outbound_max_concurrent`,
-/// `outbound_max_response`, `outbound_ca` and `kv`.
+/// `outbound_max_response`, `outbound_ca`, `allow_private` and `kv`.
 fn guest_io(
     src: &Source,
     raw: &RawRoute,
@@ -261,6 +262,16 @@ fn guest_io(
             return Err(item.fail(src, r#"empty; write the CA file, e.g. "certs/ca.pem""#));
         }
         policy.ca = Some(origin_dir.join(file));
+    }
+    if let Some(item) = Item::of("allow_private", &raw.allow_private) {
+        policy.allow_private = item.flag(src)?;
+        if policy.allow_private && policy.allow.is_empty() {
+            return Err(item.fail(
+                src,
+                "allow_private lets allow_outbound's host names resolve to private addresses, \
+                 and allow_outbound lists none; remove it, or add allow_outbound",
+            ));
+        }
     }
     if let Some(item) = Item::of("kv", &raw.kv) {
         const HINT: &str = r#"write "route" (the route's own store) or "shared:NAME""#;
@@ -314,10 +325,17 @@ fn outbound_prefix(text: &str) -> Result<OutboundPrefix, &'static str> {
     if host.is_empty() {
         return Err("no host");
     }
+    // Stored normalised, as request paths are before they are matched; a
+    // prefix that does not survive normalisation as written is a typo.
+    let path = match crate::url_check::normalize_path(path) {
+        Ok(normal) if normal == path => normal,
+        Ok(_) => return Err("write the path without dot segments, repeated slashes or escapes of letters and digits"),
+        Err(_) => return Err("the path has no single reading (an encoded slash, backslash, .. above the root or bad % escape)"),
+    };
     Ok(OutboundPrefix {
         scheme,
         host: host.to_ascii_lowercase(),
         port,
-        path: path.to_string(),
+        path,
     })
 }

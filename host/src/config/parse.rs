@@ -110,6 +110,7 @@ pub(super) struct RawRoute {
     pub(super) outbound_max_concurrent: Field,
     pub(super) outbound_max_response: Field,
     pub(super) outbound_ca: Field,
+    pub(super) allow_private: Field,
     pub(super) kv: Field,
 }
 

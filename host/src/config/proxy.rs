@@ -76,6 +76,7 @@ pub(super) fn proxy_config(
         return Err(item.fail(src, "an upstream path has no fragment or spaces"));
     }
     check_placeholders(&path, route_path).map_err(|why| item.fail(src, why))?;
+    let path = mark_wildcards(&path, route_path);
     let mut config = ProxyConfig {
         upstream: upstream.to_string(),
         authority: authority.to_string(),
@@ -164,6 +165,19 @@ fn check_placeholders(upstream_path: &str, route_path: &str) -> Result<(), Strin
         }
     }
     Ok(())
+}
+
+/// `upstream_path` with each placeholder of a `{*rest}` wildcard written
+/// `{*rest}`: the proxy lets a wildcard's value keep its slashes (each
+/// segment checked), and no other parameter's (`url_check::encode_param`).
+fn mark_wildcards(upstream_path: &str, route_path: &str) -> String {
+    let mut out = upstream_path.to_string();
+    for param in placeholders(route_path).unwrap_or_default() {
+        if let Some(name) = param.strip_prefix('*') {
+            out = out.replace(&format!("{{{name}}}"), &format!("{{*{name}}}"));
+        }
+    }
+    out
 }
 
 /// The names in braces of a path template.
@@ -272,5 +286,12 @@ mod tests {
         assert!(check_placeholders("/x/{user}", "/r/{room}").is_err());
         assert!(check_placeholders("/x/{user", "/r/{room}").is_err());
         assert!(check_placeholders("/x/}", "/r").is_err());
+    }
+
+    #[test]
+    fn wildcard_placeholders_are_marked() {
+        assert_eq!(mark_wildcards("/f/{rest}", "/f/{*rest}"), "/f/{*rest}");
+        assert_eq!(mark_wildcards("/f/{*rest}", "/f/{*rest}"), "/f/{*rest}");
+        assert_eq!(mark_wildcards("/r/{room}", "/r/{room}"), "/r/{room}");
     }
 }

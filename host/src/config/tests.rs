@@ -1287,7 +1287,7 @@ fn guest_io_policy_reads_and_defaults_to_deny() {
          \"https://auth.example.com\"]\n\
          outbound_timeout = \"2s\"\noutbound_max_concurrent = 8\n\
          outbound_max_response = \"64KiB\"\noutbound_ca = \"certs/ca.pem\"\n\
-         kv = \"shared:rooms\"",
+         allow_private = true\nkv = \"shared:rooms\"",
     );
     let config = Config::parse(&text, Path::new("/etc/weir")).unwrap();
     let Behaviour::Guest(g) = &config.routes[0].behaviour else {
@@ -1311,6 +1311,7 @@ fn guest_io_policy_reads_and_defaults_to_deny() {
             max_concurrent: 8,
             max_response: 64 << 10,
             ca: Some(PathBuf::from("/etc/weir/certs/ca.pem")),
+            allow_private: true,
         }
     );
     assert_eq!(g.kv, Some(KvName::Shared("rooms".into())));
@@ -1353,6 +1354,26 @@ fn guest_io_policy_errors_name_their_line() {
         &guest_route("allow_outbound = [\"http://a:port/\"]"),
         4,
         &["the port is not a number"],
+    );
+    refused(
+        &guest_route("allow_outbound = [\"http://a/v1/../admin\"]"),
+        4,
+        &["not a URL prefix", "without dot segments"],
+    );
+    refused(
+        &guest_route("allow_outbound = [\"http://a/v1%2fadmin\"]"),
+        4,
+        &["not a URL prefix", "no single reading"],
+    );
+    refused(
+        &guest_route("allow_private = true"),
+        4,
+        &["allow_private", "allow_outbound lists none"],
+    );
+    refused(
+        &guest_route("allow_outbound = [\"http://a/\"]\nallow_private = \"yes\""),
+        5,
+        &["allow_private", "not true or false"],
     );
     refused(
         &guest_route("outbound_max_concurrent = 0"),

@@ -75,6 +75,7 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "outbound_max_concurrent",
     "outbound_max_response",
     "outbound_ca",
+    "allow_private",
     "kv",
 ];
 

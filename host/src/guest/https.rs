@@ -3,15 +3,22 @@
 //! certificate checked against a route's `outbound_ca` or webpki-roots
 //! (the same settings as the proxy's `wss://` upstreams). hyper's pool
 //! keeps either kind of connection for the next request to its origin.
+//! A host name is resolved once, here ([`CheckedResolver`]), and the
+//! connection goes to the addresses that were checked: without the
+//! route's `allow_private`, a name that resolves to a non-global address
+//! is refused ([`PrivateAddress`]). An IP address in the URL is not
+//! resolved (the allow-list entry named it).
 
 use std::future::Future;
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper::Uri;
+use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -21,17 +28,18 @@ use tokio_rustls::TlsConnector;
 /// Opens a connection for the client: TCP, then TLS for `https`.
 #[derive(Clone)]
 pub(super) struct Connector {
-    tcp: HttpConnector,
+    tcp: HttpConnector<CheckedResolver>,
     tls: TlsConnector,
 }
 
 impl Connector {
     /// A connector whose https servers are checked against `ca` (PEM), or
-    /// webpki-roots without one.
-    pub(super) fn new(ca: Option<&Path>) -> Result<Connector, String> {
+    /// webpki-roots without one; host names may resolve to non-global
+    /// addresses only with `allow_private`.
+    pub(super) fn new(ca: Option<&Path>, allow_private: bool) -> Result<Connector, String> {
         let config = crate::native::proxy::upstream::client_config(ca)
             .map_err(|e| e.replacen("upstream_ca", "outbound_ca", 1))?;
-        let mut tcp = HttpConnector::new();
+        let mut tcp = HttpConnector::new_with_resolver(CheckedResolver { allow_private });
         // Small requests and answers: no Nagle delay on either side.
         tcp.set_nodelay(true);
         // The URL's scheme is ours to check (https goes through TLS here).
@@ -39,6 +47,61 @@ impl Connector {
         Ok(Connector {
             tcp,
             tls: TlsConnector::from(config),
+        })
+    }
+}
+
+/// A host name that resolved to an address off the public internet, on a
+/// route without `allow_private` (the guest sees `refused`).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{name} resolves to {address}, which is not a global address; \
+     set allow_private = true on the route to allow it"
+)]
+pub struct PrivateAddress {
+    name: String,
+    address: IpAddr,
+}
+
+/// The connector's one DNS lookup (the system resolver, on tokio's
+/// blocking pool): every address is checked before any is returned, and
+/// hyper connects only to the addresses returned, so a second answer
+/// (DNS rebinding) never reaches a socket.
+#[derive(Clone)]
+pub(super) struct CheckedResolver {
+    /// Non-global addresses are allowed too (the route's `allow_private`).
+    allow_private: bool,
+}
+
+type Resolving =
+    Pin<Box<dyn Future<Output = Result<std::vec::IntoIter<SocketAddr>, io::Error>> + Send>>;
+
+impl tower_service::Service<Name> for CheckedResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = io::Error;
+    type Future = Resolving;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), io::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Resolving {
+        let allow_private = self.allow_private;
+        Box::pin(async move {
+            let name = name.as_str().to_string();
+            // Port 0: hyper sets the URL's port on each address.
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            if !allow_private {
+                if let Some(addr) = addrs.iter().find(|a| !crate::url_check::is_global(a.ip())) {
+                    let address = addr.ip();
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        PrivateAddress { name, address },
+                    ));
+                }
+            }
+            Ok(addrs.into_iter())
         })
     }
 }

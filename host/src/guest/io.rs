@@ -7,6 +7,10 @@
 //! request or timer, the worker whose batch asked) and wakes that worker's
 //! scheduler. https goes through rustls ([`https`](super::https)), its
 //! servers checked against webpki-roots or the route's `outbound_ca`.
+//! A URL is checked as its server will read it ([`check_request`]: path
+//! normalised and matched on segment boundaries, no Host of the guest's
+//! choosing) and sent exactly as checked; a host name's addresses are
+//! checked where they are resolved, once, by the connector.
 //! [`RouteIo`] is one route's share: its policy check, its
 //! requests in flight, its timers (held here, not in an instance, so a
 //! route's timers survive instance replacement and deploys).
@@ -27,10 +31,11 @@ use tokio::time::Instant;
 use weir_abi::io::{split_request_head, HeaderLines};
 use weir_abi::HttpErrorReason;
 
-use super::https::Connector;
+use super::https::{Connector, PrivateAddress};
 use super::ConnectionId;
 use crate::config::{OutboundPolicy, OutboundPrefix};
 use crate::registry::worker_of;
+use crate::url_check::{normalize_path, path_within};
 
 /// Timers one route may have pending at once: past it, a set-timer is
 /// dropped (and logged), so a guest cannot grow the host's timer map
@@ -109,27 +114,33 @@ impl Inbox {
 /// The I/O thread's HTTP client (one per set of trusted roots).
 type HttpClient = Client<Connector, Full<Bytes>>;
 
+/// Which client a route's requests go through: its `outbound_ca` (None:
+/// webpki-roots) and its `allow_private`.
+type ClientKey = (Option<PathBuf>, bool);
+
 /// The process's I/O thread: its runtime and HTTP clients.
 struct IoThread {
     handle: tokio::runtime::Handle,
-    /// By `outbound_ca` (None: webpki-roots), made on first use; each
-    /// pools its connections.
-    clients: Mutex<HashMap<Option<PathBuf>, HttpClient>>,
+    /// By trusted roots and `allow_private`, made on first use; each pools
+    /// its connections (so a connection checked under one route's
+    /// `allow_private` never serves a route without it).
+    clients: Mutex<HashMap<ClientKey, HttpClient>>,
 }
 
 impl IoThread {
-    /// The client trusting `ca`, or why it cannot be made (an unreadable
-    /// or empty CA file).
-    fn client(&self, ca: Option<&PathBuf>) -> Result<HttpClient, String> {
+    /// The client for `policy`, or why it cannot be made (an unreadable or
+    /// empty CA file).
+    fn client(&self, policy: &OutboundPolicy) -> Result<HttpClient, String> {
+        let key = (policy.ca.clone(), policy.allow_private);
         let mut clients = self.clients.lock().expect("clients lock");
-        if let Some(client) = clients.get(&ca.cloned()) {
+        if let Some(client) = clients.get(&key) {
             return Ok(client.clone());
         }
-        let connector = Connector::new(ca.map(PathBuf::as_path))?;
+        let connector = Connector::new(policy.ca.as_deref(), policy.allow_private)?;
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);
-        clients.insert(ca.cloned(), client.clone());
+        clients.insert(key, client.clone());
         Ok(client)
     }
 }
@@ -158,7 +169,7 @@ fn io_thread() -> &'static IoThread {
 /// file is refused when the routes are built, not at its first request).
 pub fn check_outbound_ca(policy: &OutboundPolicy) -> Result<(), String> {
     match &policy.ca {
-        Some(ca) => io_thread().client(Some(ca)).map(drop),
+        Some(_) => io_thread().client(policy).map(drop),
         None => Ok(()),
     }
 }
@@ -328,12 +339,11 @@ impl RouteIo {
         policy: &OutboundPolicy,
         done: impl FnOnce(Outcome) + Send + 'static,
     ) {
-        let refusal = match build_request(head, body) {
-            Err(why) => Err((HttpErrorReason::Invalid, why)),
-            Ok(request) if !allowed(&policy.allow, request.uri()) => Err((
-                HttpErrorReason::Refused,
-                format!("{} is not in the route's allow_outbound", request.uri()),
-            )),
+        let checked = build_request(head, body)
+            .map_err(|why| (HttpErrorReason::Invalid, why))
+            .and_then(|request| check_request(&policy.allow, request));
+        let refusal = match checked {
+            Err(refused) => Err(refused),
             Ok(request) => {
                 if self.in_flight.fetch_add(1, Ordering::AcqRel) >= policy.max_concurrent {
                     self.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -350,7 +360,7 @@ impl RouteIo {
             }
         };
         let io = io_thread();
-        let sendable = refusal.and_then(|request| match io.client(policy.ca.as_ref()) {
+        let sendable = refusal.and_then(|request| match io.client(policy) {
             Ok(client) => Ok((request, client)),
             Err(why) => {
                 self.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -553,22 +563,95 @@ fn build_request(head: &str, body: &[u8]) -> Result<http::Request<Full<Bytes>>, 
         .map_err(|e| format!("invalid request: {e}"))
 }
 
-/// Whether `uri` starts with one of the `allow` prefixes (scheme, host and
-/// port equal, path a prefix).
-pub(crate) fn allowed(allow: &[OutboundPrefix], uri: &http::Uri) -> bool {
+/// `request` as it will be sent, or why it is refused (`Refused`, counted
+/// with the route's errors). Its path is normalised as its server will
+/// read it (`url_check::normalize_path`: dot segments resolved, encoded
+/// slashes, backslashes, control characters and bad escapes refused),
+/// matched against `allow`, and the URI rewritten to exactly what was
+/// checked. The guest does not choose the Host header: one it sets must
+/// be the URL's authority (and is then left to hyper, which writes Host
+/// from the URI), so it cannot reach another virtual host on an allowed
+/// address.
+pub(crate) fn check_request(
+    allow: &[OutboundPrefix],
+    mut request: http::Request<Full<Bytes>>,
+) -> Result<http::Request<Full<Bytes>>, (HttpErrorReason, String)> {
+    let refused = |why: String| (HttpErrorReason::Refused, why);
+    let uri = request.uri().clone();
+    let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+        return Err(refused(format!("{uri}: no scheme and host")));
+    };
+    if authority.as_str().contains('@') {
+        return Err(refused(format!(
+            "{uri}: a URL with user information (user@host) is not sent"
+        )));
+    }
+    let path = normalize_path(uri.path()).map_err(|e| refused(format!("{uri}: {e}")))?;
+    if !allowed(allow, &uri, &path) {
+        return Err(refused(format!(
+            "{uri} (read as {path}) is not in the route's allow_outbound"
+        )));
+    }
+    let hosts = request.headers().get_all(http::header::HOST);
+    if hosts.iter().count() > 1
+        || hosts.iter().any(|h| {
+            !h.as_bytes()
+                .eq_ignore_ascii_case(authority.as_str().as_bytes())
+        })
+    {
+        return Err(refused(format!(
+            "the Host header is not the URL's authority ({authority}); leave Host out, \
+             the gateway writes it from the URL"
+        )));
+    }
+    request.headers_mut().remove(http::header::HOST);
+    let path_and_query = match uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path,
+    };
+    *request.uri_mut() = http::Uri::builder()
+        .scheme(scheme.clone())
+        .authority(authority.clone())
+        .path_and_query(path_and_query)
+        .build()
+        .map_err(|e| refused(format!("{uri}: {e}")))?;
+    Ok(request)
+}
+
+/// Whether `uri`, its path normalised to `path`, lies under one of the
+/// `allow` prefixes (scheme, host and port equal, path under the prefix on
+/// a segment boundary).
+fn allowed(allow: &[OutboundPrefix], uri: &http::Uri, path: &str) -> bool {
     let (Some(scheme), Some(host)) = (uri.scheme_str(), uri.host()) else {
         return false;
     };
     let port = uri
         .port_u16()
         .unwrap_or(if scheme == "https" { 443 } else { 80 });
-    let path = uri.path();
     allow.iter().any(|p| {
         p.scheme == scheme
             && p.host.eq_ignore_ascii_case(host)
             && p.port == port
-            && path.starts_with(&p.path)
+            && path_within(&p.path, path)
     })
+}
+
+/// The connector's refusal of a resolved address, if that is why `err`
+/// happened (it comes wrapped in hyper's and the connector's errors).
+fn private_address<'e>(err: &'e (dyn std::error::Error + 'static)) -> Option<&'e PrivateAddress> {
+    let mut next = Some(err);
+    while let Some(err) = next {
+        if let Some(found) = err.downcast_ref::<PrivateAddress>() {
+            return Some(found);
+        }
+        next = match err.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|e| e as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    None
 }
 
 /// Send `request`; status, head lines and a body of at most `max` bytes.
@@ -576,7 +659,10 @@ async fn send(client: &HttpClient, request: http::Request<Full<Bytes>>, max: usi
     let response = client
         .request(request)
         .await
-        .map_err(|e| (HttpErrorReason::Connect, format!("{e:#}")))?;
+        .map_err(|e| match private_address(&e) {
+            Some(refused) => (HttpErrorReason::Refused, refused.to_string()),
+            None => (HttpErrorReason::Connect, format!("{e:#}")),
+        })?;
     let too_large = || {
         (
             HttpErrorReason::TooLarge,
@@ -638,13 +724,17 @@ mod tests {
         }
     }
 
+    fn get(url: &str, headers: &str) -> http::Request<Full<Bytes>> {
+        build_request(&format!("GET {url}{headers}"), b"").unwrap()
+    }
+
     #[test]
     fn allow_outbound_matches_scheme_host_port_and_path_prefix() {
         let allow = [
             prefix("127.0.0.1", 8080, "/"),
             prefix("api.internal", 80, "/v1/"),
         ];
-        let ok = |u: &str| allowed(&allow, &u.parse().unwrap());
+        let ok = |u: &str| check_request(&allow, get(u, "")).is_ok();
         assert!(ok("http://127.0.0.1:8080/anything?q=1"));
         assert!(ok("http://API.internal/v1/users"));
         assert!(!ok("http://127.0.0.1:8081/"), "another port");
@@ -653,9 +743,57 @@ mod tests {
         assert!(!ok("http://api.internal:8080/v1/"), "another port");
         assert!(!ok("https://127.0.0.1:8080/"), "another scheme");
         assert!(
-            !allowed(&[], &"http://127.0.0.1/".parse().unwrap()),
+            check_request(&[], get("http://127.0.0.1/", "")).is_err(),
             "deny by default"
         );
+    }
+
+    /// Issue 35: the path a backend resolves is the one matched, and the
+    /// one sent.
+    #[test]
+    fn urls_are_matched_and_sent_as_normalised() {
+        let allow = [prefix("b", 80, "/api/"), prefix("b", 80, "/v1")];
+        let sent = |u: &str| {
+            check_request(&allow, get(u, ""))
+                .map(|r| r.uri().to_string())
+                .map_err(|(reason, why)| {
+                    assert_eq!(reason, HttpErrorReason::Refused);
+                    why
+                })
+        };
+        assert_eq!(
+            sent("http://b/api/./x/../y?q=1").unwrap(),
+            "http://b/api/y?q=1"
+        );
+        assert_eq!(sent("http://b/v1").unwrap(), "http://b/v1");
+        assert_eq!(sent("http://b/v1/%2e/u").unwrap(), "http://b/v1/u");
+        for bad in [
+            "http://b/api/../secret",
+            "http://b/api/%2e%2e/secret",
+            "http://b/api/%2E%2E/secret",
+            "http://b/api/..%2fsecret",
+            "http://b/api%2f..",
+            "http://b/api/..\\secret",
+            "http://b/v1-admin",
+            "http://b/v1/../../x",
+            "http://u@b/api/x",
+        ] {
+            assert!(sent(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// Issue 35: a guest cannot pick another virtual host on an allowed
+    /// address; a Host equal to the URL's authority is left to hyper.
+    #[test]
+    fn the_guest_does_not_choose_the_host_header() {
+        let allow = [prefix("127.0.0.1", 8080, "/")];
+        let url = "http://127.0.0.1:8080/x";
+        let (reason, why) = check_request(&allow, get(url, "\nhost: admin.internal")).unwrap_err();
+        assert_eq!(reason, HttpErrorReason::Refused);
+        assert!(why.contains("Host"), "{why}");
+        assert!(check_request(&allow, get(url, "\nhost: a\nhost: 127.0.0.1:8080")).is_err());
+        let same = check_request(&allow, get(url, "\nHost: 127.0.0.1:8080")).unwrap();
+        assert!(same.headers().get(http::header::HOST).is_none());
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 use super::upstream::{self, UpstreamIo};
 use crate::config::ProxyConfig;
+use crate::url_check::{encode_param, PathError};
 use crate::ws::handshake;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -62,20 +63,29 @@ pub struct UpstreamRequest {
 }
 
 /// `template` with each `{name}` replaced by the route parameter of that
-/// name (`{rest}` also for a `{*rest}` wildcard), then the client's query.
-pub fn upstream_target(template: &str, params: &[(&str, &str)], query: Option<&str>) -> String {
+/// name, then the client's query. A value is substituted as one path
+/// segment, percent-encoded (a `{*rest}` wildcard's as segments), and one
+/// that would change the upstream path's shape (`.`, `..`, a slash or
+/// backslash, raw or encoded, a control character) is refused
+/// (`url_check::encode_param`): the client gets 400 and nothing is dialled.
+pub fn upstream_target(
+    template: &str,
+    params: &[(&str, &str)],
+    query: Option<&str>,
+) -> Result<String, PathError> {
     let mut out = String::with_capacity(template.len() + 32);
     let mut rest = template;
     while let Some(open) = rest.find('{') {
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
         let close = after.find('}').expect("placeholders were checked");
+        let wildcard = after.starts_with('*');
         let name = after[..close].trim_start_matches('*');
         let value = params
             .iter()
             .find(|(n, _)| n.trim_start_matches('*') == name)
             .map_or("", |(_, v)| *v);
-        out.push_str(value);
+        out.push_str(&encode_param(value, wildcard)?);
         rest = &after[close + 1..];
     }
     out.push_str(rest);
@@ -83,7 +93,7 @@ pub fn upstream_target(template: &str, params: &[(&str, &str)], query: Option<&s
         out.push(if out.contains('?') { '&' } else { '?' });
         out.push_str(query);
     }
-    out
+    Ok(out)
 }
 
 impl UpstreamRequest {
@@ -275,13 +285,25 @@ mod tests {
     fn targets_substitute_parameters_and_append_the_query() {
         let params = [("room", "lobby"), ("*rest", "a/b")];
         assert_eq!(
-            upstream_target("/rooms/{room}", &params, Some("x=1")),
+            upstream_target("/rooms/{room}", &params, Some("x=1")).unwrap(),
             "/rooms/lobby?x=1"
         );
         assert_eq!(
-            upstream_target("/f/{rest}?v=2", &params, Some("x=1")),
+            upstream_target("/f/{*rest}?v=2", &params, Some("x=1")).unwrap(),
             "/f/a/b?v=2&x=1"
         );
-        assert_eq!(upstream_target("/", &params, Some("")), "/");
+        assert_eq!(upstream_target("/", &params, Some("")).unwrap(), "/");
+    }
+
+    /// Issue 35: a parameter cannot change the upstream path's shape.
+    #[test]
+    fn parameters_stay_one_segment() {
+        let target = |room: &str| upstream_target("/rooms/{room}", &[("room", room)], None);
+        assert_eq!(target("a b%20c").unwrap(), "/rooms/a%20b%20c");
+        for bad in ["..", "%2e%2e", "..%2Fadmin", ".", "a%5cb", "a/b", "%0a"] {
+            assert!(target(bad).is_err(), "{bad}");
+        }
+        // `{rest}` not marked a wildcard: its slash is refused.
+        assert!(upstream_target("/f/{rest}", &[("rest", "a/b")], None).is_err());
     }
 }

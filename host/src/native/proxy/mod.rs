@@ -108,7 +108,18 @@ struct WorkerProxy {
 impl WorkerRoute for WorkerProxy {
     /// Opens the upstream connection; the client's answer waits for it.
     fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> LocalFuture<'a, Result<Accepted, Refusal>> {
-        let target = upstream_target(&self.config.path, up.params, up.uri.query());
+        let target = match upstream_target(&self.config.path, up.params, up.uri.query()) {
+            Ok(target) => target,
+            Err(why) => {
+                debug!(upstream = %self.config.upstream, path = up.uri.path(), error = %why, "path parameter refused");
+                return Box::pin(std::future::ready(Err(Refusal {
+                    status: StatusCode::BAD_REQUEST,
+                    body: "a path parameter may not be . or .., or hold a slash, backslash \
+                           or control character (raw or percent-encoded)\n",
+                    retry_after: None,
+                })));
+            }
+        };
         // The filter's open event: the client's target and parameters.
         let filter = self.filter.as_ref().map(|(slot, links)| {
             let target = up
