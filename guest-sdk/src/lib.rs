@@ -104,7 +104,12 @@ pub mod testing;
 pub use conn::{Conn, Context};
 pub use io::{HttpError, HttpRequest, HttpResponse, HttpResult, Tag};
 pub use request::{Request, Upgrade};
-pub use state::ConnState;
+/// What [`Migrate::migrate`] reads an older version's state as.
+#[cfg(feature = "serde")]
+pub use serde_json::Value as StateValue;
+pub use state::{ConnState, StateError};
+#[cfg(feature = "serde")]
+pub use state::{Migrate, Versioned, STATE_FORMAT_TAG};
 pub use weir_abi::Direction;
 pub use weir_abi::HttpErrorReason;
 pub use weir_abi::Params;
@@ -116,7 +121,7 @@ use runtime::{Runtime, UpgradeAnswer};
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "gateway-handler",
+        world: "stateful-handler",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "__export_gateway_handler",
@@ -410,6 +415,7 @@ pub mod __private {
     use super::*;
 
     pub use bindings::exports::weir::gateway::handler::Guest;
+    pub use bindings::exports::weir::gateway::state::Guest as StateGuest;
     pub use bindings::weir::gateway::types::{
         Batch as RawBatch, Commands as RawCommands, HttpOutcome as RawHttpOutcome,
         UpgradeRequest as RawUpgradeRequest, UpgradeResponse as RawUpgradeResponse,
@@ -481,6 +487,22 @@ pub mod __private {
         response(with_runtime::<H, _>(|rt| rt.resume_upgrade(&req, result)))
     }
 
+    /// The `check-state` export: whether each attachment decodes as the
+    /// handler's state ([`ConnState::try_restore`]); nothing is kept.
+    pub fn check_state<H: Handler>(attachments: Vec<Vec<u8>>) -> Vec<Option<String>> {
+        attachments
+            .iter()
+            .map(|a| {
+                if a.is_empty() {
+                    return None;
+                }
+                <H::State as ConnState>::try_restore(a)
+                    .err()
+                    .map(|e| e.to_string())
+            })
+            .collect()
+    }
+
     /// The `handle` export: one hook call per event, one answer per batch.
     pub fn handle<H: Handler>(batch: Batch) -> Commands {
         let ctx = with_runtime::<H, _>(|rt| {
@@ -495,7 +517,8 @@ pub mod __private {
     }
 }
 
-/// Export a [`Handler`] type as the component's `weir:gateway/handler`.
+/// Export a [`Handler`] type as the component's `weir:gateway/handler`, with
+/// `weir:gateway/state` (the check a deploy runs on the state it inherits).
 ///
 /// Use it once, at the root of the handler crate: `weir_guest::export!(MyHandler);`
 #[macro_export]
@@ -517,6 +540,12 @@ macro_rules! export {
                 outcome: $crate::__private::RawHttpOutcome,
             ) -> $crate::__private::RawUpgradeResponse {
                 $crate::__private::resume_upgrade::<$handler>(req, outcome)
+            }
+        }
+
+        impl $crate::__private::StateGuest for __WeirGuestExport {
+            fn check_state(attachments: ::std::vec::Vec<::std::vec::Vec<u8>>) -> ::std::vec::Vec<::std::option::Option<::std::string::String>> {
+                $crate::__private::check_state::<$handler>(attachments)
             }
         }
 

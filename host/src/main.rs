@@ -92,14 +92,24 @@ enum Command {
         route: String,
         /// The component (.wasm)
         file: PathBuf,
+        /// Deploy even if the new version cannot read some live
+        /// connections' state: those start from their state's Default
+        /// (without it, such a deploy is refused with their count)
+        #[arg(long)]
+        reset_state: bool,
     },
     /// Put a guest route's previous version back, pinned: reloads (SIGHUP)
-    /// keep it until the next deploy or `weir unpin`.
+    /// keep it until the next deploy or `weir unpin`. Refused, like a
+    /// deploy, if it cannot read the live connections' state.
     Rollback {
         /// The gateway's admin address (as for deploy)
         #[arg(long, value_name = "ADDR")]
         admin: Option<String>,
         route: String,
+        /// Roll back even if the previous version cannot read some live
+        /// connections' state (they start from Default)
+        #[arg(long)]
+        reset_state: bool,
     },
     /// Let reloads deploy a rolled-back route's component from the routes
     /// file again.
@@ -132,12 +142,17 @@ fn main() -> ExitCode {
         Command::Build { dir } => weir::scaffold::build_project(&dir).map(|path| {
             println!("{}", path.display());
         }),
-        Command::Deploy { admin, route, file } => {
-            admin_addr(admin).and_then(|admin| deploy(&admin, &route, &file))
-        }
-        Command::Rollback { admin, route } => {
-            admin_addr(admin).and_then(|admin| rollback(&admin, &route))
-        }
+        Command::Deploy {
+            admin,
+            route,
+            file,
+            reset_state,
+        } => admin_addr(admin).and_then(|admin| deploy(&admin, &route, &file, reset_state)),
+        Command::Rollback {
+            admin,
+            route,
+            reset_state,
+        } => admin_addr(admin).and_then(|admin| rollback(&admin, &route, reset_state)),
         Command::Unpin { admin, route } => {
             admin_addr(admin).and_then(|admin| unpin(&admin, &route))
         }
@@ -302,28 +317,62 @@ fn admin_request(
     Ok(value)
 }
 
-fn deploy(admin: &str, route: &str, file: &std::path::Path) -> anyhow::Result<()> {
+/// `endpoint`, asking to reset state when `reset_state`.
+fn with_reset(endpoint: String, reset_state: bool) -> String {
+    if reset_state {
+        format!("{endpoint}?reset_state=true")
+    } else {
+        endpoint
+    }
+}
+
+/// What the answer says of the state the version inherited.
+fn state_line(answer: &serde_json::Value) -> String {
+    let state = &answer["state"];
+    let live = state["live"].as_u64().unwrap_or(0);
+    match (state["checked"].as_bool(), state["reset"].as_u64()) {
+        (Some(true), Some(0)) => format!("state of {live} live connections checked"),
+        (Some(true), Some(reset)) => {
+            format!("state of {reset} of {live} live connections reset to Default")
+        }
+        _ => "live connections' state not checked (the component does not export \
+              weir:gateway/state)"
+            .to_string(),
+    }
+}
+
+fn deploy(
+    admin: &str,
+    route: &str,
+    file: &std::path::Path,
+    reset_state: bool,
+) -> anyhow::Result<()> {
     let wasm = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let path = weir::client::route_endpoint(route, "component");
+    let path = with_reset(
+        weir::client::route_endpoint(route, "component"),
+        reset_state,
+    );
     let answer = admin_request(admin, http::Method::PUT, &path, wasm)
         .with_context(|| format!("{} was not deployed to {route}", file.display()))?;
     println!(
-        "deployed {} to {route}: version {} (sha256 {})",
+        "deployed {} to {route}: version {} (sha256 {}); {}",
         file.display(),
         answer["version"],
-        answer["hash"].as_str().unwrap_or("?")
+        answer["hash"].as_str().unwrap_or("?"),
+        state_line(&answer)
     );
     Ok(())
 }
 
-fn rollback(admin: &str, route: &str) -> anyhow::Result<()> {
-    let path = weir::client::route_endpoint(route, "rollback");
+fn rollback(admin: &str, route: &str, reset_state: bool) -> anyhow::Result<()> {
+    let path = with_reset(weir::client::route_endpoint(route, "rollback"), reset_state);
     let answer = admin_request(admin, http::Method::POST, &path, Vec::new())
         .with_context(|| format!("{route} was not rolled back"))?;
     println!(
-        "rolled back {route}: version {} serves (sha256 {})",
+        "rolled back {route}: version {} serves (sha256 {}); {}",
         answer["version"],
-        answer["hash"].as_str().unwrap_or("?")
+        answer["hash"].as_str().unwrap_or("?"),
+        state_line(&answer)
     );
     println!("pinned: reloads keep this version until the next deploy or `weir unpin {route}`");
     Ok(())

@@ -135,19 +135,15 @@ impl Versions {
         }
     }
 
-    /// Compiles `wasm` (named `path` in errors) with `cfg` and, when a trial
-    /// instance starts, makes it the serving version. On error nothing
-    /// changes and the error names the file and the cause.
-    pub fn deploy(
-        &self,
-        cfg: &GuestConfig,
-        wasm: &[u8],
-        path: &Path,
-        source: String,
-    ) -> Result<Arc<Program>, GuestError> {
-        let program = self.prepare(cfg, wasm, path)?;
-        self.install(program.clone(), source);
-        Ok(program)
+    /// The version a rollback would put back, if any.
+    pub fn previous(&self) -> Option<Arc<Program>> {
+        self.history().previous.last().map(|d| d.program.clone())
+    }
+
+    /// Counts a deploy refused after it compiled (the state it would
+    /// inherit, `guest::inherit`).
+    pub fn count_refused(&self) {
+        self.failed_deploys.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The first half of a deploy: compiles and tries the next version

@@ -45,6 +45,21 @@ pub enum GuestError {
     /// The route's limits cannot be honoured.
     #[error("route {route}: {detail}")]
     Limits { route: String, detail: String },
+    /// The version would not read the state of some live connections
+    /// (`guest::inherit`): a deploy or rollback is refused unless the
+    /// operator resets state.
+    #[error("route {route}: version {version} cannot read the state of {unreadable} of {live} live connections, which would lose it (first error: {first}); deploy a version whose state type reads it (add fields, or migrate: see guest-sdk/README.md), or pass --reset-state (admin API: ?reset_state=true) to start them from their state's Default")]
+    StateWouldBeLost {
+        route: String,
+        version: u64,
+        unreadable: usize,
+        live: usize,
+        first: String,
+    },
+    /// The live connections' state could not be checked (a worker did not
+    /// answer, or the component's `check-state` failed).
+    #[error("route {route}: cannot check the state of live connections: {detail} (pass --reset-state to deploy regardless)")]
+    StateUnchecked { route: String, detail: String },
     /// One of the above, with the line of the route in the routes file.
     #[error("line {line}: {error}")]
     AtLine { line: usize, error: Box<GuestError> },

@@ -29,12 +29,14 @@
 
 pub mod abi;
 pub mod cache;
+pub mod census;
 mod conn;
 pub mod deploy;
 pub mod engine;
 pub mod error;
 mod host;
 mod https;
+pub mod inherit;
 pub mod io;
 pub mod kv;
 mod kv_redis;
@@ -49,6 +51,7 @@ pub use abi::{Accept, Batch, Command, Commands, UpgradeRequest, UpgradeResponse}
 pub use deploy::{Deployment, Versions};
 pub use engine::GuestEngine;
 pub use error::{Fault, GuestError};
+pub use inherit::Inherited;
 pub use program::{check_routes, Program};
 pub use route::GuestRoute;
 pub use runner::Runner;

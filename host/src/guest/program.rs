@@ -11,7 +11,7 @@ use tracing::warn;
 use sha2::{Digest, Sha256};
 
 use wasmtime::component::types::ComponentItem;
-use wasmtime::component::Component;
+use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 use wasmtime::Store;
 
 use super::abi::bindings::GatewayHandlerPre;
@@ -48,6 +48,9 @@ pub struct Program {
     pub(crate) hash: String,
     /// This version's calls, batches and faults, per worker.
     pub(crate) stats: crate::stats::GuestStats,
+    /// The optional `check-state` export (`guest::inherit`): a deploy asks
+    /// it whether this version reads the live connections' state.
+    pub(crate) state_export: Option<ComponentExportIndex>,
 }
 
 impl Program {
@@ -99,6 +102,9 @@ impl Program {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| abi_error(format!("{e:#}")))?;
+        let state_export = component
+            .get_export_index(None, super::inherit::STATE_INTERFACE)
+            .and_then(|i| component.get_export_index(Some(&i), "check-state"));
         let pre = match GatewayHandlerPre::new(instance_pre.clone()) {
             Ok(pre) => Pre::V4(pre),
             Err(e) => match GatewayHandlerPreV3::new(instance_pre) {
@@ -130,6 +136,8 @@ impl Program {
                 );
             }
         }
+        // A 0.3.0 component predates the state check.
+        let state_export = state_export.filter(|_| matches!(pre, Pre::V4(_)));
         let program = Arc::new(Program {
             engine: engine.clone(),
             pre,
@@ -146,6 +154,7 @@ impl Program {
             version,
             hash: hex_sha256(wasm),
             stats: Default::default(),
+            state_export,
         });
         let mut store = program.new_store();
         program.instantiate(&mut store).map_err(|e| {
@@ -215,6 +224,14 @@ impl Program {
             Pre::V4(pre) => Handler::V4(pre.instantiate(store)?),
             Pre::V3(pre) => Handler::V3(pre.instantiate(store)?),
         })
+    }
+
+    /// The linked component, for exports the bindings do not name.
+    pub(crate) fn instance_pre(&self) -> &InstancePre<StoreState> {
+        match &self.pre {
+            Pre::V4(pre) => pre.instance_pre(),
+            Pre::V3(pre) => pre.instance_pre(),
+        }
     }
 
     /// Whether the component was built for weir:gateway 0.3.0 (no I/O).

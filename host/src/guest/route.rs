@@ -64,6 +64,9 @@ pub struct GuestRoute {
     wakers: Mutex<Vec<Arc<Notify>>>,
     /// The route's outbound HTTP and timers (0.4.0 guests).
     pub(crate) io: Arc<RouteIo>,
+    /// Where workers report their connections' state when a deploy asks
+    /// (`guest::inherit`).
+    pub(crate) census: super::census::Census,
     /// The route's key-value store (`kv`), if it has one.
     pub(crate) kv: Option<Arc<KvStore>>,
     /// The route is a proxy route's filter: its connections' links, for
@@ -98,6 +101,7 @@ impl GuestRoute {
             backoff_refused: AtomicU64::new(0),
             retired: AtomicBool::new(false),
             wakers: Mutex::default(),
+            census: Default::default(),
             filter_links: None,
         }
     }
@@ -147,6 +151,11 @@ impl GuestRoute {
     /// A worker's scheduler signal, for [`GuestRoute::retire`].
     pub(crate) fn add_waker(&self, waker: Arc<Notify>) {
         self.wakers.lock().expect("wakers lock").push(waker);
+    }
+
+    /// Every worker's scheduler signal (one per slot of the route).
+    pub(crate) fn wakers(&self) -> Vec<Arc<Notify>> {
+        self.wakers.lock().expect("wakers lock").clone()
     }
 
     pub(crate) fn is_retired(&self) -> bool {

@@ -94,6 +94,11 @@ impl Runner {
         Some(record.attachment()).filter(|a| !a.is_empty())
     }
 
+    /// Every attachment held (empty ones included), for a deploy's census.
+    pub fn attachments(&self) -> impl Iterator<Item = &[u8]> {
+        self.conns.values().map(|record| record.attachment())
+    }
+
     /// `conn` closed: drop its record.
     pub fn forget(&mut self, conn: ConnectionId) {
         self.conns.remove(&conn);

@@ -145,6 +145,8 @@ pub struct GuestSlot {
     inbox: Arc<Inbox>,
     /// The worker's index.
     worker: usize,
+    /// The last census generation this slot answered (`guest::census`).
+    census_seen: Cell<u64>,
 }
 
 impl GuestSlot {
@@ -171,6 +173,7 @@ impl GuestSlot {
             scheduler: Rc::downgrade(scheduler),
             backlog_shrank: Notify::new(),
             retired_closed: Cell::new(false),
+            census_seen: Cell::new(0),
             route,
         });
         slot.route.add_waker(scheduler.work.clone());
@@ -209,6 +212,13 @@ impl GuestSlot {
             };
             *self.runner.borrow_mut() = Some(runner);
             self.spare.borrow_mut().extend(batches);
+        }
+        // A deploy asks what state it would inherit: answer with the
+        // runner's attachments (it is home here).
+        let wanted = self.route.census.wanted();
+        if wanted != self.census_seen.get() {
+            self.census_seen.set(wanted);
+            self.with_runner(|r| self.route.census.answer(wanted, r.attachments()));
         }
         self.take_io();
         let offloaded = self

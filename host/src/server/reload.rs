@@ -18,7 +18,7 @@
 use super::Shared;
 use crate::config::{Behaviour, Config, ConfigError};
 use crate::guest::deploy::NoEarlierVersion;
-use crate::guest::{GuestError, Program};
+use crate::guest::{GuestError, GuestRoute, Inherited, Program};
 use crate::routes::ROUTE_REMOVED;
 use crate::ws::close::GOING_AWAY;
 use std::path::Path;
@@ -78,6 +78,20 @@ pub struct ReloadReport {
     pub certificate: Option<String>,
 }
 
+/// `guest.check_inherited`, counting a refusal as a failed deploy.
+fn checked(
+    guest: &GuestRoute,
+    program: &Program,
+    reset_state: bool,
+) -> Result<Inherited, GuestError> {
+    guest
+        .check_inherited(program, reset_state)
+        .inspect_err(|e| {
+            guest.versions().count_refused();
+            warn!(route = program.route(), version = program.version(), error = %e, "change refused; the serving version stays");
+        })
+}
+
 /// Deploys, rollbacks and reloads of a running gateway (cheap to clone;
 /// `Server::changes`).
 #[derive(Clone)]
@@ -98,26 +112,44 @@ impl Changes {
     }
 
     /// Deploys `wasm` as route `path`'s next version (its guest settings
-    /// unchanged).
-    pub fn deploy(&self, path: &str, wasm: &[u8]) -> Result<Arc<Program>, ChangeError> {
+    /// unchanged) once it compiled, started and read the state of every
+    /// live connection of the route (`guest::inherit`); with
+    /// `reset_state`, connections whose state it cannot read start from
+    /// their state's Default instead of refusing the deploy.
+    pub fn deploy(
+        &self,
+        path: &str,
+        wasm: &[u8],
+        reset_state: bool,
+    ) -> Result<(Arc<Program>, Inherited), ChangeError> {
         let _one = self.shared.changing.lock().expect("change lock");
         let guest = self.guest(path)?;
         let cfg = guest.program().config().clone();
         let label = format!("the uploaded component ({} bytes)", wasm.len());
-        let program = guest.versions().deploy(
-            &cfg,
-            wasm,
-            Path::new(&label),
-            format!("upload of {} bytes", wasm.len()),
-        )?;
-        Ok(program)
+        let program = guest.versions().prepare(&cfg, wasm, Path::new(&label))?;
+        let inherited = checked(&guest, &program, reset_state)?;
+        guest
+            .versions()
+            .install(program.clone(), format!("upload of {} bytes", wasm.len()));
+        Ok((program, inherited))
     }
 
-    /// Puts route `path`'s previous version back, pinned against reloads
-    /// until the next deploy or [`Changes::unpin`].
-    pub fn rollback(&self, path: &str) -> Result<Arc<Program>, ChangeError> {
+    /// Puts route `path`'s previous version back, once it read the state
+    /// of every live connection (which the newer version may have written
+    /// in a shape it does not know), as a deploy does; pinned against
+    /// reloads until the next deploy or [`Changes::unpin`].
+    pub fn rollback(
+        &self,
+        path: &str,
+        reset_state: bool,
+    ) -> Result<(Arc<Program>, Inherited), ChangeError> {
         let _one = self.shared.changing.lock().expect("change lock");
-        Ok(self.guest(path)?.versions().rollback()?)
+        let guest = self.guest(path)?;
+        let inherited = match guest.versions().previous() {
+            Some(previous) => checked(&guest, &previous, reset_state)?,
+            None => Inherited::default(),
+        };
+        Ok((guest.versions().rollback()?, inherited))
     }
 
     /// Lets reloads deploy route `path`'s component from the routes file
@@ -248,7 +280,13 @@ impl Changes {
                 report.not_applied.push(why);
                 continue;
             }
-            match guest.versions().prepare(cfg, &wasm, &cfg.wasm) {
+            // A reload never resets state: a version that cannot read it
+            // is refused (deploy it with --reset-state instead).
+            let ready = guest
+                .versions()
+                .prepare(cfg, &wasm, &cfg.wasm)
+                .and_then(|program| checked(guest, &program, false).map(|_| program));
+            match ready {
                 Ok(program) => {
                     prepared.push((guest.clone(), program, cfg.wasm.display().to_string()))
                 }

@@ -20,7 +20,7 @@ mod session;
 
 use super::reload::{ChangeError, Changes, ReloadReport};
 use super::{Shared, Shutdown};
-use crate::guest::Program;
+use crate::guest::{Inherited, Program};
 use bytes::Bytes;
 use dashboard::History;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
@@ -228,6 +228,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response<Full<Bytes>
 async fn answer(req: Request<Incoming>, admin: &Arc<Admin>) -> Response<Full<Bytes>> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
     if method == Method::GET {
         if let Some((_, content_type, body)) = dashboard::ASSETS.iter().find(|(p, _, _)| *p == path)
         {
@@ -296,7 +297,7 @@ async fn answer(req: Request<Incoming>, admin: &Arc<Admin>) -> Response<Full<Byt
                 Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
             }
         }
-        _ => route_action(&method, &path, body, changes).await,
+        _ => route_action(&method, &path, &query, body, changes).await,
     }
 }
 
@@ -415,10 +416,40 @@ fn console_request(mut req: Request<Incoming>, admin: &Arc<Admin>) -> Response<F
     resp
 }
 
-/// `PUT /routes/{path}/component` and `POST /routes/{path}/rollback`.
+/// The query parameter that lets a deploy or rollback reset the state of
+/// connections the new version cannot read (`weir deploy --reset-state`).
+pub const RESET_STATE_PARAM: &str = "reset_state";
+
+/// Whether `query` asks to reset state: `reset_state=true` (or `1`);
+/// another value is an error, so a typo does not deploy unchecked.
+fn reset_state(query: &str) -> Result<bool, String> {
+    let mut reset = false;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, "true"));
+        if key != RESET_STATE_PARAM {
+            return Err(format!(
+                "unknown query parameter `{key}` (this endpoint takes `{RESET_STATE_PARAM}=true`)"
+            ));
+        }
+        reset = match value {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            other => {
+                return Err(format!(
+                    "`{RESET_STATE_PARAM}={other}`: write `{RESET_STATE_PARAM}=true` or `false`"
+                ))
+            }
+        };
+    }
+    Ok(reset)
+}
+
+/// `PUT /routes/{path}/component` and `POST /routes/{path}/rollback`
+/// (`?reset_state=true`: see [`RESET_STATE_PARAM`]).
 async fn route_action(
     method: &Method,
     path: &str,
+    query: &str,
     body: Bytes,
     changes: &Changes,
 ) -> Response<Full<Bytes>> {
@@ -449,25 +480,34 @@ async fn route_action(
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         };
     }
+    let reset = match reset_state(query) {
+        Ok(reset) => reset,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
     let changes = changes.clone();
-    let done: Result<Result<Arc<Program>, ChangeError>, _> = match (method, action) {
+    let done: Result<Result<(Arc<Program>, Inherited), ChangeError>, _> = match (method, action) {
         (&Method::PUT, "component") => {
-            tokio::task::spawn_blocking(move || changes.deploy(&route, &body)).await
+            tokio::task::spawn_blocking(move || changes.deploy(&route, &body, reset)).await
         }
         (&Method::POST, "rollback") => {
-            tokio::task::spawn_blocking(move || changes.rollback(&route)).await
+            tokio::task::spawn_blocking(move || changes.rollback(&route, reset)).await
         }
         _ => return not_found(),
     };
     let pinned = action == "rollback";
     match done {
-        Ok(Ok(program)) => json_reply(
+        Ok(Ok((program, inherited))) => json_reply(
             StatusCode::OK,
             json!({
                 "route": program.route(),
                 "version": program.version(),
                 "hash": program.hash(),
                 "pinned": pinned,
+                "state": {
+                    "checked": inherited.checked,
+                    "live": inherited.live,
+                    "reset": inherited.reset,
+                },
             }),
         ),
         Ok(Err(e)) => error(e.status(), e),
