@@ -72,10 +72,13 @@ const TEMP_NAME_RANDOM_BYTES: usize = 8;
 /// code in the gateway, so it must be the gateway user's alone.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
+    /// Another user could replace what the gateway runs.
     #[error("the component cache directory {} belongs to uid {owner}, not to this gateway's user (uid {us}); its files would run as native code in the gateway: chown it, or set another with [server] cache_dir or WEIR_CACHE_DIR (WEIR_CACHE_DIR=\"\" turns the cache off)", dir.display())]
     DirOwnedByOther { dir: PathBuf, owner: u32, us: u32 },
+    /// Anyone in the group (or anyone at all) could plant an artifact.
     #[error("the component cache directory {} is writable by group or others (mode {mode:o}); its files would run as native code in the gateway: chmod go-w it, or set another with [server] cache_dir or WEIR_CACHE_DIR (WEIR_CACHE_DIR=\"\" turns the cache off)", dir.display())]
     DirWritableByOthers { dir: PathBuf, mode: u32 },
+    /// The path names a file, not a directory.
     #[error("the component cache directory {} is not a directory", dir.display())]
     NotADirectory { dir: PathBuf },
 }
@@ -84,15 +87,12 @@ pub enum CacheError {
 #[derive(Debug)]
 pub enum UntrustedArtifact {
     /// Another user's file: not ours to run.
-    OwnedByOther {
-        owner: u32,
-    },
+    OwnedByOther { owner: u32 },
     /// Group or others may write it.
-    WritableByOthers {
-        mode: u32,
-    },
+    WritableByOthers { mode: u32 },
     /// A link, a directory, a device: not something `store` wrote.
     NotARegularFile,
+    /// Opening or reading it failed.
     Unreadable(std::io::Error),
 }
 

@@ -28,9 +28,9 @@ struct Failures {
     since: Instant,
     /// Wrong tokens in this window.
     count: u32,
-    /// Attempts since the last log line: wrong tokens, and attempts refused
-    /// with 429 without being checked.
+    /// Wrong tokens since the last log line.
     unlogged_wrong: u64,
+    /// Attempts refused with 429, unchecked, since the last log line.
     unlogged_refused: u64,
 }
 
