@@ -126,6 +126,10 @@ pub struct AdminConfig {
     /// carry (`Authorization: Bearer …`); the gateway will not start
     /// without it.
     pub token_env: String,
+    /// `tls = { cert, key }`: serve the admin API and dashboard over HTTPS
+    /// with this certificate (the session cookie is then `Secure`); None
+    /// serves plain HTTP.
+    pub tls: Option<crate::tls::TlsFiles>,
 }
 
 /// Per-connection limits: `[server]` gives defaults, a route may override.
@@ -521,20 +525,24 @@ impl Config {
     /// certificate with the file's line. (A reload does not: a bad new
     /// certificate keeps the old one and does not hold up the routes.)
     pub fn check_tls(&self) -> Result<(), ConfigError> {
-        let Some(files) = &self.server.tls else {
-            return Ok(());
-        };
-        crate::tls::load(files).map(drop).map_err(|e| {
-            let file = self
-                .source
-                .as_ref()
-                .map(|p| format!("{}: ", p.display()))
-                .unwrap_or_default();
-            ConfigError {
-                message: format!("{file}line {}: [server] tls: {e}", files.line),
-                line: Some(files.line),
-            }
-        })
+        let admin = self.admin.as_ref().and_then(|a| a.tls.as_ref());
+        for (table, files) in [("[server]", self.server.tls.as_ref()), ("[admin]", admin)] {
+            let Some(files) = files else {
+                continue;
+            };
+            crate::tls::load(files).map_err(|e| {
+                let file = self
+                    .source
+                    .as_ref()
+                    .map(|p| format!("{}: ", p.display()))
+                    .unwrap_or_default();
+                ConfigError {
+                    message: format!("{file}line {}: {table} tls: {e}", files.line),
+                    line: Some(files.line),
+                }
+            })?;
+        }
+        Ok(())
     }
 
     /// Validates routes-file text; relative guest paths and `cache_dir`

@@ -39,6 +39,7 @@ struct RawCluster {
 struct RawAdmin {
     listen: Field,
     token_env: Field,
+    tls: Field,
 }
 
 #[derive(Deserialize)]
@@ -128,7 +129,7 @@ pub(super) fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError
     let raw: RawFile = toml::from_str(text).map_err(|err| toml_error(&src, err))?;
     let mut server = server(&src, raw.server.as_ref(), origin_dir)?;
     let admin = match &raw.admin {
-        Some(raw) => Some(admin(&src, raw)?),
+        Some(raw) => Some(admin(&src, raw, origin_dir)?),
         None => None,
     };
     // /metrics stays public unless an admin listener is there to serve it.
@@ -252,9 +253,13 @@ fn redis_url(src: &Source, item: &Item, url: &str) -> Result<String, ConfigError
     Ok(expanded)
 }
 
-/// `[admin]`: where the admin API listens and which environment variable
-/// holds its bearer token.
-fn admin(src: &Source, raw: &Spanned<RawAdmin>) -> Result<AdminConfig, ConfigError> {
+/// `[admin]`: where the admin API listens, which environment variable
+/// holds its bearer token, and its TLS certificate.
+fn admin(
+    src: &Source,
+    raw: &Spanned<RawAdmin>,
+    origin_dir: &Path,
+) -> Result<AdminConfig, ConfigError> {
     let header = header_span(src, raw.span());
     let raw = raw.get_ref();
     let Some(listen) = Item::of("listen", &raw.listen) else {
@@ -286,7 +291,15 @@ fn admin(src: &Source, raw: &Spanned<RawAdmin>) -> Result<AdminConfig, ConfigErr
         }
         None => DEFAULT_ADMIN_TOKEN_ENV.to_string(),
     };
-    Ok(AdminConfig { listen, token_env })
+    let tls = match Item::of("tls", &raw.tls) {
+        Some(item) => Some(tls_files(src, &item, origin_dir)?),
+        None => None,
+    };
+    Ok(AdminConfig {
+        listen,
+        token_env,
+        tls,
+    })
 }
 
 fn server(

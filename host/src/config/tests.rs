@@ -1059,6 +1059,7 @@ fn admin_section_and_where_metrics_are_served() {
         Some(AdminConfig {
             listen: "127.0.0.1:9090".parse().unwrap(),
             token_env: DEFAULT_ADMIN_TOKEN_ENV.into(),
+            tls: None,
         })
     );
     assert!(
@@ -1071,6 +1072,14 @@ fn admin_section_and_where_metrics_are_served() {
     ));
     assert!(both.server.public_metrics);
     assert_eq!(both.admin.unwrap().token_env, "MY_TOKEN");
+
+    let tls = parse(&format!(
+        "[admin]\nlisten = \"127.0.0.1:9090\"\ntls = {{ cert = \"c.pem\", key = \"/k.pem\" }}\n\n{ECHO}"
+    ));
+    let files = tls.admin.unwrap().tls.expect("[admin] tls");
+    assert_eq!(files.cert, std::path::PathBuf::from("/etc/weir/c.pem"));
+    assert_eq!(files.key, std::path::PathBuf::from("/k.pem"));
+    assert_eq!(files.line, 3);
 }
 
 #[test]
@@ -1094,6 +1103,11 @@ fn admin_section_errors_name_their_line() {
         &format!("[admin]\nlisten = \"127.0.0.1:9090\"\ntoken = \"secret\"\n{ECHO}"),
         3,
         &["unknown key \"token\" in [admin]", "token_env"],
+    );
+    refused(
+        &format!("[admin]\nlisten = \"127.0.0.1:9090\"\ntls = {{ cert = \"c.pem\" }}\n{ECHO}"),
+        3,
+        &["`key` is missing", "tls = { cert ="],
     );
     refused(
         &format!("[server]\npublic_metrics = \"yes\"\n{ECHO}"),

@@ -34,7 +34,7 @@ pub(super) const SERVER_KEYS: &[&str] = &[
 ];
 
 /// Keys of a `[[route]]`, in the order the messages list them.
-pub(super) const ADMIN_KEYS: &[&str] = &["listen", "token_env"];
+pub(super) const ADMIN_KEYS: &[&str] = &["listen", "token_env", "tls"];
 
 pub(super) const ROUTE_KEYS: &[&str] = &[
     "path",
@@ -152,6 +152,7 @@ fn example(key: &str) -> String {
         "cache_dir" => r#""/var/cache/weir""#,
         "public_metrics" => "false",
         "token_env" => r#""WEIR_ADMIN_TOKEN""#,
+        "tls" => r#"{ cert = "certs/fullchain.pem", key = "certs/key.pem" }"#,
         "path" => r#""/echo""#,
         "native" => r#""echo""#,
         "guest" => r#""wasm/echo.wasm""#,

@@ -53,7 +53,8 @@ pub struct GuestEngine {
 impl GuestEngine {
     /// Build the engine and start its ticker. `cache_dir` None means the
     /// default ([`default_cache_dir`]: `$WEIR_CACHE_DIR`, `$XDG_CACHE_HOME/weir`
-    /// or `~/.cache/weir`; `WEIR_CACHE_DIR=""` turns caching off).
+    /// or `~/.cache/weir`; `WEIR_CACHE_DIR=""` turns caching off). A cache
+    /// directory that is not the gateway user's alone is an error.
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Arc<GuestEngine>, GuestError> {
         let engine =
             Engine::new(&engine_config()).map_err(|e| GuestError::Engine(format!("{e:#}")))?;
@@ -68,9 +69,10 @@ impl GuestEngine {
             .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
         super::abi::bindings_v3::GatewayHandler::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
-        let cache = cache_dir
-            .or_else(default_cache_dir)
-            .and_then(ComponentCache::open);
+        let cache = match cache_dir.or_else(default_cache_dir) {
+            Some(dir) => ComponentCache::open(dir)?,
+            None => None,
+        };
 
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = {

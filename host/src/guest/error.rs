@@ -11,6 +11,9 @@ pub enum GuestError {
     /// The wasmtime engine could not be configured (host problem).
     #[error("cannot start the WebAssembly engine: {0}")]
     Engine(String),
+    /// The component cache directory is not the gateway user's alone.
+    #[error(transparent)]
+    Cache(#[from] super::cache::CacheError),
     /// The `.wasm` file could not be read.
     #[error("route {route}: cannot read guest {}: {source} (build it with `weir build DIR`, or this repository's examples with scripts/build-guests.sh, or fix `guest = ...`)", path.display())]
     Unreadable {

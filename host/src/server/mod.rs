@@ -70,6 +70,8 @@ pub enum ServeError {
     Guest(#[from] GuestError),
     #[error("[server] tls: {0}")]
     Tls(#[from] crate::tls::CertError),
+    #[error("[admin] tls: {0}")]
+    AdminTls(crate::tls::CertError),
     #[error("cannot start worker thread: {0}")]
     Worker(std::io::Error),
     #[error("[admin]: the environment variable {var} must hold the admin token (at least {MIN_TOKEN_BYTES} bytes), e.g. export {var}=$(openssl rand -hex 32)")]
@@ -105,6 +107,9 @@ struct Shared {
     trusted_proxies: Vec<crate::origin::Cidr>,
     /// TLS termination, when `[server] tls` is set.
     tls: Option<crate::tls::Tls>,
+    /// The admin listener's TLS, when `[admin] tls` is set (a reload reads
+    /// its certificate again too).
+    admin_tls: Option<crate::tls::Tls>,
     /// TLS handshakes that failed or timed out.
     tls_handshake_failures: AtomicU64,
     /// The routes file, for reloads.
@@ -273,6 +278,14 @@ impl Shared {
                 Some(files) => Some(
                     crate::tls::Tls::new(files, &[crate::tls::ALPN_H2, crate::tls::ALPN_HTTP1])
                         .map_err(ServeError::Tls)?,
+                ),
+                None => None,
+            },
+            // HTTP/1.1 only: the admin listener speaks nothing else.
+            admin_tls: match config.admin.as_ref().and_then(|a| a.tls.as_ref()) {
+                Some(files) => Some(
+                    crate::tls::Tls::new(files, &[crate::tls::ALPN_HTTP1])
+                        .map_err(ServeError::AdminTls)?,
                 ),
                 None => None,
             },

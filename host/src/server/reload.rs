@@ -166,6 +166,7 @@ impl Changes {
         // The certificate first, on its own: a renewed certificate must
         // not wait for a routes file that does not parse.
         let certificate = self.reload_certificate();
+        let admin_certificate = self.reload_admin_certificate();
         let file = self.shared.source.as_ref().ok_or(ChangeError::NoFile)?;
         let result = self
             .reload_from(&Config::load(file).inspect_err(
@@ -176,6 +177,9 @@ impl Changes {
                     Some(Ok(path)) => report.certificate = Some(path),
                     Some(Err(why)) => report.not_applied.push(why),
                     None => {}
+                }
+                if let Some(Err(why)) = admin_certificate {
+                    report.not_applied.push(why);
                 }
                 report
             });
@@ -208,6 +212,24 @@ impl Changes {
             Err(e) => {
                 warn!("TLS certificate not reloaded, the old one serves on: {e}");
                 Err(format!("TLS certificate (the old one serves on): {e}"))
+            }
+        })
+    }
+
+    /// [`Self::reload_certificate`] for `[admin] tls`.
+    fn reload_admin_certificate(&self) -> Option<Result<String, String>> {
+        let tls = self.shared.admin_tls.as_ref()?;
+        let path = tls.cert_path().display().to_string();
+        Some(match tls.reload() {
+            Ok(()) => {
+                info!(cert = %path, "admin TLS certificate reloaded");
+                Ok(path)
+            }
+            Err(e) => {
+                warn!("admin TLS certificate not reloaded, the old one serves on: {e}");
+                Err(format!(
+                    "admin TLS certificate (the old one serves on): {e}"
+                ))
             }
         })
     }

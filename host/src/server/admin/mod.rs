@@ -9,20 +9,26 @@
 //! Every API request carries `Authorization: Bearer <token>` (the token
 //! from the environment variable `[admin] token_env`) or the session
 //! cookie the page got by POSTing that token to `/session` ([`session`]);
-//! otherwise 401. A state-changing request made with the cookie also needs
-//! `X-Weir-Admin: 1` (403 without). The page and its assets need nothing:
-//! they hold no data. One thread with its own runtime: a deploy compiles
-//! there, never on a worker.
+//! otherwise 401. A wrong token counts against the client's address
+//! ([`sign_in`]): past 10 a minute it gets 429 with `Retry-After`. A
+//! state-changing request made with the cookie also needs `X-Weir-Admin: 1`
+//! (403 without). The page and its assets need nothing: they hold no data.
+//! With `[admin] tls` the listener speaks HTTPS only. One thread with its
+//! own runtime: a deploy compiles there, never on a worker.
 
 mod console;
 mod dashboard;
+mod escape;
 mod session;
+mod sign_in;
 
 use super::reload::{ChangeError, Changes, ReloadReport};
 use super::{Shared, Shutdown};
 use crate::guest::{Inherited, Program};
 use bytes::Bytes;
 use dashboard::History;
+pub use escape::percent_decode;
+use escape::percent_encoding_valid;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -31,10 +37,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
 use session::Sessions;
+use sign_in::SignIns;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
+use subtle::ConstantTimeEq;
 use tracing::{info, warn};
 
 /// Largest component a deploy may upload: guests are a few hundred KiB to
@@ -43,7 +51,8 @@ use tracing::{info, warn};
 pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
 /// Bodies of other requests are empty; anything sent is capped at this.
 const MAX_OTHER_BODY_BYTES: usize = 4096;
-/// Time a client has to send its request head.
+/// Time a client has to send its request head (and, with `[admin] tls`,
+/// to finish its TLS handshake before that).
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Shortest token accepted: a bearer token is a secret, not a password
 /// someone types.
@@ -78,12 +87,28 @@ pub(super) fn run(
         if let Ok(addr) = listener.local_addr() {
             info!(%addr, "admin API and dashboard listening");
         }
+        let tls = changes
+            .shared
+            .admin_tls
+            .as_ref()
+            .map(|t| t.acceptor().clone());
         let admin = Arc::new(Admin {
             changes,
             token,
             public: reachable(public),
             sessions: Sessions::default(),
             history: History::default(),
+            sign_ins: SignIns::default(),
+            secure: tls.is_some(),
+        });
+        let summarizer = admin.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(sign_in::SUMMARY_EVERY);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                summarizer.sign_ins.summarize(Instant::now());
+            }
         });
         let sampler = admin.clone();
         tokio::spawn(async move {
@@ -98,27 +123,52 @@ pub(super) fn run(
             tokio::select! {
                 changed = stop.wait_for(|s| *s) => { let _ = changed; break }
                 accepted = listener.accept() => {
-                    let Ok((stream, _)) = accepted else {
+                    let Ok((stream, peer)) = accepted else {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
                     };
-                    let admin = admin.clone();
-                    tokio::spawn(async move {
-                        let service = service_fn(move |req| {
-                            let admin = admin.clone();
-                            async move { Ok::<_, Infallible>(answer(req, &admin).await) }
-                        });
-                        let _ = http1::Builder::new()
-                            .timer(TokioTimer::new())
-                            .header_read_timeout(HEAD_TIMEOUT)
-                            .serve_connection(TokioIo::new(stream), service)
-                            .with_upgrades()
-                            .await;
-                    });
+                    tokio::spawn(connection(stream, peer, tls.clone(), admin.clone()));
                 }
             }
         }
     });
+}
+
+/// One accepted connection: its TLS handshake under `[admin] tls`, then
+/// its requests.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    admin: Arc<Admin>,
+) {
+    let Some(acceptor) = tls else {
+        return serve(stream, admin, peer.ip()).await;
+    };
+    // A client that never finishes its handshake holds a task for
+    // HEAD_TIMEOUT at most; plaintext on the TLS port fails at once.
+    match tokio::time::timeout(HEAD_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => serve(stream, admin, peer.ip()).await,
+        Ok(Err(e)) => tracing::debug!(%peer, "admin TLS handshake failed: {e}"),
+        Err(_) => tracing::debug!(%peer, "admin TLS handshake timed out"),
+    }
+}
+
+/// Serves the requests of one admin connection (plain or TLS) from `peer`.
+async fn serve<S>(stream: S, admin: Arc<Admin>, peer: IpAddr)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let admin = admin.clone();
+        async move { Ok::<_, Infallible>(answer(req, &admin, peer).await) }
+    });
+    let _ = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades()
+        .await;
 }
 
 /// What every admin request is answered with.
@@ -129,6 +179,10 @@ struct Admin {
     public: SocketAddr,
     sessions: Sessions,
     history: History,
+    /// Wrong tokens per client address, and who is limited.
+    sign_ins: SignIns,
+    /// Whether the listener speaks TLS: the session cookie is then `Secure`.
+    secure: bool,
 }
 
 /// The public listener's address as a local client reaches it (a wildcard
@@ -164,17 +218,12 @@ fn error(status: StatusCode, message: impl std::fmt::Display) -> Response<Full<B
     json_reply(status, json!({ "error": message.to_string() }))
 }
 
-/// Compares in time that depends only on the lengths, so the token cannot
-/// be guessed a byte at a time from response times.
+/// Compares in constant time (`subtle`), so the token cannot be guessed a
+/// byte at a time from response times; both sides are hashed first, so the
+/// time does not depend on the lengths either.
 fn same_token(given: &[u8], token: &[u8]) -> bool {
-    if given.len() != token.len() {
-        return false;
-    }
-    let diff = given
-        .iter()
-        .zip(token)
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    std::hint::black_box(diff) == 0
+    use sha2::{Digest, Sha256};
+    Sha256::digest(given).ct_eq(&Sha256::digest(token)).into()
 }
 
 /// How a request proved it may use the API.
@@ -187,13 +236,16 @@ enum Auth {
     Session,
 }
 
-fn authorized(req: &Request<Incoming>, admin: &Admin) -> Option<Auth> {
+/// How `req` proved itself, or None. An `Authorization` header that does
+/// not carry the token counts as a failed sign-in of `peer`.
+fn authorized(req: &Request<Incoming>, admin: &Admin, peer: IpAddr) -> Option<Auth> {
     let headers = req.headers();
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-    if bearer.is_some_and(|given| same_token(given, admin.token.as_bytes())) {
-        return Some(Auth::Bearer);
+    if let Some(given) = headers.get(header::AUTHORIZATION) {
+        let bearer = given.as_bytes().strip_prefix(b"Bearer ");
+        if bearer.is_some_and(|given| same_token(given, admin.token.as_bytes())) {
+            return Some(Auth::Bearer);
+        }
+        admin.sign_ins.failed(peer, Instant::now());
     }
     headers
         .get_all(header::COOKIE)
@@ -201,6 +253,24 @@ fn authorized(req: &Request<Incoming>, admin: &Admin) -> Option<Auth> {
         .filter_map(|v| session::from_cookie_header(v.as_bytes()))
         .any(|id| admin.sessions.valid(id))
         .then_some(Auth::Session)
+}
+
+/// 429 for an address past its failed sign-ins, with when to come back.
+fn too_many_sign_ins(limited: sign_in::Limited) -> Response<Full<Bytes>> {
+    let mut resp = error(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "too many wrong tokens from this address (more than {} in {} s); try again in {} s",
+            sign_in::MAX_FAILURES_PER_WINDOW,
+            sign_in::WINDOW.as_secs(),
+            limited.retry_after_secs
+        ),
+    );
+    resp.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(limited.retry_after_secs),
+    );
+    resp
 }
 
 /// The page's assets, with headers that keep it from being framed by
@@ -225,10 +295,27 @@ fn asset(content_type: &'static str, body: &'static str) -> Response<Full<Bytes>
     resp
 }
 
-async fn answer(req: Request<Incoming>, admin: &Arc<Admin>) -> Response<Full<Bytes>> {
+async fn answer(req: Request<Incoming>, admin: &Arc<Admin>, peer: IpAddr) -> Response<Full<Bytes>> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
+    if !percent_encoding_valid(&path) || !percent_encoding_valid(&query) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the request target has a % not followed by two hex digits",
+        );
+    }
+    // A limited address gets 429 for anything that tries a token, the
+    // right one too: otherwise the limit would only slow down which
+    // answer a guess gets, not the guessing. A session already open keeps
+    // working (its cookie is not a guess).
+    let tries_token = req.headers().contains_key(header::AUTHORIZATION)
+        || (path == "/session" && method == Method::POST);
+    if tries_token {
+        if let Err(limited) = admin.sign_ins.check(peer, Instant::now()) {
+            return too_many_sign_ins(limited);
+        }
+    }
     if method == Method::GET {
         if let Some((_, content_type, body)) = dashboard::ASSETS.iter().find(|(p, _, _)| *p == path)
         {
@@ -236,9 +323,9 @@ async fn answer(req: Request<Incoming>, admin: &Arc<Admin>) -> Response<Full<Byt
         }
     }
     if path == "/session" {
-        return session_request(req, admin).await;
+        return session_request(req, admin, peer).await;
     }
-    let Some(auth) = authorized(&req, admin) else {
+    let Some(auth) = authorized(&req, admin, peer) else {
         let mut resp = error(
             StatusCode::UNAUTHORIZED,
             "missing or wrong bearer token (Authorization: Bearer <token from the admin token_env>), or no dashboard session",
@@ -303,7 +390,11 @@ async fn answer(req: Request<Incoming>, admin: &Arc<Admin>) -> Response<Full<Byt
 
 /// `POST /session` with the token as the body: a session cookie (204), or
 /// 401. `DELETE /session`: the session ends.
-async fn session_request(req: Request<Incoming>, admin: &Admin) -> Response<Full<Bytes>> {
+async fn session_request(
+    req: Request<Incoming>,
+    admin: &Admin,
+    peer: IpAddr,
+) -> Response<Full<Bytes>> {
     let method = req.method().clone();
     let cookie_ids: Vec<String> = req
         .headers()
@@ -324,7 +415,8 @@ async fn session_request(req: Request<Incoming>, admin: &Admin) -> Response<Full
         Method::POST => {
             let given = body.trim_ascii();
             if !same_token(given, admin.token.as_bytes()) {
-                warn!("dashboard login refused: wrong token");
+                // Logged by the sign-in summary, not once per attempt.
+                admin.sign_ins.failed(peer, Instant::now());
                 return error(StatusCode::UNAUTHORIZED, "wrong token");
             }
             let Some(id) = admin.sessions.open() else {
@@ -334,7 +426,7 @@ async fn session_request(req: Request<Incoming>, admin: &Admin) -> Response<Full
                 );
             };
             info!("dashboard session opened");
-            let cookie = HeaderValue::from_str(&session::set_cookie(&id))
+            let cookie = HeaderValue::from_str(&session::set_cookie(&id, admin.secure))
                 .expect("hex ids make a valid header");
             resp.headers_mut().insert(header::SET_COOKIE, cookie);
         }
@@ -342,7 +434,8 @@ async fn session_request(req: Request<Incoming>, admin: &Admin) -> Response<Full
             for id in &cookie_ids {
                 admin.sessions.close(id);
             }
-            let cookie = HeaderValue::from_str(&session::clear_cookie()).expect("valid header");
+            let cookie =
+                HeaderValue::from_str(&session::clear_cookie(admin.secure)).expect("valid header");
             resp.headers_mut().insert(header::SET_COOKIE, cookie);
         }
         _ => {
@@ -385,7 +478,7 @@ fn console_request(mut req: Request<Incoming>, admin: &Arc<Admin>) -> Response<F
     let origin_req = crate::origin::Request {
         headers: req.headers(),
         peer: std::net::Ipv4Addr::UNSPECIFIED.into(),
-        tls: false,
+        tls: admin.secure,
     };
     if crate::origin::check(&own_origin, &origin_req).is_err() {
         return error(
@@ -564,24 +657,6 @@ fn drain(route: &str, draining: bool, changes: &Changes) -> Response<Full<Bytes>
     )
 }
 
-/// `%2Fjson` → `/json`; None for a bad escape or bytes that are not UTF-8.
-pub fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 /// `GET /routes`: every route, with its guest versions.
 fn routes(shared: &Shared) -> serde_json::Value {
     let secs = |t: std::time::SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -630,16 +705,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_compare_whole_and_paths_decode() {
+    fn tokens_compare_whole() {
         assert!(same_token(b"0123456789abcdef", b"0123456789abcdef"));
         assert!(!same_token(b"0123456789abcdeF", b"0123456789abcdef"));
         assert!(!same_token(b"0123456789abcde", b"0123456789abcdef"));
-        assert_eq!(percent_decode("%2Fjson").as_deref(), Some("/json"));
-        assert_eq!(
-            percent_decode("%2Fchat%2F%7Broom%7D").as_deref(),
-            Some("/chat/{room}")
-        );
-        assert_eq!(percent_decode("%2"), None);
-        assert_eq!(percent_decode("%ff"), None);
     }
 }

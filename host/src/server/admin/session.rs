@@ -1,5 +1,6 @@
 //! Browser sessions for the dashboard: the page POSTs the admin token once
-//! and gets an `HttpOnly`, `SameSite=Strict` cookie naming a random session,
+//! and gets an `HttpOnly`, `SameSite=Strict` cookie naming a random session
+//! (also `Secure` when the admin listener serves TLS),
 //! so the token never sits in the page, a URL or a log. A request
 //! authenticated by that cookie that changes anything must also carry
 //! [`CSRF_HEADER`], which a cross-site form or image cannot send.
@@ -76,17 +77,30 @@ pub fn from_cookie_header(value: &[u8]) -> Option<&str> {
     })
 }
 
-/// The `Set-Cookie` value that starts session `id`.
-pub fn set_cookie(id: &str) -> String {
+/// The `Set-Cookie` value that starts session `id`; `secure` (the admin
+/// listener serves TLS) keeps the browser from ever sending it in clear.
+pub fn set_cookie(id: &str, secure: bool) -> String {
     format!(
-        "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-        LIFETIME.as_secs()
+        "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{}",
+        LIFETIME.as_secs(),
+        secure_attribute(secure)
     )
 }
 
 /// The `Set-Cookie` value that ends the session in the browser.
-pub fn clear_cookie() -> String {
-    format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0")
+pub fn clear_cookie(secure: bool) -> String {
+    format!(
+        "{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{}",
+        secure_attribute(secure)
+    )
+}
+
+fn secure_attribute(secure: bool) -> &'static str {
+    if secure {
+        "; Secure"
+    } else {
+        ""
+    }
 }
 
 #[cfg(test)]
@@ -122,6 +136,9 @@ mod tests {
     fn the_cookie_is_found_among_others() {
         assert_eq!(from_cookie_header(b"a=1; weir_admin=abc; b=2"), Some("abc"));
         assert_eq!(from_cookie_header(b"weir_adminx=abc"), None);
-        assert!(set_cookie("x").contains("HttpOnly; SameSite=Strict"));
+        assert!(set_cookie("x", false).contains("HttpOnly; SameSite=Strict"));
+        assert!(!set_cookie("x", false).contains("Secure"));
+        assert!(set_cookie("x", true).ends_with("; Secure"));
+        assert!(clear_cookie(true).ends_with("; Secure"));
     }
 }
