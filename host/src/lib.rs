@@ -28,7 +28,10 @@
 //! - [`config`] — the routes file.
 //! - [`tls`] — TLS termination's certificates and settings (rustls); the
 //!   loop reads and writes a TLS connection through `reactor::transport`.
-//! - [`admission`] — global and per-IP connection limits (503 past them).
+//! - [`admission`] — global and per-IP limits on WebSockets and
+//!   connections still in their handshake (503 past them); [`hosts`] —
+//!   the names the gateway answers to (421 otherwise); [`origin`] — which
+//!   browser pages may open a route (403 otherwise).
 //! - [`metrics`] — `GET /metrics` in the Prometheus text format; [`stats`]
 //!   — per-route counters kept per worker and summed when read.
 //! - [`logging`] — the gateway's log, written by a thread of its own.
@@ -45,6 +48,7 @@ pub mod admission;
 pub mod client;
 pub mod config;
 pub mod guest;
+pub mod hosts;
 pub mod logging;
 pub mod metrics;
 pub mod native;

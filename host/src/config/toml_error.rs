@@ -31,6 +31,8 @@ pub(super) const SERVER_KEYS: &[&str] = &[
     "listen_backlog",
     "public_metrics",
     "tls",
+    "allowed_hosts",
+    "h2_max_streams",
 ];
 
 /// Keys of a `[[route]]`, in the order the messages list them.
@@ -150,6 +152,8 @@ fn example(key: &str) -> String {
         "listen_backlog" => "4096",
         "cache_dir" => r#""/var/cache/weir""#,
         "public_metrics" => "false",
+        "allowed_hosts" => r#"["gw.example.com", "*.example.com"]"#,
+        "h2_max_streams" => "100",
         "token_env" => r#""WEIR_ADMIN_TOKEN""#,
         "path" => r#""/echo""#,
         "native" => r#""echo""#,
