@@ -1,6 +1,7 @@
-//! Connection limits: a global cap and an optional per-IP cap on open TCP
-//! connections. Over either, the request is answered with 503 and
-//! `Retry-After` instead of being upgraded. The global cap is kept below
+//! Connection limits: a global cap and an optional per-IP cap on open
+//! WebSockets (each HTTP/2 stream one) and connections that carry none yet
+//! (who holds a [`Ticket`] when: `server::live`). Over either, the request
+//! is answered with 503 and `Retry-After` instead of being upgraded. The global cap is kept below
 //! what the process may open (`RLIMIT_NOFILE`), with descriptors held back,
 //! so a refused client still gets its 503 rather than a reset.
 
@@ -112,7 +113,8 @@ pub struct Admission {
     per_ip: Mutex<HashMap<IpAddr, usize>>,
 }
 
-/// An admitted connection; dropping it frees its place.
+/// A place under the limits (a connection's, or a WebSocket's); dropping
+/// it frees it.
 pub struct Ticket {
     admission: Arc<Admission>,
     ip: IpAddr,

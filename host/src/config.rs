@@ -37,6 +37,14 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9001";
 /// Open connections across all workers before new ones get HTTP 503: a
 /// bound on memory and file descriptors that load tests do not reach.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
+/// WebSocket streams (and requests) one HTTP/2 connection may have open at
+/// once (`[server] h2_max_streams`). Each holds up to a stream window of
+/// unread input (256 KiB), so this bounds what one connection may make the
+/// gateway hold; browsers open far fewer per connection.
+pub const DEFAULT_H2_MAX_STREAMS: u32 = 100;
+/// Highest `h2_max_streams`: the connection's window is the streams'
+/// windows together and must stay under HTTP/2's 2^31 - 1.
+pub const MAX_H2_STREAMS: u32 = 4096;
 /// Open connections per client IP; 0 = no per-IP limit, because load
 /// generators and proxies put many clients behind one address.
 pub const DEFAULT_MAX_CONNECTIONS_PER_IP: usize = 0;
@@ -116,6 +124,13 @@ pub struct ServerConfig {
     /// `tls = { cert, key }`: serve TLS (wss://) with this certificate;
     /// None serves plain TCP.
     pub tls: Option<crate::tls::TlsFiles>,
+    /// `allowed_hosts`: the names requests may give as `Host` /
+    /// `:authority` (see [`crate::hosts`]); None: loopback names on a
+    /// loopback listener, any name otherwise. Lower case, each checked by
+    /// [`crate::hosts::HostRule::parse`].
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Streams one HTTP/2 connection may have open (`h2_max_streams`).
+    pub h2_max_streams: u32,
 }
 
 /// `[admin]`: the admin listener, separate from the public one.
@@ -432,6 +447,8 @@ impl Default for ServerConfig {
             public_metrics: true,
             trusted_proxies: Vec::new(),
             tls: None,
+            allowed_hosts: None,
+            h2_max_streams: DEFAULT_H2_MAX_STREAMS,
         }
     }
 }

@@ -31,7 +31,10 @@
 //! - [`url_check`] — URL paths as their receiver reads them: a guest's
 //!   outbound URL normalised and matched on segment boundaries, a proxy's
 //!   path parameter kept to one segment, non-global addresses told apart.
-//! - [`admission`] — global and per-IP connection limits (503 past them).
+//! - [`admission`] — global and per-IP limits on WebSockets and
+//!   connections still in their handshake (503 past them); [`hosts`] —
+//!   the names the gateway answers to (421 otherwise); [`origin`] — which
+//!   browser pages may open a route (403 otherwise).
 //! - [`metrics`] — `GET /metrics` in the Prometheus text format; [`stats`]
 //!   — per-route counters kept per worker and summed when read.
 //! - [`logging`] — the gateway's log, written by a thread of its own.
@@ -48,6 +51,7 @@ pub mod admission;
 pub mod client;
 pub mod config;
 pub mod guest;
+pub mod hosts;
 pub mod logging;
 pub mod metrics;
 pub mod native;

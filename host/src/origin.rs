@@ -4,11 +4,15 @@
 //! about it (a guest's upgrade hook included).
 //!
 //! - No `Origin` (not a browser): allowed unless `require_origin = true`.
-//! - The default is the same origin: scheme-less host and port equal to the
-//!   request's `Host` (a missing port is the scheme's default, 80 for
-//!   `http`, 443 for `https`; a `Host` without one gets the listener's).
-//!   `X-Forwarded-Host` / `Forwarded: host=` count instead of `Host` only
-//!   from `[server] trusted_proxies`.
+//! - The default is the same origin: scheme, host and port equal to the
+//!   request's own: the scheme is the listener's (`http` plain, `https`
+//!   with TLS), the host and port those the request names (`Host`, or over
+//!   HTTP/2 `:authority`; a missing port is the scheme's default, 80 for
+//!   `http`, 443 for `https`). `X-Forwarded-Host` / `Forwarded: host=`
+//!   count instead only from `[server] trusted_proxies`; with them the
+//!   scheme is `X-Forwarded-Proto` / `Forwarded: proto=` when sent, and is
+//!   not compared when not (the proxy may have terminated TLS; a host
+//!   without a port then has the listener's default port).
 //! - `origins` lists allowed origins exactly (scheme, host, port);
 //!   `https://*.example.com` matches one or more labels under example.com,
 //!   not example.com itself; `"*"` allows every origin; `Origin: null`
@@ -153,6 +157,9 @@ pub enum Refused {
 /// What the check needs besides the headers.
 pub struct Request<'a> {
     pub headers: &'a HeaderMap,
+    /// The authority the request names (`:authority` over HTTP/2, else
+    /// `Host`; see [`crate::hosts::request_authority`]).
+    pub authority: Option<&'a str>,
     /// The TCP peer, to decide whether its forwarded host counts.
     pub peer: IpAddr,
     /// Whether the listener is TLS (a `Host` without a port means 443).
@@ -197,25 +204,50 @@ pub fn check(policy: &Policy<'_>, req: &Request<'_>) -> Result<(), Refused> {
     Err(Refused::NotAllowed(text.into_owned()))
 }
 
-/// Whether `origin` is the request's own host and port.
+/// Whether `origin` is the request's own scheme, host and port.
 fn same_origin(origin: &Origin, policy: &Policy<'_>, req: &Request<'_>) -> bool {
     let trusted = policy.trusted_proxies.iter().any(|c| c.contains(req.peer));
     let forwarded = trusted.then(|| forwarded_host(req.headers)).flatten();
-    let host = match forwarded {
-        Some(h) => h,
-        None => match req
-            .headers
-            .get(http::header::HOST)
-            .and_then(|h| h.to_str().ok())
-        {
-            Some(h) => h.trim().to_ascii_lowercase(),
+    let (host, scheme) = match forwarded {
+        // The proxy's scheme when it says; not compared when it does not.
+        Some(h) => (h, forwarded_proto(req.headers)),
+        None => match req.authority {
+            Some(h) => (h.trim().to_ascii_lowercase(), Some(req.tls)),
             None => return false,
         },
     };
     let Some((host, port)) = split_authority(&host) else {
         return false;
     };
-    host == origin.host && port.unwrap_or(default_port(req.tls)) == origin.port
+    // A host without a port has its scheme's default (the listener's when
+    // a proxy names no scheme).
+    let port = port.unwrap_or(default_port(scheme.unwrap_or(req.tls)));
+    scheme.is_none_or(|https| https == origin.https) && host == origin.host && port == origin.port
+}
+
+/// Whether a trusted proxy says the client spoke https (`X-Forwarded-Proto`,
+/// else `Forwarded: proto=`); None when it does not say.
+fn forwarded_proto(headers: &HeaderMap) -> Option<bool> {
+    let proto = match headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(v) => v.split(',').next()?.trim().to_ascii_lowercase(),
+        None => {
+            let forwarded = headers.get("forwarded")?.to_str().ok()?;
+            let first = forwarded.split(',').next()?;
+            first.split(';').find_map(|pair| {
+                let (name, value) = pair.trim().split_once('=')?;
+                name.eq_ignore_ascii_case("proto")
+                    .then(|| value.trim_matches('"').to_ascii_lowercase())
+            })?
+        }
+    };
+    match proto.as_str() {
+        "https" | "wss" => Some(true),
+        "http" | "ws" => Some(false),
+        _ => None,
+    }
 }
 
 /// The first `X-Forwarded-Host`, else the first `Forwarded: host=`.
@@ -290,6 +322,10 @@ mod tests {
         h
     }
 
+    fn host(h: &HeaderMap) -> Option<&str> {
+        h.get("host").and_then(|v| v.to_str().ok())
+    }
+
     fn allowed(origins: &[&str], headers: &HeaderMap) -> bool {
         let origins: Vec<String> = origins.iter().map(|s| s.to_string()).collect();
         let policy = Policy {
@@ -299,6 +335,7 @@ mod tests {
         };
         let r = Request {
             headers,
+            authority: host(headers),
             peer: "127.0.0.1".parse().unwrap(),
             tls: false,
         };
@@ -322,6 +359,37 @@ mod tests {
         assert!(allowed(&[], &h));
         let h = req(&[("origin", "http://gw.example")]);
         assert!(!allowed(&[], &h), "no Host, no same origin");
+    }
+
+    /// Issue 35: the same origin ignored the scheme; a TLS listener's own
+    /// origin is https, a plain one's http.
+    #[test]
+    fn same_origin_compares_the_scheme_of_the_listener() {
+        let h = req(&[
+            ("host", "gw.example:9001"),
+            ("origin", "https://gw.example:9001"),
+        ]);
+        assert!(!allowed(&[], &h), "https origin, plain listener");
+        let policy = Policy {
+            origins: &[],
+            require_origin: false,
+            trusted_proxies: &[],
+        };
+        let over = |tls| Request {
+            headers: &h,
+            authority: host(&h),
+            peer: "127.0.0.1".parse().unwrap(),
+            tls,
+        };
+        assert!(check(&policy, &over(true)).is_ok());
+        let h = req(&[("origin", "https://gw.example")]);
+        let r = Request {
+            headers: &h,
+            authority: Some("gw.example"),
+            peer: "127.0.0.1".parse().unwrap(),
+            tls: true,
+        };
+        assert!(check(&policy, &r).is_ok(), "HTTP/2's :authority, no Host");
     }
 
     #[test]
@@ -359,6 +427,7 @@ mod tests {
         };
         let r = Request {
             headers: &h,
+            authority: host(&h),
             peer: "127.0.0.1".parse().unwrap(),
             tls: false,
         };
@@ -380,6 +449,7 @@ mod tests {
         };
         let from = |ip: &str| Request {
             headers: &h,
+            authority: host(&h),
             peer: ip.parse().unwrap(),
             tls: false,
         };
@@ -392,10 +462,11 @@ mod tests {
                 "forwarded",
                 "for=1.2.3.4;host=\"app.example.com:8443\";proto=https",
             ),
-            ("origin", "http://app.example.com:8443"),
+            ("origin", "https://app.example.com:8443"),
         ]);
         let r = Request {
             headers: &h,
+            authority: host(&h),
             peer: "10.1.2.3".parse().unwrap(),
             tls: false,
         };

@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 use tokio::time::{timeout, Instant};
 use weir::config::Config;
 
-const UPGRADE: &str = "GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+const UPGRADE: &str = "GET /echo HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
                        Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
 
 /// The `/metrics` scrape is itself one open TCP connection.
@@ -91,7 +91,7 @@ async fn slow_handshakes_are_dropped_after_the_handshake_timeout() {
 
     // A finished request, then an idle keep-alive connection.
     let mut idle = TcpStream::connect(gw.addr).await.unwrap();
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     let mut head = [0u8; 128];

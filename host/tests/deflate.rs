@@ -117,7 +117,7 @@ async fn upgrade(
         .map(|e| format!("Sec-WebSocket-Extensions: {e}\r\n"))
         .unwrap_or_default();
     let head = format!(
-        "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{ext}\r\n"
     );
     stream.write_all(head.as_bytes()).await.unwrap();

@@ -364,7 +364,7 @@ async fn admin_requests_without_the_token_get_401() {
     assert_eq!(gw.version("/g").await, 1);
     let (_, status) = common::Raw::request(
         gw.addr,
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
     )
     .await;
     assert_eq!(status, 404, "public /metrics is off when [admin] serves it");
@@ -476,7 +476,7 @@ async fn sighup_adds_and_removes_routes() {
     assert_eq!(ask(&mut a, 3).await, Answer::Echo);
     let (_, status) = common::Raw::request(
         gw.addr,
-        "GET /b HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        "GET /b HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
     )
     .await;

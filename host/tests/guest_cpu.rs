@@ -228,7 +228,7 @@ async fn repeat_offenders_get_429_with_retry_after() {
     // The raw answer carries Retry-After.
     let (_, status) = common::Raw::request(
         gw.addr,
-        "GET /faulty HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        "GET /faulty HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
     )
     .await;
@@ -238,7 +238,7 @@ async fn repeat_offenders_get_429_with_retry_after() {
     let mut raw = socket.connect(gw.addr).await.unwrap();
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     raw.write_all(
-        b"GET /faulty HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        b"GET /faulty HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
           Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
     )
     .await

@@ -234,23 +234,23 @@ async fn bad_upgrades_get_their_status() {
     let gw = Gateway::default_routes();
     let ok = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
     let cases = [
-        (format!("GET /nowhere HTTP/1.1\r\nHost: x\r\n{ok}Sec-WebSocket-Version: 13\r\n\r\n"), 404),
-        ("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), 426),
-        (format!("GET /echo HTTP/1.1\r\nHost: x\r\n{ok}Sec-WebSocket-Version: 8\r\n\r\n"), 426),
+        (format!("GET /nowhere HTTP/1.1\r\nHost: localhost\r\n{ok}Sec-WebSocket-Version: 13\r\n\r\n"), 404),
+        ("GET /echo HTTP/1.1\r\nHost: localhost\r\n\r\n".to_string(), 426),
+        (format!("GET /echo HTTP/1.1\r\nHost: localhost\r\n{ok}Sec-WebSocket-Version: 8\r\n\r\n"), 426),
         (
-            "GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: c2hvcnQ=\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            "GET /echo HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: c2hvcnQ=\r\nSec-WebSocket-Version: 13\r\n\r\n"
                 .to_string(),
             400,
         ),
-        (format!("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n{ok}Sec-WebSocket-Version: 13\r\n\r\n"), 400),
-        ("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), 200),
+        (format!("POST /echo HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n{ok}Sec-WebSocket-Version: 13\r\n\r\n"), 400),
+        ("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n".to_string(), 200),
     ];
     for (head, status) in cases {
         let (_raw, got) = Raw::request(gw.addr, &head).await;
         assert_eq!(got, status, "request:\n{head}");
     }
     let huge = format!(
-        "GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "GET /echo HTTP/1.1\r\nHost: localhost\r\nX-Big: {}\r\n\r\n",
         "a".repeat(40_000)
     );
     let (_raw, got) = Raw::request(gw.addr, &huge).await;
@@ -352,7 +352,8 @@ async fn connection_limit_answers_503() {
     let gw = Gateway::start(config);
     let _a = Raw::connect(gw.addr, "/echo").await;
     let _b = Raw::connect(gw.addr, "/echo").await;
-    let head = "GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+    let head =
+        "GET /echo HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
                 Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
     let (_c, status) = Raw::request(gw.addr, head).await;
     assert_eq!(status, 503);

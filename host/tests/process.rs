@@ -73,7 +73,7 @@ async fn http(addr: SocketAddr, head: &str) -> (u16, String) {
     (text[9..12].parse().unwrap(), text)
 }
 
-const UPGRADE: &str = "GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+const UPGRADE: &str = "GET /echo HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
                        Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
 
 /// SIGTERM drains: replies to messages already sent still arrive, every
@@ -100,7 +100,7 @@ async fn sigterm_drains_connections_then_exits_0() {
     // A keep-alive HTTP connection, idle when the drain starts.
     let mut keep_alive = TcpStream::connect(weir.addr).await.unwrap();
     keep_alive
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     let mut head = [0u8; 256];
@@ -116,7 +116,11 @@ async fn sigterm_drains_connections_then_exits_0() {
         assert_eq!(c.close_code().await, Some(1001));
     }
     // Still draining (the relay pair has not answered yet): 503s.
-    let (status, text) = http(weir.addr, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let (status, text) = http(
+        weir.addr,
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    )
+    .await;
     assert_eq!(status, 503, "{text}");
     let (status, text) = http(weir.addr, UPGRADE).await;
     assert_eq!(status, 503, "{text}");
@@ -228,7 +232,7 @@ async fn abrupt_disconnects_leak_no_descriptor_task_or_buffer() {
 async fn upgrade_status(addr: SocketAddr) -> std::io::Result<(u16, TcpStream)> {
     let mut s = TcpStream::connect(addr).await?;
     s.write_all(
-        b"GET /echo HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        b"GET /echo HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
           Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
     )
     .await?;

@@ -231,7 +231,7 @@ async fn fragments_pings_and_close_codes_are_carried() {
 /// Status code of an upgrade request to `path`.
 async fn upgrade_status(addr: SocketAddr, path: &str) -> u16 {
     let head = format!(
-        "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
     );
     Raw::request(addr, &head).await.1

@@ -68,6 +68,8 @@ struct RawServer {
     listen_backlog: Field,
     public_metrics: Field,
     tls: Field,
+    allowed_hosts: Field,
+    h2_max_streams: Field,
 }
 
 #[derive(Deserialize)]
@@ -360,6 +362,12 @@ fn server(
     }
     if let Some(item) = Item::of("trusted_proxies", &raw.trusted_proxies) {
         server.trusted_proxies = item.address_ranges(src)?;
+    }
+    if let Some(item) = Item::of("allowed_hosts", &raw.allowed_hosts) {
+        server.allowed_hosts = Some(item.host_names(src)?);
+    }
+    if let Some(item) = Item::of("h2_max_streams", &raw.h2_max_streams) {
+        server.h2_max_streams = item.count(src, 1, MAX_H2_STREAMS as u64)? as u32;
     }
     if let Some(item) = Item::of("tls", &raw.tls) {
         server.tls = Some(tls_files(src, &item, origin_dir)?);

@@ -1440,3 +1440,61 @@ fn tls_takes_a_cert_and_a_key_relative_to_the_file() {
         &["`cert` is not a file path"],
     );
 }
+
+/// Issue 35: `allowed_hosts` and `h2_max_streams`, with their errors on
+/// their lines.
+#[test]
+fn allowed_hosts_and_h2_max_streams() {
+    let config = parse(&format!(
+        "[server]\nallowed_hosts = [\"GW.example.com\", \"*.example.org\", \"[::1]\"]\nh2_max_streams = 8\n\n{ECHO}"
+    ));
+    assert_eq!(
+        config.server.allowed_hosts.as_deref(),
+        Some(
+            &[
+                "gw.example.com".to_string(),
+                "*.example.org".into(),
+                "[::1]".into()
+            ][..]
+        )
+    );
+    assert_eq!(config.server.h2_max_streams, 8);
+    let config = parse(ECHO);
+    assert_eq!(config.server.allowed_hosts, None);
+    assert_eq!(config.server.h2_max_streams, DEFAULT_H2_MAX_STREAMS);
+    refused(
+        &format!("[server]\nworkers = 1\nallowed_hosts = [\"gw.example.com:443\"]\n{ECHO}"),
+        3,
+        &["gw.example.com:443", "without a port"],
+    );
+    refused(
+        &format!("[server]\nallowed_hosts = [\"https://gw.example.com\"]\n{ECHO}"),
+        2,
+        &["https://gw.example.com", "no scheme"],
+    );
+    refused(
+        &format!("[server]\nallowed_hosts = [\"*.com\"]\n{ECHO}"),
+        2,
+        &["*.com", "wildcard"],
+    );
+    refused(
+        &format!("[server]\nallowed_hosts = \"gw.example.com\"\n{ECHO}"),
+        2,
+        &["not a list of host names"],
+    );
+    refused(
+        &format!("[server]\nh2_max_streams = 0\n{ECHO}"),
+        2,
+        &["h2_max_streams"],
+    );
+    refused(
+        &format!("[server]\nh2_max_streams = 100000\n{ECHO}"),
+        2,
+        &["h2_max_streams"],
+    );
+    refused(
+        &format!("[server]\nh2_max_stream = 10\n{ECHO}"),
+        2,
+        &["did you mean h2_max_streams"],
+    );
+}

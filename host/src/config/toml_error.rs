@@ -31,6 +31,8 @@ pub(super) const SERVER_KEYS: &[&str] = &[
     "listen_backlog",
     "public_metrics",
     "tls",
+    "allowed_hosts",
+    "h2_max_streams",
 ];
 
 /// Keys of a `[[route]]`, in the order the messages list them.
@@ -151,6 +153,8 @@ fn example(key: &str) -> String {
         "listen_backlog" => "4096",
         "cache_dir" => r#""/var/cache/weir""#,
         "public_metrics" => "false",
+        "allowed_hosts" => r#"["gw.example.com", "*.example.com"]"#,
+        "h2_max_streams" => "100",
         "token_env" => r#""WEIR_ADMIN_TOKEN""#,
         "tls" => r#"{ cert = "certs/fullchain.pem", key = "certs/key.pem" }"#,
         "path" => r#""/echo""#,

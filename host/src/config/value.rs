@@ -230,6 +230,27 @@ impl Item<'_> {
         Ok(origins)
     }
 
+    /// `allowed_hosts`: names or IP literals without a port, or
+    /// `*.domain` wildcards; lower case.
+    pub(super) fn host_names(&self, src: &Source) -> Result<Vec<String>, ConfigError> {
+        const HINT: &str =
+            r#"write e.g. ["gw.example.com", "*.example.com", "10.0.0.5"] (no scheme, no port)"#;
+        let Value::Array(items) = self.value else {
+            return Err(self.fail(src, format!("not a list of host names; {HINT}")));
+        };
+        let mut names = Vec::with_capacity(items.len());
+        for item in items {
+            let Value::String(name) = item else {
+                return Err(self.fail(src, format!("{item} is not a string; {HINT}")));
+            };
+            if let Err(why) = crate::hosts::HostRule::parse(name) {
+                return Err(self.fail(src, format!("{item}: {why}; {HINT}")));
+            }
+            names.push(name.trim().to_ascii_lowercase());
+        }
+        Ok(names)
+    }
+
     /// `trusted_proxies`: addresses or CIDR ranges.
     pub(super) fn address_ranges(
         &self,

@@ -1,15 +1,20 @@
 //! HTTP on an accepted connection (hyper), after the TLS handshake when
 //! `[server] tls` is set: HTTP/1.1, or HTTP/2 when ALPN chose `h2` (or a
 //! plaintext client sent the HTTP/2 preface: h2c with prior knowledge).
-//! `/healthz`, `/metrics`, admission and drain refusals, route match, the
+//! Host-name refusals (421, `crate::hosts`; 400 for two `Host` headers or
+//! a bare-LF head, `head_scan`), `/healthz`, `/metrics`, admission and
+//! drain refusals (a place per WebSocket, and the deadline of a connection
+//! that carries none, `live`), route match, the
 //! opening handshake (RFC 6455's GET + Upgrade, or RFC 8441's extended
 //! CONNECT on an HTTP/2 stream), the route kind's answer, and the handoff
 //! of the socket (and TLS session), or the HTTP/2 stream, to the
 //! connection loop.
 
+use super::head_scan::{HeadScan, HeadState};
+use super::live::{serve_until, Busy, Live};
 use super::worker::Worker;
-use super::{Shared, Shutdown};
-use crate::admission::{Ticket, RETRY_AFTER_SECS};
+use super::Shutdown;
+use crate::admission::RETRY_AFTER_SECS;
 use crate::reactor::conn::ConnEnv;
 use crate::reactor::outbound::Outbound;
 use crate::reactor::transport::Io;
@@ -32,17 +37,12 @@ use tracing::{debug, warn};
 
 /// Cap on an HTTP request head; past it hyper answers 431. (hyper's minimum.)
 const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
-/// WebSocket streams (and requests) one HTTP/2 connection may have open at
-/// once; the connection limits count TCP connections, so this bounds what
-/// one of them may hold.
-const H2_MAX_STREAMS: u32 = 256;
 /// What a client may send on one HTTP/2 stream before the loop has read
 /// it: a stream whose loop stops reading (its client not reading replies,
 /// a relay partner's queue full) holds at most this much.
 const H2_STREAM_WINDOW_BYTES: u32 = 256 << 10;
-/// The connection's window covers every stream's, so one stream that stops
-/// being read never closes the window of the others.
-const H2_CONNECTION_WINDOW_BYTES: u32 = H2_STREAM_WINDOW_BYTES * H2_MAX_STREAMS;
+/// HTTP/2's largest window (RFC 9113 §6.9.1).
+const H2_MAX_WINDOW_BYTES: u32 = (1 << 31) - 1;
 /// What an HTTP/2 client with prior knowledge sends first (RFC 9113 §3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -57,21 +57,13 @@ impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LocalExec {
     }
 }
 
-/// Counts a connection as open for as long as it exists, and holds its
-/// place under the connection limits (None: over a limit, refuse).
-struct LiveGuard(Arc<Shared>, Option<Ticket>);
-
-impl LiveGuard {
-    fn new(shared: Arc<Shared>, ticket: Option<Ticket>) -> LiveGuard {
-        shared.tcp_open.fetch_add(1, Ordering::AcqRel);
-        LiveGuard(shared, ticket)
-    }
-}
-
-impl Drop for LiveGuard {
-    fn drop(&mut self) {
-        self.0.tcp_open.fetch_sub(1, Ordering::AcqRel);
-    }
+/// The connection's window covers every stream's (`h2_max_streams` of
+/// them), so one stream that stops being read never closes the window of
+/// the others.
+fn h2_connection_window_bytes(max_streams: u32) -> u32 {
+    H2_STREAM_WINDOW_BYTES
+        .saturating_mul(max_streams)
+        .min(H2_MAX_WINDOW_BYTES)
 }
 
 /// Serves a new connection: the TLS handshake first when TLS is on, then
@@ -85,8 +77,7 @@ pub(super) async fn serve_http(
     // Replies are small and latency matters more than packet count; batching
     // already happens in the reactor (one write per read batch).
     let _ = stream.set_nodelay(true);
-    let ticket = worker.shared.admission.admit(peer.ip());
-    let guard = Rc::new(LiveGuard::new(worker.shared.clone(), ticket));
+    let live = Rc::new(Live::new(worker.shared.clone(), peer.ip()));
     let timeout = worker.shared.handshake_timeout;
     let Some(tls) = worker.shared.tls.as_ref().map(|tls| tls.acceptor().clone()) else {
         return match tokio::time::timeout(timeout, sends_h2_preface(&stream)).await {
@@ -95,14 +86,12 @@ pub(super) async fn serve_http(
             // room in it would be a hole of several KiB in the worker's heap
             // per upgraded connection (freed memory the next connection's
             // small allocations split up, so it stays resident).
-            Ok(true) => {
-                Box::pin(serve_http2(TokioIo::new(stream), peer, worker, stop, guard)).await
-            }
-            Ok(false) => serve_http1(TokioIo::new(stream), peer, worker, stop, guard).await,
+            Ok(true) => Box::pin(serve_http2(TokioIo::new(stream), peer, worker, stop, live)).await,
+            Ok(false) => serve_http1(stream, peer, worker, stop, live).await,
             Err(_) => debug!(%peer, ?timeout, "nothing sent within handshake_timeout"),
         };
     };
-    Box::pin(serve_tls(stream, peer, worker, stop, guard, tls, timeout)).await
+    Box::pin(serve_tls(stream, peer, worker, stop, live, tls, timeout)).await
 }
 
 /// The TLS handshake, then HTTP/2 if ALPN chose it, else HTTP/1.1.
@@ -111,7 +100,7 @@ async fn serve_tls(
     peer: SocketAddr,
     worker: Rc<Worker>,
     stop: Shutdown,
-    guard: Rc<LiveGuard>,
+    live: Rc<Live>,
     tls: tokio_rustls::TlsAcceptor,
     timeout: std::time::Duration,
 ) {
@@ -120,9 +109,9 @@ async fn serve_tls(
     // most that long, like a slow HTTP request head.
     match tokio::time::timeout(timeout, tls.accept(stream)).await {
         Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(crate::tls::ALPN_H2) => {
-            serve_http2(TokioIo::new(stream), peer, worker, stop, guard).await
+            serve_http2(TokioIo::new(stream), peer, worker, stop, live).await
         }
-        Ok(Ok(stream)) => serve_http1(TokioIo::new(stream), peer, worker, stop, guard).await,
+        Ok(Ok(stream)) => serve_http1(stream, peer, worker, stop, live).await,
         Ok(Err(e)) => {
             worker
                 .shared
@@ -144,54 +133,59 @@ async fn serve_tls(
 /// idle keep-alive connection is closed; one in the middle of a request
 /// gets its answer first.
 async fn serve_http1<I>(
-    io: TokioIo<I>,
+    io: I,
     peer: SocketAddr,
     worker: Rc<Worker>,
     mut stop: Shutdown,
-    guard: Rc<LiveGuard>,
+    live: Rc<Live>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let head = Arc::new(HeadState::default());
+    let io = TokioIo::new(HeadScan::new(io, head.clone()));
     let service = {
         let worker = worker.clone();
+        let live = live.clone();
         service_fn(move |req| {
             let worker = worker.clone();
-            let guard = guard.clone();
-            async move { Ok::<_, Infallible>(handle_request(req, peer, worker, guard).await) }
+            let live = live.clone();
+            let head = head.clone();
+            async move {
+                if head.bare_lf() {
+                    debug!(%peer, "refused: a request head line ended in a bare LF");
+                    let mut resp = text(
+                        StatusCode::BAD_REQUEST,
+                        "request head lines must end in CRLF, not a bare LF\n",
+                    );
+                    resp.headers_mut()
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    return Ok::<_, Infallible>(resp);
+                }
+                let resp = handle_request(req, peer, worker, live).await;
+                if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+                    head.next_head();
+                }
+                Ok(resp)
+            }
         })
     };
+    let timeout = worker.shared.handshake_timeout;
     let http = http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(worker.shared.handshake_timeout)
+        .header_read_timeout(timeout)
         .max_buf_size(MAX_REQUEST_HEAD_BYTES)
         .serve_connection(io, service)
         .with_upgrades();
-    let ended = until_drained(std::pin::pin!(http), &mut stop, |http| {
+    // An idle keep-alive connection gets handshake_timeout again.
+    let deadlines = (timeout, timeout);
+    let ended = serve_until(std::pin::pin!(http), &mut stop, &live, deadlines, |http| {
         http.graceful_shutdown()
     })
     .await;
-    if let Err(e) = ended {
-        debug!(%peer, error = %e, "http connection ended");
-    }
-}
-
-/// Runs hyper's connection `http` to its end; on shutdown asks it to end
-/// gracefully (`graceful_shutdown`: HTTP/1.1 closes an idle keep-alive
-/// connection after the request in flight, HTTP/2 sends GOAWAY) and waits
-/// for that. A connection accepted while draining is answered 503 and
-/// closed by its response; only ones open before the drain need closing.
-async fn until_drained<F: std::future::Future>(
-    mut http: std::pin::Pin<&mut F>,
-    stop: &mut Shutdown,
-    graceful_shutdown: impl FnOnce(std::pin::Pin<&mut F>),
-) -> F::Output {
-    let accepted_while_draining = *stop.borrow_and_update();
-    tokio::select! {
-        ended = http.as_mut() => ended,
-        _ = stop.wait_for(|stop| *stop), if !accepted_while_draining => {
-            graceful_shutdown(http.as_mut());
-            http.await
-        }
+    match ended {
+        Some(Err(e)) => debug!(%peer, error = %e, "http connection ended"),
+        None => debug!(%peer, "http connection closed at its deadline"),
+        Some(Ok(())) => {}
     }
 }
 
@@ -204,32 +198,39 @@ async fn serve_http2<I>(
     peer: SocketAddr,
     worker: Rc<Worker>,
     mut stop: Shutdown,
-    guard: Rc<LiveGuard>,
+    live: Rc<Live>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
 {
     let service = {
         let worker = worker.clone();
+        let live = live.clone();
         service_fn(move |req| {
             let worker = worker.clone();
-            let guard = guard.clone();
-            async move { Ok::<_, Infallible>(handle_request(req, peer, worker, guard).await) }
+            let live = live.clone();
+            async move { Ok::<_, Infallible>(handle_request(req, peer, worker, live).await) }
         })
     };
+    let shared = &worker.shared;
     let http = http2::Builder::new(LocalExec)
         .timer(TokioTimer::new())
         .enable_connect_protocol()
-        .max_concurrent_streams(H2_MAX_STREAMS)
+        .max_concurrent_streams(shared.h2_max_streams)
         .initial_stream_window_size(H2_STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(H2_CONNECTION_WINDOW_BYTES)
+        .initial_connection_window_size(h2_connection_window_bytes(shared.h2_max_streams))
         .max_header_list_size(MAX_REQUEST_HEAD_BYTES as u32)
         .serve_connection(io, service);
-    let ended = until_drained(std::pin::pin!(http), &mut stop, |http| {
+    // No stream: closed handshake_timeout after it opened, or the idle
+    // deadline after its last stream ended.
+    let deadlines = (shared.handshake_timeout, shared.h2_idle_timeout);
+    let ended = serve_until(std::pin::pin!(http), &mut stop, &live, deadlines, |http| {
         http.graceful_shutdown()
     })
     .await;
-    if let Err(e) = ended {
-        debug!(%peer, error = %e, "http/2 connection ended");
+    match ended {
+        Some(Err(e)) => debug!(%peer, error = %e, "http/2 connection ended"),
+        None => debug!(%peer, "http/2 connection closed at its deadline"),
+        Some(Ok(())) => {}
     }
 }
 
@@ -260,13 +261,16 @@ fn into_io(upgraded: hyper::upgrade::Upgraded, h2: bool) -> Option<(Io, Bytes)> 
     if h2 {
         return Some((Io::H2(TokioIo::new(upgraded)), Bytes::new()));
     }
-    let upgraded = match upgraded.downcast::<TokioIo<TcpStream>>() {
-        Ok(parts) => return Some((Io::Tcp(parts.io.into_inner()), parts.read_buf)),
+    let upgraded = match upgraded.downcast::<TokioIo<HeadScan<TcpStream>>>() {
+        Ok(parts) => {
+            let tcp = parts.io.into_inner().into_inner();
+            return Some((Io::Tcp(tcp), parts.read_buf));
+        }
         Err(upgraded) => upgraded,
     };
-    type TlsIo = TokioIo<tokio_rustls::server::TlsStream<TcpStream>>;
+    type TlsIo = TokioIo<HeadScan<tokio_rustls::server::TlsStream<TcpStream>>>;
     let parts = upgraded.downcast::<TlsIo>().ok()?;
-    let (tcp, session) = parts.io.into_inner().into_inner();
+    let (tcp, session) = parts.io.into_inner().into_inner().into_inner();
     Some((Io::Tls(tcp, Box::new(session)), parts.read_buf))
 }
 
@@ -329,16 +333,45 @@ fn refused(e: HandshakeError, peer: SocketAddr, path: &str) -> Response<Full<Byt
     resp
 }
 
+/// The answer to a request that names its host twice (400), or a host the
+/// gateway does not answer to (421, `allowed_hosts`; `/healthz` is
+/// exempt: load balancers probe by address and it tells nothing).
+fn refuse_names(
+    req: &Request<Incoming>,
+    hosts: &crate::hosts::AllowedHosts,
+    peer: SocketAddr,
+) -> Option<Response<Full<Bytes>>> {
+    if crate::hosts::repeated_host(req.headers()) {
+        debug!(%peer, "refused: two Host headers");
+        let mut resp = text(StatusCode::BAD_REQUEST, "more than one Host header\n");
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return Some(resp);
+    }
+    if req.uri().path() == "/healthz" || hosts.allows(crate::hosts::request_authority(req)) {
+        return None;
+    }
+    debug!(%peer, host = ?crate::hosts::request_authority(req), "refused: host not in allowed_hosts");
+    Some(text(
+        StatusCode::MISDIRECTED_REQUEST,
+        "this gateway does not answer to that host name (see [server] allowed_hosts)\n",
+    ))
+}
+
 /// Routes a request: health check, 404, refusal, or the 101 and the handoff
 /// of the socket to the connection loop.
 async fn handle_request(
     mut req: Request<Incoming>,
     peer: SocketAddr,
     worker: Rc<Worker>,
-    guard: Rc<LiveGuard>,
+    live: Rc<Live>,
 ) -> Response<Full<Bytes>> {
+    let _busy = Busy::new(&live);
     let path = req.uri().path();
     let shared = &worker.shared;
+    if let Some(refusal) = refuse_names(&req, &shared.hosts, peer) {
+        return refusal;
+    }
     if path == "/metrics" && shared.public_metrics {
         let mut resp = Response::new(Full::new(Bytes::from(shared.snapshot().render())));
         resp.headers_mut().insert(
@@ -359,16 +392,17 @@ async fn handle_request(
     if path == "/healthz" {
         return text(StatusCode::OK, "ok\n");
     }
-    if guard.1.is_none() {
+    // Held by the WebSocket if this request becomes one; given back if not.
+    let Some(place) = live.place() else {
         shared.refused_over_limit.fetch_add(1, Ordering::Relaxed);
         if let Some((n, secs)) = shared.refusals.note() {
             warn!(
                 cap = shared.admission.max_total(),
-                "refused {n} connections in the last {secs} s: connection limit (max_connections, or per IP)"
+                "refused {n} requests in the last {secs} s: connection limit (max_connections, or per IP; each WebSocket and each connection without one counts)"
             );
         }
         return unavailable("too many connections; retry later\n");
-    }
+    };
     let (index, route, worker_route, params) = {
         let table = shared.routes.load();
         let Ok(matched) = table.router.at(path) else {
@@ -416,6 +450,7 @@ async fn handle_request(
     };
     let origin_req = crate::origin::Request {
         headers: req.headers(),
+        authority: crate::hosts::request_authority(&req),
         peer: peer.ip(),
         tls: shared.tls.is_some(),
     };
@@ -489,7 +524,7 @@ async fn handle_request(
         stats: route.stats.clone(),
         deflate,
         idle: worker.idle.clone(),
-        live: guard,
+        live: Rc::new(place),
     };
     shared.upgrades.fetch_add(1, Ordering::Relaxed);
     let upgrade = hyper::upgrade::on(&mut req);

@@ -17,7 +17,9 @@
 //! close handshakes up to `drain_timeout` before they stop.
 
 mod admin;
+mod head_scan;
 mod http;
+mod live;
 mod reload;
 mod worker;
 
@@ -118,6 +120,13 @@ struct Shared {
     changing: Mutex<()>,
     /// Whether the public listener answers `/metrics`.
     public_metrics: bool,
+    /// The names the public listener answers to (421 otherwise).
+    hosts: crate::hosts::AllowedHosts,
+    /// `[server] h2_max_streams`.
+    h2_max_streams: u32,
+    /// How long an HTTP/2 connection may stay without a stream once it has
+    /// had one: the server's `idle_timeout`.
+    h2_idle_timeout: Duration,
 }
 
 /// A bound gateway, ready to run. Binding first lets callers (tests, `--listen
@@ -126,8 +135,9 @@ pub struct Server {
     listeners: Vec<std::net::TcpListener>,
     shared: Arc<Shared>,
     local_addr: SocketAddr,
-    /// The admin listener and its token, when `[admin]` is configured.
-    admin: Option<(std::net::TcpListener, Arc<str>)>,
+    /// The admin listener, its token and the names it answers to, when
+    /// `[admin]` is configured.
+    admin: Option<(std::net::TcpListener, Arc<str>, crate::hosts::AllowedHosts)>,
 }
 
 impl Server {
@@ -163,7 +173,13 @@ impl Server {
                         addr: admin.listen,
                         source,
                     })?;
-                Some((listener, Arc::from(token)))
+                // The server's allowed_hosts; unset, a loopback admin
+                // listener answers only to loopback names.
+                let hosts = crate::hosts::AllowedHosts::new(
+                    config.server.allowed_hosts.as_deref(),
+                    admin.listen,
+                );
+                Some((listener, Arc::from(token), hosts))
             }
             None => None,
         };
@@ -181,7 +197,9 @@ impl Server {
 
     /// Where the admin API listens, when it does.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
-        self.admin.as_ref().and_then(|(l, _)| l.local_addr().ok())
+        self.admin
+            .as_ref()
+            .and_then(|(l, _, _)| l.local_addr().ok())
     }
 
     /// Deploys, rollbacks and reloads of this gateway (SIGHUP uses it).
@@ -195,7 +213,7 @@ impl Server {
     pub fn run(self, shutdown: Shutdown) -> Result<(), ServeError> {
         info!(addr = %self.local_addr, workers = self.listeners.len(), "weir listening");
         let mut threads = Vec::new();
-        if let Some((listener, token)) = self.admin {
+        if let Some((listener, token, hosts)) = self.admin {
             let (changes, shutdown, public) = (
                 Changes {
                     shared: self.shared.clone(),
@@ -205,7 +223,7 @@ impl Server {
             );
             let thread = std::thread::Builder::new()
                 .name("weir-admin".into())
-                .spawn(move || admin::run(listener, changes, token, public, shutdown))
+                .spawn(move || admin::run(listener, changes, token, hosts, public, shutdown))
                 .map_err(ServeError::Worker)?;
             threads.push(thread);
         }
@@ -293,6 +311,9 @@ impl Shared {
             source: config.source.clone(),
             changing: Mutex::new(()),
             public_metrics: config.server.public_metrics,
+            hosts: public_hosts(config),
+            h2_max_streams: config.server.h2_max_streams,
+            h2_idle_timeout: config.server.limits.idle_timeout,
         })
     }
 
@@ -353,6 +374,23 @@ impl Shared {
                 .collect(),
         }
     }
+}
+
+/// The names the public listener answers to; says so at start when a
+/// loopback gateway accepts only loopback names.
+fn public_hosts(config: &Config) -> crate::hosts::AllowedHosts {
+    let hosts = crate::hosts::AllowedHosts::new(
+        config.server.allowed_hosts.as_deref(),
+        config.server.listen,
+    );
+    if hosts.loopback_only() {
+        warn!(
+            listen = %config.server.listen,
+            "listening on loopback only: requests must name localhost, 127.0.0.1 or [::1] as their \
+             Host (others get 421, against DNS rebinding); list other names in [server] allowed_hosts"
+        );
+    }
+    hosts
 }
 
 /// Fail if another process listens on `addr`. The workers' listeners use

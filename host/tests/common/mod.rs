@@ -144,7 +144,7 @@ impl Raw {
     /// Upgrades `stream` (already connected) to a WebSocket on `path`.
     pub async fn upgrade(mut stream: TcpStream, path: &str) -> Raw {
         let head = format!(
-            "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
         );
         stream.write_all(head.as_bytes()).await.unwrap();
@@ -158,7 +158,7 @@ impl Raw {
 
     pub async fn connect(addr: SocketAddr, path: &str) -> Raw {
         let head = format!(
-            "GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
              Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
         );
         let (raw, status) = Raw::request(addr, &head).await;
@@ -241,7 +241,7 @@ pub async fn metrics(addr: SocketAddr) -> String {
         .unwrap()
         .unwrap();
     stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .await
         .unwrap();
     let mut all = Vec::new();

@@ -14,7 +14,9 @@
 //! state-changing request made with the cookie also needs `X-Weir-Admin: 1`
 //! (403 without). The page and its assets need nothing: they hold no data.
 //! With `[admin] tls` the listener speaks HTTPS only. One thread with its
-//! own runtime: a deploy compiles there, never on a worker.
+//! own runtime: a deploy compiles there, never on a worker. A request
+//! naming a host the gateway does not answer to (`crate::hosts`, `[server]
+//! allowed_hosts`) gets 421 first.
 
 mod console;
 mod dashboard;
@@ -63,6 +65,7 @@ pub(super) fn run(
     listener: std::net::TcpListener,
     changes: Changes,
     token: Arc<str>,
+    hosts: crate::hosts::AllowedHosts,
     public: SocketAddr,
     shutdown: Shutdown,
 ) {
@@ -95,6 +98,7 @@ pub(super) fn run(
         let admin = Arc::new(Admin {
             changes,
             token,
+            hosts,
             public: reachable(public),
             sessions: Sessions::default(),
             history: History::default(),
@@ -175,6 +179,9 @@ where
 struct Admin {
     changes: Changes,
     token: Arc<str>,
+    /// The names admin requests may give as `Host` (421 otherwise), so a
+    /// page on a rebinding domain cannot reach the console.
+    hosts: crate::hosts::AllowedHosts,
     /// Where the console connects to reach a public route.
     public: SocketAddr,
     sessions: Sessions,
@@ -296,6 +303,15 @@ fn asset(content_type: &'static str, body: &'static str) -> Response<Full<Bytes>
 }
 
 async fn answer(req: Request<Incoming>, admin: &Arc<Admin>, peer: IpAddr) -> Response<Full<Bytes>> {
+    if crate::hosts::repeated_host(req.headers()) {
+        return error(StatusCode::BAD_REQUEST, "more than one Host header");
+    }
+    if !admin.hosts.allows(crate::hosts::request_authority(&req)) {
+        return error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this admin listener does not answer to that host name (see [server] allowed_hosts)",
+        );
+    }
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
@@ -477,6 +493,7 @@ fn console_request(mut req: Request<Incoming>, admin: &Arc<Admin>) -> Response<F
     };
     let origin_req = crate::origin::Request {
         headers: req.headers(),
+        authority: crate::hosts::request_authority(&req),
         peer: std::net::Ipv4Addr::UNSPECIFIED.into(),
         tls: admin.secure,
     };
