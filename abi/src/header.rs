@@ -32,6 +32,11 @@ pub enum EventKind {
     /// 0.4.0, proxy filters: a binary message on its way through a proxy
     /// route; byte 9 is its [`Direction`].
     ProxyBinary = 8,
+    /// 0.4.0, after 0.4.0's first release: a `kv-set` or `kv-delete` the
+    /// host refused (code: [`crate::io::KvErrorReason`], bytes: the key).
+    /// Packed layout only, like the proxy kinds: a guest that does not know
+    /// it skips it.
+    KvError = 9,
 }
 
 /// Which way a proxied message travels: byte 9 of a proxy event and of a
@@ -70,6 +75,7 @@ impl EventKind {
             6 => EventKind::Timer,
             7 => EventKind::ProxyText,
             8 => EventKind::ProxyBinary,
+            9 => EventKind::KvError,
             _ => return None,
         })
     }
