@@ -358,12 +358,13 @@ mod tests {
             EventKind::Timer,
             EventKind::ProxyText,
             EventKind::ProxyBinary,
+            EventKind::KvError,
         ];
         for (i, k) in events.into_iter().enumerate() {
             assert_eq!(k as u8, i as u8);
             assert_eq!(EventKind::from_byte(i as u8), Some(k));
         }
-        assert_eq!(EventKind::from_byte(9), None);
+        assert_eq!(EventKind::from_byte(10), None);
         let commands = [
             CommandKind::SendText,
             CommandKind::SendBinary,
