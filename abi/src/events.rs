@@ -56,6 +56,14 @@ pub enum Event<'a> {
     },
     /// 0.4.0: the timer `tag` of `conn` (0: the route's) came due.
     Timer { conn: ConnectionId, tag: u64 },
+    /// 0.4.0: a `kv-set` or `kv-delete` of the route (`conn` 0) was
+    /// refused and not applied; `reason` is a
+    /// [`KvErrorReason`](crate::KvErrorReason) code.
+    KvError {
+        conn: ConnectionId,
+        reason: u16,
+        key: &'a [u8],
+    },
     /// 0.4.0, a proxy route's filter: a complete message of `conn` on its
     /// way in `direction`. It goes on only if the filter forwards it.
     Proxy {
@@ -212,6 +220,11 @@ impl<'a> Iterator for EventIter<'a> {
                     Some((tag, _)) => Event::Timer { conn, tag },
                     None => unreachable!("checked by parse_events"),
                 },
+                Some(EventKind::KvError) => Event::KvError {
+                    conn,
+                    reason: e.code,
+                    key: bytes,
+                },
                 Some(kind @ (EventKind::ProxyText | EventKind::ProxyBinary)) => Event::Proxy {
                     conn,
                     direction: match Direction::from_byte(e.reserved) {
@@ -267,12 +280,13 @@ mod tests {
         let (h, d) = batch(&[
             (1, 0, 0, open),
             (1, 1, 0, "héllo".as_bytes()),
-            (2, 9, 0, b"from a newer host"),
+            (2, 200, 0, b"from a newer host"),
+            (0, 9, 3, b"user:7"),
             (2, 2, 0, &[0xff, 0]),
             (1, 3, 1001, b"bye"),
         ]);
         let list = parse_events(&h, &d).unwrap();
-        assert_eq!(list.len(), 5);
+        assert_eq!(list.len(), 6);
         let all: Vec<_> = list.iter().collect();
         assert_eq!(
             all,
@@ -284,6 +298,11 @@ mod tests {
                 Event::Text {
                     conn: 1,
                     text: "héllo"
+                },
+                Event::KvError {
+                    conn: 0,
+                    reason: 3,
+                    key: b"user:7"
                 },
                 Event::Binary {
                     conn: 2,

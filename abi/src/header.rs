@@ -32,6 +32,11 @@ pub enum EventKind {
     /// 0.4.0, proxy filters: a binary message on its way through a proxy
     /// route; byte 9 is its [`Direction`].
     ProxyBinary = 8,
+    /// 0.4.0, after 0.4.0's first release: a `kv-set` or `kv-delete` the
+    /// host refused (code: [`crate::io::KvErrorReason`], bytes: the key).
+    /// Packed layout only, like the proxy kinds: a guest that does not know
+    /// it skips it.
+    KvError = 9,
 }
 
 /// Which way a proxied message travels: byte 9 of a proxy event and of a
@@ -70,6 +75,7 @@ impl EventKind {
             6 => EventKind::Timer,
             7 => EventKind::ProxyText,
             8 => EventKind::ProxyBinary,
+            9 => EventKind::KvError,
             _ => return None,
         })
     }
@@ -352,12 +358,13 @@ mod tests {
             EventKind::Timer,
             EventKind::ProxyText,
             EventKind::ProxyBinary,
+            EventKind::KvError,
         ];
         for (i, k) in events.into_iter().enumerate() {
             assert_eq!(k as u8, i as u8);
             assert_eq!(EventKind::from_byte(i as u8), Some(k));
         }
-        assert_eq!(EventKind::from_byte(9), None);
+        assert_eq!(EventKind::from_byte(10), None);
         let commands = [
             CommandKind::SendText,
             CommandKind::SendBinary,

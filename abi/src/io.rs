@@ -22,6 +22,7 @@
 //! | http-response  | HTTP status              | tag u64, head len u32, head, body         |
 //! | http-error     | [`HttpErrorReason`]      | tag u64, message (UTF-8)                  |
 //! | timer          | 0                        | tag u64                                   |
+//! | kv-error       | [`KvErrorReason`]        | the key                                   |
 //!
 //! A response head is one `name: value` per line, `\n`-separated.
 
@@ -67,6 +68,58 @@ impl HttpErrorReason {
             HttpErrorReason::TooLarge => "too-large",
             HttpErrorReason::Busy => "busy",
             HttpErrorReason::Invalid => "invalid",
+        }
+    }
+}
+
+/// Why a `kv-set` or `kv-delete` was refused: the `code` of a kv-error
+/// event (kind 9, conn 0). The write was not applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum KvErrorReason {
+    /// The store would go over its `kv_max_bytes` (keys plus values).
+    OverMaxBytes = 1,
+    /// The store would go over its `kv_max_keys`.
+    OverMaxKeys = 2,
+    /// The store's write queue is full (its disk or Redis is not keeping
+    /// up, or Redis is unreachable).
+    QueueFull = 3,
+    /// The key is over 1 KiB or the value over 1 MiB.
+    TooLarge = 4,
+    /// The route has no `kv`.
+    NoStore = 5,
+}
+
+impl KvErrorReason {
+    /// Every reason, in code order (for counters by reason).
+    pub const ALL: [KvErrorReason; 5] = [
+        KvErrorReason::OverMaxBytes,
+        KvErrorReason::OverMaxKeys,
+        KvErrorReason::QueueFull,
+        KvErrorReason::TooLarge,
+        KvErrorReason::NoStore,
+    ];
+
+    /// The reason an event code names, None for one this crate does not know.
+    pub const fn from_code(code: u16) -> Option<Self> {
+        Some(match code {
+            1 => KvErrorReason::OverMaxBytes,
+            2 => KvErrorReason::OverMaxKeys,
+            3 => KvErrorReason::QueueFull,
+            4 => KvErrorReason::TooLarge,
+            5 => KvErrorReason::NoStore,
+            _ => return None,
+        })
+    }
+
+    /// The reason as one word (what the SDKs, logs and metrics show).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            KvErrorReason::OverMaxBytes => "max-bytes",
+            KvErrorReason::OverMaxKeys => "max-keys",
+            KvErrorReason::QueueFull => "queue-full",
+            KvErrorReason::TooLarge => "too-large",
+            KvErrorReason::NoStore => "no-store",
         }
     }
 }

@@ -32,7 +32,7 @@
 //! | 0..8   | conn     | connection id, u64, never 0                           |
 //! | 8      | kind     | [`EventKind`]: open 0, text 1, binary 2, close 3;     |
 //! |        |          | 0.4.0: http-response 4, http-error 5, timer 6,        |
-//! |        |          | proxy-text 7, proxy-binary 8                          |
+//! |        |          | proxy-text 7, proxy-binary 8, kv-error 9              |
 //! | 9      | reserved | 0; for proxy kinds the [`Direction`]: 0 client to     |
 //! |        |          | upstream, 1 upstream to client                        |
 //! | 10..12 | code     | close code for `close`, 0 otherwise, u16              |
@@ -67,9 +67,10 @@
 //! Kind numbers are the case indices of the WIT enums `event-kind` and
 //! `command-kind`; the host and the SDK assert at compile time that their
 //! generated bindings agree. The proxy kinds (events 7 and 8, commands 13
-//! and 14) live in the packed layout only: they travel in the same byte
-//! lists, so the WIT world stays 0.4.0 and a guest that does not know them
-//! skips them.
+//! and 14) and the kv-error event (9: a key-value write the host refused,
+//! code a [`KvErrorReason`], bytes the key, conn 0) live in the packed
+//! layout only: they travel in the same byte lists, so the WIT world stays
+//! 0.4.0 and a guest that does not know them skips them.
 //!
 //! A proxy route with a `filter` sends its guest every message in either
 //! direction as a proxy event (after an open event, before a close event,
@@ -134,7 +135,7 @@ pub use header::{
     CommandHeader, CommandKind, Direction, EventHeader, EventKind, COMMAND_HEADER_BYTES,
     EVENT_HEADER_BYTES, LAST_V3_COMMAND_KIND,
 };
-pub use io::HttpErrorReason;
+pub use io::{HttpErrorReason, KvErrorReason};
 
 /// Connection id as the ABI carries it: unique per gateway process, never 0
 /// (0 means "no connection" in a publish's `conn`).

@@ -152,6 +152,9 @@ fn event_json(e: Event<'_>) -> Value {
         } => json!({"kind": "http-error", "conn": conn, "tag": tag, "reason": reason,
             "message": message}),
         Event::Timer { conn, tag } => json!({"kind": "timer", "conn": conn, "tag": tag}),
+        Event::KvError { conn, reason, key } => {
+            json!({"kind": "kv-error", "conn": conn, "reason": reason, "key_hex": hex(key)})
+        }
         Event::Proxy {
             conn,
             direction,

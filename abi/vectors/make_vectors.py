@@ -126,7 +126,7 @@ def events():
         case("unknown-kind-skipped",
              "a kind a newer host may send is skipped (its range is still "
              "checked); the reserved byte is not looked at",
-             [event_header(5, 9, 0, 0, 2), event_header(5, EVENT["binary"], 0, 0, 2, reserved=1)],
+             [event_header(5, 200, 0, 0, 2), event_header(5, EVENT["binary"], 0, 0, 2, reserved=1)],
              b"ab", pack_event,
              events=[{"kind": "binary", "conn": 5, "payload_hex": "6162"}]),
     ]

@@ -3,7 +3,9 @@
 //! ([`Handler::on_response`](crate::Handler::on_response),
 //! [`Handler::on_timer`](crate::Handler::on_timer)), matched by the
 //! [`Tag`] the call returned. Key-value reads answer at once
-//! ([`Context::kv_get`]); writes are applied after the batch.
+//! ([`Context::kv_get`]); writes are applied after the batch, and one the
+//! gateway refuses comes back as
+//! [`Handler::on_kv_error`](crate::Handler::on_kv_error).
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -258,7 +260,10 @@ impl Context {
     }
 
     /// Store `value` under `key` (applied after the batch; key ≤ 1 KiB,
-    /// value ≤ 1 MiB, else the gateway drops the write and logs it).
+    /// value ≤ 1 MiB). A write the gateway refuses (over one of those caps,
+    /// over the store's `kv_max_bytes` or `kv_max_keys`, its write queue
+    /// full) is not applied, and comes back in a later batch as
+    /// [`Handler::on_kv_error`](crate::Handler::on_kv_error).
     pub fn kv_set(&mut self, key: &[u8], value: &[u8]) {
         self.kv_set_ttl(key, value, None)
     }
@@ -274,7 +279,8 @@ impl Context {
         self.push(0, CommandKind::KvSet, 0, meta, value);
     }
 
-    /// Remove `key` (applied after the batch).
+    /// Remove `key` (applied after the batch; refused only when the
+    /// store's write queue is full: [`Handler::on_kv_error`](crate::Handler::on_kv_error)).
     pub fn kv_delete(&mut self, key: &[u8]) {
         let meta = self.put(key);
         self.push(0, CommandKind::KvDelete, 0, meta, (0, 0));

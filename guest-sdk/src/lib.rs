@@ -112,6 +112,7 @@ pub use state::{ConnState, StateError};
 pub use state::{Migrate, Versioned, STATE_FORMAT_TAG};
 pub use weir_abi::Direction;
 pub use weir_abi::HttpErrorReason;
+pub use weir_abi::KvErrorReason;
 pub use weir_abi::Params;
 
 use runtime::{Runtime, UpgradeAnswer};
@@ -291,6 +292,30 @@ pub trait Handler: Default + 'static {
     /// ```
     fn on_timer(&mut self, conn: &mut Conn<'_, Self::State>, tag: Tag) {
         let _ = (conn, tag);
+    }
+
+    /// A key-value write of an earlier batch ([`Context::kv_set`],
+    /// [`Context::kv_delete`]) was refused and not applied: the store is at
+    /// its quota (`kv_max_bytes`, `kv_max_keys`), its write queue is full
+    /// (its disk or Redis is not keeping up), the key or value is over its
+    /// cap, or the route has no `kv`. `route` is the route's handle
+    /// ([`Conn::is_route`]); `reason` is None for a reason this SDK does not
+    /// know. Default: nothing (the gateway counts and logs refusals).
+    ///
+    /// ```no_run
+    /// # use weir_guest::{Conn, KvErrorReason, Message};
+    /// fn on_kv_error(route: &mut Conn<()>, key: &[u8], reason: Option<KvErrorReason>) {
+    ///     let why = reason.map_or("unknown", KvErrorReason::as_str);
+    ///     route.publish("admin", Message::Text(&format!("store refused a write: {why}")));
+    /// }
+    /// ```
+    fn on_kv_error(
+        &mut self,
+        route: &mut Conn<'_, Self::State>,
+        key: &[u8],
+        reason: Option<KvErrorReason>,
+    ) {
+        let _ = (route, key, reason);
     }
 
     /// The outcome of the request an upgrade was deferred with

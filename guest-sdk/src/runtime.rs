@@ -256,6 +256,12 @@ impl<H: Handler> Runtime<H> {
                         handler.on_timer(c, tag)
                     });
                 }
+                Event::KvError { conn, reason, key } => {
+                    let reason = weir_abi::KvErrorReason::from_code(reason);
+                    io_hook(conns, route, &mut ctx, conn, lookup, |c| {
+                        handler.on_kv_error(c, key, reason)
+                    });
+                }
                 Event::Proxy {
                     conn,
                     direction,

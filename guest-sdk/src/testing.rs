@@ -36,8 +36,9 @@
 //! ([`TestRoute::respond`], [`TestRoute::fail`]); timers wait in
 //! [`TestRoute::timers`] until the test fires them ([`TestRoute::fire`]);
 //! the route's key-value store is a map ([`TestRoute::kv`]) that `kv_get`
-//! reads and `kv_set` writes after each batch, as the gateway does. A
-//! deferred upgrade is answered by [`TestRoute::upgrade_answering`].
+//! reads and `kv_set` writes after each batch, as the gateway does; a
+//! refused write is played by [`TestRoute::kv_error`], or by a store with
+//! a key quota ([`TestRoute::with_kv_max_keys`]). A deferred upgrade is answered by [`TestRoute::upgrade_answering`].
 //!
 //! ```
 //! use weir_guest::testing::TestRoute;
@@ -75,7 +76,7 @@ use std::time::Duration;
 
 use weir_abi::io::{encode_http_response, split_request_head};
 use weir_abi::{
-    encode_conn_info, parse_commands, Command, EventHeader, EventKind, HttpErrorReason,
+    encode_conn_info, parse_commands, Command, EventHeader, EventKind, HttpErrorReason, KvErrorReason,
 };
 
 use crate::runtime::{Runtime, UpgradeAnswer};
@@ -146,6 +147,10 @@ pub struct TestRoute<H: Handler> {
     timers: BTreeMap<(ConnectionId, Tag), Duration>,
     /// The route's key-value store.
     kv: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// `kv_max_keys` of the store, if the test set one.
+    kv_max_keys: Option<usize>,
+    /// Writes refused during a batch, told to the handler after it.
+    kv_refused: Vec<(Vec<u8>, KvErrorReason)>,
 }
 
 /// The parameters of `path` matched against route `pattern` (`{name}`: one
@@ -188,7 +193,25 @@ impl<H: Handler> TestRoute<H> {
             requests: Vec::new(),
             timers: BTreeMap::new(),
             kv: BTreeMap::new(),
+            kv_max_keys: None,
+            kv_refused: Vec::new(),
         }
+    }
+
+    /// With a store that holds at most `keys` keys, as the gateway's
+    /// `kv_max_keys`: a `kv_set` of a new key past it is not applied, and
+    /// the handler's `on_kv_error` gets it (reason `max-keys`) after the
+    /// batch, as from the gateway in a later batch.
+    pub fn with_kv_max_keys(mut self, keys: usize) -> Self {
+        self.kv_max_keys = Some(keys);
+        self
+    }
+
+    /// Tell the handler that its write of `key` was refused for `reason`
+    /// (as the gateway does when the store is full or its queue is):
+    /// `on_kv_error` runs with the route's handle.
+    pub fn kv_error(&mut self, key: &[u8], reason: KvErrorReason) {
+        self.run(0, EventKind::KvError, reason as u16, key);
     }
 
     /// The requests the handler sent that are not answered yet.
@@ -507,10 +530,13 @@ impl<H: Handler> TestRoute<H> {
     /// event's direction).
     fn run_in(&mut self, conn: ConnectionId, kind: EventKind, byte9: u8, code: u16, bytes: &[u8]) {
         self.run_one(conn, kind, byte9, code, bytes);
-        while !self.closing.is_empty() {
+        while !self.closing.is_empty() || !self.kv_refused.is_empty() {
             for (conn, code, reason) in std::mem::take(&mut self.closing) {
                 self.clients.get_mut(&conn).expect("known").gone = true;
                 self.run_one(conn, EventKind::Close, 0, code, reason.as_bytes());
+            }
+            for (key, reason) in std::mem::take(&mut self.kv_refused) {
+                self.run_one(0, EventKind::KvError, 0, reason as u16, &key);
             }
         }
     }
@@ -646,7 +672,15 @@ impl<H: Handler> TestRoute<H> {
                 self.timers.remove(&(conn, tag));
             }
             Command::KvSet { key, value, .. } => {
-                self.kv.insert(key.to_vec(), value.to_vec());
+                let full = self
+                    .kv_max_keys
+                    .is_some_and(|max| self.kv.len() >= max && !self.kv.contains_key(key));
+                if full {
+                    self.kv_refused
+                        .push((key.to_vec(), KvErrorReason::OverMaxKeys));
+                } else {
+                    self.kv.insert(key.to_vec(), value.to_vec());
+                }
             }
             Command::KvDelete { key } => {
                 self.kv.remove(key);
@@ -780,5 +814,50 @@ mod tests {
         route.send_text(a, "x");
         assert_eq!(route.closed_with(a), Some((1011, "")));
         assert_eq!(route.upgrade(Request::new("/count?start=1")), Err(500));
+    }
+
+    /// Stores each message under its own key; tells every client of a
+    /// refused write.
+    #[derive(Default)]
+    struct Roster {
+        refused: Vec<(Vec<u8>, Option<KvErrorReason>)>,
+    }
+
+    impl Handler for Roster {
+        type State = ();
+        fn on_open(&mut self, conn: &mut Conn<()>) {
+            conn.subscribe("all");
+        }
+        fn on_message(&mut self, conn: &mut Conn<()>, msg: Message) {
+            if let Message::Text(name) = msg {
+                conn.ctx().kv_set(name.as_bytes(), b"here");
+            }
+        }
+        fn on_kv_error(&mut self, route: &mut Conn<()>, key: &[u8], reason: Option<KvErrorReason>) {
+            assert!(route.is_route());
+            self.refused.push((key.to_vec(), reason));
+            let why = reason.map_or("unknown", KvErrorReason::as_str);
+            route.publish("all", Message::Text(&format!("refused {why}")));
+        }
+    }
+
+    #[test]
+    fn a_refused_kv_write_reaches_on_kv_error_after_its_batch() {
+        let mut route = TestRoute::<Roster>::new("/r").with_kv_max_keys(2);
+        let a = route.connect("/r");
+        for name in ["ann", "bob", "cy"] {
+            route.send_text(a, name);
+        }
+        assert_eq!(route.kv().len(), 2, "the third key is not applied");
+        assert_eq!(route.texts(a), ["refused max-keys"]);
+        route.kv_error(b"ann", KvErrorReason::QueueFull);
+        assert_eq!(route.texts(a), ["refused queue-full"]);
+        assert_eq!(
+            route.runtime_handler().refused,
+            [
+                (b"cy".to_vec(), Some(KvErrorReason::OverMaxKeys)),
+                (b"ann".to_vec(), Some(KvErrorReason::QueueFull))
+            ]
+        );
     }
 }

@@ -301,6 +301,8 @@ pub struct GuestConfig {
     pub outbound: Box<OutboundPolicy>,
     /// The route's key-value store, if it has one (`kv`).
     pub kv: Option<KvName>,
+    /// How much that store may hold (`kv_max_bytes`, `kv_max_keys`).
+    pub kv_quota: KvQuota,
 }
 
 /// A guest route's outbound HTTP policy (`allow_outbound`,
@@ -370,6 +372,34 @@ pub enum KvName {
     Route,
     /// `kv = "shared:NAME"`: shared by every route that names it.
     Shared(String),
+}
+
+/// How much a key-value store may hold: a write that would take it past
+/// either bound is refused (the guest gets a kv-error event). Bytes are
+/// key plus value lengths, summed over the store's live keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvQuota {
+    /// `kv_max_bytes`.
+    pub max_bytes: u64,
+    /// `kv_max_keys`.
+    pub max_keys: u64,
+}
+
+/// A store is for state (rosters, counters, sessions), not blobs: 64 MiB
+/// is generous for that and small next to a gateway's memory, which holds
+/// a Redis-backed store whole (its mirror).
+pub const DEFAULT_KV_MAX_BYTES: u64 = 64 << 20;
+/// A presence roster of 100,000 users fits; a guest that stores a key per
+/// message does not grow without end.
+pub const DEFAULT_KV_MAX_KEYS: u64 = 100_000;
+
+impl Default for KvQuota {
+    fn default() -> Self {
+        KvQuota {
+            max_bytes: DEFAULT_KV_MAX_BYTES,
+            max_keys: DEFAULT_KV_MAX_KEYS,
+        }
+    }
 }
 
 /// Half a core: a slow route keeps making progress, and two of them (or one
@@ -469,6 +499,7 @@ impl GuestConfig {
             cpu_share: DEFAULT_GUEST_CPU_SHARE_PERCENT,
             outbound: Box::default(),
             kv: None,
+            kv_quota: KvQuota::default(),
         }
     }
 }

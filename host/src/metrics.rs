@@ -78,6 +78,20 @@ pub struct GuestRouteStats {
     pub deadline_trips: u64,
     /// Upgrades refused (429) to addresses that kept tripping it.
     pub backoff_refused: u64,
+    /// Key-value writes refused, by reason (in `KvErrorReason::ALL` order).
+    pub kv_refused: [u64; 5],
+    /// The route's key-value store, if it has one.
+    pub kv: Option<KvUsage>,
+}
+
+/// What a key-value store holds, as this node counts it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct KvUsage {
+    pub keys: u64,
+    /// Key plus value bytes (what `kv_max_bytes` bounds).
+    pub bytes: u64,
+    /// Bytes of writes not yet committed or sent to Redis.
+    pub queued_bytes: u64,
 }
 
 /// What the C allocator (glibc malloc, which weir uses) holds: bytes handed
@@ -273,6 +287,12 @@ impl Snapshot {
                 "Subscriptions a Redis Cluster shard ended because the channel's slot moved (resharding), made again on its new shard.",
                 c.resubscribed,
             );
+            metric(
+                "weir_cluster_received_dropped_total",
+                "counter",
+                "Other nodes' publishes dropped because this node's queue of received messages was full.",
+                c.received_dropped,
+            );
         }
         type Figure = fn(&GuestRouteStats) -> u64;
         let per_route: [(&str, &str, Figure); 4] = [
@@ -308,7 +328,62 @@ impl Snapshot {
                 let _ = writeln!(out, "{name}{{route=\"{route}\"}} {}", value(d));
             }
         }
+        self.render_kv(&mut out);
         out
+    }
+
+    /// The key-value families: refusals by route and reason, and each
+    /// store's size and queue.
+    fn render_kv(&self, out: &mut String) {
+        if self.guest_routes.is_empty() {
+            return;
+        }
+        let name = "weir_kv_writes_refused_total";
+        family(
+            out,
+            name,
+            "counter",
+            "Guest key-value writes refused and not applied (the guest got a kv-error event), by reason.",
+        );
+        for d in &self.guest_routes {
+            for (reason, n) in weir_abi::KvErrorReason::ALL.iter().zip(d.kv_refused) {
+                let _ = writeln!(
+                    out,
+                    "{name}{{route=\"{}\",reason=\"{}\"}} {n}",
+                    label(&d.route),
+                    reason.as_str()
+                );
+            }
+        }
+        type Usage = fn(&KvUsage) -> u64;
+        let gauges: [(&str, &str, Usage); 3] = [
+            (
+                "weir_kv_keys",
+                "Keys in the route's key-value store.",
+                |u| u.keys,
+            ),
+            (
+                "weir_kv_bytes",
+                "Key plus value bytes in the route's key-value store (bounded by kv_max_bytes).",
+                |u| u.bytes,
+            ),
+            (
+                "weir_kv_queued_bytes",
+                "Bytes of key-value writes not yet committed or in Redis (bounded per store).",
+                |u| u.queued_bytes,
+            ),
+        ];
+        if self.guest_routes.iter().all(|d| d.kv.is_none()) {
+            return;
+        }
+        for (name, help, value) in gauges {
+            family(out, name, "gauge", help);
+            for d in &self.guest_routes {
+                if let Some(kv) = &d.kv {
+                    let _ = writeln!(out, "{name}{{route=\"{}\"}} {}", label(&d.route), value(kv));
+                }
+            }
+        }
     }
 }
 
@@ -580,6 +655,12 @@ mod tests {
                 log_dropped_bytes: 16,
                 deadline_trips: 17,
                 backoff_refused: 18,
+                kv_refused: [1, 2, 3, 4, 5],
+                kv: Some(KvUsage {
+                    keys: 6,
+                    bytes: 7,
+                    queued_bytes: 8,
+                }),
             }],
             pubsub_dropped: 20,
             pubsub_closed_slow: 21,
@@ -591,6 +672,7 @@ mod tests {
                 lost: 25,
                 link_failures: 26,
                 resubscribed: 27,
+                received_dropped: 28,
             }),
             routes: vec![RouteFigures {
                 route: "/say \"hi\"".into(),
@@ -652,6 +734,7 @@ mod tests {
             ("weir_cluster_lost_total", 25),
             ("weir_cluster_link_failures_total", 26),
             ("weir_cluster_resubscribed_total", 27),
+            ("weir_cluster_received_dropped_total", 28),
             (
                 r#"weir_guest_log_dropped_lines_total{route="/say \"hi\""}"#,
                 15,
@@ -668,6 +751,17 @@ mod tests {
                 r#"weir_guest_backoff_refused_total{route="/say \"hi\""}"#,
                 18,
             ),
+            (
+                r#"weir_kv_writes_refused_total{route="/say \"hi\"",reason="max-bytes"}"#,
+                1,
+            ),
+            (
+                r#"weir_kv_writes_refused_total{route="/say \"hi\"",reason="no-store"}"#,
+                5,
+            ),
+            (r#"weir_kv_keys{route="/say \"hi\""}"#, 6),
+            (r#"weir_kv_bytes{route="/say \"hi\""}"#, 7),
+            (r#"weir_kv_queued_bytes{route="/say \"hi\""}"#, 8),
             (r#"weir_route_connections{route="/say \"hi\""}"#, 20),
             (
                 r#"weir_route_connections_accepted_total{route="/say \"hi\""}"#,

@@ -341,6 +341,7 @@ impl Routes {
                     self.cluster.as_ref(),
                     &route.path,
                     name,
+                    guest.kv_quota,
                 )
                 .map_err(|e| ServeError::Route {
                     path: route.path.clone(),

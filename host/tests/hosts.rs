@@ -219,6 +219,7 @@ async fn the_admin_listener_refuses_foreign_host_names_with_421() {
     config.admin = Some(AdminConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         token_env: TOKEN_ENV.into(),
+        tls: None,
     });
     let server = weir::server::Server::bind(config).expect("bind");
     let admin = server.admin_addr().unwrap();

@@ -66,6 +66,7 @@ fn main() {
     config.admin = Some(AdminConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         token_env: TOKEN_ENV.into(),
+        tls: None,
     });
     let echo_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/wasm/echo.wasm");
     config.routes.push(RouteConfig {

@@ -12,7 +12,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-use weir::config::{ClusterConfig, KvName};
+use weir::config::{ClusterConfig, KvName, KvQuota};
 use weir::guest::kv::KvStore;
 
 const KEYS: usize = 1000;
@@ -45,14 +45,16 @@ fn redis() -> Option<(Child, u16)> {
 
 fn fill(store: &KvStore) {
     for i in 0..KEYS {
-        store.set(&key(i), &[b'v'; 64], 0);
+        store
+            .set(&key(i), &[b'v'; 64], 0)
+            .expect("within the default quota");
     }
     store.flush();
 }
 
 fn bench(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("weir-kv-bench-{}", std::process::id()));
-    let redb = KvStore::open(&dir, None, "/bench", &KvName::Route).unwrap();
+    let redb = KvStore::open(&dir, None, "/bench", &KvName::Route, KvQuota::default()).unwrap();
     fill(&redb);
     let mut i = 0;
     c.bench_function("kv get: redb (embedded)", |b| {
@@ -68,7 +70,14 @@ fn bench(c: &mut Criterion) {
     };
     let url = format!("redis://127.0.0.1:{port}");
     let cluster = ClusterConfig::Redis(url.clone());
-    let mirrored = KvStore::open(&dir, Some(&cluster), "/bench", &KvName::Route).unwrap();
+    let mirrored = KvStore::open(
+        &dir,
+        Some(&cluster),
+        "/bench",
+        &KvName::Route,
+        KvQuota::default(),
+    )
+    .unwrap();
     fill(&mirrored);
     c.bench_function("kv get: Redis store, node mirror", |b| {
         b.iter(|| {

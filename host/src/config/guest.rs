@@ -46,6 +46,8 @@ pub(super) fn refuse_guest_keys(
         ("outbound_ca", &raw.outbound_ca),
         ("allow_private", &raw.allow_private),
         ("kv", &raw.kv),
+        ("kv_max_bytes", &raw.kv_max_bytes),
+        ("kv_max_keys", &raw.kv_max_keys),
     ];
     let env_span = raw.env.as_ref().map(|env| ("env", env.span()));
     let first = guest_fields
@@ -217,7 +219,7 @@ const MAX_OUTBOUND_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_OUTBOUND_RESPONSE_BYTES: u64 = 64 << 20;
 
 /// `allow_outbound`, `outbound_timeout`, `outbound_max_concurrent`,
-/// `outbound_max_response`, `outbound_ca`, `allow_private` and `kv`.
+/// `outbound_max_response`, `outbound_ca`, `allow_private`, `kv` and its quota.
 fn guest_io(
     src: &Source,
     raw: &RawRoute,
@@ -293,6 +295,38 @@ fn guest_io(
                 ))
             }
         });
+    }
+    kv_quota(src, raw, config)
+}
+
+/// Largest `kv_max_bytes`: a Redis-backed store is mirrored whole in each
+/// node's memory.
+const MAX_KV_BYTES: u64 = 16 << 30;
+/// Largest `kv_max_keys`.
+const MAX_KV_KEYS: u64 = 100_000_000;
+
+/// `kv_max_bytes` and `kv_max_keys`: only beside a `kv`.
+fn kv_quota(src: &Source, raw: &RawRoute, config: &mut GuestConfig) -> Result<(), ConfigError> {
+    let quota = &mut config.kv_quota;
+    if let Some(item) = Item::of("kv_max_bytes", &raw.kv_max_bytes) {
+        quota.max_bytes = item.size(src, 1, MAX_KV_BYTES)? as u64;
+    }
+    if let Some(item) = Item::of("kv_max_keys", &raw.kv_max_keys) {
+        quota.max_keys = item.count(src, 1, MAX_KV_KEYS)?;
+    }
+    if config.kv.is_none() {
+        let first = [
+            ("kv_max_bytes", &raw.kv_max_bytes),
+            ("kv_max_keys", &raw.kv_max_keys),
+        ]
+        .into_iter()
+        .find_map(|(key, field)| Some((key, field.as_ref()?.span())));
+        if let Some((key, span)) = first {
+            return Err(src.error(
+                span,
+                format!(r#"{key} is the quota of the route's key-value store, and the route has none; add kv = "route", or remove {key}"#),
+            ));
+        }
     }
     Ok(())
 }

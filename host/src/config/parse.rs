@@ -115,6 +115,8 @@ pub(super) struct RawRoute {
     pub(super) outbound_ca: Field,
     pub(super) allow_private: Field,
     pub(super) kv: Field,
+    pub(super) kv_max_bytes: Field,
+    pub(super) kv_max_keys: Field,
 }
 
 /// Largest message the gateway will assemble.
@@ -158,6 +160,7 @@ pub(super) fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError
         if let Err(err) = router.insert(route.path.clone(), routes.len()) {
             return Err(path_conflict(&src, raw_route, &route, &routes, err));
         }
+        shared_kv_agrees(&src, raw_route, &route, &routes)?;
         routes.push(route);
     }
     let cluster = match &raw.cluster {
@@ -701,6 +704,41 @@ fn route_path(src: &Source, item: &Item) -> Result<String, ConfigError> {
         return Err(item.fail(src, why));
     }
     Ok(path)
+}
+
+/// A shared key-value store has one quota: a route naming one that an
+/// earlier route named must give it the same `kv_max_bytes` and
+/// `kv_max_keys`.
+fn shared_kv_agrees(
+    src: &Source,
+    raw: &Spanned<RawRoute>,
+    route: &RouteConfig,
+    earlier: &[RouteConfig],
+) -> Result<(), ConfigError> {
+    let shared = |r: &RouteConfig| match &r.behaviour {
+        Behaviour::Guest(g) => match &g.kv {
+            Some(KvName::Shared(name)) => Some((name.clone(), g.kv_quota)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some((name, quota)) = shared(route) else {
+        return Ok(());
+    };
+    let other = earlier
+        .iter()
+        .find(|o| shared(o).is_some_and(|(n, q)| n == name && q != quota));
+    match (other, Item::of("kv", &raw.get_ref().kv)) {
+        (Some(other), Some(item)) => Err(item.fail(
+            src,
+            format!(
+                "the store shared:{name} has another quota on line {} \
+                 (kv_max_bytes, kv_max_keys); give every route that names it the same",
+                other.line
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Names the earlier route a path collides with (matchit only says "conflict").

@@ -137,6 +137,7 @@ native = "relay"
             cpu_share: DEFAULT_GUEST_CPU_SHARE_PERCENT,
             outbound: Box::default(),
             kv: None,
+            kv_quota: KvQuota::default(),
         })
     );
     assert_eq!(chat.limits.idle_timeout, Duration::from_secs(30));
@@ -1405,6 +1406,54 @@ fn guest_io_policy_errors_name_their_line() {
         4,
         &["kv only applies to guest routes"],
     );
+}
+
+/// Issue 35: a store's quota, in sizes and counts like the other keys;
+/// refused without a store, out of range, and when two routes give one
+/// shared store different quotas.
+#[test]
+fn kv_quota_keys_are_parsed_and_refused_without_kv() {
+    let config = Config::parse(
+        &guest_route("kv = \"route\"\nkv_max_bytes = \"1MiB\"\nkv_max_keys = 500"),
+        Path::new("/etc/weir"),
+    )
+    .unwrap();
+    assert_eq!(
+        only_guest(&config).kv_quota,
+        KvQuota {
+            max_bytes: 1 << 20,
+            max_keys: 500
+        }
+    );
+    let plain = Config::parse(&guest_route("kv = \"route\""), Path::new("/etc/weir")).unwrap();
+    assert_eq!(only_guest(&plain).kv_quota, KvQuota::default());
+    assert_eq!(
+        (DEFAULT_KV_MAX_BYTES, DEFAULT_KV_MAX_KEYS),
+        (64 << 20, 100_000)
+    );
+    refused(
+        &guest_route("kv_max_keys = 10"),
+        4,
+        &["kv_max_keys", "add kv = \"route\""],
+    );
+    refused(
+        &guest_route("kv = \"route\"\nkv_max_bytes = \"64MB\""),
+        5,
+        &["64MiB"],
+    );
+    refused(
+        &guest_route("kv = \"route\"\nkv_max_keys = 0"),
+        5,
+        &["kv_max_keys"],
+    );
+    refused(
+        &format!("{ECHO}kv_max_bytes = \"1MiB\"\n"),
+        4,
+        &["kv_max_bytes only applies to guest routes"],
+    );
+    let two = "[[route]]\npath = \"/a\"\nguest = \"g.wasm\"\nkv = \"shared:s\"\n\
+               [[route]]\npath = \"/b\"\nguest = \"g.wasm\"\nkv = \"shared:s\"\nkv_max_keys = 7\n";
+    refused(two, 8, &["shared:s", "another quota on line"]);
 }
 
 /// `[server] tls`: two PEM paths, relative to the routes file; anything

@@ -79,6 +79,8 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "outbound_ca",
     "allow_private",
     "kv",
+    "kv_max_bytes",
+    "kv_max_keys",
 ];
 
 /// Keys of `[cluster]`.
@@ -145,6 +147,8 @@ fn example(key: &str) -> String {
         "trusted_proxies" => r#"["127.0.0.1", "10.0.0.0/8"]"#,
         "max_message" | "outbound_budget" | "memory" => r#""32MiB""#,
         "attachment_max" => r#""16KiB""#,
+        "kv_max_bytes" => r#""64MiB""#,
+        "kv_max_keys" => "100000",
         "idle_timeout" | "handshake_timeout" | "drain_timeout" => r#""30s""#,
         "timeout" => r#""100ms""#,
         "subprotocols" => r#"["chat.v1"]"#,

@@ -274,6 +274,9 @@ impl Batch {
             IoEvent::Timer { conn, tag } => {
                 self.push(*conn, EventKind::Timer, 0, &tag.to_le_bytes());
             }
+            IoEvent::KvError { key, reason } => {
+                self.push(0, EventKind::KvError, *reason as u16, key);
+            }
         }
     }
 

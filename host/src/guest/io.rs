@@ -63,6 +63,12 @@ pub enum IoEvent {
         conn: ConnectionId,
         tag: u64,
     },
+    /// A key-value write of the route that was refused (always for the
+    /// route, conn 0).
+    KvError {
+        key: Vec<u8>,
+        reason: weir_abi::KvErrorReason,
+    },
 }
 
 impl IoEvent {
@@ -72,6 +78,7 @@ impl IoEvent {
             IoEvent::Response { conn, .. }
             | IoEvent::Error { conn, .. }
             | IoEvent::Timer { conn, .. } => *conn,
+            IoEvent::KvError { .. } => 0,
         }
     }
 }
@@ -79,10 +86,18 @@ impl IoEvent {
 /// A request's outcome: status, head lines and body, or why there is none.
 pub type Outcome = Result<(u16, String, Bytes), (HttpErrorReason, String)>;
 
+/// kv-error events one inbox holds at most: a guest that keeps writing
+/// into a full store learns of the first refusals of each turn; the rest
+/// are only counted (`weir_kv_writes_refused_total`), so the refusals
+/// themselves cannot grow the inbox.
+pub const KV_ERRORS_PENDING_MAX: usize = 256;
+
 /// Events waiting for one worker's next turn on one route.
 #[derive(Default)]
 pub struct Inbox {
     events: Mutex<Vec<IoEvent>>,
+    /// kv-error events among `events`.
+    kv_errors: AtomicUsize,
     /// The worker's scheduler signal.
     wake: Arc<Notify>,
 }
@@ -91,8 +106,18 @@ impl Inbox {
     pub(crate) fn new(wake: Arc<Notify>) -> Self {
         Inbox {
             events: Mutex::default(),
+            kv_errors: AtomicUsize::new(0),
             wake,
         }
+    }
+
+    /// A kv-error event, unless [`KV_ERRORS_PENDING_MAX`] are waiting.
+    fn push_kv_error(&self, event: IoEvent) {
+        if self.kv_errors.fetch_add(1, Ordering::AcqRel) >= KV_ERRORS_PENDING_MAX {
+            self.kv_errors.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        self.push(event);
     }
 
     fn push(&self, event: IoEvent) {
@@ -107,7 +132,9 @@ impl Inbox {
 
     /// The events queued so far, oldest first.
     pub(crate) fn take(&self) -> Vec<IoEvent> {
-        std::mem::take(&mut *self.events.lock().expect("inbox lock"))
+        let mut events = self.events.lock().expect("inbox lock");
+        self.kv_errors.store(0, Ordering::Release);
+        std::mem::take(&mut *events)
     }
 }
 
@@ -274,6 +301,23 @@ impl RouteIo {
         let inbox = inboxes.lock().expect("inboxes lock").get(&worker).cloned();
         if let Some(inbox) = inbox {
             inbox.push(event);
+        }
+    }
+
+    /// A key-value write of a batch that ran on worker `asker` was
+    /// refused: the route's instance there gets a kv-error event.
+    pub(crate) fn kv_refused(&self, asker: usize, key: &[u8], reason: weir_abi::KvErrorReason) {
+        let inbox = self
+            .inboxes
+            .lock()
+            .expect("inboxes lock")
+            .get(&asker)
+            .cloned();
+        if let Some(inbox) = inbox {
+            inbox.push_kv_error(IoEvent::KvError {
+                key: key.to_vec(),
+                reason,
+            });
         }
     }
 

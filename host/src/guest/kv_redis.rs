@@ -15,6 +15,13 @@
 //! MATCH). Expiry is absolute (`PXAT`), the same instant in Redis and in
 //! every mirror. The channel message: `s` or `d`, expiry (ms, u64 LE),
 //! key length (u32 LE), key, value.
+//!
+//! Bounded (issue 35): a node checks a write against the store's quota as
+//! its mirror counts it (other nodes' writes included, so the bound holds
+//! per store, give or take the writes in flight between nodes), and the
+//! writes waiting for Redis (all of them while it is unreachable) hold at
+//! most [`KV_QUEUE_MAX_BYTES`](super::kv_quota::KV_QUEUE_MAX_BYTES): past
+//! it a write is refused (`queue-full`) and not applied to the mirror.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, RwLock};
@@ -24,6 +31,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{PushKind, Value};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
+
+use super::kv_quota::{fits, queued_cost, KvErrorReason, QueueBudget};
+use crate::config::KvQuota;
 
 /// First wait before reconnecting; doubles up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -56,10 +66,61 @@ pub(super) enum Op {
     Flush(std::sync::mpsc::Sender<()>),
 }
 
+impl Op {
+    /// What the write holds of the queue's budget until Redis has it.
+    fn cost(&self) -> usize {
+        match self {
+            Op::Set { key, value, .. } => queued_cost(key, value),
+            Op::Delete { key } => queued_cost(key, &[]),
+            Op::Flush(_) => 0,
+        }
+    }
+}
+
+/// The node's copy of the store, and its size for the quota.
+#[derive(Default)]
+struct Mirror {
+    entries: HashMap<Vec<u8>, Entry>,
+    /// Key plus value bytes of `entries`.
+    bytes: u64,
+}
+
+impl Mirror {
+    fn insert(&mut self, key: Vec<u8>, entry: Entry) {
+        let key_len = key.len() as u64;
+        self.bytes += key_len + entry.value.len() as u64;
+        if let Some(old) = self.entries.insert(key, entry) {
+            self.bytes -= key_len + old.value.len() as u64;
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if let Some(old) = self.entries.remove(key) {
+            self.bytes -= (key.len() + old.value.len()) as u64;
+        }
+    }
+
+    /// Drop the values expired at `now`.
+    fn sweep(&mut self, now: u64) {
+        let mut freed = 0;
+        self.entries.retain(|key, e| {
+            let live = e.expires_ms == 0 || e.expires_ms > now;
+            if !live {
+                freed += (key.len() + e.value.len()) as u64;
+            }
+            live
+        });
+        self.bytes -= freed;
+    }
+}
+
 /// One store on Redis: the node's mirror and the queue to its thread.
 pub(super) struct RedisKv {
-    mirror: RwLock<HashMap<Vec<u8>, Entry>>,
+    mirror: RwLock<Mirror>,
     writes: mpsc::UnboundedSender<Op>,
+    /// Bytes of the writes not yet in Redis (the bound of `writes` and of
+    /// the link's pending list).
+    budget: Arc<QueueBudget>,
 }
 
 /// What the Redis thread knows of its store.
@@ -75,11 +136,17 @@ struct Link {
 impl RedisKv {
     /// The store `store` (`route-…` or `shared-…`, already escaped) on the
     /// Redis server at `url`; its thread connects in the background.
-    pub(super) fn open(url: &str, store: &str) -> std::io::Result<Arc<RedisKv>> {
+    pub(super) fn open(
+        url: &str,
+        store: &str,
+        budget: Arc<QueueBudget>,
+    ) -> std::io::Result<Arc<RedisKv>> {
+        // Unbounded in messages, bounded in bytes by `budget`.
         let (writes, queue) = mpsc::unbounded_channel();
         let kv = Arc::new(RedisKv {
             mirror: RwLock::default(),
             writes,
+            budget,
         });
         let link = Link {
             kv: kv.clone(),
@@ -100,21 +167,54 @@ impl RedisKv {
     /// expired.
     pub(super) fn get(&self, key: &[u8], now_ms: u64) -> Option<Vec<u8>> {
         let mirror = self.mirror.read().expect("kv mirror lock");
-        let entry = mirror.get(key)?;
+        let entry = mirror.entries.get(key)?;
         if entry.expires_ms != 0 && entry.expires_ms <= now_ms {
             return None;
         }
         Some(entry.value.clone())
     }
 
-    /// Apply `op` to the mirror now and queue it for Redis.
-    pub(super) fn write(&self, op: Op) {
-        self.apply(&op);
+    /// Apply `op` to the mirror now and queue it for Redis, or refuse it
+    /// (over `quota` as the mirror counts, or the queue full).
+    pub(super) fn write(&self, op: Op, quota: &KvQuota) -> Result<(), KvErrorReason> {
+        let mut mirror = self.mirror.write().expect("kv mirror lock");
+        if let Op::Set { key, value, .. } = &op {
+            let new = (key.len() + value.len()) as u64;
+            let check = |m: &Mirror| {
+                let old = m
+                    .entries
+                    .get(key)
+                    .map(|e| (key.len() + e.value.len()) as u64);
+                fits(quota, m.entries.len(), m.bytes, old, new)
+            };
+            if check(&mirror).is_err() {
+                mirror.sweep(super::kv::now_ms());
+            }
+            check(&mirror)?;
+        }
+        self.budget.take(op.cost())?;
+        Self::apply_to(&mut mirror, &op);
+        // Queued under the lock: Redis gets the writes in the mirror's order.
         let _ = self.writes.send(op);
+        Ok(())
+    }
+
+    /// Queue a flush (answered once Redis has every write before it).
+    pub(super) fn flush(&self, done: std::sync::mpsc::Sender<()>) {
+        let _ = self.writes.send(Op::Flush(done));
+    }
+
+    /// Keys and bytes in this node's mirror.
+    pub(super) fn usage(&self) -> (usize, u64) {
+        let mirror = self.mirror.read().expect("kv mirror lock");
+        (mirror.entries.len(), mirror.bytes)
     }
 
     fn apply(&self, op: &Op) {
-        let mut mirror = self.mirror.write().expect("kv mirror lock");
+        Self::apply_to(&mut self.mirror.write().expect("kv mirror lock"), op);
+    }
+
+    fn apply_to(mirror: &mut Mirror, op: &Op) {
         match op {
             Op::Set {
                 key,
@@ -229,8 +329,7 @@ impl Link {
                 },
                 _ = sweep.tick() => {
                     let now = super::kv::now_ms();
-                    self.kv.mirror.write().expect("kv mirror lock")
-                        .retain(|_, e| e.expires_ms == 0 || e.expires_ms > now);
+                    self.kv.mirror.write().expect("kv mirror lock").sweep(now);
                 }
             }
         }
@@ -241,7 +340,7 @@ impl Link {
     async fn load(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<usize> {
         let mut pattern = self.prefix.clone();
         pattern.push(b'*');
-        let mut loaded = HashMap::new();
+        let mut loaded = Mirror::default();
         let mut cursor = 0u64;
         loop {
             let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
@@ -271,7 +370,7 @@ impl Link {
             }
             cursor = next;
         }
-        let n = loaded.len();
+        let n = loaded.entries.len();
         *self.kv.mirror.write().expect("kv mirror lock") = loaded;
         Ok(n)
     }
@@ -323,6 +422,7 @@ impl Link {
             pipe.query_async::<()>(conn).await?;
         }
         for op in pending.drain(..n) {
+            self.kv.budget.give_back(op.cost());
             if let Op::Flush(done) = op {
                 let _ = done.send(());
             }

@@ -4,7 +4,7 @@
 //! batch / command encoding of the `weir:gateway` ABI ([`abi`]), and the
 //! I/O 0.4.0 guests ask for by command ([`io`]: outbound HTTP and https
 //! through `https`'s connector, timers; [`kv`]: key-value stores, embedded
-//! or on Redis through `kv_redis`).
+//! or on Redis through `kv_redis`, bounded by [`kv_quota`]).
 //!
 //! How the reactor uses it: one [`GuestEngine`] per process; one [`Program`]
 //! per guest route, shared by all workers; one [`Runner`] per (worker thread,
@@ -39,6 +39,7 @@ mod https;
 pub mod inherit;
 pub mod io;
 pub mod kv;
+pub mod kv_quota;
 mod kv_redis;
 pub mod log;
 pub mod program;

@@ -8,6 +8,7 @@
 use super::deploy::Versions;
 use super::io::RouteIo;
 use super::kv::KvStore;
+use super::kv_quota::{KvErrorReason, KvRefusals};
 use super::slot::GuestSlot;
 use super::{Batch, Command, Commands, Fault, Program, Runner};
 use crate::native::proxy::FilterLinks;
@@ -69,6 +70,8 @@ pub struct GuestRoute {
     pub(crate) census: super::census::Census,
     /// The route's key-value store (`kv`), if it has one.
     pub(crate) kv: Option<Arc<KvStore>>,
+    /// Its writes refused (over quota, queue full, ...), by reason.
+    pub(crate) kv_refusals: KvRefusals,
     /// The route is a proxy route's filter: its connections' links, for
     /// forwards toward the upstream and settling (`native::proxy::filter`).
     pub(crate) filter_links: Option<Arc<FilterLinks>>,
@@ -92,6 +95,7 @@ impl GuestRoute {
             index,
             io: RouteIo::new(program.route.clone()),
             kv: None,
+            kv_refusals: KvRefusals::default(),
             path: program.route.clone(),
             versions: Versions::new(program),
             topics,
@@ -131,6 +135,18 @@ impl GuestRoute {
     /// The route's versions: deploy, rollback, list.
     pub fn versions(&self) -> &Versions {
         &self.versions
+    }
+
+    /// A key-value write of a batch on `worker` was refused: counted,
+    /// logged now and then, and told to the route's guest there.
+    fn kv_refused(&self, worker: usize, key: &[u8], reason: KvErrorReason) {
+        self.kv_refusals.note(&self.path, key, reason);
+        self.io.kv_refused(worker, key, reason);
+    }
+
+    /// The route's refused key-value writes.
+    pub fn kv_refusals(&self) -> &KvRefusals {
+        &self.kv_refusals
     }
 
     /// Batches that ran into the deadline so far.
@@ -387,19 +403,24 @@ impl GuestRoute {
                     }
                 }
                 Command::CancelTimer { conn, tag } => self.io.cancel_timer(conn, tag),
-                Command::KvSet { key, value, ttl_ms } => match &self.kv {
-                    Some(kv) => {
-                        kv.set(key, value, ttl_ms);
+                Command::KvSet { key, value, ttl_ms } => {
+                    let done = match &self.kv {
+                        Some(kv) => kv.set(key, value, ttl_ms),
+                        None => Err(KvErrorReason::NoStore),
+                    };
+                    if let Err(reason) = done {
+                        self.kv_refused(worker, key, reason);
                     }
-                    None => warn!(route = &*self.path, "kv-set on a route without kv; ignored"),
-                },
-                Command::KvDelete { key } => match &self.kv {
-                    Some(kv) => kv.delete(key),
-                    None => warn!(
-                        route = &*self.path,
-                        "kv-delete on a route without kv; ignored"
-                    ),
-                },
+                }
+                Command::KvDelete { key } => {
+                    let done = match &self.kv {
+                        Some(kv) => kv.delete(key),
+                        None => Err(KvErrorReason::NoStore),
+                    };
+                    if let Err(reason) = done {
+                        self.kv_refused(worker, key, reason);
+                    }
+                }
                 Command::Forward {
                     conn,
                     direction,

@@ -270,6 +270,7 @@ impl GuestSlot {
             }
             let len = match event {
                 super::io::IoEvent::Response { head, body, .. } => head.len() + body.len(),
+                super::io::IoEvent::KvError { key, .. } => key.len(),
                 _ => 0,
             };
             self.batch_for(len).push_io(event);

@@ -4,9 +4,11 @@
 //! re-subscribes when slots move).
 //!
 //! One thread per process owns the Redis connection. Workers never wait on
-//! it: a publish is offered to a bounded queue, and one that does not fit,
-//! or that arrives while Redis is unreachable, is counted as lost (pub/sub
-//! across nodes is at-most-once). The node subscribes in Redis only to the
+//! it: a publish is offered to a queue bounded in messages and bytes, and
+//! one that does not fit, or that arrives while Redis is unreachable, is
+//! counted as lost (pub/sub across nodes is at-most-once). Other nodes'
+//! messages wait in a receive queue bounded in bytes; past it they are
+//! dropped and counted. The node subscribes in Redis only to the
 //! topics it has local subscribers for, and tags what it publishes with its
 //! node id so its own messages, coming back, are not delivered twice. When
 //! the link fails, local delivery goes on; the thread reconnects with
@@ -34,6 +36,16 @@ use tracing::{info, warn};
 /// Publishes waiting for the link: a burst while Redis is slow fits; past
 /// this they are lost and counted rather than buffered without bound.
 pub const PUBLISH_QUEUE: usize = 16_384;
+/// And at most this many bytes of them: 16,384 publishes of a large
+/// `max_message` would otherwise be gigabytes (the frames are shared with
+/// local delivery, but the queue keeps them alive after it).
+pub const PUBLISH_QUEUE_MAX_BYTES: usize = 64 << 20;
+/// Bytes of other nodes' messages received from Redis and not yet handed
+/// to local subscribers: a burst that the cluster thread cannot keep up
+/// with fits; past it, messages are dropped and counted
+/// (`weir_cluster_received_dropped_total`, at-most-once like the rest of
+/// cross-node pub/sub) rather than queued without bound.
+pub const RECEIVE_QUEUE_MAX_BYTES: usize = 32 << 20;
 /// Publishes sent to Redis in one pipeline.
 const PUBLISH_BATCH: usize = 256;
 /// First wait before reconnecting; doubles up to [`BACKOFF_MAX`].
@@ -63,6 +75,44 @@ pub struct ClusterStats {
     pub link_failures: u64,
     /// Subscriptions a shard ended because their slot moved, made again.
     pub resubscribed: u64,
+    /// Other nodes' messages dropped because the receive queue was over
+    /// [`RECEIVE_QUEUE_MAX_BYTES`].
+    pub received_dropped: u64,
+}
+
+/// What the Redis client hands the link: a channel unbounded in messages,
+/// bounded here in bytes ([`RECEIVE_QUEUE_MAX_BYTES`]). Only messages are
+/// dropped at the bound; disconnection and subscription notices always
+/// pass (they are small, and the link needs them).
+struct BoundedPushes {
+    tx: mpsc::UnboundedSender<(usize, PushInfo)>,
+    queued: Arc<AtomicUsize>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl redis::aio::AsyncPushSender for BoundedPushes {
+    fn send(&self, info: PushInfo) -> Result<(), redis::aio::SendError> {
+        let size: usize = info
+            .data
+            .iter()
+            .map(|v| match v {
+                Value::BulkString(b) => b.len(),
+                _ => 16,
+            })
+            .sum();
+        if !matches!(info.kind, PushKind::Message | PushKind::SMessage) {
+            // Not counted: the link handles these without queueing them.
+            return self.tx.send((0, info)).map_err(|_| redis::aio::SendError);
+        }
+        if self.queued.load(Ordering::Acquire) + size > RECEIVE_QUEUE_MAX_BYTES {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.queued.fetch_add(size, Ordering::AcqRel);
+        self.tx
+            .send((size, info))
+            .map_err(|_| redis::aio::SendError)
+    }
 }
 
 /// A publish on its way to Redis.
@@ -89,6 +139,11 @@ pub struct RedisBroker {
     lost: AtomicU64,
     link_failures: AtomicU64,
     resubscribed: AtomicU64,
+    /// Bytes of the publishes in `queue`.
+    queued_bytes: AtomicUsize,
+    /// Bytes of received messages not yet handled ([`BoundedPushes`]).
+    received_queued: Arc<AtomicUsize>,
+    received_dropped: Arc<AtomicU64>,
 }
 
 impl RedisBroker {
@@ -109,6 +164,9 @@ impl RedisBroker {
             lost: AtomicU64::new(0),
             link_failures: AtomicU64::new(0),
             resubscribed: AtomicU64::new(0),
+            queued_bytes: AtomicUsize::new(0),
+            received_queued: Arc::default(),
+            received_dropped: Arc::default(),
         });
         let link = broker.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -120,6 +178,11 @@ impl RedisBroker {
         Ok(broker)
     }
 
+    /// Publishes of `bytes` left the queue.
+    fn dequeued(&self, bytes: usize) {
+        self.queued_bytes.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
     fn lose(&self, count: u64) {
         self.lost.fetch_add(count, Ordering::Relaxed);
     }
@@ -129,7 +192,14 @@ impl RedisBroker {
         let mut backoff = BACKOFF_MIN;
         let mut lost_before = 0;
         loop {
-            let (push_tx, mut push_rx) = mpsc::unbounded_channel();
+            let (tx, mut push_rx) = mpsc::unbounded_channel();
+            // A new link: what the old one left queued is gone with it.
+            self.received_queued.store(0, Ordering::Release);
+            let push_tx = BoundedPushes {
+                tx,
+                queued: self.received_queued.clone(),
+                dropped: self.received_dropped.clone(),
+            };
             match tokio::time::timeout(REDIS_TIMEOUT, Link::open(&config, push_tx)).await {
                 Ok(Ok(mut link)) => {
                     backoff = BACKOFF_MIN;
@@ -157,7 +227,10 @@ impl RedisBroker {
                 tokio::select! {
                     _ = &mut wake => break,
                     got = queue.recv() => match got {
-                        Some(_) => self.lose(1),
+                        Some(outgoing) => {
+                            self.dequeued(outgoing.frames.len());
+                            self.lose(1);
+                        }
                         None => return,
                     },
                 }
@@ -172,7 +245,7 @@ impl RedisBroker {
         &self,
         link: &mut Link,
         queue: &mut mpsc::Receiver<Outgoing>,
-        pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
+        pushes: &mut mpsc::UnboundedReceiver<(usize, PushInfo)>,
     ) -> String {
         let mut subscribed = Wanted::new();
         if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
@@ -182,8 +255,11 @@ impl RedisBroker {
         loop {
             tokio::select! {
                 push = pushes.recv() => match push {
-                    Some(push) => match push.kind {
-                        PushKind::Message | PushKind::SMessage => self.receive(&subscribed, push.data),
+                    Some((size, push)) => match push.kind {
+                        PushKind::Message | PushKind::SMessage => {
+                            self.received_queued.fetch_sub(size, Ordering::AcqRel);
+                            self.receive(&subscribed, push.data)
+                        }
                         PushKind::Disconnection => return "disconnected".into(),
                         PushKind::SUnsubscribe if self.dropped(&mut subscribed, &push.data) => {
                             if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
@@ -198,6 +274,7 @@ impl RedisBroker {
                     if count == 0 {
                         return "shutting down".into();
                     }
+                    self.dequeued(batch.iter().map(|o| o.frames.len()).sum());
                     let sent = timed(self.send(link, &batch)).await;
                     batch.clear();
                     if let Err(e) = sent {
@@ -345,7 +422,18 @@ impl Broker for RedisBroker {
             topic: topic.clone(),
             frames: frames.clone(),
         };
+        let len = frames.len();
+        let room = self
+            .queued_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                (now + len <= PUBLISH_QUEUE_MAX_BYTES).then_some(now + len)
+            })
+            .is_ok();
+        if !room {
+            return self.lose(1);
+        }
         if self.queue.try_send(outgoing).is_err() {
+            self.dequeued(len);
             self.lose(1);
         }
     }
@@ -359,6 +447,7 @@ impl Broker for RedisBroker {
             lost: self.lost.load(Ordering::Relaxed),
             link_failures: self.link_failures.load(Ordering::Relaxed),
             resubscribed: self.resubscribed.load(Ordering::Relaxed),
+            received_dropped: self.received_dropped.load(Ordering::Relaxed),
         })
     }
 }
@@ -413,10 +502,7 @@ enum Link {
 }
 
 impl Link {
-    async fn open(
-        config: &ClusterConfig,
-        pushes: mpsc::UnboundedSender<PushInfo>,
-    ) -> RedisResult<Link> {
+    async fn open(config: &ClusterConfig, pushes: BoundedPushes) -> RedisResult<Link> {
         match config {
             ClusterConfig::Redis(url) => {
                 // RESP3: subscriptions and commands share one connection.

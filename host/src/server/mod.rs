@@ -370,6 +370,15 @@ impl Shared {
                     log_dropped_bytes: g.program().log().dropped_bytes(),
                     deadline_trips: g.deadline_trips(),
                     backoff_refused: g.backoff_refused(),
+                    kv_refused: g.kv_refusals().counts(),
+                    kv: g.kv.as_ref().map(|kv| {
+                        let (keys, bytes) = kv.usage();
+                        crate::metrics::KvUsage {
+                            keys: keys as u64,
+                            bytes,
+                            queued_bytes: kv.queued_bytes() as u64,
+                        }
+                    }),
                 })
                 .collect(),
         }

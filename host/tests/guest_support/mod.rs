@@ -52,6 +52,7 @@ pub fn config(name: &str) -> GuestConfig {
         cpu_share: 50,
         outbound: Default::default(),
         kv: None,
+        kv_quota: Default::default(),
     }
 }
 
