@@ -35,6 +35,7 @@ fn echo_runner() -> Runner {
         cpu_share: 50,
         outbound: Default::default(),
         kv: None,
+        kv_quota: Default::default(),
     };
     Runner::new(Program::load(&engine, "/echo", &cfg).expect("load echo"))
 }

@@ -55,6 +55,7 @@ fn config(wasm: PathBuf) -> GuestConfig {
         cpu_share: 100,
         outbound: Default::default(),
         kv: None,
+        kv_quota: Default::default(),
     }
 }
 
