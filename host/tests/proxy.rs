@@ -977,7 +977,7 @@ async fn path_parameters_cannot_change_the_upstream_path() {
         ("...", "/rooms/..."),
     ] {
         let head = format!(
-            "GET /rooms/{room}?x=1 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\
+            "GET /rooms/{room}?x=1 HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n\
              Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
              Sec-WebSocket-Version: 13\r\n\r\n"
         );
