@@ -196,10 +196,12 @@ mod codec {
             }
             out.push(byte | 0x80);
         }
-        // Serializing into a Vec fails only for a map with non-string
-        // keys; such a type is a programming error, reported where it
-        // happens.
-        serde_json::to_writer(&mut *out, value).expect("connection state serializes as JSON");
+        // Serializing fails only for a map with non-string keys; such a
+        // type is a programming error, reported where it happens. (`to_vec`,
+        // not `to_writer`: the SDK takes serde_json without `std`, as a
+        // project from `weir new` builds it.)
+        let json = serde_json::to_vec(value).expect("connection state serializes as JSON");
+        out.extend_from_slice(&json);
     }
 
     /// Reads `bytes` into `T`, which is at `version`: the evolving encoding
