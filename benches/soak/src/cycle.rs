@@ -99,7 +99,7 @@ pub fn heap_kib(addr: &str) -> Option<(u64, u64)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n")
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .ok()?;
     let mut response = String::new();
     s.read_to_string(&mut response).ok()?;
