@@ -76,7 +76,8 @@ use std::time::Duration;
 
 use weir_abi::io::{encode_http_response, split_request_head};
 use weir_abi::{
-    encode_conn_info, parse_commands, Command, EventHeader, EventKind, HttpErrorReason, KvErrorReason,
+    encode_conn_info, parse_commands, Command, EventHeader, EventKind, HttpErrorReason,
+    KvErrorReason,
 };
 
 use crate::runtime::{Runtime, UpgradeAnswer};
