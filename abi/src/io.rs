@@ -26,101 +26,79 @@
 //!
 //! A response head is one `name: value` per line, `\n`-separated.
 
-/// Why an `http-request` got no response: the `code` of an http-error
-/// event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u16)]
-pub enum HttpErrorReason {
-    /// The route's `allow_outbound` does not allow the URL (deny by default).
-    Refused = 1,
-    /// No complete response within the route's `outbound_timeout`.
-    Timeout = 2,
-    /// The connection to the server failed (refused, reset, DNS).
-    Connect = 3,
-    /// The response body is over the route's `outbound_max_response`.
-    TooLarge = 4,
-    /// The route already has `outbound_max_concurrent` requests in flight.
-    Busy = 5,
-    /// The request is not one the host can send (method, URL, header).
-    Invalid = 6,
-}
-
-impl HttpErrorReason {
-    /// The reason an event code names, None for one this crate does not know.
-    pub const fn from_code(code: u16) -> Option<Self> {
-        Some(match code {
-            1 => HttpErrorReason::Refused,
-            2 => HttpErrorReason::Timeout,
-            3 => HttpErrorReason::Connect,
-            4 => HttpErrorReason::TooLarge,
-            5 => HttpErrorReason::Busy,
-            6 => HttpErrorReason::Invalid,
-            _ => return None,
-        })
-    }
-
-    /// The reason as one word (what the SDKs and logs show).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            HttpErrorReason::Refused => "refused",
-            HttpErrorReason::Timeout => "timeout",
-            HttpErrorReason::Connect => "connect",
-            HttpErrorReason::TooLarge => "too-large",
-            HttpErrorReason::Busy => "busy",
-            HttpErrorReason::Invalid => "invalid",
+/// A `#[repr(u16)]` enum of event codes, each variant written once with its
+/// code and its word: `ALL` (in code order), `from_code` and `as_str`.
+macro_rules! event_codes {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $($(#[$doc:meta])* $variant:ident = $code:literal => $word:literal,)+
         }
-    }
-}
-
-/// Why a `kv-set` or `kv-delete` was refused: the `code` of a kv-error
-/// event (kind 9, conn 0). The write was not applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u16)]
-pub enum KvErrorReason {
-    /// The store would go over its `kv_max_bytes` (keys plus values).
-    OverMaxBytes = 1,
-    /// The store would go over its `kv_max_keys`.
-    OverMaxKeys = 2,
-    /// The store's write queue is full (its disk or Redis is not keeping
-    /// up, or Redis is unreachable).
-    QueueFull = 3,
-    /// The key is over 1 KiB or the value over 1 MiB.
-    TooLarge = 4,
-    /// The route has no `kv`.
-    NoStore = 5,
-}
-
-impl KvErrorReason {
-    /// Every reason, in code order (for counters by reason).
-    pub const ALL: [KvErrorReason; 5] = [
-        KvErrorReason::OverMaxBytes,
-        KvErrorReason::OverMaxKeys,
-        KvErrorReason::QueueFull,
-        KvErrorReason::TooLarge,
-        KvErrorReason::NoStore,
-    ];
-
-    /// The reason an event code names, None for one this crate does not know.
-    pub const fn from_code(code: u16) -> Option<Self> {
-        Some(match code {
-            1 => KvErrorReason::OverMaxBytes,
-            2 => KvErrorReason::OverMaxKeys,
-            3 => KvErrorReason::QueueFull,
-            4 => KvErrorReason::TooLarge,
-            5 => KvErrorReason::NoStore,
-            _ => return None,
-        })
-    }
-
-    /// The reason as one word (what the SDKs, logs and metrics show).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            KvErrorReason::OverMaxBytes => "max-bytes",
-            KvErrorReason::OverMaxKeys => "max-keys",
-            KvErrorReason::QueueFull => "queue-full",
-            KvErrorReason::TooLarge => "too-large",
-            KvErrorReason::NoStore => "no-store",
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u16)]
+        pub enum $name {
+            $($(#[$doc])* $variant = $code,)+
         }
+
+        impl $name {
+            /// Every code, in code order (for counters by reason).
+            pub const ALL: [$name; [$($code),+].len()] = [$($name::$variant),+];
+
+            /// The reason an event code names, None for one this crate does
+            /// not know.
+            pub const fn from_code(code: u16) -> Option<Self> {
+                match code {
+                    $($code => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+
+            /// The reason as one word (what the SDKs, logs and metrics show).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)+
+                }
+            }
+        }
+    };
+}
+
+event_codes! {
+    /// Why an `http-request` got no response: the `code` of an http-error
+    /// event.
+    pub enum HttpErrorReason {
+        /// The route's `allow_outbound` does not allow the URL (deny by default).
+        Refused = 1 => "refused",
+        /// No complete response within the route's `outbound_timeout`.
+        Timeout = 2 => "timeout",
+        /// The connection to the server failed (refused, reset, DNS).
+        Connect = 3 => "connect",
+        /// The response body is over the route's `outbound_max_response`.
+        TooLarge = 4 => "too-large",
+        /// The route already has `outbound_max_concurrent` requests in flight.
+        Busy = 5 => "busy",
+        /// The request is not one the host can send (method, URL, header).
+        Invalid = 6 => "invalid",
+    }
+}
+
+event_codes! {
+    /// Why a `kv-set` or `kv-delete` was refused: the `code` of a kv-error
+    /// event (kind 9, conn 0). The write was not applied.
+    pub enum KvErrorReason {
+        /// The store would go over its `kv_max_bytes` (keys plus values).
+        OverMaxBytes = 1 => "max-bytes",
+        /// The store would go over its `kv_max_keys`.
+        OverMaxKeys = 2 => "max-keys",
+        /// The store's write queue is full (its disk or Redis is not keeping
+        /// up, or Redis is unreachable).
+        QueueFull = 3 => "queue-full",
+        /// The key is over 1 KiB or the value over 1 MiB.
+        TooLarge = 4 => "too-large",
+        /// The route has no `kv`.
+        NoStore = 5 => "no-store",
     }
 }
 

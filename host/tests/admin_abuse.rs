@@ -11,7 +11,7 @@ mod admin_support;
 mod common;
 mod guest_support;
 
-use admin_support::{Gateway, TOKEN};
+use admin_support::{request_head, Gateway, TOKEN};
 use common::STEP;
 use rustls::pki_types::{CertificateDer, ServerName};
 use std::net::SocketAddr;
@@ -31,14 +31,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, String, String) {
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
+    let head = request_head(method, path, "localhost", headers, body.len());
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(body).await.unwrap();
     let mut raw = Vec::new();
@@ -75,6 +68,21 @@ async fn http_from(
     exchange(stream, method, path, headers, body).await
 }
 
+/// `GET path` from `from`.
+async fn get(
+    from: &str,
+    to: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
+    http_from(from, to, "GET", path, headers, b"").await
+}
+
+/// `POST /session` with `token` as the body, from `from`.
+async fn sign_in(from: &str, to: SocketAddr, token: &str) -> (u16, String, String) {
+    http_from(from, to, "POST", "/session", &[], token.as_bytes()).await
+}
+
 fn retry_after(head: &str) -> Option<u64> {
     head.lines()
         .find_map(|l| l.strip_prefix("retry-after:"))
@@ -87,15 +95,7 @@ async fn wrong_tokens_are_limited_per_address_and_logged_once() {
     let admin = gw.admin;
     let bearer = format!("Bearer {TOKEN}");
     // A session opened before the attack keeps working through it.
-    let (status, head, body) = http_from(
-        "127.0.0.1",
-        admin,
-        "POST",
-        "/session",
-        &[],
-        TOKEN.as_bytes(),
-    )
-    .await;
+    let (status, head, body) = sign_in("127.0.0.1", admin, TOKEN).await;
     assert_eq!(status, 204, "{body}");
     let set = head
         .lines()
@@ -108,85 +108,30 @@ async fn wrong_tokens_are_limited_per_address_and_logged_once() {
     for i in 0..10 {
         let (status, head, body) = if i % 2 == 0 {
             let wrong = format!("Bearer wrong-token-{i:02}-0123456789");
-            http_from(
-                "127.0.0.1",
-                admin,
-                "GET",
-                "/routes",
-                &[("authorization", &wrong)],
-                b"",
-            )
-            .await
+            get("127.0.0.1", admin, "/routes", &[("authorization", &wrong)]).await
         } else {
-            http_from(
-                "127.0.0.1",
-                admin,
-                "POST",
-                "/session",
-                &[],
-                b"wrong-token-0123456789",
-            )
-            .await
+            sign_in("127.0.0.1", admin, "wrong-token-0123456789").await
         };
         assert_eq!(status, 401, "attempt {i}: {body}");
         assert_eq!(retry_after(&head), None);
     }
     // The eleventh gets 429, and so does the right token from this address.
     let wrong = "Bearer wrong-token-xx-0123456789";
-    let (status, head, body) = http_from(
-        "127.0.0.1",
-        admin,
-        "GET",
-        "/routes",
-        &[("authorization", wrong)],
-        b"",
-    )
-    .await;
+    let (status, head, body) =
+        get("127.0.0.1", admin, "/routes", &[("authorization", wrong)]).await;
     assert_eq!(status, 429, "{body}");
     let wait = retry_after(&head).expect("Retry-After");
     assert!((1..=60).contains(&wait), "{wait}");
-    let (status, head, _) = http_from(
-        "127.0.0.1",
-        admin,
-        "GET",
-        "/routes",
-        &[("authorization", &bearer)],
-        b"",
-    )
-    .await;
+    let (status, head, _) = get("127.0.0.1", admin, "/routes", &[("authorization", &bearer)]).await;
     assert_eq!(status, 429, "the right token is refused while limited");
     assert!(retry_after(&head).is_some());
-    let (status, _, _) = http_from(
-        "127.0.0.1",
-        admin,
-        "POST",
-        "/session",
-        &[],
-        TOKEN.as_bytes(),
-    )
-    .await;
+    let (status, _, _) = sign_in("127.0.0.1", admin, TOKEN).await;
     assert_eq!(status, 429, "and so is a new session");
     // The session opened before still works (it is not a guess).
-    let (status, _, body) = http_from(
-        "127.0.0.1",
-        admin,
-        "GET",
-        "/api/overview",
-        &[("cookie", &cookie)],
-        b"",
-    )
-    .await;
+    let (status, _, body) = get("127.0.0.1", admin, "/api/overview", &[("cookie", &cookie)]).await;
     assert_eq!(status, 200, "{body}");
     // Another address is not limited.
-    let (status, _, body) = http_from(
-        "127.0.0.2",
-        admin,
-        "GET",
-        "/routes",
-        &[("authorization", &bearer)],
-        b"",
-    )
-    .await;
+    let (status, _, body) = get("127.0.0.2", admin, "/routes", &[("authorization", &bearer)]).await;
     assert_eq!(status, 200, "{body}");
 
     let log = gw.log();

@@ -11,7 +11,7 @@ mod admin_support;
 mod common;
 mod guest_support;
 
-use admin_support::{Gateway, TOKEN};
+use admin_support::{request_head, Gateway, TOKEN};
 use common::STEP;
 use futures_util::SinkExt;
 use guest_support::wasm;
@@ -40,14 +40,7 @@ async fn http(
     body: &[u8],
 ) -> (u16, Vec<(String, String)>, String) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
+    let head = request_head(method, path, &addr.to_string(), headers, body.len());
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(body).await.unwrap();
     // Read the head, then the body by its length (DevTools keeps the

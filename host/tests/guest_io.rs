@@ -148,25 +148,6 @@ async fn answer(
         .unwrap()
 }
 
-/// A gateway serving the io-probe at `/io` with `keys` added to its route.
-async fn gateway(server_keys: &str, keys: &str) -> WeirProcess {
-    let wasm =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/io-probe.wasm");
-    assert!(wasm.exists(), "run scripts/build-guests.sh first");
-    let routes = format!(
-        "[[route]]\npath = \"/io\"\nguest = \"{}\"\n{keys}\n",
-        wasm.display()
-    );
-    WeirProcess::start(server_keys, &routes, "warn", Stdio::null()).await
-}
-
-async fn send(ws: &mut Ws, text: &str) {
-    timeout(STEP, ws.send(Message::text(text)))
-        .await
-        .unwrap()
-        .unwrap();
-}
-
 async fn text(ws: &mut Ws) -> String {
     match next(ws).await {
         Message::Text(t) => t.to_string(),
@@ -181,7 +162,7 @@ async fn responses_are_matched_to_their_tags_under_concurrency() {
         "allow_outbound = [\"http://{}/\"]\noutbound_max_concurrent = 256",
         backend.addr
     );
-    let weir = gateway("workers = 2", &allow).await;
+    let weir = io_probe("workers = 2", &allow, "").await;
     let mut clients = Vec::new();
     for _ in 0..4 {
         clients.push(client(&weir.url("/io")).await);
@@ -190,7 +171,7 @@ async fn responses_are_matched_to_their_tags_under_concurrency() {
     for (c, ws) in clients.iter_mut().enumerate() {
         for i in 0..EACH {
             let k = c * 1000 + i;
-            send(
+            send_text(
                 ws,
                 &format!("get {k} {}", backend.url(&format!("/echo?i={k}"))),
             )
@@ -224,45 +205,46 @@ async fn policy_refusals_timeouts_and_limits_are_errors() {
          outbound_timeout = \"300ms\"\noutbound_max_response = \"1MiB\"",
         backend.addr, backend.addr, backend.addr
     );
-    let weir = gateway("workers = 1", &keys).await;
+    let weir = io_probe("workers = 1", &keys, "").await;
     let mut ws = client(&weir.url("/io")).await;
     // Not in allow_outbound: the path, another port, https (another scheme).
-    send(&mut ws, &format!("get a {}", backend.url("/value"))).await;
+    send_text(&mut ws, &format!("get a {}", backend.url("/value"))).await;
     assert_eq!(text(&mut ws).await, "a error refused");
     let other_port = format!("http://127.0.0.1:{}/echo", backend.addr.port() ^ 1);
-    send(&mut ws, &format!("get b {other_port}")).await;
+    send_text(&mut ws, &format!("get b {other_port}")).await;
     assert_eq!(text(&mut ws).await, "b error refused");
-    send(&mut ws, "get c https://127.0.0.1/echo").await;
+    send_text(&mut ws, "get c https://127.0.0.1/echo").await;
     assert_eq!(text(&mut ws).await, "c error refused");
     let started = Instant::now();
-    send(&mut ws, &format!("get d {}", backend.url("/slow"))).await;
+    send_text(&mut ws, &format!("get d {}", backend.url("/slow"))).await;
     assert_eq!(text(&mut ws).await, "d error timeout");
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(300) && took < Duration::from_secs(2),
         "{took:?}"
     );
-    send(&mut ws, &format!("get e {}", backend.url("/big"))).await;
+    send_text(&mut ws, &format!("get e {}", backend.url("/big"))).await;
     assert_eq!(text(&mut ws).await, "e error too-large");
-    send(&mut ws, &format!("get f {}", backend.url("/echo?i=7"))).await;
+    send_text(&mut ws, &format!("get f {}", backend.url("/echo?i=7"))).await;
     assert_eq!(text(&mut ws).await, "f 200 7");
     // A route with no allow_outbound may reach nothing.
     drop(ws);
-    let closed = gateway("workers = 1", "").await;
+    let closed = io_probe("workers = 1", "", "").await;
     let mut ws = client(&closed.url("/io")).await;
-    send(&mut ws, &format!("get g {}", backend.url("/echo?i=1"))).await;
+    send_text(&mut ws, &format!("get g {}", backend.url("/echo?i=1"))).await;
     assert_eq!(text(&mut ws).await, "g error refused");
     // Connect failure: nothing listens there.
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead_addr = dead.local_addr().unwrap();
     drop(dead);
-    let weir = gateway(
+    let weir = io_probe(
         "workers = 1",
         &format!("allow_outbound = [\"http://{dead_addr}/\"]"),
+        "",
     )
     .await;
     let mut ws = client(&weir.url("/io")).await;
-    send(&mut ws, &format!("get h http://{dead_addr}/x")).await;
+    send_text(&mut ws, &format!("get h http://{dead_addr}/x")).await;
     assert_eq!(text(&mut ws).await, "h error connect");
 }
 
@@ -273,7 +255,7 @@ async fn over_max_concurrent_is_busy_and_a_slow_backend_delays_no_batch() {
         "allow_outbound = [\"http://{}/\"]\noutbound_max_concurrent = 64\noutbound_timeout = \"10s\"",
         backend.addr
     );
-    let weir = gateway("workers = 1", &keys).await;
+    let weir = io_probe("workers = 1", &keys, "").await;
     let mut echo = client(&weir.url("/io")).await;
     let rtt = |samples: &mut Vec<Duration>| {
         samples.sort_unstable();
@@ -282,22 +264,22 @@ async fn over_max_concurrent_is_busy_and_a_slow_backend_delays_no_batch() {
     let mut before = Vec::new();
     for i in 0..50 {
         let t = Instant::now();
-        send(&mut echo, &format!("ping {i}")).await;
+        send_text(&mut echo, &format!("ping {i}")).await;
         assert_eq!(text(&mut echo).await, format!("ping {i}"));
         before.push(t.elapsed());
     }
     // 64 requests hang on the slow backend (the route's whole budget).
     let mut hang = client(&weir.url("/io")).await;
     for i in 0..64 {
-        send(&mut hang, &format!("get s{i} {}", backend.url("/slow"))).await;
+        send_text(&mut hang, &format!("get s{i} {}", backend.url("/slow"))).await;
     }
     // The 65th is refused at once.
-    send(&mut hang, &format!("get over {}", backend.url("/echo?i=1"))).await;
+    send_text(&mut hang, &format!("get over {}", backend.url("/echo?i=1"))).await;
     assert_eq!(text(&mut hang).await, "over error busy");
     let mut during = Vec::new();
     for i in 0..50 {
         let t = Instant::now();
-        send(&mut echo, &format!("pong {i}")).await;
+        send_text(&mut echo, &format!("pong {i}")).await;
         assert_eq!(text(&mut echo).await, format!("pong {i}"));
         during.push(t.elapsed());
     }
@@ -320,12 +302,12 @@ async fn over_max_concurrent_is_busy_and_a_slow_backend_delays_no_batch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timers_fire_on_time_and_route_timers_reach_the_route() {
-    let weir = gateway("workers = 2", "").await;
+    let weir = io_probe("workers = 2", "", "").await;
     let mut ws = client(&weir.url("/io")).await;
     let mut late = Vec::new();
     for _ in 0..20 {
         let t = Instant::now();
-        send(&mut ws, "timer 50").await;
+        send_text(&mut ws, "timer 50").await;
         assert_eq!(text(&mut ws).await, "timer");
         late.push(t.elapsed().saturating_sub(Duration::from_millis(50)));
     }
@@ -338,23 +320,23 @@ async fn timers_fire_on_time_and_route_timers_reach_the_route() {
     assert!(median < Duration::from_millis(10), "timers late: {late:?}");
     // A route timer publishes to every connection (topic "io").
     let mut other = client(&weir.url("/io")).await;
-    send(&mut ws, "route-timer 20").await;
+    send_text(&mut ws, "route-timer 20").await;
     assert_eq!(text(&mut ws).await, "route-timer");
     assert_eq!(text(&mut other).await, "route-timer");
     // Cancelled timers never fire, however many, and do not hold back
     // the one set after them.
-    send(&mut ws, "cancelled 5000 30").await;
+    send_text(&mut ws, "cancelled 5000 30").await;
     let t = Instant::now();
-    send(&mut ws, "timer 60").await;
+    send_text(&mut ws, "timer 60").await;
     assert_eq!(text(&mut ws).await, "timer");
     assert!(t.elapsed() >= Duration::from_millis(60), "fired early");
-    send(&mut ws, "ping").await;
+    send_text(&mut ws, "ping").await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(text(&mut ws).await, "ping", "a cancelled timer fired");
     // A connection's timer does not outlive it.
-    send(&mut other, "timer 100").await;
+    send_text(&mut other, "timer 100").await;
     drop(other);
-    send(&mut ws, "ping").await;
+    send_text(&mut ws, "ping").await;
     assert_eq!(text(&mut ws).await, "ping");
 }
 
@@ -364,15 +346,15 @@ async fn the_key_value_store_survives_a_restart() {
     let _ = std::fs::remove_dir_all(&state);
     let server = format!("workers = 1\nstate_dir = \"{}\"", state.display());
     {
-        let weir = gateway(&server, "kv = \"route\"").await;
+        let weir = io_probe(&server, "kv = \"route\"", "").await;
         let mut ws = client(&weir.url("/io")).await;
-        send(&mut ws, "set room lobby").await;
-        send(&mut ws, "get-kv nothing").await;
+        send_text(&mut ws, "set room lobby").await;
+        send_text(&mut ws, "get-kv nothing").await;
         assert_eq!(text(&mut ws).await, "nothing?");
         // Writes are applied after the batch: poll until it is visible.
         let deadline = Instant::now() + STEP;
         loop {
-            send(&mut ws, "get-kv room").await;
+            send_text(&mut ws, "get-kv room").await;
             if text(&mut ws).await == "room=lobby" {
                 break;
             }
@@ -383,9 +365,9 @@ async fn the_key_value_store_survives_a_restart() {
         weir.child.kill().unwrap();
         weir.child.wait().unwrap();
     }
-    let weir = gateway(&server, "kv = \"route\"").await;
+    let weir = io_probe(&server, "kv = \"route\"", "").await;
     let mut ws = client(&weir.url("/io")).await;
-    send(&mut ws, "get-kv room").await;
+    send_text(&mut ws, "get-kv room").await;
     assert_eq!(text(&mut ws).await, "room=lobby");
     drop(ws);
     drop(weir);
@@ -396,10 +378,10 @@ async fn the_key_value_store_survives_a_restart() {
 async fn deferred_upgrades_accept_reject_and_time_out() {
     let backend = Backend::start().await;
     let keys = format!("allow_outbound = [\"http://{}/\"]", backend.addr);
-    let weir = gateway("workers = 1\nhandshake_timeout = \"1s\"", &keys).await;
+    let weir = io_probe("workers = 1\nhandshake_timeout = \"1s\"", &keys, "").await;
     let url = |q: &str| weir.url(&format!("/io?auth={}", backend.url(q)));
     let mut ws = client(&url("/auth?token=good")).await;
-    send(&mut ws, "hello").await;
+    send_text(&mut ws, "hello").await;
     assert_eq!(text(&mut ws).await, "hello");
     let status = |r: Result<_, tokio_tungstenite::tungstenite::Error>| match r {
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => resp.status().as_u16(),
@@ -436,10 +418,10 @@ async fn a_0_3_0_guest_still_runs_beside_0_4_0() {
     );
     let weir = WeirProcess::start("workers = 1", &routes, "warn", Stdio::null()).await;
     let mut old = client(&weir.url("/old")).await;
-    send(&mut old, "still here").await;
+    send_text(&mut old, "still here").await;
     assert_eq!(text(&mut old).await, "still here");
     let mut new = client(&weir.url("/io")).await;
-    send(&mut new, "timer 1").await;
+    send_text(&mut new, "timer 1").await;
     assert_eq!(text(&mut new).await, "timer");
 }
 
@@ -459,7 +441,7 @@ async fn fetch_echo_answers_with_the_backend_and_counts_its_timers() {
     let weir = WeirProcess::start("", &routes, "warn", Stdio::null()).await;
     let mut ws = client(&weir.url("/fetch")).await;
     // Text and binary come back as sent, through the backend.
-    send(&mut ws, "héllo").await;
+    send_text(&mut ws, "héllo").await;
     assert_eq!(text(&mut ws).await, "héllo");
     let bytes: Vec<u8> = (0..=255).collect();
     timeout(STEP, ws.send(Message::binary(bytes.clone())))
@@ -469,10 +451,10 @@ async fn fetch_echo_answers_with_the_backend_and_counts_its_timers() {
     assert_eq!(next(&mut ws).await, Message::binary(bytes));
     // 1,000 timers of 5 ms: one `done` after the last.
     let started = Instant::now();
-    send(&mut ws, "timers 1000 5").await;
+    send_text(&mut ws, "timers 1000 5").await;
     assert_eq!(text(&mut ws).await, "done 1000");
     assert!(started.elapsed() >= Duration::from_millis(5));
-    send(&mut ws, "after").await;
+    send_text(&mut ws, "after").await;
     assert_eq!(text(&mut ws).await, "after", "no second done");
 }
 
@@ -494,24 +476,24 @@ async fn https_requests_check_the_certificate_against_outbound_ca() {
         https("/"),
         ca.display()
     );
-    let weir = gateway("", &allow).await;
+    let weir = io_probe("", &allow, "").await;
     let mut ws = client(&weir.url("/io")).await;
-    send(&mut ws, &format!("get a {}", https("/echo?i=7"))).await;
+    send_text(&mut ws, &format!("get a {}", https("/echo?i=7"))).await;
     assert_eq!(text(&mut ws).await, "a 200 7");
-    send(&mut ws, &format!("get b {}", https("/value"))).await;
+    send_text(&mut ws, &format!("get b {}", https("/value"))).await;
     assert_eq!(
         text(&mut ws).await,
         "b 200 v1",
         "the pooled TLS connection again"
     );
     // http:// to the same port is another scheme: not allowed.
-    send(&mut ws, &format!("get c http://{}/value", backend.addr)).await;
+    send_text(&mut ws, &format!("get c http://{}/value", backend.addr)).await;
     assert_eq!(text(&mut ws).await, "c error refused");
     drop(weir);
     // With webpki-roots only, the self-signed certificate is refused.
-    let weir = gateway("", &format!("allow_outbound = [\"{}\"]", https("/"))).await;
+    let weir = io_probe("", &format!("allow_outbound = [\"{}\"]", https("/")), "").await;
     let mut ws = client(&weir.url("/io")).await;
-    send(&mut ws, &format!("get d {}", https("/value"))).await;
+    send_text(&mut ws, &format!("get d {}", https("/value"))).await;
     assert_eq!(text(&mut ws).await, "d error connect");
     drop(weir);
     // A CA file with no certificate stops the gateway from starting, saying why.
@@ -646,7 +628,7 @@ async fn outbound_paths_are_checked_as_the_backend_reads_them() {
     let backend = NormalisingBackend::start().await;
     let base = format!("http://{}", backend.addr);
     let keys = format!("allow_outbound = [\"{base}/api/\", \"{base}/v1\"]");
-    let weir = gateway("workers = 1", &keys).await;
+    let weir = io_probe("workers = 1", &keys, "").await;
     let mut ws = client(&weir.url("/io")).await;
     for (label, path) in [
         ("dots", "/api/../secret"),
@@ -661,7 +643,7 @@ async fn outbound_paths_are_checked_as_the_backend_reads_them() {
         ("above", "/api/../../secret"),
         ("admin", "/v1-admin"),
     ] {
-        send(&mut ws, &format!("get {label} {base}{path}")).await;
+        send_text(&mut ws, &format!("get {label} {base}{path}")).await;
         assert_eq!(
             text(&mut ws).await,
             format!("{label} error refused"),
@@ -678,7 +660,7 @@ async fn outbound_paths_are_checked_as_the_backend_reads_them() {
         ("d", "/v1", "/v1"),
         ("e", "/v1/users", "/v1/users"),
     ] {
-        send(&mut ws, &format!("get {label} {base}{path}")).await;
+        send_text(&mut ws, &format!("get {label} {base}{path}")).await;
         assert_eq!(
             text(&mut ws).await,
             format!("{label} 200 seen {seen} {host}")
@@ -694,17 +676,18 @@ async fn the_guest_cannot_choose_host_or_reach_private_addresses_by_name() {
     let backend = NormalisingBackend::start().await;
     let base = format!("http://{}", backend.addr);
     let host = backend.addr.to_string();
-    let weir = gateway(
+    let weir = io_probe(
         "workers = 1",
         &format!("allow_outbound = [\"{base}/api/\"]"),
+        "",
     )
     .await;
     let mut ws = client(&weir.url("/io")).await;
-    send(&mut ws, &format!("get-as a admin.internal {base}/api/x")).await;
+    send_text(&mut ws, &format!("get-as a admin.internal {base}/api/x")).await;
     assert_eq!(text(&mut ws).await, "a error refused");
     assert_eq!(backend.hits(), 0);
     // The URL's own authority is no choice: sent as the gateway writes it.
-    send(&mut ws, &format!("get-as b {host} {base}/api/x")).await;
+    send_text(&mut ws, &format!("get-as b {host} {base}/api/x")).await;
     assert_eq!(text(&mut ws).await, format!("b 200 seen /api/x {host}"));
     drop(ws);
     drop(weir);
@@ -712,16 +695,21 @@ async fn the_guest_cannot_choose_host_or_reach_private_addresses_by_name() {
     // `localhost` resolves to loopback: refused without allow_private.
     let port = backend.addr.port();
     let by_name = format!("allow_outbound = [\"http://localhost:{port}/api/\"]");
-    let weir = gateway("workers = 1", &by_name).await;
+    let weir = io_probe("workers = 1", &by_name, "").await;
     let mut ws = client(&weir.url("/io")).await;
-    send(&mut ws, &format!("get c http://localhost:{port}/api/x")).await;
+    send_text(&mut ws, &format!("get c http://localhost:{port}/api/x")).await;
     assert_eq!(text(&mut ws).await, "c error refused");
     assert_eq!(backend.hits(), 1, "only b reached the backend");
     drop(ws);
     drop(weir);
-    let weir = gateway("workers = 1", &format!("{by_name}\nallow_private = true")).await;
+    let weir = io_probe(
+        "workers = 1",
+        &format!("{by_name}\nallow_private = true"),
+        "",
+    )
+    .await;
     let mut ws = client(&weir.url("/io")).await;
-    send(&mut ws, &format!("get d http://localhost:{port}/api/x")).await;
+    send_text(&mut ws, &format!("get d http://localhost:{port}/api/x")).await;
     assert_eq!(
         text(&mut ws).await,
         format!("d 200 seen /api/x localhost:{port}")

@@ -8,38 +8,16 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-use futures_util::SinkExt;
-use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-
-/// The io-probe guest at `/io` with `keys` on the route.
-async fn gateway(server_keys: &str, keys: &str, tail: &str) -> WeirProcess {
-    let wasm =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/io-probe.wasm");
-    assert!(wasm.exists(), "run scripts/build-guests.sh first");
-    let routes = format!(
-        "[[route]]\npath = \"/io\"\nguest = \"{}\"\n{keys}\n\n{tail}",
-        wasm.display()
-    );
-    WeirProcess::start(server_keys, &routes, "warn", Stdio::null()).await
-}
-
-async fn send(ws: &mut Ws, text: &str) {
-    timeout(STEP, ws.send(Message::text(text)))
-        .await
-        .unwrap()
-        .unwrap();
-}
 
 /// Send `command`, then `ping`, and read until the echo of `ping` and
 /// `want` kv-error messages have come: the kv-error texts seen.
 async fn refusals(ws: &mut Ws, command: &str, want: usize) -> Vec<String> {
-    send(ws, command).await;
-    send(ws, "ping").await;
+    send_text(ws, command).await;
+    send_text(ws, "ping").await;
     let mut seen = Vec::new();
     let mut pinged = false;
     while !pinged || seen.len() < want {
@@ -62,7 +40,7 @@ async fn writes_past_the_quota_are_refused_and_the_guest_hears_of_each() {
     let _ = std::fs::remove_dir_all(&state);
     let server = format!("workers = 1\nstate_dir = \"{}\"", state.display());
     let keys = "kv = \"route\"\nkv_max_keys = 100\nkv_max_bytes = \"256KiB\"";
-    let weir = gateway(&server, keys, "").await;
+    let weir = io_probe(&server, keys, "").await;
     let mut ws = client(&weir.url("/io")).await;
     // Bytes: two 100,000-byte values fit in 256 KiB, the third does not.
     let seen = refusals(&mut ws, "fill 3 100000 b", 1).await;
@@ -79,13 +57,13 @@ async fn writes_past_the_quota_are_refused_and_the_guest_hears_of_each() {
     let bytes = metric(weir.addr, "weir_kv_bytes{route=\"/io\"}").await;
     assert!((200_000..=256 << 10).contains(&bytes), "{bytes}");
     // A refused write was not applied; one that fits still is.
-    send(&mut ws, "get-kv a-119").await;
+    send_text(&mut ws, "get-kv a-119").await;
     assert_eq!(text(&mut ws).await, "a-119?");
-    send(&mut ws, "del a-0").await;
-    send(&mut ws, "fill 1 10 z").await;
+    send_text(&mut ws, "del a-0").await;
+    send_text(&mut ws, "fill 1 10 z").await;
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
-        send(&mut ws, "get-kv z-0").await;
+        send_text(&mut ws, "get-kv z-0").await;
         if text(&mut ws).await == "z-0=xxxxxxxxxx" {
             break;
         }
@@ -121,7 +99,7 @@ async fn with_redis_unreachable_the_write_queue_stays_bounded() {
         .unwrap()
         .port();
     let cluster = format!("[cluster]\nredis = \"redis://127.0.0.1:{port}\"\n");
-    let weir = gateway("workers = 2", "kv = \"route\"", &cluster).await;
+    let weir = io_probe("workers = 2", "kv = \"route\"", &cluster).await;
     let mut clients = vec![
         client(&weir.url("/io")).await,
         client(&weir.url("/io")).await,

@@ -16,6 +16,25 @@ use tokio::time::Instant;
 pub const TOKEN: &str = "test-admin-token-0123456789";
 pub const TOKEN_ENV: &str = "WEIR_TEST_ADMIN_TOKEN";
 
+/// An HTTP/1.1 request (`connection: close`, a body of `body_len` bytes to
+/// follow): its head, blank line included.
+pub fn request_head(
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+    body_len: usize,
+) -> String {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-length: {body_len}\r\n"
+    );
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    head
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -2,7 +2,7 @@
 //! byte-level cases that a well-behaved client library refuses to produce.
 #![allow(dead_code)]
 
-use futures_util::StreamExt;
+use futures_util::{SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -356,4 +356,25 @@ impl Drop for WeirProcess {
             let _ = self.child.wait();
         }
     }
+}
+
+/// A `weir serve` process with the io-probe fixture at `/io`: `keys` are
+/// added to its route table, `tail` (more tables) after it.
+pub async fn io_probe(server_keys: &str, keys: &str, tail: &str) -> WeirProcess {
+    let wasm =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/io-probe.wasm");
+    assert!(wasm.exists(), "run scripts/build-guests.sh first");
+    let routes = format!(
+        "[[route]]\npath = \"/io\"\nguest = \"{}\"\n{keys}\n\n{tail}",
+        wasm.display()
+    );
+    WeirProcess::start(server_keys, &routes, "warn", Stdio::null()).await
+}
+
+/// Sends one text message, bounded by [`STEP`].
+pub async fn send_text(ws: &mut Ws, text: &str) {
+    timeout(STEP, ws.send(Message::text(text)))
+        .await
+        .unwrap()
+        .unwrap();
 }
