@@ -119,8 +119,8 @@ impl Fault {
     /// (internal error) for everything the guest did wrong.
     pub fn close_code(&self) -> u16 {
         match self {
-            Fault::Overloaded(_) => crate::ws::close::TRY_AGAIN_LATER,
-            _ => crate::ws::close::INTERNAL_ERROR,
+            Fault::Overloaded(_) => weir_ws::close::TRY_AGAIN_LATER,
+            _ => weir_ws::close::INTERNAL_ERROR,
         }
     }
 }

@@ -247,7 +247,7 @@ impl GuestSlot {
             self.route.registry.close_route_on(
                 scheduler.worker,
                 self.route.index,
-                crate::ws::close::GOING_AWAY,
+                weir_ws::close::GOING_AWAY,
                 crate::routes::ROUTE_REMOVED,
             );
         }

@@ -8,11 +8,11 @@ use super::buffer::Output;
 use super::conn::ConnEnv;
 use super::decode::DataPiece;
 use super::outbound::Outbound;
-use crate::ws::frame::OpCode;
 use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
+use weir_ws::frame::OpCode;
 
 /// Why a behaviour ends its connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
