@@ -38,10 +38,12 @@ pub enum GuestError {
     /// The component does not implement the `weir:gateway` world this
     /// gateway speaks (missing or mismatched export, unknown import).
     /// `rebuild` says how, for the toolchain that made it.
-    #[error("route {route}: {} does not fit this gateway's guest ABI ({}/handler, see wit/weir.wit; rebuild it with this gateway's SDK: {rebuild}): {detail}", path.display(), super::abi::WIT_PACKAGE)]
+    #[error("route {route}: {} does not fit this gateway's guest ABI ({}/handler, see wit/weir.wit; rebuild it with this gateway's SDK: {rebuild}): {detail}", path.display(), package)]
     Abi {
         route: String,
         path: PathBuf,
+        /// The `weir:gateway` version this gateway speaks (`abi::WIT_PACKAGE`).
+        package: &'static str,
         rebuild: &'static str,
         detail: String,
     },
