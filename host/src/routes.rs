@@ -9,8 +9,9 @@ use crate::config::{Behaviour, Config, GuestConfig, Limits, NativeKind};
 use crate::guest::{GuestEngine, GuestRoute, Program, Scheduler};
 use crate::native::proxy::{FilterLinks, ProxyRoute};
 use crate::pubsub::{Broker, Fanout, LocalBroker, Topics};
-use crate::reactor::behaviour::{LocalFuture, Start};
+use crate::reactor::behaviour::LocalFuture;
 use crate::reactor::outbound::Outbound;
+use crate::reactor::start::Start;
 use crate::registry::Registry;
 use crate::server::ServeError;
 use crate::stats::RouteStats;
@@ -20,9 +21,6 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
-
-/// The close reason (with 1001) of connections on a route a reload removed.
-pub const ROUTE_REMOVED: &str = "route removed";
 
 /// A route kind, shared by every worker.
 pub trait RouteKind: Send + Sync {

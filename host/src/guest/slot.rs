@@ -248,7 +248,7 @@ impl GuestSlot {
                 scheduler.worker,
                 self.route.index,
                 weir_ws::close::GOING_AWAY,
-                crate::routes::ROUTE_REMOVED,
+                crate::registry::ROUTE_REMOVED,
             );
         }
     }

@@ -19,7 +19,7 @@ use super::Shared;
 use crate::config::{Behaviour, Config, ConfigError};
 use crate::guest::deploy::NoEarlierVersion;
 use crate::guest::{GuestError, GuestRoute, Inherited, Program};
-use crate::routes::ROUTE_REMOVED;
+use crate::registry::ROUTE_REMOVED;
 use crate::ws::close::GOING_AWAY;
 use std::path::Path;
 use std::sync::Arc;
