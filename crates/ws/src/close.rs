@@ -27,7 +27,7 @@ pub use weir_abi::MAX_CLOSE_REASON_BYTES as MAX_REASON_BYTES;
 /// Whether `code` may appear in a close frame (RFC 6455 §7.4.1-2): the defined
 /// codes except 1004-1006 and 1015 (reserved, never sent), the IANA-registered
 /// 1012-1014, and 3000-4999 for libraries and applications.
-pub use weir_abi::sendable_close_code as is_valid_close_code;
+pub(crate) use weir_abi::sendable_close_code as is_valid_close_code;
 
 /// `code` if it may be sent, else 1011: a close the server sends (for itself
 /// or for a guest) always carries a valid code.
@@ -41,7 +41,7 @@ pub fn sendable(code: u16) -> u16 {
 }
 
 /// `reason` cut to [`MAX_REASON_BYTES`] on a character boundary.
-pub use weir_abi::short_reason as fit_reason;
+pub(crate) use weir_abi::short_reason as fit_reason;
 
 impl ProtocolError {
     /// The close code the server answers with (RFC 6455 §7.4.1).

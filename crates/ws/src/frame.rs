@@ -4,7 +4,7 @@
 /// Largest header a client can send: 2 bytes, 8 of extended length, 4 of mask.
 pub const MAX_HEADER_BYTES: usize = 14;
 /// Control frames carry at most 125 bytes of payload (RFC 6455 §5.5).
-pub const MAX_CONTROL_PAYLOAD_BYTES: u64 = 125;
+pub(crate) const MAX_CONTROL_PAYLOAD_BYTES: u64 = 125;
 
 /// Frame opcodes (RFC 6455 §5.2); the others are reserved and fail the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
