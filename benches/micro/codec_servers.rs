@@ -34,9 +34,9 @@ use weir::native::echo::Echo;
 use weir::reactor::behaviour::Behaviour;
 use weir::reactor::buffer::{Output, HEADROOM_BYTES, READ_BUF_BYTES, STREAM_ABOVE_BYTES};
 use weir::reactor::decode::{Decoder, Piece};
-use weir::ws::encode;
-use weir::ws::frame::{OpCode, MAX_HEADER_BYTES};
-use weir::ws::mask::unmask;
+use weir_ws::encode;
+use weir_ws::frame::{OpCode, MAX_HEADER_BYTES};
+use weir_ws::mask::unmask;
 
 /// In-memory pipe capacity between client and server, like a socket buffer.
 pub const PIPE_BYTES: usize = 1 << 20;

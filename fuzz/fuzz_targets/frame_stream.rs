@@ -31,8 +31,8 @@ use weir::reactor::buffer::{
     HEADROOM_BYTES, LARGE_READ_BUF_BYTES, READ_BUF_BYTES, STREAM_ABOVE_BYTES,
 };
 use weir::reactor::decode::{Decoder, Piece};
-use weir::ws::encode::header_len as server_header_len;
-use weir::ws::frame::{parse_client_header, OpCode, ProtocolError};
+use weir_ws::encode::header_len as server_header_len;
+use weir_ws::frame::{parse_client_header, OpCode, ProtocolError};
 
 fuzz_target!(|data: &[u8]| {
     let Some((p, wire)) = params(data) else {

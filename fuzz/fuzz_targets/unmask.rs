@@ -1,4 +1,4 @@
-//! `weir::ws::mask::unmask` against the byte-by-byte definition (RFC 6455
+//! `weir_ws::mask::unmask` against the byte-by-byte definition (RFC 6455
 //! §5.3: octet i of the payload is XORed with key[i % 4]), for any length,
 //! any running offset and any alignment: the slice starts at a fuzzer-chosen
 //! place inside a larger buffer, so the word loop's unaligned head and tail
@@ -9,7 +9,7 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use weir::ws::mask::unmask;
+use weir_ws::mask::unmask;
 
 #[derive(Arbitrary, Debug)]
 struct Input {

@@ -14,7 +14,7 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Version};
 use libfuzzer_sys::fuzz_target;
-use weir::ws::handshake::{
+use weir_ws::handshake::{
     accept_key, check_request, negotiate_subprotocol, wants_websocket, HandshakeError,
 };
 

@@ -18,6 +18,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use guest::GUEST_MEMORY_MAX_BYTES;
+
 /// Largest message a client may send, assembled (RFC 6455 allows 2^63).
 /// 32 MiB fits the biggest payload of the benchmark sweep with room to spare.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 32 << 20;

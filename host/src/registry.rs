@@ -18,6 +18,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// runs, never 0 (0 means "no connection" to guests).
 pub type ConnId = u64;
 
+/// The close reason (with 1001) of connections on a route a reload removed
+/// ([`Registry::close_route`]).
+pub const ROUTE_REMOVED: &str = "route removed";
+
 /// Bits of an id that count connections within one worker.
 const SEQ_BITS: u32 = 40;
 /// Bits that name the worker (up to 4096 workers).

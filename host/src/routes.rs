@@ -9,10 +9,10 @@ use crate::config::{Behaviour, Config, GuestConfig, Limits, NativeKind};
 use crate::guest::{GuestEngine, GuestRoute, Program, Scheduler};
 use crate::native::proxy::{FilterLinks, ProxyRoute};
 use crate::pubsub::{Broker, Fanout, LocalBroker, Topics};
-use crate::reactor::behaviour::{LocalFuture, Start};
+use crate::reactor::behaviour::LocalFuture;
 use crate::reactor::outbound::Outbound;
+use crate::reactor::start::Start;
 use crate::registry::Registry;
-use crate::server::ServeError;
 use crate::stats::RouteStats;
 use http::{HeaderMap, StatusCode, Uri};
 use std::collections::HashMap;
@@ -21,8 +21,23 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-/// The close reason (with 1001) of connections on a route a reload removed.
-pub const ROUTE_REMOVED: &str = "route removed";
+/// Why a route cannot be built or served. Routes-level: the server wraps it
+/// (`ServeError::Route`), and a reload reports it per route.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteError {
+    /// The route's settings cannot be served (its path, its kind's options).
+    #[error("route {path} (line {line}): {reason}")]
+    Route {
+        path: String,
+        line: usize,
+        reason: String,
+    },
+    #[error(transparent)]
+    Guest(#[from] crate::guest::GuestError),
+    /// The `[cluster]` broker's thread could not start.
+    #[error("cannot start worker thread: {0}")]
+    Broker(std::io::Error),
+}
 
 /// A route kind, shared by every worker.
 pub trait RouteKind: Send + Sync {
@@ -159,10 +174,10 @@ pub struct Routes {
 
 impl Routes {
     /// Builds every route of `config`; guest components are compiled here.
-    pub fn build(config: &Config, registry: &Arc<Registry>) -> Result<Routes, ServeError> {
+    pub fn build(config: &Config, registry: &Arc<Registry>) -> Result<Routes, RouteError> {
         let broker: Arc<dyn Broker> = match &config.cluster {
             Some(cluster) => crate::pubsub::cluster::RedisBroker::start(cluster.clone())
-                .map_err(ServeError::Worker)?,
+                .map_err(RouteError::Broker)?,
             None => Arc::new(LocalBroker),
         };
         let mut routes = Routes {
@@ -204,10 +219,10 @@ impl Routes {
     }
 
     /// Serves the route at `index` on `path`.
-    pub fn serve(&mut self, path: &str, index: usize, line: usize) -> Result<(), ServeError> {
+    pub fn serve(&mut self, path: &str, index: usize, line: usize) -> Result<(), RouteError> {
         self.router
             .insert(path.to_string(), index)
-            .map_err(|e| ServeError::Route {
+            .map_err(|e| RouteError::Route {
                 path: path.to_string(),
                 line,
                 reason: e.to_string(),
@@ -232,7 +247,7 @@ impl Routes {
         &mut self,
         route: &crate::config::RouteConfig,
         registry: &Arc<Registry>,
-    ) -> Result<usize, ServeError> {
+    ) -> Result<usize, RouteError> {
         let index = self.routes.len();
         // Topics are the route's own unless it names a shared namespace;
         // the names are the same on every node of a cluster.
@@ -258,7 +273,7 @@ impl Routes {
                 let links = Arc::new(FilterLinks::new(self.workers));
                 let guest = self.guest_route(index, route, filter, &topics, registry)?;
                 if guest.program().is_v3() {
-                    return Err(ServeError::Route {
+                    return Err(RouteError::Route {
                         path: route.path.clone(),
                         line: route.line,
                         reason: format!(
@@ -270,7 +285,7 @@ impl Routes {
                 }
                 let guest = Arc::new(guest.with_filter_links(links.clone()));
                 guest_route = Some(guest.clone());
-                let proxy = ProxyRoute::new(proxy.clone()).map_err(|reason| ServeError::Route {
+                let proxy = ProxyRoute::new(proxy.clone()).map_err(|reason| RouteError::Route {
                     path: route.path.clone(),
                     line: route.line,
                     reason,
@@ -279,7 +294,7 @@ impl Routes {
             }
             Behaviour::Native(native) => {
                 crate::native::route_kind(native.clone(), &route.path, &topics).map_err(
-                    |reason| ServeError::Route {
+                    |reason| RouteError::Route {
                         path: route.path.clone(),
                         line: route.line,
                         reason,
@@ -316,7 +331,7 @@ impl Routes {
         guest: &GuestConfig,
         topics: &Arc<Topics>,
         registry: &Arc<Registry>,
-    ) -> Result<GuestRoute, ServeError> {
+    ) -> Result<GuestRoute, RouteError> {
         let engine = match &self.engine {
             Some(engine) => engine.clone(),
             None => {
@@ -328,7 +343,7 @@ impl Routes {
         let program =
             Program::load(&engine, &route.path, guest).map_err(|e| e.at_line(route.line))?;
         crate::guest::io::check_outbound_ca(&guest.outbound).map_err(|reason| {
-            ServeError::Route {
+            RouteError::Route {
                 path: route.path.clone(),
                 line: route.line,
                 reason,
@@ -343,7 +358,7 @@ impl Routes {
                     name,
                     guest.kv_quota,
                 )
-                .map_err(|e| ServeError::Route {
+                .map_err(|e| RouteError::Route {
                     path: route.path.clone(),
                     line: route.line,
                     reason: e.to_string(),

@@ -25,9 +25,9 @@ use weir::native::echo::Echo;
 use weir::reactor::behaviour::Behaviour;
 use weir::reactor::buffer::{Output, HEADROOM_BYTES, READ_BUF_BYTES, STREAM_ABOVE_BYTES};
 use weir::reactor::decode::{Decoder, Piece};
-use weir::ws::encode::encode_client_header;
-use weir::ws::frame::{OpCode, MAX_HEADER_BYTES};
-use weir::ws::mask::unmask;
+use weir_ws::encode::encode_client_header;
+use weir_ws::frame::{OpCode, MAX_HEADER_BYTES};
+use weir_ws::mask::unmask;
 
 const PAYLOAD: usize = 512;
 const KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];

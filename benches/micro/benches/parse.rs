@@ -7,9 +7,9 @@
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use weir::reactor::buffer::{HEADROOM_BYTES, STREAM_ABOVE_BYTES};
 use weir::reactor::decode::{Decoder, Piece};
-use weir::ws::encode::encode_client_header;
-use weir::ws::frame::{parse_client_header, OpCode, MAX_HEADER_BYTES};
-use weir::ws::mask::unmask;
+use weir_ws::encode::encode_client_header;
+use weir_ws::frame::{parse_client_header, OpCode, MAX_HEADER_BYTES};
+use weir_ws::mask::unmask;
 
 const KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 /// Frames per decoded buffer.

@@ -1,4 +1,4 @@
-//! Unmasking bandwidth: `weir::ws::mask::unmask` against a plain memcpy of
+//! Unmasking bandwidth: `weir_ws::mask::unmask` against a plain memcpy of
 //! the same size (both read and write every byte once), from 64 B to 1 MiB.
 //! After criterion's runs it prints its own ratio table (unmask / memcpy
 //! bandwidth, median of timed batches), since criterion does not compare two
@@ -7,7 +7,7 @@
 
 use criterion::{black_box, BenchmarkId, Criterion, Throughput};
 use std::time::{Duration, Instant};
-use weir::ws::mask::unmask;
+use weir_ws::mask::unmask;
 
 const SIZES: [usize; 5] = [64, 1024, 16 * 1024, 64 * 1024, 1024 * 1024];
 const KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];

@@ -8,7 +8,7 @@ mod codec_servers;
 
 use bytes::Bytes;
 use codec_servers::*;
-use weir::ws::frame::OpCode;
+use weir_ws::frame::OpCode;
 
 /// Each server echoes text of every table size, the header length forms
 /// of RFC 6455 §5.2 included (64 KiB takes the 8-byte form); the warm-up

@@ -10,11 +10,18 @@ use super::parse::RawRoute;
 use super::value::{Item, Source};
 use super::*;
 
+/// Largest linear memory any guest may have: a route's `memory` must not
+/// exceed it (the routes file refuses more, README says so); the engine
+/// sizes its instance pool's slots by it. A ceiling on
+/// the pool, not a reservation: slots are virtual address space and only
+/// touched pages cost RAM. 1 GiB rather than wasm32's 4 GiB: `memory` is
+/// per instance and a route may run hundreds of them, so one instance
+/// wanting more than this is far more likely a leak than a workload.
+pub const GUEST_MEMORY_MAX_BYTES: usize = 1 << 30;
 /// A guest call longer than this is a stuck guest, not a slow one.
 const MAX_GUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// One wasm page (64 KiB) up to the engine's pool ceiling (1 GiB).
-const GUEST_MEMORY_RANGE: (u64, u64) =
-    (64 << 10, crate::guest::engine::POOL_MAX_MEMORY_BYTES as u64);
+const GUEST_MEMORY_RANGE: (u64, u64) = (64 << 10, GUEST_MEMORY_MAX_BYTES as u64);
 /// Attachments are meant to be small state blobs kept by the host.
 const MAX_ATTACHMENT_BYTES: u64 = 1 << 20;
 

@@ -1121,7 +1121,7 @@ fn admin_section_errors_name_their_line() {
 /// file:line errors for values that are not allowed.
 #[test]
 fn compression_keys() {
-    use crate::ws::deflate::{Compression, Context};
+    use weir_ws::deflate::{Compression, Context};
     let text = r#"
 [server]
 compression = "on"

@@ -11,13 +11,13 @@ use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
 use crate::reactor::outbound::Outbound;
 use crate::routes::{Accepted, Refusal, Upgrade, WorkerRoute};
-use crate::ws::close;
-use crate::ws::frame::OpCode;
 use http::StatusCode;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::warn;
+use weir_ws::close;
+use weir_ws::frame::OpCode;
 
 impl WorkerRoute for GuestSlot {
     /// Runs the guest's `upgrade` hook (accept, pick a subprotocol, or

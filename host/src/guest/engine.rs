@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::config::GUEST_MEMORY_MAX_BYTES;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 
@@ -31,14 +32,6 @@ pub const POOL_COMPONENT_INSTANCES: u32 = 1024;
 /// Core instances per component instance: a Rust wasip2 guest has 4 (its
 /// module plus adapter shims), with headroom for bigger toolchains.
 const CORE_INSTANCES_PER_COMPONENT: u32 = 8;
-
-/// Largest linear memory any guest may have: a route's `memory` must not
-/// exceed it (the routes file refuses more, README says so). A ceiling on
-/// the pool, not a reservation: slots are virtual address space and only
-/// touched pages cost RAM. 1 GiB rather than wasm32's 4 GiB: `memory` is
-/// per instance and a route may run hundreds of them, so one instance
-/// wanting more than this is far more likely a leak than a workload.
-pub const POOL_MAX_MEMORY_BYTES: usize = 1 << 30;
 
 /// The process-wide engine. Create one with [`GuestEngine::new`] and share
 /// it (`Arc`) between every [`Program`](super::Program).
@@ -136,7 +129,7 @@ fn engine_config() -> Config {
         // Rust guests have one memory; room for toolchains that use two.
         .total_memories(POOL_COMPONENT_INSTANCES * 2)
         .total_tables(POOL_COMPONENT_INSTANCES * 4)
-        .max_memory_size(POOL_MAX_MEMORY_BYTES);
+        .max_memory_size(GUEST_MEMORY_MAX_BYTES);
     c.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     c
 }

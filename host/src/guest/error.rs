@@ -38,10 +38,12 @@ pub enum GuestError {
     /// The component does not implement the `weir:gateway` world this
     /// gateway speaks (missing or mismatched export, unknown import).
     /// `rebuild` says how, for the toolchain that made it.
-    #[error("route {route}: {} does not fit this gateway's guest ABI ({}/handler, see wit/weir.wit; rebuild it with this gateway's SDK: {rebuild}): {detail}", path.display(), super::abi::WIT_PACKAGE)]
+    #[error("route {route}: {} does not fit this gateway's guest ABI ({}/handler, see wit/weir.wit; rebuild it with this gateway's SDK: {rebuild}): {detail}", path.display(), package)]
     Abi {
         route: String,
         path: PathBuf,
+        /// The `weir:gateway` version this gateway speaks (`abi::WIT_PACKAGE`).
+        package: &'static str,
         rebuild: &'static str,
         detail: String,
     },
@@ -119,8 +121,8 @@ impl Fault {
     /// (internal error) for everything the guest did wrong.
     pub fn close_code(&self) -> u16 {
         match self {
-            Fault::Overloaded(_) => crate::ws::close::TRY_AGAIN_LATER,
-            _ => crate::ws::close::INTERNAL_ERROR,
+            Fault::Overloaded(_) => weir_ws::close::TRY_AGAIN_LATER,
+            _ => weir_ws::close::INTERNAL_ERROR,
         }
     }
 }

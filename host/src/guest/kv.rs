@@ -19,11 +19,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::kv_quota::{fits, queued_cost, KvErrorReason, QueueBudget};
+use super::kv_quota::{fits, now_ms, queued_cost, KvErrorReason, QueueBudget};
 use super::kv_redis::{Op, RedisKv};
 use crate::config::{ClusterConfig, KvName, KvQuota};
 
@@ -420,12 +419,6 @@ fn write_loop(db: &Database, queue: &mpsc::Receiver<Write>, path: &str, budget: 
             let _ = done.send(());
         }
     }
-}
-
-pub(super) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// A route path as part of a file name: letters and digits kept, every

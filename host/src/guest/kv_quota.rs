@@ -10,6 +10,14 @@ pub use weir_abi::KvErrorReason;
 
 use crate::config::KvQuota;
 
+/// Milliseconds since the Unix epoch: the clock entry expiry is kept in,
+/// read by both backends (redb here, Redis mirrors in `kv_redis`).
+pub(super) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Bytes the write queue toward one store's disk (redb's writer) or Redis
 /// may hold: a disk that stalls or a Redis that is down fills it, and
 /// writes past it are refused (`queue-full`) instead of growing the
@@ -94,7 +102,7 @@ impl KvRefusals {
     pub(crate) fn note(&self, route: &str, key: &[u8], reason: KvErrorReason) {
         self.counts[reason as usize - 1].fetch_add(1, Ordering::Relaxed);
         let unlogged = self.unlogged.fetch_add(1, Ordering::Relaxed) + 1;
-        let now = super::kv::now_ms();
+        let now = now_ms();
         let last = self.logged_ms.load(Ordering::Relaxed);
         let interval = KV_REFUSAL_LOG_INTERVAL.as_millis() as u64;
         if (last == 0 || now.saturating_sub(last) >= interval)

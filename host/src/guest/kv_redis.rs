@@ -32,7 +32,7 @@ use redis::{PushKind, Value};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::kv_quota::{fits, queued_cost, KvErrorReason, QueueBudget};
+use super::kv_quota::{fits, now_ms, queued_cost, KvErrorReason, QueueBudget};
 use crate::config::KvQuota;
 
 /// First wait before reconnecting; doubles up to [`BACKOFF_MAX`].
@@ -188,7 +188,7 @@ impl RedisKv {
                 fits(quota, m.entries.len(), m.bytes, old, new)
             };
             if check(&mirror).is_err() {
-                mirror.sweep(super::kv::now_ms());
+                mirror.sweep(now_ms());
             }
             check(&mirror)?;
         }
@@ -328,7 +328,7 @@ impl Link {
                     None => return Err("the connection is gone".into()),
                 },
                 _ = sweep.tick() => {
-                    let now = super::kv::now_ms();
+                    let now = now_ms();
                     self.kv.mirror.write().expect("kv mirror lock").sweep(now);
                 }
             }
@@ -385,7 +385,7 @@ impl Link {
         let n = pending.len().min(WRITE_BATCH);
         let mut pipe = redis::pipe();
         pipe.atomic();
-        let now = super::kv::now_ms();
+        let now = now_ms();
         let mut writes = 0;
         for op in pending.iter().take(n) {
             let message = match op {

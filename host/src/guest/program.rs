@@ -16,10 +16,11 @@ use wasmtime::Store;
 
 use super::abi::bindings::GatewayHandlerPre;
 use super::abi::bindings_v3::GatewayHandlerPre as GatewayHandlerPreV3;
-use super::engine::{GuestEngine, POOL_COMPONENT_INSTANCES, POOL_MAX_MEMORY_BYTES};
+use super::engine::{GuestEngine, POOL_COMPONENT_INSTANCES};
 use super::error::GuestError;
 use super::host::StoreState;
 use super::log::RouteLog;
+use crate::config::GUEST_MEMORY_MAX_BYTES;
 use crate::config::{Behaviour, Config, GuestConfig, Isolation};
 
 /// Smallest `memory` that makes sense: one wasm page.
@@ -95,6 +96,7 @@ impl Program {
         let abi_error = |detail: String| GuestError::Abi {
             route: route.clone(),
             path: path.to_path_buf(),
+            package: super::abi::WIT_PACKAGE,
             rebuild: rebuild_hint(engine, &component),
             detail,
         };
@@ -239,14 +241,6 @@ impl Program {
         matches!(self.pre, Pre::V3(_))
     }
 
-    /// The world version the component was built for.
-    pub fn abi_version(&self) -> &'static str {
-        match self.pre {
-            Pre::V4(_) => super::abi::WIT_PACKAGE,
-            Pre::V3(_) => super::abi::WIT_PACKAGE_V3,
-        }
-    }
-
     /// Take one of the route's instance slots, if any is free.
     pub(crate) fn try_acquire(self: &Arc<Self>) -> Option<InstancePermit> {
         let max = self.max_instances();
@@ -315,9 +309,9 @@ fn check_limits(route: &str, cfg: &GuestConfig) -> Result<(), GuestError> {
             detail,
         })
     };
-    if cfg.memory < MIN_MEMORY_BYTES || cfg.memory > POOL_MAX_MEMORY_BYTES {
+    if cfg.memory < MIN_MEMORY_BYTES || cfg.memory > GUEST_MEMORY_MAX_BYTES {
         return fail(format!(
-            "memory = {} bytes is outside {MIN_MEMORY_BYTES}..={POOL_MAX_MEMORY_BYTES} (write e.g. memory = \"16MiB\")",
+            "memory = {} bytes is outside {MIN_MEMORY_BYTES}..={GUEST_MEMORY_MAX_BYTES} (write e.g. memory = \"16MiB\")",
             cfg.memory
         ));
     }

@@ -17,7 +17,6 @@ use crate::reactor::outbound::Outbound;
 use crate::registry::Registry;
 use crate::routes::{RouteKind, WorkerRoute, WorkerSetup};
 use crate::stats::{self, GuestCounters};
-use crate::ws::encode::{self, message_opcode};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -28,6 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tracing::warn;
 use weir_abi::Direction;
+use weir_ws::encode::{self, message_opcode};
 
 /// Deadline trips by one client address, within [`TRIP_WINDOW`], after which
 /// it is refused new upgrades on the route.

@@ -247,8 +247,8 @@ impl GuestSlot {
             self.route.registry.close_route_on(
                 scheduler.worker,
                 self.route.index,
-                crate::ws::close::GOING_AWAY,
-                crate::routes::ROUTE_REMOVED,
+                weir_ws::close::GOING_AWAY,
+                crate::registry::ROUTE_REMOVED,
             );
         }
     }

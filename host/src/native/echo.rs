@@ -13,7 +13,7 @@
 use crate::reactor::behaviour::Behaviour;
 use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
-use crate::ws::encode;
+use weir_ws::encode;
 
 /// Echo state between reads.
 #[derive(Debug, Default)]

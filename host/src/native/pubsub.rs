@@ -20,10 +20,10 @@ use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
 use crate::reactor::outbound::Outbound;
 use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
-use crate::ws::encode;
 use bytes::BytesMut;
 use std::rc::Rc;
 use std::sync::Arc;
+use weir_ws::encode;
 
 /// `native = "pubsub"`: the route's namespace and keys, shared by workers.
 pub struct PubSubRoute {

@@ -9,9 +9,9 @@ use crate::reactor::behaviour::{Behaviour, Stop};
 use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
 use crate::reactor::outbound::Outbound;
-use crate::ws::{close, encode};
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
+use weir_ws::{close, encode};
 
 const PARTNER_LEFT: &str = "relay partner left";
 

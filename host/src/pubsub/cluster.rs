@@ -19,7 +19,6 @@
 
 use super::{Broker, Topics};
 use crate::config::ClusterConfig;
-use crate::ws::frame::whole_server_frames;
 use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -32,6 +31,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::sync::Notify;
 use tracing::{info, warn};
+use weir_ws::frame::whole_server_frames;
 
 /// Publishes waiting for the link: a burst while Redis is slow fits; past
 /// this they are lost and counted rather than buffered without bound.

@@ -7,10 +7,10 @@
 //! with its own compressor (`Outbound::send_frames`).
 
 use super::fanout::Delivery;
-use crate::ws::compress::{Deflater, SharedForm};
-use crate::ws::encode;
 use bytes::Bytes;
 use std::sync::Mutex;
+use weir_ws::compress::{Deflater, SharedForm};
+use weir_ws::encode;
 
 /// A publish's compressed forms, shared by the deliveries of one publish
 /// to every worker.

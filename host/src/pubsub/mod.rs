@@ -34,13 +34,13 @@ use crate::config::SlowSubscriber;
 use crate::reactor::outbound::Outbound;
 use crate::registry::{worker_of, ConnId};
 use crate::stats::DeliveryStats;
-use crate::ws::close;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use weir_ws::close;
 
 /// Shards of a namespace's topic map: subscribes and unsubscribes on
 /// different topics rarely wait for each other.
@@ -418,8 +418,8 @@ mod tests {
     use super::*;
     use crate::reactor::outbound::OutMsg;
     use crate::registry::conn_id;
-    use crate::ws::deflate::{negotiate, Compression, Context};
-    use crate::ws::OpCode;
+    use weir_ws::deflate::{negotiate, Compression, Context};
+    use weir_ws::OpCode;
 
     fn namespace(workers: usize) -> Arc<Topics> {
         Topics::new("/t", Arc::new(Fanout::new(workers)), Arc::new(LocalBroker))
@@ -583,7 +583,7 @@ mod tests {
             topics.join("room", s.clone());
         }
         let text = "{\"seq\":1,\"px\":100}".repeat(30);
-        let frames = Bytes::from(crate::ws::encode::frame(OpCode::Text, text.as_bytes()));
+        let frames = Bytes::from(weir_ws::encode::frame(OpCode::Text, text.as_bytes()));
         for _ in 0..2 {
             topics.publish("room", &frames, None);
         }

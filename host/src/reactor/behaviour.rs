@@ -5,14 +5,13 @@
 //! and a new kind is a new implementation, not an edit to the loop.
 
 use super::buffer::Output;
-use super::conn::ConnEnv;
 use super::decode::DataPiece;
 use super::outbound::Outbound;
-use crate::ws::frame::OpCode;
 use std::future::Future;
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
+use weir_ws::frame::OpCode;
 
 /// Why a behaviour ends its connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,55 +132,3 @@ pub trait Behaviour: 'static {
 
 /// A boxed future run on the worker's local task set.
 pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
-
-/// A connection's behaviour, ready to run once the upgrade completes; the
-/// server holds it without knowing its kind.
-pub trait Start {
-    /// Spawns the connection loop on `io` as a task of its own on the
-    /// worker (`prefix`: bytes hyper read past the request head). The task
-    /// is exactly the loop's future, one allocation: an open connection's
-    /// memory. Its log lines carry `span`.
-    fn spawn(
-        self: Box<Self>,
-        io: super::transport::Io,
-        prefix: bytes::Bytes,
-        env: ConnEnv,
-        span: tracing::Span,
-    );
-    /// The upgrade failed.
-    fn abandon(self: Box<Self>, env: ConnEnv);
-}
-
-impl<B: Behaviour> Start for B {
-    fn spawn(
-        self: Box<Self>,
-        io: super::transport::Io,
-        prefix: bytes::Bytes,
-        env: ConnEnv,
-        span: tracing::Span,
-    ) {
-        use super::conn::run;
-        use super::transport::{H2Stream, Io, Tcp, Tls};
-        use tracing::Instrument;
-        let behaviour = *self;
-        match io {
-            Io::Tcp(tcp) => {
-                let conn = run(Tcp(Arc::new(tcp)), prefix, env, behaviour);
-                tokio::task::spawn_local(conn.instrument(span));
-            }
-            Io::Tls(tcp, session) => {
-                let conn = run(Tls::new(tcp, session), prefix, env, behaviour);
-                tokio::task::spawn_local(conn.instrument(span));
-            }
-            Io::H2(stream) => {
-                let conn = run(H2Stream(stream), prefix, env, behaviour);
-                tokio::task::spawn_local(conn.instrument(span));
-            }
-        }
-    }
-
-    fn abandon(self: Box<Self>, env: ConnEnv) {
-        (*self).abandon(env.id);
-        env.outbound.consumer_gone();
-    }
-}

@@ -2,7 +2,6 @@
 //! buffers; a connection holds one only while it has bytes in flight, so an
 //! idle connection costs no buffer.
 
-use crate::ws::compress::Deflater;
 use std::cell::RefCell;
 use std::io::IoSlice;
 use std::ops::Range;
@@ -11,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use tokio::io::AsyncWrite;
+use weir_ws::compress::Deflater;
 
 /// Free bytes kept in front of the data: a piece of a frame that began in an
 /// earlier read gets its reply header written here (10 bytes at most).
@@ -190,10 +190,10 @@ impl Output {
     /// [`Output::compressing`]. Out of line: echo's in-place path stays
     /// as small as it was.
     #[inline(never)]
-    pub fn push_message(&mut self, opcode: crate::ws::OpCode, payload: &[u8]) {
+    pub fn push_message(&mut self, opcode: weir_ws::OpCode, payload: &[u8]) {
         let owned = self.deflate.as_mut().expect("a compressing output");
         let start = owned.bytes.len();
-        crate::ws::encode::append_message(
+        weir_ws::encode::append_message(
             &mut owned.bytes,
             opcode,
             payload,

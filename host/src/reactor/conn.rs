@@ -17,16 +17,16 @@ use super::transport::Transport;
 use crate::config::Limits;
 use crate::registry::{worker_of, Registry};
 use crate::stats::{ConnCounters, RouteStats};
-use crate::ws::close;
-use crate::ws::compress::{Deflater, Inflater};
-use crate::ws::deflate::Negotiated;
-use crate::ws::encode;
-use crate::ws::frame::{OpCode, ProtocolError};
 use std::io::{ErrorKind, IoSlice};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::ready;
 use std::time::Duration;
+use weir_ws::close;
+use weir_ws::compress::{Deflater, Inflater};
+use weir_ws::deflate::Negotiated;
+use weir_ws::encode;
+use weir_ws::frame::{OpCode, ProtocolError};
 
 /// How long the server keeps reading after its close frame, for the
 /// client's close or EOF, before it drops the TCP connection anyway.

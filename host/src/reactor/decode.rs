@@ -3,13 +3,13 @@
 //! not — unmasked in place, with message-level rules (fragmentation, UTF-8,
 //! size) checked as bytes arrive, not when the message ends.
 
-use crate::ws::close::parse_close_payload;
-use crate::ws::frame::{
+use std::ops::Range;
+use weir_ws::close::parse_close_payload;
+use weir_ws::frame::{
     parse_header, FrameHeader, OpCode, ProtocolError, RESERVED_BITS, RESERVED_BITS_WITH_DEFLATE,
 };
-use crate::ws::mask::unmask;
-use crate::ws::utf8::Utf8Validator;
-use std::ops::Range;
+use weir_ws::mask::unmask;
+use weir_ws::utf8::Utf8Validator;
 
 /// A run of unmasked payload bytes in the buffer, or a whole control frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -376,7 +376,7 @@ fn wire_cap(max_message: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ws::encode::encode_client_header;
+    use weir_ws::encode::encode_client_header;
 
     const KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 

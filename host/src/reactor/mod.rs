@@ -13,4 +13,5 @@ pub mod decode;
 pub mod idle;
 pub mod outbound;
 pub mod socket;
+pub mod start;
 pub mod transport;

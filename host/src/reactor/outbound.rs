@@ -16,8 +16,6 @@
 //! into a descriptor that was closed and reused.
 
 use super::socket::{send_now, send_vectored_now, Socket};
-use crate::ws::compress::SendDeflate;
-use crate::ws::deflate::Negotiated;
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -27,6 +25,8 @@ use std::sync::{Mutex, OnceLock, Weak};
 use std::task::Poll;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
+use weir_ws::deflate::Negotiated;
+use weir_ws::send_deflate::SendDeflate;
 
 const FREE: u8 = 0;
 const CONSUMER: u8 = 1;

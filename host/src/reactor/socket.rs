@@ -44,13 +44,6 @@ pub fn read_drained(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize
     }
 }
 
-/// One non-blocking `recv` outside tokio's readiness tracking, which may not
-/// know yet about bytes that have arrived. 0 when nothing is there or the
-/// peer is gone.
-pub fn read_now(stream: &TcpStream, buf: &mut [u8]) -> usize {
-    (&*SockRef::from(stream)).read(buf).unwrap_or(0)
-}
-
 /// One non-blocking `send` of as much of `bytes` as the socket takes now
 /// (socket2 sends with `MSG_NOSIGNAL`); 0 on any error: the connection's own
 /// next write or read reports it.

@@ -62,12 +62,8 @@ pub enum ServeError {
     },
     #[error("cannot listen on {addr}: another process is listening there (another weir?); stop it, or pick a free address with --listen (e.g. --listen 127.0.0.1:9011)")]
     InUse { addr: SocketAddr },
-    #[error("route {path} (line {line}): {reason}")]
-    Route {
-        path: String,
-        line: usize,
-        reason: String,
-    },
+    #[error(transparent)]
+    Route(#[from] crate::routes::RouteError),
     #[error(transparent)]
     Guest(#[from] GuestError),
     #[error("[server] tls: {0}")]

@@ -19,7 +19,8 @@ use super::Shared;
 use crate::config::{Behaviour, Config, ConfigError};
 use crate::guest::deploy::NoEarlierVersion;
 use crate::guest::{GuestError, GuestRoute, Inherited, Program};
-use crate::routes::ROUTE_REMOVED;
+use crate::registry::ROUTE_REMOVED;
+use crate::routes::RouteError;
 use crate::ws::close::GOING_AWAY;
 use std::path::Path;
 use std::sync::Arc;
@@ -42,6 +43,8 @@ pub enum ChangeError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Serve(#[from] super::ServeError),
+    #[error(transparent)]
+    Route(#[from] RouteError),
 }
 
 impl ChangeError {
@@ -53,9 +56,10 @@ impl ChangeError {
             ChangeError::NotGuest(_) | ChangeError::NoEarlierVersion(_) | ChangeError::NoFile => {
                 S::CONFLICT
             }
-            ChangeError::Guest(_) | ChangeError::Config(_) | ChangeError::Serve(_) => {
-                S::UNPROCESSABLE_ENTITY
-            }
+            ChangeError::Guest(_)
+            | ChangeError::Config(_)
+            | ChangeError::Serve(_)
+            | ChangeError::Route(_) => S::UNPROCESSABLE_ENTITY,
         }
     }
 }
@@ -252,7 +256,7 @@ impl Changes {
                         next.serve(&new.path, index, new.line)?;
                         report.added.push(new.path.clone());
                     }
-                    Err(super::ServeError::Guest(e)) => errors.push(e),
+                    Err(RouteError::Guest(e)) => errors.push(e),
                     Err(e) => errors.push(GuestError::Limits {
                         route: new.path.clone(),
                         detail: e.to_string(),

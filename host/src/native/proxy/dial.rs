@@ -7,7 +7,6 @@
 use super::upstream::{self, UpstreamIo};
 use crate::config::ProxyConfig;
 use crate::url_check::{encode_param, PathError};
-use crate::ws::handshake;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use http::{header, HeaderMap};
@@ -17,6 +16,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use weir_ws::handshake;
 
 /// Cap on the upstream's response head: the same as on a client's request.
 const MAX_RESPONSE_HEAD_BYTES: usize = 16 * 1024;

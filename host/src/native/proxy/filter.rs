@@ -15,12 +15,12 @@
 
 use super::Masks;
 use crate::registry::worker_of;
-use crate::ws::encode;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use weir_abi::Direction;
+use weir_ws::encode;
 
 /// What a filtered connection shares with whichever thread runs its
 /// filter's batches (the worker, or the route's guest thread).

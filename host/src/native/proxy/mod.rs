@@ -27,8 +27,6 @@ use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
 use crate::reactor::outbound::Outbound;
 use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
-use crate::ws::frame::OpCode;
-use crate::ws::{close, encode, mask};
 use http::StatusCode;
 use pump::{End, Upstream};
 use std::cell::{Cell, RefCell};
@@ -40,6 +38,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use tracing::debug;
 use upstream::UpstreamIo;
+use weir_ws::frame::OpCode;
+use weir_ws::{close, encode, mask};
 
 pub use dial::upstream_target;
 pub use filter::FilterLinks;

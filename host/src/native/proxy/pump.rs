@@ -15,15 +15,15 @@ use super::{Link, LinkFilter, Masks, UPSTREAM_GONE};
 use crate::reactor::buffer::READ_BUF_BYTES;
 use crate::reactor::conn::{CLOSE_DRAIN_MAX_BYTES, CLOSE_LINGER};
 use crate::reactor::outbound::Outbound;
-use crate::ws::close::{self, parse_close_payload};
-use crate::ws::encode;
-use crate::ws::frame::{parse_server_header, OpCode, ProtocolError};
 use std::cell::RefCell;
 use std::io::ErrorKind;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_abi::Direction;
+use weir_ws::close::{self, parse_close_payload};
+use weir_ws::encode;
+use weir_ws::frame::{parse_server_header, OpCode, ProtocolError};
 
 /// Longest a close waits for the filter's batches that carry the messages
 /// before it (a batch that runs into its deadline settles them too; this

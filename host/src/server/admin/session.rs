@@ -6,7 +6,6 @@
 //! [`CSRF_HEADER`], which a cross-site form or image cannot send.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -60,11 +59,11 @@ impl Sessions {
     }
 }
 
+/// 32 bytes from the operating system's generator (`getrandom`: the
+/// `getrandom` syscall, no file to open), as 64 hex digits.
 fn random_id() -> Option<String> {
     let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .ok()?;
+    getrandom::fill(&mut bytes).ok()?;
     Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 

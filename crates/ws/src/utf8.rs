@@ -13,6 +13,7 @@ pub struct Utf8Validator {
 }
 
 /// Bytes in the UTF-8 sequence that `lead` starts (0 for a non-lead byte).
+#[inline]
 fn sequence_len(lead: u8) -> usize {
     match lead {
         0x00..=0x7F => 1,
@@ -25,6 +26,7 @@ fn sequence_len(lead: u8) -> usize {
 
 impl Utf8Validator {
     /// Validates the next piece of a message.
+    #[inline]
     pub fn feed(&mut self, mut bytes: &[u8]) -> Result<(), ProtocolError> {
         if self.pending_len > 0 {
             let have = usize::from(self.pending_len);
@@ -56,6 +58,7 @@ impl Utf8Validator {
     }
 
     /// Ends the message: a code point cut off at the end is an error.
+    #[inline]
     pub fn finish(&mut self) -> Result<(), ProtocolError> {
         let complete = self.pending_len == 0;
         self.pending_len = 0;

@@ -31,6 +31,7 @@ pub fn unmask(buf: &mut [u8], key: [u8; 4], offset: usize) {
 }
 
 /// Longer payloads: the best build this CPU has.
+#[inline]
 fn unmask_long(buf: &mut [u8], key: [u8; 4], offset: usize) {
     #[cfg(target_arch = "x86_64")]
     {

@@ -27,10 +27,11 @@ pub use weir_abi::MAX_CLOSE_REASON_BYTES as MAX_REASON_BYTES;
 /// Whether `code` may appear in a close frame (RFC 6455 §7.4.1-2): the defined
 /// codes except 1004-1006 and 1015 (reserved, never sent), the IANA-registered
 /// 1012-1014, and 3000-4999 for libraries and applications.
-pub use weir_abi::sendable_close_code as is_valid_close_code;
+pub(crate) use weir_abi::sendable_close_code as is_valid_close_code;
 
 /// `code` if it may be sent, else 1011: a close the server sends (for itself
 /// or for a guest) always carries a valid code.
+#[inline]
 pub fn sendable(code: u16) -> u16 {
     if is_valid_close_code(code) {
         code
@@ -40,10 +41,23 @@ pub fn sendable(code: u16) -> u16 {
 }
 
 /// `reason` cut to [`MAX_REASON_BYTES`] on a character boundary.
-pub use weir_abi::short_reason as fit_reason;
+pub(crate) use weir_abi::short_reason as fit_reason;
+
+impl ProtocolError {
+    /// The close code the server answers with (RFC 6455 §7.4.1).
+    #[inline]
+    pub fn close_code(self) -> u16 {
+        match self {
+            ProtocolError::InvalidUtf8 | ProtocolError::InvalidCompressedData => INVALID_PAYLOAD,
+            ProtocolError::MessageTooBig => MESSAGE_TOO_BIG,
+            _ => PROTOCOL_ERROR,
+        }
+    }
+}
 
 /// Parses a client's close payload: empty, or a valid code followed by a
 /// UTF-8 reason. Returns the code (1005 "no status" when absent).
+#[inline]
 pub fn parse_close_payload(payload: &[u8]) -> Result<(u16, &str), ProtocolError> {
     match payload {
         [] => Ok((NO_STATUS, "")),

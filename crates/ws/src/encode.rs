@@ -100,6 +100,7 @@ pub fn append_frame(out: &mut Vec<u8>, opcode: OpCode, payload: &[u8]) {
 /// §6), when it is at least the route's `compression_min`; else as a
 /// plain frame. `scratch` holds the deflate output before its header is
 /// known; it keeps its allocation for the next message.
+#[inline]
 pub fn append_message(
     out: &mut Vec<u8>,
     opcode: OpCode,
@@ -306,9 +307,9 @@ mod tests {
     #[test]
     fn client_close_frame_is_masked() {
         let f = client_close_frame(1001, "bye", [1, 2, 3, 4]);
-        let h = crate::ws::frame::parse_client_header(&f).unwrap().unwrap();
+        let h = crate::frame::parse_client_header(&f).unwrap().unwrap();
         let mut payload = f[h.header_len..].to_vec();
-        crate::ws::mask::unmask(&mut payload, h.mask, 0);
+        crate::mask::unmask(&mut payload, h.mask, 0);
         assert_eq!(&payload, &[0x03, 0xE9, b'b', b'y', b'e']);
     }
 
@@ -317,7 +318,7 @@ mod tests {
         let mut buf = [0u8; 20];
         let at = masked_header_before(&mut buf, 14, true, OpCode::Binary, 300, [9, 9, 9, 9]);
         assert_eq!(at, 6);
-        let h = crate::ws::frame::parse_client_header(&buf[at..])
+        let h = crate::frame::parse_client_header(&buf[at..])
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -332,7 +333,7 @@ mod tests {
     /// and control frames go unchanged.
     #[test]
     fn append_compressed_reframes_whole_messages_only() {
-        use crate::ws::compress::SharedForm;
+        use crate::compress::SharedForm;
         use flate2::{Decompress, FlushDecompress};
         let long = "{\"id\":1,\"name\":\"weir\"}".repeat(40);
         let mut frames = Vec::new();

@@ -4,7 +4,7 @@
 /// Largest header a client can send: 2 bytes, 8 of extended length, 4 of mask.
 pub const MAX_HEADER_BYTES: usize = 14;
 /// Control frames carry at most 125 bytes of payload (RFC 6455 §5.5).
-pub const MAX_CONTROL_PAYLOAD_BYTES: u64 = 125;
+pub(crate) const MAX_CONTROL_PAYLOAD_BYTES: u64 = 125;
 
 /// Frame opcodes (RFC 6455 §5.2); the others are reserved and fail the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +32,7 @@ impl OpCode {
     }
 
     /// Control frames have the high opcode bit set (RFC 6455 §5.5).
+    #[inline]
     pub fn is_control(self) -> bool {
         (self as u8) & 0x8 != 0
     }
@@ -85,19 +86,6 @@ pub enum ProtocolError {
     CompressedControlOrContinuation,
     #[error("invalid deflate data in a compressed message")]
     InvalidCompressedData,
-}
-
-impl ProtocolError {
-    /// The close code the server answers with (RFC 6455 §7.4.1).
-    pub fn close_code(self) -> u16 {
-        match self {
-            ProtocolError::InvalidUtf8 | ProtocolError::InvalidCompressedData => {
-                super::close::INVALID_PAYLOAD
-            }
-            ProtocolError::MessageTooBig => super::close::MESSAGE_TOO_BIG,
-            _ => super::close::PROTOCOL_ERROR,
-        }
-    }
 }
 
 /// Parses a client frame header from the start of `buf`. `Ok(None)` means more
@@ -229,6 +217,7 @@ pub fn parse_server_header(buf: &[u8]) -> Result<Option<ServerHeader>, ProtocolE
 /// `bytes` are whole unmasked data frames (a server's), nothing cut off
 /// and nothing after, RSV bits clear: what a node accepts from another as
 /// a publish before writing it to its clients unchanged.
+#[inline]
 pub fn whole_server_frames(bytes: &[u8]) -> bool {
     let mut at = 0;
     while at < bytes.len() {
@@ -263,7 +252,7 @@ pub fn whole_server_frames(bytes: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ws::encode::{encode_client_header, header_len as server_header_len};
+    use crate::encode::{encode_client_header, header_len as server_header_len};
     use proptest::prelude::*;
 
     fn client(fin: bool, op: OpCode, len: u64) -> Vec<u8> {
@@ -370,8 +359,8 @@ mod tests {
     #[test]
     fn whole_server_frames_are_told_from_the_rest() {
         let mut frames = Vec::new();
-        crate::ws::encode::append_frame(&mut frames, OpCode::Text, b"hello");
-        crate::ws::encode::append_frame(&mut frames, OpCode::Binary, &[7; 300]);
+        crate::encode::append_frame(&mut frames, OpCode::Text, b"hello");
+        crate::encode::append_frame(&mut frames, OpCode::Binary, &[7; 300]);
         assert!(whole_server_frames(&frames));
         assert!(!whole_server_frames(&frames[..frames.len() - 1]));
         assert!(!whole_server_frames(&[0x81, 0x85, 0, 0, 0, 0, 1]), "masked");

@@ -8,15 +8,15 @@ use http::{header, HeaderMap};
 
 /// Messages shorter than this go out uncompressed by default: below a few
 /// hundred bytes deflate saves little and costs a compressor call.
-pub const DEFAULT_COMPRESSION_MIN_BYTES: usize = 256;
+pub(crate) const DEFAULT_COMPRESSION_MIN_BYTES: usize = 256;
 /// zlib level 1 by default: the cheapest that still finds repeats; a
 /// gateway's CPU goes to many connections, and JSON compresses well at
 /// any level. (zlib-rs's level 1 is its fastest strategy; level 2 takes
 /// about twice the CPU for a fifth more compression on JSON.)
-pub const DEFAULT_COMPRESSION_LEVEL: u32 = 1;
+pub(crate) const DEFAULT_COMPRESSION_LEVEL: u32 = 1;
 /// The LZ77 window deflate uses unless the client asks for less (RFC 7692
 /// §7.1.2: 15 is the largest, and the default).
-pub const MAX_WINDOW_BITS: u8 = 15;
+pub(crate) const MAX_WINDOW_BITS: u8 = 15;
 /// zlib refuses an 8-bit window for raw deflate and uses 9 (zlib 1.2.9
 /// on; zlib-rs does the same), so a request for 8 is served with 9 — as
 /// zlib-based peers do; every zlib inflater decodes it.
@@ -102,17 +102,17 @@ impl Negotiated {
     }
 
     /// Window bits the server's compressor uses (zlib's floor applied).
-    pub fn deflate_window_bits(&self) -> u8 {
+    pub(crate) fn deflate_window_bits(&self) -> u8 {
         self.server_window_bits.max(MIN_ZLIB_WINDOW_BITS)
     }
 
     /// The server keeps no compressor between messages.
-    pub fn outbound_stateless(&self) -> bool {
+    pub(crate) fn outbound_stateless(&self) -> bool {
         self.server_no_context_takeover
     }
 
     /// The server keeps no decompressor between messages.
-    pub fn inbound_stateless(&self) -> bool {
+    pub(crate) fn inbound_stateless(&self) -> bool {
         self.client_no_context_takeover
     }
 }
