@@ -43,13 +43,14 @@ fi
 # The cluster tests start their own Redis servers (Debian's redis-server).
 bash scripts/redis.sh
 
-# Third-party clients host/tests/deflate.rs drives (Node `ws`, Python
-# `websockets`), pinned in host/tests/clients; installed once.
+# Third-party clients host/tests/deflate.rs and centrifugo.rs drive (Node
+# `ws` and `centrifuge`, Python `websockets` and `cent`), pinned in
+# host/tests/clients; installed again when a pinned client is missing.
 clients=host/tests/clients
-if [ ! -d "$clients/node_modules/ws" ]; then
+if [ ! -d "$clients/node_modules/ws" ] || [ ! -d "$clients/node_modules/centrifuge" ]; then
     (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error)
 fi
-if ! "$clients/.venv/bin/python" -c 'import websockets' 2>/dev/null; then
+if ! "$clients/.venv/bin/python" -c 'import websockets, cent' 2>/dev/null; then
     python3 -c 'import ensurepip, venv' 2>/dev/null || apt-get install -y -q python3-venv
     python3 -m venv "$clients/.venv"
     "$clients/.venv/bin/pip" install -q --disable-pip-version-check -r "$clients/requirements.txt"

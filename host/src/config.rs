@@ -9,6 +9,7 @@
 mod guest;
 mod parse;
 mod proxy;
+mod realtime;
 mod toml_error;
 pub mod units;
 mod value;
@@ -81,8 +82,88 @@ pub struct Config {
     /// The `[cluster]` section: the Redis that nodes share topics through;
     /// None runs one process on its own (in-process topics only).
     pub cluster: Option<ClusterConfig>,
+    /// Channel namespaces of the real-time core (`[[namespaces]]`); the
+    /// default one ("") is always there.
+    pub namespaces: crate::realtime::Namespaces,
+    /// The server API (`[api]`); off unless the file has the section.
+    pub api: Option<ApiConfig>,
     /// Where the file was read from (None for the built-in default).
     pub source: Option<PathBuf>,
+}
+
+/// Environment variable the server API's key is read from when `[api]`
+/// names none.
+pub const DEFAULT_API_KEY_ENV: &str = "WEIR_API_KEY";
+
+/// `[api]`: Centrifugo's HTTP server API on a listener of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiConfig {
+    pub listen: SocketAddr,
+    /// Environment variable holding the key requests carry in
+    /// `X-API-Key` (or `Authorization: apikey …`); distinct from the admin
+    /// token, and the gateway will not start without it.
+    pub key_env: String,
+    /// Largest request body (a publication with its JSON envelope).
+    pub max_body: usize,
+}
+
+/// Largest server API request body: Centrifugo's default client message
+/// limit (64 KiB) with room for the JSON envelope.
+pub const DEFAULT_API_MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Centrifugo's server ping interval: the `centrifuge` client waits this
+/// plus its `maxServerPingDelay` (10 s) before it declares the connection
+/// dead.
+pub const DEFAULT_CENTRIFUGO_PING_INTERVAL: Duration = Duration::from_secs(25);
+/// Time a client has to answer a server ping (Centrifugo's default).
+pub const DEFAULT_CENTRIFUGO_PONG_TIMEOUT: Duration = Duration::from_secs(8);
+/// Grace after a token expires before its connection is closed
+/// (Centrifugo's default `client_expired_close_delay`).
+pub const DEFAULT_CENTRIFUGO_EXPIRED_CLOSE_DELAY: Duration = Duration::from_secs(25);
+/// Channels one connection may be subscribed to (Centrifugo's
+/// `client_channel_limit`).
+pub const DEFAULT_CENTRIFUGO_MAX_SUBSCRIPTIONS: usize = 128;
+/// Largest publication a client may publish (its `data` as JSON text).
+pub const DEFAULT_CENTRIFUGO_MAX_PUBLICATION_BYTES: usize = 64 << 10;
+/// Largest command frame (Centrifugo's 64 KiB WebSocket read limit).
+pub const DEFAULT_CENTRIFUGO_MAX_COMMAND_BYTES: usize = 64 << 10;
+/// Environment variable the HMAC secret of tokens is read from.
+pub const DEFAULT_TOKEN_HMAC_SECRET_ENV: &str = "WEIR_TOKEN_HMAC_SECRET";
+
+/// A centrifugo route's keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CentrifugoConfig {
+    /// Environment variable holding the HS256 secret tokens are signed with.
+    pub token_hmac_secret_env: String,
+    /// `aud` a token must carry (not checked when None).
+    pub token_audience: Option<String>,
+    /// `iss` a token must carry (not checked when None).
+    pub token_issuer: Option<String>,
+    pub ping_interval: Duration,
+    pub pong_timeout: Duration,
+    /// Grace after a token's expiry before the connection is closed with
+    /// 3005: the client refreshes when the ttl runs out, so its refresh
+    /// must have time to arrive (Centrifugo's `client_expired_close_delay`).
+    pub expired_close_delay: Duration,
+    pub max_subscriptions: usize,
+    pub max_publication_bytes: usize,
+    pub max_command_bytes: usize,
+}
+
+impl Default for CentrifugoConfig {
+    fn default() -> Self {
+        CentrifugoConfig {
+            token_hmac_secret_env: DEFAULT_TOKEN_HMAC_SECRET_ENV.into(),
+            token_audience: None,
+            token_issuer: None,
+            ping_interval: DEFAULT_CENTRIFUGO_PING_INTERVAL,
+            pong_timeout: DEFAULT_CENTRIFUGO_PONG_TIMEOUT,
+            expired_close_delay: DEFAULT_CENTRIFUGO_EXPIRED_CLOSE_DELAY,
+            max_subscriptions: DEFAULT_CENTRIFUGO_MAX_SUBSCRIPTIONS,
+            max_publication_bytes: DEFAULT_CENTRIFUGO_MAX_PUBLICATION_BYTES,
+            max_command_bytes: DEFAULT_CENTRIFUGO_MAX_COMMAND_BYTES,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -199,6 +280,9 @@ pub enum NativeKind {
     /// Every connection is carried to its own connection to an upstream
     /// WebSocket server (`native::proxy`).
     Proxy(std::sync::Arc<ProxyConfig>),
+    /// Centrifugo's client protocol over the real-time core
+    /// (`native::centrifugo`).
+    Centrifugo(std::sync::Arc<CentrifugoConfig>),
 }
 
 /// Time a proxy route gives its upstream to accept the TCP connection and
@@ -242,6 +326,10 @@ pub struct PubSubConfig {
     /// A publisher receives its own messages too (default: only the others).
     pub echo_self: bool,
     pub slow_subscriber: SlowSubscriber,
+    /// `realtime = true`: the route's topics are the real-time core's
+    /// channels, and every publication (from the server API or a
+    /// centrifugo client) reaches its subscribers as a plain text frame.
+    pub realtime: bool,
 }
 
 /// What a publish does to a subscriber whose outbound queue cannot take it
@@ -530,6 +618,8 @@ impl Config {
             ],
             cluster: None,
             admin: None,
+            namespaces: crate::realtime::Namespaces::with_default(),
+            api: None,
             source: None,
         }
     }

@@ -11,7 +11,7 @@
 //!   behaviour: read into the connection's buffer, decode frames ([`ws`]),
 //!   unmask in place, hand pieces to the behaviour, write replies in one
 //!   write per read batch, apply backpressure, timeouts and the close.
-//! - [`native`] — declared behaviours (echo, relay, pubsub, proxy to an
+//! - [`native`] — declared behaviours (echo, relay, pubsub, centrifugo, proxy to an
 //!   upstream WebSocket server over ws:// or wss://, optionally through a
 //!   guest filter) that need no guest of their own.
 //! - [`guest`] — routes served by WebAssembly components: engine, component
@@ -25,6 +25,10 @@
 //!   permessage-deflate form for subscribers without context takeover), and
 //!   the broker that carries publishes to other nodes (in-process by
 //!   default, Redis with `[cluster]`).
+//! - [`realtime`] — channels with positions (offset + epoch), history and
+//!   presence, shared by the centrifugo route kind (`native::centrifugo`),
+//!   the server API (`[api]`) and pubsub routes with `realtime = true`;
+//!   it publishes through [`pubsub`]'s fan-out.
 //! - [`config`] — the routes file.
 //! - [`tls`] — TLS termination's certificates and settings (rustls); the
 //!   loop reads and writes a TLS connection through `reactor::transport`.
@@ -58,6 +62,7 @@ pub mod native;
 pub mod origin;
 pub mod pubsub;
 pub mod reactor;
+pub mod realtime;
 pub mod registry;
 pub mod routes;
 pub mod scaffold;

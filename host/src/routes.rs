@@ -159,6 +159,10 @@ pub struct Routes {
     shared_topics: HashMap<String, Arc<Topics>>,
     /// The workers' publish delivery, shared by every topic namespace.
     pub fanout: Arc<Fanout>,
+    /// The real-time core: channels, history and presence, shared by
+    /// centrifugo routes, pubsub routes with `realtime = true` and the
+    /// server API. A reload keeps it (namespaces are read at start).
+    pub realtime: Arc<crate::realtime::Realtime>,
     /// Where topics meet other nodes' (in-process only without `[cluster]`).
     pub broker: Arc<dyn Broker>,
     /// The guest engine, once a route needed it.
@@ -186,6 +190,7 @@ impl Routes {
             live: Vec::new(),
             shared_topics: HashMap::new(),
             fanout: Arc::new(Fanout::new(config.server.workers)),
+            realtime: crate::realtime::Realtime::new(config.namespaces.clone()),
             broker,
             engine: None,
             cache_dir: config.server.cache_dir.clone(),
@@ -209,6 +214,7 @@ impl Routes {
             live: Vec::new(),
             shared_topics: self.shared_topics.clone(),
             fanout: self.fanout.clone(),
+            realtime: self.realtime.clone(),
             broker: self.broker.clone(),
             engine: self.engine.clone(),
             cache_dir: self.cache_dir.clone(),
@@ -293,13 +299,12 @@ impl Routes {
                 Arc::new(proxy.with_filter(guest, links))
             }
             Behaviour::Native(native) => {
-                crate::native::route_kind(native.clone(), &route.path, &topics).map_err(
-                    |reason| RouteError::Route {
+                crate::native::route_kind(native.clone(), &route.path, &topics, &self.realtime)
+                    .map_err(|reason| RouteError::Route {
                         path: route.path.clone(),
                         line: route.line,
                         reason,
-                    },
-                )?
+                    })?
             }
             Behaviour::Guest(guest) => {
                 let guest = Arc::new(self.guest_route(index, route, guest, &topics, registry)?);
@@ -395,6 +400,7 @@ pub fn behaviour_name(behaviour: &Behaviour) -> String {
             "proxy+filter".into()
         }
         Behaviour::Native(crate::config::NativeKind::Proxy(_)) => "proxy".into(),
+        Behaviour::Native(crate::config::NativeKind::Centrifugo(_)) => "centrifugo".into(),
         Behaviour::Guest(_) => "guest".into(),
     }
 }

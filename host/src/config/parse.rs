@@ -25,6 +25,8 @@ struct RawFile {
     admin: Option<Spanned<RawAdmin>>,
     route: Option<Vec<Spanned<RawRoute>>>,
     cluster: Option<Spanned<RawCluster>>,
+    namespaces: Option<Vec<Spanned<super::realtime::RawNamespace>>>,
+    api: Option<Spanned<super::realtime::RawApi>>,
 }
 
 #[derive(Deserialize)]
@@ -117,6 +119,16 @@ pub(super) struct RawRoute {
     pub(super) kv: Field,
     pub(super) kv_max_bytes: Field,
     pub(super) kv_max_keys: Field,
+    pub(super) realtime: Field,
+    pub(super) token_hmac_secret_env: Field,
+    pub(super) token_audience: Field,
+    pub(super) token_issuer: Field,
+    pub(super) ping_interval: Field,
+    pub(super) pong_timeout: Field,
+    pub(super) expired_close_delay: Field,
+    pub(super) max_subscriptions: Field,
+    pub(super) max_publication: Field,
+    pub(super) max_command: Field,
 }
 
 /// Largest message the gateway will assemble.
@@ -167,11 +179,18 @@ pub(super) fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError
         Some(raw) => Some(cluster(&src, raw)?),
         None => None,
     };
+    let namespaces = super::realtime::namespaces(&src, raw.namespaces.as_ref())?;
+    let api = match &raw.api {
+        Some(raw) => Some(super::realtime::api(&src, raw)?),
+        None => None,
+    };
     Ok(Config {
         server,
         admin,
         routes,
         cluster,
+        namespaces,
+        api,
         source: None,
     })
 }
@@ -497,18 +516,27 @@ fn route(
         Item::of("guest", &raw.guest),
     ) {
         (Some(native), None) => {
-            let kind = match native.string(src, r#""echo", "relay", "pubsub" or "proxy""#)? {
+            let kind = match native.string(
+                src,
+                r#""echo", "relay", "pubsub", "proxy" or "centrifugo""#,
+            )? {
                 "echo" => NativeKind::Echo,
                 "relay" => NativeKind::Relay,
                 "pubsub" => NativeKind::PubSub(pubsub_config(src, raw)?),
                 "proxy" => NativeKind::Proxy(proxy_config(src, raw, &native, &path, origin_dir)?),
+                "centrifugo" => NativeKind::Centrifugo(std::sync::Arc::new(
+                    super::realtime::centrifugo_config(src, raw)?,
+                )),
                 _ => {
                     return Err(native.fail(
                         src,
-                        r#"unknown native behaviour; write native = "echo", "relay", "pubsub" or "proxy", or use guest = "file.wasm""#,
+                        r#"unknown native behaviour; write native = "echo", "relay", "pubsub", "proxy" or "centrifugo", or use guest = "file.wasm""#,
                     ))
                 }
             };
+            if !matches!(kind, NativeKind::Centrifugo(_)) {
+                super::realtime::refuse_centrifugo_keys(src, raw, &native)?;
+            }
             if !matches!(kind, NativeKind::PubSub(_)) {
                 refuse_pubsub_keys(src, raw, &native)?;
             }
@@ -524,6 +552,7 @@ fn route(
         }
         (None, Some(guest)) => {
             refuse_pubsub_keys(src, raw, &guest)?;
+            super::realtime::refuse_centrifugo_keys(src, raw, &guest)?;
             refuse_proxy_keys(src, raw, &guest)?;
             Behaviour::Guest(guest_config(src, raw, &guest, origin_dir)?)
         }
@@ -606,14 +635,18 @@ fn pubsub_config(src: &Source, raw: &RawRoute) -> Result<PubSubConfig, ConfigErr
             }
         };
     }
+    if let Some(item) = Item::of("realtime", &raw.realtime) {
+        config.realtime = item.flag(src)?;
+    }
     Ok(config)
 }
 
-/// Only pubsub routes take `echo_self` and `slow_subscriber`.
+/// Only pubsub routes take `echo_self`, `slow_subscriber` and `realtime`.
 fn refuse_pubsub_keys(src: &Source, raw: &RawRoute, kind: &Item) -> Result<(), ConfigError> {
     let first = [
         ("echo_self", &raw.echo_self),
         ("slow_subscriber", &raw.slow_subscriber),
+        ("realtime", &raw.realtime),
     ]
     .into_iter()
     .filter_map(|(key, field)| field.as_ref().map(|f| (key, f.span())))
@@ -785,7 +818,7 @@ fn file_path(path: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::toml_error::{ROUTE_KEYS, SERVER_KEYS};
+    use super::super::toml_error::{API_KEYS, NAMESPACE_KEYS, ROUTE_KEYS, SERVER_KEYS};
     use super::RawFile;
 
     /// The keys an unknown-key message lists, as serde sees them.
@@ -806,5 +839,10 @@ mod tests {
     fn key_lists_in_messages_match_the_structs() {
         assert_eq!(keys_serde_lists("[server]\nzzz = 1\n"), SERVER_KEYS);
         assert_eq!(keys_serde_lists("[[route]]\nzzz = 1\n"), ROUTE_KEYS);
+        assert_eq!(
+            keys_serde_lists("[[namespaces]]\nzzz = 1\n"),
+            NAMESPACE_KEYS
+        );
+        assert_eq!(keys_serde_lists("[api]\nzzz = 1\n"), API_KEYS);
     }
 }

@@ -500,7 +500,7 @@ fn route_needs_exactly_one_behaviour() {
         3,
         &[
             r#"native = "proxi": unknown native behaviour"#,
-            r#"native = "echo", "relay", "pubsub" or "proxy""#,
+            r#"native = "echo", "relay", "pubsub", "proxy" or "centrifugo""#,
         ],
     );
 }
@@ -937,6 +937,7 @@ fn pubsub_routes_and_their_keys() {
         Behaviour::Native(NativeKind::PubSub(PubSubConfig {
             echo_self: false,
             slow_subscriber: SlowSubscriber::Close,
+            realtime: false,
         }))
     );
     let config = parse(&format!(
@@ -947,6 +948,7 @@ fn pubsub_routes_and_their_keys() {
         Behaviour::Native(NativeKind::PubSub(PubSubConfig {
             echo_self: true,
             slow_subscriber: SlowSubscriber::Drop,
+            realtime: false,
         }))
     );
     assert_eq!(config.routes[0].topics.as_deref(), Some("rooms"));

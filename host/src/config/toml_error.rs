@@ -81,7 +81,38 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "kv",
     "kv_max_bytes",
     "kv_max_keys",
+    "realtime",
+    "token_hmac_secret_env",
+    "token_audience",
+    "token_issuer",
+    "ping_interval",
+    "pong_timeout",
+    "expired_close_delay",
+    "max_subscriptions",
+    "max_publication",
+    "max_command",
 ];
+
+/// Keys of a `[[namespaces]]` table.
+pub(super) const NAMESPACE_KEYS: &[&str] = &[
+    "name",
+    "history_size",
+    "history_ttl",
+    "history_max_bytes",
+    "force_recovery",
+    "allow_recovery",
+    "presence",
+    "join_leave",
+    "presence_max",
+    "allow_subscribe_for_client",
+    "allow_publish_for_subscriber",
+    "allow_publish_for_client",
+    "allow_presence_for_subscriber",
+    "allow_history_for_subscriber",
+];
+
+/// Keys of `[api]`.
+pub(super) const API_KEYS: &[&str] = &["listen", "key_env", "max_body"];
 
 /// Keys of `[cluster]`.
 pub(super) const CLUSTER_KEYS: &[&str] = &["redis", "redis_cluster"];
@@ -134,6 +165,8 @@ pub(super) fn toml_error(src: &Source, err: toml::de::Error) -> ConfigError {
         .replace("struct RawServer", "the [server] table")
         .replace("struct RawRoute", "a [[route]] table")
         .replace("struct RawCluster", "the [cluster] table")
+        .replace("struct RawNamespace", "a [[namespaces]] table")
+        .replace("struct RawApi", "the [api] table")
         .replace("struct RawFile", "a routes file");
     src.error(span, format!("{message} (in `{line_text}`)"))
 }
@@ -179,6 +212,10 @@ fn unknown_key(src: &Source, span: Range<usize>, key: &str, message: &str) -> Co
     let expected = message.split_once("expected").map_or("", |(_, list)| list);
     let (table, valid): (&str, Vec<&str>) = if expected.contains("`token_env`") {
         ("[admin]", ADMIN_KEYS.to_vec())
+    } else if expected.contains("`key_env`") {
+        ("[api]", API_KEYS.to_vec())
+    } else if expected.contains("`history_size`") {
+        ("[[namespaces]]", NAMESPACE_KEYS.to_vec())
     } else if expected.contains("`listen`") {
         ("[server]", SERVER_KEYS.to_vec())
     } else if expected.contains("`path`") {
@@ -188,7 +225,14 @@ fn unknown_key(src: &Source, span: Range<usize>, key: &str, message: &str) -> Co
     } else {
         (
             "the top level",
-            vec!["[server]", "[admin]", "[[route]]", "[cluster]"],
+            vec![
+                "[server]",
+                "[admin]",
+                "[[route]]",
+                "[cluster]",
+                "[[namespaces]]",
+                "[api]",
+            ],
         )
     };
     let mut hint = match closest(key, &valid) {

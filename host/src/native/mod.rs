@@ -6,6 +6,7 @@
 //! how an upgrade is answered), its keyword in `config::NativeKind`, and its
 //! line in [`route_kind`]. The connection loop does not change.
 
+pub mod centrifugo;
 pub mod echo;
 pub mod proxy;
 pub mod pubsub;
@@ -14,22 +15,35 @@ pub mod relay;
 use crate::config::NativeKind;
 use crate::pubsub::Topics;
 use crate::reactor::behaviour::LocalFuture;
+use crate::realtime::Realtime;
 use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
 use std::rc::Rc;
 use std::sync::Arc;
 
 /// The route kind a `native = "…"` keyword names, for the route at `path`
-/// whose topic namespace is `topics` (Err: why its settings are unusable).
+/// whose topic namespace is `topics` (Err: why its settings are unusable);
+/// `realtime` is the gateway's real-time core.
 pub fn route_kind(
     kind: NativeKind,
     path: &str,
     topics: &Arc<Topics>,
+    realtime: &Arc<Realtime>,
 ) -> Result<Arc<dyn RouteKind>, String> {
     Ok(match kind {
         NativeKind::Echo => Arc::new(EchoRoute),
         NativeKind::Relay => Arc::new(RelayRoute(Arc::default())),
-        NativeKind::PubSub(config) => Arc::new(pubsub::PubSubKind(Arc::new(
-            pubsub::PubSubRoute::new(path, topics.clone(), config),
+        NativeKind::PubSub(config) => {
+            if config.realtime {
+                realtime.attach(topics, Arc::new(pubsub::PlainFramer));
+            }
+            Arc::new(pubsub::PubSubKind(Arc::new(pubsub::PubSubRoute::new(
+                path,
+                topics.clone(),
+                config,
+            ))))
+        }
+        NativeKind::Centrifugo(config) => Arc::new(centrifugo::CentrifugoKind(Arc::new(
+            centrifugo::CentrifugoRoute::new(config, realtime, topics)?,
         ))),
         NativeKind::Proxy(config) => Arc::new(proxy::ProxyRoute::new(config)?),
     })

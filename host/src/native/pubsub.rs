@@ -25,6 +25,26 @@ use std::rc::Rc;
 use std::sync::Arc;
 use weir_ws::encode;
 
+/// Frames the real-time core's publications for a pubsub route that serves
+/// its channels (`realtime = true`): the publication's data as one text
+/// frame, nothing else (no offsets, no join/leave).
+pub struct PlainFramer;
+
+impl crate::realtime::Framer for PlainFramer {
+    fn publication(&self, _channel: &str, p: &crate::realtime::Publication) -> bytes::Bytes {
+        bytes::Bytes::from(encode::frame(crate::ws::frame::OpCode::Text, &p.data))
+    }
+
+    fn join_leave(
+        &self,
+        _channel: &str,
+        _info: &crate::realtime::ClientInfo,
+        _join: bool,
+    ) -> Option<bytes::Bytes> {
+        None
+    }
+}
+
 /// `native = "pubsub"`: the route's namespace and keys, shared by workers.
 pub struct PubSubRoute {
     topics: Arc<Topics>,
@@ -103,6 +123,7 @@ impl Behaviour for PubSub {
             conn: id,
             outbound: outbound.clone(),
             slow: self.route.config.slow_subscriber,
+            since: 0,
         };
         self.topic = Some(self.route.topics.join(&self.name, sub));
     }

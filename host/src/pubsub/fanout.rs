@@ -38,6 +38,9 @@ pub(super) struct Delivery {
     pub(super) topic: Arc<Topic>,
     pub(super) frames: Bytes,
     pub(super) exclude: Option<ConnId>,
+    /// A real-time channel's offset (0: not positioned): subscribers that
+    /// joined at or past it skip it.
+    pub(super) position: u64,
     /// The publish's compressed forms, when the topic had subscribers
     /// that share them (permessage-deflate without context takeover).
     pub(super) compressed: Option<Arc<Compressed>>,
@@ -105,7 +108,13 @@ impl Fanout {
     /// too: its fan-out task runs once the worker's ready connections had
     /// their turn, so what they publish meanwhile goes out in the same
     /// writes). Mailboxes are FIFO, so each publisher's order holds.
-    pub fn deliver(&self, topic: &Arc<Topic>, frames: &Bytes, exclude: Option<ConnId>) {
+    pub fn deliver(
+        &self,
+        topic: &Arc<Topic>,
+        frames: &Bytes,
+        exclude: Option<ConnId>,
+        position: u64,
+    ) {
         let compressed = topic.shares_compressed().then(Arc::default);
         for (worker, mailbox) in self.mailboxes.iter().enumerate() {
             if !topic.has_subscribers_on(worker) {
@@ -116,6 +125,7 @@ impl Fanout {
                 topic: topic.clone(),
                 frames: frames.clone(),
                 exclude,
+                position,
                 compressed: compressed.clone(),
             });
             mailbox.bytes.fetch_add(frames.len(), Ordering::AcqRel);

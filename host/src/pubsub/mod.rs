@@ -55,6 +55,20 @@ pub struct Subscriber {
     pub conn: ConnId,
     pub outbound: Arc<Outbound>,
     pub slow: SlowSubscriber,
+    /// Positioned publishes (`Topics::publish_positioned`) at or below this
+    /// position are not for this subscriber: it joined with everything up
+    /// to here already in hand (a real-time subscribe that recovered from
+    /// history). 0 for every other subscriber.
+    pub since: u64,
+}
+
+impl Subscriber {
+    /// Delivery `d` is not for this subscriber: its own publish, or a
+    /// position it already has.
+    #[inline]
+    fn skips(&self, d: &fanout::Delivery) -> bool {
+        Some(self.conn) == d.exclude || (d.position != 0 && d.position <= self.since)
+    }
 }
 
 /// One topic: its subscribers, one list per worker.
@@ -124,7 +138,7 @@ impl Topic {
         let list = self.workers[worker].list.lock().expect("topic lock");
         let mut reached = 0;
         for sub in list.iter() {
-            if Some(sub.conn) != d.exclude {
+            if !sub.skips(d) {
                 reached += u64::from(offer(sub, &d.frames, 0, &mut forms, stats));
             }
         }
@@ -147,11 +161,11 @@ impl Topic {
         let list = self.workers[worker].list.lock().expect("topic lock");
         let (mut reached, mut bytes) = (0, 0);
         for sub in list.iter() {
-            let (m, b) = if group.iter().any(|d| d.exclude == Some(sub.conn)) {
+            let (m, b) = if group.iter().any(|d| sub.skips(d)) {
                 let mine: Vec<usize> = every
                     .iter()
                     .copied()
-                    .filter(|&i| group[i].exclude != Some(sub.conn))
+                    .filter(|&i| !sub.skips(&group[i]))
                     .collect();
                 offer_all(sub, &all, &mine, None, &mut forms, stats)
             } else {
@@ -333,6 +347,7 @@ impl Topics {
                 conn,
                 outbound,
                 slow: SlowSubscriber::Close,
+                since: 0,
             },
         );
     }
@@ -369,7 +384,17 @@ impl Topics {
             None => self.broker.publish(&self.name, &Arc::from(topic), frames),
         }
         if let Some(entry) = entry {
-            self.fanout.deliver(&entry, frames, exclude);
+            self.fanout.deliver(&entry, frames, exclude, 0);
+        }
+    }
+
+    /// Publishes `frames` at `position` (a real-time channel's offset) to
+    /// the local subscribers of `topic` that joined below it (see
+    /// [`Subscriber::since`]). Positions of one topic must be handed over
+    /// in increasing order (the real-time core holds the channel's lock).
+    pub fn publish_positioned(&self, topic: &str, frames: &Bytes, position: u64) {
+        if let Some(entry) = self.lookup(topic) {
+            self.fanout.deliver(&entry, frames, None, position);
         }
     }
 
@@ -378,14 +403,14 @@ impl Topics {
     #[inline]
     pub fn publish_to(&self, topic: &Arc<Topic>, frames: &Bytes, exclude: Option<ConnId>) {
         self.broker.publish(&self.name, &topic.name, frames);
-        self.fanout.deliver(topic, frames, exclude);
+        self.fanout.deliver(topic, frames, exclude, 0);
     }
 
     /// Frames another node published: delivered to the local subscribers
     /// only (the broker is where they came from).
     pub fn deliver_remote(&self, topic: &str, frames: &Bytes) {
         if let Some(entry) = self.lookup(topic) {
-            self.fanout.deliver(&entry, frames, None);
+            self.fanout.deliver(&entry, frames, None, 0);
         }
     }
 
@@ -430,6 +455,7 @@ mod tests {
             conn,
             outbound: Arc::new(Outbound::new(budget)),
             slow,
+            since: 0,
         }
     }
 
@@ -557,6 +583,7 @@ mod tests {
             conn,
             outbound: Arc::new(Outbound::new(1 << 20).with_deflate(Some(&n))),
             slow: SlowSubscriber::Close,
+            since: 0,
         }
     }
 

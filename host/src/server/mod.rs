@@ -17,6 +17,7 @@
 //! close handshakes up to `drain_timeout` before they stop.
 
 mod admin;
+mod api;
 mod head_scan;
 mod http;
 mod live;
@@ -24,6 +25,7 @@ mod reload;
 mod worker;
 
 pub use admin::{percent_decode, MAX_COMPONENT_BYTES, MIN_TOKEN_BYTES};
+pub use api::MIN_API_KEY_BYTES;
 pub use reload::{ChangeError, Changes, ReloadReport};
 
 use crate::admission::{self, Admission, Summary};
@@ -74,6 +76,8 @@ pub enum ServeError {
     Worker(std::io::Error),
     #[error("[admin]: the environment variable {var} must hold the admin token (at least {MIN_TOKEN_BYTES} bytes), e.g. export {var}=$(openssl rand -hex 32)")]
     AdminToken { var: String },
+    #[error("[api]: the environment variable {var} must hold the server API key (at least {MIN_API_KEY_BYTES} bytes, not the admin token), e.g. export {var}=$(openssl rand -hex 32)")]
+    ApiKey { var: String },
 }
 
 /// What all workers share: routes, the registry, limits and counters.
@@ -134,6 +138,8 @@ pub struct Server {
     /// The admin listener, its token and the names it answers to, when
     /// `[admin]` is configured.
     admin: Option<(std::net::TcpListener, Arc<str>, crate::hosts::AllowedHosts)>,
+    /// The server API's listener and state, when `[api]` is configured.
+    api: Option<(std::net::TcpListener, api::Api)>,
 }
 
 impl Server {
@@ -179,11 +185,45 @@ impl Server {
             }
             None => None,
         };
+        let api = match &config.api {
+            Some(conf) => {
+                let key = std::env::var(&conf.key_env)
+                    .ok()
+                    .filter(|k| k.len() >= MIN_API_KEY_BYTES)
+                    .filter(|k| {
+                        // The API key must not open the admin API too.
+                        let admin_env = config.admin.as_ref().map(|a| a.token_env.as_str());
+                        admin_env.is_none_or(|var| std::env::var(var).ok().as_ref() != Some(k))
+                    })
+                    .ok_or_else(|| ServeError::ApiKey {
+                        var: conf.key_env.clone(),
+                    })?;
+                let listener = std::net::TcpListener::bind(conf.listen)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .map_err(|source| ServeError::Bind {
+                        addr: conf.listen,
+                        source,
+                    })?;
+                let state = api::Api {
+                    realtime: shared.routes.load().realtime.clone(),
+                    key: Arc::from(key),
+                    hosts: crate::hosts::AllowedHosts::new(
+                        config.server.allowed_hosts.as_deref(),
+                        conf.listen,
+                    ),
+                    max_body: conf.max_body,
+                    started: std::time::Instant::now(),
+                };
+                Some((listener, state))
+            }
+            None => None,
+        };
         Ok(Server {
             listeners,
             shared,
             local_addr,
             admin,
+            api,
         })
     }
 
@@ -196,6 +236,11 @@ impl Server {
         self.admin
             .as_ref()
             .and_then(|(l, _, _)| l.local_addr().ok())
+    }
+
+    /// Where the server API listens, when it does.
+    pub fn api_addr(&self) -> Option<SocketAddr> {
+        self.api.as_ref().and_then(|(l, _)| l.local_addr().ok())
     }
 
     /// Deploys, rollbacks and reloads of this gateway (SIGHUP uses it).
@@ -220,6 +265,14 @@ impl Server {
             let thread = std::thread::Builder::new()
                 .name("weir-admin".into())
                 .spawn(move || admin::run(listener, changes, token, hosts, public, shutdown))
+                .map_err(ServeError::Worker)?;
+            threads.push(thread);
+        }
+        if let Some((listener, state)) = self.api {
+            let shutdown = shutdown.clone();
+            let thread = std::thread::Builder::new()
+                .name("weir-api".into())
+                .spawn(move || api::run(listener, state, shutdown))
                 .map_err(ServeError::Worker)?;
             threads.push(thread);
         }

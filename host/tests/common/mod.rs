@@ -19,6 +19,8 @@ pub const STEP: Duration = Duration::from_secs(20);
 
 pub struct Gateway {
     pub addr: SocketAddr,
+    /// The server API's address, when the config has `[api]`.
+    pub api: Option<SocketAddr>,
     stop: tokio::sync::watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -28,10 +30,12 @@ impl Gateway {
         config.server.listen = "127.0.0.1:0".parse().unwrap();
         let server = Server::bind(config).expect("bind");
         let addr = server.local_addr();
+        let api = server.api_addr();
         let (stop, rx) = tokio::sync::watch::channel(false);
         let thread = std::thread::spawn(move || server.run(rx).expect("serve"));
         Gateway {
             addr,
+            api,
             stop,
             thread: Some(thread),
         }

@@ -1,0 +1,654 @@
+//! One Centrifugo connection: commands in (newline-separated JSON, several
+//! per frame), replies out (one frame per read, newline-separated), pushes
+//! from the real-time core through the connection's outbound queue, and the
+//! connection's clocks: a connect within [`STALE_CLOSE_DELAY`], a server
+//! ping every `ping_interval` answered within `pong_timeout`, and the
+//! token's expiry unless the client refreshes it.
+
+use super::protocol::{self as p, Command, Disconnect, ErrorReply};
+use super::token::{unix_now, TokenError};
+use super::{CentrifugoRoute, SERVER_VERSION};
+use crate::reactor::behaviour::{Behaviour, Stop};
+use crate::reactor::buffer::Output;
+use crate::reactor::decode::DataPiece;
+use crate::reactor::outbound::Outbound;
+use crate::realtime::{ClientInfo, HistoryQuery, Join, RealtimeError, StreamPosition};
+use crate::registry::ConnId;
+use crate::ws::encode;
+use crate::ws::frame::OpCode;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Time a client has to send its connect command (Centrifugo's
+/// `client_stale_close_delay`): an open socket that never connects is
+/// closed with 3502.
+pub const STALE_CLOSE_DELAY: Duration = Duration::from_secs(10);
+/// Most publications one history command returns (Centrifugo's
+/// `history_max_publication_limit`).
+pub const HISTORY_MAX_PUBLICATION_LIMIT: usize = 300;
+
+/// A connected client.
+struct Session {
+    client: String,
+    user: String,
+    conn_info: Option<Bytes>,
+    /// When the connection closes unless it refreshes its token: the
+    /// token's expiry plus `expired_close_delay`.
+    expires: Option<Instant>,
+    /// Subscribed channels, with the member each is known by.
+    subs: HashMap<String, Arc<ClientInfo>>,
+}
+
+/// The behaviour of one connection on a centrifugo route.
+pub struct Centrifugo {
+    route: Arc<CentrifugoRoute>,
+    id: ConnId,
+    outbound: Option<Arc<Outbound>>,
+    /// The message being received.
+    message: Vec<u8>,
+    /// The message went over `max_command_bytes` and is being dropped.
+    oversized: bool,
+    /// Reply lines of this read, sent as one frame.
+    replies: Vec<u8>,
+    /// A disconnect was queued: nothing more is read or answered.
+    closing: bool,
+    session: Option<Session>,
+    opened: Instant,
+    next_ping: Instant,
+    /// A ping was sent and its pong is due by then.
+    pong_due: Option<Instant>,
+}
+
+impl Centrifugo {
+    pub fn new(route: Arc<CentrifugoRoute>) -> Centrifugo {
+        let now = Instant::now();
+        let next_ping = now + route.config.ping_interval;
+        Centrifugo {
+            route,
+            id: 0,
+            outbound: None,
+            message: Vec::new(),
+            oversized: false,
+            replies: Vec::new(),
+            closing: false,
+            session: None,
+            opened: now,
+            next_ping,
+            pong_due: None,
+        }
+    }
+
+    fn outbound(&self) -> &Arc<Outbound> {
+        self.outbound.as_ref().expect("set in on_open")
+    }
+
+    /// Sends the reply lines gathered so far, as one text frame.
+    fn flush(&mut self) {
+        if self.replies.is_empty() {
+            return;
+        }
+        let frame = encode::frame(OpCode::Text, &self.replies);
+        self.replies.clear();
+        self.outbound().send_frames(&frame);
+    }
+
+    /// Queues a reply line.
+    fn line(&mut self) -> &mut Vec<u8> {
+        if !self.replies.is_empty() {
+            self.replies.push(b'\n');
+        }
+        &mut self.replies
+    }
+
+    fn error(&mut self, id: u32, e: ErrorReply) {
+        p::write_error(self.line(), id, e);
+    }
+
+    /// Sends what is gathered, then closes with Centrifugo's code.
+    fn disconnect(&mut self, d: Disconnect) {
+        self.flush();
+        self.closing = true;
+        self.outbound().close(d.code, d.reason);
+    }
+
+    /// Handles one received message: its commands, one per line.
+    fn on_message(&mut self) {
+        let message = std::mem::take(&mut self.message);
+        for line in message.split(|&b| b == b'\n') {
+            if self.closing {
+                break;
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<Command>(line) {
+                Ok(cmd) => self.on_command(cmd),
+                Err(_) => self.disconnect(p::DISCONNECT_BAD_REQUEST),
+            }
+        }
+        self.message = message;
+        self.message.clear();
+    }
+
+    fn on_command(&mut self, cmd: Command) {
+        let id = cmd.id;
+        if let Some(req) = cmd.connect {
+            return self.connect(id, req);
+        }
+        if self.session.is_none() {
+            // Centrifugo: anything before connect is a bad request.
+            return self.disconnect(p::DISCONNECT_BAD_REQUEST);
+        }
+        if let Some(req) = cmd.subscribe {
+            self.subscribe(id, req);
+        } else if let Some(req) = cmd.unsubscribe {
+            self.unsubscribe(id, &req.channel);
+        } else if let Some(req) = cmd.publish {
+            self.publish(id, req);
+        } else if let Some(req) = cmd.presence {
+            self.presence(id, &req.channel, false);
+        } else if let Some(req) = cmd.presence_stats {
+            self.presence(id, &req.channel, true);
+        } else if let Some(req) = cmd.history {
+            self.history(id, req);
+        } else if let Some(req) = cmd.refresh {
+            self.refresh(id, &req.token);
+        } else if cmd.rpc.is_some() || cmd.sub_refresh.is_some() {
+            self.error(id, p::NOT_AVAILABLE);
+        } else if cmd.send.is_some() || cmd.ping.is_some() {
+            // Asynchronous messages have no handler here; nothing to answer.
+        } else if id == 0 {
+            // `{}`: the client's pong.
+            self.pong_due = None;
+        } else {
+            self.error(id, p::METHOD_NOT_FOUND);
+        }
+    }
+
+    fn connect(&mut self, id: u32, req: p::ConnectRequest) {
+        if self.session.is_some() {
+            return self.disconnect(p::DISCONNECT_BAD_REQUEST);
+        }
+        let identity = match self.route.verifier.connection(&req.token) {
+            Ok(identity) => identity,
+            Err(TokenError::Expired) => return self.error(id, p::TOKEN_EXPIRED),
+            Err(TokenError::Invalid) => return self.disconnect(p::DISCONNECT_INVALID_TOKEN),
+        };
+        let client = client_id();
+        let ttl = identity.expires_at.map(|at| at.saturating_sub(unix_now()));
+        self.route
+            .realtime
+            .clients
+            .add(&identity.user, &client, self.id, self.outbound());
+        self.session = Some(Session {
+            client: client.clone(),
+            user: identity.user,
+            conn_info: identity.info,
+            expires: ttl.map(|s| {
+                Instant::now() + Duration::from_secs(s) + self.route.config.expired_close_delay
+            }),
+            subs: HashMap::new(),
+        });
+        let ping = self.route.config.ping_interval.as_secs();
+        self.next_ping = Instant::now() + self.route.config.ping_interval;
+        p::write_reply(self.line(), id, "connect", |o| {
+            o.extend_from_slice(b"{\"client\":");
+            p::write_str(o, &client);
+            o.extend_from_slice(b",\"version\":");
+            p::write_str(o, SERVER_VERSION);
+            if let Some(ttl) = ttl {
+                o.extend_from_slice(format!(",\"expires\":true,\"ttl\":{ttl}").as_bytes());
+            }
+            o.extend_from_slice(format!(",\"ping\":{ping},\"pong\":true}}").as_bytes());
+        });
+        // Server-side subscriptions (the token's `channels`): announced
+        // with subscribe pushes after the connect reply.
+        for channel in identity.channels {
+            self.server_subscribe(&channel);
+        }
+    }
+
+    fn server_subscribe(&mut self, channel: &str) {
+        if self.route.realtime.options(channel).is_err() {
+            return;
+        }
+        let member = self.member(None);
+        self.flush();
+        let joined = self.join(channel, member, false, None, false, |found| {
+            p::push(channel, "subscribe", |o| {
+                o.push(b'{');
+                p::write_position(o, &found.top);
+                if found.positioned {
+                    o.extend_from_slice(b",\"positioned\":true");
+                }
+                if found.recoverable {
+                    o.extend_from_slice(b",\"recoverable\":true");
+                }
+                o.push(b'}');
+            })
+        });
+        if let Err(e) = joined {
+            tracing::debug!(channel, error = %e, "server-side subscription refused");
+        }
+    }
+
+    /// The member this connection is in a channel (with a subscription
+    /// token's `info` as `chan_info`).
+    fn member(&self, chan_info: Option<Bytes>) -> Arc<ClientInfo> {
+        let s = self.session.as_ref().expect("connected");
+        Arc::new(ClientInfo {
+            client: s.client.clone(),
+            user: s.user.clone(),
+            conn_info: s.conn_info.clone(),
+            chan_info,
+        })
+    }
+
+    /// Subscribes through the core; `reply` frames the answer (a JSON
+    /// line, wrapped here in a text frame).
+    fn join(
+        &mut self,
+        channel: &str,
+        member: Arc<ClientInfo>,
+        recoverable: bool,
+        recover: Option<StreamPosition>,
+        reject_unrecovered: bool,
+        reply: impl FnOnce(&crate::realtime::Subscribed) -> Vec<u8>,
+    ) -> Result<(), RealtimeError> {
+        let route = self.route.clone();
+        let outbound = self.outbound().clone();
+        route.realtime.subscribe(
+            Join {
+                channel,
+                topics: &route.topics,
+                conn: self.id,
+                outbound: &outbound,
+                member: member.clone(),
+                recoverable,
+                recover,
+            },
+            reject_unrecovered,
+            |found| Bytes::from(encode::frame(OpCode::Text, &reply(found))),
+        )?;
+        let session = self.session.as_mut().expect("connected");
+        session.subs.insert(channel.to_string(), member);
+        Ok(())
+    }
+
+    fn subscribe(&mut self, id: u32, req: p::SubscribeRequest) {
+        let channel = req.channel.as_str();
+        let options = match self.route.realtime.options(channel) {
+            Ok(options) => options.clone(),
+            Err(e) => return self.error(id, channel_error(e)),
+        };
+        let session = self.session.as_ref().expect("connected");
+        if session.subs.contains_key(channel) {
+            return self.error(id, p::ALREADY_SUBSCRIBED);
+        }
+        if session.subs.len() >= self.route.config.max_subscriptions {
+            return self.error(id, p::LIMIT_EXCEEDED);
+        }
+        let chan_info = if req.token.is_empty() {
+            if !options.allow_subscribe_for_client {
+                return self.error(id, p::PERMISSION_DENIED);
+            }
+            None
+        } else {
+            match self.route.verifier.subscription(&req.token) {
+                Ok(grant) if grant.channel == channel && grant.user == session.user => grant.info,
+                Ok(_) | Err(TokenError::Invalid) => {
+                    return self.disconnect(p::DISCONNECT_INVALID_TOKEN)
+                }
+                Err(TokenError::Expired) => return self.error(id, p::TOKEN_EXPIRED),
+            }
+        };
+        let member = self.member(chan_info);
+        let recover = req.recover.then(|| StreamPosition {
+            offset: req.offset,
+            epoch: req.epoch.clone(),
+        });
+        let asked_offset = req.offset;
+        let reject = req.flag & p::FLAG_REJECT_UNRECOVERED != 0;
+        let recoverable = req.recoverable || options.allow_recovery && req.recover;
+        let recoverable = recoverable && (options.allow_recovery || options.force_recovery);
+        self.flush();
+        let joined = self.join(channel, member, recoverable, recover, reject, |found| {
+            let mut line = Vec::new();
+            p::write_reply(&mut line, id, "subscribe", |o| {
+                o.push(b'{');
+                let mut at = found.top.clone();
+                if let Some(r) = found.recovery.as_ref().filter(|r| r.recovered) {
+                    // Centrifugo answers a recovery with the client's own
+                    // offset; the recovered publications move it on.
+                    at.offset = asked_offset;
+                    p::write_publications(o, &r.publications);
+                    o.extend_from_slice(b",\"recovered\":true,");
+                }
+                p::write_position(o, &at);
+                if found.recovery.is_some() {
+                    o.extend_from_slice(b",\"was_recovering\":true");
+                }
+                if found.positioned {
+                    o.extend_from_slice(b",\"positioned\":true");
+                }
+                if found.recoverable {
+                    o.extend_from_slice(b",\"recoverable\":true");
+                }
+                o.push(b'}');
+            });
+            line
+        });
+        if let Err(e) = joined {
+            self.error(id, core_error(e));
+        }
+    }
+
+    fn unsubscribe(&mut self, id: u32, channel: &str) {
+        let session = self.session.as_mut().expect("connected");
+        if let Some(member) = session.subs.remove(channel) {
+            let route = &self.route;
+            route
+                .realtime
+                .unsubscribe(channel, &route.topics, self.id, &member.client);
+        }
+        p::write_reply(self.line(), id, "unsubscribe", |o| {
+            o.extend_from_slice(b"{}")
+        });
+    }
+
+    fn publish(&mut self, id: u32, req: p::PublishRequest) {
+        let options = match self.route.realtime.options(&req.channel) {
+            Ok(options) => options.clone(),
+            Err(e) => return self.error(id, channel_error(e)),
+        };
+        let session = self.session.as_ref().expect("connected");
+        let member = session.subs.get(&req.channel).cloned();
+        let allowed = options.allow_publish_for_client
+            || (member.is_some() && options.allow_publish_for_subscriber);
+        if !allowed {
+            return self.error(id, p::PERMISSION_DENIED);
+        }
+        let data = serde_json::to_vec(&req.data).expect("a JSON value serialises");
+        if data.len() > self.route.config.max_publication_bytes {
+            return self.error(id, p::LIMIT_EXCEEDED);
+        }
+        let info = member.unwrap_or_else(|| self.member(None));
+        let published =
+            self.route
+                .realtime
+                .publish(&req.channel, Bytes::from(data), Some(info), None);
+        match published {
+            Ok(_) => p::write_reply(self.line(), id, "publish", |o| o.extend_from_slice(b"{}")),
+            Err(e) => self.error(id, core_error(e)),
+        }
+    }
+
+    /// `presence` (or `presence_stats`): subscribers of namespaces that allow it.
+    fn presence(&mut self, id: u32, channel: &str, stats: bool) {
+        if let Err(e) = self.may_read(channel, |o| o.allow_presence_for_subscriber) {
+            return self.error(id, e);
+        }
+        let realtime = self.route.realtime.clone();
+        if stats {
+            match realtime.presence_stats(channel) {
+                Ok(s) => p::write_reply(self.line(), id, "presence_stats", |o| {
+                    o.extend_from_slice(
+                        format!(
+                            "{{\"num_clients\":{},\"num_users\":{}}}",
+                            s.num_clients, s.num_users
+                        )
+                        .as_bytes(),
+                    )
+                }),
+                Err(e) => self.error(id, core_error(e)),
+            }
+            return;
+        }
+        match realtime.presence(channel) {
+            Ok(members) => p::write_reply(self.line(), id, "presence", |o| {
+                o.extend_from_slice(b"{\"presence\":{");
+                for (i, m) in members.iter().enumerate() {
+                    if i > 0 {
+                        o.push(b',');
+                    }
+                    p::write_str(o, &m.client);
+                    o.push(b':');
+                    p::write_client_info(o, m);
+                }
+                o.extend_from_slice(b"}}");
+            }),
+            Err(e) => self.error(id, core_error(e)),
+        }
+    }
+
+    fn history(&mut self, id: u32, req: p::HistoryRequest) {
+        if let Err(e) = self.may_read(&req.channel, |o| o.allow_history_for_subscriber) {
+            return self.error(id, e);
+        }
+        let limit = match req.limit {
+            n if n < 0 => HISTORY_MAX_PUBLICATION_LIMIT,
+            n => (n as usize).min(HISTORY_MAX_PUBLICATION_LIMIT),
+        };
+        let query = HistoryQuery {
+            limit: Some(limit),
+            since: req.since.map(|s| StreamPosition {
+                offset: s.offset,
+                epoch: s.epoch,
+            }),
+            reverse: req.reverse,
+        };
+        match self.route.realtime.history(&req.channel, &query) {
+            Ok((pubs, top)) => p::write_reply(self.line(), id, "history", |o| {
+                o.push(b'{');
+                p::write_publications(o, &pubs);
+                o.push(b',');
+                p::write_position(o, &top);
+                o.push(b'}');
+            }),
+            Err(e) => self.error(id, core_error(e)),
+        }
+    }
+
+    /// Presence and history are for subscribers of namespaces that allow them.
+    fn may_read(
+        &self,
+        channel: &str,
+        allowed: impl Fn(&crate::realtime::NamespaceOptions) -> bool,
+    ) -> Result<(), ErrorReply> {
+        let options = self
+            .route
+            .realtime
+            .options(channel)
+            .map_err(channel_error)?;
+        let session = self.session.as_ref().expect("connected");
+        if !session.subs.contains_key(channel) || !allowed(options) {
+            return Err(p::PERMISSION_DENIED);
+        }
+        Ok(())
+    }
+
+    fn refresh(&mut self, id: u32, token: &str) {
+        let identity = match self.route.verifier.connection(token) {
+            Ok(identity) => identity,
+            Err(TokenError::Expired) => return self.error(id, p::TOKEN_EXPIRED),
+            Err(TokenError::Invalid) => return self.disconnect(p::DISCONNECT_INVALID_TOKEN),
+        };
+        let session = self.session.as_mut().expect("connected");
+        if identity.user != session.user {
+            return self.disconnect(p::DISCONNECT_INVALID_TOKEN);
+        }
+        let ttl = identity.expires_at.map(|at| at.saturating_sub(unix_now()));
+        let grace = self.route.config.expired_close_delay;
+        session.expires = ttl.map(|s| Instant::now() + Duration::from_secs(s) + grace);
+        let client = session.client.clone();
+        p::write_reply(self.line(), id, "refresh", |o| {
+            o.extend_from_slice(b"{\"client\":");
+            p::write_str(o, &client);
+            o.extend_from_slice(b",\"version\":");
+            p::write_str(o, SERVER_VERSION);
+            if let Some(ttl) = ttl {
+                o.extend_from_slice(format!(",\"expires\":true,\"ttl\":{ttl}").as_bytes());
+            }
+            o.push(b'}');
+        });
+    }
+
+    /// The next moment a clock needs looking at.
+    fn next_deadline(&self) -> Instant {
+        match &self.session {
+            None => self.opened + STALE_CLOSE_DELAY,
+            Some(s) => {
+                let mut at = self.pong_due.unwrap_or(self.next_ping);
+                if let Some(expires) = s.expires {
+                    at = at.min(expires);
+                }
+                at
+            }
+        }
+    }
+}
+
+impl Behaviour for Centrifugo {
+    /// Pushes from publishers on any worker write straight into this socket.
+    const DIRECT_WRITES: bool = true;
+    /// The connection's clocks (`beside`).
+    const HAS_BESIDE: bool = true;
+
+    fn on_open(&mut self, id: u64, outbound: &Arc<Outbound>) {
+        self.id = id;
+        self.outbound = Some(outbound.clone());
+    }
+
+    /// Not read while a worker's fan-out backlog is over its budget.
+    #[inline]
+    fn reads_blocked(&self, _own: &Outbound) -> bool {
+        self.route.topics.congested()
+    }
+
+    async fn unblocked(&mut self, _own: &Outbound) -> Result<(), Stop> {
+        self.route.topics.fanout().wait_drained().await;
+        Ok(())
+    }
+
+    async fn beside(&mut self) -> Result<(), Stop> {
+        tokio::time::sleep_until(self.next_deadline().into()).await;
+        let now = Instant::now();
+        let Some(session) = &self.session else {
+            if self.closing {
+                // The close is queued; the loop ends the connection.
+                return std::future::pending().await;
+            }
+            self.closing = true;
+            return Err(Stop::Close(
+                p::DISCONNECT_STALE.code,
+                p::DISCONNECT_STALE.reason,
+            ));
+        };
+        if session.expires.is_some_and(|at| at <= now) {
+            self.closing = true;
+            return Err(Stop::Close(
+                p::DISCONNECT_EXPIRED.code,
+                p::DISCONNECT_EXPIRED.reason,
+            ));
+        }
+        if self.pong_due.is_some_and(|at| at <= now) {
+            self.closing = true;
+            return Err(Stop::Close(
+                p::DISCONNECT_NO_PONG.code,
+                p::DISCONNECT_NO_PONG.reason,
+            ));
+        }
+        if self.next_ping <= now {
+            self.outbound()
+                .send_frames(&encode::frame(OpCode::Text, b"{}"));
+            self.next_ping = now + self.route.config.ping_interval;
+            if self.pong_due.is_none() {
+                self.pong_due = Some(now + self.route.config.pong_timeout);
+            }
+        }
+        Ok(())
+    }
+
+    fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, _out: &mut Output) {
+        if self.closing {
+            return;
+        }
+        let payload = &buf[piece.payload.clone()];
+        if self.message.len() + payload.len() > self.route.config.max_command_bytes {
+            self.oversized = true;
+        } else if !self.oversized {
+            self.message.extend_from_slice(payload);
+        }
+        if !piece.message_end() {
+            return;
+        }
+        if self.oversized {
+            self.message.clear();
+            return self.disconnect(p::DISCONNECT_MESSAGE_SIZE);
+        }
+        if piece.message != OpCode::Text {
+            // The JSON protocol is text; Protobuf (binary) is not served yet.
+            self.message.clear();
+            return self.disconnect(p::DISCONNECT_BAD_REQUEST);
+        }
+        self.on_message();
+    }
+
+    fn end_of_read(&mut self) -> Result<(), Stop> {
+        self.flush();
+        Ok(())
+    }
+
+    fn on_close(&mut self, id: u64) {
+        if let Some(session) = self.session.take() {
+            let route = &self.route;
+            route.realtime.clients.remove(&session.user, id);
+            for (channel, member) in session.subs {
+                route
+                    .realtime
+                    .unsubscribe(&channel, &route.topics, id, &member.client);
+            }
+        }
+    }
+}
+
+/// A fresh client id: a random UUID (version 4), as Centrifugo's.
+fn client_id() -> String {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS random source");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// A channel name the namespaces refuse.
+fn channel_error(e: RealtimeError) -> ErrorReply {
+    use crate::realtime::namespace::ChannelNameError;
+    match e {
+        RealtimeError::ChannelName(ChannelNameError::UnknownNamespace) => p::UNKNOWN_CHANNEL,
+        RealtimeError::ChannelName(_) => p::BAD_REQUEST,
+        other => core_error(other),
+    }
+}
+
+/// The core's refusals as Centrifugo's error codes.
+fn core_error(e: RealtimeError) -> ErrorReply {
+    use crate::realtime::history::HistoryError;
+    use crate::realtime::presence::PresenceError;
+    match e {
+        RealtimeError::ChannelName(_) => channel_error(e),
+        RealtimeError::Presence(PresenceError::PresenceFull) => p::LIMIT_EXCEEDED,
+        RealtimeError::History(HistoryError::UnrecoverablePosition) => p::UNRECOVERABLE_POSITION,
+        RealtimeError::NotAvailable => p::NOT_AVAILABLE,
+    }
+}

@@ -1,0 +1,366 @@
+//! The server API (`[api]`), on a listener of its own: Centrifugo's HTTP
+//! API v5 (`POST /api/<method>`, a JSON body, the key in `X-API-Key` or
+//! `Authorization: apikey <key>`), so backends publish with `cent` (Python)
+//! or `cent.js` unchanged. Methods: `publish`, `broadcast`, `presence`,
+//! `presence_stats`, `history`, `history_remove`, `channels`, `info`,
+//! `disconnect`; `subscribe`/`unsubscribe` of a user answer "not
+//! available" (108) for now. Answers are `{"result": …}` or `{"error":
+//! {"code", "message"}}` with status 200, as Centrifugo's; a wrong key is
+//! 401, a body over `max_body` 413.
+
+use super::Shutdown;
+use crate::native::centrifugo::protocol as p;
+use crate::realtime::{HistoryQuery, Realtime, RealtimeError, StreamPosition};
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde::Deserialize;
+use serde_json::Value;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use subtle::ConstantTimeEq;
+use tracing::{info, warn};
+
+/// Time a client has to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Shortest API key accepted: a secret, not a password someone types.
+pub const MIN_API_KEY_BYTES: usize = 16;
+
+/// What every API request is answered with.
+pub(super) struct Api {
+    pub(super) realtime: Arc<Realtime>,
+    pub(super) key: Arc<str>,
+    pub(super) hosts: crate::hosts::AllowedHosts,
+    pub(super) max_body: usize,
+    pub(super) started: Instant,
+}
+
+/// The API listener's thread: its own runtime, so a burst of API calls
+/// never runs on a worker.
+pub(super) fn run(listener: std::net::TcpListener, api: Api, shutdown: Shutdown) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            warn!(error = %e, "API runtime failed to start");
+            return;
+        }
+    };
+    let api = Arc::new(api);
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "API listener failed");
+                return;
+            }
+        };
+        if let Ok(addr) = listener.local_addr() {
+            info!(%addr, "server API listening");
+        }
+        let mut stop = shutdown;
+        loop {
+            tokio::select! {
+                changed = stop.wait_for(|s| *s) => { let _ = changed; break }
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    let api = api.clone();
+                    tokio::spawn(async move {
+                        let service = service_fn(move |req| {
+                            let api = api.clone();
+                            async move { Ok::<_, Infallible>(answer(req, &api).await) }
+                        });
+                        let _ = http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(HEAD_TIMEOUT)
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            }
+        }
+    });
+}
+
+fn plain(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .expect("a valid response")
+}
+
+fn json(body: Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("a valid response")
+}
+
+/// The key the request carries, if any.
+fn key_of(req: &Request<Incoming>) -> Option<&[u8]> {
+    if let Some(v) = req.headers().get("x-api-key") {
+        return Some(v.as_bytes());
+    }
+    let auth = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, key) = auth.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("apikey")
+        .then_some(key.trim().as_bytes())
+}
+
+async fn answer(req: Request<Incoming>, api: &Api) -> Response<Full<Bytes>> {
+    if crate::hosts::repeated_host(req.headers()) {
+        return plain(StatusCode::BAD_REQUEST, "more than one Host header");
+    }
+    if !api.hosts.allows(crate::hosts::request_authority(&req)) {
+        return plain(
+            StatusCode::MISDIRECTED_REQUEST,
+            "this API listener does not answer to that host name (see [server] allowed_hosts)",
+        );
+    }
+    let authorized = key_of(&req).is_some_and(|k| bool::from(k.ct_eq(api.key.as_bytes())));
+    if !authorized {
+        return plain(StatusCode::UNAUTHORIZED, "a valid X-API-Key is required");
+    }
+    let Some(method) = req.uri().path().strip_prefix("/api/").map(str::to_string) else {
+        return plain(StatusCode::NOT_FOUND, "the API is at POST /api/<method>");
+    };
+    if req.method() != Method::POST {
+        return plain(StatusCode::METHOD_NOT_ALLOWED, "API methods are POSTed");
+    }
+    let body = match Limited::new(req.into_body(), api.max_body).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => return plain(StatusCode::PAYLOAD_TOO_LARGE, "body over [api] max_body"),
+    };
+    let params: Value = if body.is_empty() {
+        Value::Object(Default::default())
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(_) => return plain(StatusCode::BAD_REQUEST, "the body is not JSON"),
+        }
+    };
+    json(match call(api, &method, params) {
+        Ok(result) => serde_json::json!({ "result": result }),
+        Err(e) => serde_json::json!({ "error": { "code": e.code, "message": e.message } }),
+    })
+}
+
+#[derive(Deserialize)]
+struct PublishParams {
+    #[serde(default)]
+    channel: String,
+    #[serde(default)]
+    channels: Vec<String>,
+    data: Option<Value>,
+    b64data: Option<String>,
+    idempotency_key: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChannelParams {
+    #[serde(default)]
+    channel: String,
+}
+
+#[derive(Deserialize)]
+struct HistoryParams {
+    #[serde(default)]
+    channel: String,
+    #[serde(default)]
+    limit: i64,
+    since: Option<Position>,
+    #[serde(default)]
+    reverse: bool,
+}
+
+#[derive(Deserialize)]
+struct Position {
+    #[serde(default)]
+    offset: u64,
+    #[serde(default)]
+    epoch: String,
+}
+
+#[derive(Deserialize)]
+struct DisconnectParams {
+    #[serde(default)]
+    user: String,
+    client: Option<String>,
+    disconnect: Option<DisconnectCode>,
+}
+
+#[derive(Deserialize)]
+struct DisconnectCode {
+    code: u16,
+    #[serde(default)]
+    reason: String,
+}
+
+fn params<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, p::ErrorReply> {
+    serde_json::from_value(v).map_err(|_| p::BAD_REQUEST)
+}
+
+fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply> {
+    let rt = &api.realtime;
+    match method {
+        "publish" => {
+            let req: PublishParams = params(v)?;
+            let at = publish(rt, &req.channel, &req)?;
+            Ok(serde_json::json!({ "offset": at.offset, "epoch": at.epoch }))
+        }
+        "broadcast" => {
+            let req: PublishParams = params(v)?;
+            if req.channels.is_empty() {
+                return Err(p::BAD_REQUEST);
+            }
+            let responses: Vec<Value> = req
+                .channels
+                .iter()
+                .map(|ch| match publish(rt, ch, &req) {
+                    Ok(at) => {
+                        serde_json::json!({"result": {"offset": at.offset, "epoch": at.epoch}})
+                    }
+                    Err(e) => serde_json::json!({"error": {"code": e.code, "message": e.message}}),
+                })
+                .collect();
+            Ok(serde_json::json!({ "responses": responses }))
+        }
+        "presence" => {
+            let req: ChannelParams = params(v)?;
+            let members = rt.presence(&req.channel).map_err(error)?;
+            let mut out = serde_json::Map::new();
+            for m in members {
+                let mut info = Vec::new();
+                p::write_client_info(&mut info, &m);
+                let info: Value = serde_json::from_slice(&info).map_err(|_| p::INTERNAL)?;
+                out.insert(m.client.clone(), info);
+            }
+            Ok(serde_json::json!({ "presence": out }))
+        }
+        "presence_stats" => {
+            let req: ChannelParams = params(v)?;
+            let s = rt.presence_stats(&req.channel).map_err(error)?;
+            Ok(serde_json::json!({ "num_clients": s.num_clients, "num_users": s.num_users }))
+        }
+        "history" => {
+            let req: HistoryParams = params(v)?;
+            let limit = match req.limit {
+                n if n < 0 => crate::native::centrifugo::conn::HISTORY_MAX_PUBLICATION_LIMIT,
+                n => {
+                    (n as usize).min(crate::native::centrifugo::conn::HISTORY_MAX_PUBLICATION_LIMIT)
+                }
+            };
+            let query = HistoryQuery {
+                limit: Some(limit),
+                since: req.since.map(|s| StreamPosition {
+                    offset: s.offset,
+                    epoch: s.epoch,
+                }),
+                reverse: req.reverse,
+            };
+            let (pubs, top) = rt.history(&req.channel, &query).map_err(error)?;
+            let mut out = Vec::new();
+            out.push(b'{');
+            p::write_publications(&mut out, &pubs);
+            out.push(b',');
+            p::write_position(&mut out, &top);
+            out.push(b'}');
+            serde_json::from_slice(&out).map_err(|_| p::INTERNAL)
+        }
+        "history_remove" => {
+            let req: ChannelParams = params(v)?;
+            rt.history_remove(&req.channel).map_err(error)?;
+            Ok(serde_json::json!({}))
+        }
+        "channels" => {
+            let channels: serde_json::Map<String, Value> = rt
+                .channels()
+                .into_iter()
+                .map(|(name, n)| (name, serde_json::json!({ "num_clients": n })))
+                .collect();
+            Ok(serde_json::json!({ "channels": channels }))
+        }
+        "info" => {
+            let (clients, users) = rt.clients.counts();
+            let (channels, _) = rt.counts();
+            Ok(serde_json::json!({ "nodes": [{
+                "uid": "weir",
+                "name": "weir",
+                "version": crate::native::centrifugo::SERVER_VERSION,
+                "num_clients": clients,
+                "num_users": users,
+                "num_channels": channels,
+                "uptime": api.started.elapsed().as_secs(),
+            }]}))
+        }
+        "disconnect" => {
+            let req: DisconnectParams = params(v)?;
+            if req.user.is_empty() {
+                return Err(p::BAD_REQUEST);
+            }
+            let (code, reason) = match &req.disconnect {
+                Some(d) if (3000..5000).contains(&d.code) => (d.code, d.reason.as_str()),
+                Some(_) => return Err(p::BAD_REQUEST),
+                None => (p::DISCONNECT_FORCE.code, p::DISCONNECT_FORCE.reason),
+            };
+            rt.clients
+                .disconnect(&req.user, req.client.as_deref(), code, reason);
+            Ok(serde_json::json!({}))
+        }
+        "subscribe" | "unsubscribe" => Err(p::NOT_AVAILABLE),
+        _ => Err(p::METHOD_NOT_FOUND),
+    }
+}
+
+/// One publish of `publish` or `broadcast`: `data` (JSON) or `b64data`
+/// (base64 of JSON text: the JSON protocol carries nothing else).
+fn publish(
+    rt: &Realtime,
+    channel: &str,
+    req: &PublishParams,
+) -> Result<StreamPosition, p::ErrorReply> {
+    use base64::Engine;
+    let data = match (&req.data, &req.b64data) {
+        (Some(data), None) => serde_json::to_vec(data).map_err(|_| p::BAD_REQUEST)?,
+        (None, Some(b64)) => {
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|_| p::BAD_REQUEST)?;
+            serde_json::from_slice::<Value>(&raw).map_err(|_| p::BAD_REQUEST)?;
+            raw
+        }
+        _ => return Err(p::BAD_REQUEST),
+    };
+    rt.publish(
+        channel,
+        Bytes::from(data),
+        None,
+        req.idempotency_key.as_deref(),
+    )
+    .map_err(error)
+}
+
+fn error(e: RealtimeError) -> p::ErrorReply {
+    use crate::realtime::history::HistoryError;
+    use crate::realtime::namespace::ChannelNameError;
+    match e {
+        RealtimeError::ChannelName(ChannelNameError::UnknownNamespace) => p::UNKNOWN_CHANNEL,
+        RealtimeError::ChannelName(_) => p::BAD_REQUEST,
+        RealtimeError::Presence(_) => p::LIMIT_EXCEEDED,
+        RealtimeError::History(HistoryError::UnrecoverablePosition) => p::UNRECOVERABLE_POSITION,
+        RealtimeError::NotAvailable => p::NOT_AVAILABLE,
+    }
+}

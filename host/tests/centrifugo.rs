@@ -1,0 +1,312 @@
+//! The centrifugo route kind against the official `centrifuge` JavaScript
+//! client (pinned in host/tests/clients/package.json, installed by
+//! scripts/test.sh): connect with a token, refusals of bad tokens,
+//! subscribe, publish, presence, join/leave, history, token refresh, and
+//! recovery after the client's socket is cut while publishing goes on. A
+//! raw client checks the server's ping and the no-pong close.
+
+mod common;
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::Message;
+use weir::config::Config;
+
+/// The HMAC secret the test's tokens are signed with.
+const SECRET: &str = "centrifugo-test-secret";
+const SECRET_ENV: &str = "WEIR_TEST_CENTRIFUGO_SECRET";
+/// The server API's key.
+const API_KEY: &str = "centrifugo-test-api-key-0123456789";
+
+const ROUTES: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+workers = 2
+
+[[route]]
+path = "/connection/websocket"
+native = "centrifugo"
+token_hmac_secret_env = "WEIR_TEST_CENTRIFUGO_SECRET"
+max_publication = "4KiB"
+ping_interval = "2s"
+pong_timeout = "1s"
+expired_close_delay = "1s"
+
+[[route]]
+path = "/rt/{topic}"
+native = "pubsub"
+realtime = true
+
+[api]
+listen = "127.0.0.1:0"
+key_env = "WEIR_TEST_API_KEY"
+max_body = "1MiB"
+
+[[namespaces]]
+name = "chat"
+history_size = 1000
+history_ttl = "5m"
+force_recovery = true
+presence = true
+join_leave = true
+allow_subscribe_for_client = true
+allow_publish_for_subscriber = true
+allow_publish_for_client = true
+allow_presence_for_subscriber = true
+allow_history_for_subscriber = true
+
+[[namespaces]]
+name = "tiny"
+history_size = 2
+history_ttl = "5m"
+force_recovery = true
+allow_subscribe_for_client = true
+allow_publish_for_client = true
+
+[[namespaces]]
+name = "private"
+presence = true
+"#;
+
+fn gateway() -> Gateway {
+    // Every test sets the same value before its gateway reads it.
+    std::env::set_var(SECRET_ENV, SECRET);
+    std::env::set_var("WEIR_TEST_API_KEY", API_KEY);
+    let config = Config::parse(ROUTES, Path::new(".")).expect("routes");
+    Gateway::start(config)
+}
+
+fn clients_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// Runs one scenario of centrifuge-client.mjs; returns its JSON summary.
+async fn scenario(gw: &Gateway, name: &str) -> serde_json::Value {
+    assert!(
+        clients_dir().join("node_modules/centrifuge").exists(),
+        "host/tests/clients/node_modules/centrifuge missing: run scripts/test.sh"
+    );
+    let url = gw.url("/connection/websocket");
+    let name = name.to_string();
+    tokio::task::spawn_blocking(move || {
+        let output = Command::new("node")
+            .args(["centrifuge-client.mjs", &url, SECRET, &name])
+            .current_dir(clients_dir())
+            .stdin(Stdio::null())
+            .output()
+            .expect("node (scripts/test.sh installs the clients)");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{name}: {}\n{stdout}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// Connect, subscribe, publish between two clients (with publisher info
+/// and offsets), presence and presence_stats, join/leave, history
+/// (limit, reverse), and refusals: permission denied (103), unknown
+/// namespace (102), a publication over max_publication (106).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn centrifuge_client_subscribes_publishes_and_sees_presence() {
+    let gw = gateway();
+    let out = scenario(&gw, "basics").await;
+    assert_eq!(out["publications"], 1, "{out}");
+}
+
+/// A token with another key's signature is disconnected with 3500 (and
+/// the client does not reconnect); an expired one gets error 109 and the
+/// client connects with the token its getToken gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_and_expired_tokens_get_centrifugos_codes() {
+    let gw = gateway();
+    let out = scenario(&gw, "badTokens").await;
+    assert_eq!(out["forged"], 3500, "{out}");
+}
+
+/// Tokens that live 2 s are refreshed through getToken (the refresh
+/// command) and the connection stays; one that is not refreshed is closed
+/// with 3005 when its token expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_refreshed_and_expired_connections_closed() {
+    let gw = gateway();
+    let out = scenario(&gw, "refresh").await;
+    assert_eq!(out["expired"], 3005, "{out}");
+}
+
+/// A reader whose TCP connection is cut six times while a writer keeps
+/// publishing receives every publication exactly once and in order, each
+/// resubscribe reporting `recovered: true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_client_recovers_every_missed_publication_once_in_order() {
+    let gw = gateway();
+    let out = scenario(&gw, "recovery").await;
+    assert_eq!(out["published"], out["received"], "{out}");
+    assert_eq!(out["cuts"], 6, "{out}");
+}
+
+/// A reader that missed more than `history_size` publications is told it
+/// did not recover (`recovered: false`), with the channel's position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovery_past_the_history_window_is_reported_unrecovered() {
+    let gw = gateway();
+    let out = scenario(&gw, "tooOld").await;
+    assert_eq!(out["recovered"], false, "{out}");
+}
+
+/// The server pings (`{}`) every ping_interval; a client that never
+/// answers is closed with 3012 within ping_interval + pong_timeout. A
+/// command before connect, and a frame that is not JSON, are bad requests
+/// (3501).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pings_go_out_and_a_client_without_pongs_is_closed() {
+    let gw = gateway();
+    let url = gw.url("/connection/websocket");
+    let mut ws = client(&url).await;
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &serde_json::json!({"sub": "quiet"}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap();
+    let connect = format!(r#"{{"id":1,"connect":{{"token":"{token}"}}}}"#);
+    ws.send(Message::text(connect)).await.unwrap();
+    let reply = next(&mut ws).await.into_text().unwrap();
+    let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(reply["id"], 1);
+    assert_eq!(reply["connect"]["ping"], 2);
+    assert_eq!(reply["connect"]["pong"], true);
+    let ping = timeout(Duration::from_secs(4), ws.next()).await.unwrap();
+    assert_eq!(ping.unwrap().unwrap().into_text().unwrap().as_str(), "{}");
+    // No pong: closed with 3012 once pong_timeout passes.
+    let close = timeout(Duration::from_secs(4), async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                Some(Ok(_)) => continue,
+                _ => return None,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(close, Some(3012));
+
+    for bad in [r#"{"id":1,"subscribe":{"channel":"chat:a"}}"#, "not json"] {
+        let mut ws = client(&url).await;
+        ws.send(Message::text(bad)).await.unwrap();
+        let code = timeout(STEP, async {
+            loop {
+                match ws.next().await {
+                    Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                    Some(Ok(_)) => continue,
+                    _ => return None,
+                }
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(code, Some(3501), "{bad}");
+    }
+}
+
+/// Every server API method through `cent` (Python): publish (with an
+/// idempotency key, and b64data), broadcast, presence, presence_stats,
+/// history (limit, since, reverse, position only), history_remove,
+/// channels, info, disconnect; refusals: unknown namespace (102), presence
+/// not enabled (108), wrong key (401), a body over max_body (413). A
+/// `centrifuge` client subscribed to the channel receives the three API
+/// publications, and a pubsub route with `realtime = true` gets their data
+/// as plain text frames.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_api_answers_cent_and_reaches_subscribers() {
+    let gw = gateway();
+    let channel = "chat:api";
+    let mut plain = client(&gw.url(&format!("/rt/{channel}"))).await;
+    // The centrifuge listener: subscribed before cent publishes.
+    let mut listener = std::process::Command::new("node")
+        .args([
+            "centrifuge-client.mjs",
+            &gw.url("/connection/websocket"),
+            SECRET,
+            "listen",
+            channel,
+        ])
+        .current_dir(clients_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("node");
+    let stdout = listener.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let ready = tokio::task::spawn_blocking(move || {
+        let first = lines.next().and_then(Result::ok);
+        (first, lines)
+    });
+    let (first, lines) = timeout(STEP, ready).await.unwrap().unwrap();
+    assert_eq!(first.as_deref(), Some("ready"));
+
+    let python = clients_dir().join(".venv/bin/python");
+    let api_url = format!("http://localhost:{}/api", gw.api.unwrap().port());
+    let cent = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .args(["cent_client.py", &api_url, API_KEY, "chat:api"])
+            .current_dir(clients_dir())
+            .output()
+            .expect("python (scripts/test.sh installs the clients)")
+    });
+    let output = timeout(Duration::from_secs(60), cent)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "cent_client.py: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let out: serde_json::Value = serde_json::from_str(
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(out["refusals"]["unknown_namespace"], 102, "{out}");
+    assert_eq!(out["refusals"]["no_presence"], 108, "{out}");
+    assert_eq!(out["refusals"]["wrong_key"], 401, "{out}");
+    assert_eq!(out["refusals"]["oversized"], 413, "{out}");
+
+    let summary = tokio::task::spawn_blocking(move || {
+        let status = listener.wait().unwrap();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut listener.stderr.take().unwrap(), &mut stderr).unwrap();
+        (status, lines.map_while(Result::ok).last(), stderr)
+    });
+    let (status, last, stderr) = timeout(Duration::from_secs(40), summary)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "listener: {stderr}");
+    let last: serde_json::Value = serde_json::from_str(&last.unwrap()).unwrap();
+    assert_eq!(last["received"], serde_json::json!([1, 2, 3]));
+
+    // The pubsub route serving realtime channels got the data, plain (the
+    // b64data publication as the JSON text it decoded to).
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let msg = timeout(STEP, plain.next()).await.unwrap().unwrap().unwrap();
+        let text = msg.into_text().unwrap().to_string();
+        got.push(serde_json::from_str::<serde_json::Value>(&text).unwrap()["n"].clone());
+    }
+    assert_eq!(got, [1, 2, 3]);
+}

@@ -1,0 +1,318 @@
+// Drives weir's centrifugo route with the official `centrifuge` client
+// (pinned in package.json), for host/tests/centrifugo.rs. Usage:
+//   node centrifuge-client.mjs <ws url> <hmac secret> <scenario> [channel]
+// Each scenario asserts and exits non-zero on failure; the last stdout
+// line is a JSON summary. Every wait is bounded.
+import { Centrifuge } from 'centrifuge';
+import WebSocket from 'ws';
+import { createHmac } from 'node:crypto';
+import assert from 'node:assert/strict';
+
+const [url, secret, scenario] = process.argv.slice(2);
+const STEP_MS = 10000;
+
+function b64url(x) {
+  return Buffer.from(x).toString('base64url');
+}
+
+/** An HS256 JWT, as an application's login would sign it. */
+function token(claims, key = secret) {
+  const head = b64url(JSON.stringify({ alg: 'HS256', typ: 'JWT' }));
+  const body = b64url(JSON.stringify(claims));
+  const sig = createHmac('sha256', key).update(`${head}.${body}`).digest('base64url');
+  return `${head}.${body}.${sig}`;
+}
+
+const now = () => Math.floor(Date.now() / 1000);
+
+/** Every WebSocket a client opened, so a test can cut one. */
+function trackingWebSocket(sockets) {
+  return class extends WebSocket {
+    constructor(address, protocols) {
+      super(address, protocols);
+      sockets.push(this);
+    }
+  };
+}
+
+function client(opts = {}) {
+  const sockets = [];
+  const c = new Centrifuge(url, {
+    websocket: trackingWebSocket(sockets),
+    minReconnectDelay: 50,
+    maxReconnectDelay: 200,
+    timeout: 5000,
+    ...opts,
+  });
+  c.sockets = sockets;
+  return c;
+}
+
+/** Resolves with the first `event` that `pred` accepts, or fails after STEP_MS. */
+function once(emitter, event, pred = () => true, ms = STEP_MS) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`timed out waiting for ${event}`)), ms);
+    const on = (ctx) => {
+      if (pred(ctx)) {
+        clearTimeout(timer);
+        emitter.removeListener(event, on);
+        resolve(ctx);
+      }
+    };
+    emitter.on(event, on);
+  });
+}
+
+async function until(cond, what, ms = STEP_MS) {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function basics() {
+  const alice = client({ token: token({ sub: 'alice', exp: now() + 600, info: { name: 'A' } }) });
+  const bob = client({ token: token({ sub: 'bob', exp: now() + 600 }) });
+  alice.connect();
+  bob.connect();
+  await Promise.all([once(alice, 'connected'), once(bob, 'connected')]);
+
+  const subA = alice.newSubscription('chat:room', { joinLeave: true });
+  const joins = [];
+  const leaves = [];
+  subA.on('join', (ctx) => joins.push(ctx.info));
+  subA.on('leave', (ctx) => leaves.push(ctx.info));
+  subA.subscribe();
+  await once(subA, 'subscribed');
+  const subB = bob.newSubscription('chat:room');
+  const got = [];
+  subB.on('publication', (ctx) => got.push(ctx));
+  subB.subscribe();
+  const subscribed = await once(subB, 'subscribed');
+  assert.equal(subscribed.positioned, true, 'chat keeps history: positioned');
+  assert.equal(subscribed.recoverable, true, 'force_recovery: recoverable');
+
+  await subA.publish({ text: 'hi' });
+  await until(() => got.length === 1, 'bob gets alice\'s publication');
+  assert.deepEqual(got[0].data, { text: 'hi' });
+  assert.equal(got[0].info.user, 'alice');
+  assert.deepEqual(got[0].info.connInfo, { name: 'A' });
+  assert.ok(got[0].offset > 0, 'publications carry offsets');
+
+  await until(() => joins.some((i) => i.user === 'bob'), 'alice sees bob join');
+  const presence = await subA.presence();
+  assert.equal(Object.keys(presence.clients).length, 2);
+  const stats = await subA.presenceStats();
+  assert.deepEqual([stats.numClients, stats.numUsers], [2, 2]);
+
+  const history = await subA.history({ limit: 10 });
+  assert.equal(history.publications.length, got[0].offset);
+  assert.deepEqual(history.publications.at(-1).data, { text: 'hi' });
+  assert.equal(history.offset, got[0].offset);
+  assert.ok(history.epoch.length > 0);
+  const reversed = await subA.history({ limit: 1, reverse: true });
+  assert.deepEqual(reversed.publications[0].data, { text: 'hi' });
+
+  subB.unsubscribe();
+  await until(() => leaves.some((i) => i.user === 'bob'), 'alice sees bob leave');
+  const after = await subA.presenceStats();
+  assert.equal(after.numClients, 1);
+
+  // A namespace that does not let clients subscribe without a token.
+  const denied = alice.newSubscription('private:x');
+  denied.subscribe();
+  const refusal = await once(denied, 'unsubscribed');
+  assert.equal(refusal.code, 103, 'permission denied');
+  // A client publication into a namespace that does not allow it.
+  await assert.rejects(alice.publish('private:x', { no: 1 }), (e) => e.code === 103);
+  // A namespace nobody configured.
+  await assert.rejects(alice.publish('nowhere:x', {}), (e) => e.code === 102);
+  // A publication over max_publication.
+  await assert.rejects(subA.publish({ big: 'x'.repeat(5000) }), (e) => e.code === 106);
+
+  alice.disconnect();
+  bob.disconnect();
+  return { publications: got.length, joins: joins.length, leaves: leaves.length };
+}
+
+async function badTokens() {
+  // A token signed with another key: disconnect 3500, no reconnect.
+  const forged = client({ token: token({ sub: 'eve' }, 'not-the-secret') });
+  forged.connect();
+  const d = await once(forged, 'disconnected');
+  assert.equal(d.code, 3500, `invalid token: ${JSON.stringify(d)}`);
+  // An expired token: error 109, which makes the client ask for a new one.
+  let asked = 0;
+  const expired = client({
+    token: token({ sub: 'alice', exp: now() - 10 }),
+    getToken: async () => {
+      asked++;
+      return token({ sub: 'alice', exp: now() + 600 });
+    },
+  });
+  const errors = [];
+  expired.on('error', (ctx) => errors.push(ctx.error.code));
+  expired.connect();
+  await once(expired, 'connected');
+  assert.ok(errors.includes(109), `token expired: ${errors}`);
+  assert.equal(asked, 1);
+  expired.disconnect();
+  return { forged: d.code, expired: errors };
+}
+
+async function refresh() {
+  // Tokens live 2 s; the client refreshes them through getToken and stays.
+  let refreshed = 0;
+  const c = client({
+    token: token({ sub: 'alice', exp: now() + 2 }),
+    getToken: async () => {
+      refreshed++;
+      return token({ sub: 'alice', exp: now() + 2 });
+    },
+  });
+  const drops = [];
+  c.on('disconnected', (ctx) => drops.push(ctx.code));
+  c.on('connecting', (ctx) => drops.push(ctx.code));
+  c.connect();
+  await once(c, 'connected');
+  drops.length = 0;
+  await sleep(5500);
+  assert.ok(refreshed >= 2, `refreshed ${refreshed} times`);
+  assert.deepEqual(drops, [], 'a refreshed connection stays');
+  c.disconnect();
+
+  // A client that never gets a new token is closed with 3005 at expiry.
+  const stuck = client({
+    token: token({ sub: 'bob', exp: now() + 2 }),
+    getToken: () => new Promise(() => {}),
+  });
+  stuck.connect();
+  await once(stuck, 'connected');
+  const closed = await once(stuck, 'connecting', (ctx) => ctx.code === 3005, 6000);
+  stuck.disconnect();
+  return { refreshed, expired: closed.code };
+}
+
+async function recovery() {
+  const channel = 'chat:recover';
+  const reader = client({ token: token({ sub: 'reader' }) });
+  const writer = client({ token: token({ sub: 'writer' }) });
+  reader.connect();
+  writer.connect();
+  await Promise.all([once(reader, 'connected'), once(writer, 'connected')]);
+  const sub = reader.newSubscription(channel);
+  const seen = [];
+  const recoveries = [];
+  sub.on('publication', (ctx) => seen.push(ctx.data.n));
+  sub.on('subscribed', (ctx) => recoveries.push(ctx));
+  sub.subscribe();
+  await once(sub, 'subscribed');
+
+  let n = 0;
+  let publishing = true;
+  const writing = (async () => {
+    while (publishing) {
+      n++;
+      await writer.publish(channel, { n });
+      await sleep(5);
+    }
+  })();
+  const CUTS = 6;
+  for (let cut = 0; cut < CUTS; cut++) {
+    await sleep(150);
+    const before = recoveries.length;
+    // Cut the reader's TCP connection under it (no close frame).
+    reader.sockets.at(-1)._socket.destroy();
+    await until(() => recoveries.length > before, `resubscribe after cut ${cut}`);
+  }
+  await sleep(100);
+  publishing = false;
+  await writing;
+  await until(() => seen.length >= n, `all ${n} publications (have ${seen.length})`);
+  await sleep(200);
+  const expected = Array.from({ length: n }, (_, i) => i + 1);
+  assert.deepEqual(seen, expected, 'every publication once, in order');
+  const resubscribes = recoveries.slice(1);
+  assert.equal(resubscribes.length, CUTS);
+  for (const r of resubscribes) {
+    assert.equal(r.wasRecovering, true);
+    assert.equal(r.recovered, true, `recovered: ${JSON.stringify(r)}`);
+  }
+  reader.disconnect();
+  writer.disconnect();
+  return { published: n, received: seen.length, cuts: CUTS };
+}
+
+async function tooOld() {
+  // `tiny` keeps 2 publications: a reader that misses 5 is told it did not recover.
+  const channel = 'tiny:x';
+  const reader = client({
+    token: token({ sub: 'reader' }),
+    minReconnectDelay: 1500,
+    maxReconnectDelay: 1500,
+  });
+  const writer = client({ token: token({ sub: 'writer' }) });
+  reader.connect();
+  writer.connect();
+  await Promise.all([once(reader, 'connected'), once(writer, 'connected')]);
+  const sub = reader.newSubscription(channel);
+  const contexts = [];
+  sub.on('subscribed', (ctx) => contexts.push(ctx));
+  sub.subscribe();
+  await once(sub, 'subscribed');
+  await writer.publish(channel, { n: 1 });
+  await sleep(100);
+  reader.sockets.at(-1)._socket.destroy();
+  await sleep(100);
+  for (let i = 2; i <= 6; i++) await writer.publish(channel, { n: i });
+  await until(() => contexts.length === 2, 'resubscribed');
+  const again = contexts[1];
+  assert.equal(again.wasRecovering, true);
+  assert.equal(again.recovered, false, 'publications 2..4 are gone');
+  assert.equal(again.streamPosition.offset, 6);
+  reader.disconnect();
+  writer.disconnect();
+  return { recovered: again.recovered, offset: again.streamPosition.offset };
+}
+
+async function listen() {
+  // For the server API test: subscribed, says "ready", then expects the
+  // three publications cent_client.py makes (data n = 1, 2, 3).
+  const c = client({ token: token({ sub: 'listener' }) });
+  c.connect();
+  await once(c, 'connected');
+  const sub = c.newSubscription(process.argv[5]);
+  const got = [];
+  sub.on('publication', (ctx) => got.push(ctx.data.n));
+  sub.subscribe();
+  await once(sub, 'subscribed');
+  console.log('ready');
+  await until(() => got.length >= 3, `3 API publications (have ${got})`, 30000);
+  await sleep(200);
+  assert.deepEqual(got, [1, 2, 3]);
+  c.disconnect();
+  return { received: got };
+}
+
+const scenarios = { basics, badTokens, refresh, recovery, tooOld, listen };
+const run = scenarios[scenario];
+if (!run) {
+  console.error(`unknown scenario ${scenario}`);
+  process.exit(2);
+}
+const guard = setTimeout(() => {
+  console.error(`${scenario}: over 60 s`);
+  process.exit(3);
+}, 60000);
+try {
+  const summary = await run();
+  clearTimeout(guard);
+  console.log(JSON.stringify({ scenario, ...summary }));
+  process.exit(0);
+} catch (e) {
+  console.error(`${scenario}: ${e.stack || e}`);
+  process.exit(1);
+}
