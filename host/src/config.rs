@@ -245,7 +245,7 @@ pub struct Limits {
     pub origins: Vec<String>,
     /// permessage-deflate (`compression`, `compression_min`,
     /// `compression_context`, `compression_level`); off by default.
-    pub compression: crate::ws::deflate::Compression,
+    pub compression: weir_ws::deflate::Compression,
     /// Refuse upgrades without an `Origin` (non-browser clients).
     pub require_origin: bool,
 }
@@ -544,7 +544,7 @@ impl Default for Limits {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             subprotocols: Vec::new(),
             origins: Vec::new(),
-            compression: crate::ws::deflate::Compression::default(),
+            compression: weir_ws::deflate::Compression::default(),
             require_origin: false,
         }
     }

@@ -70,9 +70,6 @@ pub mod server;
 pub mod stats;
 pub mod tls;
 pub mod url_check;
-/// The protocol layer is the `weir-ws` crate; this alias is transitional, for
-/// code on branches written before the split (host code names `weir_ws`).
-pub use weir_ws as ws;
 
 pub use config::Config;
 pub use server::{serve, Shutdown};

@@ -16,7 +16,7 @@ use super::proxy::{proxy_config, refuse_proxy_keys};
 use super::toml_error::toml_error;
 use super::value::{Field, Item, Source};
 use super::*;
-use crate::ws::deflate::Context;
+use weir_ws::deflate::Context;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

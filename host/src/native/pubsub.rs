@@ -32,7 +32,7 @@ pub struct PlainFramer;
 
 impl crate::realtime::Framer for PlainFramer {
     fn publication(&self, _channel: &str, p: &crate::realtime::Publication) -> bytes::Bytes {
-        bytes::Bytes::from(encode::frame(crate::ws::frame::OpCode::Text, &p.data))
+        bytes::Bytes::from(encode::frame(weir_ws::frame::OpCode::Text, &p.data))
     }
 
     fn join_leave(

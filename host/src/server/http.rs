@@ -19,7 +19,6 @@ use crate::reactor::conn::ConnEnv;
 use crate::reactor::outbound::Outbound;
 use crate::reactor::transport::Io;
 use crate::routes::Upgrade;
-use crate::ws::handshake::{self, HandshakeError};
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode, Version};
 use http_body_util::Full;
@@ -34,6 +33,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
+use weir_ws::handshake::{self, HandshakeError};
 
 /// Cap on an HTTP request head; past it hyper answers 431. (hyper's minimum.)
 const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
@@ -479,7 +479,7 @@ async fn handle_request(
     let mut protocol = handshake::negotiate_subprotocol(req.headers(), &limits.subprotocols)
         .and_then(|p| HeaderValue::from_str(p).ok());
     let id = worker.next_conn_id();
-    let deflate = crate::ws::deflate::negotiate(req.headers(), &limits.compression);
+    let deflate = weir_ws::deflate::negotiate(req.headers(), &limits.compression);
     let outbound = Arc::new(Outbound::new(limits.outbound_budget).with_deflate(deflate.as_ref()));
     let params: Vec<(&str, &str)> = params
         .iter()

@@ -21,10 +21,10 @@ use crate::guest::deploy::NoEarlierVersion;
 use crate::guest::{GuestError, GuestRoute, Inherited, Program};
 use crate::registry::ROUTE_REMOVED;
 use crate::routes::RouteError;
-use crate::ws::close::GOING_AWAY;
 use std::path::Path;
 use std::sync::Arc;
 use tracing::{info, warn};
+use weir_ws::close::GOING_AWAY;
 
 /// Why a change was not made; the gateway serves on as before.
 #[derive(Debug, thiserror::Error)]

@@ -14,12 +14,12 @@ use crate::reactor::decode::DataPiece;
 use crate::reactor::outbound::Outbound;
 use crate::realtime::{ClientInfo, HistoryQuery, Join, RealtimeError, StreamPosition};
 use crate::registry::ConnId;
-use crate::ws::encode;
-use crate::ws::frame::OpCode;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weir_ws::encode;
+use weir_ws::frame::OpCode;
 
 /// Time a client has to send its connect command (Centrifugo's
 /// `client_stale_close_delay`): an open socket that never connects is

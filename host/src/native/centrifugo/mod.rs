@@ -17,12 +17,12 @@ use crate::pubsub::Topics;
 use crate::reactor::behaviour::LocalFuture;
 use crate::realtime::{ClientInfo, Framer, Publication, Realtime};
 use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
-use crate::ws::encode;
-use crate::ws::frame::OpCode;
 use bytes::Bytes;
 use std::rc::Rc;
 use std::sync::Arc;
 use token::Verifier;
+use weir_ws::encode;
+use weir_ws::frame::OpCode;
 
 /// What the connect reply names as the server's version.
 pub const SERVER_VERSION: &str = concat!("weir ", env!("CARGO_PKG_VERSION"));

@@ -467,7 +467,7 @@ async fn session_request(
 /// `GET /console?path=/echo` upgraded to a WebSocket: the bridge to that
 /// route ([`console`]). The page must be the dashboard's own origin.
 fn console_request(mut req: Request<Incoming>, admin: &Arc<Admin>) -> Response<Full<Bytes>> {
-    use crate::ws::handshake;
+    use weir_ws::handshake;
     let target = req
         .uri()
         .query()
@@ -646,7 +646,7 @@ fn drain(route: &str, draining: bool, changes: &Changes) -> Response<Full<Bytes>
     if draining {
         shared
             .registry
-            .close_route(index, crate::ws::close::GOING_AWAY, DRAINED_REASON);
+            .close_route(index, weir_ws::close::GOING_AWAY, DRAINED_REASON);
         // An upgrade that passed the draining check just before the flag
         // was set registers its connection right after its 101: sweep again
         // once those are in the registry.
@@ -656,11 +656,9 @@ fn drain(route: &str, draining: bool, changes: &Changes) -> Response<Full<Bytes>
                 tokio::time::sleep(wait).await;
                 let table = shared.routes.load();
                 if table.routes.get(index).is_some_and(|r| r.draining()) {
-                    shared.registry.close_route(
-                        index,
-                        crate::ws::close::GOING_AWAY,
-                        DRAINED_REASON,
-                    );
+                    shared
+                        .registry
+                        .close_route(index, weir_ws::close::GOING_AWAY, DRAINED_REASON);
                 }
             }
         });
