@@ -308,3 +308,25 @@ fn check_warns_when_a_route_sets_io_its_component_cannot_use() {
         "{stderr}"
     );
 }
+
+/// The realtime example (Centrifugo's protocol and API) is a file `weir
+/// check` accepts as shipped, with its secrets in the environment.
+#[test]
+fn check_accepts_the_realtime_example() {
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/realtime/routes.toml");
+    let out = weir()
+        .arg("check")
+        .arg(&file)
+        .env(
+            "WEIR_TOKEN_HMAC_SECRET",
+            "example-token-secret-0123456789abcdef",
+        )
+        .env("WEIR_API_KEY", "example-api-key-0123456789abcdef")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("ok: 1 route"),
+        "{out:?}"
+    );
+}

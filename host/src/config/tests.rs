@@ -727,7 +727,7 @@ fn readme_routes_example_parses() {
         .and_then(|rest| rest.split("```").next())
         .expect("README has a ```toml block");
     let config = parse(example);
-    assert_eq!(config.routes.len(), 6);
+    assert_eq!(config.routes.len(), 7);
     assert_eq!(config.server.limits, Limits::default());
     assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
     // The pubsub route shows its keys at their defaults.
@@ -737,12 +737,20 @@ fn readme_routes_example_parses() {
     );
     assert!(matches!(config.cluster, Some(ClusterConfig::Redis(_))));
     // The proxy route shows connect_timeout at its default.
-    let Behaviour::Native(NativeKind::Proxy(proxy)) = &config.routes[3].behaviour else {
-        panic!("README's fourth route is a proxy");
+    assert!(
+        matches!(
+            config.routes[3].behaviour,
+            Behaviour::Native(NativeKind::Centrifugo(_))
+        ),
+        "README's fourth route is centrifugo"
+    );
+    assert!(config.api.is_some(), "README shows the [api] section");
+    let Behaviour::Native(NativeKind::Proxy(proxy)) = &config.routes[4].behaviour else {
+        panic!("README's fifth route is a proxy");
     };
     assert_eq!(proxy.connect_timeout, DEFAULT_PROXY_CONNECT_TIMEOUT);
-    let Behaviour::Guest(chat) = &config.routes[4].behaviour else {
-        panic!("README's fifth route is a guest");
+    let Behaviour::Guest(chat) = &config.routes[5].behaviour else {
+        panic!("README's sixth route is a guest");
     };
     // The README shows each guest key at its default.
     let mut defaults = GuestConfig::defaults(chat.wasm.clone());
