@@ -179,10 +179,23 @@ pub struct Routes {
 impl Routes {
     /// Builds every route of `config`; guest components are compiled here.
     pub fn build(config: &Config, registry: &Arc<Registry>) -> Result<Routes, RouteError> {
-        let broker: Arc<dyn Broker> = match &config.cluster {
-            Some(cluster) => crate::pubsub::cluster::RedisBroker::start(cluster.clone())
-                .map_err(RouteError::Broker)?,
-            None => Arc::new(LocalBroker),
+        let (broker, realtime): (Arc<dyn Broker>, _) = match &config.cluster {
+            Some(cluster) => {
+                let broker = crate::pubsub::cluster::RedisBroker::start(cluster.clone())
+                    .map_err(RouteError::Broker)?;
+                let store = crate::realtime::redis::RedisStore::start(cluster.clone())
+                    .map_err(RouteError::Broker)?;
+                let realtime = crate::realtime::Realtime::clustered(
+                    config.namespaces.clone(),
+                    store,
+                    broker.clone(),
+                );
+                (broker, realtime)
+            }
+            None => (
+                Arc::new(LocalBroker),
+                crate::realtime::Realtime::new(config.namespaces.clone()),
+            ),
         };
         let mut routes = Routes {
             router: matchit::Router::new(),
@@ -190,7 +203,7 @@ impl Routes {
             live: Vec::new(),
             shared_topics: HashMap::new(),
             fanout: Arc::new(Fanout::new(config.server.workers)),
-            realtime: crate::realtime::Realtime::new(config.namespaces.clone()),
+            realtime,
             broker,
             engine: None,
             cache_dir: config.server.cache_dir.clone(),

@@ -124,6 +124,7 @@ impl Behaviour for PubSub {
             outbound: outbound.clone(),
             slow: self.route.config.slow_subscriber,
             since: 0,
+            positioned: false,
         };
         self.topic = Some(self.route.topics.join(&self.name, sub));
     }

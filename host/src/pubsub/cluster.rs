@@ -24,12 +24,13 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, RedisResult, Value};
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use tokio::sync::Notify;
+use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
 use weir_ws::frame::whole_server_frames;
 
@@ -57,6 +58,14 @@ const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 /// Marks a weir message (the first byte of the payload).
 const TAG: u8 = b'w';
 const HEADER_BYTES: usize = 9;
+
+/// The real-time core's end of the link: the channels it watches
+/// ([`RedisBroker::watch_realtime`]) are handed to it as they come, every
+/// node's included (the core delivers its own publications from Redis
+/// too, so one channel's positions reach it in one order).
+pub trait RealtimeSink: Send + Sync {
+    fn receive(&self, channel: &str, payload: Bytes);
+}
 
 /// The link's figures for `/metrics`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +153,19 @@ pub struct RedisBroker {
     /// Bytes of received messages not yet handled ([`BoundedPushes`]).
     received_queued: Arc<AtomicUsize>,
     received_dropped: Arc<AtomicU64>,
+    /// The namespace name the real-time core's channels are wanted under
+    /// (no route path or `topics` name can be it: it starts with NUL).
+    realtime_namespace: Arc<str>,
+    realtime: RwLock<Option<Weak<dyn RealtimeSink>>>,
+    /// Why each real-time channel is watched: the core's subscribes and the
+    /// adapters' topics with local subscribers, counted.
+    realtime_watch: Mutex<HashMap<String, usize>>,
+    /// Topic namespaces whose topics are real-time channels (adapters).
+    realtime_adapters: RwLock<Vec<Arc<str>>>,
+    /// Redis channels subscribed now, and a count that moves whenever the
+    /// set does (what [`wait_subscribed`](Self::wait_subscribed) watches).
+    active: Mutex<HashSet<String>>,
+    active_changed: watch::Sender<u64>,
 }
 
 impl RedisBroker {
@@ -167,6 +189,12 @@ impl RedisBroker {
             queued_bytes: AtomicUsize::new(0),
             received_queued: Arc::default(),
             received_dropped: Arc::default(),
+            realtime_namespace: Arc::from("\0realtime"),
+            realtime: RwLock::new(None),
+            realtime_watch: Mutex::default(),
+            realtime_adapters: RwLock::default(),
+            active: Mutex::default(),
+            active_changed: watch::Sender::new(0),
         });
         let link = broker.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -209,6 +237,7 @@ impl RedisBroker {
                     let why = self.serve(&mut link, &mut queue, &mut push_rx).await;
                     self.connected.store(false, Ordering::Release);
                     self.subscribed.store(0, Ordering::Release);
+                    self.set_active(|active| active.clear());
                     self.link_failures.fetch_add(1, Ordering::Relaxed);
                     lost_before = self.lost.load(Ordering::Relaxed);
                     warn!(error = %why, "cluster: Redis link lost; local delivery goes on, \
@@ -307,6 +336,9 @@ impl RedisBroker {
         if subscribed.remove(channel).is_none() {
             return false;
         }
+        self.set_active(|active| {
+            active.remove(channel);
+        });
         self.resubscribed.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             channel,
@@ -337,7 +369,90 @@ impl RedisBroker {
         }
         *subscribed = wanted;
         self.subscribed.store(subscribed.len(), Ordering::Release);
+        self.set_active(|active| {
+            active.retain(|c| !remove.contains(c));
+            active.extend(add);
+        });
         Ok(())
+    }
+
+    fn set_active(&self, change: impl FnOnce(&mut HashSet<String>)) {
+        change(&mut self.active.lock().expect("cluster lock"));
+        self.active_changed.send_modify(|n| *n += 1);
+    }
+
+    /// The real-time core receives the channels it watches.
+    pub fn attach_realtime(&self, sink: Weak<dyn RealtimeSink>) {
+        *self.realtime.write().expect("cluster lock") = Some(sink);
+    }
+
+    /// `namespace`'s topics are real-time channels: while one has local
+    /// subscribers, its channel's messages come to this node.
+    pub fn realtime_adapter(&self, namespace: &Arc<str>) {
+        let mut adapters = self.realtime_adapters.write().expect("cluster lock");
+        if !adapters.contains(namespace) {
+            adapters.push(namespace.clone());
+        }
+    }
+
+    fn is_realtime_adapter(&self, namespace: &str) -> bool {
+        self.realtime_adapters
+            .read()
+            .expect("cluster lock")
+            .iter()
+            .any(|n| &**n == namespace)
+    }
+
+    /// The real-time core wants `channel`'s messages on this node (until
+    /// as many [`unwatch_realtime`](Self::unwatch_realtime) calls).
+    pub fn watch_realtime(&self, channel: &str) {
+        let mut watch = self.realtime_watch.lock().expect("cluster lock");
+        let count = watch.entry(channel.to_string()).or_insert(0);
+        *count += 1;
+        if *count == 1 {
+            let mut wanted = self.wanted.lock().expect("cluster lock");
+            wanted.insert(
+                realtime_channel(channel),
+                (self.realtime_namespace.clone(), channel.into()),
+            );
+            drop(wanted);
+            self.wanted_changed.notify_one();
+        }
+    }
+
+    pub fn unwatch_realtime(&self, channel: &str) {
+        let mut watch = self.realtime_watch.lock().expect("cluster lock");
+        let Some(count) = watch.get_mut(channel) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            watch.remove(channel);
+            let mut wanted = self.wanted.lock().expect("cluster lock");
+            wanted.remove(&realtime_channel(channel));
+            drop(wanted);
+            self.wanted_changed.notify_one();
+        }
+    }
+
+    /// Waits until Redis confirms this node's subscription to the real-time
+    /// `channel` (watched before), or fails after `within`: what is
+    /// published from then on reaches this node.
+    pub async fn wait_subscribed(&self, channel: &str, within: Duration) -> bool {
+        let name = realtime_channel(channel);
+        let mut changes = self.active_changed.subscribe();
+        let wait = async {
+            loop {
+                changes.borrow_and_update();
+                if self.active.lock().expect("cluster lock").contains(&name) {
+                    return;
+                }
+                if changes.changed().await.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        };
+        tokio::time::timeout(within, wait).await.is_ok()
     }
 
     async fn send(&self, link: &mut Link, batch: &[Outgoing]) -> RedisResult<()> {
@@ -362,6 +477,18 @@ impl RedisBroker {
         else {
             return;
         };
+        if let Some((_, topic)) = std::str::from_utf8(&channel)
+            .ok()
+            .and_then(|c| subscribed.get(c))
+            .filter(|(namespace, _)| Arc::ptr_eq(namespace, &self.realtime_namespace))
+        {
+            let sink = self.realtime.read().expect("cluster lock").clone();
+            if let Some(sink) = sink.and_then(|s| s.upgrade()) {
+                self.received.fetch_add(1, Ordering::Relaxed);
+                sink.receive(topic, Bytes::from(payload));
+            }
+            return;
+        }
         if payload.len() <= HEADER_BYTES || payload[0] != TAG {
             return;
         }
@@ -407,6 +534,9 @@ impl Broker for RedisBroker {
         wanted.insert(channel(namespace, topic), (namespace.clone(), topic.into()));
         drop(wanted);
         self.wanted_changed.notify_one();
+        if self.is_realtime_adapter(namespace) {
+            self.watch_realtime(topic);
+        }
     }
 
     fn unwatch(&self, namespace: &Arc<str>, topic: &str) {
@@ -414,6 +544,9 @@ impl Broker for RedisBroker {
         wanted.remove(&channel(namespace, topic));
         drop(wanted);
         self.wanted_changed.notify_one();
+        if self.is_realtime_adapter(namespace) {
+            self.unwatch_realtime(topic);
+        }
     }
 
     fn publish(&self, namespace: &Arc<str>, topic: &Arc<str>, frames: &Bytes) {
@@ -474,6 +607,18 @@ pub fn channel(namespace: &str, topic: &str) -> String {
     escape_into(&mut out, namespace);
     out.push(':');
     escape_into(&mut out, topic);
+    out
+}
+
+/// The Redis channel of a real-time channel: `weir:rt:{<channel>}`, the
+/// channel (escaped as in [`channel`]) as the hash tag, so in a Redis
+/// Cluster the channel's keys (`realtime::redis`) and its messages live on
+/// one shard and a script can write both.
+pub fn realtime_channel(channel: &str) -> String {
+    let mut out = String::with_capacity(10 + channel.len());
+    out.push_str("weir:rt:{");
+    escape_into(&mut out, channel);
+    out.push('}');
     out
 }
 

@@ -60,6 +60,9 @@ pub struct Subscriber {
     /// to here already in hand (a real-time subscribe that recovered from
     /// history). 0 for every other subscriber.
     pub since: u64,
+    /// It follows the topic's positions (a real-time subscriber that knows
+    /// offsets), so a break in them must end its subscription.
+    pub positioned: bool,
 }
 
 impl Subscriber {
@@ -348,6 +351,7 @@ impl Topics {
                 outbound,
                 slow: SlowSubscriber::Close,
                 since: 0,
+                positioned: false,
             },
         );
     }
@@ -414,6 +418,22 @@ impl Topics {
         }
     }
 
+    /// Closes every local subscriber of `topic` that joined at a position
+    /// (a real-time subscriber whose channel lost its continuity: it
+    /// reconnects and recovers, or is told it cannot).
+    pub fn close_positioned(&self, topic: &str, code: u16, reason: &str) {
+        let Some(entry) = self.lookup(topic) else {
+            return;
+        };
+        for worker in entry.workers.iter() {
+            for sub in worker.list.lock().expect("topic lock").iter() {
+                if sub.positioned {
+                    sub.outbound.close(code, reason);
+                }
+            }
+        }
+    }
+
     /// The workers' delivery queues are over their budget: publishers
     /// should stop reading until they drain.
     pub fn congested(&self) -> bool {
@@ -456,6 +476,7 @@ mod tests {
             outbound: Arc::new(Outbound::new(budget)),
             slow,
             since: 0,
+            positioned: false,
         }
     }
 
@@ -584,6 +605,7 @@ mod tests {
             outbound: Arc::new(Outbound::new(1 << 20).with_deflate(Some(&n))),
             slow: SlowSubscriber::Close,
             since: 0,
+            positioned: false,
         }
     }
 

@@ -183,6 +183,30 @@ impl Stream {
 
     /// Forgets the publications; the position stays, so subscribers keep
     /// counting (Centrifugo's `history_remove`).
+    /// A stream that continues another's (a node's copy of what Redis
+    /// holds): at `top` in `epoch`, with no publications yet.
+    pub fn at(top: StreamPosition) -> Stream {
+        Stream {
+            epoch: top.epoch,
+            top: top.offset,
+            entries: VecDeque::new(),
+            bytes: 0,
+        }
+    }
+
+    /// Keeps a publication whose offset was given elsewhere (the next one).
+    pub fn record(&mut self, publication: Publication, size: usize, max_bytes: usize) {
+        self.top = publication.offset;
+        self.append(publication, size, max_bytes);
+    }
+
+    /// The publications after `after` up to the top, if all are still here.
+    pub fn since(&self, after: u64) -> Option<Vec<Publication>> {
+        let missed = self.after(after);
+        let covered = after >= self.top || missed.first().is_some_and(|p| p.offset == after + 1);
+        covered.then_some(missed)
+    }
+
     pub fn clear(&mut self) {
         self.entries.clear();
         self.bytes = 0;
@@ -201,7 +225,7 @@ fn cost(p: &Publication) -> usize {
 
 /// A random epoch: 8 hex digits, so a restarted gateway or a re-created
 /// channel never matches a position from before.
-fn new_epoch() -> String {
+pub(crate) fn new_epoch() -> String {
     let mut raw = [0u8; 4];
     getrandom::fill(&mut raw).expect("the OS random source");
     raw.iter().map(|b| format!("{b:02x}")).collect()

@@ -12,20 +12,32 @@
 //! so a subscriber gets every publication exactly once, in offset order,
 //! whether it came in the reply or live.
 //!
-//! Storage is in memory ([`history::Stream`], [`presence::Presence`]); a
-//! Redis store (Streams with MAXLEN and TTL and an epoch key, presence hashes
-//! with per-entry expiry) takes their place behind the same calls with
-//! `[cluster]` (not built yet).
+//! Storage is in memory on one node ([`history::Stream`],
+//! [`presence::Presence`]). With `[cluster]`, Redis holds positions, history
+//! and presence ([`redis::RedisStore`]) and carries every publication, this
+//! node's own included, to the nodes that watch its channel; a node's
+//! stream is then its copy of the channel's recent publications, kept as
+//! they arrive, which joins a subscribe's Redis read to live delivery
+//! without a gap or a repeat (see [`Realtime::subscribe`]). A node that
+//! sees a channel's positions jump (messages lost between Redis and it, or
+//! a new epoch) closes its positioned subscribers of the channel
+//! ([`Framer::discontinuity`]): they reconnect and recover, or are told
+//! they cannot.
+//!
+//! Calls that may wait on Redis are `async`; on one node they finish at
+//! their first poll, so adapters run them inline ([`Realtime::runtime`]).
 
 pub mod clients;
 pub mod history;
 pub mod namespace;
 pub mod presence;
+pub mod redis;
 
 pub use history::{HistoryQuery, Recovery, StreamPosition};
 pub use namespace::{NamespaceOptions, Namespaces};
 pub use presence::PresenceStats;
 
+use crate::pubsub::cluster::{RealtimeSink, RedisBroker};
 use crate::pubsub::{Subscriber, Topics};
 use crate::reactor::outbound::Outbound;
 use crate::registry::ConnId;
@@ -33,9 +45,10 @@ use bytes::Bytes;
 use history::{HistoryError, Stream};
 use namespace::ChannelNameError;
 use presence::{Presence, PresenceError};
+use redis::{Message, ReadFrom, RedisStore};
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 /// How long a publish's `idempotency_key` answers a repeat with the first
@@ -79,6 +92,12 @@ pub trait Framer: Send + Sync {
     fn publication(&self, channel: &str, publication: &Publication) -> Bytes;
     /// A join (true) or leave push, if the adapter's clients get them.
     fn join_leave(&self, channel: &str, info: &ClientInfo, join: bool) -> Option<Bytes>;
+    /// The close (code, reason) for a positioned subscriber whose
+    /// channel's positions broke on this node: its client reconnects and
+    /// recovers from where it was.
+    fn discontinuity(&self) -> Option<(u16, &'static str)> {
+        None
+    }
 }
 
 /// Why the core refuses a request; adapters map these to their codes.
@@ -93,6 +112,65 @@ pub enum RealtimeError {
     /// Presence or history asked of a namespace that keeps none.
     #[error("not available")]
     NotAvailable,
+    /// Redis did not answer (with `[cluster]`): nothing was done.
+    #[error("internal server error")]
+    Unavailable,
+}
+
+/// A subscription's state, shared by its connection and the core: with
+/// `[cluster]` a subscribe finishes after Redis answers, and the client may
+/// leave meanwhile.
+#[derive(Debug, Default)]
+pub struct Subscription(AtomicU8);
+
+const PENDING: u8 = 0;
+const ACTIVE: u8 = 1;
+const FAILED: u8 = 2;
+const CANCELLED: u8 = 3;
+
+impl Subscription {
+    /// The subscribe was refused: the channel may be subscribed again.
+    pub fn failed(&self) -> bool {
+        self.0.load(Ordering::Acquire) == FAILED
+    }
+
+    fn activate(&self) -> bool {
+        self.0
+            .compare_exchange(PENDING, ACTIVE, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    fn fail(&self) {
+        let _ = self
+            .0
+            .compare_exchange(PENDING, FAILED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Ends it; true if it was active (the caller undoes the join).
+    fn cancel(&self) -> bool {
+        self.0.swap(CANCELLED, Ordering::AcqRel) == ACTIVE
+    }
+}
+
+/// A subscribe request, owned (it may outlive the command that made it).
+pub struct Subscribe {
+    pub channel: String,
+    pub topics: Arc<Topics>,
+    pub conn: ConnId,
+    pub outbound: Arc<Outbound>,
+    pub member: Arc<ClientInfo>,
+    pub recoverable: bool,
+    pub recover: Option<StreamPosition>,
+    pub subscription: Arc<Subscription>,
+}
+
+/// Frames a subscribe's reply from what it found.
+pub type Reply = Box<dyn FnOnce(&Subscribed) -> Bytes + Send>;
+
+/// The Redis side, with `[cluster]`.
+struct Cluster {
+    store: Arc<RedisStore>,
+    broker: Arc<RedisBroker>,
 }
 
 /// A client joining a channel through an adapter.
@@ -125,6 +203,10 @@ pub struct Subscribed {
 #[derive(Default)]
 struct ChannelState {
     stream: Stream,
+    /// With `[cluster]`: `stream` follows the channel's positions in Redis
+    /// (it is watched, and a subscribe or a message gave it a position).
+    seeded: bool,
+    /// This node's members (with `[cluster]`, the ones it refreshes).
     presence: Presence,
     /// Subscribers in every adapter: a channel with any is never swept.
     subscribers: usize,
@@ -150,6 +232,7 @@ pub struct Realtime {
     published: AtomicU64,
     /// Connected clients by user (the server API's `disconnect`, `info`).
     pub clients: clients::Clients,
+    cluster: Option<Cluster>,
 }
 
 impl Realtime {
@@ -161,7 +244,45 @@ impl Realtime {
             ops: AtomicU64::new(0),
             published: AtomicU64::new(0),
             clients: clients::Clients::default(),
+            cluster: None,
         })
+    }
+
+    /// The core across nodes: `store` holds positions, history and
+    /// presence, and `broker`'s link brings each watched channel's messages.
+    pub fn clustered(
+        namespaces: Namespaces,
+        store: Arc<RedisStore>,
+        broker: Arc<RedisBroker>,
+    ) -> Arc<Realtime> {
+        let runtime = store.runtime().clone();
+        let realtime = Arc::new(Realtime {
+            namespaces,
+            channels: Mutex::default(),
+            adapters: RwLock::default(),
+            ops: AtomicU64::new(0),
+            published: AtomicU64::new(0),
+            clients: clients::Clients::default(),
+            cluster: Some(Cluster { store, broker }),
+        });
+        let sink: Weak<dyn RealtimeSink> = Arc::downgrade(&realtime) as Weak<dyn RealtimeSink>;
+        realtime
+            .cluster()
+            .expect("clustered")
+            .broker
+            .attach_realtime(sink);
+        runtime.spawn(refresh_presence(Arc::downgrade(&realtime)));
+        realtime
+    }
+
+    fn cluster(&self) -> Option<&Cluster> {
+        self.cluster.as_ref()
+    }
+
+    /// Where calls that wait on Redis run; None on one node, where every
+    /// call finishes at its first poll.
+    pub fn runtime(&self) -> Option<&tokio::runtime::Handle> {
+        self.cluster().map(|c| c.store.runtime())
     }
 
     pub fn namespaces(&self) -> &Namespaces {
@@ -176,6 +297,9 @@ impl Realtime {
     /// Publications of every channel reach `topics` (topic = channel name),
     /// framed by `framer`; attaching the same namespace again does nothing.
     pub fn attach(&self, topics: &Arc<Topics>, framer: Arc<dyn Framer>) {
+        if let Some(cluster) = self.cluster() {
+            cluster.broker.realtime_adapter(topics.name());
+        }
         let mut adapters = self.adapters.write().expect("adapters lock");
         if !adapters.iter().any(|a| Arc::ptr_eq(&a.topics, topics)) {
             adapters.push(Adapter {
@@ -202,7 +326,7 @@ impl Realtime {
     /// and no epoch in a channel without history). A repeated
     /// `idempotency_key` within [`IDEMPOTENCY_TTL`] answers the first
     /// publish's position and publishes nothing.
-    pub fn publish(
+    fn publish_here(
         &self,
         channel: &str,
         data: Bytes,
@@ -291,7 +415,7 @@ impl Realtime {
     /// topic, all under the channel's lock (see the module head). Refused
     /// when the channel's presence is full, or (`reject_unrecovered`) when
     /// the recovery failed.
-    pub fn subscribe(
+    fn subscribe_here(
         &self,
         join: Join<'_>,
         reject_unrecovered: bool,
@@ -340,6 +464,7 @@ impl Realtime {
                 outbound: join.outbound.clone(),
                 slow: crate::config::SlowSubscriber::Close,
                 since: found.top.offset,
+                positioned: history,
             },
         );
         state.subscribers += 1;
@@ -350,7 +475,7 @@ impl Realtime {
     }
 
     /// Ends a client's subscription (from [`subscribe`](Self::subscribe)).
-    pub fn unsubscribe(&self, channel: &str, topics: &Topics, conn: ConnId, client: &str) {
+    fn unsubscribe_here(&self, channel: &str, topics: &Topics, conn: ConnId, client: &str) {
         topics.unsubscribe(channel, conn);
         let Some(state) = self.existing(channel) else {
             return;
@@ -368,7 +493,7 @@ impl Realtime {
     }
 
     /// Who is in `channel` (namespaces with `presence` only).
-    pub fn presence(&self, channel: &str) -> Result<Vec<Arc<ClientInfo>>, RealtimeError> {
+    fn presence_here(&self, channel: &str) -> Result<Vec<Arc<ClientInfo>>, RealtimeError> {
         if !self.namespaces.of(channel)?.presence {
             return Err(RealtimeError::NotAvailable);
         }
@@ -381,7 +506,7 @@ impl Realtime {
         })
     }
 
-    pub fn presence_stats(&self, channel: &str) -> Result<PresenceStats, RealtimeError> {
+    fn presence_stats_here(&self, channel: &str) -> Result<PresenceStats, RealtimeError> {
         if !self.namespaces.of(channel)?.presence {
             return Err(RealtimeError::NotAvailable);
         }
@@ -392,7 +517,7 @@ impl Realtime {
     }
 
     /// `channel`'s history and its position (namespaces with history only).
-    pub fn history(
+    fn history_here(
         &self,
         channel: &str,
         query: &HistoryQuery,
@@ -409,7 +534,7 @@ impl Realtime {
     }
 
     /// Forgets `channel`'s publications; its position stays.
-    pub fn history_remove(&self, channel: &str) -> Result<(), RealtimeError> {
+    fn history_remove_here(&self, channel: &str) -> Result<(), RealtimeError> {
         if !self.namespaces.of(channel)?.keeps_history() {
             return Err(RealtimeError::NotAvailable);
         }
@@ -417,6 +542,441 @@ impl Realtime {
             state.lock().expect("channel lock").stream.clear();
         }
         Ok(())
+    }
+
+    /// Publishes `data` (JSON text) into `channel`: its position (offset 0
+    /// and no epoch in a channel without history). A repeated
+    /// `idempotency_key` within [`IDEMPOTENCY_TTL`] answers the first
+    /// publish's position and publishes nothing.
+    pub async fn publish(
+        self: Arc<Self>,
+        channel: String,
+        data: Bytes,
+        info: Option<Arc<ClientInfo>>,
+        idempotency_key: Option<String>,
+    ) -> Result<StreamPosition, RealtimeError> {
+        let Some(cluster) = self.cluster() else {
+            return self.publish_here(&channel, data, info, idempotency_key.as_deref());
+        };
+        let options = self.namespaces.of(&channel)?;
+        let history = options
+            .keeps_history()
+            .then_some((options.history_size, options.history_ttl));
+        let at = cluster
+            .store
+            .publish(
+                &channel,
+                &data,
+                info.as_deref(),
+                history,
+                idempotency_key.as_deref(),
+            )
+            .await?;
+        self.published.fetch_add(1, Ordering::Relaxed);
+        Ok(at)
+    }
+
+    /// Subscribes a client: recovers what it missed if it asks, queues the
+    /// reply `reply` frames and joins the topic, so the client gets every
+    /// publication once, in order. Refused when the channel's presence is
+    /// full, when the recovery failed and `reject_unrecovered`, or (with
+    /// `[cluster]`) when Redis does not answer. A refused or cancelled
+    /// subscribe leaves nothing behind.
+    pub async fn subscribe(
+        self: Arc<Self>,
+        req: Subscribe,
+        reject_unrecovered: bool,
+        reply: Reply,
+    ) -> Result<(), RealtimeError> {
+        let result = match self.cluster() {
+            None => self
+                .subscribe_here(
+                    Join {
+                        channel: &req.channel,
+                        topics: &req.topics,
+                        conn: req.conn,
+                        outbound: &req.outbound,
+                        member: req.member.clone(),
+                        recoverable: req.recoverable,
+                        recover: req.recover.clone(),
+                    },
+                    reject_unrecovered,
+                    reply,
+                )
+                .map(|()| {
+                    req.subscription.activate();
+                }),
+            Some(_) => {
+                self.clone()
+                    .subscribe_across(&req, reject_unrecovered, reply)
+                    .await
+            }
+        };
+        if result.is_err() {
+            req.subscription.fail();
+        }
+        result
+    }
+
+    /// Ends a client's subscription (one [`subscribe`](Self::subscribe)
+    /// made); a subscribe still waiting on Redis is called off instead.
+    pub fn leave(
+        &self,
+        channel: &str,
+        topics: &Topics,
+        conn: ConnId,
+        member: &Arc<ClientInfo>,
+        subscription: &Subscription,
+    ) {
+        if !subscription.cancel() {
+            return;
+        }
+        let Some(cluster) = self.cluster() else {
+            return self.unsubscribe_here(channel, topics, conn, &member.client);
+        };
+        let Some(state) = self.existing(channel) else {
+            return topics.unsubscribe(channel, conn);
+        };
+        let mut state = state.lock().expect("channel lock");
+        topics.unsubscribe(channel, conn);
+        state.presence.remove(&member.client);
+        self.release(cluster, channel, &mut state);
+        drop(state);
+        let Ok(options) = self.namespaces.of(channel) else {
+            return;
+        };
+        let (presence, join_leave) = (options.presence, options.join_leave);
+        let (store, channel, member) = (cluster.store.clone(), channel.to_string(), member.clone());
+        cluster.store.runtime().spawn(async move {
+            if presence {
+                store.presence_remove(&channel, &member.client).await;
+            }
+            if join_leave {
+                store.join_leave(&channel, &member, false).await;
+            }
+        });
+    }
+
+    /// One subscriber fewer on this node: the last one's leaving stops the
+    /// watch (and the node's copy of the stream, which would go stale).
+    fn release(&self, cluster: &Cluster, channel: &str, state: &mut ChannelState) {
+        state.subscribers = state.subscribers.saturating_sub(1);
+        if state.subscribers == 0 {
+            cluster.broker.unwatch_realtime(channel);
+            state.seeded = false;
+            state.stream.clear();
+        }
+    }
+
+    /// [`subscribe`](Self::subscribe) with `[cluster]`. The channel is
+    /// watched first and Redis confirms it, so every publication after the
+    /// read below reaches this node; then, under the channel's lock, the
+    /// read is joined to what arrived meanwhile (the node's stream has it):
+    /// the reply carries everything up to the newest position seen, and
+    /// live delivery skips what the reply has.
+    async fn subscribe_across(
+        self: Arc<Self>,
+        req: &Subscribe,
+        reject_unrecovered: bool,
+        reply: Reply,
+    ) -> Result<(), RealtimeError> {
+        let cluster = self.cluster().expect("clustered");
+        let options = self.namespaces.of(&req.channel)?.clone();
+        self.tick();
+        let state = self.channel(&req.channel);
+        {
+            let mut state = state.lock().expect("channel lock");
+            state.subscribers += 1;
+            if state.subscribers == 1 {
+                cluster.broker.watch_realtime(&req.channel);
+            }
+        }
+        let result = self
+            .clone()
+            .join_across(cluster, &state, &options, req, reject_unrecovered, reply)
+            .await;
+        let joined = matches!(result, Ok(true));
+        if !joined {
+            // Refused, failed or called off: undo what this subscribe did.
+            {
+                let mut locked = state.lock().expect("channel lock");
+                self.release(cluster, &req.channel, &mut locked);
+            }
+            if options.presence && !matches!(result, Err(RealtimeError::Presence(_))) {
+                cluster
+                    .store
+                    .presence_remove(&req.channel, &req.member.client)
+                    .await;
+            }
+        } else if options.join_leave {
+            cluster
+                .store
+                .join_leave(&req.channel, &req.member, true)
+                .await;
+        }
+        result.map(|_| ())
+    }
+
+    /// The Redis half of [`subscribe_across`](Self::subscribe_across):
+    /// true once joined, false if the client left meanwhile.
+    async fn join_across(
+        self: Arc<Self>,
+        cluster: &Cluster,
+        state: &Mutex<ChannelState>,
+        options: &NamespaceOptions,
+        req: &Subscribe,
+        reject_unrecovered: bool,
+        reply: Reply,
+    ) -> Result<bool, RealtimeError> {
+        let channel = req.channel.as_str();
+        if !cluster
+            .broker
+            .wait_subscribed(channel, redis::REDIS_TIMEOUT)
+            .await
+        {
+            return Err(RealtimeError::Unavailable);
+        }
+        if options.presence {
+            let added = cluster
+                .store
+                .presence_add(
+                    channel,
+                    std::slice::from_ref(&req.member),
+                    options.presence_max,
+                )
+                .await?;
+            if !added {
+                return Err(PresenceError::PresenceFull.into());
+            }
+        }
+        let history = options.keeps_history();
+        let recoverable = history && (req.recoverable || options.force_recovery);
+        let recover = req.recover.as_ref().filter(|_| recoverable);
+        // A few tries: a read may find the node's stream ahead of it by
+        // more than the stream keeps (a burst between the read and now).
+        for _ in 0..3 {
+            let read = match (history, recover) {
+                (false, _) => None,
+                (true, from) => Some(
+                    cluster
+                        .store
+                        .read(
+                            channel,
+                            from.map_or(ReadFrom::PositionOnly, |p| ReadFrom::After(p.offset)),
+                            options.history_size,
+                            false,
+                            options.history_ttl,
+                        )
+                        .await?,
+                ),
+            };
+            let mut locked = state.lock().expect("channel lock");
+            let mut top = StreamPosition::default();
+            let mut later = Vec::new();
+            if let Some(read) = &read {
+                top = read.top.clone();
+                if !locked.seeded {
+                    locked.stream = Stream::at(top.clone());
+                    locked.seeded = true;
+                } else if locked.stream.epoch() != top.epoch {
+                    // Redis started a new epoch: this node's subscribers
+                    // hold positions of the old one.
+                    self.discontinuity(channel);
+                    locked.stream = Stream::at(top.clone());
+                } else if locked.stream.position().offset > top.offset {
+                    match locked.stream.since(top.offset) {
+                        Some(missed) => later = missed,
+                        None => continue,
+                    }
+                    top.offset = locked.stream.position().offset;
+                }
+            }
+            let recovery = match (recover, &read) {
+                (Some(since), Some(read)) => Some(recovery_of(since, read, later, &top)),
+                _ => None,
+            };
+            if reject_unrecovered && recovery.as_ref().is_some_and(|r| !r.recovered) {
+                return Err(HistoryError::UnrecoverablePosition.into());
+            }
+            if !req.subscription.activate() {
+                return Ok(false);
+            }
+            let found = Subscribed {
+                positioned: history,
+                recoverable,
+                recovery,
+                top,
+            };
+            req.outbound.send_frames(&reply(&found));
+            req.topics.join(
+                channel,
+                Subscriber {
+                    conn: req.conn,
+                    outbound: req.outbound.clone(),
+                    slow: crate::config::SlowSubscriber::Close,
+                    since: found.top.offset,
+                    positioned: history,
+                },
+            );
+            if options.presence {
+                let _ = locked.presence.add(req.member.clone(), 0);
+            }
+            return Ok(true);
+        }
+        Err(RealtimeError::Unavailable)
+    }
+
+    /// Closes the positioned subscribers of `channel` on this node (their
+    /// positions no longer follow the channel's).
+    fn discontinuity(&self, channel: &str) {
+        for adapter in self.adapters.read().expect("adapters lock").iter() {
+            if let Some((code, reason)) = adapter.framer.discontinuity() {
+                adapter.topics.close_positioned(channel, code, reason);
+            }
+        }
+    }
+
+    /// Who is in `channel` (namespaces with `presence` only); with
+    /// `[cluster]`, on every node.
+    pub async fn presence(
+        self: Arc<Self>,
+        channel: String,
+    ) -> Result<Vec<Arc<ClientInfo>>, RealtimeError> {
+        let Some(cluster) = self.cluster() else {
+            return self.presence_here(&channel);
+        };
+        if !self.namespaces.of(&channel)?.presence {
+            return Err(RealtimeError::NotAvailable);
+        }
+        cluster.store.presence(&channel).await
+    }
+
+    pub async fn presence_stats(
+        self: Arc<Self>,
+        channel: String,
+    ) -> Result<PresenceStats, RealtimeError> {
+        if self.cluster().is_none() {
+            return self.presence_stats_here(&channel);
+        }
+        let members = self.presence(channel).await?;
+        Ok(presence::stats_of(members.iter()))
+    }
+
+    /// `channel`'s history and its position (namespaces with history only).
+    pub async fn history(
+        self: Arc<Self>,
+        channel: String,
+        query: HistoryQuery,
+    ) -> Result<(Vec<Publication>, StreamPosition), RealtimeError> {
+        let Some(cluster) = self.cluster() else {
+            return self.history_here(&channel, &query);
+        };
+        let options = self.namespaces.of(&channel)?;
+        if !options.keeps_history() {
+            return Err(RealtimeError::NotAvailable);
+        }
+        let limit = query.limit.unwrap_or(options.history_size);
+        match &query.since {
+            Some(since) => {
+                let read = cluster
+                    .store
+                    .read(
+                        &channel,
+                        ReadFrom::After(since.offset),
+                        options.history_size,
+                        false,
+                        options.history_ttl,
+                    )
+                    .await?;
+                let top = read.top.clone();
+                let mut r = recovery_of(since, &read, Vec::new(), &top);
+                if !r.recovered {
+                    return Err(HistoryError::UnrecoverablePosition.into());
+                }
+                if query.reverse {
+                    r.publications.reverse();
+                }
+                r.publications.truncate(limit);
+                Ok((r.publications, top))
+            }
+            None => {
+                let read = cluster
+                    .store
+                    .read(
+                        &channel,
+                        ReadFrom::Start,
+                        limit,
+                        query.reverse,
+                        options.history_ttl,
+                    )
+                    .await?;
+                Ok((read.publications, read.top))
+            }
+        }
+    }
+
+    /// Forgets `channel`'s publications; its position stays.
+    pub async fn history_remove(self: Arc<Self>, channel: String) -> Result<(), RealtimeError> {
+        let Some(cluster) = self.cluster() else {
+            return self.history_remove_here(&channel);
+        };
+        if !self.namespaces.of(&channel)?.keeps_history() {
+            return Err(RealtimeError::NotAvailable);
+        }
+        cluster.store.history_remove(&channel).await
+    }
+
+    /// A message from Redis for a channel this node watches (with
+    /// `[cluster]`): publications are kept in the node's stream and
+    /// delivered at their positions, in the order Redis gave them.
+    fn received(&self, channel: &str, message: Message) {
+        let (position, publication) = match message {
+            Message::Join(info) => return self.join_leave(channel, &info, true),
+            Message::Leave(info) => return self.join_leave(channel, &info, false),
+            Message::Publication {
+                position,
+                publication,
+            } => (position, publication),
+        };
+        if position.offset == 0 {
+            return self.deliver(channel, &publication);
+        }
+        let Ok(options) = self.namespaces.of(channel) else {
+            return;
+        };
+        let Some(state) = self.existing(channel) else {
+            // Subscribers that follow no positions (a pubsub route's).
+            return self.deliver(channel, &publication);
+        };
+        let mut state = state.lock().expect("channel lock");
+        let at = state.stream.position();
+        if state.seeded && at.epoch == position.epoch && position.offset <= at.offset {
+            return; // a subscribe's read already had it
+        }
+        let follows =
+            state.seeded && at.epoch == position.epoch && position.offset == at.offset + 1;
+        if !follows {
+            if state.seeded {
+                // A jump: publications were lost between Redis and here,
+                // or Redis started a new epoch.
+                tracing::info!(
+                    channel,
+                    from = at.offset,
+                    to = position.offset,
+                    "realtime: positions jumped; positioned subscribers reconnect to recover"
+                );
+                self.discontinuity(channel);
+            }
+            state.stream = Stream::at(StreamPosition {
+                offset: position.offset - 1,
+                epoch: position.epoch,
+            });
+            state.seeded = true;
+        }
+        self.deliver(channel, &publication);
+        state
+            .stream
+            .record(publication, options.history_size, options.history_max_bytes);
     }
 
     /// Channels with subscribers, and how many each has.
@@ -457,6 +1017,78 @@ impl Realtime {
             }
             state.subscribers > 0 || !state.presence.is_empty() || !state.stream.is_empty()
         });
+    }
+}
+
+impl RealtimeSink for Realtime {
+    fn receive(&self, channel: &str, payload: Bytes) {
+        match redis::decode_message(&payload) {
+            Some(message) => self.received(channel, message),
+            None => tracing::warn!(
+                channel,
+                "realtime: dropped a message from Redis that is not weir's"
+            ),
+        }
+    }
+}
+
+/// What a recovery from `since` finds in `read` and in the node's `later`
+/// publications (those after the read, up to `top`).
+fn recovery_of(
+    since: &StreamPosition,
+    read: &redis::Read,
+    later: Vec<Publication>,
+    top: &StreamPosition,
+) -> Recovery {
+    let same_epoch = since.epoch.is_empty() || since.epoch == read.top.epoch;
+    let covered = since.offset == read.top.offset
+        || (since.offset < read.top.offset
+            && read
+                .publications
+                .first()
+                .is_some_and(|p| p.offset == since.offset + 1));
+    if !(same_epoch && covered) {
+        return Recovery {
+            publications: Vec::new(),
+            recovered: false,
+            top: top.clone(),
+        };
+    }
+    let mut publications = read.publications.clone();
+    publications.extend(later);
+    Recovery {
+        publications,
+        recovered: true,
+        top: top.clone(),
+    }
+}
+
+/// Writes this node's members' presence again every
+/// [`redis::PRESENCE_REFRESH`], so Redis forgets only the members of a node
+/// that stopped ([`redis::PRESENCE_TTL`]).
+async fn refresh_presence(realtime: Weak<Realtime>) {
+    loop {
+        tokio::time::sleep(redis::PRESENCE_REFRESH).await;
+        let Some(realtime) = realtime.upgrade() else {
+            return;
+        };
+        let Some(cluster) = realtime.cluster() else {
+            return;
+        };
+        let members: Vec<(Arc<str>, Vec<Arc<ClientInfo>>)> = {
+            let channels = realtime.channels.lock().expect("channels lock");
+            channels
+                .iter()
+                .filter_map(|(name, state)| {
+                    let state = state.lock().expect("channel lock");
+                    (!state.presence.is_empty())
+                        .then(|| (name.clone(), state.presence.members().cloned().collect()))
+                })
+                .collect()
+        };
+        for (channel, members) in members {
+            let _ = cluster.store.presence_add(&channel, &members, 0).await;
+        }
     }
 }
 

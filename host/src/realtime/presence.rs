@@ -54,13 +54,23 @@ impl Presence {
     }
 
     pub fn stats(&self) -> PresenceStats {
-        let mut users: Vec<&str> = self.members.values().map(|m| m.user.as_str()).collect();
-        users.sort_unstable();
-        users.dedup();
-        PresenceStats {
-            num_clients: self.members.len(),
-            num_users: users.len(),
-        }
+        stats_of(self.members.values())
+    }
+}
+
+/// Clients and distinct users among `members`.
+pub fn stats_of<'a>(members: impl Iterator<Item = &'a Arc<ClientInfo>>) -> PresenceStats {
+    let mut users: Vec<&str> = Vec::new();
+    let mut clients = 0;
+    for m in members {
+        clients += 1;
+        users.push(&m.user);
+    }
+    users.sort_unstable();
+    users.dedup();
+    PresenceStats {
+        num_clients: clients,
+        num_users: users.len(),
     }
 }
 

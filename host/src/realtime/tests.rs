@@ -64,7 +64,7 @@ fn received(out: &Outbound) -> Vec<String> {
 }
 
 fn publish(hub: &Realtime, data: &str) -> StreamPosition {
-    hub.publish(
+    hub.publish_here(
         "chat:a",
         Bytes::copy_from_slice(data.as_bytes()),
         None,
@@ -102,12 +102,12 @@ fn a_recovering_subscriber_gets_each_publication_exactly_once() {
             recover,
         }
     }
-    hub.subscribe(join(&topics, other, &other_out, "c2", None), false, |_| {
+    hub.subscribe_here(join(&topics, other, &other_out, "c2", None), false, |_| {
         Bytes::from_static(b"reply")
     })
     .unwrap();
     publish(&hub, "p3"); // waits in the mailbox
-    hub.subscribe(
+    hub.subscribe_here(
         join(&topics, conn, &out, "c1", Some(first.clone())),
         false,
         |found| {
@@ -142,7 +142,7 @@ fn recovery_past_the_window_or_from_another_epoch_is_not_recovered() {
     }
     let out = Arc::new(Outbound::new(1 << 20));
     let mut recovered = None;
-    hub.subscribe(
+    hub.subscribe_here(
         Join {
             channel: "chat:a",
             topics: &topics,
@@ -160,7 +160,7 @@ fn recovery_past_the_window_or_from_another_epoch_is_not_recovered() {
     )
     .unwrap();
     assert_eq!(recovered, Some(false), "history holds 4..6 only");
-    let refused = hub.subscribe(
+    let refused = hub.subscribe_here(
         Join {
             channel: "chat:a",
             topics: &topics,
@@ -187,7 +187,7 @@ fn presence_max_join_leave_and_idempotent_publishes() {
     let (hub, topics) = hub(history_options());
     let out = Arc::new(Outbound::new(1 << 20));
     for (seq, client) in [(1, "c1"), (2, "c2")] {
-        hub.subscribe(
+        hub.subscribe_here(
             Join {
                 channel: "chat:a",
                 topics: &topics,
@@ -202,7 +202,7 @@ fn presence_max_join_leave_and_idempotent_publishes() {
         )
         .unwrap();
     }
-    let third = hub.subscribe(
+    let third = hub.subscribe_here(
         Join {
             channel: "chat:a",
             topics: &topics,
@@ -216,23 +216,25 @@ fn presence_max_join_leave_and_idempotent_publishes() {
         |_| Bytes::new(),
     );
     assert_eq!(third, Err(PresenceError::PresenceFull.into()));
-    assert_eq!(hub.presence_stats("chat:a").unwrap().num_clients, 2);
-    hub.unsubscribe("chat:a", &topics, conn_id(0, 1), "c1");
-    assert_eq!(hub.presence("chat:a").unwrap().len(), 1);
+    assert_eq!(hub.presence_stats_here("chat:a").unwrap().num_clients, 2);
+    hub.unsubscribe_here("chat:a", &topics, conn_id(0, 1), "c1");
+    assert_eq!(hub.presence_here("chat:a").unwrap().len(), 1);
     assert_eq!(hub.channels(), [("chat:a".to_string(), 1)]);
 
     let key = Some("order-1");
     let a = hub
-        .publish("chat:a", Bytes::from_static(b"1"), None, key)
+        .publish_here("chat:a", Bytes::from_static(b"1"), None, key)
         .unwrap();
     let b = hub
-        .publish("chat:a", Bytes::from_static(b"1"), None, key)
+        .publish_here("chat:a", Bytes::from_static(b"1"), None, key)
         .unwrap();
     assert_eq!(a, b, "a repeated idempotency key publishes once");
-    let (pubs, top) = hub.history("chat:a", &HistoryQuery::default()).unwrap();
+    let (pubs, top) = hub
+        .history_here("chat:a", &HistoryQuery::default())
+        .unwrap();
     assert_eq!((pubs.len(), top.offset), (1, 1));
     assert_eq!(
-        hub.presence("news:x"),
+        hub.presence_here("news:x"),
         Err(RealtimeError::ChannelName(
             ChannelNameError::UnknownNamespace
         ))

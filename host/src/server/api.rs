@@ -152,7 +152,7 @@ async fn answer(req: Request<Incoming>, api: &Api) -> Response<Full<Bytes>> {
             Err(_) => return plain(StatusCode::BAD_REQUEST, "the body is not JSON"),
         }
     };
-    json(match call(api, &method, params) {
+    json(match call(api, &method, params).await {
         Ok(result) => serde_json::json!({ "result": result }),
         Err(e) => serde_json::json!({ "error": { "code": e.code, "message": e.message } }),
     })
@@ -213,12 +213,12 @@ fn params<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, p::ErrorReply> {
     serde_json::from_value(v).map_err(|_| p::BAD_REQUEST)
 }
 
-fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply> {
+async fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply> {
     let rt = &api.realtime;
     match method {
         "publish" => {
             let req: PublishParams = params(v)?;
-            let at = publish(rt, &req.channel, &req)?;
+            let at = publish(rt, &req.channel, &req).await?;
             Ok(serde_json::json!({ "offset": at.offset, "epoch": at.epoch }))
         }
         "broadcast" => {
@@ -226,21 +226,20 @@ fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply> {
             if req.channels.is_empty() {
                 return Err(p::BAD_REQUEST);
             }
-            let responses: Vec<Value> = req
-                .channels
-                .iter()
-                .map(|ch| match publish(rt, ch, &req) {
+            let mut responses = Vec::with_capacity(req.channels.len());
+            for ch in &req.channels {
+                responses.push(match publish(rt, ch, &req).await {
                     Ok(at) => {
                         serde_json::json!({"result": {"offset": at.offset, "epoch": at.epoch}})
                     }
                     Err(e) => serde_json::json!({"error": {"code": e.code, "message": e.message}}),
-                })
-                .collect();
+                });
+            }
             Ok(serde_json::json!({ "responses": responses }))
         }
         "presence" => {
             let req: ChannelParams = params(v)?;
-            let members = rt.presence(&req.channel).map_err(error)?;
+            let members = rt.clone().presence(req.channel).await.map_err(error)?;
             let mut out = serde_json::Map::new();
             for m in members {
                 let mut info = Vec::new();
@@ -252,7 +251,11 @@ fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply> {
         }
         "presence_stats" => {
             let req: ChannelParams = params(v)?;
-            let s = rt.presence_stats(&req.channel).map_err(error)?;
+            let s = rt
+                .clone()
+                .presence_stats(req.channel)
+                .await
+                .map_err(error)?;
             Ok(serde_json::json!({ "num_clients": s.num_clients, "num_users": s.num_users }))
         }
         "history" => {
@@ -271,7 +274,11 @@ fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply> {
                 }),
                 reverse: req.reverse,
             };
-            let (pubs, top) = rt.history(&req.channel, &query).map_err(error)?;
+            let (pubs, top) = rt
+                .clone()
+                .history(req.channel, query)
+                .await
+                .map_err(error)?;
             let mut out = Vec::new();
             out.push(b'{');
             p::write_publications(&mut out, &pubs);
@@ -282,7 +289,10 @@ fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply> {
         }
         "history_remove" => {
             let req: ChannelParams = params(v)?;
-            rt.history_remove(&req.channel).map_err(error)?;
+            rt.clone()
+                .history_remove(req.channel)
+                .await
+                .map_err(error)?;
             Ok(serde_json::json!({}))
         }
         "channels" => {
@@ -327,8 +337,8 @@ fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply> {
 
 /// One publish of `publish` or `broadcast`: `data` (JSON) or `b64data`
 /// (base64 of JSON text: the JSON protocol carries nothing else).
-fn publish(
-    rt: &Realtime,
+async fn publish(
+    rt: &Arc<Realtime>,
     channel: &str,
     req: &PublishParams,
 ) -> Result<StreamPosition, p::ErrorReply> {
@@ -344,13 +354,15 @@ fn publish(
         }
         _ => return Err(p::BAD_REQUEST),
     };
-    rt.publish(
-        channel,
-        Bytes::from(data),
-        None,
-        req.idempotency_key.as_deref(),
-    )
-    .map_err(error)
+    rt.clone()
+        .publish(
+            channel.to_string(),
+            Bytes::from(data),
+            None,
+            req.idempotency_key.clone(),
+        )
+        .await
+        .map_err(error)
 }
 
 fn error(e: RealtimeError) -> p::ErrorReply {
@@ -362,5 +374,6 @@ fn error(e: RealtimeError) -> p::ErrorReply {
         RealtimeError::Presence(_) => p::LIMIT_EXCEEDED,
         RealtimeError::History(HistoryError::UnrecoverablePosition) => p::UNRECOVERABLE_POSITION,
         RealtimeError::NotAvailable => p::NOT_AVAILABLE,
+        RealtimeError::Unavailable => p::INTERNAL,
     }
 }

@@ -12,10 +12,14 @@ use crate::reactor::behaviour::{Behaviour, Stop};
 use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
 use crate::reactor::outbound::Outbound;
-use crate::realtime::{ClientInfo, HistoryQuery, Join, RealtimeError, StreamPosition};
+use crate::realtime::{
+    ClientInfo, HistoryQuery, RealtimeError, StreamPosition, Subscribe, Subscription,
+};
 use crate::registry::ConnId;
 use bytes::Bytes;
+use futures_util::FutureExt;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_ws::encode;
@@ -37,8 +41,22 @@ struct Session {
     /// When the connection closes unless it refreshes its token: the
     /// token's expiry plus `expired_close_delay`.
     expires: Option<Instant>,
-    /// Subscribed channels, with the member each is known by.
-    subs: HashMap<String, Arc<ClientInfo>>,
+    /// Subscribed channels (or being subscribed, with `[cluster]`), with
+    /// the member each is known by.
+    subs: HashMap<String, Sub>,
+}
+
+/// One of the connection's subscriptions.
+struct Sub {
+    member: Arc<ClientInfo>,
+    state: Arc<Subscription>,
+}
+
+impl Session {
+    /// The channel's subscription, unless there is none or it was refused.
+    fn sub(&self, channel: &str) -> Option<&Sub> {
+        self.subs.get(channel).filter(|s| !s.state.failed())
+    }
 }
 
 /// The behaviour of one connection on a centrifugo route.
@@ -104,6 +122,40 @@ impl Centrifugo {
 
     fn error(&mut self, id: u32, e: ErrorReply) {
         p::write_error(self.line(), id, e);
+    }
+
+    /// Runs a call into the core and writes its answer with `write`: at
+    /// once on one node (the answer joins this read's replies), or, with
+    /// `[cluster]`, on the core's runtime once Redis answers (in a frame of
+    /// its own; the client matches replies by id).
+    fn answer<T: Send + 'static>(
+        &mut self,
+        call: impl Future<Output = T> + Send + 'static,
+        write: impl FnOnce(&mut Vec<u8>, T) + Send + 'static,
+    ) {
+        match self.route.realtime.runtime() {
+            None => {
+                let done = call
+                    .now_or_never()
+                    .expect("one node's real-time calls finish at once");
+                let mut line = Vec::new();
+                write(&mut line, done);
+                if !line.is_empty() {
+                    self.line().extend_from_slice(&line);
+                }
+            }
+            Some(runtime) => {
+                let outbound = self.outbound().clone();
+                runtime.spawn(async move {
+                    let done = call.await;
+                    let mut line = Vec::new();
+                    write(&mut line, done);
+                    if !line.is_empty() {
+                        outbound.send_frames(&encode::frame(OpCode::Text, &line));
+                    }
+                });
+            }
+        }
     }
 
     /// Sends what is gathered, then closes with Centrifugo's code.
@@ -216,8 +268,9 @@ impl Centrifugo {
         }
         let member = self.member(None);
         self.flush();
-        let joined = self.join(channel, member, false, None, false, |found| {
-            p::push(channel, "subscribe", |o| {
+        let name = channel.to_string();
+        let call = self.join(channel, member, false, None, false, move |found| {
+            p::push(&name, "subscribe", |o| {
                 o.push(b'{');
                 p::write_position(o, &found.top);
                 if found.positioned {
@@ -229,9 +282,12 @@ impl Centrifugo {
                 o.push(b'}');
             })
         });
-        if let Err(e) = joined {
-            tracing::debug!(channel, error = %e, "server-side subscription refused");
-        }
+        let channel = channel.to_string();
+        self.answer(call, move |_, joined| {
+            if let Err(e) = joined {
+                tracing::debug!(channel, error = %e, "server-side subscription refused");
+            }
+        });
     }
 
     /// The member this connection is in a channel (with a subscription
@@ -246,8 +302,9 @@ impl Centrifugo {
         })
     }
 
-    /// Subscribes through the core; `reply` frames the answer (a JSON
-    /// line, wrapped here in a text frame).
+    /// Subscribes through the core (the subscription counts from now);
+    /// `reply` frames the answer (a JSON line, wrapped here in a text
+    /// frame). The call is for [`answer`](Self::answer).
     fn join(
         &mut self,
         channel: &str,
@@ -255,26 +312,32 @@ impl Centrifugo {
         recoverable: bool,
         recover: Option<StreamPosition>,
         reject_unrecovered: bool,
-        reply: impl FnOnce(&crate::realtime::Subscribed) -> Vec<u8>,
-    ) -> Result<(), RealtimeError> {
+        reply: impl FnOnce(&crate::realtime::Subscribed) -> Vec<u8> + Send + 'static,
+    ) -> impl Future<Output = Result<(), RealtimeError>> + Send + 'static {
         let route = self.route.clone();
-        let outbound = self.outbound().clone();
-        route.realtime.subscribe(
-            Join {
-                channel,
-                topics: &route.topics,
-                conn: self.id,
-                outbound: &outbound,
+        let state = Arc::new(Subscription::default());
+        let session = self.session.as_mut().expect("connected");
+        session.subs.insert(
+            channel.to_string(),
+            Sub {
                 member: member.clone(),
+                state: state.clone(),
+            },
+        );
+        route.realtime.clone().subscribe(
+            Subscribe {
+                channel: channel.to_string(),
+                topics: route.topics.clone(),
+                conn: self.id,
+                outbound: self.outbound().clone(),
+                member,
                 recoverable,
                 recover,
+                subscription: state,
             },
             reject_unrecovered,
-            |found| Bytes::from(encode::frame(OpCode::Text, &reply(found))),
-        )?;
-        let session = self.session.as_mut().expect("connected");
-        session.subs.insert(channel.to_string(), member);
-        Ok(())
+            Box::new(move |found| Bytes::from(encode::frame(OpCode::Text, &reply(found)))),
+        )
     }
 
     fn subscribe(&mut self, id: u32, req: p::SubscribeRequest) {
@@ -283,7 +346,8 @@ impl Centrifugo {
             Ok(options) => options.clone(),
             Err(e) => return self.error(id, channel_error(e)),
         };
-        let session = self.session.as_ref().expect("connected");
+        let session = self.session.as_mut().expect("connected");
+        session.subs.retain(|_, s| !s.state.failed());
         if session.subs.contains_key(channel) {
             return self.error(id, p::ALREADY_SUBSCRIBED);
         }
@@ -314,44 +378,53 @@ impl Centrifugo {
         let recoverable = req.recoverable || options.allow_recovery && req.recover;
         let recoverable = recoverable && (options.allow_recovery || options.force_recovery);
         self.flush();
-        let joined = self.join(channel, member, recoverable, recover, reject, |found| {
-            let mut line = Vec::new();
-            p::write_reply(&mut line, id, "subscribe", |o| {
-                o.push(b'{');
-                let mut at = found.top.clone();
-                if let Some(r) = found.recovery.as_ref().filter(|r| r.recovered) {
-                    // Centrifugo answers a recovery with the client's own
-                    // offset; the recovered publications move it on.
-                    at.offset = asked_offset;
-                    p::write_publications(o, &r.publications);
-                    o.extend_from_slice(b",\"recovered\":true,");
-                }
-                p::write_position(o, &at);
-                if found.recovery.is_some() {
-                    o.extend_from_slice(b",\"was_recovering\":true");
-                }
-                if found.positioned {
-                    o.extend_from_slice(b",\"positioned\":true");
-                }
-                if found.recoverable {
-                    o.extend_from_slice(b",\"recoverable\":true");
-                }
-                o.push(b'}');
-            });
-            line
+        let call = self.join(
+            channel,
+            member,
+            recoverable,
+            recover,
+            reject,
+            move |found| {
+                let mut line = Vec::new();
+                p::write_reply(&mut line, id, "subscribe", |o| {
+                    o.push(b'{');
+                    let mut at = found.top.clone();
+                    if let Some(r) = found.recovery.as_ref().filter(|r| r.recovered) {
+                        // Centrifugo answers a recovery with the client's own
+                        // offset; the recovered publications move it on.
+                        at.offset = asked_offset;
+                        p::write_publications(o, &r.publications);
+                        o.extend_from_slice(b",\"recovered\":true,");
+                    }
+                    p::write_position(o, &at);
+                    if found.recovery.is_some() {
+                        o.extend_from_slice(b",\"was_recovering\":true");
+                    }
+                    if found.positioned {
+                        o.extend_from_slice(b",\"positioned\":true");
+                    }
+                    if found.recoverable {
+                        o.extend_from_slice(b",\"recoverable\":true");
+                    }
+                    o.push(b'}');
+                });
+                line
+            },
+        );
+        self.answer(call, move |line, joined| {
+            if let Err(e) = joined {
+                p::write_error(line, id, core_error(e));
+            }
         });
-        if let Err(e) = joined {
-            self.error(id, core_error(e));
-        }
     }
 
     fn unsubscribe(&mut self, id: u32, channel: &str) {
         let session = self.session.as_mut().expect("connected");
-        if let Some(member) = session.subs.remove(channel) {
+        if let Some(sub) = session.subs.remove(channel) {
             let route = &self.route;
             route
                 .realtime
-                .unsubscribe(channel, &route.topics, self.id, &member.client);
+                .leave(channel, &route.topics, self.id, &sub.member, &sub.state);
         }
         p::write_reply(self.line(), id, "unsubscribe", |o| {
             o.extend_from_slice(b"{}")
@@ -364,7 +437,7 @@ impl Centrifugo {
             Err(e) => return self.error(id, channel_error(e)),
         };
         let session = self.session.as_ref().expect("connected");
-        let member = session.subs.get(&req.channel).cloned();
+        let member = session.sub(&req.channel).map(|s| s.member.clone());
         let allowed = options.allow_publish_for_client
             || (member.is_some() && options.allow_publish_for_subscriber);
         if !allowed {
@@ -375,14 +448,15 @@ impl Centrifugo {
             return self.error(id, p::LIMIT_EXCEEDED);
         }
         let info = member.unwrap_or_else(|| self.member(None));
-        let published =
+        let call =
             self.route
                 .realtime
-                .publish(&req.channel, Bytes::from(data), Some(info), None);
-        match published {
-            Ok(_) => p::write_reply(self.line(), id, "publish", |o| o.extend_from_slice(b"{}")),
-            Err(e) => self.error(id, core_error(e)),
-        }
+                .clone()
+                .publish(req.channel, Bytes::from(data), Some(info), None);
+        self.answer(call, move |line, published| match published {
+            Ok(_) => p::write_reply(line, id, "publish", |o| o.extend_from_slice(b"{}")),
+            Err(e) => p::write_error(line, id, core_error(e)),
+        });
     }
 
     /// `presence` (or `presence_stats`): subscribers of namespaces that allow it.
@@ -392,8 +466,9 @@ impl Centrifugo {
         }
         let realtime = self.route.realtime.clone();
         if stats {
-            match realtime.presence_stats(channel) {
-                Ok(s) => p::write_reply(self.line(), id, "presence_stats", |o| {
+            let call = realtime.presence_stats(channel.to_string());
+            return self.answer(call, move |line, stats| match stats {
+                Ok(s) => p::write_reply(line, id, "presence_stats", |o| {
                     o.extend_from_slice(
                         format!(
                             "{{\"num_clients\":{},\"num_users\":{}}}",
@@ -402,12 +477,12 @@ impl Centrifugo {
                         .as_bytes(),
                     )
                 }),
-                Err(e) => self.error(id, core_error(e)),
-            }
-            return;
+                Err(e) => p::write_error(line, id, core_error(e)),
+            });
         }
-        match realtime.presence(channel) {
-            Ok(members) => p::write_reply(self.line(), id, "presence", |o| {
+        let call = realtime.presence(channel.to_string());
+        self.answer(call, move |line, members| match members {
+            Ok(members) => p::write_reply(line, id, "presence", |o| {
                 o.extend_from_slice(b"{\"presence\":{");
                 for (i, m) in members.iter().enumerate() {
                     if i > 0 {
@@ -419,8 +494,8 @@ impl Centrifugo {
                 }
                 o.extend_from_slice(b"}}");
             }),
-            Err(e) => self.error(id, core_error(e)),
-        }
+            Err(e) => p::write_error(line, id, core_error(e)),
+        });
     }
 
     fn history(&mut self, id: u32, req: p::HistoryRequest) {
@@ -439,16 +514,17 @@ impl Centrifugo {
             }),
             reverse: req.reverse,
         };
-        match self.route.realtime.history(&req.channel, &query) {
-            Ok((pubs, top)) => p::write_reply(self.line(), id, "history", |o| {
+        let call = self.route.realtime.clone().history(req.channel, query);
+        self.answer(call, move |line, history| match history {
+            Ok((pubs, top)) => p::write_reply(line, id, "history", |o| {
                 o.push(b'{');
                 p::write_publications(o, &pubs);
                 o.push(b',');
                 p::write_position(o, &top);
                 o.push(b'}');
             }),
-            Err(e) => self.error(id, core_error(e)),
-        }
+            Err(e) => p::write_error(line, id, core_error(e)),
+        });
     }
 
     /// Presence and history are for subscribers of namespaces that allow them.
@@ -463,7 +539,7 @@ impl Centrifugo {
             .options(channel)
             .map_err(channel_error)?;
         let session = self.session.as_ref().expect("connected");
-        if !session.subs.contains_key(channel) || !allowed(options) {
+        if session.sub(channel).is_none() || !allowed(options) {
             return Err(p::PERMISSION_DENIED);
         }
         Ok(())
@@ -605,10 +681,10 @@ impl Behaviour for Centrifugo {
         if let Some(session) = self.session.take() {
             let route = &self.route;
             route.realtime.clients.remove(&session.user, id);
-            for (channel, member) in session.subs {
+            for (channel, sub) in session.subs {
                 route
                     .realtime
-                    .unsubscribe(&channel, &route.topics, id, &member.client);
+                    .leave(&channel, &route.topics, id, &sub.member, &sub.state);
             }
         }
     }
@@ -650,5 +726,6 @@ fn core_error(e: RealtimeError) -> ErrorReply {
         RealtimeError::Presence(PresenceError::PresenceFull) => p::LIMIT_EXCEEDED,
         RealtimeError::History(HistoryError::UnrecoverablePosition) => p::UNRECOVERABLE_POSITION,
         RealtimeError::NotAvailable => p::NOT_AVAILABLE,
+        RealtimeError::Unavailable => p::INTERNAL,
     }
 }

@@ -105,4 +105,9 @@ impl Framer for PushFramer {
         });
         Some(Bytes::from(encode::frame(OpCode::Text, &json)))
     }
+
+    fn discontinuity(&self) -> Option<(u16, &'static str)> {
+        let d = protocol::DISCONNECT_INSUFFICIENT_STATE;
+        Some((d.code, d.reason))
+    }
 }

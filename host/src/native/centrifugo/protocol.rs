@@ -74,6 +74,12 @@ pub const DISCONNECT_EXPIRED: Disconnect = Disconnect {
     code: 3005,
     reason: "connection expired",
 };
+/// The connection's positions in a channel broke on this node (with
+/// `[cluster]`): the client reconnects and recovers.
+pub const DISCONNECT_INSUFFICIENT_STATE: Disconnect = Disconnect {
+    code: 3010,
+    reason: "insufficient state",
+};
 pub const DISCONNECT_NO_PONG: Disconnect = Disconnect {
     code: 3012,
     reason: "no pong",

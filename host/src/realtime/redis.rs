@@ -1,0 +1,596 @@
+//! The real-time core's store across nodes, on the `[cluster]` Redis (one
+//! server or a Redis Cluster). Per channel, under one hash tag so a Redis
+//! Cluster keeps them on one shard and a script writes them together:
+//!
+//! - `weir:rt:{ch}:m`, a hash: `s` the channel's top offset, `e` its epoch;
+//! - `weir:rt:{ch}:s`, a stream: one entry per kept publication, its id
+//!   `<offset>-0`, fields `d` (data) and `i` (publisher info), trimmed by
+//!   `MAXLEN history_size`; both expire `history_ttl` after the last publish
+//!   (then the next publish starts a new epoch, as on one node);
+//! - `weir:rt:{ch}:p` and `:z`, presence: a hash of members by client id
+//!   and a sorted set of when each expires. Each node writes its members
+//!   again every [`PRESENCE_REFRESH`]; a member its node stopped refreshing
+//!   (the node died) is gone [`PRESENCE_TTL`] later;
+//! - `weir:rt:{ch}:i:<key>`, a publish's idempotency key.
+//!
+//! A publish is one script: next offset, XADD, and the message to every
+//! node that watches the channel (`weir:rt:{ch}`), so offsets reach every
+//! node in the order they were given. Presence and history are scripts too.
+//! Nothing here waits longer than [`REDIS_TIMEOUT`]: a Redis that does not
+//! answer is an error for the caller, never a stuck connection.
+
+use super::{ClientInfo, Publication, RealtimeError, StreamPosition};
+use crate::config::ClusterConfig;
+use crate::pubsub::cluster::realtime_channel;
+use bytes::Bytes;
+use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisResult, Value};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long one Redis call may take before it counts as failed.
+pub const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
+/// A presence entry lives this long unless its node writes it again.
+pub const PRESENCE_TTL: Duration = Duration::from_secs(30);
+/// How often a node writes its members' presence again.
+pub const PRESENCE_REFRESH: Duration = Duration::from_secs(10);
+
+const PUBLISH: &str = r#"
+local size = tonumber(ARGV[3])
+if ARGV[8] == '1' then
+  local prev = redis.call('get', KEYS[3])
+  if prev then
+    return {tonumber(prev), redis.call('hget', KEYS[1], 'e') or ''}
+  end
+end
+local offset = 0
+local epoch = ''
+if size > 0 then
+  epoch = redis.call('hget', KEYS[1], 'e')
+  if not epoch then
+    epoch = ARGV[5]
+    redis.call('hset', KEYS[1], 'e', epoch)
+  end
+  offset = redis.call('hincrby', KEYS[1], 's', 1)
+  redis.call('expire', KEYS[1], ARGV[4])
+  redis.call('xadd', KEYS[2], 'MAXLEN', size, offset .. '-0', 'd', ARGV[1], 'i', ARGV[2])
+  redis.call('expire', KEYS[2], ARGV[4])
+end
+redis.call(ARGV[7], ARGV[6], 'p' .. offset .. ';' .. epoch .. ';' .. string.len(ARGV[2]) .. ';' .. ARGV[2] .. ARGV[1])
+if ARGV[8] == '1' then
+  redis.call('set', KEYS[3], offset, 'EX', ARGV[9])
+end
+return {offset, epoch}
+"#;
+
+/// The channel's position (made, with a new epoch, if it has none) and
+/// its stream: after ARGV[1] when it is 0 or more, nothing when it is -2,
+/// else from the start (or the end, ARGV[3] = '1'), at most ARGV[2] entries.
+const READ: &str = r#"
+local epoch = redis.call('hget', KEYS[1], 'e')
+if not epoch then
+  epoch = ARGV[4]
+  redis.call('hset', KEYS[1], 'e', epoch)
+  redis.call('expire', KEYS[1], ARGV[5])
+end
+local top = tonumber(redis.call('hget', KEYS[1], 's') or '0')
+local since = tonumber(ARGV[1])
+local entries = {}
+if since >= 0 then
+  entries = redis.call('xrange', KEYS[2], (since + 1) .. '-0', '+', 'COUNT', ARGV[2])
+elseif since == -2 then
+  entries = {}
+elseif ARGV[3] == '1' then
+  entries = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', ARGV[2])
+else
+  entries = redis.call('xrange', KEYS[2], '-', '+', 'COUNT', ARGV[2])
+end
+return {top, epoch, entries}
+"#;
+
+/// Drops expired members, then adds or refreshes ARGV[5..] (client, info
+/// pairs) unless a new one would pass ARGV[3] members (0 if none may be
+/// added). Answers 1, or 0 when full.
+const PRESENCE_ADD: &str = r#"
+local gone = redis.call('zrangebyscore', KEYS[2], '-inf', ARGV[1])
+for _, c in ipairs(gone) do redis.call('hdel', KEYS[1], c) end
+redis.call('zremrangebyscore', KEYS[2], '-inf', ARGV[1])
+local max = tonumber(ARGV[3])
+for i = 5, #ARGV, 2 do
+  if max > 0 and redis.call('hexists', KEYS[1], ARGV[i]) == 0 and redis.call('hlen', KEYS[1]) >= max then
+    return 0
+  end
+  redis.call('hset', KEYS[1], ARGV[i], ARGV[i + 1])
+  redis.call('zadd', KEYS[2], ARGV[2], ARGV[i])
+end
+redis.call('expire', KEYS[1], ARGV[4])
+redis.call('expire', KEYS[2], ARGV[4])
+return 1
+"#;
+
+/// Members not expired: a flat list of client, info.
+const PRESENCE_GET: &str = r#"
+local live = redis.call('zrangebyscore', KEYS[2], '(' .. ARGV[1], '+inf')
+local out = {}
+for _, c in ipairs(live) do
+  local info = redis.call('hget', KEYS[1], c)
+  if info then
+    out[#out + 1] = c
+    out[#out + 1] = info
+  end
+end
+return out
+"#;
+
+const PRESENCE_REMOVE: &str = r#"
+redis.call('hdel', KEYS[1], ARGV[1])
+redis.call('zrem', KEYS[2], ARGV[1])
+return 1
+"#;
+
+/// A connection to one Redis server or to a Redis Cluster.
+#[derive(Clone)]
+enum Conn {
+    Server(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+/// What the core asks of Redis.
+pub struct RedisStore {
+    config: ClusterConfig,
+    conn: tokio::sync::Mutex<Option<Conn>>,
+    /// Where the core's Redis work runs (connections' tasks, presence
+    /// refresh, and the client commands that wait on Redis).
+    runtime: tokio::runtime::Handle,
+    /// The last failure, for the log (one line per outage, not per call).
+    failing: Mutex<Option<Instant>>,
+}
+
+/// One channel's keys.
+struct Keys {
+    meta: String,
+    stream: String,
+    presence: String,
+    expiry: String,
+    channel: String,
+}
+
+impl Keys {
+    fn of(channel: &str) -> Keys {
+        let tag = realtime_channel(channel);
+        Keys {
+            meta: format!("{tag}:m"),
+            stream: format!("{tag}:s"),
+            presence: format!("{tag}:p"),
+            expiry: format!("{tag}:z"),
+            channel: tag,
+        }
+    }
+}
+
+/// Where a read starts.
+#[derive(Debug, Clone, Copy)]
+pub enum ReadFrom {
+    After(u64),
+    PositionOnly,
+    Start,
+}
+
+/// A channel's stream as Redis has it.
+pub struct Read {
+    pub top: StreamPosition,
+    pub publications: Vec<Publication>,
+}
+
+impl RedisStore {
+    /// The store and the thread its work runs on; connecting happens on
+    /// first use (a Redis that is down at start is an error per call, not
+    /// at start, like the broker's link).
+    pub fn start(config: ClusterConfig) -> std::io::Result<Arc<RedisStore>> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("weir-realtime".into())
+            .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
+        Ok(Arc::new(RedisStore {
+            config,
+            conn: tokio::sync::Mutex::new(None),
+            runtime: handle,
+            failing: Mutex::new(None),
+        }))
+    }
+
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+
+    async fn conn(&self) -> RedisResult<Conn> {
+        let mut held = self.conn.lock().await;
+        if let Some(conn) = held.as_ref() {
+            return Ok(conn.clone());
+        }
+        let conn = match &self.config {
+            ClusterConfig::Redis(url) => {
+                let client = redis::Client::open(url.as_str())?;
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(REDIS_TIMEOUT))
+                    .set_response_timeout(Some(REDIS_TIMEOUT));
+                Conn::Server(
+                    client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await?,
+                )
+            }
+            ClusterConfig::RedisCluster(urls) => {
+                let client = redis::cluster::ClusterClientBuilder::new(urls.clone())
+                    .connection_timeout(REDIS_TIMEOUT)
+                    .response_timeout(REDIS_TIMEOUT)
+                    .retries(2)
+                    .build()?;
+                Conn::Cluster(client.get_async_connection().await?)
+            }
+        };
+        *held = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Runs `cmd` (a script: [`eval`]); a failure drops the connection
+    /// (the next call connects again) and is the caller's
+    /// [`RealtimeError::Unavailable`].
+    async fn invoke<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, RealtimeError> {
+        let work = async {
+            match self.conn().await? {
+                Conn::Server(mut c) => cmd.query_async(&mut c).await,
+                Conn::Cluster(mut c) => cmd.query_async(&mut c).await,
+            }
+        };
+        let result = match tokio::time::timeout(REDIS_TIMEOUT, work).await {
+            Ok(result) => result,
+            Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "Redis did not answer in time",
+            ))),
+        };
+        match result {
+            Ok(v) => {
+                self.failing.lock().expect("store lock").take();
+                Ok(v)
+            }
+            Err(e) => {
+                *self.conn.lock().await = None;
+                let first = self
+                    .failing
+                    .lock()
+                    .expect("store lock")
+                    .replace(Instant::now());
+                if first.is_none() {
+                    tracing::warn!(error = %e, "realtime: Redis call failed; publishes, history and presence fail until it answers");
+                }
+                Err(RealtimeError::Unavailable)
+            }
+        }
+    }
+
+    /// Publishes into `channel`: its position, or the first publish's for
+    /// a repeated `idempotency_key`. `history` is (size, ttl), or None.
+    pub async fn publish(
+        &self,
+        channel: &str,
+        data: &[u8],
+        info: Option<&ClientInfo>,
+        history: Option<(usize, Duration)>,
+        idempotency_key: Option<&str>,
+    ) -> Result<StreamPosition, RealtimeError> {
+        let keys = Keys::of(channel);
+        let idem = format!("{}:i:{}", keys.channel, idempotency_key.unwrap_or_default());
+        let (size, ttl) = history.unwrap_or((0, Duration::ZERO));
+        let mut script = eval(PUBLISH, &[&keys.meta, &keys.stream, &idem]);
+        script
+            .arg(data)
+            .arg(info.map(encode_info).unwrap_or_default())
+            .arg(size)
+            .arg(ttl.as_secs().max(1))
+            .arg(super::history::new_epoch())
+            .arg(&keys.channel)
+            .arg(self.publish_command())
+            .arg(if idempotency_key.is_some() { "1" } else { "0" })
+            .arg(super::IDEMPOTENCY_TTL.as_secs());
+        let (offset, epoch): (u64, String) = self.invoke(script).await?;
+        Ok(StreamPosition { offset, epoch })
+    }
+
+    /// Tells every node watching `channel` that `info` joined (or left).
+    pub async fn join_leave(&self, channel: &str, info: &ClientInfo, join: bool) {
+        // A script, so a Redis Cluster routes it by the channel's keys.
+        const SEND: &str = "redis.call(ARGV[1], KEYS[1], ARGV[2]) return 1";
+        let keys = Keys::of(channel);
+        let mut payload = vec![if join { b'j' } else { b'l' }];
+        payload.extend_from_slice(&encode_info(info));
+        let mut call = eval(SEND, &[&keys.channel]);
+        call.arg(self.publish_command()).arg(payload);
+        let _: Result<i64, _> = self.invoke(call).await;
+    }
+
+    fn publish_command(&self) -> &'static str {
+        match self.config {
+            ClusterConfig::Redis(_) => "PUBLISH",
+            ClusterConfig::RedisCluster(_) => "SPUBLISH",
+        }
+    }
+
+    /// The channel's position and its kept publications: after `since`
+    /// ([`ReadFrom::After`]), none, or the first `limit` (the last, `reverse`).
+    pub async fn read(
+        &self,
+        channel: &str,
+        from: ReadFrom,
+        limit: usize,
+        reverse: bool,
+        ttl: Duration,
+    ) -> Result<Read, RealtimeError> {
+        let keys = Keys::of(channel);
+        let since: i64 = match from {
+            ReadFrom::After(offset) => offset.min(i64::MAX as u64 - 1) as i64,
+            ReadFrom::PositionOnly => -2,
+            ReadFrom::Start => -1,
+        };
+        let mut script = eval(READ, &[&keys.meta, &keys.stream]);
+        script
+            .arg(since)
+            .arg(limit.max(1))
+            .arg(if reverse { "1" } else { "0" })
+            .arg(super::history::new_epoch())
+            .arg(ttl.as_secs().max(1));
+        let value: Value = self.invoke(script).await?;
+        parse_read(value).ok_or(RealtimeError::Unavailable)
+    }
+
+    /// Forgets `channel`'s publications; its position stays.
+    pub async fn history_remove(&self, channel: &str) -> Result<(), RealtimeError> {
+        const DEL: &str = "redis.call('del', KEYS[1]) return 1";
+        let keys = Keys::of(channel);
+        let call = eval(DEL, &[&keys.stream]);
+        self.invoke::<i64>(call).await.map(|_| ())
+    }
+
+    /// Adds (or refreshes) `members` of `channel`; false when a new member
+    /// would pass `max` (0: no cap).
+    pub async fn presence_add(
+        &self,
+        channel: &str,
+        members: &[Arc<ClientInfo>],
+        max: usize,
+    ) -> Result<bool, RealtimeError> {
+        if members.is_empty() {
+            return Ok(true);
+        }
+        let keys = Keys::of(channel);
+        let now = unix_secs();
+        let mut script = eval(PRESENCE_ADD, &[&keys.presence, &keys.expiry]);
+        script
+            .arg(now)
+            .arg(now + PRESENCE_TTL.as_secs())
+            .arg(max)
+            .arg(PRESENCE_TTL.as_secs() * 2);
+        for m in members {
+            script.arg(&m.client).arg(encode_info(m));
+        }
+        let added: i64 = self.invoke(script).await?;
+        Ok(added == 1)
+    }
+
+    pub async fn presence_remove(&self, channel: &str, client: &str) {
+        let keys = Keys::of(channel);
+        let mut script = eval(PRESENCE_REMOVE, &[&keys.presence, &keys.expiry]);
+        script.arg(client);
+        let _: Result<i64, _> = self.invoke(script).await;
+    }
+
+    /// Every member of `channel` whose node still refreshes it.
+    pub async fn presence(&self, channel: &str) -> Result<Vec<Arc<ClientInfo>>, RealtimeError> {
+        let keys = Keys::of(channel);
+        let mut script = eval(PRESENCE_GET, &[&keys.presence, &keys.expiry]);
+        script.arg(unix_secs());
+        let flat: Vec<Vec<u8>> = self.invoke(script).await?;
+        Ok(flat
+            .chunks(2)
+            .filter_map(|pair| decode_info(pair.get(1)?).map(Arc::new))
+            .collect())
+    }
+}
+
+/// `EVAL script` on `keys` (a Redis Cluster client routes it by the first
+/// key); the caller adds the arguments. The scripts are a few hundred
+/// bytes, sent each time rather than cached by digest: simpler, and no
+/// NOSCRIPT to handle after a Redis restart.
+fn eval(script: &str, keys: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script).arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    cmd
+}
+
+fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// `{top, epoch, {{id, {field, value, ...}}, ...}}` from [`READ`].
+fn parse_read(value: Value) -> Option<Read> {
+    let Value::Array(parts) = value else {
+        return None;
+    };
+    let mut parts = parts.into_iter();
+    let top: u64 = redis::from_redis_value(parts.next()?).ok()?;
+    let epoch: String = redis::from_redis_value(parts.next()?).ok()?;
+    let Value::Array(entries) = parts.next()? else {
+        return None;
+    };
+    let now = Instant::now();
+    let mut publications = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let (id, fields): (String, Vec<(Vec<u8>, Vec<u8>)>) =
+            redis::from_redis_value(entry).ok()?;
+        let offset: u64 = id.split('-').next()?.parse().ok()?;
+        let mut publication = Publication {
+            offset,
+            data: Bytes::new(),
+            info: None,
+            time: now,
+        };
+        for (field, value) in fields {
+            match field.as_slice() {
+                b"d" => publication.data = Bytes::from(value),
+                b"i" if !value.is_empty() => publication.info = decode_info(&value).map(Arc::new),
+                _ => {}
+            }
+        }
+        publications.push(publication);
+    }
+    Some(Read {
+        top: StreamPosition { offset: top, epoch },
+        publications,
+    })
+}
+
+/// A message from the channel's Redis channel.
+#[derive(Debug)]
+pub enum Message {
+    Publication {
+        position: StreamPosition,
+        publication: Publication,
+    },
+    Join(ClientInfo),
+    Leave(ClientInfo),
+}
+
+/// Reads a message published by [`PUBLISH`] (`p<offset>;<epoch>;<info
+/// length>;<info><data>`) or by [`RedisStore::join_leave`].
+pub fn decode_message(payload: &Bytes) -> Option<Message> {
+    let (&kind, rest) = payload.split_first()?;
+    match kind {
+        b'p' => {
+            let mut at = 1;
+            let mut field = || {
+                let end = at + payload[at..].iter().position(|&b| b == b';')?;
+                let text = std::str::from_utf8(&payload[at..end]).ok()?;
+                at = end + 1;
+                Some(text.to_string())
+            };
+            let offset: u64 = field()?.parse().ok()?;
+            let epoch = field()?;
+            let info_len: usize = field()?.parse().ok()?;
+            let info_end = at.checked_add(info_len).filter(|&e| e <= payload.len())?;
+            let info = match info_len {
+                0 => None,
+                _ => Some(Arc::new(decode_info(&payload[at..info_end])?)),
+            };
+            Some(Message::Publication {
+                position: StreamPosition {
+                    offset,
+                    epoch: epoch.clone(),
+                },
+                publication: Publication {
+                    offset,
+                    data: payload.slice(info_end..),
+                    info,
+                    time: Instant::now(),
+                },
+            })
+        }
+        b'j' => Some(Message::Join(decode_info(rest)?)),
+        b'l' => Some(Message::Leave(decode_info(rest)?)),
+        _ => None,
+    }
+}
+
+/// A member as Redis keeps it: each field as `<length>:<bytes>`, `-:` for
+/// an absent one (client, user, connection info, channel info).
+pub fn encode_info(info: &ClientInfo) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut field = |v: Option<&[u8]>| match v {
+        Some(v) => {
+            out.extend_from_slice(format!("{}:", v.len()).as_bytes());
+            out.extend_from_slice(v);
+        }
+        None => out.extend_from_slice(b"-:"),
+    };
+    field(Some(info.client.as_bytes()));
+    field(Some(info.user.as_bytes()));
+    field(info.conn_info.as_deref());
+    field(info.chan_info.as_deref());
+    out
+}
+
+pub fn decode_info(mut raw: &[u8]) -> Option<ClientInfo> {
+    let mut field = || -> Option<Option<Vec<u8>>> {
+        let colon = raw.iter().position(|&b| b == b':')?;
+        let len = &raw[..colon];
+        if len == b"-" {
+            raw = &raw[colon + 1..];
+            return Some(None);
+        }
+        let len: usize = std::str::from_utf8(len).ok()?.parse().ok()?;
+        let end = (colon + 1).checked_add(len).filter(|&e| e <= raw.len())?;
+        let value = raw[colon + 1..end].to_vec();
+        raw = &raw[end..];
+        Some(Some(value))
+    };
+    let client = String::from_utf8(field()??).ok()?;
+    let user = String::from_utf8(field()??).ok()?;
+    let conn_info = field()?.map(Bytes::from);
+    let chan_info = field()?.map(Bytes::from);
+    Some(ClientInfo {
+        client,
+        user,
+        conn_info,
+        chan_info,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_and_messages_read_back_as_written() {
+        let info = ClientInfo {
+            client: "c:1".into(),
+            user: "42".into(),
+            conn_info: Some(Bytes::from_static(b"{\"a\":\"x;y\"}")),
+            chan_info: None,
+        };
+        assert_eq!(decode_info(&encode_info(&info)), Some(info.clone()));
+        assert_eq!(decode_info(b"3:abc"), None, "fields missing");
+        assert_eq!(decode_info(b"9:abc-:-:-:"), None, "length past the end");
+
+        let mut raw = b"p7;ab12;".to_vec();
+        let encoded = encode_info(&info);
+        raw.extend_from_slice(format!("{};", encoded.len()).as_bytes());
+        raw.extend_from_slice(&encoded);
+        raw.extend_from_slice(b"{\"n\":\"1;2\"}");
+        let Some(Message::Publication {
+            position,
+            publication,
+        }) = decode_message(&Bytes::from(raw))
+        else {
+            panic!("a publication");
+        };
+        assert_eq!((position.offset, position.epoch.as_str()), (7, "ab12"));
+        assert_eq!(&publication.data[..], b"{\"n\":\"1;2\"}");
+        assert_eq!(publication.info.as_deref(), Some(&info));
+        assert!(decode_message(&Bytes::from_static(b"p1;e;99;x")).is_none());
+        assert!(matches!(
+            decode_message(&Bytes::from(
+                [b"j".as_slice(), &encode_info(&info)].concat()
+            )),
+            Some(Message::Join(i)) if i == info
+        ));
+    }
+}
