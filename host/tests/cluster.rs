@@ -573,3 +573,228 @@ async fn guests_key_value_stores_live_in_redis_shared_by_the_nodes() {
         "one key per write still alive, under its store's prefix"
     );
 }
+
+// ---- The real-time core across nodes (centrifugo routes, the server API) ----
+
+const SECRET: &str = "cluster-centrifugo-secret";
+const API_KEY: &str = "cluster-api-key-0123456789abcdef";
+
+const CENTRIFUGO: &str = r#"
+[[route]]
+path = "/connection/websocket"
+native = "centrifugo"
+token_hmac_secret_env = "WEIR_TEST_CLUSTER_SECRET"
+
+[[namespaces]]
+name = "chat"
+history_size = 1000
+history_ttl = "5m"
+force_recovery = true
+presence = true
+join_leave = true
+allow_subscribe_for_client = true
+allow_publish_for_subscriber = true
+allow_publish_for_client = true
+allow_presence_for_subscriber = true
+allow_history_for_subscriber = true
+"#;
+
+/// A node serving the centrifugo route, with the server API on its own
+/// port (returned).
+async fn realtime_node(cluster: &str) -> (WeirProcess, u16) {
+    std::env::set_var("WEIR_TEST_CLUSTER_SECRET", SECRET);
+    std::env::set_var("WEIR_TEST_CLUSTER_API_KEY", API_KEY);
+    let api = free_port();
+    let routes = format!(
+        "{CENTRIFUGO}\n[api]\nlisten = \"127.0.0.1:{api}\"\nkey_env = \"WEIR_TEST_CLUSTER_API_KEY\"\n\n[cluster]\n{cluster}\n"
+    );
+    let weir = WeirProcess::start("workers = 2", &routes, "info", Stdio::null()).await;
+    (weir, api)
+}
+
+fn clients_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// centrifuge-client.mjs's `scenario` against node `a`, with `args`;
+/// stdin and stdout are the caller's to drive.
+fn centrifuge(a: &WeirProcess, scenario: &str, args: &[String]) -> Child {
+    assert!(
+        clients_dir().join("node_modules/centrifuge").exists(),
+        "host/tests/clients/node_modules/centrifuge missing: run scripts/test.sh"
+    );
+    Command::new("node")
+        .arg("centrifuge-client.mjs")
+        .arg(a.url("/connection/websocket"))
+        .args([SECRET, scenario])
+        .args(args)
+        .current_dir(clients_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("node (scripts/test.sh installs the clients)")
+}
+
+/// Reads `child`'s stdout lines on a thread of their own.
+fn lines_of(child: &mut Child) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for `child` to end well, within `limit`; its last line (JSON).
+async fn finished(
+    mut child: Child,
+    mut lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    limit: Duration,
+) -> serde_json::Value {
+    let waited = tokio::task::spawn_blocking(move || {
+        let status = child.wait().unwrap();
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        (status, stderr)
+    });
+    let (status, stderr) = timeout(limit, waited).await.expect("client ended").unwrap();
+    let mut last = String::new();
+    while let Ok(line) = lines.try_recv() {
+        last = line;
+    }
+    assert!(status.success(), "{status}: {stderr}\n{last}");
+    serde_json::from_str(&last).unwrap()
+}
+
+/// One server API call over plain HTTP/1.1: the JSON body answered.
+async fn api_call(port: u16, method: &str, body: &str) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let request = format!(
+        "POST /api/{method} HTTP/1.1\r\nHost: localhost\r\nX-API-Key: {API_KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    timeout(STEP, stream.read_to_end(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    let response = String::from_utf8_lossy(&response);
+    let (_, body) = response.split_once("\r\n\r\n").expect("a response");
+    serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {response}"))
+}
+
+/// Clients (by user) in `channel`'s presence, as node `api` answers.
+async fn present(api: u16, channel: &str) -> Vec<String> {
+    let answer = api_call(api, "presence", &format!("{{\"channel\":\"{channel}\"}}")).await;
+    let mut users: Vec<String> = answer["result"]["presence"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .values()
+        .map(|c| c["user"].as_str().unwrap().to_string())
+        .collect();
+    users.sort();
+    users
+}
+
+/// Publications, presence, join/leave, history and recovery across two
+/// nodes (the `across` scenario), then a node killed without a goodbye:
+/// its client leaves the channel's presence within the presence ttl.
+async fn realtime_across(cluster: &str) {
+    let ((mut a, api_a), (b, api_b)) = (realtime_node(cluster).await, realtime_node(cluster).await);
+    await_metric(&a, "weir_cluster_connected", 1).await;
+    await_metric(&b, "weir_cluster_connected", 1).await;
+    let mut run = centrifuge(
+        &a,
+        "across",
+        &[
+            b.url("/connection/websocket"),
+            format!("http://127.0.0.1:{api_b}/api"),
+            API_KEY.to_string(),
+        ],
+    );
+    let lines = lines_of(&mut run);
+    let summary = finished(run, lines, Duration::from_secs(60)).await;
+    assert!(summary["published"].as_u64().unwrap() > 10, "{summary}");
+    assert_eq!(summary["published"], summary["received"], "{summary}");
+
+    // A client on A, seen from B; A killed: gone from presence within
+    // PRESENCE_TTL (30 s) of A's last refresh, read on B.
+    let channel = "chat:held";
+    let mut held = centrifuge(&a, "hold", &[channel.to_string()]);
+    let mut lines = lines_of(&mut held);
+    let ready = timeout(STEP, lines.recv()).await.unwrap();
+    assert_eq!(ready.as_deref(), Some("ready"));
+    assert_eq!(present(api_b, channel).await, ["held"]);
+    assert_eq!(present(api_a, channel).await, ["held"]);
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let killed = tokio::time::Instant::now();
+    while !present(api_b, channel).await.is_empty() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(45),
+            "a dead node's member stayed in presence"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let _ = held.kill();
+    let _ = held.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_channels_span_nodes_on_standalone_redis() {
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(false).await;
+    realtime_across(&format!("redis = \"{}\"", redis.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_channels_span_nodes_on_a_redis_cluster() {
+    if !have_redis() {
+        return;
+    }
+    let nodes = redis_cluster().await;
+    let urls: Vec<String> = nodes.iter().map(|n| format!("\"{}\"", n.url())).collect();
+    realtime_across(&format!("redis_cluster = [{}]", urls.join(", "))).await;
+}
+
+/// Redis restarted empty: publishing fails plainly (100) while it is down,
+/// then the channel has a new epoch, and the subscriber on node A is
+/// closed (3010), reconnects and is told it could not recover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_is_a_new_epoch_and_subscribers_are_told() {
+    if !have_redis() {
+        return;
+    }
+    let mut redis = Redis::start(false).await;
+    let cluster = format!("redis = \"{}\"", redis.url());
+    let ((a, _), (b, _)) = (realtime_node(&cluster).await, realtime_node(&cluster).await);
+    await_metric(&a, "weir_cluster_connected", 1).await;
+    await_metric(&b, "weir_cluster_connected", 1).await;
+    let mut run = centrifuge(&a, "restart", &[b.url("/connection/websocket")]);
+    let mut stdin = run.stdin.take().unwrap();
+    let mut lines = lines_of(&mut run);
+    let cue = timeout(Duration::from_secs(30), lines.recv())
+        .await
+        .unwrap();
+    assert_eq!(cue.as_deref(), Some("restart-redis"));
+    redis.kill();
+    await_metric(&a, "weir_cluster_connected", 0).await;
+    std::io::Write::write_all(&mut stdin, b"go\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.spawn().await;
+    let summary = finished(run, lines, Duration::from_secs(60)).await;
+    assert_eq!(summary["recovered"], false, "{summary}");
+}

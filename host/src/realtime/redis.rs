@@ -421,6 +421,9 @@ fn unix_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// A stream entry's field and its value.
+type Field = (Vec<u8>, Vec<u8>);
+
 /// `{top, epoch, {{id, {field, value, ...}}, ...}}` from [`READ`].
 fn parse_read(value: Value) -> Option<Read> {
     let Value::Array(parts) = value else {
@@ -435,8 +438,7 @@ fn parse_read(value: Value) -> Option<Read> {
     let now = Instant::now();
     let mut publications = Vec::with_capacity(entries.len());
     for entry in entries {
-        let (id, fields): (String, Vec<(Vec<u8>, Vec<u8>)>) =
-            redis::from_redis_value(entry).ok()?;
+        let (id, fields): (String, Vec<Field>) = redis::from_redis_value(entry).ok()?;
         let offset: u64 = id.split('-').next()?.parse().ok()?;
         let mut publication = Publication {
             offset,

@@ -35,9 +35,9 @@ function trackingWebSocket(sockets) {
   };
 }
 
-function client(opts = {}) {
+function client(opts = {}, at = url) {
   const sockets = [];
-  const c = new Centrifuge(url, {
+  const c = new Centrifuge(at, {
     websocket: trackingWebSocket(sockets),
     minReconnectDelay: 50,
     maxReconnectDelay: 200,
@@ -297,7 +297,189 @@ async function listen() {
   return { received: got };
 }
 
-const scenarios = { basics, badTokens, refresh, recovery, tooOld, listen };
+/** Lines from the test on stdin, one per `await nextLine()`. */
+const lines = [];
+let lineWaiter = null;
+let stdinBuffer = '';
+process.stdin.on('data', (chunk) => {
+  stdinBuffer += chunk;
+  let at;
+  while ((at = stdinBuffer.indexOf('\n')) >= 0) {
+    lines.push(stdinBuffer.slice(0, at));
+    stdinBuffer = stdinBuffer.slice(at + 1);
+  }
+  if (lineWaiter && lines.length) lineWaiter();
+});
+async function nextLine(ms = 40000) {
+  if (!lines.length) {
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('no line from the test')), ms);
+      lineWaiter = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+  return lines.shift();
+}
+
+/** POSTs one server API call to `api` (`http://host:port/api`). */
+async function apiCall(api, key, method, params) {
+  const res = await fetch(`${api}/${method}`, {
+    method: 'POST',
+    headers: { 'X-API-Key': key, 'Content-Type': 'application/json' },
+    body: JSON.stringify(params),
+  });
+  assert.equal(res.status, 200, `${method}: HTTP ${res.status}`);
+  return res.json();
+}
+
+async function across() {
+  // Two nodes on one Redis: `url` is node A's, argv[5..] node B's
+  // WebSocket URL, its API URL and key.
+  const [urlB, apiB, apiKey] = process.argv.slice(5);
+  const channel = 'chat:across';
+  const ann = client({ token: token({ sub: 'ann' }) });
+  const ben = client({ token: token({ sub: 'ben' }) }, urlB);
+  ann.connect();
+  ben.connect();
+  await Promise.all([once(ann, 'connected'), once(ben, 'connected')]);
+  const subA = ann.newSubscription(channel, { joinLeave: true });
+  const onA = [];
+  const joins = [];
+  subA.on('publication', (ctx) => onA.push(ctx));
+  subA.on('join', (ctx) => joins.push(ctx.info.user));
+  subA.subscribe();
+  await once(subA, 'subscribed');
+  const subB = ben.newSubscription(channel);
+  subB.subscribe();
+  await once(subB, 'subscribed');
+  await until(() => joins.includes('ben'), 'ann (node A) sees ben (node B) join');
+
+  // A client publication on B and an API publication through B reach A,
+  // with the offsets Redis gave them.
+  await subB.publish({ n: 1 });
+  const api = await apiCall(apiB, apiKey, 'publish', { channel, data: { n: 2 } });
+  assert.equal(api.result.offset, 2, JSON.stringify(api));
+  await until(() => onA.length === 2, 'two publications on A');
+  assert.deepEqual(onA.map((p) => [p.data.n, p.offset]), [[1, 1], [2, 2]]);
+  assert.equal(onA[0].info.user, 'ben');
+
+  // Presence and history are the cluster's, whichever node answers.
+  const presence = await subA.presence();
+  assert.deepEqual(
+    Object.values(presence.clients).map((c) => c.user).sort(),
+    ['ann', 'ben'],
+  );
+  const stats = await subB.presenceStats();
+  assert.deepEqual([stats.numClients, stats.numUsers], [2, 2]);
+  const history = await subA.history({ limit: 10 });
+  assert.deepEqual(history.publications.map((p) => p.data.n), [1, 2]);
+  assert.equal(history.epoch, api.result.epoch);
+  const onBPresence = await apiCall(apiB, apiKey, 'presence', { channel });
+  assert.equal(Object.keys(onBPresence.result.presence).length, 2);
+
+  // Recovery across nodes: ben publishes on B while ann's socket on A is
+  // cut, again and again; ann gets each publication once, in order.
+  const live = 'chat:across-recover';
+  const reader = ann.newSubscription(live);
+  const seen = [];
+  const recoveries = [];
+  reader.on('publication', (ctx) => seen.push(ctx.data.n));
+  reader.on('subscribed', (ctx) => recoveries.push(ctx));
+  reader.subscribe();
+  await once(reader, 'subscribed');
+  let n = 0;
+  let publishing = true;
+  const writing = (async () => {
+    while (publishing) {
+      n++;
+      await ben.publish(live, { n });
+      await sleep(5);
+    }
+  })();
+  const CUTS = 5;
+  for (let cut = 0; cut < CUTS; cut++) {
+    await sleep(150);
+    const before = recoveries.length;
+    ann.sockets.at(-1)._socket.destroy();
+    await until(() => recoveries.length > before, `resubscribe after cut ${cut}`);
+  }
+  await sleep(100);
+  publishing = false;
+  await writing;
+  await until(() => seen.length >= n, `all ${n} publications (have ${seen.length})`);
+  await sleep(200);
+  assert.deepEqual(seen, Array.from({ length: n }, (_, i) => i + 1), 'once each, in order');
+  for (const r of recoveries.slice(1)) {
+    assert.equal(r.recovered, true, `recovered: ${JSON.stringify(r)}`);
+  }
+  ann.disconnect();
+  ben.disconnect();
+  return { published: n, received: seen.length, cuts: CUTS };
+}
+
+async function hold() {
+  // Subscribes to argv[5] with presence, says "ready", and stays until
+  // its connection is gone (the test kills its node).
+  const c = client({ token: token({ sub: 'held' }), minReconnectDelay: 60000 });
+  c.connect();
+  await once(c, 'connected');
+  const sub = c.newSubscription(process.argv[5]);
+  sub.subscribe();
+  await once(sub, 'subscribed');
+  console.log('ready');
+  await once(c, 'connecting', () => true, 50000);
+  c.disconnect();
+  return { held: true };
+}
+
+async function restart() {
+  // Redis restarts (the test does it between two lines): the channel's
+  // history is gone and its epoch new, and the subscriber on A is told
+  // it could not recover. argv[5..]: node B's URL.
+  const [urlB] = process.argv.slice(5);
+  const channel = 'chat:restart';
+  const reader = client({ token: token({ sub: 'reader' }) });
+  const writer = client({ token: token({ sub: 'writer' }) }, urlB);
+  reader.connect();
+  writer.connect();
+  await Promise.all([once(reader, 'connected'), once(writer, 'connected')]);
+  const sub = reader.newSubscription(channel);
+  const contexts = [];
+  const seen = [];
+  sub.on('subscribed', (ctx) => contexts.push(ctx));
+  sub.on('publication', (ctx) => seen.push(ctx.data.n));
+  sub.subscribe();
+  await once(sub, 'subscribed');
+  for (let i = 1; i <= 3; i++) await writer.publish(channel, { n: i });
+  await until(() => seen.length === 3, 'three publications before the restart');
+  const before = contexts[0].streamPosition.epoch;
+  console.log('restart-redis');
+  await nextLine();
+  // Publish until Redis answers again (code 100 meanwhile).
+  let failures = 0;
+  for (;;) {
+    try {
+      await writer.publish(channel, { n: 4 });
+      break;
+    } catch (e) {
+      assert.equal(e.code, 100, `while Redis restarts: ${JSON.stringify(e)}`);
+      failures++;
+      await sleep(200);
+    }
+  }
+  await until(() => contexts.length >= 2, 'resubscribed after the epoch changed', 20000);
+  const again = contexts.at(-1);
+  assert.equal(again.wasRecovering, true);
+  assert.equal(again.recovered, false, `told it could not recover: ${JSON.stringify(again)}`);
+  assert.notEqual(again.streamPosition.epoch, before, 'a new epoch');
+  reader.disconnect();
+  writer.disconnect();
+  return { failures, recovered: again.recovered };
+}
+
+const scenarios = { basics, badTokens, refresh, recovery, tooOld, listen, across, hold, restart };
 const run = scenarios[scenario];
 if (!run) {
   console.error(`unknown scenario ${scenario}`);
