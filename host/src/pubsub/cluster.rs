@@ -65,6 +65,9 @@ const HEADER_BYTES: usize = 9;
 /// too, so one channel's positions reach it in one order).
 pub trait RealtimeSink: Send + Sync {
     fn receive(&self, channel: &str, payload: Bytes);
+    /// The link is up (again) and subscribed to every watched channel:
+    /// what was published while it was down never arrives.
+    fn link_up(&self);
 }
 
 /// The link's figures for `/metrics`.
@@ -279,6 +282,10 @@ impl RedisBroker {
         let mut subscribed = Wanted::new();
         if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
             return e.to_string();
+        }
+        let sink = self.realtime.read().expect("cluster lock").clone();
+        if let Some(sink) = sink.and_then(|s| s.upgrade()) {
+            sink.link_up();
         }
         let mut batch = Vec::with_capacity(PUBLISH_BATCH);
         loop {

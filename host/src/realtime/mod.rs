@@ -1030,6 +1030,28 @@ impl RealtimeSink for Realtime {
             ),
         }
     }
+
+    /// Publications made while the link was down never reach this node:
+    /// every channel it followed loses its continuity, and its positioned
+    /// subscribers reconnect and recover from Redis (or are told they
+    /// cannot, when Redis came back empty with a new epoch).
+    fn link_up(&self) {
+        let channels: Vec<(Arc<str>, Arc<Mutex<ChannelState>>)> = self
+            .channels
+            .lock()
+            .expect("channels lock")
+            .iter()
+            .map(|(name, state)| (name.clone(), state.clone()))
+            .collect();
+        for (name, state) in channels {
+            let mut state = state.lock().expect("channel lock");
+            if state.seeded {
+                self.discontinuity(&name);
+                state.seeded = false;
+                state.stream.clear();
+            }
+        }
+    }
 }
 
 /// What a recovery from `since` finds in `read` and in the node's `later`
