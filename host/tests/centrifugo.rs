@@ -349,9 +349,11 @@ async fn an_oversized_command_is_closed_with_1009() {
         serde_json::from_str(&next(&mut ws).await.into_text().unwrap()).unwrap();
     assert_eq!(reply["id"], 2);
     assert_eq!(reply["error"]["code"], 106, "{reply}");
-    ws.send(Message::text(r#"{"id":3,"presence_stats":{"channel":"chat:big"}}"#))
-        .await
-        .unwrap();
+    ws.send(Message::text(
+        r#"{"id":3,"presence_stats":{"channel":"chat:big"}}"#,
+    ))
+    .await
+    .unwrap();
     let reply: serde_json::Value =
         serde_json::from_str(&next(&mut ws).await.into_text().unwrap()).unwrap();
     assert_eq!(reply["id"], 3, "{reply}");

@@ -81,15 +81,17 @@ async fn wait_listening(addr: SocketAddr, child: &mut Child, what: &str) {
 /// examples/realtime/routes.toml with its gateway, API and page ports
 /// replaced; each must be found, so the test follows the example.
 fn example_routes(gw: u16, api: u16, page: u16) -> String {
-    let text = std::fs::read_to_string(repo().join("examples/realtime/routes.toml")).unwrap();
-    let mut text = text;
+    let mut text = std::fs::read_to_string(repo().join("examples/realtime/routes.toml")).unwrap();
     for (from, to) in [
         ("127.0.0.1:9001", format!("127.0.0.1:{gw}")),
         ("127.0.0.1:8000", format!("127.0.0.1:{api}")),
         ("http://127.0.0.1:8080", format!("http://127.0.0.1:{page}")),
         ("http://localhost:8080", format!("http://localhost:{page}")),
     ] {
-        assert!(text.contains(from), "examples/realtime/routes.toml names {from}");
+        assert!(
+            text.contains(from),
+            "examples/realtime/routes.toml names {from}"
+        );
         text = text.replace(from, &to);
     }
     text
@@ -151,7 +153,10 @@ impl DevTools {
                     break text;
                 }
             }
-            assert!(Instant::now() < deadline, "chromium wrote no DevToolsActivePort");
+            assert!(
+                Instant::now() < deadline,
+                "chromium wrote no DevToolsActivePort"
+            );
             assert!(child.try_wait().unwrap().is_none(), "chromium exited");
             sleep(Duration::from_millis(50)).await;
         };
@@ -263,7 +268,9 @@ fn events_ending(events: &Value, suffix: &str) -> usize {
 async fn the_chat_example_connects_presents_publishes_and_recovers_in_chromium() {
     let clients = repo().join("host/tests/clients");
     assert!(
-        clients.join("node_modules/centrifuge/dist/centrifuge.js").exists(),
+        clients
+            .join("node_modules/centrifuge/dist/centrifuge.js")
+            .exists(),
         "host/tests/clients/node_modules/centrifuge missing: run scripts/test.sh"
     );
     let (gw_port, api_port, page_port) = (free_port(), free_port(), free_port());
@@ -360,7 +367,9 @@ async fn the_chat_example_connects_presents_publishes_and_recovers_in_chromium()
 
         // A second tab joins and leaves: the first shows both.
         let (bob, _) = dt
-            .open(&format!("http://127.0.0.1:{page_port}/?user=bob&room=lobby"))
+            .open(&format!(
+                "http://127.0.0.1:{page_port}/?user=bob&room=lobby"
+            ))
             .await;
         dt.wait_for(
             &me,
@@ -368,12 +377,20 @@ async fn the_chat_example_connects_presents_publishes_and_recovers_in_chromium()
             "bob present",
         )
         .await;
-        dt.wait_for(&me, &format!("{EVENTS}.some(e => e.endsWith(' bob joined'))"), "bob's join")
-            .await;
+        dt.wait_for(
+            &me,
+            &format!("{EVENTS}.some(e => e.endsWith(' bob joined'))"),
+            "bob's join",
+        )
+        .await;
         dt.call(None, "Target.closeTarget", json!({ "targetId": bob }))
             .await;
-        dt.wait_for(&me, &format!("{EVENTS}.some(e => e.endsWith(' bob left'))"), "bob's leave")
-            .await;
+        dt.wait_for(
+            &me,
+            &format!("{EVENTS}.some(e => e.endsWith(' bob left'))"),
+            "bob's leave",
+        )
+        .await;
         dt.wait_for(
             &me,
             &format!("JSON.stringify({PRESENT}) === '[\"tester\"]'"),
@@ -408,7 +425,12 @@ async fn the_chat_example_connects_presents_publishes_and_recovers_in_chromium()
             "the page's own message",
         )
         .await;
-        let history = api(api_addr, "history", json!({ "channel": CHANNEL, "limit": -1 })).await;
+        let history = api(
+            api_addr,
+            "history",
+            json!({ "channel": CHANNEL, "limit": -1 }),
+        )
+        .await;
         let typed = history["publications"]
             .as_array()
             .unwrap()
@@ -495,7 +517,10 @@ async fn the_chat_example_connects_presents_publishes_and_recovers_in_chromium()
             "{events:#}"
         );
         assert_eq!(
-            events_ending(&events, "connection lost (3001 test: reconnect); reconnecting"),
+            events_ending(
+                &events,
+                "connection lost (3001 test: reconnect); reconnecting"
+            ),
             CUTS,
             "{events:#}"
         );
