@@ -18,7 +18,7 @@
 mod common;
 
 use common::STEP;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
@@ -209,8 +209,9 @@ impl DevTools {
         (target, session)
     }
 
-    /// The value of a JavaScript expression in the page.
-    async fn eval(&mut self, session: &str, expression: &str) -> Value {
+    /// The value of a JavaScript expression in the page, or the exception
+    /// it threw.
+    async fn try_eval(&mut self, session: &str, expression: &str) -> Result<Value, Value> {
         let result = self
             .call(
                 Some(session),
@@ -218,11 +219,17 @@ impl DevTools {
                 json!({ "expression": expression, "returnByValue": true, "awaitPromise": true }),
             )
             .await;
-        assert!(
-            result.get("exceptionDetails").is_none(),
-            "{expression}: {result}"
-        );
-        result["result"]["value"].clone()
+        match result.get("exceptionDetails") {
+            Some(e) => Err(e.clone()),
+            None => Ok(result["result"]["value"].clone()),
+        }
+    }
+
+    /// The value of a JavaScript expression in the page.
+    async fn eval(&mut self, session: &str, expression: &str) -> Value {
+        self.try_eval(session, expression)
+            .await
+            .unwrap_or_else(|e| panic!("{expression}: {e}"))
     }
 
     /// Waits until `expression` is true in the page; on time-out, fails
@@ -230,12 +237,13 @@ impl DevTools {
     async fn wait_for(&mut self, session: &str, expression: &str, what: &str) {
         let deadline = Instant::now() + STEP;
         loop {
-            if self.eval(session, expression).await == json!(true) {
+            // Throws while the page is still loading (no elements yet).
+            if self.try_eval(session, expression).await == Ok(json!(true)) {
                 return;
             }
             if Instant::now() > deadline {
-                let shown = self.eval(session, SHOWN).await;
-                panic!("timed out waiting for {what}; the page shows {shown:#}");
+                let shown = self.try_eval(session, SHOWN).await;
+                panic!("timed out waiting for {what}; the page shows {shown:#?}");
             }
             sleep(Duration::from_millis(50)).await;
         }
