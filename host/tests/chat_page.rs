@@ -9,7 +9,7 @@
 //! with X-API-Key), and, after the API disconnects the page three times
 //! (code 3001, reconnect allowed) while publishing goes on, every
 //! publication shown exactly once and in order, each resubscribe
-//! recovered.
+//! recovered; a late joiner sees the last 20 messages from history.
 //!
 //! Needs Chromium (`chromium` on PATH, or `WEIR_CHROMIUM`), node, and the
 //! pinned `centrifuge` package in host/tests/clients; scripts/test.sh
@@ -532,6 +532,22 @@ async fn the_chat_example_connects_presents_publishes_and_recovers_in_chromium()
             CUTS,
             "{events:#}"
         );
+
+        // A late joiner sees the room's last 20 messages, from history.
+        let (_, carol) = dt
+            .open(&format!(
+                "http://127.0.0.1:{page_port}/?user=carol&room=lobby"
+            ))
+            .await;
+        dt.wait_for(
+            &carol,
+            &format!("{MESSAGES}.length >= 20"),
+            "the late joiner's history",
+        )
+        .await;
+        sleep(Duration::from_millis(300)).await;
+        let shown = dt.eval(&carol, MESSAGES).await;
+        assert_eq!(shown, json!(expected[total - 20..]), "the last 20, once");
     };
     timeout(Duration::from_secs(150), run)
         .await
