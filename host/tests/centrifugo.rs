@@ -408,3 +408,83 @@ async fn centrifuge_client_over_max_command_is_disconnected_for_good() {
     assert_eq!(out["reason"], "message size limit exceeded", "{out}");
     assert_eq!(out["state"], "disconnected", "{out}");
 }
+
+/// One server API call with the test's key; the answer's JSON.
+async fn api_call(gw: &Gateway, method: &str, body: &str) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = gw.api.expect("[api]");
+    let request = format!(
+        "POST /api/{method} HTTP/1.1\r\nhost: {addr}\r\nx-api-key: {API_KEY}\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = timeout(STEP, async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        String::from_utf8(answer).unwrap()
+    })
+    .await
+    .unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{method}: {answer}");
+    serde_json::from_str(body).unwrap()
+}
+
+/// docs/api/openapi.yaml stays true to the API: every method it lists is
+/// served (never 104), the two it marks not available answer 108, and
+/// every other method of Centrifugo's HTTP API answers 104, so a method
+/// added to api.rs without the document fails here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_lists_exactly_the_methods_served() {
+    let doc = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/api/openapi.yaml"),
+    )
+    .unwrap();
+    let documented: Vec<&str> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("  /api/")?.strip_suffix(':'))
+        .collect();
+    assert!(documented.contains(&"publish"), "{documented:?}");
+    // Centrifugo v5's server API methods.
+    let centrifugo = [
+        "publish",
+        "broadcast",
+        "subscribe",
+        "unsubscribe",
+        "disconnect",
+        "refresh",
+        "presence",
+        "presence_stats",
+        "history",
+        "history_remove",
+        "channels",
+        "info",
+        "batch",
+        "connections",
+        "channel_info",
+        "user_block",
+        "user_unblock",
+        "revoke_token",
+        "invalidate_user_tokens",
+        "update_user_status",
+        "get_user_status",
+        "delete_user_status",
+        "device_register",
+        "send_push_notification",
+    ];
+    for name in &documented {
+        assert!(centrifugo.contains(name), "{name} is not Centrifugo's");
+    }
+    let gw = gateway();
+    for method in centrifugo {
+        let answer = api_call(&gw, method, r#"{"channel":"chat:doc"}"#).await;
+        let code = &answer["error"]["code"];
+        match method {
+            "subscribe" | "unsubscribe" => assert_eq!(code, 108, "{method}: {answer}"),
+            m if documented.contains(&m) => assert_ne!(code, 104, "{method}: {answer}"),
+            _ => assert_eq!(code, 104, "{method} is served but not documented: {answer}"),
+        }
+    }
+}
