@@ -2,8 +2,10 @@
 //! client (pinned in host/tests/clients/package.json, installed by
 //! scripts/test.sh): connect with a token, refusals of bad tokens,
 //! subscribe, publish, presence, join/leave, history, token refresh, and
-//! recovery after the client's socket is cut while publishing goes on. A
-//! raw client checks the server's ping and the no-pong close.
+//! recovery after the client's socket is cut while publishing goes on, and
+//! the disconnect of a command over `max_command`. A raw client checks the
+//! server's ping and the no-pong close, and the 1009 close of an oversized
+//! command.
 
 mod common;
 
@@ -309,4 +311,180 @@ async fn the_server_api_answers_cent_and_reaches_subscribers() {
         got.push(serde_json::from_str::<serde_json::Value>(&text).unwrap()["n"].clone());
     }
     assert_eq!(got, [1, 2, 3]);
+}
+
+/// A command frame over the route's `max_command` (64 KiB by default) is
+/// closed with 1009 "message size limit exceeded", which the `centrifuge`
+/// client reports as a message size disconnect and does not reconnect
+/// after; whether it arrives whole or in fragments, the connection answers
+/// nothing of it. A publish whose frame fits but whose data is over
+/// `max_publication` (4 KiB here) is only refused (106): the connection
+/// stays and answers the next command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_command_is_closed_with_1009() {
+    let gw = gateway();
+    let url = gw.url("/connection/websocket");
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &serde_json::json!({"sub": "big"}),
+        &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+    )
+    .unwrap();
+    let connect = format!(r#"{{"id":1,"connect":{{"token":"{token}"}}}}"#);
+    let publish = |id: u32, bytes: usize| {
+        format!(
+            r#"{{"id":{id},"publish":{{"channel":"chat:big","data":{{"x":"{}"}}}}}}"#,
+            "x".repeat(bytes)
+        )
+    };
+    let mut ws = client(&url).await;
+    ws.send(Message::text(connect.clone())).await.unwrap();
+    let reply: serde_json::Value =
+        serde_json::from_str(&next(&mut ws).await.into_text().unwrap()).unwrap();
+    assert!(reply["connect"]["client"].is_string(), "{reply}");
+    // Fits in a command, not in a publication: error 106, and the
+    // connection goes on.
+    ws.send(Message::text(publish(2, 8 << 10))).await.unwrap();
+    let reply: serde_json::Value =
+        serde_json::from_str(&next(&mut ws).await.into_text().unwrap()).unwrap();
+    assert_eq!(reply["id"], 2);
+    assert_eq!(reply["error"]["code"], 106, "{reply}");
+    ws.send(Message::text(
+        r#"{"id":3,"presence_stats":{"channel":"chat:big"}}"#,
+    ))
+    .await
+    .unwrap();
+    let reply: serde_json::Value =
+        serde_json::from_str(&next(&mut ws).await.into_text().unwrap()).unwrap();
+    assert_eq!(reply["id"], 3, "{reply}");
+    // Over max_command (64 KiB): closed with 1009, no reply.
+    ws.send(Message::text(publish(4, 65 << 10))).await.unwrap();
+    assert_eq!(
+        close_of(&mut ws).await,
+        Some((1009, "message size limit exceeded".to_string()))
+    );
+
+    // The same command in 4 KiB fragments: counted as one message.
+    let mut raw = Raw::connect(gw.addr, "/connection/websocket").await;
+    raw.send(&frame(0x81, connect.as_bytes())).await;
+    let (op, reply) = timeout(STEP, raw.next_frame()).await.unwrap().unwrap();
+    assert_eq!(op, 0x81, "{}", String::from_utf8_lossy(&reply));
+    let big = publish(5, 65 << 10).into_bytes();
+    let pieces: Vec<&[u8]> = big.chunks(4 << 10).collect();
+    for (i, piece) in pieces.iter().enumerate() {
+        let fin = if i + 1 == pieces.len() { 0x80 } else { 0 };
+        let op = if i == 0 { 0x1 } else { 0x0 };
+        raw.send(&frame(fin | op, piece)).await;
+    }
+    assert_eq!(timeout(STEP, raw.close_code()).await.unwrap(), Some(1009));
+}
+
+/// The close frame's code and reason; fails if a text frame comes first.
+async fn close_of(ws: &mut Ws) -> Option<(u16, String)> {
+    timeout(STEP, async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Close(frame))) => {
+                    return frame.map(|f| (u16::from(f.code), f.reason.to_string()))
+                }
+                Some(Ok(Message::Text(t))) => panic!("answered an oversized command: {t}"),
+                Some(Ok(_)) => continue,
+                _ => return None,
+            }
+        }
+    })
+    .await
+    .expect("closed in time")
+}
+
+/// The `centrifuge` client whose publish is over `max_command` is
+/// disconnected with its "message size limit" code (3, from 1009) and
+/// does not reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn centrifuge_client_over_max_command_is_disconnected_for_good() {
+    let gw = gateway();
+    let out = scenario(&gw, "oversized").await;
+    assert_eq!(out["code"], 3, "{out}");
+    assert_eq!(out["reason"], "message size limit exceeded", "{out}");
+    assert_eq!(out["state"], "disconnected", "{out}");
+}
+
+/// One server API call with the test's key; the answer's JSON.
+async fn api_call(gw: &Gateway, method: &str, body: &str) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = gw.api.expect("[api]");
+    let request = format!(
+        "POST /api/{method} HTTP/1.1\r\nhost: {addr}\r\nx-api-key: {API_KEY}\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = timeout(STEP, async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        String::from_utf8(answer).unwrap()
+    })
+    .await
+    .unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{method}: {answer}");
+    serde_json::from_str(body).unwrap()
+}
+
+/// docs/api/openapi.yaml stays true to the API: every method it lists is
+/// served (never 104), the two it marks not available answer 108, and
+/// every other method of Centrifugo's HTTP API answers 104, so a method
+/// added to api.rs without the document fails here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_lists_exactly_the_methods_served() {
+    let doc = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/api/openapi.yaml"),
+    )
+    .unwrap();
+    let documented: Vec<&str> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("  /api/")?.strip_suffix(':'))
+        .collect();
+    assert!(documented.contains(&"publish"), "{documented:?}");
+    // Centrifugo v5's server API methods.
+    let centrifugo = [
+        "publish",
+        "broadcast",
+        "subscribe",
+        "unsubscribe",
+        "disconnect",
+        "refresh",
+        "presence",
+        "presence_stats",
+        "history",
+        "history_remove",
+        "channels",
+        "info",
+        "batch",
+        "connections",
+        "channel_info",
+        "user_block",
+        "user_unblock",
+        "revoke_token",
+        "invalidate_user_tokens",
+        "update_user_status",
+        "get_user_status",
+        "delete_user_status",
+        "device_register",
+        "send_push_notification",
+    ];
+    for name in &documented {
+        assert!(centrifugo.contains(name), "{name} is not Centrifugo's");
+    }
+    let gw = gateway();
+    for method in centrifugo {
+        let answer = api_call(&gw, method, r#"{"channel":"chat:doc"}"#).await;
+        let code = &answer["error"]["code"];
+        match method {
+            "subscribe" | "unsubscribe" => assert_eq!(code, 108, "{method}: {answer}"),
+            m if documented.contains(&m) => assert_ne!(code, 104, "{method}: {answer}"),
+            _ => assert_eq!(code, 104, "{method} is served but not documented: {answer}"),
+        }
+    }
 }

@@ -479,7 +479,35 @@ async function restart() {
   return { failures, recovered: again.recovered };
 }
 
-const scenarios = { basics, badTokens, refresh, recovery, tooOld, listen, across, hold, restart };
+async function oversized() {
+  // A publish whose command is over the route's max_command (64 KiB):
+  // the server closes with 1009, the client reports messageSizeLimit (3)
+  // and stays disconnected.
+  const c = client({ token: token({ sub: 'big' }) });
+  c.connect();
+  await once(c, 'connected');
+  const disconnected = once(c, 'disconnected');
+  c.publish('chat:big', { x: 'x'.repeat(70 * 1024) }).catch(() => {});
+  const d = await disconnected;
+  let reconnected = false;
+  c.on('connecting', () => (reconnected = true));
+  await sleep(1000);
+  assert.equal(reconnected, false, 'no reconnect after a message size disconnect');
+  return { code: d.code, reason: d.reason, state: c.state };
+}
+
+const scenarios = {
+  basics,
+  badTokens,
+  refresh,
+  recovery,
+  tooOld,
+  listen,
+  oversized,
+  across,
+  hold,
+  restart,
+};
 const run = scenarios[scenario];
 if (!run) {
   console.error(`unknown scenario ${scenario}`);
