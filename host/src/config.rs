@@ -139,6 +139,10 @@ pub struct CentrifugoConfig {
     pub token_audience: Option<String>,
     /// `iss` a token must carry (not checked when None).
     pub token_issuer: Option<String>,
+    /// A JWK set (JSON) of the public keys RS/PS/ES-signed tokens are
+    /// checked with; read at start and on each reload. With it, the HMAC
+    /// secret is optional.
+    pub token_jwks_file: Option<PathBuf>,
     pub ping_interval: Duration,
     pub pong_timeout: Duration,
     /// Grace after a token's expiry before the connection is closed with
@@ -156,6 +160,7 @@ impl Default for CentrifugoConfig {
             token_hmac_secret_env: DEFAULT_TOKEN_HMAC_SECRET_ENV.into(),
             token_audience: None,
             token_issuer: None,
+            token_jwks_file: None,
             ping_interval: DEFAULT_CENTRIFUGO_PING_INTERVAL,
             pong_timeout: DEFAULT_CENTRIFUGO_PONG_TIMEOUT,
             expired_close_delay: DEFAULT_CENTRIFUGO_EXPIRED_CLOSE_DELAY,

@@ -43,6 +43,12 @@ pub enum RouteError {
 pub trait RouteKind: Send + Sync {
     /// The route's state on one worker (e.g. its guest instance).
     fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute>;
+
+    /// A reload kept the route: take what of `behaviour` (the file's
+    /// settings now) applies to a running route, or say why not.
+    fn reload(&self, _behaviour: &crate::config::Behaviour) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A route kind on one worker: answers upgrades.

@@ -488,3 +488,70 @@ async fn the_openapi_document_lists_exactly_the_methods_served() {
         }
     }
 }
+
+/// Runs centrifuge-client.mjs `scenario` against `url` with `args`; its
+/// JSON summary (the last line).
+fn node_scenario(url: &str, scenario: &str, args: &[&str]) -> serde_json::Value {
+    let output = Command::new("node")
+        .args(["centrifuge-client.mjs", url, SECRET, scenario])
+        .args(args)
+        .current_dir(clients_dir())
+        .stdin(Stdio::null())
+        .output()
+        .expect("node (scripts/test.sh installs the clients)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{scenario}: {}\n{stdout}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or("null")).unwrap()
+}
+
+/// RS256 and ES256 tokens checked with the public keys of a JWKS file
+/// (chosen by `kid`), with no HMAC secret set: a key not in the file, a
+/// signature that does not match its `kid`'s key, and an HS256 token are
+/// refused (3500). The file rotated and the gateway reloaded (SIGHUP): the
+/// removed key's tokens are refused, the added key's accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rs256_and_es256_tokens_follow_the_jwks_file_across_reloads() {
+    let dir = std::env::temp_dir().join(format!("weir-jwks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir_arg = dir.to_str().unwrap().to_string();
+    let keys = node_scenario("ws://unused", "keys", &[&dir_arg]);
+    assert!(keys.is_null(), "{keys}");
+    let jwks = dir.join("jwks.json");
+    let routes = format!(
+        "[[route]]\npath = \"/connection/websocket\"\nnative = \"centrifugo\"\n\
+         token_hmac_secret_env = \"WEIR_TEST_NO_SUCH_SECRET\"\ntoken_jwks_file = \"{}\"\n",
+        jwks.display()
+    );
+    let mut weir = WeirProcess::start("workers = 1", &routes, "warn", Stdio::null()).await;
+    let url = weir.url("/connection/websocket");
+    let (u, d) = (url.clone(), dir_arg.clone());
+    let before = tokio::task::spawn_blocking(move || node_scenario(&u, "jwks", &[&d, "before"]))
+        .await
+        .unwrap();
+    assert_eq!(before["k1"], "connected", "{before}");
+    assert_eq!(before["k2"], "connected", "{before}");
+    assert_eq!(before["k3"], 3500, "a key not in the file: {before}");
+    assert_eq!(before["swapped"], 3500, "{before}");
+    assert_eq!(before["hmac"], 3500, "no HMAC secret is set: {before}");
+
+    std::fs::copy(dir.join("jwks-rotated.json"), &jwks).unwrap();
+    let hup = Command::new("kill")
+        .args(["-HUP", &weir.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    let after =
+        tokio::task::spawn_blocking(move || node_scenario(&url, "jwks", &[&dir_arg, "after"]))
+            .await
+            .unwrap();
+    assert_eq!(after["k3"], "connected", "the added key: {after}");
+    assert_eq!(after["k2"], "connected", "{after}");
+    assert_eq!(after["k1"], 3500, "the removed key: {after}");
+    assert!(weir.child.try_wait().unwrap().is_none(), "weir exited");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -123,6 +123,7 @@ pub(super) struct RawRoute {
     pub(super) token_hmac_secret_env: Field,
     pub(super) token_audience: Field,
     pub(super) token_issuer: Field,
+    pub(super) token_jwks_file: Field,
     pub(super) ping_interval: Field,
     pub(super) pong_timeout: Field,
     pub(super) expired_close_delay: Field,
@@ -525,7 +526,7 @@ fn route(
                 "pubsub" => NativeKind::PubSub(pubsub_config(src, raw)?),
                 "proxy" => NativeKind::Proxy(proxy_config(src, raw, &native, &path, origin_dir)?),
                 "centrifugo" => NativeKind::Centrifugo(std::sync::Arc::new(
-                    super::realtime::centrifugo_config(src, raw)?,
+                    super::realtime::centrifugo_config(src, raw, origin_dir)?,
                 )),
                 _ => {
                     return Err(native.fail(

@@ -202,11 +202,12 @@ fn env_name(src: &Source, item: &Item, example: &str) -> Result<String, ConfigEr
 }
 
 /// The keys only centrifugo routes take, in the file's field order.
-fn centrifugo_fields(raw: &RawRoute) -> [(&'static str, &Field); 9] {
+fn centrifugo_fields(raw: &RawRoute) -> [(&'static str, &Field); 10] {
     [
         ("token_hmac_secret_env", &raw.token_hmac_secret_env),
         ("token_audience", &raw.token_audience),
         ("token_issuer", &raw.token_issuer),
+        ("token_jwks_file", &raw.token_jwks_file),
         ("ping_interval", &raw.ping_interval),
         ("pong_timeout", &raw.pong_timeout),
         ("expired_close_delay", &raw.expired_close_delay),
@@ -220,8 +221,16 @@ fn centrifugo_fields(raw: &RawRoute) -> [(&'static str, &Field); 9] {
 pub(super) fn centrifugo_config(
     src: &Source,
     raw: &RawRoute,
+    origin_dir: &std::path::Path,
 ) -> Result<CentrifugoConfig, ConfigError> {
     let mut c = CentrifugoConfig::default();
+    if let Some(item) = Item::of("token_jwks_file", &raw.token_jwks_file) {
+        let file = item.string(src, r#""keys/jwks.json""#)?;
+        if file.is_empty() {
+            return Err(item.fail(src, r#"empty; write the JWKS file, e.g. "keys/jwks.json""#));
+        }
+        c.token_jwks_file = Some(origin_dir.join(file));
+    }
     if let Some(item) = Item::of("token_hmac_secret_env", &raw.token_hmac_secret_env) {
         c.token_hmac_secret_env = env_name(src, &item, DEFAULT_TOKEN_HMAC_SECRET_ENV)?;
     }

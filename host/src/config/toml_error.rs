@@ -85,6 +85,7 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "token_hmac_secret_env",
     "token_audience",
     "token_issuer",
+    "token_jwks_file",
     "ping_interval",
     "pong_timeout",
     "expired_close_delay",

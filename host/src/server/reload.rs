@@ -265,6 +265,13 @@ impl Changes {
                 continue;
             };
             next.serve(&new.path, index, new.line)?;
+            if let Err(detail) = route.kind.reload(&new.behaviour) {
+                errors.push(GuestError::Limits {
+                    route: new.path.clone(),
+                    detail,
+                });
+                continue;
+            }
             if *route.limits() != new.limits {
                 limits.push((route.clone(), new.limits.clone()));
             }

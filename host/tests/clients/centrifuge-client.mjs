@@ -5,7 +5,8 @@
 // line is a JSON summary. Every wait is bounded.
 import { Centrifuge } from 'centrifuge';
 import WebSocket from 'ws';
-import { createHmac } from 'node:crypto';
+import { createHmac, createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
 import assert from 'node:assert/strict';
 
 const [url, secret, scenario] = process.argv.slice(2);
@@ -496,8 +497,75 @@ async function oversized() {
   return { code: d.code, reason: d.reason, state: c.state };
 }
 
+/** A JWT signed with a public-key algorithm (RS256, ES256) and `kid`. */
+function signedToken(claims, alg, kid, privatePem) {
+  const head = b64url(JSON.stringify({ alg, typ: 'JWT', kid }));
+  const body = b64url(JSON.stringify(claims));
+  const key = createPrivateKey(privatePem);
+  const options = alg.startsWith('ES') ? { key, dsaEncoding: 'ieee-p1363' } : key;
+  const sig = sign('sha256', Buffer.from(`${head}.${body}`), options).toString('base64url');
+  return `${head}.${body}.${sig}`;
+}
+
+/** Makes keys k1 (RSA), k2 (EC P-256), k3 (RSA) in argv[3]'s directory, and
+ * jwks.json with the public halves of k1 and k2. */
+function makeKeys(dir) {
+  const pairs = {
+    k1: generateKeyPairSync('rsa', { modulusLength: 2048 }),
+    k2: generateKeyPairSync('ec', { namedCurve: 'P-256' }),
+    k3: generateKeyPairSync('rsa', { modulusLength: 2048 }),
+  };
+  const jwk = {};
+  for (const [kid, pair] of Object.entries(pairs)) {
+    writeFileSync(`${dir}/${kid}.pem`, pair.privateKey.export({ type: 'pkcs8', format: 'pem' }));
+    const alg = kid === 'k2' ? 'ES256' : 'RS256';
+    jwk[kid] = { ...pair.publicKey.export({ format: 'jwk' }), kid, alg, use: 'sig' };
+  }
+  writeFileSync(`${dir}/jwks.json`, JSON.stringify({ keys: [jwk.k1, jwk.k2] }));
+  writeFileSync(`${dir}/jwks-rotated.json`, JSON.stringify({ keys: [jwk.k2, jwk.k3] }));
+}
+
+/** Connects with `tok`: 'connected', or the disconnect code. */
+async function tryConnect(tok) {
+  const c = client({ token: tok });
+  const outcome = Promise.race([
+    once(c, 'connected').then(() => 'connected'),
+    once(c, 'disconnected').then((d) => d.code),
+  ]);
+  c.connect();
+  const got = await outcome;
+  c.disconnect();
+  return got;
+}
+
+async function jwks() {
+  // argv[5]: the keys' directory; argv[6]: "before" or "after" the test
+  // rotated jwks.json (k1, k2 -> k2, k3) and reloaded the gateway.
+  const [dir, phase] = process.argv.slice(5);
+  const key = (kid) => readFileSync(`${dir}/${kid}.pem`);
+  const claims = (user) => ({ sub: user, exp: now() + 600 });
+  const tries = async () => ({
+    k1: await tryConnect(signedToken(claims('rsa'), 'RS256', 'k1', key('k1'))),
+    k2: await tryConnect(signedToken(claims('ec'), 'ES256', 'k2', key('k2'))),
+    k3: await tryConnect(signedToken(claims('other'), 'RS256', 'k3', key('k3'))),
+    // A token that claims k2's kid with k1's RSA signature.
+    swapped: await tryConnect(signedToken(claims('x'), 'RS256', 'k2', key('k1'))),
+    hmac: await tryConnect(token(claims('hmac'))),
+  });
+  let got = await tries();
+  if (phase === 'after') {
+    // The reload is asynchronous to this client: retry until it shows.
+    const end = Date.now() + STEP_MS;
+    while (got.k3 !== 'connected' && Date.now() < end) {
+      await sleep(200);
+      got = await tries();
+    }
+  }
+  return got;
+}
+
 const scenarios = {
-  basics,
+  jwks,
   badTokens,
   refresh,
   recovery,
@@ -508,6 +576,10 @@ const scenarios = {
   hold,
   restart,
 };
+if (scenario === 'keys') {
+  makeKeys(process.argv[5]);
+  process.exit(0);
+}
 const run = scenarios[scenario];
 if (!run) {
   console.error(`unknown scenario ${scenario}`);

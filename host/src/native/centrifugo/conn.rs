@@ -223,7 +223,7 @@ impl Centrifugo {
         if self.session.is_some() {
             return self.disconnect(p::DISCONNECT_BAD_REQUEST);
         }
-        let identity = match self.route.verifier.connection(&req.token) {
+        let identity = match self.route.verifier.load().connection(&req.token) {
             Ok(identity) => identity,
             Err(TokenError::Expired) => return self.error(id, p::TOKEN_EXPIRED),
             Err(TokenError::Invalid) => return self.disconnect(p::DISCONNECT_INVALID_TOKEN),
@@ -360,7 +360,7 @@ impl Centrifugo {
             }
             None
         } else {
-            match self.route.verifier.subscription(&req.token) {
+            match self.route.verifier.load().subscription(&req.token) {
                 Ok(grant) if grant.channel == channel && grant.user == session.user => grant.info,
                 Ok(_) | Err(TokenError::Invalid) => {
                     return self.disconnect(p::DISCONNECT_INVALID_TOKEN)
@@ -546,7 +546,7 @@ impl Centrifugo {
     }
 
     fn refresh(&mut self, id: u32, token: &str) {
-        let identity = match self.route.verifier.connection(token) {
+        let identity = match self.route.verifier.load().connection(token) {
             Ok(identity) => identity,
             Err(TokenError::Expired) => return self.error(id, p::TOKEN_EXPIRED),
             Err(TokenError::Invalid) => return self.disconnect(p::DISCONNECT_INVALID_TOKEN),

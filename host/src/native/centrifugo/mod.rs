@@ -34,39 +34,55 @@ pub struct CentrifugoRoute {
     /// The route's topic namespace: its connections subscribe here, and the
     /// core publishes pushes framed by [`PushFramer`] into it.
     pub topics: Arc<Topics>,
-    pub verifier: Verifier,
+    /// Replaced by a reload (the secret and the JWKS file are read again).
+    pub verifier: arc_swap::ArcSwap<Verifier>,
 }
 
 impl CentrifugoRoute {
-    /// Reads the HMAC secret from the environment variable the route names.
+    /// Reads the token keys (see [`verifier`]).
     pub fn new(
         config: Arc<CentrifugoConfig>,
         realtime: &Arc<Realtime>,
         topics: &Arc<Topics>,
     ) -> Result<CentrifugoRoute, String> {
-        let name = &config.token_hmac_secret_env;
-        let secret = std::env::var(name).map_err(|_| {
-            format!(
-                "the environment variable {name} (token_hmac_secret_env) is not set; \
-                 export the HMAC secret connection tokens are signed with"
-            )
-        })?;
-        if secret.is_empty() {
-            return Err(format!("the environment variable {name} is empty"));
-        }
-        let verifier = Verifier::hs256(
-            secret.as_bytes(),
-            config.token_audience.as_deref(),
-            config.token_issuer.as_deref(),
-        );
+        let verifier = verifier(&config)?;
         realtime.attach(topics, Arc::new(PushFramer));
         Ok(CentrifugoRoute {
             config,
             realtime: realtime.clone(),
             topics: topics.clone(),
-            verifier,
+            verifier: arc_swap::ArcSwap::from_pointee(verifier),
         })
     }
+}
+
+/// The route's token checker: the HMAC secret from the environment
+/// variable the route names, and the public keys of its JWKS file. One of
+/// them is needed; the secret may be missing only when there is a file.
+pub fn verifier(config: &CentrifugoConfig) -> Result<Verifier, String> {
+    let name = &config.token_hmac_secret_env;
+    let secret = std::env::var(name).ok().filter(|s| !s.is_empty());
+    let (aud, iss) = (
+        config.token_audience.as_deref(),
+        config.token_issuer.as_deref(),
+    );
+    let Some(file) = &config.token_jwks_file else {
+        let secret = secret.ok_or_else(|| {
+            format!(
+                "the environment variable {name} (token_hmac_secret_env) is not set or empty; \
+                 export the HMAC secret connection tokens are signed with, or name a \
+                 token_jwks_file"
+            )
+        })?;
+        return Ok(Verifier::hs256(secret.as_bytes(), aud, iss));
+    };
+    let jwks =
+        std::fs::read(file).map_err(|e| format!("token_jwks_file {}: {e}", file.display()))?;
+    let checked = match secret {
+        Some(secret) => Verifier::hs256(secret.as_bytes(), aud, iss).with_jwks(&jwks),
+        None => Verifier::jwks(&jwks, aud, iss),
+    };
+    checked.map_err(|e| format!("token_jwks_file {}: {e}", file.display()))
 }
 
 /// Shared by every worker.
@@ -75,6 +91,18 @@ pub struct CentrifugoKind(pub Arc<CentrifugoRoute>);
 impl RouteKind for CentrifugoKind {
     fn on_worker(&self, _: &WorkerSetup) -> Rc<dyn WorkerRoute> {
         Rc::new(CentrifugoKind(self.0.clone()))
+    }
+
+    /// A reload reads the token keys again (a rotated JWKS file, a new
+    /// secret): new connections and refreshes use them.
+    fn reload(&self, behaviour: &crate::config::Behaviour) -> Result<(), String> {
+        let crate::config::Behaviour::Native(crate::config::NativeKind::Centrifugo(config)) =
+            behaviour
+        else {
+            return Ok(());
+        };
+        self.0.verifier.store(Arc::new(verifier(config)?));
+        Ok(())
     }
 }
 

@@ -1,12 +1,16 @@
-//! Connection and subscription tokens: HS256 JWTs (Centrifugo's claims:
-//! `sub`, `exp`, `info`, `channels`; `channel` for a subscription token;
-//! `aud` and `iss` when the route names them), checked with `jsonwebtoken`
-//! (a constant-time signature comparison, through ring). An expired token
-//! is told apart from an invalid one: the client refreshes the first and
-//! gives up on the second.
+//! Connection and subscription tokens: JWTs (Centrifugo's claims: `sub`,
+//! `exp`, `info`, `channels`; `channel` for a subscription token; `aud` and
+//! `iss` when the route names them), checked with `jsonwebtoken` (through
+//! ring; HMAC compared in constant time). HS256 with the route's secret, and
+//! RS256/384/512, PS256/384/512 and ES256/384 with the public keys of a JWKS
+//! file, chosen by the token's `kid` (or the file's only key). The key, not
+//! the token, decides the algorithm's family: an RSA key never checks an
+//! HMAC token. An expired token is told apart from an invalid one: the
+//! client refreshes the first and gives up on the second.
 
 use bytes::Bytes;
 use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::Value;
@@ -58,40 +62,135 @@ struct Claims {
     channel: String,
 }
 
+/// Public keys tokens may be signed with, by `kid`.
+struct PublicKeys {
+    keys: Vec<(Option<String>, DecodingKey)>,
+}
+
+/// Algorithms public keys are accepted with.
+const PUBLIC_KEY_ALGORITHMS: [Algorithm; 8] = [
+    Algorithm::RS256,
+    Algorithm::RS384,
+    Algorithm::RS512,
+    Algorithm::PS256,
+    Algorithm::PS384,
+    Algorithm::PS512,
+    Algorithm::ES256,
+    Algorithm::ES384,
+];
+
 /// A route's token checker.
 pub struct Verifier {
-    key: DecodingKey,
-    validation: Validation,
+    /// The HS256 secret, when the route has one.
+    secret: Option<DecodingKey>,
+    public: Option<PublicKeys>,
+    audience: Option<String>,
+    issuer: Option<String>,
 }
 
 impl Verifier {
     /// HS256 with `secret`; `aud`/`iss` are checked when given.
     pub fn hs256(secret: &[u8], audience: Option<&str>, issuer: Option<&str>) -> Verifier {
-        let mut validation = Validation::new(Algorithm::HS256);
+        Verifier {
+            secret: Some(DecodingKey::from_secret(secret)),
+            public: None,
+            audience: audience.map(str::to_string),
+            issuer: issuer.map(str::to_string),
+        }
+    }
+
+    /// Also (or only, without a secret) the public keys of `jwks`, a JWK
+    /// set as JSON; an error names what is wrong with it.
+    pub fn with_jwks(mut self, jwks: &[u8]) -> Result<Verifier, String> {
+        let set: JwkSet =
+            serde_json::from_slice(jwks).map_err(|e| format!("not a JWK set (JSON): {e}"))?;
+        let mut keys = Vec::new();
+        for (i, jwk) in set.keys.iter().enumerate() {
+            let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("key {i}: {e}"))?;
+            if matches!(
+                jwk.algorithm,
+                jsonwebtoken::jwk::AlgorithmParameters::OctetKey(_)
+            ) {
+                return Err(format!(
+                    "key {i} is a shared secret (kty \"oct\"): a JWKS file holds public keys; \
+                     HMAC secrets come from token_hmac_secret_env"
+                ));
+            }
+            keys.push((jwk.common.key_id.clone(), key));
+        }
+        if keys.is_empty() {
+            return Err("the JWK set has no keys".into());
+        }
+        self.public = Some(PublicKeys { keys });
+        Ok(self)
+    }
+
+    /// Only the public keys of `jwks` (no HMAC secret).
+    pub fn jwks(
+        jwks: &[u8],
+        audience: Option<&str>,
+        issuer: Option<&str>,
+    ) -> Result<Verifier, String> {
+        Verifier {
+            secret: None,
+            public: None,
+            audience: audience.map(str::to_string),
+            issuer: issuer.map(str::to_string),
+        }
+        .with_jwks(jwks)
+    }
+
+    fn validation(&self, algorithm: Algorithm) -> Validation {
+        let mut validation = Validation::new(algorithm);
         // `exp` is checked here, to tell "expired" from "invalid".
         validation.validate_exp = false;
         validation.required_spec_claims.clear();
         validation.leeway = 0;
-        match audience {
+        match &self.audience {
             Some(aud) => validation.set_audience(&[aud]),
             None => validation.validate_aud = false,
         }
-        if let Some(iss) = issuer {
+        if let Some(iss) = &self.issuer {
             validation.set_issuer(&[iss]);
         }
-        Verifier {
-            key: DecodingKey::from_secret(secret),
-            validation,
+        validation
+    }
+
+    /// The key `token` must be checked with, by its header's algorithm
+    /// and `kid`.
+    fn key_for(&self, token: &str) -> Result<(&DecodingKey, Algorithm), TokenError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Invalid)?;
+        if header.alg == Algorithm::HS256 {
+            return self
+                .secret
+                .as_ref()
+                .map(|k| (k, header.alg))
+                .ok_or(TokenError::Invalid);
         }
+        if !PUBLIC_KEY_ALGORITHMS.contains(&header.alg) {
+            return Err(TokenError::Invalid);
+        }
+        let public = self.public.as_ref().ok_or(TokenError::Invalid)?;
+        let key = match &header.kid {
+            Some(kid) => public
+                .keys
+                .iter()
+                .find(|(id, _)| id.as_deref() == Some(kid.as_str())),
+            None if public.keys.len() == 1 => public.keys.first(),
+            None => None,
+        };
+        key.map(|(_, k)| (k, header.alg)).ok_or(TokenError::Invalid)
     }
 
     fn claims(&self, token: &str) -> Result<Claims, TokenError> {
-        let data = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation).map_err(
-            |e| match e.kind() {
-                ErrorKind::ExpiredSignature => TokenError::Expired,
-                _ => TokenError::Invalid,
-            },
-        )?;
+        let (key, algorithm) = self.key_for(token)?;
+        let validation = self.validation(algorithm);
+        let data = jsonwebtoken::decode::<Claims>(token, key, &validation).map_err(|e| match e
+            .kind()
+        {
+            ErrorKind::ExpiredSignature => TokenError::Expired,
+            _ => TokenError::Invalid,
+        })?;
         let claims = data.claims;
         if claims.exp.is_some_and(|exp| exp <= unix_now()) {
             return Err(TokenError::Expired);
@@ -181,6 +280,40 @@ mod tests {
         assert_eq!(
             v.subscription(&token(b"secret", sub)).unwrap().channel,
             "chat:x"
+        );
+    }
+
+    /// A JWKS file holds public keys, at least one; without a secret an
+    /// HS256 token is refused, and a public-key token needs a key whose
+    /// `kid` it names.
+    #[test]
+    fn jwks_files_hold_public_keys_and_tokens_name_theirs() {
+        let rsa = json!({"kty": "RSA", "kid": "k1", "alg": "RS256",
+            "n": "r8xDuwWBrCUdf8GmIBFX7ogVP5_AoTUaT3a2XFvo-_-SqoVHI5EgWwvk_pIdxlTRxUtJRg6z00iPGv4DuYfHLnnZFEEm4arDkX2LrvbeJXTN25BpHX13FHiDZA-CX63wd8IuHnQHrBZPjVPf7bWFeRYuopUTkkEYNlV5FjqZlwn_OeX69R8nsnNAqiR-mo13gmKOE4kSh1XRCD9kMg8mQuIVmMzt-L_szFgPO_Yy3LkgKjHBD0MF_8JJrrzVMpuP1uxvZXaF4eNjp4Ix_EoxpF8MGe1S3ZHTbAIRk7HZdZWsekkXbQhIG1IQPU1HjUp0O5S2OkikX9H0BK-PbfxcBQ",
+            "e": "AQAB"});
+        let none = json!({"keys": []}).to_string();
+        assert!(Verifier::jwks(none.as_bytes(), None, None).is_err());
+        let secret = json!({"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}).to_string();
+        let refused = Verifier::jwks(secret.as_bytes(), None, None).err().unwrap();
+        assert!(refused.contains("token_hmac_secret_env"), "{refused}");
+        assert!(Verifier::jwks(b"{", None, None).is_err());
+        let set = json!({"keys": [rsa]}).to_string();
+        let v = Verifier::jwks(set.as_bytes(), None, None).unwrap();
+        let hs = token(b"secret", json!({"sub": "42"}));
+        assert_eq!(v.connection(&hs), Err(TokenError::Invalid), "no secret");
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some("k9".into());
+        let unknown = format!(
+            "{}.e30.c2ln",
+            base64::engine::Engine::encode(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                serde_json::to_vec(&header).unwrap()
+            )
+        );
+        assert_eq!(
+            v.connection(&unknown),
+            Err(TokenError::Invalid),
+            "unknown kid"
         );
     }
 }
