@@ -170,6 +170,12 @@ struct PublishParams {
 }
 
 #[derive(Deserialize)]
+struct PatternParams {
+    #[serde(default)]
+    pattern: String,
+}
+
+#[derive(Deserialize)]
 struct ChannelParams {
     #[serde(default)]
     channel: String,
@@ -296,9 +302,11 @@ async fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply>
             Ok(serde_json::json!({}))
         }
         "channels" => {
+            let req: PatternParams = params(v)?;
             let channels: serde_json::Map<String, Value> = rt
                 .channels()
                 .into_iter()
+                .filter(|(name, _)| req.pattern.is_empty() || glob(&req.pattern, name))
                 .map(|(name, n)| (name, serde_json::json!({ "num_clients": n })))
                 .collect();
             Ok(serde_json::json!({ "channels": channels }))
@@ -365,6 +373,30 @@ async fn publish(
         .map_err(error)
 }
 
+/// `name` matches `pattern`: `*` any run of characters, `?` any one, the
+/// rest literally (the part of Centrifugo's glob syntax channel filters use).
+fn glob(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // Where the last `*` was, and the name position it covers up to.
+    let (mut star, mut i, mut j) = (None, 0, 0);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some((i, j));
+            i += 1;
+        } else if let Some((si, sj)) = star {
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
+}
+
 fn error(e: RealtimeError) -> p::ErrorReply {
     use crate::realtime::history::HistoryError;
     use crate::realtime::namespace::ChannelNameError;
@@ -375,5 +407,22 @@ fn error(e: RealtimeError) -> p::ErrorReply {
         RealtimeError::History(HistoryError::UnrecoverablePosition) => p::UNRECOVERABLE_POSITION,
         RealtimeError::NotAvailable => p::NOT_AVAILABLE,
         RealtimeError::Unavailable => p::INTERNAL,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn channel_patterns_match_as_globs() {
+        use super::glob;
+        assert!(glob("chat:*", "chat:room"));
+        assert!(glob("chat:*", "chat:"));
+        assert!(!glob("chat:*", "news:room"));
+        assert!(glob("*:room?", "chat:room1"));
+        assert!(!glob("*:room?", "chat:room12"));
+        assert!(glob("a*b*c", "aXbYbZc"));
+        assert!(!glob("a*b*c", "aXbYbZ"));
+        assert!(glob("exact", "exact"));
+        assert!(!glob("exact", "exactly"));
     }
 }

@@ -565,6 +565,7 @@ async function jwks() {
 }
 
 const scenarios = {
+  basics,
   jwks,
   badTokens,
   refresh,

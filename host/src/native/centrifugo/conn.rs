@@ -20,6 +20,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weir_ws::encode;
@@ -32,6 +33,18 @@ pub const STALE_CLOSE_DELAY: Duration = Duration::from_secs(10);
 /// Most publications one history command returns (Centrifugo's
 /// `history_max_publication_limit`).
 pub const HISTORY_MAX_PUBLICATION_LIMIT: usize = 300;
+
+/// Calls waiting on Redis (with `[cluster]`) one connection may have; at
+/// this many its reads pause until one answers. Each holds at most a
+/// command (`max_command`), so this bounds what a client can queue.
+pub const MAX_PENDING_CALLS: usize = 64;
+
+/// A connection's calls in flight on the core's runtime.
+#[derive(Default)]
+struct Pending {
+    count: std::sync::atomic::AtomicUsize,
+    done: tokio::sync::Notify,
+}
 
 /// A connected client.
 struct Session {
@@ -77,6 +90,7 @@ pub struct Centrifugo {
     next_ping: Instant,
     /// A ping was sent and its pong is due by then.
     pong_due: Option<Instant>,
+    pending: Arc<Pending>,
 }
 
 impl Centrifugo {
@@ -95,6 +109,7 @@ impl Centrifugo {
             opened: now,
             next_ping,
             pong_due: None,
+            pending: Arc::default(),
         }
     }
 
@@ -146,6 +161,8 @@ impl Centrifugo {
             }
             Some(runtime) => {
                 let outbound = self.outbound().clone();
+                let pending = self.pending.clone();
+                pending.count.fetch_add(1, Ordering::AcqRel);
                 runtime.spawn(async move {
                     let done = call.await;
                     let mut line = Vec::new();
@@ -153,6 +170,8 @@ impl Centrifugo {
                     if !line.is_empty() {
                         outbound.send_frames(&encode::frame(OpCode::Text, &line));
                     }
+                    pending.count.fetch_sub(1, Ordering::AcqRel);
+                    pending.done.notify_one();
                 });
             }
         }
@@ -597,15 +616,27 @@ impl Behaviour for Centrifugo {
         self.outbound = Some(outbound.clone());
     }
 
-    /// Not read while a worker's fan-out backlog is over its budget.
+    /// Not read while a worker's fan-out backlog is over its budget, or
+    /// while [`MAX_PENDING_CALLS`] of this connection's calls wait on Redis.
     #[inline]
     fn reads_blocked(&self, _own: &Outbound) -> bool {
         self.route.topics.congested()
+            || self.pending.count.load(Ordering::Acquire) >= MAX_PENDING_CALLS
     }
 
     async fn unblocked(&mut self, _own: &Outbound) -> Result<(), Stop> {
-        self.route.topics.fanout().wait_drained().await;
-        Ok(())
+        if self.route.topics.congested() {
+            self.route.topics.fanout().wait_drained().await;
+        }
+        loop {
+            let answered = self.pending.done.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            if self.pending.count.load(Ordering::Acquire) < MAX_PENDING_CALLS {
+                return Ok(());
+            }
+            answered.await;
+        }
     }
 
     async fn beside(&mut self) -> Result<(), Stop> {
