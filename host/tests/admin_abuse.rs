@@ -134,6 +134,13 @@ async fn wrong_tokens_are_limited_per_address_and_logged_once() {
     let (status, _, body) = get("127.0.0.2", admin, "/routes", &[("authorization", &bearer)]).await;
     assert_eq!(status, 200, "{body}");
 
+    // The log is written by a thread of its own: wait for the line (and a
+    // moment more, for any that should not be there).
+    let deadline = tokio::time::Instant::now() + STEP;
+    while !gw.log().contains("failed sign-in") && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let log = gw.log();
     let lines: Vec<_> = log
         .lines()
