@@ -949,6 +949,11 @@ impl Realtime {
             return self.deliver(channel, &publication);
         };
         let mut state = state.lock().expect("channel lock");
+        if state.subscribers == 0 {
+            // No positioned subscriber here (the channel is watched for a
+            // pubsub route's): no copy to keep, and none left to go stale.
+            return self.deliver(channel, &publication);
+        }
         let at = state.stream.position();
         if state.seeded && at.epoch == position.epoch && position.offset <= at.offset {
             return; // a subscribe's read already had it
