@@ -5,15 +5,20 @@
 # fan-out published by a WebSocket client (fanout mode, identical bytes:
 # each message one JSON string), and the API publish into a namespace with
 # history against one without; on one node, then on two nodes through Redis
-# (published on node A, subscribers on node B). Ends with Redis memory per
+# (published on node A, subscribers on node B). The WebSocket publisher
+# runs twice: -p messages ahead of the slowest subscriber (a burst arrives
+# in one read and is published as one delivery: one write per subscriber
+# for many messages), and one message at a time (each its own delivery, as
+# every API publish is). Ends with Redis memory per
 # stored publication (MEMORY USAGE of the history stream ÷ XLEN).
 #
 # Subscribers are plain WebSocket clients on a `realtime = true` pubsub
 # route (/rt/{topic}), every delivery verified (order, bytes). Each run
 # measures every scenario once, in alternating order, on fresh channels;
-# the table gives per-run ratios against the peer of the same run, median
-# over runs. Server CPU is utime+stime from /proc/PID/stat over the
-# measured window: one node's; across nodes A+B (Redis beside it).
+# the table gives per-run ratios of server CPU per delivery against the
+# peer of the same run ("÷ X": this row's over X's), median over runs.
+# Server CPU is utime+stime from /proc/PID/stat over the measured window:
+# the node's; across nodes A+B (Redis's own in a column of its own).
 # Servers and Redis on CPU 0, weir-load on CPU 1.
 #
 # Usage: benches/realtime.sh [--runs 5] [-c 1000] [-s 64] [-p 64]
@@ -95,7 +100,7 @@ node() {
 measure() {
   local group="$1" label="$2" pidlist="$3"; shift 3
   local line
-  line="$(taskset -c 1 "$load" "$@" -c "$conns" -s "$size" -p "$window" --pin 1 \
+  line="$(taskset -c 1 "$load" "$@" -c "$conns" -s "$size" -p "${pwin:-$window}" --pin 1 \
           --warmup "$warmup" --duration "$duration" --server-pid "$pidlist" \
           2>>"$dir/load.log" | tee -a "$dir/load.log" | grep '^RESULT ' | sed 's/^RESULT //')" || true
   python3 - "$group" "$label" "$run" "$line" >>"$raw" <<'PY'
@@ -114,10 +119,12 @@ PY
 # scenarios of one run, in an order that alternates between runs.
 run_group() {
   local group="$1" pub_base="$2" sub_base="$3" api_addr="$4" pidlist="$5"
-  local order=(ws api history)
-  [ $((run % 2)) -eq 0 ] && order=(history api ws)
+  local order=(ws ws1 api history)
+  [ $((run % 2)) -eq 0 ] && order=(history api ws1 ws)
   for s in "${order[@]}"; do
     case "$s" in
+      ws1) pwin=1 measure "$group" "ws 1 by 1" "$pidlist" fanout --json-string \
+            --url "$pub_base/rt/wsone$run" --sub-url "$sub_base/rt/wsone$run" ;;
       ws) measure "$group" "ws publish" "$pidlist" fanout --json-string \
             --url "$pub_base/rt/ws$run" --sub-url "$sub_base/rt/ws$run" ;;
       api) measure "$group" "api publish" "$pidlist" api-fanout --api "$api_addr" \
@@ -172,10 +179,10 @@ by = {}
 for r in rows:
     by.setdefault((r["group"], r["run"]), {})[r["label"]] = r
 groups = list(dict.fromkeys(r["group"] for r in rows))
-labels = ["ws publish", "api publish", "api+history"]
+labels = ["ws publish", "ws 1 by 1", "api publish", "api+history"]
 print()
-print("| setup | publisher | ok runs | deliveries/s | server CPU ns/delivery | Redis ns/delivery | ÷ ws publish (CPU/delivery, per run, median) | ÷ api publish |")
-print("|---|---|---|---|---|---|---|---|")
+print("| setup | publisher | ok runs | deliveries/s | server CPU ns/delivery | Redis ns/delivery | ÷ ws publish | ÷ ws 1 by 1 | ÷ api publish |")
+print("|---|---|---|---|---|---|---|---|---|")
 for g in groups:
     for lab in labels:
         rs = [res[lab] for (gg, _), res in by.items() if gg == g and lab in res]
@@ -196,9 +203,10 @@ for g in groups:
                     xs.append(nodes(a) / nodes(b))
             return med(xs)
         rws = "" if lab == "ws publish" else f(ratio("ws publish"), 2)
+        rws1 = f(ratio("ws 1 by 1"), 2) if lab.startswith("api") else ""
         rapi = f(ratio("api publish"), 2) if lab == "api+history" else ""
         print(f"| {g} | {lab} | {len(ok)}/{len(rs)} | {f(med([r['msgs_per_s'] for r in ok]))} | "
-              f"{f(med([nodes(r) for r in ok]), 1)} | {f(med([x for x in map(redis_ns, ok) if x is not None]), 1)} | {rws} | {rapi} |")
+              f"{f(med([nodes(r) for r in ok]), 1)} | {f(med([x for x in map(redis_ns, ok) if x is not None]), 1)} | {rws} | {rws1} | {rapi} |")
 if redis:
     n, b = map(int, redis.split())
     print()
