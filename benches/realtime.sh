@@ -5,11 +5,14 @@
 # fan-out published by a WebSocket client (fanout mode, identical bytes:
 # each message one JSON string), and the API publish into a namespace with
 # history against one without; on one node, then on two nodes through Redis
-# (published on node A, subscribers on node B). The WebSocket publisher
-# runs twice: -p messages ahead of the slowest subscriber (a burst arrives
-# in one read and is published as one delivery: one write per subscriber
-# for many messages), and one message at a time (each its own delivery, as
-# every API publish is). Ends with Redis memory per
+# (published on node A, subscribers on node B). Each publisher runs twice:
+# at saturation, -p messages ahead of the slowest subscriber (the
+# WebSocket publisher's burst then arrives in one read and goes out as one
+# delivery: one write per subscriber for many messages, where each API
+# call is a delivery of its own), and paced at --rate messages per second
+# (the paced WebSocket publisher wakes every millisecond, so at 1,000/s
+# every message is its own delivery, as with the API: like for like).
+# Ends with Redis memory per
 # stored publication (MEMORY USAGE of the history stream ÷ XLEN).
 #
 # Subscribers are plain WebSocket clients on a `realtime = true` pubsub
@@ -21,7 +24,7 @@
 # the node's; across nodes A+B (Redis's own in a column of its own).
 # Servers and Redis on CPU 0, weir-load on CPU 1.
 #
-# Usage: benches/realtime.sh [--runs 5] [-c 1000] [-s 64] [-p 64]
+# Usage: benches/realtime.sh [--runs 5] [-c 1000] [-s 64] [-p 64] [--rate 1000]
 #                            [--warmup 2s] [--duration 4s] [--no-cluster]
 # Environment: CARGO_TARGET_DIR (weir and weir-load built in release).
 set -euo pipefail
@@ -30,13 +33,14 @@ root="$(cd "$here/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 weir="${WEIR_BIN:-$target/release/weir}"
 load="${WEIR_LOAD:-$target/release/weir-load}"
-runs=5 conns=1000 size=64 window=64 warmup=2s duration=4s cluster=1
+runs=5 conns=1000 size=64 window=64 rate=1000 warmup=2s duration=4s cluster=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
     -c) conns="$2"; shift 2 ;;
     -s) size="$2"; shift 2 ;;
     -p) window="$2"; shift 2 ;;
+    --rate) rate="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
     --duration) duration="$2"; shift 2 ;;
     --no-cluster) cluster=0; shift ;;
@@ -100,7 +104,7 @@ node() {
 measure() {
   local group="$1" label="$2" pidlist="$3"; shift 3
   local line
-  line="$(taskset -c 1 "$load" "$@" -c "$conns" -s "$size" -p "${pwin:-$window}" --pin 1 \
+  line="$(taskset -c 1 "$load" "$@" -c "$conns" -s "$size" -p "$window" --pin 1 \
           --warmup "$warmup" --duration "$duration" --server-pid "$pidlist" \
           2>>"$dir/load.log" | tee -a "$dir/load.log" | grep '^RESULT ' | sed 's/^RESULT //')" || true
   python3 - "$group" "$label" "$run" "$line" >>"$raw" <<'PY'
@@ -119,12 +123,14 @@ PY
 # scenarios of one run, in an order that alternates between runs.
 run_group() {
   local group="$1" pub_base="$2" sub_base="$3" api_addr="$4" pidlist="$5"
-  local order=(ws ws1 api history)
-  [ $((run % 2)) -eq 0 ] && order=(history api ws1 ws)
+  local order=(ws api history wsr apir)
+  [ $((run % 2)) -eq 0 ] && order=(apir wsr history api ws)
   for s in "${order[@]}"; do
     case "$s" in
-      ws1) pwin=1 measure "$group" "ws 1 by 1" "$pidlist" fanout --json-string \
-            --url "$pub_base/rt/wsone$run" --sub-url "$sub_base/rt/wsone$run" ;;
+      wsr) measure "$group" "ws paced" "$pidlist" fanout --json-string --rate "$rate" \
+            --url "$pub_base/rt/wsr$run" --sub-url "$sub_base/rt/wsr$run" ;;
+      apir) measure "$group" "api paced" "$pidlist" api-fanout --api "$api_addr" --rate "$rate" \
+            --url "$sub_base/rt/apir$run" --channel "apir$run" ;;
       ws) measure "$group" "ws publish" "$pidlist" fanout --json-string \
             --url "$pub_base/rt/ws$run" --sub-url "$sub_base/rt/ws$run" ;;
       api) measure "$group" "api publish" "$pidlist" api-fanout --api "$api_addr" \
@@ -135,7 +141,7 @@ run_group() {
   done
 }
 
-echo "$conns subscribers, $size B messages, window $window, $runs runs, warmup $warmup, measured $duration"
+echo "$conns subscribers, $size B messages, window $window, paced at $rate/s, $runs runs, warmup $warmup, measured $duration"
 echo "raw results: $raw (removed at exit; the table is printed below)"
 
 # One node.
@@ -179,9 +185,9 @@ by = {}
 for r in rows:
     by.setdefault((r["group"], r["run"]), {})[r["label"]] = r
 groups = list(dict.fromkeys(r["group"] for r in rows))
-labels = ["ws publish", "ws 1 by 1", "api publish", "api+history"]
+labels = ["ws publish", "api publish", "api+history", "ws paced", "api paced"]
 print()
-print("| setup | publisher | ok runs | deliveries/s | server CPU ns/delivery | Redis ns/delivery | ÷ ws publish | ÷ ws 1 by 1 | ÷ api publish |")
+print("| setup | publisher | ok runs | deliveries/s | server CPU ns/delivery | Redis ns/delivery | ÷ ws publish | ÷ ws paced | ÷ api publish |")
 print("|---|---|---|---|---|---|---|---|---|")
 for g in groups:
     for lab in labels:
@@ -202,8 +208,8 @@ for g in groups:
                 if gg == g and a and b and a.get("ok") and b.get("ok"):
                     xs.append(nodes(a) / nodes(b))
             return med(xs)
-        rws = "" if lab == "ws publish" else f(ratio("ws publish"), 2)
-        rws1 = f(ratio("ws 1 by 1"), 2) if lab.startswith("api") else ""
+        rws = f(ratio("ws publish"), 2) if lab in ("api publish", "api+history") else ""
+        rws1 = f(ratio("ws paced"), 2) if lab == "api paced" else ""
         rapi = f(ratio("api publish"), 2) if lab == "api+history" else ""
         print(f"| {g} | {lab} | {len(ok)}/{len(rs)} | {f(med([r['msgs_per_s'] for r in ok]))} | "
               f"{f(med([nodes(r) for r in ok]), 1)} | {f(med([x for x in map(redis_ns, ok) if x is not None]), 1)} | {rws} | {rws1} | {rapi} |")

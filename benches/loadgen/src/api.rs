@@ -2,7 +2,8 @@
 //! HTTP/1.1 connection that POSTs Centrifugo-style `/api/publish` calls, one
 //! in flight, each carrying a JSON-string template message as `data`, at
 //! most `window` messages ahead of the slowest subscriber (whose progress
-//! the subscribers' `engine` loop publishes in an atomic).
+//! the subscribers' `engine` loop publishes in an atomic) and, with a rate,
+//! at most that many per second.
 //!
 //! Every answer must be `200` with a `{"result":…}` body; anything else
 //! (an `error` object, another status, a closed connection) is counted and
@@ -151,11 +152,13 @@ fn read_response<'a>(s: &mut TcpStream, buf: &'a mut Vec<u8>) -> io::Result<(u16
 }
 
 /// Publishes messages 0, 1, 2, … until the phase is DONE, never more than
-/// `window` ahead of `progress` (the slowest subscriber's next sequence).
+/// `window` ahead of `progress` (the slowest subscriber's next sequence)
+/// nor, with `rate`, ahead of `rate` messages per second since the start.
 pub fn publish(
     target: &ApiTarget,
     t: &'static Template,
     window: u64,
+    rate: Option<u64>,
     progress: &AtomicU64,
     ctl: &Control,
 ) -> Published {
@@ -174,8 +177,12 @@ pub fn publish(
     let mut buf = Vec::with_capacity(4096);
     let mut seq = 0u64;
     let mut answering = Duration::ZERO;
+    let started = Instant::now();
     while ctl.get() != DONE {
-        if seq >= progress.load(Ordering::Acquire).saturating_add(window) {
+        let paced = rate.map_or(u64::MAX, |r| {
+            (started.elapsed().as_secs_f64() * r as f64) as u64 + 1
+        });
+        if seq >= progress.load(Ordering::Acquire).saturating_add(window) || seq >= paced {
             std::thread::sleep(WINDOW_POLL);
             continue;
         }

@@ -145,8 +145,8 @@ struct Args {
     /// the publisher connects to --url.
     #[arg(long)]
     sub_url: Option<String>,
-    /// fanout: publish at most this many messages per second (latency at a
-    /// given load rather than at saturation).
+    /// fanout, api-fanout: publish at most this many messages per second
+    /// (latency or CPU at a given load rather than at saturation).
     #[arg(long)]
     rate: Option<u64>,
     /// deflate: offer no context takeover either way ("none") or the
@@ -592,7 +592,9 @@ fn run(a: &Args) -> Result<bool, String> {
         let mut publisher = None;
         if let (Some((target, t)), Load::Subscribe { progress }) = (&api_pub, load) {
             let window = depth as u64;
-            publisher = Some(sc.spawn(move || api::publish(target, t, window, progress, ctl)));
+            let rate = a.rate;
+            publisher =
+                Some(sc.spawn(move || api::publish(target, t, window, rate, progress, ctl)));
         }
         if a.mode == Mode::Connect {
             for t in 0..threads {
