@@ -14,7 +14,7 @@
 use crate::conn::Conn;
 use crate::hist::Histogram;
 use crate::sys::{self, Epoll};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 /// Phase 0 (the default) is warm-up: messages flow but are not counted.
@@ -50,6 +50,11 @@ pub enum Load {
     /// conns[1..], which must each receive every message, in order; with a
     /// `rate`, also at most that many messages per second.
     Fanout { window: usize, rate: Option<u64> },
+    /// Every connection is a subscriber that must receive every message,
+    /// in order, from a publisher elsewhere (`api`: the server API over
+    /// HTTP); after each wake-up the slowest live subscriber's next
+    /// sequence number is stored in `progress`, which paces that publisher.
+    Subscribe { progress: &'static AtomicU64 },
 }
 
 /// A connection with an in-flight message older than this has stalled.
@@ -126,6 +131,11 @@ pub fn run(conns: &mut [Conn], load: Load, ctl: &Control) -> ThreadResult {
                 c.check.allowed = u64::MAX;
             }
         }
+        Load::Subscribe { .. } => {
+            for c in conns.iter_mut() {
+                c.check.allowed = u64::MAX;
+            }
+        }
     }
     let mut published_upto = 0u64;
     let started = Instant::now();
@@ -157,6 +167,15 @@ pub fn run(conns: &mut [Conn], load: Load, ctl: &Control) -> ThreadResult {
                 published_upto = publisher.send_seq;
                 publisher.flush();
             }
+        }
+        if let Load::Subscribe { progress } = load {
+            let slowest = conns
+                .iter()
+                .filter(|c| c.dead.is_none())
+                .map(|c| c.check.next_seq)
+                .min()
+                .unwrap_or(u64::MAX);
+            progress.store(slowest, Ordering::Release);
         }
         let n = ep.wait(&mut events, wait_ms);
         let phase = ctl.get();
@@ -198,7 +217,8 @@ pub fn run(conns: &mut [Conn], load: Load, ctl: &Control) -> ThreadResult {
             }
         }
         let mut problem = c.dead.clone();
-        let in_flight = c.send_seq > c.check.next_seq && !matches!(load, Load::Fanout { .. });
+        let in_flight = c.send_seq > c.check.next_seq
+            && !matches!(load, Load::Fanout { .. } | Load::Subscribe { .. });
         let waiting = match load {
             // In a relay the pair's outstanding message may be B's to receive.
             Load::Relay if i % 2 == 1 => false,
@@ -228,7 +248,7 @@ pub fn run(conns: &mut [Conn], load: Load, ctl: &Control) -> ThreadResult {
 /// subscribers take whatever comes).
 fn anything_due(conns: &[Conn], load: Load) -> bool {
     match load {
-        Load::Fanout { .. } => false,
+        Load::Fanout { .. } | Load::Subscribe { .. } => false,
         _ => conns
             .iter()
             .any(|c| c.dead.is_none() && c.check.allowed > 0),
@@ -298,6 +318,13 @@ fn react(
                 let seq = conns[i].check.next_seq - 1;
                 res.hist
                     .record_n(ns(now.duration_since(conns[0].sent_time(seq))), done);
+            }
+        }
+        Load::Subscribe { .. } => {
+            // The publisher's send times are in another thread: deliveries
+            // are counted, latency is not measured.
+            if measuring {
+                res.msgs += done;
             }
         }
     }

@@ -4,7 +4,8 @@
 //! Modules: `ws` (RFC 6455 client side), `payload` (what is sent, what must
 //! come back), `conn` (one connection: handshake, coalesced writes, close
 //! handshake), `stream` (TCP, or TLS driven by hand for `wss://`), `engine`
-//! (the measuring epoll loop), `connect`, `idle`, `storm` and `deflate` (their own
+//! (the measuring epoll loop), `api` (the server-API publisher of
+//! `api-fanout`: HTTP/1.1 `POST /api/publish`), `connect`, `idle`, `storm` and `deflate` (their own
 //! loops; `deflate`: echo with permessage-deflate), `over_h2` (WebSockets on
 //! HTTP/2 streams, RFC 8441, on tokio), `hist` (latency histogram), `sys`
 //! (epoll, pinning, CPU clocks, the server's RSS and open fds), `units`
@@ -15,6 +16,7 @@
 //! frames by `ws::Parser` and compared by `payload::Checker`, and `engine`
 //! counts the round trip and sends the next one.
 
+pub mod api;
 pub mod conn;
 pub mod connect;
 pub mod deflate;

@@ -11,7 +11,7 @@ use weir_load::engine::{self, Control, Load, ThreadResult, DONE, MEASURE};
 use weir_load::payload::{Expect, Source, Template};
 use weir_load::stream::{self as tls, Trust};
 use weir_load::units::{parse_duration, parse_size};
-use weir_load::{connect, heartbeat, idle, over_h2, rooms, storm, sys, ws};
+use weir_load::{api, connect, heartbeat, idle, over_h2, rooms, storm, sys, ws};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -45,6 +45,11 @@ enum Mode {
     /// Fan-out with permessage-deflate: one plain publisher, C compressing
     /// subscribers on one topic (--url, e.g. /zpub/bench), P per round.
     DeflateFanout,
+    /// Fan-out published through the server API: C subscribers on --url (a
+    /// `realtime = true` pubsub route, e.g. /rt/bench) and one HTTP client
+    /// POSTing /api/publish to --api for --channel, -p messages ahead of
+    /// the slowest subscriber. Every subscriber gets every message, in order.
+    ApiFanout,
 }
 
 impl Mode {
@@ -62,6 +67,7 @@ impl Mode {
             Mode::Rooms => "rooms",
             Mode::Deflate => "deflate",
             Mode::DeflateFanout => "deflate-fanout",
+            Mode::ApiFanout => "api-fanout",
         }
     }
 
@@ -71,6 +77,7 @@ impl Mode {
             Mode::Json => "/json",
             Mode::Binary => "/binary",
             Mode::Fanout => "/chat/bench",
+            Mode::ApiFanout => "/rt/bench",
             _ => "/echo",
         }
     }
@@ -138,17 +145,32 @@ struct Args {
     /// the publisher connects to --url.
     #[arg(long)]
     sub_url: Option<String>,
-    /// fanout: publish at most this many messages per second (latency at a
-    /// given load rather than at saturation).
+    /// fanout, api-fanout: publish at most this many messages per second
+    /// (latency or CPU at a given load rather than at saturation).
     #[arg(long)]
     rate: Option<u64>,
     /// deflate: offer no context takeover either way ("none") or the
     /// default ("takeover"; the server may still refuse it).
     #[arg(long, default_value = "takeover")]
     context: String,
-    /// Report this process's CPU time per message (and RSS in idle mode).
+    /// Report this process's CPU time per message (and RSS in idle mode);
+    /// fanout and api-fanout take a comma list (two nodes, Redis) and report
+    /// the sum, and each one in `cpu_ns_per_msg_by_pid`.
+    #[arg(long, value_delimiter = ',')]
+    server_pid: Vec<u32>,
+    /// fanout: send each message as one JSON string (`"` + hex sequence +
+    /// pattern + `"`, text), the bytes api-fanout publishes as `data`.
     #[arg(long)]
-    server_pid: Option<u32>,
+    json_string: bool,
+    /// api-fanout: the `[api]` listener, host:port (or http://host:port).
+    #[arg(long)]
+    api: Option<String>,
+    /// api-fanout: the API key (default: $WEIR_API_KEY).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// api-fanout: the channel to publish to (the topic --url subscribes to).
+    #[arg(long, default_value = "bench")]
+    channel: String,
     /// idle: open the connections only, without one message exchanged on
     /// each before measuring.
     #[arg(long)]
@@ -164,14 +186,17 @@ struct Args {
 /// CPU clocks and wall time over the measured window.
 struct Window {
     secs: f64,
+    /// The sum over every `--server-pid`, when all of them could be read.
     server_cpu_ns: Option<u64>,
+    /// Each `--server-pid`'s own, in the order given.
+    by_pid_ns: Vec<Option<u64>>,
     client_cpu_ns: u64,
 }
 
 /// Sleeps through warm-up, flips to MEASURE, sleeps through the window, flips to DONE.
-fn measure(ctl: &Control, warmup: Duration, duration: Duration, pid: Option<u32>) -> Window {
+fn measure(ctl: &Control, warmup: Duration, duration: Duration, pids: &[u32]) -> Window {
     std::thread::sleep(warmup);
-    let s0 = pid.and_then(|p| sys::proc_cpu_ns(p).ok());
+    let s0: Vec<_> = pids.iter().map(|&p| sys::proc_cpu_ns(p).ok()).collect();
     let c0 = sys::self_cpu_ns();
     let t0 = Instant::now();
     ctl.set(MEASURE);
@@ -179,10 +204,20 @@ fn measure(ctl: &Control, warmup: Duration, duration: Duration, pid: Option<u32>
     ctl.set(DONE);
     let secs = t0.elapsed().as_secs_f64();
     let c1 = sys::self_cpu_ns();
-    let s1 = pid.and_then(|p| sys::proc_cpu_ns(p).ok());
+    let by_pid_ns: Vec<Option<u64>> = pids
+        .iter()
+        .zip(s0)
+        .map(|(&p, a)| Some(sys::proc_cpu_ns(p).ok()?.saturating_sub(a?)))
+        .collect();
+    let server_cpu_ns = if pids.is_empty() {
+        None
+    } else {
+        by_pid_ns.iter().copied().sum()
+    };
     Window {
         secs,
-        server_cpu_ns: s0.zip(s1).map(|(a, b)| b.saturating_sub(a)),
+        server_cpu_ns,
+        by_pid_ns,
         client_cpu_ns: c1.saturating_sub(c0),
     }
 }
@@ -231,7 +266,7 @@ fn run(a: &Args) -> Result<bool, String> {
     if a.h2 && !matches!(a.mode, Mode::Echo | Mode::Json | Mode::Binary) {
         return Err("--h2 supports the echo, json and binary modes".into());
     }
-    let text = a.text;
+    let text = a.text || a.json_string || a.mode == Mode::ApiFanout;
     let threads = a.threads.max(1);
     let c = a.connections.max(1);
     // 'static: HTTP/2 streams are tasks that outlive any borrow.
@@ -245,7 +280,7 @@ fn run(a: &Args) -> Result<bool, String> {
             room_size: a.room_size,
             sources: a.sources,
         };
-        let r = idle::run(&target, c, hold, a.server_pid, &opts);
+        let r = idle::run(&target, c, hold, a.server_pid.first().copied(), &opts);
         let per_conn = match (r.rss_before_kib, r.rss_after_kib) {
             (Some(b), Some(f)) if r.opened > 0 => {
                 Some((f as f64 - b as f64) * 1024.0 / r.opened as f64)
@@ -283,7 +318,14 @@ fn run(a: &Args) -> Result<bool, String> {
             room_size: a.room_size,
             sources: a.sources,
         };
-        let r = heartbeat::run(&target, c, a.warmup, a.duration, a.server_pid, &opts);
+        let r = heartbeat::run(
+            &target,
+            c,
+            a.warmup,
+            a.duration,
+            a.server_pid.first().copied(),
+            &opts,
+        );
         let secs = r.window.as_secs_f64();
         let per_ping = |ns: u64| (r.pings > 0).then(|| ns as f64 / r.pings as f64);
         println!(
@@ -313,7 +355,14 @@ fn run(a: &Args) -> Result<bool, String> {
             size: a.size,
             sources: a.sources,
         };
-        let r = rooms::run(&target, c, &opts, a.warmup, a.duration, a.server_pid);
+        let r = rooms::run(
+            &target,
+            c,
+            &opts,
+            a.warmup,
+            a.duration,
+            a.server_pid.first().copied(),
+        );
         let secs = r.window.as_secs_f64();
         let per = |ns: u64| (r.deliveries > 0).then(|| ns as f64 / r.deliveries as f64);
         let us = |q: f64| r.latency.quantile(q) as f64 / 1000.0;
@@ -345,7 +394,7 @@ fn run(a: &Args) -> Result<bool, String> {
     }
 
     if a.mode == Mode::Storm {
-        let r = storm::run(&target, c, a.sources, a.server_pid)?;
+        let r = storm::run(&target, c, a.sources, a.server_pid.first().copied())?;
         let secs = r.window.as_secs_f64();
         let per_upgrade = |ns: u64| (r.upgraded > 0).then(|| ns as f64 / r.upgraded as f64);
         let ms = |q: f64| r.latency.quantile(q) as f64 / 1e6;
@@ -396,7 +445,7 @@ fn run(a: &Args) -> Result<bool, String> {
         Mode::Echo => a.pipeline.unwrap_or(1),
         Mode::Json | Mode::Binary if a.pipelined => a.pipeline.unwrap_or(32),
         Mode::Json | Mode::Binary => 1,
-        Mode::Fanout => a.pipeline.unwrap_or(64),
+        Mode::Fanout | Mode::ApiFanout => a.pipeline.unwrap_or(64),
         _ => 1,
     }
     .max(1);
@@ -410,8 +459,13 @@ fn run(a: &Args) -> Result<bool, String> {
             window: depth,
             rate: a.rate,
         },
+        Mode::ApiFanout => Load::Subscribe {
+            progress: Box::leak(Box::default()),
+        },
         _ => Load::ReqResp { depth },
     };
+    // api-fanout: the publisher (an HTTP client) and its template.
+    let mut api_pub: Option<(api::ApiTarget, &'static Template)> = None;
     let setup = Instant::now();
     match a.mode {
         Mode::Echo | Mode::Json | Mode::Binary => {
@@ -457,7 +511,14 @@ fn run(a: &Args) -> Result<bool, String> {
                     "fanout needs -s 4 or more (the sequence number lives in the payload)".into(),
                 );
             }
-            let t = Template::new(a.size, text, 3);
+            if a.json_string && a.size < 11 {
+                return Err("--json-string needs -s 11 or more".into());
+            }
+            let t = if a.json_string {
+                Template::json_string(a.size, 3)
+            } else {
+                Template::new(a.size, text, 3)
+            };
             let sub_target = match &a.sub_url {
                 Some(url) => Target::parse(url)?,
                 None => Target::parse(&url)?,
@@ -479,6 +540,41 @@ fn run(a: &Args) -> Result<bool, String> {
             std::thread::sleep(Duration::from_millis(settle));
             groups = vec![all];
         }
+        Mode::ApiFanout => {
+            if a.size < 11 {
+                return Err(
+                    "api-fanout needs -s 11 or more (a JSON string with its sequence)".into(),
+                );
+            }
+            let addr = a.api.as_deref().ok_or("api-fanout needs --api host:port")?;
+            let addr = addr
+                .strip_prefix("http://")
+                .unwrap_or(addr)
+                .trim_end_matches('/');
+            let key = match &a.api_key {
+                Some(k) => k.clone(),
+                None => std::env::var("WEIR_API_KEY")
+                    .map_err(|_| "api-fanout needs --api-key or $WEIR_API_KEY")?,
+            };
+            let t = Template::json_string(a.size, 3);
+            let mut subs = Vec::with_capacity(c);
+            for i in 0..c {
+                let s =
+                    conn::open(&target, &mut rng).map_err(|e| format!("subscriber {i}: {e}"))?;
+                subs.push(Conn::new(s, Source::Pattern(t), Expect::Ordered(t), 1));
+            }
+            // Joins may be asynchronous (across nodes they wait for Redis).
+            std::thread::sleep(Duration::from_millis(500));
+            groups = vec![subs];
+            api_pub = Some((
+                api::ApiTarget {
+                    addr: addr.to_string(),
+                    key,
+                    channel: a.channel.clone(),
+                },
+                t,
+            ));
+        }
         Mode::Connect
         | Mode::Idle
         | Mode::Heartbeat
@@ -491,8 +587,15 @@ fn run(a: &Args) -> Result<bool, String> {
 
     h2_ends.retain(|e| !e.is_empty());
     let ready = std::sync::Barrier::new(h2_ends.len() + 1);
-    let (res, win) = std::thread::scope(|sc| {
+    let (res, win, published) = std::thread::scope(|sc| {
         let mut handles = Vec::new();
+        let mut publisher = None;
+        if let (Some((target, t)), Load::Subscribe { progress }) = (&api_pub, load) {
+            let window = depth as u64;
+            let rate = a.rate;
+            publisher =
+                Some(sc.spawn(move || api::publish(target, t, window, rate, progress, ctl)));
+        }
         if a.mode == Mode::Connect {
             for t in 0..threads {
                 let slots = c / threads + usize::from(t < c % threads);
@@ -513,12 +616,13 @@ fn run(a: &Args) -> Result<bool, String> {
                 handles.push(sc.spawn(move || engine::run(&mut g, load, ctl)));
             }
         }
-        let win = measure(ctl, a.warmup, a.duration, a.server_pid);
+        let win = measure(ctl, a.warmup, a.duration, &a.server_pid);
         let mut total = ThreadResult::default();
         for h in handles {
             total.merge(h.join().expect("worker thread panicked"));
         }
-        (total, win)
+        let published = publisher.map(|h| h.join().expect("publisher thread panicked"));
+        (total, win, published)
     });
 
     let msgs = res.msgs;
@@ -533,10 +637,12 @@ fn run(a: &Args) -> Result<bool, String> {
     let server = win.server_cpu_ns.and_then(per_msg);
     let client = per_msg(win.client_cpu_ns);
     let us = |q: f64| res.hist.quantile(q) as f64 / 1000.0;
+    // api-fanout's send times are in the publisher's thread: no latency.
+    let timed = a.mode != Mode::ApiFanout;
     let unit = match a.mode {
         Mode::Connect => "handshakes",
         Mode::Relay => "round trips",
-        Mode::Fanout => "deliveries",
+        Mode::Fanout | Mode::ApiFanout => "deliveries",
         _ => "messages",
     };
     let kind = if text { "text" } else { "binary" };
@@ -583,19 +689,44 @@ fn run(a: &Args) -> Result<bool, String> {
     for e in &res.errors {
         println!("  error: {e}");
     }
-    let ok = res.mismatches == 0 && res.failed_conns == 0 && msgs > 0;
+    let mut ok = res.mismatches == 0 && res.failed_conns == 0 && msgs > 0;
+    let mut extra = String::new();
+    if let Some(p) = &published {
+        println!(
+            "API publishes: {} answered with a result, {} failed, {:.1} us per call",
+            p.ok, p.failed, p.mean_answer_us
+        );
+        for e in &p.errors {
+            println!("  error: {e}");
+        }
+        ok &= p.failed == 0 && p.ok > 0;
+        extra = format!(
+            ",\"api_publishes\":{},\"api_failed\":{},\"api_call_us\":{}",
+            p.ok,
+            p.failed,
+            json_num(Some(p.mean_answer_us))
+        );
+    }
+    if win.by_pid_ns.len() > 1 {
+        let each: Vec<String> = win
+            .by_pid_ns
+            .iter()
+            .map(|ns| json_num(ns.and_then(per_msg)))
+            .collect();
+        extra.push_str(&format!(",\"cpu_ns_per_msg_by_pid\":[{}]", each.join(",")));
+    }
     if msgs == 0 {
         println!("  error: no {unit} completed in the measured window");
     }
     println!(
-        "RESULT {{\"mode\":\"{}\",\"url\":\"{url}\",\"connections\":{c},\"depth\":{depth},\"size\":{},\"text\":{text},\"secs\":{:.3},\"msgs\":{msgs},\"msgs_per_s\":{},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"mismatches\":{},\"lost\":{},\"failed_conns\":{},\"server_cpu_ns_per_msg\":{},\"client_cpu_ns_per_msg\":{},\"ok\":{ok}}}",
+        "RESULT {{\"mode\":\"{}\",\"url\":\"{url}\",\"connections\":{c},\"depth\":{depth},\"size\":{},\"text\":{text},\"secs\":{:.3},\"msgs\":{msgs},\"msgs_per_s\":{},\"p50_us\":{},\"p99_us\":{},\"p999_us\":{},\"mismatches\":{},\"lost\":{},\"failed_conns\":{},\"server_cpu_ns_per_msg\":{},\"client_cpu_ns_per_msg\":{}{extra},\"ok\":{ok}}}",
         a.mode.name(),
         a.size,
         win.secs,
         json_num(Some(rate)),
-        json_num(Some(us(0.5))),
-        json_num(Some(us(0.99))),
-        json_num(Some(us(0.999))),
+        json_num(timed.then(|| us(0.5))),
+        json_num(timed.then(|| us(0.99))),
+        json_num(timed.then(|| us(0.999))),
         res.mismatches,
         res.lost,
         res.failed_conns,
@@ -647,7 +778,7 @@ fn run_deflate(
                 })
             })
             .collect();
-        let win = measure(&ctl, a.warmup, a.duration, a.server_pid);
+        let win = measure(&ctl, a.warmup, a.duration, &a.server_pid);
         let mut total = weir_load::deflate::Totals::default();
         for h in handles {
             let part = h.join().expect("deflate thread panicked");

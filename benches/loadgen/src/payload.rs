@@ -11,6 +11,8 @@ pub const MASK_KEY: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 
 /// Bytes of the payload that carry the sequence number (fewer if smaller).
 const SEQ_BYTES: usize = 8;
+/// A JSON-string template's sequence region: the opening quote and the digits.
+const JSON_SEQ_BYTES: usize = SEQ_BYTES + 1;
 
 /// One message shape: opcode, payload pattern, and its masked form.
 pub struct Template {
@@ -23,11 +25,27 @@ pub struct Template {
     pub masked_tail: Vec<u8>,
     /// How many leading payload bytes hold the sequence number.
     pub w: usize,
+    /// The payload is one JSON string (`"` + hex sequence + pattern + `"`),
+    /// so the server API can publish exactly these bytes as `data` and a
+    /// `realtime = true` pubsub route delivers them unchanged.
+    pub json: bool,
 }
 
 impl Template {
     /// `seed` picks the pattern, so two directions of a relay are told apart.
     pub fn new(size: usize, text: bool, seed: u64) -> &'static Template {
+        Self::build(size, text, false, seed)
+    }
+
+    /// A text template whose payload is one JSON string of `size` bytes
+    /// (quotes included; no `"` or `\\` inside): the same bytes whether a
+    /// WebSocket client publishes them or the server API publishes them as
+    /// `data`. `size` must be at least 11.
+    pub fn json_string(size: usize, seed: u64) -> &'static Template {
+        Self::build(size, true, true, seed)
+    }
+
+    fn build(size: usize, text: bool, json: bool, seed: u64) -> &'static Template {
         let mut rng = Rng::new(seed + 17);
         let plain: Vec<u8> = (0..size)
             .map(|_| {
@@ -39,7 +57,22 @@ impl Template {
                 }
             })
             .collect();
-        let w = size.min(SEQ_BYTES);
+        let mut plain = plain;
+        let mut w = size.min(SEQ_BYTES);
+        if json {
+            assert!(
+                size > JSON_SEQ_BYTES + 1,
+                "a JSON-string template needs 11 bytes or more"
+            );
+            for b in plain.iter_mut() {
+                if *b == b'"' || *b == b'\\' {
+                    *b = b'_';
+                }
+            }
+            plain[0] = b'"';
+            plain[size - 1] = b'"';
+            w = JSON_SEQ_BYTES;
+        }
         let mut masked = plain.clone();
         ws::mask(&mut masked, MASK_KEY, 0);
         let t = Template {
@@ -48,15 +81,22 @@ impl Template {
             masked_tail: masked[w..].to_vec(),
             plain,
             w,
+            json,
         };
         Box::leak(Box::new(t))
     }
 
     /// The sequence bytes of message `seq`: little-endian for binary, hex
     /// digits (most significant first) for text so the payload stays UTF-8.
-    pub fn seq_bytes(&self, seq: u64) -> [u8; SEQ_BYTES] {
-        let mut b = [0u8; SEQ_BYTES];
-        if self.opcode == OP_TEXT {
+    pub fn seq_bytes(&self, seq: u64) -> [u8; JSON_SEQ_BYTES] {
+        let mut b = [0u8; JSON_SEQ_BYTES];
+        if self.json {
+            b[0] = b'"';
+            for (i, out) in b[1..].iter_mut().enumerate() {
+                let nib = (seq >> (4 * (SEQ_BYTES - 1 - i))) & 0xf;
+                *out = b"0123456789abcdef"[nib as usize];
+            }
+        } else if self.opcode == OP_TEXT {
             for (i, out) in b[..self.w].iter_mut().enumerate() {
                 let nib = (seq >> (4 * (self.w - 1 - i))) & 0xf;
                 *out = b"0123456789abcdef"[nib as usize];
@@ -69,6 +109,11 @@ impl Template {
 
     /// Inverse of [`Template::seq_bytes`]; `None` if the bytes cannot be ours.
     pub fn parse_seq(&self, b: &[u8]) -> Option<u64> {
+        let b = match (self.json, b.split_first()) {
+            (false, _) => b,
+            (true, Some((b'"', digits))) => digits,
+            (true, _) => return None,
+        };
         if self.opcode == OP_TEXT {
             b.iter().try_fold(0u64, |acc, c| {
                 Some(acc << 4 | (*c as char).to_digit(16)? as u64)
@@ -454,6 +499,24 @@ mod tests {
         assert_eq!(&payload[8..], &t.plain[8..]);
         assert!(std::str::from_utf8(&payload).is_ok());
         assert_eq!(t.parse_seq(&payload[..8]), Some(42));
+    }
+
+    #[test]
+    fn json_string_template_is_one_json_string_with_the_sequence_inside() {
+        let t = Template::json_string(64, 3);
+        let mut p = t.plain.clone();
+        p[..t.w].copy_from_slice(&t.seq_bytes(0x2a)[..t.w]);
+        let s = std::str::from_utf8(&p).unwrap();
+        assert!(s.starts_with("\"0000002a") && s.ends_with('"'), "{s}");
+        assert!(!s[1..s.len() - 1].contains(['"', '\\']), "{s}");
+        assert_eq!(t.parse_seq(&p[..t.w]), Some(0x2a));
+        assert_eq!(t.parse_seq(b"x0000002a"), None);
+        let mut c = Checker::new(Expect::Ordered(t));
+        c.allowed = u64::MAX;
+        let mut parser = ws::Parser::default();
+        parser.feed(&echo_of(t, 0), &mut c).unwrap();
+        parser.feed(&echo_of(t, 2), &mut c).unwrap();
+        assert_eq!((c.done, c.mismatches, c.lost), (2, 0, 1));
     }
 
     #[test]
