@@ -86,7 +86,8 @@ fn clients_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
 }
 
-/// Runs one scenario of centrifuge-client.mjs; returns its JSON summary.
+/// Runs one scenario of centrifuge-client.mjs against `gw`; returns its
+/// JSON summary.
 async fn scenario(gw: &Gateway, name: &str) -> serde_json::Value {
     assert!(
         clients_dir().join("node_modules/centrifuge").exists(),
@@ -94,24 +95,9 @@ async fn scenario(gw: &Gateway, name: &str) -> serde_json::Value {
     );
     let url = gw.url("/connection/websocket");
     let name = name.to_string();
-    tokio::task::spawn_blocking(move || {
-        let output = Command::new("node")
-            .args(["centrifuge-client.mjs", &url, SECRET, &name])
-            .current_dir(clients_dir())
-            .stdin(Stdio::null())
-            .output()
-            .expect("node (scripts/test.sh installs the clients)");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{name}: {}\n{stdout}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap()
-    })
-    .await
-    .unwrap()
+    tokio::task::spawn_blocking(move || node_scenario(&url, &name, &[]))
+        .await
+        .unwrap()
 }
 
 /// Connect, subscribe, publish between two clients (with publisher info

@@ -214,6 +214,15 @@ struct ChannelState {
     idempotent: VecDeque<(String, u64, Instant)>,
 }
 
+impl ChannelState {
+    /// With `[cluster]`: the node's copy of the stream no longer follows
+    /// Redis (nobody here needs it, or what it missed is unknown).
+    fn forget_copy(&mut self) {
+        self.seeded = false;
+        self.stream.clear();
+    }
+}
+
 /// An adapter's topic namespace and how it frames events.
 struct Adapter {
     topics: Arc<Topics>,
@@ -237,15 +246,19 @@ pub struct Realtime {
 
 impl Realtime {
     pub fn new(namespaces: Namespaces) -> Arc<Realtime> {
-        Arc::new(Realtime {
+        Arc::new(Realtime::with(namespaces, None))
+    }
+
+    fn with(namespaces: Namespaces, cluster: Option<Cluster>) -> Realtime {
+        Realtime {
             namespaces,
             channels: Mutex::default(),
             adapters: RwLock::default(),
             ops: AtomicU64::new(0),
             published: AtomicU64::new(0),
             clients: clients::Clients::default(),
-            cluster: None,
-        })
+            cluster,
+        }
     }
 
     /// The core across nodes: `store` holds positions, history and
@@ -256,15 +269,7 @@ impl Realtime {
         broker: Arc<RedisBroker>,
     ) -> Arc<Realtime> {
         let runtime = store.runtime().clone();
-        let realtime = Arc::new(Realtime {
-            namespaces,
-            channels: Mutex::default(),
-            adapters: RwLock::default(),
-            ops: AtomicU64::new(0),
-            published: AtomicU64::new(0),
-            clients: clients::Clients::default(),
-            cluster: Some(Cluster { store, broker }),
-        });
+        let realtime = Arc::new(Realtime::with(namespaces, Some(Cluster { store, broker })));
         let sink: Weak<dyn RealtimeSink> = Arc::downgrade(&realtime) as Weak<dyn RealtimeSink>;
         realtime
             .cluster()
@@ -663,8 +668,7 @@ impl Realtime {
         state.subscribers = state.subscribers.saturating_sub(1);
         if state.subscribers == 0 {
             cluster.broker.unwatch_realtime(channel);
-            state.seeded = false;
-            state.stream.clear();
+            state.forget_copy();
         }
     }
 
@@ -1052,8 +1056,7 @@ impl RealtimeSink for Realtime {
             let mut state = state.lock().expect("channel lock");
             if state.seeded {
                 self.discontinuity(&name);
-                state.seeded = false;
-                state.stream.clear();
+                state.forget_copy();
             }
         }
     }

@@ -197,13 +197,13 @@ async function refresh() {
   return { refreshed, expired: closed.code };
 }
 
-async function recovery() {
-  const channel = 'chat:recover';
-  const reader = client({ token: token({ sub: 'reader' }) });
-  const writer = client({ token: token({ sub: 'writer' }) });
-  reader.connect();
-  writer.connect();
-  await Promise.all([once(reader, 'connected'), once(writer, 'connected')]);
+/**
+ * `reader` subscribes to `channel` while `writer` publishes { n } into it
+ * (n = 1, 2, ...); the reader's TCP connection is cut under it (no close
+ * frame) `cuts` times. Returns once every publication arrived: how many
+ * were published, the n the reader saw, and its `subscribed` contexts.
+ */
+async function cutWhilePublishing(reader, writer, channel, cuts) {
   const sub = reader.newSubscription(channel);
   const seen = [];
   const recoveries = [];
@@ -211,7 +211,6 @@ async function recovery() {
   sub.on('subscribed', (ctx) => recoveries.push(ctx));
   sub.subscribe();
   await once(sub, 'subscribed');
-
   let n = 0;
   let publishing = true;
   const writing = (async () => {
@@ -221,11 +220,9 @@ async function recovery() {
       await sleep(5);
     }
   })();
-  const CUTS = 6;
-  for (let cut = 0; cut < CUTS; cut++) {
+  for (let cut = 0; cut < cuts; cut++) {
     await sleep(150);
     const before = recoveries.length;
-    // Cut the reader's TCP connection under it (no close frame).
     reader.sockets.at(-1)._socket.destroy();
     await until(() => recoveries.length > before, `resubscribe after cut ${cut}`);
   }
@@ -234,6 +231,17 @@ async function recovery() {
   await writing;
   await until(() => seen.length >= n, `all ${n} publications (have ${seen.length})`);
   await sleep(200);
+  return { n, seen, recoveries };
+}
+
+async function recovery() {
+  const reader = client({ token: token({ sub: 'reader' }) });
+  const writer = client({ token: token({ sub: 'writer' }) });
+  reader.connect();
+  writer.connect();
+  await Promise.all([once(reader, 'connected'), once(writer, 'connected')]);
+  const CUTS = 6;
+  const { n, seen, recoveries } = await cutWhilePublishing(reader, writer, 'chat:recover', CUTS);
   const expected = Array.from({ length: n }, (_, i) => i + 1);
   assert.deepEqual(seen, expected, 'every publication once, in order');
   const resubscribes = recoveries.slice(1);
@@ -382,35 +390,8 @@ async function across() {
 
   // Recovery across nodes: ben publishes on B while ann's socket on A is
   // cut, again and again; ann gets each publication once, in order.
-  const live = 'chat:across-recover';
-  const reader = ann.newSubscription(live);
-  const seen = [];
-  const recoveries = [];
-  reader.on('publication', (ctx) => seen.push(ctx.data.n));
-  reader.on('subscribed', (ctx) => recoveries.push(ctx));
-  reader.subscribe();
-  await once(reader, 'subscribed');
-  let n = 0;
-  let publishing = true;
-  const writing = (async () => {
-    while (publishing) {
-      n++;
-      await ben.publish(live, { n });
-      await sleep(5);
-    }
-  })();
   const CUTS = 5;
-  for (let cut = 0; cut < CUTS; cut++) {
-    await sleep(150);
-    const before = recoveries.length;
-    ann.sockets.at(-1)._socket.destroy();
-    await until(() => recoveries.length > before, `resubscribe after cut ${cut}`);
-  }
-  await sleep(100);
-  publishing = false;
-  await writing;
-  await until(() => seen.length >= n, `all ${n} publications (have ${seen.length})`);
-  await sleep(200);
+  const { n, seen, recoveries } = await cutWhilePublishing(ann, ben, 'chat:across-recover', CUTS);
   assert.deepEqual(seen, Array.from({ length: n }, (_, i) => i + 1), 'once each, in order');
   for (const r of recoveries.slice(1)) {
     assert.equal(r.recovered, true, `recovered: ${JSON.stringify(r)}`);
