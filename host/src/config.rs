@@ -105,7 +105,14 @@ pub struct ApiConfig {
     pub key_env: String,
     /// Largest request body (a publication with its JSON envelope).
     pub max_body: usize,
+    /// Connections open at once; one more is answered 503 and closed. With
+    /// `max_body` it bounds what API clients can make the gateway hold.
+    pub max_connections: usize,
 }
+
+/// Server API connections open at once when `[api]` names no
+/// `max_connections`.
+pub const DEFAULT_API_MAX_CONNECTIONS: usize = 1024;
 
 /// Largest server API request body: Centrifugo's default client message
 /// limit (64 KiB) with room for the JSON envelope.
@@ -143,6 +150,10 @@ pub struct CentrifugoConfig {
     /// checked with; read at start and on each reload. With it, the HMAC
     /// secret is optional.
     pub token_jwks_file: Option<PathBuf>,
+    /// A PEM public key (RSA or EC, Centrifugo's `token_rsa_public_key` /
+    /// `token_ecdsa_public_key` in a file) for RS/PS/ES-signed tokens that
+    /// name no `kid` of the JWKS file; read at start and on each reload.
+    pub token_public_key_file: Option<PathBuf>,
     pub ping_interval: Duration,
     pub pong_timeout: Duration,
     /// Grace after a token's expiry before the connection is closed with
@@ -161,6 +172,7 @@ impl Default for CentrifugoConfig {
             token_audience: None,
             token_issuer: None,
             token_jwks_file: None,
+            token_public_key_file: None,
             ping_interval: DEFAULT_CENTRIFUGO_PING_INTERVAL,
             pong_timeout: DEFAULT_CENTRIFUGO_PONG_TIMEOUT,
             expired_close_delay: DEFAULT_CENTRIFUGO_EXPIRED_CLOSE_DELAY,

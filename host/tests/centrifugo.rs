@@ -72,6 +72,12 @@ allow_publish_for_client = true
 [[namespaces]]
 name = "private"
 presence = true
+
+[[namespaces]]
+name = "capped"
+history_size = 10
+history_ttl = "5m"
+max_channels = 2
 "#;
 
 fn gateway() -> Gateway {
@@ -419,9 +425,9 @@ async fn api_call(gw: &Gateway, method: &str, body: &str) -> serde_json::Value {
 }
 
 /// docs/api/openapi.yaml stays true to the API: every method it lists is
-/// served (never 104), the two it marks not available answer 108, and
-/// every other method of Centrifugo's HTTP API answers 104, so a method
-/// added to api.rs without the document fails here.
+/// served (never 104), and every other method of Centrifugo's HTTP API
+/// answers 104, so a method added to api.rs without the document fails
+/// here.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openapi_document_lists_exactly_the_methods_served() {
     let doc = std::fs::read_to_string(
@@ -468,7 +474,6 @@ async fn the_openapi_document_lists_exactly_the_methods_served() {
         let answer = api_call(&gw, method, r#"{"channel":"chat:doc"}"#).await;
         let code = &answer["error"]["code"];
         match method {
-            "subscribe" | "unsubscribe" => assert_eq!(code, 108, "{method}: {answer}"),
             m if documented.contains(&m) => assert_ne!(code, 104, "{method}: {answer}"),
             _ => assert_eq!(code, 104, "{method} is served but not documented: {answer}"),
         }
@@ -540,4 +545,239 @@ async fn rs256_and_es256_tokens_follow_the_jwks_file_across_reloads() {
     assert_eq!(after["k1"], 3500, "the removed key: {after}");
     assert!(weir.child.try_wait().unwrap().is_none(), "weir exited");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `[api] max_connections` bounds the API's connections: one more is
+/// answered 503 and closed, and a freed place serves again. A namespace's
+/// `max_channels` bounds the channels it holds: a publish that would make
+/// one more is refused with 106, while the channels held keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_bounds_its_connections_and_a_namespace_its_channels() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    std::env::set_var(SECRET_ENV, SECRET);
+    std::env::set_var("WEIR_TEST_API_KEY", API_KEY);
+    let routes = ROUTES.replace(
+        "max_body = \"1MiB\"",
+        "max_body = \"1MiB\"\nmax_connections = 2",
+    );
+    let gw = Gateway::start(Config::parse(&routes, Path::new(".")).expect("routes"));
+    let addr = gw.api.expect("[api]");
+
+    let first = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let second = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    third
+        .write_all(b"POST /api/info HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    timeout(STEP, third.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("max_connections"), "{answer}");
+
+    drop(first);
+    drop(second);
+    // The places free once the gateway sees the closes.
+    let deadline = std::time::Instant::now() + STEP;
+    loop {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST /api/info HTTP/1.1\r\nhost: {addr}\r\nx-api-key: {API_KEY}\r\n\
+             content-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        timeout(STEP, s.read_to_end(&mut got)).await.unwrap().unwrap();
+        if got.starts_with(b"HTTP/1.1 200") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no place freed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    for channel in ["capped:a", "capped:b"] {
+        let out = api_call(&gw, "publish", &format!(r#"{{"channel":"{channel}","data":{{}}}}"#)).await;
+        assert_eq!(out["result"]["offset"], 1, "{channel}: {out}");
+    }
+    let out = api_call(&gw, "publish", r#"{"channel":"capped:c","data":{}}"#).await;
+    assert_eq!(out["error"]["code"], 106, "{out}");
+    let out = api_call(&gw, "publish", r#"{"channel":"capped:a","data":{}}"#).await;
+    assert_eq!(out["result"]["offset"], 2, "{out}");
+    // Other namespaces have their own bound.
+    let out = api_call(&gw, "publish", r#"{"channel":"tiny:x","data":{}}"#).await;
+    assert_eq!(out["result"]["offset"], 1, "{out}");
+}
+
+/// A PEM public key file (`token_public_key_file`), RSA or EC, with no
+/// HMAC secret and no JWKS file: tokens signed with its key are accepted
+/// whatever `kid` they name, others refused (3500); replaced and reloaded
+/// (SIGHUP), the new key's tokens are accepted and the old one's refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pem_public_key_file_checks_tokens_and_follows_reloads() {
+    let dir = std::env::temp_dir().join(format!("weir-pem-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir_arg = dir.to_str().unwrap().to_string();
+    let keys = node_scenario("ws://unused", "keys", &[&dir_arg]);
+    assert!(keys.is_null(), "{keys}");
+    let pem = dir.join("public.pem");
+    std::fs::copy(dir.join("k1.pub.pem"), &pem).unwrap();
+    let routes = format!(
+        "[[route]]\npath = \"/connection/websocket\"\nnative = \"centrifugo\"\n\
+         token_hmac_secret_env = \"WEIR_TEST_NO_SUCH_SECRET\"\ntoken_public_key_file = \"{}\"\n",
+        pem.display()
+    );
+    let mut weir = WeirProcess::start("workers = 1", &routes, "warn", Stdio::null()).await;
+    let url = weir.url("/connection/websocket");
+    let phase = |phase: &'static str| {
+        let (u, d) = (url.clone(), dir_arg.clone());
+        tokio::task::spawn_blocking(move || node_scenario(&u, "jwks", &[&d, phase]))
+    };
+    let rsa = phase("before").await.unwrap();
+    assert_eq!(rsa["k1"], "connected", "{rsa}");
+    assert_eq!(rsa["swapped"], "connected", "k1's signature, k2's kid: {rsa}");
+    assert_eq!(rsa["k2"], 3500, "another key: {rsa}");
+    assert_eq!(rsa["k3"], 3500, "another key: {rsa}");
+    assert_eq!(rsa["hmac"], 3500, "no HMAC secret is set: {rsa}");
+
+    let hup = |weir: &WeirProcess| {
+        let ok = Command::new("kill")
+            .args(["-HUP", &weir.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    };
+    std::fs::copy(dir.join("k3.pub.pem"), &pem).unwrap();
+    hup(&weir);
+    let rotated = phase("after").await.unwrap();
+    assert_eq!(rotated["k3"], "connected", "the new key: {rotated}");
+    assert_eq!(rotated["k1"], 3500, "the old key: {rotated}");
+
+    std::fs::copy(dir.join("k2.pub.pem"), &pem).unwrap();
+    hup(&weir);
+    let ec = phase("ec").await.unwrap();
+    assert_eq!(ec["k2"], "connected", "an EC key: {ec}");
+    assert_eq!(ec["k3"], 3500, "{ec}");
+    assert!(weir.child.try_wait().unwrap().is_none(), "weir exited");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The server API's `subscribe`, `unsubscribe` and `disconnect` of a user,
+/// called with `cent`, reach a `centrifuge` client: a server-side
+/// subscription (with its publications, positioned), the end of it and of
+/// a subscription the client made (code 2000, no resubscribe), 102 for an
+/// unknown namespace, and the disconnect (3503 by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_subscribes_and_unsubscribes_a_users_connections() {
+    let gw = gateway();
+    let url = gw.url("/connection/websocket");
+    let api_url = format!("http://localhost:{}/api", gw.api.unwrap().port());
+    let out = tokio::task::spawn_blocking(move || {
+        node_scenario(&url, "userCommands", &[&api_url, API_KEY])
+    })
+    .await
+    .unwrap();
+    assert_eq!(out["serverSubscribed"], "chat:pushed", "{out}");
+    assert_eq!(out["positioned"], true, "{out}");
+    assert_eq!(out["publication"], 1, "{out}");
+    assert_eq!(out["ownUnsubscribed"], 2000, "{out}");
+    assert_eq!(out["unknownNamespace"], 102, "{out}");
+    assert_eq!(out["disconnected"], 3503, "{out}");
+}
+
+/// Subscription tokens expire as connection tokens do: the subscribe reply
+/// says when (`expires`, `ttl`), the `centrifuge` client renews the token
+/// through `sub_refresh` and keeps its subscription; a subscription whose
+/// token is not renewed is ended with an unsubscribe push, 2501, after its
+/// expiry plus `expired_close_delay` (1 s here), while one renewed in time
+/// stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscription_tokens_are_refreshed_or_their_subscriptions_end() {
+    let gw = gateway();
+    let url = gw.url("/connection/websocket");
+    let u = url.clone();
+    let out = tokio::task::spawn_blocking(move || node_scenario(&u, "subRefresh", &[]))
+        .await
+        .unwrap();
+    assert!(out["tokens"].as_u64().unwrap() >= 3, "refreshed twice: {out}");
+    assert_eq!(out["changes"], serde_json::json!([]), "{out}");
+    assert_eq!(out["state"], "subscribed", "{out}");
+
+    let sign = |claims: serde_json::Value| {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(SECRET.as_bytes()),
+        )
+        .unwrap()
+    };
+    let unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let grant = |channel: &str, ttl: u64| {
+        sign(serde_json::json!({"sub": "exp", "channel": channel, "exp": unix + ttl}))
+    };
+    let mut ws = client(&url).await;
+    let connect = format!(
+        r#"{{"id":1,"connect":{{"token":"{}"}}}}"#,
+        sign(serde_json::json!({"sub": "exp"}))
+    );
+    ws.send(Message::text(connect)).await.unwrap();
+    let reply: serde_json::Value =
+        answer(&mut ws).await;
+    assert!(reply["connect"]["client"].is_string(), "{reply}");
+    for (id, channel) in [(2, "private:lapses"), (3, "private:renewed")] {
+        let subscribe = format!(
+            r#"{{"id":{id},"subscribe":{{"channel":"{channel}","token":"{}"}}}}"#,
+            grant(channel, 2)
+        );
+        ws.send(Message::text(subscribe)).await.unwrap();
+        let reply: serde_json::Value =
+            answer(&mut ws).await;
+        assert_eq!(reply["id"], id, "{reply}");
+        assert_eq!(reply["subscribe"]["expires"], true, "{reply}");
+        assert!(reply["subscribe"]["ttl"].as_u64().unwrap() <= 2, "{reply}");
+    }
+    let refresh = format!(
+        r#"{{"id":4,"sub_refresh":{{"channel":"private:renewed","token":"{}"}}}}"#,
+        grant("private:renewed", 600)
+    );
+    ws.send(Message::text(refresh)).await.unwrap();
+    let reply: serde_json::Value =
+        answer(&mut ws).await;
+    assert_eq!(reply["id"], 4, "{reply}");
+    assert_eq!(reply["sub_refresh"]["expires"], true, "{reply}");
+    // Within 2 s + 1 s of grace (and a margin): the lapsed one ends.
+    let push = timeout(Duration::from_secs(6), answer(&mut ws))
+        .await
+        .expect("an unsubscribe push");
+    assert_eq!(push["push"]["channel"], "private:lapses", "{push}");
+    assert_eq!(push["push"]["unsubscribe"]["code"], 2501, "{push}");
+    // The renewed one is still there: a refresh of it is answered.
+    let again = format!(
+        r#"{{"id":5,"sub_refresh":{{"channel":"private:renewed","token":"{}"}}}}"#,
+        grant("private:renewed", 600)
+    );
+    ws.send(Message::text(again)).await.unwrap();
+    let reply: serde_json::Value =
+        answer(&mut ws).await;
+    assert_eq!(reply["id"], 5, "{reply}");
+    assert!(reply["error"].is_null(), "{reply}");
+}
+
+/// The next message that is not the server's ping (`{}`, answered with a
+/// pong so the connection stays), as JSON.
+async fn answer(ws: &mut Ws) -> serde_json::Value {
+    loop {
+        let text = next(ws).await.into_text().unwrap().to_string();
+        if text == "{}" {
+            ws.send(Message::text("{}")).await.unwrap();
+            continue;
+        }
+        return serde_json::from_str(&text).unwrap();
+    }
 }

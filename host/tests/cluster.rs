@@ -728,6 +728,20 @@ async fn realtime_across(cluster: &str) {
     assert!(summary["published"].as_u64().unwrap() > 10, "{summary}");
     assert_eq!(summary["published"], summary["received"], "{summary}");
 
+    // The server API on B subscribes, unsubscribes and disconnects a user
+    // connected to A (through Redis).
+    let mut run = centrifuge(
+        &a,
+        "userCommands",
+        &[format!("http://127.0.0.1:{api_b}/api"), API_KEY.to_string()],
+    );
+    let lines = lines_of(&mut run);
+    let summary = finished(run, lines, Duration::from_secs(60)).await;
+    assert_eq!(summary["serverSubscribed"], "chat:pushed", "{summary}");
+    assert_eq!(summary["publication"], 1, "{summary}");
+    assert_eq!(summary["ownUnsubscribed"], 2000, "{summary}");
+    assert_eq!(summary["disconnected"], 3503, "{summary}");
+
     // A client on A, seen from B; A killed: gone from presence within
     // PRESENCE_TTL (30 s) of A's last refresh, read on B.
     let channel = "chat:held";

@@ -124,6 +124,7 @@ pub(super) struct RawRoute {
     pub(super) token_audience: Field,
     pub(super) token_issuer: Field,
     pub(super) token_jwks_file: Field,
+    pub(super) token_public_key_file: Field,
     pub(super) ping_interval: Field,
     pub(super) pong_timeout: Field,
     pub(super) expired_close_delay: Field,

@@ -21,6 +21,7 @@ pub(super) struct RawNamespace {
     history_size: Field,
     history_ttl: Field,
     history_max_bytes: Field,
+    max_channels: Field,
     force_recovery: Field,
     allow_recovery: Field,
     presence: Field,
@@ -39,6 +40,7 @@ pub(super) struct RawApi {
     listen: Field,
     key_env: Field,
     max_body: Field,
+    max_connections: Field,
 }
 
 /// Most publications a channel's history may be configured to keep.
@@ -93,6 +95,9 @@ fn options(src: &Source, raw: &RawNamespace) -> Result<NamespaceOptions, ConfigE
     }
     if let Some(item) = Item::of("history_max_bytes", &raw.history_max_bytes) {
         o.history_max_bytes = item.size(src, 1024, MAX_HISTORY_BYTES)?;
+    }
+    if let Some(item) = Item::of("max_channels", &raw.max_channels) {
+        o.max_channels = item.count(src, 1, 10_000_000)? as usize;
     }
     if let Some(item) = Item::of("presence_max", &raw.presence_max) {
         o.presence_max = item.count(src, 0, 1 << 20)? as usize;
@@ -180,10 +185,15 @@ pub(super) fn api(src: &Source, spanned: &Spanned<RawApi>) -> Result<ApiConfig, 
         Some(item) => item.size(src, 1024, 64 << 20)?,
         None => DEFAULT_API_MAX_BODY_BYTES,
     };
+    let max_connections = match Item::of("max_connections", &raw.max_connections) {
+        Some(item) => item.count(src, 1, 1_000_000)? as usize,
+        None => DEFAULT_API_MAX_CONNECTIONS,
+    };
     Ok(ApiConfig {
         listen,
         key_env,
         max_body,
+        max_connections,
     })
 }
 
@@ -202,12 +212,13 @@ fn env_name(src: &Source, item: &Item, example: &str) -> Result<String, ConfigEr
 }
 
 /// The keys only centrifugo routes take, in the file's field order.
-fn centrifugo_fields(raw: &RawRoute) -> [(&'static str, &Field); 10] {
+fn centrifugo_fields(raw: &RawRoute) -> [(&'static str, &Field); 11] {
     [
         ("token_hmac_secret_env", &raw.token_hmac_secret_env),
         ("token_audience", &raw.token_audience),
         ("token_issuer", &raw.token_issuer),
         ("token_jwks_file", &raw.token_jwks_file),
+        ("token_public_key_file", &raw.token_public_key_file),
         ("ping_interval", &raw.ping_interval),
         ("pong_timeout", &raw.pong_timeout),
         ("expired_close_delay", &raw.expired_close_delay),
@@ -230,6 +241,13 @@ pub(super) fn centrifugo_config(
             return Err(item.fail(src, r#"empty; write the JWKS file, e.g. "keys/jwks.json""#));
         }
         c.token_jwks_file = Some(origin_dir.join(file));
+    }
+    if let Some(item) = Item::of("token_public_key_file", &raw.token_public_key_file) {
+        let file = item.string(src, r#""keys/public.pem""#)?;
+        if file.is_empty() {
+            return Err(item.fail(src, r#"empty; write the PEM file, e.g. "keys/public.pem""#));
+        }
+        c.token_public_key_file = Some(origin_dir.join(file));
     }
     if let Some(item) = Item::of("token_hmac_secret_env", &raw.token_hmac_secret_env) {
         c.token_hmac_secret_env = env_name(src, &item, DEFAULT_TOKEN_HMAC_SECRET_ENV)?;

@@ -86,6 +86,7 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "token_audience",
     "token_issuer",
     "token_jwks_file",
+    "token_public_key_file",
     "ping_interval",
     "pong_timeout",
     "expired_close_delay",
@@ -100,6 +101,7 @@ pub(super) const NAMESPACE_KEYS: &[&str] = &[
     "history_size",
     "history_ttl",
     "history_max_bytes",
+    "max_channels",
     "force_recovery",
     "allow_recovery",
     "presence",
@@ -113,7 +115,7 @@ pub(super) const NAMESPACE_KEYS: &[&str] = &[
 ];
 
 /// Keys of `[api]`.
-pub(super) const API_KEYS: &[&str] = &["listen", "key_env", "max_body"];
+pub(super) const API_KEYS: &[&str] = &["listen", "key_env", "max_body", "max_connections"];
 
 /// Keys of `[cluster]`.
 pub(super) const CLUSTER_KEYS: &[&str] = &["redis", "redis_cluster"];

@@ -33,6 +33,7 @@ pub mod namespace;
 pub mod presence;
 pub mod redis;
 
+pub use clients::UserCommand;
 pub use history::{HistoryQuery, Recovery, StreamPosition};
 pub use namespace::{NamespaceOptions, Namespaces};
 pub use presence::PresenceStats;
@@ -59,6 +60,25 @@ pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(300);
 const IDEMPOTENCY_KEYS_PER_CHANNEL: usize = 1024;
 /// Subscribes and publishes between two sweeps of idle channels.
 const SWEEP_EVERY_OPS: u64 = 4096;
+
+/// The channel every node watches with `[cluster]` for commands to users'
+/// connections: longer than any channel name may be, so no client or API
+/// call can publish into it.
+fn control_channel() -> &'static str {
+    static NAME: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("\0weir-control{}", "-".repeat(namespace::MAX_CHANNEL_NAME_BYTES))
+    });
+    &NAME
+}
+
+/// A [`UserCommand`] on its way to every node.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Control {
+    user: String,
+    client: Option<String>,
+    #[serde(flatten)]
+    command: UserCommand,
+}
 
 /// One publication: what history keeps and adapters frame.
 #[derive(Debug, Clone)]
@@ -112,6 +132,10 @@ pub enum RealtimeError {
     /// Presence or history asked of a namespace that keeps none.
     #[error("not available")]
     NotAvailable,
+    /// The channel's namespace holds `max_channels` channels already
+    /// (Centrifugo: 106 limit exceeded).
+    #[error("limit exceeded")]
+    TooManyChannels,
     /// Redis did not answer (with `[cluster]`): nothing was done.
     #[error("internal server error")]
     Unavailable,
@@ -223,6 +247,49 @@ impl ChannelState {
     }
 }
 
+/// The channels this node holds, and how many of each namespace (bounded
+/// by its `max_channels`).
+#[derive(Default)]
+struct Channels {
+    states: HashMap<Arc<str>, Arc<Mutex<ChannelState>>>,
+    held: HashMap<Box<str>, usize>,
+}
+
+impl Channels {
+    fn full(&self, channel: &str, max: usize) -> bool {
+        self.held
+            .get(Namespaces::name_of(channel))
+            .is_some_and(|&n| n >= max)
+    }
+
+    fn insert(&mut self, channel: &str) -> Arc<Mutex<ChannelState>> {
+        let state = Arc::<Mutex<ChannelState>>::default();
+        self.states.insert(channel.into(), state.clone());
+        *self
+            .held
+            .entry(Namespaces::name_of(channel).into())
+            .or_default() += 1;
+        state
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&str, &Arc<Mutex<ChannelState>>) -> bool) {
+        let held = &mut self.held;
+        self.states.retain(|name, state| {
+            let kept = keep(name, state);
+            if !kept {
+                if let Some(n) = held.get_mut(Namespaces::name_of(name)) {
+                    *n -= 1;
+                }
+            }
+            kept
+        });
+    }
+}
+
+/// At most one sweep per this interval is made for a publish or subscribe
+/// refused because its namespace is full (a sweep walks every channel).
+const SWEEP_WHEN_FULL_EVERY: Duration = Duration::from_secs(1);
+
 /// An adapter's topic namespace and how it frames events.
 struct Adapter {
     topics: Arc<Topics>,
@@ -232,7 +299,9 @@ struct Adapter {
 /// The gateway's channels, shared by every route and the server API.
 pub struct Realtime {
     namespaces: Namespaces,
-    channels: Mutex<HashMap<Arc<str>, Arc<Mutex<ChannelState>>>>,
+    channels: Mutex<Channels>,
+    /// When a full namespace last made a sweep.
+    swept_when_full: Mutex<Option<Instant>>,
     adapters: RwLock<Vec<Adapter>>,
     /// Subscribes and publishes so far (sweeps idle channels every
     /// [`SWEEP_EVERY_OPS`]).
@@ -253,6 +322,7 @@ impl Realtime {
         Realtime {
             namespaces,
             channels: Mutex::default(),
+            swept_when_full: Mutex::default(),
             adapters: RwLock::default(),
             ops: AtomicU64::new(0),
             published: AtomicU64::new(0),
@@ -278,6 +348,33 @@ impl Realtime {
             .attach_realtime(sink);
         runtime.spawn(refresh_presence(Arc::downgrade(&realtime)));
         realtime
+            .cluster()
+            .expect("clustered")
+            .broker
+            .watch_realtime(control_channel());
+        realtime
+    }
+
+    /// Runs `command` on `user`'s connections (only `client`'s, when
+    /// given): on this node, or with `[cluster]` on every node, through
+    /// Redis (an error when Redis does not take it).
+    pub async fn user_command(
+        self: Arc<Self>,
+        user: String,
+        client: Option<String>,
+        command: UserCommand,
+    ) -> Result<(), RealtimeError> {
+        let Some(cluster) = self.cluster() else {
+            self.clients.command(&user, client.as_deref(), &command);
+            return Ok(());
+        };
+        let message = Control {
+            user,
+            client,
+            command,
+        };
+        let payload = serde_json::to_vec(&message).expect("a command serialises");
+        cluster.store.send(control_channel(), &payload).await
     }
 
     fn cluster(&self) -> Option<&Cluster> {
@@ -314,15 +411,40 @@ impl Realtime {
         }
     }
 
-    fn channel(&self, channel: &str) -> Arc<Mutex<ChannelState>> {
+    /// `channel`'s state, made if this node holds none, unless its
+    /// namespace holds `max` channels already and a sweep frees none.
+    fn channel(&self, channel: &str, max: usize) -> Result<Arc<Mutex<ChannelState>>, RealtimeError> {
         let mut channels = self.channels.lock().expect("channels lock");
-        channels.entry(channel.into()).or_default().clone()
+        if let Some(state) = channels.states.get(channel) {
+            return Ok(state.clone());
+        }
+        if channels.full(channel, max) {
+            drop(channels);
+            let now = Instant::now();
+            {
+                let mut last = self.swept_when_full.lock().expect("sweep lock");
+                if last.is_some_and(|at| now.duration_since(at) < SWEEP_WHEN_FULL_EVERY) {
+                    return Err(RealtimeError::TooManyChannels);
+                }
+                *last = Some(now);
+            }
+            self.sweep(now);
+            channels = self.channels.lock().expect("channels lock");
+            if let Some(state) = channels.states.get(channel) {
+                return Ok(state.clone());
+            }
+            if channels.full(channel, max) {
+                return Err(RealtimeError::TooManyChannels);
+            }
+        }
+        Ok(channels.insert(channel))
     }
 
     fn existing(&self, channel: &str) -> Option<Arc<Mutex<ChannelState>>> {
         self.channels
             .lock()
             .expect("channels lock")
+            .states
             .get(channel)
             .cloned()
     }
@@ -353,7 +475,7 @@ impl Realtime {
             self.deliver(channel, &publication);
             return Ok(StreamPosition::default());
         }
-        let state = self.channel(channel);
+        let state = self.channel(channel, options.max_channels)?;
         let mut state = state.lock().expect("channel lock");
         if let Some(key) = idempotency_key {
             while state
@@ -428,7 +550,7 @@ impl Realtime {
     ) -> Result<(), RealtimeError> {
         let options = self.namespaces.of(join.channel)?;
         self.tick();
-        let state = self.channel(join.channel);
+        let state = self.channel(join.channel, options.max_channels)?;
         let mut state = state.lock().expect("channel lock");
         if options.presence {
             state
@@ -531,7 +653,7 @@ impl Realtime {
         if !options.keeps_history() {
             return Err(RealtimeError::NotAvailable);
         }
-        let state = self.channel(channel);
+        let state = self.channel(channel, options.max_channels)?;
         let mut state = state.lock().expect("channel lock");
         state.stream.expire(Instant::now(), options.history_ttl);
         let pubs = state.stream.query(query)?;
@@ -687,7 +809,7 @@ impl Realtime {
         let cluster = self.cluster().expect("clustered");
         let options = self.namespaces.of(&req.channel)?.clone();
         self.tick();
-        let state = self.channel(&req.channel);
+        let state = self.channel(&req.channel, options.max_channels)?;
         {
             let mut state = state.lock().expect("channel lock");
             state.subscribers += 1;
@@ -992,6 +1114,7 @@ impl Realtime {
     pub fn channels(&self) -> Vec<(String, usize)> {
         let channels = self.channels.lock().expect("channels lock");
         channels
+            .states
             .iter()
             .filter_map(|(name, state)| {
                 let n = state.lock().expect("channel lock").subscribers;
@@ -1002,7 +1125,7 @@ impl Realtime {
 
     /// (channels held, publications accepted) for `info`.
     pub fn counts(&self) -> (usize, u64) {
-        let channels = self.channels.lock().expect("channels lock").len();
+        let channels = self.channels.lock().expect("channels lock").states.len();
         (channels, self.published.load(Ordering::Relaxed))
     }
 
@@ -1031,6 +1154,16 @@ impl Realtime {
 
 impl RealtimeSink for Realtime {
     fn receive(&self, channel: &str, payload: Bytes) {
+        if channel == control_channel() {
+            match serde_json::from_slice::<Control>(&payload) {
+                Ok(c) => {
+                    self.clients
+                        .command(&c.user, c.client.as_deref(), &c.command);
+                }
+                Err(_) => tracing::warn!("realtime: dropped a control message that is not weir's"),
+            }
+            return;
+        }
         match redis::decode_message(&payload) {
             Some(message) => self.received(channel, message),
             None => tracing::warn!(
@@ -1049,6 +1182,7 @@ impl RealtimeSink for Realtime {
             .channels
             .lock()
             .expect("channels lock")
+            .states
             .iter()
             .map(|(name, state)| (name.clone(), state.clone()))
             .collect();
@@ -1108,6 +1242,7 @@ async fn refresh_presence(realtime: Weak<Realtime>) {
         let members: Vec<(Arc<str>, Vec<Arc<ClientInfo>>)> = {
             let channels = realtime.channels.lock().expect("channels lock");
             channels
+                .states
                 .iter()
                 .filter_map(|(name, state)| {
                     let state = state.lock().expect("channel lock");

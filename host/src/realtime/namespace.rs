@@ -11,6 +11,11 @@ use std::time::Duration;
 /// bounded however large publications are.
 pub const DEFAULT_HISTORY_MAX_BYTES: usize = 1 << 20;
 
+/// Channels one namespace may hold in memory on a node when it names no
+/// `max_channels`: with `history_max_bytes` it bounds what clients that may
+/// publish can make the gateway keep (channels × bytes per channel).
+pub const DEFAULT_MAX_CHANNELS: usize = 10_000;
+
 /// Longest channel name accepted (Centrifugo's default `channel_max_length`).
 pub const MAX_CHANNEL_NAME_BYTES: usize = 255;
 
@@ -24,6 +29,11 @@ pub struct NamespaceOptions {
     /// Bytes of publication data kept per channel: the bound that holds
     /// when publications are large.
     pub history_max_bytes: usize,
+    /// Channels of the namespace this node holds at once (with history,
+    /// presence, subscribers or idempotency keys); a publish or subscribe
+    /// that would make one more is refused with "limit exceeded" until idle
+    /// channels age out.
+    pub max_channels: usize,
     /// Every subscription recovers, whether or not the client asked.
     pub force_recovery: bool,
     /// A client may ask for recovery (`recoverable: true` when subscribing).
@@ -53,6 +63,7 @@ impl Default for NamespaceOptions {
             history_size: 0,
             history_ttl: Duration::ZERO,
             history_max_bytes: DEFAULT_HISTORY_MAX_BYTES,
+            max_channels: DEFAULT_MAX_CHANNELS,
             force_recovery: false,
             allow_recovery: false,
             presence: false,
@@ -106,6 +117,12 @@ impl Namespaces {
         )]))
     }
 
+    /// The name of `channel`'s namespace ("" for the default one), whether
+    /// or not it is configured.
+    pub fn name_of(channel: &str) -> &str {
+        channel.split_once(':').map_or("", |(ns, _)| ns)
+    }
+
     /// The options of `channel`'s namespace.
     pub fn of(&self, channel: &str) -> Result<&NamespaceOptions, ChannelNameError> {
         if channel.is_empty() {
@@ -114,9 +131,8 @@ impl Namespaces {
         if channel.len() > MAX_CHANNEL_NAME_BYTES {
             return Err(ChannelNameError::TooLong);
         }
-        let namespace = channel.split_once(':').map_or("", |(ns, _)| ns);
         self.by_name
-            .get(namespace)
+            .get(Self::name_of(channel))
             .ok_or(ChannelNameError::UnknownNamespace)
     }
 

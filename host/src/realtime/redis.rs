@@ -314,6 +314,16 @@ impl RedisStore {
         let _: Result<i64, _> = self.invoke(call).await;
     }
 
+    /// Sends `payload` to every node watching `channel` (the core's control
+    /// channel: commands for users' connections wherever they are).
+    pub async fn send(&self, channel: &str, payload: &[u8]) -> Result<(), RealtimeError> {
+        const SEND: &str = "redis.call(ARGV[1], KEYS[1], ARGV[2]) return 1";
+        let keys = Keys::of(channel);
+        let mut call = eval(SEND, &[&keys.channel]);
+        call.arg(self.publish_command()).arg(payload);
+        self.invoke::<i64>(call).await.map(|_| ())
+    }
+
     fn publish_command(&self) -> &'static str {
         match self.config {
             ClusterConfig::Redis(_) => "PUBLISH",

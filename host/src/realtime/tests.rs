@@ -240,3 +240,54 @@ fn presence_max_join_leave_and_idempotent_publishes() {
         ))
     );
 }
+
+/// A namespace holds at most `max_channels` channels: one more is refused
+/// (publish, subscribe or history read alike) until idle channels age out,
+/// while the channels it holds keep working.
+#[test]
+fn a_namespace_holds_at_most_max_channels() {
+    let (hub, topics) = hub(NamespaceOptions {
+        history_size: 10,
+        history_ttl: Duration::from_millis(50),
+        max_channels: 3,
+        ..Default::default()
+    });
+    let data = || Bytes::from_static(b"{}");
+    for n in 1..=3 {
+        hub.publish_here(&format!("chat:{n}"), data(), None, None)
+            .unwrap();
+    }
+    assert_eq!(
+        hub.publish_here("chat:4", data(), None, None),
+        Err(RealtimeError::TooManyChannels)
+    );
+    assert_eq!(
+        hub.history_here("chat:5", &HistoryQuery::default()).err(),
+        Some(RealtimeError::TooManyChannels)
+    );
+    let out = Arc::new(Outbound::new(1 << 20));
+    let join = hub.subscribe_here(
+        Join {
+            channel: "chat:6",
+            topics: &topics,
+            conn: conn_id(0, 1),
+            outbound: &out,
+            member: member("c1"),
+            recoverable: false,
+            recover: None,
+        },
+        false,
+        |_| Bytes::new(),
+    );
+    assert_eq!(join, Err(RealtimeError::TooManyChannels));
+    let again = hub.publish_here("chat:2", data(), None, None).unwrap();
+    assert_eq!(again.offset, 2, "a channel held keeps its stream");
+    assert_eq!(hub.counts().0, 3);
+
+    // Their history ages out; the next refusal's sweep (at most one a
+    // second) frees them.
+    std::thread::sleep(SWEEP_WHEN_FULL_EVERY + Duration::from_millis(100));
+    let fresh = hub.publish_here("chat:4", data(), None, None).unwrap();
+    assert_eq!(fresh.offset, 1);
+    assert_eq!(hub.counts().0, 1);
+}

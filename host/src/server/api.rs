@@ -3,14 +3,14 @@
 //! `Authorization: apikey <key>`), so backends publish with `cent` (Python)
 //! or `cent.js` unchanged. Methods: `publish`, `broadcast`, `presence`,
 //! `presence_stats`, `history`, `history_remove`, `channels`, `info`,
-//! `disconnect`; `subscribe`/`unsubscribe` of a user answer "not
-//! available" (108) for now. Answers are `{"result": …}` or `{"error":
+//! `disconnect`, `subscribe` and `unsubscribe` of a user (on every node with
+//! `[cluster]`). Answers are `{"result": …}` or `{"error":
 //! {"code", "message"}}` with status 200, as Centrifugo's; a wrong key is
 //! 401, a body over `max_body` 413.
 
 use super::Shutdown;
 use crate::native::centrifugo::protocol as p;
-use crate::realtime::{HistoryQuery, Realtime, RealtimeError, StreamPosition};
+use crate::realtime::{HistoryQuery, Realtime, RealtimeError, StreamPosition, UserCommand};
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -28,6 +28,9 @@ use tracing::{info, warn};
 
 /// Time a client has to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections over `max_connections` being answered 503 at once; past
+/// it they are closed without an answer.
+const REFUSALS_IN_FLIGHT: usize = 256;
 /// Shortest API key accepted: a secret, not a password someone types.
 pub const MIN_API_KEY_BYTES: usize = 16;
 
@@ -37,6 +40,7 @@ pub(super) struct Api {
     pub(super) key: Arc<str>,
     pub(super) hosts: crate::hosts::AllowedHosts,
     pub(super) max_body: usize,
+    pub(super) max_connections: usize,
     pub(super) started: Instant,
 }
 
@@ -53,6 +57,8 @@ pub(super) fn run(listener: std::net::TcpListener, api: Api, shutdown: Shutdown)
             return;
         }
     };
+    let open = Arc::new(tokio::sync::Semaphore::new(api.max_connections));
+    let refusing = Arc::new(tokio::sync::Semaphore::new(REFUSALS_IN_FLIGHT));
     let api = Arc::new(api);
     runtime.block_on(async move {
         let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -74,8 +80,19 @@ pub(super) fn run(listener: std::net::TcpListener, api: Api, shutdown: Shutdown)
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
                     };
+                    let Ok(permit) = open.clone().try_acquire_owned() else {
+                        // Past the refusals in flight too: just close.
+                        if let Ok(refusal) = refusing.clone().try_acquire_owned() {
+                            tokio::spawn(async move {
+                                refuse(stream).await;
+                                drop(refusal);
+                            });
+                        }
+                        continue;
+                    };
                     let api = api.clone();
                     tokio::spawn(async move {
+                        let _permit = permit;
                         let service = service_fn(move |req| {
                             let api = api.clone();
                             async move { Ok::<_, Infallible>(answer(req, &api).await) }
@@ -90,6 +107,25 @@ pub(super) fn run(listener: std::net::TcpListener, api: Api, shutdown: Shutdown)
             }
         }
     });
+}
+
+/// A connection over `max_connections`: a 503 and the close, within a
+/// second whatever the peer does.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\n\
+        content-length: 48\r\nconnection: close\r\nretry-after: 1\r\n\r\n\
+        too many API connections ([api] max_connections)";
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(BUSY).await?;
+        stream.shutdown().await?;
+        // Read what the peer sent until it closes, so the close is not a
+        // reset that could discard the 503 before the peer reads it.
+        let mut sink = [0u8; 4096];
+        while stream.read(&mut sink).await? > 0 {}
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
 }
 
 fn plain(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
@@ -206,6 +242,18 @@ struct DisconnectParams {
     user: String,
     client: Option<String>,
     disconnect: Option<DisconnectCode>,
+}
+
+/// `subscribe` and `unsubscribe` of a user (Centrifugo's `info`,
+/// `recover_since`, `override` and `session` are not supported, and
+/// ignored).
+#[derive(Deserialize)]
+struct UserChannelParams {
+    #[serde(default)]
+    user: String,
+    #[serde(default)]
+    channel: String,
+    client: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -334,11 +382,37 @@ async fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply>
                 Some(_) => return Err(p::BAD_REQUEST),
                 None => (p::DISCONNECT_FORCE.code, p::DISCONNECT_FORCE.reason),
             };
-            rt.clients
-                .disconnect(&req.user, req.client.as_deref(), code, reason);
+            let command = UserCommand::Disconnect {
+                code,
+                reason: reason.to_string(),
+            };
+            rt.clone()
+                .user_command(req.user, req.client, command)
+                .await
+                .map_err(error)?;
             Ok(serde_json::json!({}))
         }
-        "subscribe" | "unsubscribe" => Err(p::NOT_AVAILABLE),
+        "subscribe" | "unsubscribe" => {
+            let req: UserChannelParams = params(v)?;
+            if req.user.is_empty() {
+                return Err(p::BAD_REQUEST);
+            }
+            // The channel's namespace must exist, as for a client's subscribe.
+            rt.options(&req.channel).map_err(error)?;
+            let command = match method {
+                "subscribe" => UserCommand::Subscribe {
+                    channel: req.channel,
+                },
+                _ => UserCommand::Unsubscribe {
+                    channel: req.channel,
+                },
+            };
+            rt.clone()
+                .user_command(req.user, req.client, command)
+                .await
+                .map_err(error)?;
+            Ok(serde_json::json!({}))
+        }
         _ => Err(p::METHOD_NOT_FOUND),
     }
 }
@@ -404,6 +478,7 @@ fn error(e: RealtimeError) -> p::ErrorReply {
         RealtimeError::ChannelName(ChannelNameError::UnknownNamespace) => p::UNKNOWN_CHANNEL,
         RealtimeError::ChannelName(_) => p::BAD_REQUEST,
         RealtimeError::Presence(_) => p::LIMIT_EXCEEDED,
+        RealtimeError::TooManyChannels => p::LIMIT_EXCEEDED,
         RealtimeError::History(HistoryError::UnrecoverablePosition) => p::UNRECOVERABLE_POSITION,
         RealtimeError::NotAvailable => p::NOT_AVAILABLE,
         RealtimeError::Unavailable => p::INTERNAL,

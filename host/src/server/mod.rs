@@ -212,6 +212,7 @@ impl Server {
                         conf.listen,
                     ),
                     max_body: conf.max_body,
+                    max_connections: conf.max_connections,
                     started: std::time::Instant::now(),
                 };
                 Some((listener, state))

@@ -7,6 +7,7 @@ import { Centrifuge } from 'centrifuge';
 import WebSocket from 'ws';
 import { createHmac, createPrivateKey, generateKeyPairSync, sign } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import assert from 'node:assert/strict';
 
 const [url, secret, scenario] = process.argv.slice(2);
@@ -488,8 +489,9 @@ function signedToken(claims, alg, kid, privatePem) {
   return `${head}.${body}.${sig}`;
 }
 
-/** Makes keys k1 (RSA), k2 (EC P-256), k3 (RSA) in argv[3]'s directory, and
- * jwks.json with the public halves of k1 and k2. */
+/** Makes keys k1 (RSA), k2 (EC P-256), k3 (RSA) in argv[3]'s directory
+ * (private `k1.pem`, public `k1.pub.pem`, …), and jwks.json with the public
+ * halves of k1 and k2. */
 function makeKeys(dir) {
   const pairs = {
     k1: generateKeyPairSync('rsa', { modulusLength: 2048 }),
@@ -499,6 +501,7 @@ function makeKeys(dir) {
   const jwk = {};
   for (const [kid, pair] of Object.entries(pairs)) {
     writeFileSync(`${dir}/${kid}.pem`, pair.privateKey.export({ type: 'pkcs8', format: 'pem' }));
+    writeFileSync(`${dir}/${kid}.pub.pem`, pair.publicKey.export({ type: 'spki', format: 'pem' }));
     const alg = kid === 'k2' ? 'ES256' : 'RS256';
     jwk[kid] = { ...pair.publicKey.export({ format: 'jwk' }), kid, alg, use: 'sig' };
   }
@@ -521,7 +524,9 @@ async function tryConnect(tok) {
 
 async function jwks() {
   // argv[5]: the keys' directory; argv[6]: "before" or "after" the test
-  // rotated jwks.json (k1, k2 -> k2, k3) and reloaded the gateway.
+  // rotated jwks.json (k1, k2 -> k2, k3) and reloaded the gateway, or (the
+  // PEM test) "after" it replaced k1's public key by k3's, then "ec" by
+  // k2's.
   const [dir, phase] = process.argv.slice(5);
   const key = (kid) => readFileSync(`${dir}/${kid}.pem`);
   const claims = (user) => ({ sub: user, exp: now() + 600 });
@@ -534,10 +539,11 @@ async function jwks() {
     hmac: await tryConnect(token(claims('hmac'))),
   });
   let got = await tries();
-  if (phase === 'after') {
+  if (phase === 'after' || phase === 'ec') {
     // The reload is asynchronous to this client: retry until it shows.
+    const added = phase === 'after' ? 'k3' : 'k2';
     const end = Date.now() + STEP_MS;
-    while (got.k3 !== 'connected' && Date.now() < end) {
+    while (got[added] !== 'connected' && Date.now() < end) {
       await sleep(200);
       got = await tries();
     }
@@ -545,7 +551,97 @@ async function jwks() {
   return got;
 }
 
+/** One server API call through `cent` (cent_call.py): its result. */
+function cent(apiUrl, apiKey, method, params) {
+  const out = execFileSync(
+    '.venv/bin/python',
+    ['cent_call.py', apiUrl, apiKey, method, JSON.stringify(params)],
+    { timeout: STEP_MS, encoding: 'utf8' },
+  );
+  return JSON.parse(out.trim().split('\n').pop());
+}
+
+async function userCommands() {
+  // argv[5], argv[6]: the server API's URL (of this node or another one)
+  // and its key. The API subscribes a connected user to a channel (a
+  // server-side subscription), publishes into it, unsubscribes the user
+  // from it and from a channel the client subscribed itself, then
+  // disconnects the user.
+  const [apiUrl, apiKey] = process.argv.slice(5);
+  const user = `pushed-${process.pid}`;
+  const c = client({ token: token({ sub: user, exp: now() + 600 }) });
+  const own = c.newSubscription('chat:own');
+  const ownSubscribed = once(own, 'subscribed');
+  c.connect();
+  own.subscribe();
+  await ownSubscribed;
+
+  const serverSubscribed = once(c, 'subscribed', (ctx) => ctx.channel === 'chat:pushed');
+  assert.deepEqual(cent(apiUrl, apiKey, 'subscribe', { user, channel: 'chat:pushed' }), {});
+  const sub = await serverSubscribed;
+  const published = once(c, 'publication', (ctx) => ctx.channel === 'chat:pushed');
+  cent(apiUrl, apiKey, 'publish', { channel: 'chat:pushed', data: { n: 1 } });
+  const pub = await published;
+  assert.equal(pub.data.n, 1);
+  assert.ok(pub.offset >= 1, 'a positioned publication');
+
+  const ownGone = once(own, 'unsubscribed');
+  cent(apiUrl, apiKey, 'unsubscribe', { user, channel: 'chat:own' });
+  const gone = await ownGone;
+  const serverGone = once(c, 'unsubscribed', (ctx) => ctx.channel === 'chat:pushed');
+  cent(apiUrl, apiKey, 'unsubscribe', { user, channel: 'chat:pushed' });
+  await serverGone;
+  // Unsubscribed: a publication no longer reaches it.
+  let late = 0;
+  c.on('publication', () => late++);
+  cent(apiUrl, apiKey, 'publish', { channel: 'chat:pushed', data: { n: 2 } });
+  await sleep(300);
+  const unknown = cent(apiUrl, apiKey, 'subscribe', { user, channel: 'nowhere:x' });
+
+  const disconnected = once(c, 'disconnected');
+  cent(apiUrl, apiKey, 'disconnect', { user });
+  const d = await disconnected;
+  assert.equal(late, 0, 'a publication after the unsubscribe arrived');
+  c.disconnect();
+  return {
+    serverSubscribed: sub.channel,
+    positioned: sub.positioned === true,
+    publication: pub.data.n,
+    ownUnsubscribed: gone.code,
+    unknownNamespace: unknown.error,
+    disconnected: d.code,
+  };
+}
+
+async function subRefresh() {
+  // A subscription token that lives 2 s, renewed through the
+  // subscription's getToken (the client's sub_refresh): the subscription
+  // stays for 5 s without a resubscribe.
+  const user = 'subref';
+  const c = client({ token: token({ sub: user, exp: now() + 600 }) });
+  let tokens = 0;
+  const sub = c.newSubscription('private:room', {
+    getToken: async () => {
+      tokens++;
+      return token({ sub: user, channel: 'private:room', exp: now() + 2 });
+    },
+  });
+  const subscribed = once(sub, 'subscribed');
+  c.connect();
+  sub.subscribe();
+  await subscribed;
+  const changes = [];
+  sub.on('subscribing', (ctx) => changes.push(`subscribing ${ctx.code}`));
+  sub.on('unsubscribed', (ctx) => changes.push(`unsubscribed ${ctx.code}`));
+  await sleep(5000);
+  const state = sub.state;
+  c.disconnect();
+  return { tokens, changes, state };
+}
+
 const scenarios = {
+  subRefresh,
+  userCommands,
   basics,
   jwks,
   badTokens,

@@ -12,8 +12,9 @@ use crate::reactor::behaviour::{Behaviour, Stop};
 use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
 use crate::reactor::outbound::Outbound;
+use crate::realtime::clients::Inbox;
 use crate::realtime::{
-    ClientInfo, HistoryQuery, RealtimeError, StreamPosition, Subscribe, Subscription,
+    ClientInfo, HistoryQuery, RealtimeError, StreamPosition, Subscribe, Subscription, UserCommand,
 };
 use crate::registry::ConnId;
 use bytes::Bytes;
@@ -63,6 +64,9 @@ struct Session {
 struct Sub {
     member: Arc<ClientInfo>,
     state: Arc<Subscription>,
+    /// When the subscription ends unless refreshed (`sub_refresh`): its
+    /// token's expiry plus `expired_close_delay`.
+    expires: Option<Instant>,
 }
 
 impl Session {
@@ -91,6 +95,8 @@ pub struct Centrifugo {
     /// A ping was sent and its pong is due by then.
     pong_due: Option<Instant>,
     pending: Arc<Pending>,
+    /// The server API's commands for this connection (`realtime::clients`).
+    inbox: Arc<Inbox>,
 }
 
 impl Centrifugo {
@@ -110,6 +116,7 @@ impl Centrifugo {
             next_ping,
             pong_due: None,
             pending: Arc::default(),
+            inbox: Arc::default(),
         }
     }
 
@@ -226,7 +233,9 @@ impl Centrifugo {
             self.history(id, req);
         } else if let Some(req) = cmd.refresh {
             self.refresh(id, &req.token);
-        } else if cmd.rpc.is_some() || cmd.sub_refresh.is_some() {
+        } else if let Some(req) = cmd.sub_refresh {
+            self.sub_refresh(id, &req);
+        } else if cmd.rpc.is_some() {
             self.error(id, p::NOT_AVAILABLE);
         } else if cmd.send.is_some() || cmd.ping.is_some() {
             // Asynchronous messages have no handler here; nothing to answer.
@@ -252,7 +261,7 @@ impl Centrifugo {
         self.route
             .realtime
             .clients
-            .add(&identity.user, &client, self.id, self.outbound());
+            .add(&identity.user, &client, self.id, self.outbound(), &self.inbox);
         self.session = Some(Session {
             client: client.clone(),
             user: identity.user,
@@ -309,6 +318,46 @@ impl Centrifugo {
         });
     }
 
+    /// Runs the server API's commands for this connection: subscribe (as a
+    /// server-side subscription; a channel already subscribed, or one past
+    /// `max_subscriptions`, is skipped) and unsubscribe (an unsubscribe
+    /// push, code 2000, as Centrifugo's).
+    fn on_user_commands(&mut self) {
+        for command in self.inbox.take() {
+            if self.closing {
+                return;
+            }
+            let Some(session) = self.session.as_mut() else {
+                return;
+            };
+            match command {
+                UserCommand::Subscribe { channel } => {
+                    session.subs.retain(|_, s| !s.state.failed());
+                    let full = session.subs.len() >= self.route.config.max_subscriptions;
+                    if !full && !session.subs.contains_key(&channel) {
+                        self.server_subscribe(&channel);
+                    }
+                }
+                UserCommand::Unsubscribe { channel } => {
+                    let Some(sub) = session.subs.remove(&channel) else {
+                        continue;
+                    };
+                    let route = &self.route;
+                    route
+                        .realtime
+                        .leave(&channel, &route.topics, self.id, &sub.member, &sub.state);
+                    let push = p::push(&channel, "unsubscribe", |o| {
+                        o.extend_from_slice(br#"{"code":2000,"reason":"server unsubscribe"}"#)
+                    });
+                    self.line().extend_from_slice(&push);
+                }
+                // The clients' table closes the connection itself.
+                UserCommand::Disconnect { .. } => {}
+            }
+        }
+        self.flush();
+    }
+
     /// The member this connection is in a channel (with a subscription
     /// token's `info` as `chan_info`).
     fn member(&self, chan_info: Option<Bytes>) -> Arc<ClientInfo> {
@@ -341,6 +390,7 @@ impl Centrifugo {
             Sub {
                 member: member.clone(),
                 state: state.clone(),
+                expires: None,
             },
         );
         route.realtime.clone().subscribe(
@@ -373,6 +423,7 @@ impl Centrifugo {
         if session.subs.len() >= self.route.config.max_subscriptions {
             return self.error(id, p::LIMIT_EXCEEDED);
         }
+        let mut ttl = None;
         let chan_info = if req.token.is_empty() {
             if !options.allow_subscribe_for_client {
                 return self.error(id, p::PERMISSION_DENIED);
@@ -380,7 +431,10 @@ impl Centrifugo {
             None
         } else {
             match self.route.verifier.load().subscription(&req.token) {
-                Ok(grant) if grant.channel == channel && grant.user == session.user => grant.info,
+                Ok(grant) if grant.channel == channel && grant.user == session.user => {
+                    ttl = grant.expires_at.map(|at| at.saturating_sub(unix_now()));
+                    grant.info
+                }
                 Ok(_) | Err(TokenError::Invalid) => {
                     return self.disconnect(p::DISCONNECT_INVALID_TOKEN)
                 }
@@ -425,16 +479,79 @@ impl Centrifugo {
                     if found.recoverable {
                         o.extend_from_slice(b",\"recoverable\":true");
                     }
+                    if let Some(ttl) = ttl {
+                        o.extend_from_slice(format!(",\"expires\":true,\"ttl\":{ttl}").as_bytes());
+                    }
                     o.push(b'}');
                 });
                 line
             },
         );
+        let grace = self.route.config.expired_close_delay;
+        if let Some(sub) = self.session.as_mut().and_then(|s| s.subs.get_mut(channel)) {
+            sub.expires = ttl.map(|s| Instant::now() + Duration::from_secs(s) + grace);
+        }
         self.answer(call, move |line, joined| {
             if let Err(e) = joined {
                 p::write_error(line, id, core_error(e));
             }
         });
+    }
+
+    /// A subscription token refreshed: the subscription's new expiry (an
+    /// expired token: 109; another user's or channel's: disconnect 3500).
+    fn sub_refresh(&mut self, id: u32, req: &p::SubRefreshRequest) {
+        let grant = match self.route.verifier.load().subscription(&req.token) {
+            Ok(grant) => grant,
+            Err(TokenError::Expired) => return self.error(id, p::TOKEN_EXPIRED),
+            Err(TokenError::Invalid) => return self.disconnect(p::DISCONNECT_INVALID_TOKEN),
+        };
+        let session = self.session.as_mut().expect("connected");
+        if grant.channel != req.channel || grant.user != session.user {
+            return self.disconnect(p::DISCONNECT_INVALID_TOKEN);
+        }
+        let Some(sub) = session.subs.get_mut(&req.channel).filter(|s| !s.state.failed()) else {
+            return self.error(id, p::PERMISSION_DENIED);
+        };
+        let ttl = grant.expires_at.map(|at| at.saturating_sub(unix_now()));
+        let grace = self.route.config.expired_close_delay;
+        sub.expires = ttl.map(|s| Instant::now() + Duration::from_secs(s) + grace);
+        p::write_reply(self.line(), id, "sub_refresh", |o| match ttl {
+            Some(ttl) => o.extend_from_slice(format!("{{\"expires\":true,\"ttl\":{ttl}}}").as_bytes()),
+            None => o.extend_from_slice(b"{}"),
+        });
+    }
+
+    /// Ends the subscriptions whose token expired without a refresh, with
+    /// an unsubscribe push (2501: the client subscribes again, with a new
+    /// token).
+    fn expire_subscriptions(&mut self, now: Instant) {
+        let Some(session) = self.session.as_mut() else {
+            return;
+        };
+        let expired: Vec<String> = session
+            .subs
+            .iter()
+            .filter(|(_, s)| !s.state.failed() && s.expires.is_some_and(|at| at <= now))
+            .map(|(channel, _)| channel.clone())
+            .collect();
+        for channel in expired {
+            let Some(sub) = session.subs.remove(&channel) else {
+                continue;
+            };
+            let route = &self.route;
+            route
+                .realtime
+                .leave(&channel, &route.topics, self.id, &sub.member, &sub.state);
+            let push = p::push(&channel, "unsubscribe", |o| {
+                o.extend_from_slice(br#"{"code":2501,"reason":"subscription expired"}"#)
+            });
+            if !self.replies.is_empty() {
+                self.replies.push(b'\n');
+            }
+            self.replies.extend_from_slice(&push);
+        }
+        self.flush();
     }
 
     fn unsubscribe(&mut self, id: u32, channel: &str) {
@@ -599,7 +716,7 @@ impl Centrifugo {
                 if let Some(expires) = s.expires {
                     at = at.min(expires);
                 }
-                at
+                s.subs.values().filter_map(|sub| sub.expires).fold(at, Instant::min)
             }
         }
     }
@@ -640,7 +757,14 @@ impl Behaviour for Centrifugo {
     }
 
     async fn beside(&mut self) -> Result<(), Stop> {
-        tokio::time::sleep_until(self.next_deadline().into()).await;
+        let inbox = self.inbox.clone();
+        tokio::select! {
+            () = tokio::time::sleep_until(self.next_deadline().into()) => {}
+            () = inbox.wait() => {
+                self.on_user_commands();
+                return Ok(());
+            }
+        }
         let now = Instant::now();
         let Some(session) = &self.session else {
             if self.closing {
@@ -667,6 +791,7 @@ impl Behaviour for Centrifugo {
                 p::DISCONNECT_NO_PONG.reason,
             ));
         }
+        self.expire_subscriptions(now);
         if self.next_ping <= now {
             self.outbound()
                 .send_frames(&encode::frame(OpCode::Text, b"{}"));
@@ -755,6 +880,7 @@ fn core_error(e: RealtimeError) -> ErrorReply {
     match e {
         RealtimeError::ChannelName(_) => channel_error(e),
         RealtimeError::Presence(PresenceError::PresenceFull) => p::LIMIT_EXCEEDED,
+        RealtimeError::TooManyChannels => p::LIMIT_EXCEEDED,
         RealtimeError::History(HistoryError::UnrecoverablePosition) => p::UNRECOVERABLE_POSITION,
         RealtimeError::NotAvailable => p::NOT_AVAILABLE,
         RealtimeError::Unavailable => p::INTERNAL,

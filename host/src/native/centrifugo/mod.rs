@@ -57,8 +57,9 @@ impl CentrifugoRoute {
 }
 
 /// The route's token checker: the HMAC secret from the environment
-/// variable the route names, and the public keys of its JWKS file. One of
-/// them is needed; the secret may be missing only when there is a file.
+/// variable the route names, the public keys of its JWKS file and its PEM
+/// public key file. One of them is needed; the secret may be missing only
+/// when there is a key file.
 pub fn verifier(config: &CentrifugoConfig) -> Result<Verifier, String> {
     let name = &config.token_hmac_secret_env;
     let secret = std::env::var(name).ok().filter(|s| !s.is_empty());
@@ -66,23 +67,33 @@ pub fn verifier(config: &CentrifugoConfig) -> Result<Verifier, String> {
         config.token_audience.as_deref(),
         config.token_issuer.as_deref(),
     );
-    let Some(file) = &config.token_jwks_file else {
-        let secret = secret.ok_or_else(|| {
-            format!(
+    let (jwks, pem) = (&config.token_jwks_file, &config.token_public_key_file);
+    let mut verifier = match secret {
+        Some(secret) => Verifier::hs256(secret.as_bytes(), aud, iss),
+        None if jwks.is_some() || pem.is_some() => Verifier::public_only(aud, iss),
+        None => {
+            return Err(format!(
                 "the environment variable {name} (token_hmac_secret_env) is not set or empty; \
                  export the HMAC secret connection tokens are signed with, or name a \
-                 token_jwks_file"
-            )
-        })?;
-        return Ok(Verifier::hs256(secret.as_bytes(), aud, iss));
+                 token_jwks_file or token_public_key_file"
+            ))
+        }
     };
-    let jwks =
-        std::fs::read(file).map_err(|e| format!("token_jwks_file {}: {e}", file.display()))?;
-    let checked = match secret {
-        Some(secret) => Verifier::hs256(secret.as_bytes(), aud, iss).with_jwks(&jwks),
-        None => Verifier::jwks(&jwks, aud, iss),
-    };
-    checked.map_err(|e| format!("token_jwks_file {}: {e}", file.display()))
+    if let Some(file) = jwks {
+        let bytes =
+            std::fs::read(file).map_err(|e| format!("token_jwks_file {}: {e}", file.display()))?;
+        verifier = verifier
+            .with_jwks(&bytes)
+            .map_err(|e| format!("token_jwks_file {}: {e}", file.display()))?;
+    }
+    if let Some(file) = pem {
+        let bytes = std::fs::read(file)
+            .map_err(|e| format!("token_public_key_file {}: {e}", file.display()))?;
+        verifier = verifier
+            .with_pem(&bytes)
+            .map_err(|e| format!("token_public_key_file {}: {e}", file.display()))?;
+    }
+    Ok(verifier)
 }
 
 /// Shared by every worker.

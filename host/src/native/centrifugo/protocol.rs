@@ -131,7 +131,16 @@ pub struct Command {
     pub ping: Option<Value>,
     pub send: Option<Value>,
     pub rpc: Option<Value>,
-    pub sub_refresh: Option<Value>,
+    pub sub_refresh: Option<SubRefreshRequest>,
+}
+
+/// A subscription token refreshed before it expires.
+#[derive(Debug, Default, Deserialize)]
+pub struct SubRefreshRequest {
+    #[serde(default)]
+    pub channel: String,
+    #[serde(default)]
+    pub token: String,
 }
 
 #[derive(Debug, Default, Deserialize)]

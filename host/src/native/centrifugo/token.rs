@@ -3,7 +3,8 @@
 //! `iss` when the route names them), checked with `jsonwebtoken` (through
 //! ring; HMAC compared in constant time). HS256 with the route's secret, and
 //! RS256/384/512, PS256/384/512 and ES256/384 with the public keys of a JWKS
-//! file, chosen by the token's `kid` (or the file's only key). The key, not
+//! file, chosen by the token's `kid` (or the file's only key), or with one
+//! PEM public key for tokens no JWKS key claims by `kid`. The key, not
 //! the token, decides the algorithm's family: an RSA key never checks an
 //! HMAC token. An expired token is told apart from an invalid one: the
 //! client refreshes the first and gives up on the second.
@@ -62,9 +63,12 @@ struct Claims {
     channel: String,
 }
 
-/// Public keys tokens may be signed with, by `kid`.
+/// Public keys tokens may be signed with, by `kid`; `pem` checks tokens
+/// that name no key of the set.
+#[derive(Default)]
 struct PublicKeys {
     keys: Vec<(Option<String>, DecodingKey)>,
+    pem: Option<DecodingKey>,
 }
 
 /// Algorithms public keys are accepted with.
@@ -121,8 +125,34 @@ impl Verifier {
         if keys.is_empty() {
             return Err("the JWK set has no keys".into());
         }
-        self.public = Some(PublicKeys { keys });
+        self.public.get_or_insert_with(PublicKeys::default).keys = keys;
         Ok(self)
+    }
+
+    /// Also (or only, without a secret) one PEM public key, RSA (`BEGIN
+    /// PUBLIC KEY` or `BEGIN RSA PUBLIC KEY`) or EC (`BEGIN PUBLIC KEY`), for
+    /// tokens that name no `kid` of a JWKS file.
+    pub fn with_pem(mut self, pem: &[u8]) -> Result<Verifier, String> {
+        let key = DecodingKey::from_rsa_pem(pem)
+            .or_else(|_| DecodingKey::from_ec_pem(pem))
+            .map_err(|_| {
+                "not a PEM public key (RSA or EC, -----BEGIN PUBLIC KEY-----); a private key \
+                 or certificate does not belong here"
+                    .to_string()
+            })?;
+        self.public.get_or_insert_with(PublicKeys::default).pem = Some(key);
+        Ok(self)
+    }
+
+    /// Only public keys: add them with [`with_jwks`](Self::with_jwks) and
+    /// [`with_pem`](Self::with_pem).
+    pub fn public_only(audience: Option<&str>, issuer: Option<&str>) -> Verifier {
+        Verifier {
+            secret: None,
+            public: None,
+            audience: audience.map(str::to_string),
+            issuer: issuer.map(str::to_string),
+        }
     }
 
     /// Only the public keys of `jwks` (no HMAC secret).
@@ -131,13 +161,7 @@ impl Verifier {
         audience: Option<&str>,
         issuer: Option<&str>,
     ) -> Result<Verifier, String> {
-        Verifier {
-            secret: None,
-            public: None,
-            audience: audience.map(str::to_string),
-            issuer: issuer.map(str::to_string),
-        }
-        .with_jwks(jwks)
+        Verifier::public_only(audience, issuer).with_jwks(jwks)
     }
 
     fn validation(&self, algorithm: Algorithm) -> Validation {
@@ -171,15 +195,19 @@ impl Verifier {
             return Err(TokenError::Invalid);
         }
         let public = self.public.as_ref().ok_or(TokenError::Invalid)?;
-        let key = match &header.kid {
+        let by_kid = match &header.kid {
             Some(kid) => public
                 .keys
                 .iter()
                 .find(|(id, _)| id.as_deref() == Some(kid.as_str())),
-            None if public.keys.len() == 1 => public.keys.first(),
+            None if public.keys.len() == 1 && public.pem.is_none() => public.keys.first(),
             None => None,
         };
-        key.map(|(_, k)| (k, header.alg)).ok_or(TokenError::Invalid)
+        by_kid
+            .map(|(_, k)| k)
+            .or(public.pem.as_ref())
+            .map(|k| (k, header.alg))
+            .ok_or(TokenError::Invalid)
     }
 
     fn claims(&self, token: &str) -> Result<Claims, TokenError> {
