@@ -633,10 +633,11 @@ async function subRefresh() {
   const changes = [];
   sub.on('subscribing', (ctx) => changes.push(`subscribing ${ctx.code}`));
   sub.on('unsubscribed', (ctx) => changes.push(`unsubscribed ${ctx.code}`));
+  c.on('connecting', (ctx) => changes.push(`connecting ${ctx.code} ${ctx.reason}`));
   await sleep(5000);
-  const state = sub.state;
+  const seen = { tokens, changes: [...changes], state: sub.state };
   c.disconnect();
-  return { tokens, changes, state };
+  return seen;
 }
 
 const scenarios = {

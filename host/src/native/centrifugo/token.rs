@@ -133,13 +133,7 @@ impl Verifier {
     /// PUBLIC KEY` or `BEGIN RSA PUBLIC KEY`) or EC (`BEGIN PUBLIC KEY`), for
     /// tokens that name no `kid` of a JWKS file.
     pub fn with_pem(mut self, pem: &[u8]) -> Result<Verifier, String> {
-        let key = DecodingKey::from_rsa_pem(pem)
-            .or_else(|_| DecodingKey::from_ec_pem(pem))
-            .map_err(|_| {
-                "not a PEM public key (RSA or EC, -----BEGIN PUBLIC KEY-----); a private key \
-                 or certificate does not belong here"
-                    .to_string()
-            })?;
+        let key = pem_public_key(pem)?;
         self.public.get_or_insert_with(PublicKeys::default).pem = Some(key);
         Ok(self)
     }
@@ -249,6 +243,39 @@ impl Verifier {
             expires_at: claims.exp,
             info: claims.info.map(json_text),
         })
+    }
+}
+
+/// The key of a PEM file: `PUBLIC KEY` (SubjectPublicKeyInfo, RSA or EC)
+/// or `RSA PUBLIC KEY` (PKCS #1).
+fn pem_public_key(pem: &[u8]) -> Result<DecodingKey, String> {
+    use x509_parser::prelude::FromDer;
+    use x509_parser::public_key::PublicKey;
+    use x509_parser::x509::SubjectPublicKeyInfo;
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem)
+        .map_err(|_| "not PEM (-----BEGIN PUBLIC KEY----- …)".to_string())?;
+    if block.label == "RSA PUBLIC KEY" {
+        return Ok(DecodingKey::from_rsa_der(&block.contents));
+    }
+    if block.label != "PUBLIC KEY" {
+        return Err(format!(
+            "a PEM \"{}\", not a public key (-----BEGIN PUBLIC KEY-----); a private key or a \
+             certificate does not belong here",
+            block.label
+        ));
+    }
+    let (_, spki) = SubjectPublicKeyInfo::from_der(&block.contents)
+        .map_err(|e| format!("not a public key: {e}"))?;
+    match spki.parsed() {
+        Ok(PublicKey::RSA(rsa)) => {
+            let trim = |b: &[u8]| b[b.iter().take_while(|&&x| x == 0).count()..].to_vec();
+            Ok(DecodingKey::from_rsa_raw_components(
+                &trim(rsa.modulus),
+                &trim(rsa.exponent),
+            ))
+        }
+        Ok(PublicKey::EC(point)) => Ok(DecodingKey::from_ec_der(point.data())),
+        _ => Err("neither an RSA nor an EC public key".into()),
     }
 }
 
