@@ -591,7 +591,10 @@ async fn the_api_bounds_its_connections_and_a_namespace_its_channels() {
         );
         s.write_all(request.as_bytes()).await.unwrap();
         let mut got = Vec::new();
-        timeout(STEP, s.read_to_end(&mut got)).await.unwrap().unwrap();
+        timeout(STEP, s.read_to_end(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
         if got.starts_with(b"HTTP/1.1 200") {
             break;
         }
@@ -600,7 +603,12 @@ async fn the_api_bounds_its_connections_and_a_namespace_its_channels() {
     }
 
     for channel in ["capped:a", "capped:b"] {
-        let out = api_call(&gw, "publish", &format!(r#"{{"channel":"{channel}","data":{{}}}}"#)).await;
+        let out = api_call(
+            &gw,
+            "publish",
+            &format!(r#"{{"channel":"{channel}","data":{{}}}}"#),
+        )
+        .await;
         assert_eq!(out["result"]["offset"], 1, "{channel}: {out}");
     }
     let out = api_call(&gw, "publish", r#"{"channel":"capped:c","data":{}}"#).await;
@@ -638,7 +646,10 @@ async fn a_pem_public_key_file_checks_tokens_and_follows_reloads() {
     };
     let rsa = phase("before").await.unwrap();
     assert_eq!(rsa["k1"], "connected", "{rsa}");
-    assert_eq!(rsa["swapped"], "connected", "k1's signature, k2's kid: {rsa}");
+    assert_eq!(
+        rsa["swapped"], "connected",
+        "k1's signature, k2's kid: {rsa}"
+    );
     assert_eq!(rsa["k2"], 3500, "another key: {rsa}");
     assert_eq!(rsa["k3"], 3500, "another key: {rsa}");
     assert_eq!(rsa["hmac"], 3500, "no HMAC secret is set: {rsa}");
@@ -702,7 +713,10 @@ async fn subscription_tokens_are_refreshed_or_their_subscriptions_end() {
     let out = tokio::task::spawn_blocking(move || node_scenario(&u, "subRefresh", &[]))
         .await
         .unwrap();
-    assert!(out["tokens"].as_u64().unwrap() >= 3, "refreshed twice: {out}");
+    assert!(
+        out["tokens"].as_u64().unwrap() >= 3,
+        "refreshed twice: {out}"
+    );
     assert_eq!(out["changes"], serde_json::json!([]), "{out}");
     assert_eq!(out["state"], "subscribed", "{out}");
 
@@ -727,8 +741,7 @@ async fn subscription_tokens_are_refreshed_or_their_subscriptions_end() {
         sign(serde_json::json!({"sub": "exp"}))
     );
     ws.send(Message::text(connect)).await.unwrap();
-    let reply: serde_json::Value =
-        answer(&mut ws).await;
+    let reply: serde_json::Value = answer(&mut ws).await;
     assert!(reply["connect"]["client"].is_string(), "{reply}");
     for (id, channel) in [(2, "private:lapses"), (3, "private:renewed")] {
         let subscribe = format!(
@@ -736,8 +749,7 @@ async fn subscription_tokens_are_refreshed_or_their_subscriptions_end() {
             grant(channel, 2)
         );
         ws.send(Message::text(subscribe)).await.unwrap();
-        let reply: serde_json::Value =
-            answer(&mut ws).await;
+        let reply: serde_json::Value = answer(&mut ws).await;
         assert_eq!(reply["id"], id, "{reply}");
         assert_eq!(reply["subscribe"]["expires"], true, "{reply}");
         assert!(reply["subscribe"]["ttl"].as_u64().unwrap() <= 2, "{reply}");
@@ -747,8 +759,7 @@ async fn subscription_tokens_are_refreshed_or_their_subscriptions_end() {
         grant("private:renewed", 600)
     );
     ws.send(Message::text(refresh)).await.unwrap();
-    let reply: serde_json::Value =
-        answer(&mut ws).await;
+    let reply: serde_json::Value = answer(&mut ws).await;
     assert_eq!(reply["id"], 4, "{reply}");
     assert_eq!(reply["sub_refresh"]["expires"], true, "{reply}");
     // Within 2 s + 1 s of grace (and a margin): the lapsed one ends.
@@ -763,8 +774,7 @@ async fn subscription_tokens_are_refreshed_or_their_subscriptions_end() {
         grant("private:renewed", 600)
     );
     ws.send(Message::text(again)).await.unwrap();
-    let reply: serde_json::Value =
-        answer(&mut ws).await;
+    let reply: serde_json::Value = answer(&mut ws).await;
     assert_eq!(reply["id"], 5, "{reply}");
     assert!(reply["error"].is_null(), "{reply}");
 }

@@ -66,7 +66,10 @@ const SWEEP_EVERY_OPS: u64 = 4096;
 /// call can publish into it.
 fn control_channel() -> &'static str {
     static NAME: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!("\0weir-control{}", "-".repeat(namespace::MAX_CHANNEL_NAME_BYTES))
+        format!(
+            "\0weir-control{}",
+            "-".repeat(namespace::MAX_CHANNEL_NAME_BYTES)
+        )
     });
     &NAME
 }
@@ -413,7 +416,11 @@ impl Realtime {
 
     /// `channel`'s state, made if this node holds none, unless its
     /// namespace holds `max` channels already and a sweep frees none.
-    fn channel(&self, channel: &str, max: usize) -> Result<Arc<Mutex<ChannelState>>, RealtimeError> {
+    fn channel(
+        &self,
+        channel: &str,
+        max: usize,
+    ) -> Result<Arc<Mutex<ChannelState>>, RealtimeError> {
         let mut channels = self.channels.lock().expect("channels lock");
         if let Some(state) = channels.states.get(channel) {
             return Ok(state.clone());

@@ -258,10 +258,13 @@ impl Centrifugo {
         };
         let client = client_id();
         let ttl = identity.expires_at.map(|at| at.saturating_sub(unix_now()));
-        self.route
-            .realtime
-            .clients
-            .add(&identity.user, &client, self.id, self.outbound(), &self.inbox);
+        self.route.realtime.clients.add(
+            &identity.user,
+            &client,
+            self.id,
+            self.outbound(),
+            &self.inbox,
+        );
         self.session = Some(Session {
             client: client.clone(),
             user: identity.user,
@@ -510,14 +513,20 @@ impl Centrifugo {
         if grant.channel != req.channel || grant.user != session.user {
             return self.disconnect(p::DISCONNECT_INVALID_TOKEN);
         }
-        let Some(sub) = session.subs.get_mut(&req.channel).filter(|s| !s.state.failed()) else {
+        let Some(sub) = session
+            .subs
+            .get_mut(&req.channel)
+            .filter(|s| !s.state.failed())
+        else {
             return self.error(id, p::PERMISSION_DENIED);
         };
         let ttl = grant.expires_at.map(|at| at.saturating_sub(unix_now()));
         let grace = self.route.config.expired_close_delay;
         sub.expires = ttl.map(|s| Instant::now() + Duration::from_secs(s) + grace);
         p::write_reply(self.line(), id, "sub_refresh", |o| match ttl {
-            Some(ttl) => o.extend_from_slice(format!("{{\"expires\":true,\"ttl\":{ttl}}}").as_bytes()),
+            Some(ttl) => {
+                o.extend_from_slice(format!("{{\"expires\":true,\"ttl\":{ttl}}}").as_bytes())
+            }
             None => o.extend_from_slice(b"{}"),
         });
     }
@@ -716,7 +725,10 @@ impl Centrifugo {
                 if let Some(expires) = s.expires {
                     at = at.min(expires);
                 }
-                s.subs.values().filter_map(|sub| sub.expires).fold(at, Instant::min)
+                s.subs
+                    .values()
+                    .filter_map(|sub| sub.expires)
+                    .fold(at, Instant::min)
             }
         }
     }
