@@ -24,7 +24,11 @@
 # the node's; across nodes A+B (Redis's own in a column of its own).
 # Servers and Redis on CPU 0, weir-load on CPU 1.
 #
-# Usage: benches/realtime.sh [--runs 5] [-c 1000] [-s 64] [-p 64] [--rate 1000]
+# A fifth publisher, "api batch", POSTs /api/batch with --batch publishes
+# per call (a backend's burst in one call, as the WebSocket publisher's
+# burst arrives in one read).
+#
+# Usage: benches/realtime.sh [--runs 5] [-c 1000] [-s 64] [-p 64] [--rate 1000] [--batch 32]
 #                            [--warmup 2s] [--duration 4s] [--no-cluster]
 # Environment: CARGO_TARGET_DIR (weir and weir-load built in release).
 set -euo pipefail
@@ -33,7 +37,7 @@ root="$(cd "$here/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 weir="${WEIR_BIN:-$target/release/weir}"
 load="${WEIR_LOAD:-$target/release/weir-load}"
-runs=5 conns=1000 size=64 window=64 rate=1000 warmup=2s duration=4s cluster=1
+runs=5 conns=1000 size=64 window=64 rate=1000 warmup=2s duration=4s cluster=1 batch=32
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
@@ -41,6 +45,7 @@ while [ $# -gt 0 ]; do
     -s) size="$2"; shift 2 ;;
     -p) window="$2"; shift 2 ;;
     --rate) rate="$2"; shift 2 ;;
+    --batch) batch="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
     --duration) duration="$2"; shift 2 ;;
     --no-cluster) cluster=0; shift ;;
@@ -123,8 +128,8 @@ PY
 # scenarios of one run, in an order that alternates between runs.
 run_group() {
   local group="$1" pub_base="$2" sub_base="$3" api_addr="$4" pidlist="$5"
-  local order=(ws api history wsr apir)
-  [ $((run % 2)) -eq 0 ] && order=(apir wsr history api ws)
+  local order=(ws api history batch wsr apir)
+  [ $((run % 2)) -eq 0 ] && order=(apir wsr batch history api ws)
   for s in "${order[@]}"; do
     case "$s" in
       wsr) measure "$group" "ws paced" "$pidlist" fanout --json-string --rate "$rate" \
@@ -135,6 +140,8 @@ run_group() {
             --url "$pub_base/rt/ws$run" --sub-url "$sub_base/rt/ws$run" ;;
       api) measure "$group" "api publish" "$pidlist" api-fanout --api "$api_addr" \
             --url "$sub_base/rt/api$run" --channel "api$run" ;;
+      batch) measure "$group" "api batch" "$pidlist" api-fanout --api "$api_addr" --batch "$batch" \
+            --url "$sub_base/rt/batch$run" --channel "batch$run" ;;
       history) measure "$group" "api+history" "$pidlist" api-fanout --api "$api_addr" \
             --url "$sub_base/rt/hist:h$run" --channel "hist:h$run" ;;
     esac
@@ -185,7 +192,7 @@ by = {}
 for r in rows:
     by.setdefault((r["group"], r["run"]), {})[r["label"]] = r
 groups = list(dict.fromkeys(r["group"] for r in rows))
-labels = ["ws publish", "api publish", "api+history", "ws paced", "api paced"]
+labels = ["ws publish", "api publish", "api+history", "api batch", "ws paced", "api paced"]
 print()
 print("| setup | publisher | ok runs | deliveries/s | server CPU ns/delivery | Redis ns/delivery | ÷ ws publish | ÷ ws paced | ÷ api publish |")
 print("|---|---|---|---|---|---|---|---|---|")
@@ -208,7 +215,7 @@ for g in groups:
                 if gg == g and a and b and a.get("ok") and b.get("ok"):
                     xs.append(nodes(a) / nodes(b))
             return med(xs)
-        rws = f(ratio("ws publish"), 2) if lab in ("api publish", "api+history") else ""
+        rws = f(ratio("ws publish"), 2) if lab in ("api publish", "api+history", "api batch") else ""
         rws1 = f(ratio("ws paced"), 2) if lab == "api paced" else ""
         rapi = f(ratio("api publish"), 2) if lab == "api+history" else ""
         print(f"| {g} | {lab} | {len(ok)}/{len(rs)} | {f(med([r['msgs_per_s'] for r in ok]))} | "

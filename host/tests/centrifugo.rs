@@ -279,6 +279,7 @@ async fn the_server_api_answers_cent_and_reaches_subscribers() {
     assert_eq!(out["refusals"]["no_presence"], 108, "{out}");
     assert_eq!(out["refusals"]["wrong_key"], 401, "{out}");
     assert_eq!(out["refusals"]["oversized"], 413, "{out}");
+    assert_eq!(out["batch"].as_array().map(Vec::len), Some(3), "{out}");
 
     let summary = tokio::task::spawn_blocking(move || {
         let status = listener.wait().unwrap();

@@ -29,6 +29,9 @@ pub struct ApiTarget {
     pub addr: String,
     pub key: String,
     pub channel: String,
+    /// Messages per call: 1 POSTs `/api/publish`, more POST `/api/batch`
+    /// with that many publishes (a backend's burst in one call).
+    pub batch: u64,
 }
 
 /// What the publisher did.
@@ -85,6 +88,37 @@ impl Request {
         self.bytes[self.seq_at..self.seq_at + t.w].copy_from_slice(&t.seq_bytes(seq)[..t.w]);
         &self.bytes
     }
+}
+
+/// A `/api/batch` call publishing messages `seq .. seq + n`, into `out`.
+fn batch_request(t: &Template, target: &ApiTarget, seq: u64, n: u64, out: &mut Vec<u8>) {
+    let channel = json_string(&target.channel);
+    let mut body = Vec::with_capacity(16 + n as usize * (40 + t.plain.len()));
+    body.extend_from_slice(b"{\"commands\":[");
+    for i in 0..n {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(b"{\"publish\":{\"channel\":");
+        body.extend_from_slice(channel.as_bytes());
+        body.extend_from_slice(b",\"data\":");
+        let at = body.len();
+        body.extend_from_slice(&t.plain);
+        body[at..at + t.w].copy_from_slice(&t.seq_bytes(seq + i)[..t.w]);
+        body.extend_from_slice(b"}}");
+    }
+    body.extend_from_slice(b"]}");
+    out.clear();
+    out.extend_from_slice(
+        format!(
+            "POST /api/batch HTTP/1.1\r\nHost: {}\r\nX-API-Key: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            target.addr,
+            target.key,
+            body.len()
+        )
+        .as_bytes(),
+    );
+    out.extend_from_slice(&body);
 }
 
 /// A channel name as a JSON string (names are ASCII without quotes here,
@@ -174,6 +208,8 @@ pub fn publish(
     let _ = s.set_nodelay(true);
     let _ = s.set_read_timeout(Some(ANSWER_TIMEOUT));
     let mut req = Request::new(t, target);
+    let mut batch = Vec::new();
+    let n = target.batch.max(1);
     let mut buf = Vec::with_capacity(4096);
     let mut seq = 0u64;
     let mut answering = Duration::ZERO;
@@ -182,17 +218,31 @@ pub fn publish(
         let paced = rate.map_or(u64::MAX, |r| {
             (started.elapsed().as_secs_f64() * r as f64) as u64 + 1
         });
-        if seq >= progress.load(Ordering::Acquire).saturating_add(window) || seq >= paced {
+        let last = seq + n - 1;
+        if last >= progress.load(Ordering::Acquire).saturating_add(window) || last >= paced {
             std::thread::sleep(WINDOW_POLL);
             continue;
         }
         let sent = Instant::now();
-        if let Err(e) = s.write_all(req.for_seq(t, seq)) {
+        let request = if n == 1 {
+            req.for_seq(t, seq)
+        } else {
+            batch_request(t, target, seq, n, &mut batch);
+            &batch[..]
+        };
+        if let Err(e) = s.write_all(request) {
             out.fail(format!("publish {seq}: write: {e}"));
             break;
         }
         match read_response(&mut s, &mut buf) {
-            Ok((200, body)) if body.starts_with(b"{\"result\"") => out.ok += 1,
+            Ok((200, body)) if n == 1 && body.starts_with(b"{\"result\"") => out.ok += 1,
+            Ok((200, body))
+                if n > 1
+                    && body.starts_with(b"{\"replies\"")
+                    && !body.windows(8).any(|w| w == b"\"error\":") =>
+            {
+                out.ok += n
+            }
             Ok((status, body)) => {
                 out.fail(format!(
                     "publish {seq}: {status} {}",
@@ -208,7 +258,7 @@ pub fn publish(
             }
         }
         answering += sent.elapsed();
-        seq += 1;
+        seq += n;
     }
     let calls = out.ok + out.failed;
     if calls > 0 {
@@ -231,6 +281,7 @@ mod tests {
             addr: "127.0.0.1:1".into(),
             key: "k".into(),
             channel: "hist:bench".into(),
+            batch: 1,
         };
         let mut r = Request::new(t, &target);
         let bytes = r.for_seq(t, 0x1f).to_vec();

@@ -171,6 +171,10 @@ struct Args {
     /// api-fanout: the channel to publish to (the topic --url subscribes to).
     #[arg(long, default_value = "bench")]
     channel: String,
+    /// api-fanout: messages per call; above 1 each call is a `/api/batch`
+    /// of that many publishes (must not exceed -p, the window).
+    #[arg(long, default_value_t = 1)]
+    batch: u64,
     /// idle: open the connections only, without one message exchanged on
     /// each before measuring.
     #[arg(long)]
@@ -571,6 +575,7 @@ fn run(a: &Args) -> Result<bool, String> {
                     addr: addr.to_string(),
                     key,
                     channel: a.channel.clone(),
+                    batch: a.batch,
                 },
                 t,
             ));

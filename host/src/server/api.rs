@@ -1,7 +1,7 @@
 //! The server API (`[api]`), on a listener of its own: Centrifugo's HTTP
 //! API v5 (`POST /api/<method>`, a JSON body, the key in `X-API-Key` or
 //! `Authorization: apikey <key>`), so backends publish with `cent` (Python)
-//! or `cent.js` unchanged. Methods: `publish`, `broadcast`, `presence`,
+//! or `cent.js` unchanged. Methods: `batch`, `publish`, `broadcast`, `presence`,
 //! `presence_stats`, `history`, `history_remove`, `channels`, `info`,
 //! `disconnect`, `subscribe` and `unsubscribe` of a user (on every node with
 //! `[cluster]`). Answers are `{"result": …}` or `{"error":
@@ -31,6 +31,9 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections over `max_connections` being answered 503 at once; past
 /// it they are closed without an answer.
 const REFUSALS_IN_FLIGHT: usize = 256;
+/// Commands one `batch` call may carry (its body is bounded by `max_body`
+/// too).
+const MAX_BATCH_COMMANDS: usize = 1000;
 /// Shortest API key accepted: a secret, not a password someone types.
 pub const MIN_API_KEY_BYTES: usize = 16;
 
@@ -188,10 +191,53 @@ async fn answer(req: Request<Incoming>, api: &Api) -> Response<Full<Bytes>> {
             Err(_) => return plain(StatusCode::BAD_REQUEST, "the body is not JSON"),
         }
     };
+    if method == "batch" {
+        return json(match batch(api, params).await {
+            Ok(replies) => serde_json::json!({ "replies": replies }),
+            Err(e) => error_json(e),
+        });
+    }
     json(match call(api, &method, params).await {
         Ok(result) => serde_json::json!({ "result": result }),
-        Err(e) => serde_json::json!({ "error": { "code": e.code, "message": e.message } }),
+        Err(e) => error_json(e),
     })
+}
+
+fn error_json(e: p::ErrorReply) -> Value {
+    serde_json::json!({ "error": { "code": e.code, "message": e.message } })
+}
+
+/// Centrifugo's `batch`: `{"commands": [{"<method>": {…}}, …]}`, each
+/// run in order (`parallel` is accepted and changes nothing: in order is
+/// what a publisher wants), answered `{"replies": [{"<method>": result} or
+/// {"error": …}, …]}`. Consecutive publishes into one channel reach a
+/// worker together and go to each subscriber in one write, as a
+/// WebSocket publisher's burst does. At most [`MAX_BATCH_COMMANDS`]; no
+/// batch inside a batch.
+async fn batch(api: &Api, v: Value) -> Result<Vec<Value>, p::ErrorReply> {
+    #[derive(Deserialize)]
+    struct BatchParams {
+        #[serde(default)]
+        commands: Vec<serde_json::Map<String, Value>>,
+    }
+    let req: BatchParams = params(v)?;
+    if req.commands.len() > MAX_BATCH_COMMANDS {
+        return Err(p::LIMIT_EXCEEDED);
+    }
+    let mut replies = Vec::with_capacity(req.commands.len());
+    for command in req.commands {
+        let mut entries = command.into_iter();
+        let reply = match (entries.next(), entries.next()) {
+            (Some((method, _)), None) if method == "batch" => error_json(p::BAD_REQUEST),
+            (Some((method, params)), None) => match call(api, &method, params).await {
+                Ok(result) => serde_json::json!({ method: result }),
+                Err(e) => error_json(e),
+            },
+            _ => error_json(p::BAD_REQUEST),
+        };
+        replies.push(reply);
+    }
+    Ok(replies)
 }
 
 #[derive(Deserialize)]

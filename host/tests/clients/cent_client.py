@@ -13,6 +13,7 @@ import json
 import sys
 
 from cent import (
+    BatchRequest,
     BroadcastRequest,
     CentApiResponseError,
     CentTransportError,
@@ -80,6 +81,18 @@ assert removed.publications == [] and removed.offset == history.offset, removed
 
 api.disconnect(DisconnectRequest(user="nobody-here"))
 
+# batch: publishes in order, one reply each, at the top level (not in
+# "result"), as cent reads it.
+batched = api.batch(
+    BatchRequest(
+        requests=[PublishRequest(channel="chat:batch", data={"n": n}) for n in range(3)]
+        + [HistoryRequest(channel="chat:batch", limit=-1)]
+    )
+)
+offsets = [r.offset for r in batched.replies[:3]]
+assert offsets == [offsets[0], offsets[0] + 1, offsets[0] + 2], batched
+assert [p.data["n"] for p in batched.replies[3].publications][-3:] == [0, 1, 2], batched
+
 refusals = {}
 try:
     api.publish(PublishRequest(channel="nowhere:x", data={}))
@@ -102,4 +115,4 @@ try:
 except CentTransportError as e:
     refusals["oversized"] = e.status_code
 
-print(json.dumps({"offset": history.offset, "refusals": refusals}))
+print(json.dumps({"offset": history.offset, "batch": offsets, "refusals": refusals}))
