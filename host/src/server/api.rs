@@ -210,10 +210,8 @@ fn error_json(e: p::ErrorReply) -> Value {
 /// Centrifugo's `batch`: `{"commands": [{"<method>": {…}}, …]}`, each
 /// run in order (`parallel` is accepted and changes nothing: in order is
 /// what a publisher wants), answered `{"replies": [{"<method>": result} or
-/// {"error": …}, …]}`. Consecutive publishes into one channel reach a
-/// worker together and go to each subscriber in one write, as a
-/// WebSocket publisher's burst does. At most [`MAX_BATCH_COMMANDS`]; no
-/// batch inside a batch.
+/// {"error": …}, …]}`. At most [`MAX_BATCH_COMMANDS`]; no batch inside a
+/// batch.
 async fn batch(api: &Api, v: Value) -> Result<Vec<Value>, p::ErrorReply> {
     #[derive(Deserialize)]
     struct BatchParams {
