@@ -135,7 +135,9 @@ fn namespace_guest_keys_are_checked() {
         ("name = \"x\"\ntimeout = \"1s\"", "without a guest"),
         ("name = \"x\"\nguest = \"\"", "empty"),
     ] {
-        let text = format!("[[namespaces]]\n{table}\n");
+        let text = format!(
+            "[[route]]\npath = \"/e\"\nnative = \"echo\"\n\n[[namespaces]]\n{table}\n"
+        );
         let err = Config::parse(&text, Path::new(".")).unwrap_err().to_string();
         assert!(err.contains(want), "{err}");
     }
