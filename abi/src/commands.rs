@@ -748,14 +748,26 @@ mod tests {
         );
         assert_eq!(
             parse(
-                &[verdict(CommandKind::RtSubscribeVerdict, 1, 0, (0, 8), (0, 0))],
+                &[verdict(
+                    CommandKind::RtSubscribeVerdict,
+                    1,
+                    0,
+                    (0, 8),
+                    (0, 0)
+                )],
                 &data
             ),
             Err(AbiError::ReservedByteSet { index: 0, value: 1 })
         );
         assert_eq!(
             parse(
-                &[verdict(CommandKind::RtSubscribeVerdict, 0, 0, (0, 7), (0, 0))],
+                &[verdict(
+                    CommandKind::RtSubscribeVerdict,
+                    0,
+                    0,
+                    (0, 7),
+                    (0, 0)
+                )],
                 &data
             ),
             Err(AbiError::MetaMalformed { index: 0 })

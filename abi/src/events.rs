@@ -74,7 +74,10 @@ pub enum Event<'a> {
     },
     /// Packed only, a real-time namespace's guest: client `req.client` of
     /// connection `conn` asks to subscribe to `req.channel`.
-    RtSubscribe { conn: ConnectionId, req: RtRequest<'a> },
+    RtSubscribe {
+        conn: ConnectionId,
+        req: RtRequest<'a>,
+    },
     /// Packed only: the client publishes `data` (JSON) into `req.channel`.
     RtPublish {
         conn: ConnectionId,

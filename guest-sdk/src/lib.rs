@@ -96,9 +96,9 @@
 
 mod conn;
 mod io;
+mod realtime;
 mod request;
 mod runtime;
-mod realtime;
 mod state;
 pub mod testing;
 

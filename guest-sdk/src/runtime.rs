@@ -290,8 +290,7 @@ impl<H: Handler> Runtime<H> {
                     ctx.subscribe_verdict(conn, req.call, decision);
                 }
                 Event::RtPublish { conn, req, data } => {
-                    let decision =
-                        handler.on_client_publish(&PublishRequest::from_abi(&req, data));
+                    let decision = handler.on_client_publish(&PublishRequest::from_abi(&req, data));
                     ctx.publish_verdict(conn, req.call, &decision);
                 }
             }

@@ -472,7 +472,14 @@ impl<H: Handler> TestRoute<H> {
     /// # Panics
     /// If the handler answered with anything but one verdict for the call.
     pub fn subscribe(&mut self, req: &SubscribeRequest<'_>) -> SubDecision {
-        match self.ask(EventKind::RtSubscribe, req.channel, req.client, req.user, req.info, b"") {
+        match self.ask(
+            EventKind::RtSubscribe,
+            req.channel,
+            req.client,
+            req.user,
+            req.info,
+            b"",
+        ) {
             RtAnswer::Subscribe(_, d) => d,
             other => panic!("a subscribe was answered with {other:?}"),
         }
@@ -482,7 +489,14 @@ impl<H: Handler> TestRoute<H> {
     /// publication ([`Handler::on_client_publish`]); the decision as the
     /// gateway reads it from the answer.
     pub fn client_publish(&mut self, req: &PublishRequest<'_>) -> PubDecision {
-        match self.ask(EventKind::RtPublish, req.channel, req.client, req.user, req.info, req.data) {
+        match self.ask(
+            EventKind::RtPublish,
+            req.channel,
+            req.client,
+            req.user,
+            req.info,
+            req.data,
+        ) {
             RtAnswer::Publish(_, d) => d,
             other => panic!("a publish was answered with {other:?}"),
         }
@@ -998,7 +1012,10 @@ mod tests {
             info: b"",
             data: data.as_bytes(),
         };
-        assert_eq!(route.client_publish(&publish(r#"{"t":"hi"}"#)), PubDecision::Pass);
+        assert_eq!(
+            route.client_publish(&publish(r#"{"t":"hi"}"#)),
+            PubDecision::Pass
+        );
         assert_eq!(
             route.client_publish(&publish(r#"{"t":"darn it"}"#)),
             PubDecision::Replace(br#"{"t":"**** it"}"#.to_vec())

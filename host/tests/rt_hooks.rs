@@ -110,11 +110,9 @@ async fn namespace_guests_authorise_subscribes_and_filter_publications() {
     let gw = Gateway::start(config);
     let url = gw.url("/connection/websocket");
     let api = format!("http://{}/api", gw.api.expect("[api]"));
-    let out = tokio::task::spawn_blocking(move || {
-        node_scenario(&url, "hooks", &[&api, API_KEY])
-    })
-    .await
-    .unwrap();
+    let out = tokio::task::spawn_blocking(move || node_scenario(&url, "hooks", &[&api, API_KEY]))
+        .await
+        .unwrap();
     assert_eq!(out["refused"], 103, "{out}");
     assert_eq!(out["vip"], 4403, "{out}");
     assert_eq!(out["trap"], 100, "{out}");
@@ -135,10 +133,11 @@ fn namespace_guest_keys_are_checked() {
         ("name = \"x\"\ntimeout = \"1s\"", "without a guest"),
         ("name = \"x\"\nguest = \"\"", "empty"),
     ] {
-        let text = format!(
-            "[[route]]\npath = \"/e\"\nnative = \"echo\"\n\n[[namespaces]]\n{table}\n"
-        );
-        let err = Config::parse(&text, Path::new(".")).unwrap_err().to_string();
+        let text =
+            format!("[[route]]\npath = \"/e\"\nnative = \"echo\"\n\n[[namespaces]]\n{table}\n");
+        let err = Config::parse(&text, Path::new("."))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(want), "{err}");
     }
 }

@@ -11,8 +11,8 @@
 //! that are not JSON (the gateway refuses it: host/tests/rt_hooks.rs).
 
 use weir_guest::{
-    Conn, Direction, Handler, Message, PubDecision, PublishRequest, SubDecision,
-    SubscribeRequest, Verdict,
+    Conn, Direction, Handler, Message, PubDecision, PublishRequest, SubDecision, SubscribeRequest,
+    Verdict,
 };
 
 /// Messages containing this are not passed on.
@@ -120,7 +120,10 @@ mod tests {
             info: b"",
         };
         assert_eq!(route.subscribe(&sub("chat:index")), SubDecision::Allow);
-        assert_eq!(route.subscribe(&sub("chat:secret-1")), SubDecision::Refuse(103));
+        assert_eq!(
+            route.subscribe(&sub("chat:secret-1")),
+            SubDecision::Refuse(103)
+        );
         assert_eq!(route.subscribe(&sub("chat:vip")), SubDecision::Refuse(4403));
         let publish = |data: &'static str| PublishRequest {
             channel: "chat:index",
@@ -129,11 +132,17 @@ mod tests {
             info: b"",
             data: data.as_bytes(),
         };
-        assert_eq!(route.client_publish(&publish(r#"{"t":"hi"}"#)), PubDecision::Pass);
+        assert_eq!(
+            route.client_publish(&publish(r#"{"t":"hi"}"#)),
+            PubDecision::Pass
+        );
         assert_eq!(
             route.client_publish(&publish(r#"{"t":"darn"}"#)),
             PubDecision::Replace(br#"{"t":"d**n"}"#.to_vec())
         );
-        assert_eq!(route.client_publish(&publish(r#"{"t":"spam"}"#)), PubDecision::Drop(103));
+        assert_eq!(
+            route.client_publish(&publish(r#"{"t":"spam"}"#)),
+            PubDecision::Drop(103)
+        );
     }
 }

@@ -5,9 +5,9 @@
 //! ping every `ping_interval` answered within `pong_timeout`, and the
 //! token's expiry unless the client refreshes it.
 
+use super::hook::{Question, RtAnswer, WorkerHooks};
 use super::protocol::{self as p, Command, Disconnect, ErrorReply};
 use super::token::{unix_now, TokenError};
-use super::hook::{Question, RtAnswer, WorkerHooks};
 use super::{CentrifugoRoute, SERVER_VERSION};
 use crate::reactor::behaviour::{Behaviour, Stop};
 use crate::reactor::buffer::Output;

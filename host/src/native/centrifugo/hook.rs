@@ -51,10 +51,7 @@ impl RtCalls {
     pub fn ask(&self) -> (u64, oneshot::Receiver<RtAnswer>) {
         let call = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.waiting
-            .lock()
-            .expect("rt calls lock")
-            .insert(call, tx);
+        self.waiting.lock().expect("rt calls lock").insert(call, tx);
         (call, rx)
     }
 
@@ -82,11 +79,7 @@ impl RtCalls {
     }
 
     fn send(&self, call: u64, answer: RtAnswer) {
-        let waiting = self
-            .waiting
-            .lock()
-            .expect("rt calls lock")
-            .remove(&call);
+        let waiting = self.waiting.lock().expect("rt calls lock").remove(&call);
         if let Some(tx) = waiting {
             let _ = tx.send(answer);
         }
