@@ -972,6 +972,7 @@ mod tests {
 
     impl Handler for Moderator {
         type State = ();
+        fn on_message(&mut self, _: &mut crate::Conn<'_, ()>, _: Message<'_>) {}
         fn on_subscribe(&mut self, req: &SubscribeRequest<'_>) -> SubDecision {
             if req.channel.starts_with("chat:secret") {
                 SubDecision::Refuse(4403)
