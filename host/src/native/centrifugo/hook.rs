@@ -176,3 +176,31 @@ pub struct Question<'a> {
     pub user: &'a str,
     pub info: &'a [u8],
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A verdict reaches its own call once; what a batch left unanswered
+    /// fails when the batch settles, and a late or stray verdict is
+    /// ignored.
+    #[test]
+    fn verdicts_reach_their_call_and_settling_fails_the_rest() {
+        let calls = RtCalls::default();
+        let (a, mut got_a) = calls.ask();
+        let (b, mut got_b) = calls.ask();
+        let (c, mut got_c) = calls.ask();
+        calls.answer_subscribe(a, 0);
+        calls.answer_publish(b, RtVerdict::Replace(b"{}"));
+        calls.settle([a, b, c].into_iter());
+        calls.answer_subscribe(c, 0);
+        calls.answer_subscribe(99, 0);
+        assert_eq!(got_a.try_recv(), Ok(RtAnswer::Allow));
+        assert_eq!(
+            got_b.try_recv(),
+            Ok(RtAnswer::Replace(Bytes::from_static(b"{}")))
+        );
+        assert_eq!(got_c.try_recv(), Ok(RtAnswer::Failed));
+        assert!(calls.waiting.lock().unwrap().is_empty());
+    }
+}

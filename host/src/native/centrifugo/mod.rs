@@ -6,7 +6,8 @@
 //! the core owns channels, positions, history, presence and delivery.
 //!
 //! [`protocol`] holds the wire types and codes, [`token`] the JWT check,
-//! [`conn`] one connection's behaviour.
+//! [`conn`] one connection's behaviour, [`hook`] the namespaces' guests
+//! (subscribe authorisation and publication filtering).
 
 pub mod conn;
 pub mod hook;
