@@ -8,6 +8,7 @@ use crate::header::{
     checked_str, is_utf8, range, split_headers, CommandHeader, CommandKind, Direction,
 };
 use crate::header::{COMMAND_HEADER_BYTES as N, COMMAND_HEADER_BYTES};
+use crate::realtime::{RtVerdict, RT_DROP, RT_PASS, RT_REPLACE};
 use crate::ConnectionId;
 
 /// Longest close reason RFC 6455 §5.5 allows: a control frame's 125-byte
@@ -86,6 +87,20 @@ pub enum Command<'a> {
         text: bool,
         payload: &'a [u8],
     },
+    /// Packed only, a real-time namespace's guest: the answer to the
+    /// rt-subscribe `call` of `conn`: `code` 0 allows, any other refuses
+    /// with that Centrifugo error code.
+    RtSubscribeVerdict {
+        conn: ConnectionId,
+        call: u64,
+        code: u16,
+    },
+    /// Packed only: the answer to the rt-publish `call` of `conn`.
+    RtPublishVerdict {
+        conn: ConnectionId,
+        call: u64,
+        verdict: RtVerdict<'a>,
+    },
 }
 
 /// A guest's answer whose every command header passed [`parse_commands`].
@@ -117,11 +132,15 @@ pub fn parse_commands<'a>(commands: &'a [u8], data: &'a [u8]) -> Result<CommandL
 /// Every rule for one command; its kind when it passes.
 fn check(index: usize, c: &CommandHeader, data: &[u8]) -> Result<CommandKind, AbiError> {
     // Byte 9 is a forward's direction, and reserved (0) for the rest.
-    let forward = matches!(
-        CommandKind::from_byte(c.kind),
-        Some(CommandKind::ForwardText | CommandKind::ForwardBinary)
-    );
-    if (forward && Direction::from_byte(c.reserved).is_none()) || (!forward && c.reserved != 0) {
+    // an rt-publish-verdict's decision.
+    let reserved_ok = match CommandKind::from_byte(c.kind) {
+        Some(CommandKind::ForwardText | CommandKind::ForwardBinary) => {
+            Direction::from_byte(c.reserved).is_some()
+        }
+        Some(CommandKind::RtPublishVerdict) => c.reserved <= RT_DROP,
+        _ => c.reserved == 0,
+    };
+    if !reserved_ok {
         return Err(AbiError::ReservedByteSet {
             index,
             value: c.reserved,
@@ -160,6 +179,7 @@ fn check(index: usize, c: &CommandHeader, data: &[u8]) -> Result<CommandKind, Ab
         CommandKind::CancelTimer => topic.len() == 8,
         CommandKind::KvSet => topic.len() > 8,
         CommandKind::KvDelete => !topic.is_empty(),
+        CommandKind::RtSubscribeVerdict | CommandKind::RtPublishVerdict => topic.len() == 8,
         _ => true,
     };
     if !meta_ok {
@@ -333,6 +353,20 @@ impl<'a> CommandIter<'a> {
                         },
                         text: kind == CommandKind::ForwardText,
                         payload,
+                    },
+                    CommandKind::RtSubscribeVerdict => Command::RtSubscribeVerdict {
+                        conn,
+                        call: u64_at(0),
+                        code: c.code,
+                    },
+                    CommandKind::RtPublishVerdict => Command::RtPublishVerdict {
+                        conn,
+                        call: u64_at(0),
+                        verdict: match c.reserved {
+                            RT_PASS => RtVerdict::Pass,
+                            RT_REPLACE => RtVerdict::Replace(payload),
+                            _ => RtVerdict::Drop(c.code),
+                        },
                     },
                     _ => unreachable!("every earlier kind is matched above"),
                 }
@@ -649,6 +683,94 @@ mod tests {
         assert_eq!(
             parse(&[forward(CommandKind::ForwardText, 1, (0, 1))], b"\xff"),
             Err(AbiError::TextNotUtf8 { index: 0 })
+        );
+    }
+
+    /// The real-time verdicts carry their call id as 8 bytes of meta; an
+    /// rt-publish-verdict's byte 9 is pass 0, replace 1 or drop 2.
+    #[test]
+    fn rt_verdicts_read_back_and_their_meta_is_checked() {
+        let verdict = |kind: CommandKind, decision: u8, code: u16, meta, payload| {
+            let mut c = cmd(kind as u8, 5, code, meta, payload);
+            c.reserved = decision;
+            c
+        };
+        let mut data = Vec::new();
+        data.extend_from_slice(&9u64.to_le_bytes());
+        data.extend_from_slice(b"{}");
+        let got = parse(
+            &[
+                verdict(CommandKind::RtSubscribeVerdict, 0, 0, (0, 8), (0, 0)),
+                verdict(CommandKind::RtSubscribeVerdict, 0, 4403, (0, 8), (0, 0)),
+                verdict(CommandKind::RtPublishVerdict, 0, 0, (0, 8), (0, 0)),
+                verdict(CommandKind::RtPublishVerdict, 1, 0, (0, 8), (8, 2)),
+                verdict(CommandKind::RtPublishVerdict, 2, 103, (0, 8), (0, 0)),
+            ],
+            &data,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                Command::RtSubscribeVerdict {
+                    conn: 5,
+                    call: 9,
+                    code: 0
+                },
+                Command::RtSubscribeVerdict {
+                    conn: 5,
+                    call: 9,
+                    code: 4403
+                },
+                Command::RtPublishVerdict {
+                    conn: 5,
+                    call: 9,
+                    verdict: RtVerdict::Pass
+                },
+                Command::RtPublishVerdict {
+                    conn: 5,
+                    call: 9,
+                    verdict: RtVerdict::Replace(b"{}")
+                },
+                Command::RtPublishVerdict {
+                    conn: 5,
+                    call: 9,
+                    verdict: RtVerdict::Drop(103)
+                },
+            ]
+        );
+        assert_eq!(
+            parse(
+                &[verdict(CommandKind::RtPublishVerdict, 3, 0, (0, 8), (0, 0))],
+                &data
+            ),
+            Err(AbiError::ReservedByteSet { index: 0, value: 3 })
+        );
+        assert_eq!(
+            parse(
+                &[verdict(
+                    CommandKind::RtSubscribeVerdict,
+                    1,
+                    0,
+                    (0, 8),
+                    (0, 0)
+                )],
+                &data
+            ),
+            Err(AbiError::ReservedByteSet { index: 0, value: 1 })
+        );
+        assert_eq!(
+            parse(
+                &[verdict(
+                    CommandKind::RtSubscribeVerdict,
+                    0,
+                    0,
+                    (0, 7),
+                    (0, 0)
+                )],
+                &data
+            ),
+            Err(AbiError::MetaMalformed { index: 0 })
         );
     }
 

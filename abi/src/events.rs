@@ -12,6 +12,7 @@ use crate::header::{
 };
 use crate::header::{EVENT_HEADER_BYTES as N, EVENT_HEADER_BYTES};
 use crate::io::{split_http_response, split_tag};
+use crate::realtime::{split_rt_request, RtRequest};
 use crate::{ConnInfo, ConnectionId};
 
 /// One event of a batch, borrowed from its [`EventList`].
@@ -71,6 +72,18 @@ pub enum Event<'a> {
         direction: Direction,
         msg: ProxyMessage<'a>,
     },
+    /// Packed only, a real-time namespace's guest: client `req.client` of
+    /// connection `conn` asks to subscribe to `req.channel`.
+    RtSubscribe {
+        conn: ConnectionId,
+        req: RtRequest<'a>,
+    },
+    /// Packed only: the client publishes `data` (JSON) into `req.channel`.
+    RtPublish {
+        conn: ConnectionId,
+        req: RtRequest<'a>,
+        data: &'a [u8],
+    },
 }
 
 /// A proxied message's payload; a text one is UTF-8.
@@ -126,6 +139,11 @@ pub fn parse_events<'a>(events: &'a [u8], data: &'a [u8]) -> Result<EventList<'a
                 })
             }
             Some(EventKind::ProxyText) if !utf8() => return Err(AbiError::TextNotUtf8 { index }),
+            Some(EventKind::RtSubscribe | EventKind::RtPublish)
+                if split_rt_request(bytes).is_none() =>
+            {
+                return Err(AbiError::IoEventMalformed { index })
+            }
             _ => {}
         }
     }
@@ -237,6 +255,15 @@ impl<'a> Iterator for EventIter<'a> {
                         ProxyMessage::Binary(bytes)
                     },
                 },
+                Some(kind @ (EventKind::RtSubscribe | EventKind::RtPublish)) => {
+                    match split_rt_request(bytes) {
+                        Some((req, _)) if kind == EventKind::RtSubscribe => {
+                            Event::RtSubscribe { conn, req }
+                        }
+                        Some((req, data)) => Event::RtPublish { conn, req, data },
+                        None => unreachable!("checked by parse_events"),
+                    }
+                }
                 None => continue,
             });
         }

@@ -37,6 +37,15 @@ pub enum EventKind {
     /// Packed layout only, like the proxy kinds: a guest that does not know
     /// it skips it.
     KvError = 9,
+    // 10 and 11 are reserved for another packed-only pair.
+    /// Packed layout only, real-time namespaces with a `guest`: a client
+    /// asks to subscribe (bytes: [`crate::realtime`]); the guest answers
+    /// with [`CommandKind::RtSubscribeVerdict`].
+    RtSubscribe = 12,
+    /// Packed layout only: a client publishes into a channel of the
+    /// namespace (bytes: [`crate::realtime`], the publication last); the
+    /// guest answers with [`CommandKind::RtPublishVerdict`].
+    RtPublish = 13,
 }
 
 /// Which way a proxied message travels: byte 9 of a proxy event and of a
@@ -76,6 +85,8 @@ impl EventKind {
             7 => EventKind::ProxyText,
             8 => EventKind::ProxyBinary,
             9 => EventKind::KvError,
+            12 => EventKind::RtSubscribe,
+            13 => EventKind::RtPublish,
             _ => return None,
         })
     }
@@ -111,6 +122,15 @@ pub enum CommandKind {
     /// 0.4.0, proxy filters: pass a binary message on; byte 9 is its
     /// [`Direction`].
     ForwardBinary = 14,
+    // 15 and 16 are reserved for another packed-only pair.
+    /// Packed layout only: the answer to an rt-subscribe (meta: the call
+    /// id, 8 bytes; code: 0 allow, else the Centrifugo error code the
+    /// client gets).
+    RtSubscribeVerdict = 17,
+    /// Packed layout only: the answer to an rt-publish (meta: the call id;
+    /// byte 9: pass 0, replace 1 (payload: the new data), drop 2 (code:
+    /// the client's error code, 0 for 103)).
+    RtPublishVerdict = 18,
 }
 
 /// The last command kind of weir:gateway 0.3.0: a guest built for 0.3.0
@@ -136,6 +156,8 @@ impl CommandKind {
             12 => CommandKind::KvDelete,
             13 => CommandKind::ForwardText,
             14 => CommandKind::ForwardBinary,
+            17 => CommandKind::RtSubscribeVerdict,
+            18 => CommandKind::RtPublishVerdict,
             _ => return None,
         })
     }
@@ -365,6 +387,9 @@ mod tests {
             assert_eq!(EventKind::from_byte(i as u8), Some(k));
         }
         assert_eq!(EventKind::from_byte(10), None);
+        assert_eq!(EventKind::from_byte(12), Some(EventKind::RtSubscribe));
+        assert_eq!(EventKind::from_byte(13), Some(EventKind::RtPublish));
+        assert_eq!(EventKind::from_byte(14), None);
         let commands = [
             CommandKind::SendText,
             CommandKind::SendBinary,
@@ -387,6 +412,15 @@ mod tests {
             assert_eq!(CommandKind::from_byte(i as u8), Some(k));
         }
         assert_eq!(CommandKind::from_byte(15), None);
+        assert_eq!(
+            CommandKind::from_byte(17),
+            Some(CommandKind::RtSubscribeVerdict)
+        );
+        assert_eq!(
+            CommandKind::from_byte(18),
+            Some(CommandKind::RtPublishVerdict)
+        );
+        assert_eq!(CommandKind::from_byte(19), None);
     }
 
     #[test]

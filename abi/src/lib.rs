@@ -32,7 +32,8 @@
 //! | 0..8   | conn     | connection id, u64, never 0                           |
 //! | 8      | kind     | [`EventKind`]: open 0, text 1, binary 2, close 3;     |
 //! |        |          | 0.4.0: http-response 4, http-error 5, timer 6,        |
-//! |        |          | proxy-text 7, proxy-binary 8, kv-error 9              |
+//! |        |          | proxy-text 7, proxy-binary 8, kv-error 9;             |
+//! |        |          | rt-subscribe 12, rt-publish 13 (10, 11 reserved)      |
 //! | 9      | reserved | 0; for proxy kinds the [`Direction`]: 0 client to     |
 //! |        |          | upstream, 1 upstream to client                        |
 //! | 10..12 | code     | close code for `close`, 0 otherwise, u16              |
@@ -55,7 +56,9 @@
 //! |        |              | subscribe 5, unsubscribe 6, set-attachment 7;     |
 //! |        |              | 0.4.0: http-request 8, set-timer 9,               |
 //! |        |              | cancel-timer 10, kv-set 11, kv-delete 12,         |
-//! |        |              | forward-text 13, forward-binary 14                |
+//! |        |              | forward-text 13, forward-binary 14;               |
+//! |        |              | rt-subscribe-verdict 17, rt-publish-verdict 18    |
+//! |        |              | (15, 16 reserved)                                 |
 //! | 9      | reserved     | must be 0; for forward kinds the [`Direction`]    |
 //! | 10..12 | code         | close code for `close`, 0 otherwise, u16          |
 //! | 12..16 | topic-offset | start of the topic in the data buffer, u32        |
@@ -79,6 +82,19 @@
 //! replacement, in the direction the command names. No forward drops it;
 //! a close command closes the client (and the upstream with it).
 //!
+//! A real-time namespace with a `guest` (the centrifugo route) asks its
+//! guest about each client subscribe (rt-subscribe, 12) and each client
+//! publication (rt-publish, 13) of the namespace's channels: `conn` is the
+//! client's connection, the bytes a request ([`realtime`]: call id,
+//! channel, client, user, token info, then the publication). The guest
+//! answers each with a verdict naming the call id in its 8-byte meta:
+//! rt-subscribe-verdict (17; code 0 allows, else the Centrifugo error code
+//! the client gets) or rt-publish-verdict (18; byte 9 pass 0, replace 1
+//! with the payload as new data, drop 2 with code as the client's error,
+//! 0 for 103). A question left unanswered by a batch, or a batch that
+//! fails, is answered 100 (internal) by the host. Like the proxy kinds they
+//! travel in the packed layout only.
+//!
 //! # Rules a guest's answer must follow
 //!
 //! Every `offset`/`len` pair names `data[offset .. offset + len]` and must lie
@@ -87,7 +103,8 @@
 //! [`AbiError`] named in brackets) when
 //!
 //! - the header buffer is not a whole number of headers \[`HeadersNotWhole`\],
-//! - a reserved byte is not 0 (a forward's direction not 0 or 1) \[`ReservedByteSet`\],
+//! - a reserved byte is not 0 (a forward's direction not 0 or 1, an
+//!   rt-publish-verdict's decision not 0–2) \[`ReservedByteSet`\],
 //! - a range falls outside the data buffer \[`RangeOutOfBounds`\],
 //! - a kind is unknown \[`UnknownKind`\],
 //! - a text payload (send-text, publish-text, forward-text) is not UTF-8
@@ -119,6 +136,7 @@ pub mod error;
 pub mod events;
 pub mod header;
 pub mod io;
+pub mod realtime;
 
 #[cfg(feature = "alloc")]
 pub use commands::CommandBuf;
@@ -136,6 +154,9 @@ pub use header::{
     EVENT_HEADER_BYTES, LAST_V3_COMMAND_KIND,
 };
 pub use io::{HttpErrorReason, KvErrorReason};
+#[cfg(feature = "alloc")]
+pub use realtime::encode_rt_request;
+pub use realtime::{split_rt_request, RtRequest, RtVerdict};
 
 /// Connection id as the ABI carries it: unique per gateway process, never 0
 /// (0 means "no connection" in a publish's `conn`).

@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 use weir_abi::{
     parse_commands, parse_events, AbiError, Command, CommandHeader, Event, EventHeader,
-    ProxyMessage, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES,
+    ProxyMessage, RtVerdict, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES,
 };
 
 const EVENTS: &str = include_str!("../vectors/events.json");
@@ -168,6 +168,12 @@ fn event_json(e: Event<'_>) -> Value {
                     "direction": direction, "payload_hex": hex(payload)}),
             }
         }
+        Event::RtSubscribe { conn, req } => json!({"kind": "rt-subscribe", "conn": conn,
+            "call": req.call, "channel": req.channel, "client": req.client, "user": req.user,
+            "info_hex": hex(req.info)}),
+        Event::RtPublish { conn, req, data } => json!({"kind": "rt-publish", "conn": conn,
+            "call": req.call, "channel": req.channel, "client": req.client, "user": req.user,
+            "info_hex": hex(req.info), "data_hex": hex(data)}),
     }
 }
 
@@ -239,6 +245,21 @@ fn command_json(c: Command<'_>) -> Value {
             let kind = if t { "forward-text" } else { "forward-binary" };
             json!({"kind": kind, "conn": conn, "direction": direction as u8, key: value})
         }
+        Command::RtSubscribeVerdict { conn, call, code } => {
+            json!({"kind": "rt-subscribe-verdict", "conn": conn, "call": call, "code": code})
+        }
+        Command::RtPublishVerdict {
+            conn,
+            call,
+            verdict,
+        } => match verdict {
+            RtVerdict::Pass => json!({"kind": "rt-publish-verdict", "conn": conn, "call": call,
+                "verdict": "pass"}),
+            RtVerdict::Replace(data) => json!({"kind": "rt-publish-verdict", "conn": conn,
+                "call": call, "verdict": "replace", "data_hex": hex(data)}),
+            RtVerdict::Drop(code) => json!({"kind": "rt-publish-verdict", "conn": conn,
+                "call": call, "verdict": "drop", "code": code}),
+        },
     }
 }
 

@@ -13,7 +13,8 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-EVENT = {"open": 0, "text": 1, "binary": 2, "close": 3}
+EVENT = {"open": 0, "text": 1, "binary": 2, "close": 3,
+         "rt-subscribe": 12, "rt-publish": 13}
 COMMAND = {
     "send-text": 0,
     "send-binary": 1,
@@ -23,6 +24,8 @@ COMMAND = {
     "subscribe": 5,
     "unsubscribe": 6,
     "set-attachment": 7,
+    "rt-subscribe-verdict": 17,
+    "rt-publish-verdict": 18,
 }
 
 # Below 2**53, so every JSON reader keeps it exact; still 7 distinct bytes.
@@ -102,6 +105,16 @@ def conn_info(target, params=(), attachment=b""):
     return out + attachment
 
 
+def rt_request(call, channel, client, user, info, data=b""):
+    """An rt-subscribe or rt-publish event's bytes: u64 call id, then
+    channel, client, user and info each u32 length-prefixed, then the
+    publication (the rest)."""
+    def field(b):
+        return struct.pack("<I", len(b)) + b
+    return (struct.pack("<Q", call) + field(channel.encode()) + field(client.encode())
+            + field(user.encode()) + field(info) + data)
+
+
 def events():
     b = (Batch()
          .push(1, "open", 0, conn_info("/chat/lobby?token=x", [("room", "lobby")], b"\x07id"))
@@ -121,6 +134,25 @@ def events():
                  {"kind": "binary", "conn": BIG_CONN, "payload_hex": "00ff80"},
                  {"kind": "close", "conn": 1, "code": 1000, "reason": "bye"},
                  {"kind": "close", "conn": 2, "code": 1006, "reason": ""},
+             ]),
+        case("rt-kinds",
+             "a real-time namespace guest's questions (packed-only kinds 12 "
+             "and 13): call id, channel, client, user, token info, publication",
+             (Batch()
+              .push(4, "rt-subscribe", 0, rt_request(9, "chat:room", "c-1", "ann", b'{"n":1}'))
+              .push(4, "rt-publish", 0, rt_request(10, "chat:room", "c-1", "", b"",
+                                                   b'{"t":"hi"}'))).headers,
+             (Batch()
+              .push(4, "rt-subscribe", 0, rt_request(9, "chat:room", "c-1", "ann", b'{"n":1}'))
+              .push(4, "rt-publish", 0, rt_request(10, "chat:room", "c-1", "", b"",
+                                                   b'{"t":"hi"}'))).data,
+             pack_event,
+             events=[
+                 {"kind": "rt-subscribe", "conn": 4, "call": 9, "channel": "chat:room",
+                  "client": "c-1", "user": "ann", "info_hex": b'{"n":1}'.hex()},
+                 {"kind": "rt-publish", "conn": 4, "call": 10, "channel": "chat:room",
+                  "client": "c-1", "user": "", "info_hex": "",
+                  "data_hex": b'{"t":"hi"}'.hex()},
              ]),
         case("empty", "a batch with no events", [], b"", pack_event, events=[]),
         case("unknown-kind-skipped",
@@ -208,6 +240,26 @@ def commands():
                  {"kind": "send-binary", "conn": 2, "payload_hex": "6364"},
                  {"kind": "publish-text", "topic": "ab", "text": "abcd", "exclude": None},
              ]),
+        case("rt-verdicts",
+             "a real-time namespace guest's verdicts (packed-only kinds 17 and "
+             "18): the call id is the 8-byte meta; byte 9 of 18 is pass 0, "
+             "replace 1 (payload: the data), drop 2 (code: the client's error)",
+             [command_header(4, COMMAND["rt-subscribe-verdict"], 0, topic=(0, 8)),
+              command_header(4, COMMAND["rt-subscribe-verdict"], 4403, topic=(0, 8)),
+              command_header(4, COMMAND["rt-publish-verdict"], 0, topic=(0, 8)),
+              command_header(4, COMMAND["rt-publish-verdict"], 0, topic=(0, 8),
+                             payload=(8, 2), reserved=1),
+              command_header(4, COMMAND["rt-publish-verdict"], 103, topic=(0, 8), reserved=2)],
+             struct.pack("<Q", 9) + b"{}", pack_command,
+             commands=[
+                 {"kind": "rt-subscribe-verdict", "conn": 4, "call": 9, "code": 0},
+                 {"kind": "rt-subscribe-verdict", "conn": 4, "call": 9, "code": 4403},
+                 {"kind": "rt-publish-verdict", "conn": 4, "call": 9, "verdict": "pass"},
+                 {"kind": "rt-publish-verdict", "conn": 4, "call": 9, "verdict": "replace",
+                  "data_hex": "7b7d"},
+                 {"kind": "rt-publish-verdict", "conn": 4, "call": 9, "verdict": "drop",
+                  "code": 103},
+             ]),
         case("empty", "an answer with no commands", [], b"", pack_command, commands=[]),
     ]
     ok = command_header(1, COMMAND["send-binary"], payload=(0, 1))
@@ -227,8 +279,8 @@ def commands():
         case("range-wraps", "offset and len both 2**32-1: the end must not wrap",
              [command_header(1, COMMAND["send-binary"], payload=(0xFFFFFFFF, 0xFFFFFFFF))],
              b"abcd", pack_command, error="RangeOutOfBounds", index=0),
-        case("unknown-kind", "kind 8",
-             [command_header(1, 8)], b"", pack_command, error="UnknownKind", index=0),
+        case("unknown-kind", "kind 15 (weir:gateway 0.4.0 defines 0 to 14)",
+             [command_header(1, 15)], b"", pack_command, error="UnknownKind", index=0),
         case("text-not-utf8", "send-text of 0xff 0xfe",
              [command_header(1, COMMAND["send-text"], payload=(0, 2))], bytes([0xff, 0xfe]),
              pack_command, error="TextNotUtf8", index=0),
@@ -244,6 +296,12 @@ def commands():
         case("topic-not-utf8", "publish-binary to topic 0xff",
              [command_header(0, COMMAND["publish-binary"], topic=(0, 1))], bytes([0xff]),
              pack_command, error="TopicNotUtf8", index=0),
+        case("rt-verdict-decision-unknown", "an rt-publish-verdict whose byte 9 is 3",
+             [command_header(4, COMMAND["rt-publish-verdict"], topic=(0, 8), reserved=3)],
+             struct.pack("<Q", 9), pack_command, error="ReservedByteSet", index=0),
+        case("rt-verdict-call-short", "an rt-subscribe-verdict with 7 bytes of meta",
+             [command_header(4, COMMAND["rt-subscribe-verdict"], topic=(0, 7))],
+             struct.pack("<Q", 9), pack_command, error="MetaMalformed", index=0),
         case("first-violation-wins",
              "header 0 has an unknown kind and a bad range: the range is checked first",
              [command_header(1, 200, payload=(9, 9))], b"", pack_command,

@@ -96,6 +96,7 @@
 
 mod conn;
 mod io;
+mod realtime;
 mod request;
 mod runtime;
 mod state;
@@ -103,6 +104,7 @@ pub mod testing;
 
 pub use conn::{Conn, Context};
 pub use io::{HttpError, HttpRequest, HttpResponse, HttpResult, Tag};
+pub use realtime::{PubDecision, PublishRequest, SubDecision, SubscribeRequest};
 pub use request::{Request, Upgrade};
 /// What [`Migrate::migrate`] reads an older version's state as.
 #[cfg(feature = "serde")]
@@ -369,6 +371,35 @@ pub trait Handler: Default + 'static {
     ) -> Verdict {
         let _ = (conn, direction, msg);
         Verdict::Forward
+    }
+
+    /// A real-time namespace's guest (`guest = "x.wasm"` on a
+    /// `[[namespaces]]` entry of a centrifugo route): a client asks to
+    /// subscribe to one of the namespace's channels, after the namespace's
+    /// own checks passed. The subscribe waits for the answer. Default:
+    /// allow.
+    ///
+    /// ```no_run
+    /// # use weir_guest::{SubDecision, SubscribeRequest};
+    /// fn on_subscribe(req: &SubscribeRequest) -> SubDecision {
+    ///     if req.channel.starts_with("chat:secret") {
+    ///         SubDecision::Refuse(103)
+    ///     } else {
+    ///         SubDecision::Allow
+    ///     }
+    /// }
+    /// ```
+    fn on_subscribe(&mut self, req: &SubscribeRequest<'_>) -> SubDecision {
+        let _ = req;
+        SubDecision::Allow
+    }
+
+    /// A real-time namespace's guest: a client publishes into one of the
+    /// namespace's channels; only what the answer passes is published
+    /// (server API publishes do not come here). Default: pass.
+    fn on_client_publish(&mut self, req: &PublishRequest<'_>) -> PubDecision {
+        let _ = req;
+        PubDecision::Pass
     }
 }
 

@@ -9,7 +9,10 @@ use std::hash::{BuildHasherDefault, Hasher};
 use weir_abi::{Event, ProxyMessage, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
 
 use crate::conn::{Context, Entry};
-use crate::{Conn, ConnState, ConnectionId, Handler, Level, Message, Request, Upgrade, Verdict};
+use crate::{
+    Conn, ConnState, ConnectionId, Handler, Level, Message, PublishRequest, Request,
+    SubscribeRequest, Upgrade, Verdict,
+};
 
 /// Connection ids are handed out sequentially, so a multiplicative hash is
 /// enough and avoids std's randomly seeded hasher (a WASI random call).
@@ -281,6 +284,14 @@ impl<H: Handler> Runtime<H> {
                         Verdict::Close(code, reason) => c.close(code, &reason),
                     }
                     settle(&mut ctx, conn, entry);
+                }
+                Event::RtSubscribe { conn, req } => {
+                    let decision = handler.on_subscribe(&SubscribeRequest::from_abi(&req));
+                    ctx.subscribe_verdict(conn, req.call, decision);
+                }
+                Event::RtPublish { conn, req, data } => {
+                    let decision = handler.on_client_publish(&PublishRequest::from_abi(&req, data));
+                    ctx.publish_verdict(conn, req.call, &decision);
                 }
             }
         }

@@ -81,7 +81,11 @@ use weir_abi::{
 };
 
 use crate::runtime::{Runtime, UpgradeAnswer};
-use crate::{ConnectionId, Direction, Handler, HttpError, HttpResponse, Message, Request, Tag};
+use crate::{
+    ConnectionId, Direction, Handler, HttpError, HttpResponse, Message, PubDecision,
+    PublishRequest, Request, SubDecision, SubscribeRequest, Tag,
+};
+use weir_abi::RtVerdict;
 
 thread_local! {
     /// The store `kv_get` reads natively: the running TestRoute's, moved
@@ -152,7 +156,21 @@ pub struct TestRoute<H: Handler> {
     kv_max_keys: Option<usize>,
     /// Writes refused during a batch, told to the handler after it.
     kv_refused: Vec<(Vec<u8>, KvErrorReason)>,
+    /// A real-time namespace guest's verdicts of the last question.
+    rt_verdicts: Vec<RtAnswer>,
 }
+
+/// A real-time namespace guest's answer, as the harness read it from the
+/// ABI ([`TestRoute::subscribe`], [`TestRoute::client_publish`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RtAnswer {
+    Subscribe(u64, SubDecision),
+    Publish(u64, PubDecision),
+}
+
+/// The connection id the harness's real-time questions name (the host
+/// names the asking client's connection; the guest only echoes it).
+const RT_CONN: ConnectionId = u64::MAX;
 
 /// The parameters of `path` matched against route `pattern` (`{name}`: one
 /// segment, `{*name}`: the rest of the path), or None if it does not match.
@@ -196,6 +214,7 @@ impl<H: Handler> TestRoute<H> {
             kv: BTreeMap::new(),
             kv_max_keys: None,
             kv_refused: Vec::new(),
+            rt_verdicts: Vec::new(),
         }
     }
 
@@ -444,6 +463,75 @@ impl<H: Handler> TestRoute<H> {
             EventKind::ProxyBinary
         };
         self.run_in(conn, kind, direction as u8, 0, msg.as_bytes());
+    }
+
+    /// Asks the handler, as a real-time namespace's guest, whether a client
+    /// may subscribe ([`Handler::on_subscribe`]); the decision as the
+    /// gateway reads it from the answer.
+    ///
+    /// # Panics
+    /// If the handler answered with anything but one verdict for the call.
+    pub fn subscribe(&mut self, req: &SubscribeRequest<'_>) -> SubDecision {
+        match self.ask(
+            EventKind::RtSubscribe,
+            req.channel,
+            req.client,
+            req.user,
+            req.info,
+            b"",
+        ) {
+            RtAnswer::Subscribe(_, d) => d,
+            other => panic!("a subscribe was answered with {other:?}"),
+        }
+    }
+
+    /// Gives the handler, as a real-time namespace's guest, a client's
+    /// publication ([`Handler::on_client_publish`]); the decision as the
+    /// gateway reads it from the answer.
+    pub fn client_publish(&mut self, req: &PublishRequest<'_>) -> PubDecision {
+        match self.ask(
+            EventKind::RtPublish,
+            req.channel,
+            req.client,
+            req.user,
+            req.info,
+            req.data,
+        ) {
+            RtAnswer::Publish(_, d) => d,
+            other => panic!("a publish was answered with {other:?}"),
+        }
+    }
+
+    /// One real-time question in a batch of its own; its one answer.
+    fn ask(
+        &mut self,
+        kind: EventKind,
+        channel: &str,
+        client: &str,
+        user: &str,
+        info: &[u8],
+        data: &[u8],
+    ) -> RtAnswer {
+        const CALL: u64 = 0x5eed;
+        let mut bytes = Vec::new();
+        let req = weir_abi::RtRequest {
+            call: CALL,
+            channel,
+            client,
+            user,
+            info,
+        };
+        weir_abi::encode_rt_request(&mut bytes, &req, data);
+        self.rt_verdicts.clear();
+        self.run_one(RT_CONN, kind, 0, 0, &bytes);
+        let answers = std::mem::take(&mut self.rt_verdicts);
+        assert_eq!(answers.len(), 1, "one verdict per question: {answers:?}");
+        let answer = answers.into_iter().next().expect("one");
+        let call = match &answer {
+            RtAnswer::Subscribe(call, _) | RtAnswer::Publish(call, _) => *call,
+        };
+        assert_eq!(call, CALL, "the verdict names the question's call");
+        answer
     }
 
     /// What a proxy filter passed on through `conn` since the last call,
@@ -696,6 +784,21 @@ impl<H: Handler> TestRoute<H> {
                     c.forwarded.push_back((direction, received(text, payload)));
                 }
             }
+            Command::RtSubscribeVerdict { call, code, .. } => {
+                let d = match code {
+                    0 => SubDecision::Allow,
+                    code => SubDecision::Refuse(code),
+                };
+                self.rt_verdicts.push(RtAnswer::Subscribe(call, d));
+            }
+            Command::RtPublishVerdict { call, verdict, .. } => {
+                let d = match verdict {
+                    RtVerdict::Pass => PubDecision::Pass,
+                    RtVerdict::Replace(data) => PubDecision::Replace(data.to_vec()),
+                    RtVerdict::Drop(code) => PubDecision::Drop(code),
+                };
+                self.rt_verdicts.push(RtAnswer::Publish(call, d));
+            }
         }
     }
 }
@@ -860,5 +963,89 @@ mod tests {
                 (b"ann".to_vec(), Some(KvErrorReason::QueueFull))
             ]
         );
+    }
+
+    /// A real-time namespace's guest: refuses secret channels with its own
+    /// code, rewrites one word, drops publications with another.
+    #[derive(Default)]
+    struct Moderator;
+
+    impl Handler for Moderator {
+        type State = ();
+        fn on_message(&mut self, _: &mut crate::Conn<'_, ()>, _: Message<'_>) {}
+        fn on_subscribe(&mut self, req: &SubscribeRequest<'_>) -> SubDecision {
+            if req.channel.starts_with("chat:secret") {
+                SubDecision::Refuse(4403)
+            } else {
+                SubDecision::Allow
+            }
+        }
+        fn on_client_publish(&mut self, req: &PublishRequest<'_>) -> PubDecision {
+            let text = std::str::from_utf8(req.data).unwrap();
+            if text.contains("spam") {
+                PubDecision::Drop(0)
+            } else if text.contains("darn") {
+                PubDecision::Replace(text.replace("darn", "****").into_bytes())
+            } else {
+                PubDecision::Pass
+            }
+        }
+    }
+
+    #[test]
+    fn a_namespace_guest_answers_subscribes_and_publications() {
+        let mut route = TestRoute::<Moderator>::new("/rt");
+        let sub = |channel| SubscribeRequest {
+            channel,
+            client: "c1",
+            user: "42",
+            info: b"{}",
+        };
+        assert_eq!(route.subscribe(&sub("chat:index")), SubDecision::Allow);
+        assert_eq!(
+            route.subscribe(&sub("chat:secret-plans")),
+            SubDecision::Refuse(4403)
+        );
+        let publish = |data: &'static str| PublishRequest {
+            channel: "chat:index",
+            client: "c1",
+            user: "42",
+            info: b"",
+            data: data.as_bytes(),
+        };
+        assert_eq!(
+            route.client_publish(&publish(r#"{"t":"hi"}"#)),
+            PubDecision::Pass
+        );
+        assert_eq!(
+            route.client_publish(&publish(r#"{"t":"darn it"}"#)),
+            PubDecision::Replace(br#"{"t":"**** it"}"#.to_vec())
+        );
+        // Drop(0) reaches the gateway as Centrifugo's 103.
+        assert_eq!(
+            route.client_publish(&publish(r#"{"t":"spam"}"#)),
+            PubDecision::Drop(0)
+        );
+    }
+
+    /// A handler without the hooks allows and passes everything.
+    #[test]
+    fn the_default_namespace_hooks_allow_and_pass() {
+        let mut route = TestRoute::<Counter>::new("/rt");
+        let req = SubscribeRequest {
+            channel: "news",
+            client: "c",
+            user: "",
+            info: b"",
+        };
+        assert_eq!(route.subscribe(&req), SubDecision::Allow);
+        let publish = PublishRequest {
+            channel: "news",
+            client: "c",
+            user: "",
+            info: b"",
+            data: b"1",
+        };
+        assert_eq!(route.client_publish(&publish), PubDecision::Pass);
     }
 }

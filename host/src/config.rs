@@ -85,6 +85,9 @@ pub struct Config {
     /// Channel namespaces of the real-time core (`[[namespaces]]`); the
     /// default one ("") is always there.
     pub namespaces: crate::realtime::Namespaces,
+    /// The guests of namespaces that name one (`guest = "x.wasm"`): read
+    /// at start like the namespaces, and kept by a reload.
+    pub namespace_guests: Vec<NamespaceGuest>,
     /// The server API (`[api]`); off unless the file has the section.
     pub api: Option<ApiConfig>,
     /// Where the file was read from (None for the built-in default).
@@ -380,6 +383,16 @@ pub enum Isolation {
     Batch,
 }
 
+/// A real-time namespace's guest: asked about each client subscribe and
+/// publication of the namespace's channels on centrifugo routes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamespaceGuest {
+    pub namespace: String,
+    pub guest: GuestConfig,
+    /// The `[[namespaces]]` table's line, for errors.
+    pub line: usize,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct GuestConfig {
     /// The component, resolved relative to the routes file's directory.
@@ -636,6 +649,7 @@ impl Config {
             cluster: None,
             admin: None,
             namespaces: crate::realtime::Namespaces::with_default(),
+            namespace_guests: Vec::new(),
             api: None,
             source: None,
         }

@@ -180,6 +180,9 @@ pub struct Routes {
     /// stores when it names one.
     cluster: Option<crate::config::ClusterConfig>,
     workers: usize,
+    /// The namespaces' guests (read at start with the namespaces; each
+    /// centrifugo route compiles its own instances of them).
+    namespace_guests: Vec<crate::config::NamespaceGuest>,
 }
 
 impl Routes {
@@ -216,6 +219,7 @@ impl Routes {
             state_dir: state_dir(config),
             cluster: config.cluster.clone(),
             workers: config.server.workers,
+            namespace_guests: config.namespace_guests.clone(),
         };
         for route in &config.routes {
             let index = routes.add(route, registry)?;
@@ -240,6 +244,7 @@ impl Routes {
             state_dir: self.state_dir.clone(),
             cluster: self.cluster.clone(),
             workers: self.workers,
+            namespace_guests: self.namespace_guests.clone(),
         }
     }
 
@@ -316,6 +321,45 @@ impl Routes {
                     reason,
                 })?;
                 Arc::new(proxy.with_filter(guest, links))
+            }
+            Behaviour::Native(NativeKind::Centrifugo(config))
+                if !self.namespace_guests.is_empty() =>
+            {
+                let mut hooks = std::collections::HashMap::new();
+                for ns in self.namespace_guests.clone() {
+                    let guest = self.guest_route(index, route, &ns.guest, &topics, registry)?;
+                    if guest.program().is_v3() {
+                        return Err(RouteError::Route {
+                            path: route.path.clone(),
+                            line: ns.line,
+                            reason: format!(
+                                "the namespace guest {} is a weir:gateway 0.3.0 component; it \
+                                 needs 0.4.0 (rebuild it with the current SDK)",
+                                ns.guest.wasm.display()
+                            ),
+                        });
+                    }
+                    let calls = Arc::new(crate::native::centrifugo::hook::RtCalls::default());
+                    let guest = Arc::new(guest.with_rt_calls(calls.clone()));
+                    hooks.insert(
+                        ns.namespace,
+                        crate::native::centrifugo::hook::NamespaceHook { guest, calls },
+                    );
+                }
+                let centrifugo = crate::native::centrifugo::CentrifugoRoute::new(
+                    config.clone(),
+                    &self.realtime,
+                    &topics,
+                )
+                .map_err(|reason| RouteError::Route {
+                    path: route.path.clone(),
+                    line: route.line,
+                    reason,
+                })?
+                .with_hooks(hooks);
+                Arc::new(crate::native::centrifugo::CentrifugoKind(Arc::new(
+                    centrifugo,
+                )))
             }
             Behaviour::Native(native) => {
                 crate::native::route_kind(native.clone(), &route.path, &topics, &self.realtime)

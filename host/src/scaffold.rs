@@ -51,6 +51,10 @@ const SDK_FILES: &[(&str, &str)] = &[
         include_str!("../../guest-sdk/src/runtime.rs"),
     ),
     (
+        "guest-sdk/src/realtime.rs",
+        include_str!("../../guest-sdk/src/realtime.rs"),
+    ),
+    (
         "guest-sdk/src/state.rs",
         include_str!("../../guest-sdk/src/state.rs"),
     ),
@@ -72,6 +76,10 @@ const SDK_FILES: &[(&str, &str)] = &[
     ("abi/src/events.rs", include_str!("../../abi/src/events.rs")),
     ("abi/src/header.rs", include_str!("../../abi/src/header.rs")),
     ("abi/src/io.rs", include_str!("../../abi/src/io.rs")),
+    (
+        "abi/src/realtime.rs",
+        include_str!("../../abi/src/realtime.rs"),
+    ),
     // The SDK's own unit tests read this vector.
     (
         "abi/vectors/commands.json",

@@ -19,9 +19,9 @@ use super::*;
 /// wanting more than this is far more likely a leak than a workload.
 pub const GUEST_MEMORY_MAX_BYTES: usize = 1 << 30;
 /// A guest call longer than this is a stuck guest, not a slow one.
-const MAX_GUEST_TIMEOUT: Duration = Duration::from_secs(60);
+pub(super) const MAX_GUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// One wasm page (64 KiB) up to the engine's pool ceiling (1 GiB).
-const GUEST_MEMORY_RANGE: (u64, u64) = (64 << 10, GUEST_MEMORY_MAX_BYTES as u64);
+pub(super) const GUEST_MEMORY_RANGE: (u64, u64) = (64 << 10, GUEST_MEMORY_MAX_BYTES as u64);
 /// Attachments are meant to be small state blobs kept by the host.
 const MAX_ATTACHMENT_BYTES: u64 = 1 << 20;
 

@@ -181,7 +181,8 @@ pub(super) fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError
         Some(raw) => Some(cluster(&src, raw)?),
         None => None,
     };
-    let namespaces = super::realtime::namespaces(&src, raw.namespaces.as_ref())?;
+    let (namespaces, namespace_guests) =
+        super::realtime::namespaces(&src, raw.namespaces.as_ref(), origin_dir)?;
     let api = match &raw.api {
         Some(raw) => Some(super::realtime::api(&src, raw)?),
         None => None,
@@ -192,6 +193,7 @@ pub(super) fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError
         routes,
         cluster,
         namespaces,
+        namespace_guests,
         api,
         source: None,
     })

@@ -32,6 +32,12 @@ pub(super) struct RawNamespace {
     allow_publish_for_client: Field,
     allow_presence_for_subscriber: Field,
     allow_history_for_subscriber: Field,
+    /// A guest that authorises subscribes and filters client publications.
+    guest: Field,
+    /// The guest's limits (as a guest route's keys of the same names).
+    timeout: Field,
+    memory: Field,
+    instances: Field,
 }
 
 #[derive(Deserialize)]
@@ -51,11 +57,14 @@ const MAX_HISTORY_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 const MAX_HISTORY_BYTES: u64 = 1 << 30;
 
 /// `[[namespaces]]`: each table's `name` ("" for the default namespace,
-/// which exists with every option off unless a table configures it).
+/// which exists with every option off unless a table configures it), and
+/// the guests of the namespaces that name one (`guest = "x.wasm"`).
 pub(super) fn namespaces(
     src: &Source,
     raw: Option<&Vec<Spanned<RawNamespace>>>,
-) -> Result<Namespaces, ConfigError> {
+    origin_dir: &std::path::Path,
+) -> Result<(Namespaces, Vec<NamespaceGuest>), ConfigError> {
+    let mut guests = Vec::new();
     let mut by_name = HashMap::from([(String::new(), NamespaceOptions::default())]);
     let mut seen = std::collections::HashSet::new();
     for spanned in raw.into_iter().flatten() {
@@ -81,8 +90,55 @@ pub(super) fn namespaces(
             return Err(name_item.fail(src, "this namespace is configured twice"));
         }
         by_name.insert(name.to_string(), options(src, raw)?);
+        if let Some(guest) = namespace_guest(src, raw, origin_dir)? {
+            guests.push(NamespaceGuest {
+                namespace: name.to_string(),
+                guest,
+                line: src.line(spanned.span().start),
+            });
+        }
     }
-    Ok(Namespaces::new(by_name))
+    Ok((Namespaces::new(by_name), guests))
+}
+
+/// A namespace's `guest` and its limits (`timeout`, `memory`, `instances`;
+/// the rest of a guest route's keys are a guest route's defaults).
+fn namespace_guest(
+    src: &Source,
+    raw: &RawNamespace,
+    origin_dir: &std::path::Path,
+) -> Result<Option<GuestConfig>, ConfigError> {
+    use super::guest::{GUEST_MEMORY_RANGE, MAX_GUEST_TIMEOUT};
+    let Some(item) = Item::of("guest", &raw.guest) else {
+        let limit = Item::of("timeout", &raw.timeout)
+            .or(Item::of("memory", &raw.memory))
+            .or(Item::of("instances", &raw.instances));
+        return match limit {
+            Some(item) => Err(item.fail(
+                src,
+                r#"a guest's limit without a guest; add guest = "hooks/moderate.wasm""#,
+            )),
+            None => Ok(None),
+        };
+    };
+    let file = item.string(src, r#""hooks/moderate.wasm""#)?;
+    if file.is_empty() {
+        return Err(item.fail(
+            src,
+            r#"empty; write the component's file, e.g. "hooks/moderate.wasm""#,
+        ));
+    }
+    let mut config = GuestConfig::defaults(origin_dir.join(file));
+    if let Some(item) = Item::of("timeout", &raw.timeout) {
+        config.timeout = item.duration(src, Duration::from_millis(1), MAX_GUEST_TIMEOUT)?;
+    }
+    if let Some(item) = Item::of("memory", &raw.memory) {
+        config.memory = item.size(src, GUEST_MEMORY_RANGE.0, GUEST_MEMORY_RANGE.1)?;
+    }
+    if let Some(item) = Item::of("instances", &raw.instances) {
+        config.instances = item.count(src, 1, 1_000_000)? as usize;
+    }
+    Ok(Some(config))
 }
 
 fn options(src: &Source, raw: &RawNamespace) -> Result<NamespaceOptions, ConfigError> {

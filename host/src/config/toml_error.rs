@@ -112,6 +112,10 @@ pub(super) const NAMESPACE_KEYS: &[&str] = &[
     "allow_publish_for_client",
     "allow_presence_for_subscriber",
     "allow_history_for_subscriber",
+    "guest",
+    "timeout",
+    "memory",
+    "instances",
 ];
 
 /// Keys of `[api]`.

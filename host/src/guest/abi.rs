@@ -238,6 +238,23 @@ impl Batch {
         })
     }
 
+    /// A question for a real-time namespace's guest (rt-subscribe or
+    /// rt-publish; `bytes` laid out as `weir_abi::realtime` says).
+    pub fn push_rt_question(&mut self, conn: ConnectionId, kind: EventKind, bytes: &[u8]) {
+        self.push(conn, kind, 0, bytes);
+    }
+
+    /// The call ids of the batch's real-time questions.
+    pub(crate) fn rt_calls(&self) -> impl Iterator<Item = u64> + '_ {
+        let (headers, _) = self.raw.events.as_chunks::<EVENT_HEADER_BYTES>();
+        headers.iter().map(EventHeader::decode).filter_map(|h| {
+            let rt = h.kind == EventKind::RtSubscribe as u8 || h.kind == EventKind::RtPublish as u8;
+            let at = h.offset as usize;
+            let call = self.raw.data.get(at..at + 8)?;
+            rt.then(|| u64::from_le_bytes(call.try_into().expect("8 bytes")))
+        })
+    }
+
     /// `conn` is gone, with the peer's close code (1005 none, 1006 dropped).
     pub fn push_close(&mut self, conn: ConnectionId, code: u16, reason: &str) {
         self.push(conn, EventKind::Close, code, reason.as_bytes());

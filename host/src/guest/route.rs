@@ -11,6 +11,7 @@ use super::kv::KvStore;
 use super::kv_quota::{KvErrorReason, KvRefusals};
 use super::slot::GuestSlot;
 use super::{Batch, Command, Commands, Fault, Program, Runner};
+use crate::native::centrifugo::hook::RtCalls;
 use crate::native::proxy::FilterLinks;
 use crate::pubsub::Topics;
 use crate::reactor::outbound::Outbound;
@@ -75,6 +76,11 @@ pub struct GuestRoute {
     /// The route is a proxy route's filter: its connections' links, for
     /// forwards toward the upstream and settling (`native::proxy::filter`).
     pub(crate) filter_links: Option<Arc<FilterLinks>>,
+    /// The route is a real-time namespace's guest: where its verdicts go
+    /// (`native::centrifugo::hook`). Its batches carry only questions of
+    /// centrifugo connections; a failed batch answers them 100 and closes
+    /// nothing, and commands other than verdicts are ignored.
+    pub(crate) rt_calls: Option<Arc<RtCalls>>,
 }
 
 /// One client address's recent deadline trips.
@@ -107,7 +113,14 @@ impl GuestRoute {
             wakers: Mutex::default(),
             census: Default::default(),
             filter_links: None,
+            rt_calls: None,
         }
+    }
+
+    /// The route as a real-time namespace's guest.
+    pub fn with_rt_calls(mut self, calls: Arc<RtCalls>) -> Self {
+        self.rt_calls = Some(calls);
+        self
     }
 
     /// The route as a proxy route's filter.
@@ -240,6 +253,16 @@ impl GuestRoute {
             .call(worker, batch.len(), runner.last_call().0.as_micros() as u64);
         match result {
             Ok(commands) => self.apply(&commands, program.stats.shard(worker), worker, program),
+            Err(fault) if self.rt_calls.is_some() => {
+                // The connections asking are centrifugo clients: their
+                // questions are answered 100 below, they stay open.
+                program.stats.shard(worker).faults[stats::fault_cause(&fault)].add(1);
+                if matches!(fault, Fault::Deadline(_)) {
+                    self.deadline_trips.fetch_add(1, Ordering::Relaxed);
+                }
+                warn!(route = &*self.path, cause = %fault, questions = batch.rt_calls().count(),
+                    "a namespace guest failed a batch; instance replaced, its questions answered 100");
+            }
             Err(fault) => {
                 program.stats.shard(worker).faults[stats::fault_cause(&fault)].add(1);
                 // The instance is gone; the connections whose events it was
@@ -286,6 +309,10 @@ impl GuestRoute {
         if let Some(links) = &self.filter_links {
             links.settle(batch.proxy_messages());
         }
+        // A namespace guest's questions it did not answer fail.
+        if let Some(calls) = &self.rt_calls {
+            calls.settle(batch.rt_calls());
+        }
     }
 
     /// The queue of `conn` if it is open on this route.
@@ -319,6 +346,18 @@ impl GuestRoute {
             }
         };
         for command in commands.iter() {
+            if let Some(calls) = &self.rt_calls {
+                match command {
+                    Command::RtSubscribeVerdict { call, code, .. } => {
+                        calls.answer_subscribe(call, code)
+                    }
+                    Command::RtPublishVerdict { call, verdict, .. } => {
+                        calls.answer_publish(call, verdict)
+                    }
+                    _ => {}
+                }
+                continue;
+            }
             // A filter's forward toward the client is a send.
             let command = match command {
                 Command::Forward {
@@ -421,6 +460,10 @@ impl GuestRoute {
                         self.kv_refused(worker, key, reason);
                     }
                 }
+                Command::RtSubscribeVerdict { .. } | Command::RtPublishVerdict { .. } => warn!(
+                    route = &*self.path,
+                    "a real-time verdict on a route that is not a namespace guest; ignored"
+                ),
                 Command::Forward {
                     conn,
                     direction,

@@ -466,6 +466,14 @@ impl GuestSlot {
             .push_proxy_message(conn, direction, text, payload);
     }
 
+    /// A question for a real-time namespace's guest
+    /// (`native::centrifugo::hook`); the worker runs it at its next turn.
+    pub(crate) fn rt_question(&self, conn: u64, kind: weir_abi::EventKind, bytes: &[u8]) {
+        self.batch_for(bytes.len())
+            .push_rt_question(conn, kind, bytes);
+        self.wake();
+    }
+
     /// Events were queued: the worker runs the guest once the other ready
     /// connections had their turn.
     pub(crate) fn wake(&self) {

@@ -167,7 +167,8 @@ impl Subscription {
             .is_ok()
     }
 
-    fn fail(&self) {
+    /// Refused (by the core, or by a namespace's guest before it).
+    pub(crate) fn fail(&self) {
         let _ = self
             .0
             .compare_exchange(PENDING, FAILED, Ordering::AcqRel, Ordering::Acquire);

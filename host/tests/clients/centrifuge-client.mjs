@@ -640,9 +640,99 @@ async function subRefresh() {
   return seen;
 }
 
+/**
+ * The code a subscribe ends with: the refusal that unsubscribes it, or the
+ * error of a subscribe the client would retry; the subscription is removed
+ * either way.
+ */
+async function subscribeError(c, channel) {
+  const sub = c.newSubscription(channel);
+  const ended = new Promise((resolve) => {
+    sub.on('unsubscribed', (ctx) => resolve(ctx.code));
+    sub.on('error', (ctx) => resolve(ctx.error.code));
+    sub.on('subscribed', () => resolve('subscribed'));
+  });
+  sub.subscribe();
+  const code = await Promise.race([ended, sleep(STEP_MS).then(() => 'timed out')]);
+  sub.unsubscribe();
+  c.removeSubscription(sub);
+  return code;
+}
+
+/**
+ * Namespaces with a guest (host/tests/rt_hooks.rs): `chat` runs the
+ * moderate example (secret channels refused 103, vip ones 4403; "darn"
+ * rewritten, "spam" dropped with 103, "!broken" replaced by non-JSON),
+ * `faulty` the faulty fixture (trap and loop on demand, 300 ms deadline).
+ * A server API publication is not filtered. The connections never drop.
+ */
+async function hooks() {
+  const [api, apiKey] = process.argv.slice(5);
+  const alice = client({ token: token({ sub: 'alice', exp: now() + 600, info: { name: 'A' } }) });
+  const bob = client({ token: token({ sub: 'bob', exp: now() + 600 }) });
+  alice.connect();
+  bob.connect();
+  await Promise.all([once(alice, 'connected'), once(bob, 'connected')]);
+
+  const refused = await subscribeError(alice, 'chat:secret-plans');
+  assert.equal(refused, 103, 'the guest refuses chat:secret*');
+  const vip = await subscribeError(alice, 'chat:vip-lounge');
+  assert.equal(vip, 4403, 'the guest picks its own code');
+
+  const subA = alice.newSubscription('chat:room');
+  subA.subscribe();
+  await once(subA, 'subscribed');
+  const subB = bob.newSubscription('chat:room');
+  const got = [];
+  subB.on('publication', (ctx) => got.push(ctx.data));
+  subB.subscribe();
+  await once(subB, 'subscribed');
+
+  await subA.publish({ text: 'oh darn' });
+  await assert.rejects(subA.publish({ text: 'buy spam' }), (e) => e.code === 103);
+  await assert.rejects(subA.publish({ text: '!broken' }), (e) => e.code === 100);
+  await subA.publish({ text: 'after' });
+  const viaApi = await apiCall(api, apiKey, 'publish', {
+    channel: 'chat:room',
+    data: { text: 'api spam' },
+  });
+  assert.ok(!viaApi.error, JSON.stringify(viaApi));
+  await until(() => got.length === 3, 'bob gets what the guest passed, and the API publication');
+  await sleep(200);
+  assert.deepEqual(got, [{ text: 'oh d**n' }, { text: 'after' }, { text: 'api spam' }]);
+  const history = await subA.history({ limit: 10 });
+  const kept = history.publications.map((p) => p.data);
+  assert.deepEqual(kept, got, 'history holds what was published, rewritten');
+
+  // A guest that traps or runs past its deadline: error 100, and the
+  // connection carries on.
+  const trap = await subscribeError(alice, 'faulty:trap');
+  assert.equal(trap, 100, 'a trapping guest refuses with 100');
+  const loop = await subscribeError(alice, 'faulty:loop');
+  assert.equal(loop, 100, 'a guest past its deadline refuses with 100');
+  const fine = alice.newSubscription('faulty:ok');
+  const fineGot = [];
+  fine.on('publication', (ctx) => fineGot.push(ctx.data));
+  fine.subscribe();
+  await once(fine, 'subscribed');
+  await assert.rejects(fine.publish({ text: 'trap' }), (e) => e.code === 100);
+  await assert.rejects(fine.publish({ text: 'loop' }), (e) => e.code === 100);
+  await fine.publish({ text: 'ok' });
+  await until(() => fineGot.length === 1, 'the publication after the faults arrives');
+  assert.deepEqual(fineGot, [{ text: 'ok' }]);
+  assert.equal(alice.state, 'connected');
+  const sockets = alice.sockets.length;
+  assert.equal(sockets, 1, 'the connection was never dropped');
+
+  alice.disconnect();
+  bob.disconnect();
+  return { received: got, refused, vip, trap, loop, sockets };
+}
+
 const scenarios = {
   subRefresh,
   userCommands,
+  hooks,
   basics,
   jwks,
   badTokens,

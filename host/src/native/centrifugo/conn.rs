@@ -5,6 +5,7 @@
 //! ping every `ping_interval` answered within `pong_timeout`, and the
 //! token's expiry unless the client refreshes it.
 
+use super::hook::{Question, RtAnswer, WorkerHooks};
 use super::protocol::{self as p, Command, Disconnect, ErrorReply};
 use super::token::{unix_now, TokenError};
 use super::{CentrifugoRoute, SERVER_VERSION};
@@ -21,6 +22,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use std::collections::HashMap;
 use std::future::Future;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -97,10 +99,12 @@ pub struct Centrifugo {
     pending: Arc<Pending>,
     /// The server API's commands for this connection (`realtime::clients`).
     inbox: Arc<Inbox>,
+    /// The route's namespace guests on this worker.
+    hooks: Rc<WorkerHooks>,
 }
 
 impl Centrifugo {
-    pub fn new(route: Arc<CentrifugoRoute>) -> Centrifugo {
+    pub fn new(route: Arc<CentrifugoRoute>, hooks: Rc<WorkerHooks>) -> Centrifugo {
         let now = Instant::now();
         let next_ping = now + route.config.ping_interval;
         Centrifugo {
@@ -117,6 +121,7 @@ impl Centrifugo {
             pong_due: None,
             pending: Arc::default(),
             inbox: Arc::default(),
+            hooks,
         }
     }
 
@@ -181,6 +186,47 @@ impl Centrifugo {
                     pending.done.notify_one();
                 });
             }
+        }
+    }
+
+    /// Runs a call that waits on a namespace guest's verdict (and then,
+    /// maybe, on the core), as [`answer`](Self::answer) runs a call on
+    /// Redis: spawned (on the core's runtime with `[cluster]`, on this
+    /// worker's otherwise), counted among the connection's
+    /// [`MAX_PENDING_CALLS`], its reply written in a frame of its own.
+    /// The worker thread never waits for the guest.
+    fn answer_later<T: Send + 'static>(
+        &mut self,
+        call: impl Future<Output = T> + Send + 'static,
+        write: impl FnOnce(&mut Vec<u8>, T) + Send + 'static,
+    ) {
+        let outbound = self.outbound().clone();
+        let pending = self.pending.clone();
+        pending.count.fetch_add(1, Ordering::AcqRel);
+        let task = async move {
+            let done = call.await;
+            let mut line = Vec::new();
+            write(&mut line, done);
+            if !line.is_empty() {
+                outbound.send_frames(&encode::frame(OpCode::Text, &line));
+            }
+            pending.count.fetch_sub(1, Ordering::AcqRel);
+            pending.done.notify_one();
+        };
+        match self.route.realtime.runtime() {
+            Some(runtime) => drop(runtime.spawn(task)),
+            None => drop(tokio::spawn(task)),
+        }
+    }
+
+    /// The question about `channel` for its namespace's guest.
+    fn question<'a>(&'a self, channel: &'a str) -> Question<'a> {
+        let s = self.session.as_ref().expect("connected");
+        Question {
+            channel,
+            client: &s.client,
+            user: &s.user,
+            info: s.conn_info.as_deref().unwrap_or_default(),
         }
     }
 
@@ -454,6 +500,12 @@ impl Centrifugo {
         let recoverable = req.recoverable || options.allow_recovery && req.recover;
         let recoverable = recoverable && (options.allow_recovery || options.force_recovery);
         self.flush();
+        // The namespace's guest, if it has one, is asked first; the join
+        // runs once it allows.
+        let verdict = self
+            .hooks
+            .of(channel)
+            .map(|hook| hook.ask(self.id, self.question(channel), None));
         let call = self.join(
             channel,
             member,
@@ -494,9 +546,30 @@ impl Centrifugo {
         if let Some(sub) = self.session.as_mut().and_then(|s| s.subs.get_mut(channel)) {
             sub.expires = ttl.map(|s| Instant::now() + Duration::from_secs(s) + grace);
         }
-        self.answer(call, move |line, joined| {
+        let Some(verdict) = verdict else {
+            return self.answer(call, move |line, joined| {
+                if let Err(e) = joined {
+                    p::write_error(line, id, core_error(e));
+                }
+            });
+        };
+        let state = self.session.as_ref().expect("connected").subs[channel]
+            .state
+            .clone();
+        let call = async move {
+            match verdict.await.unwrap_or(RtAnswer::Failed) {
+                RtAnswer::Allow => call.await.map_err(core_error),
+                answer => {
+                    // Refused before the core saw it: the channel may be
+                    // subscribed again.
+                    state.fail();
+                    Err(refusal(answer))
+                }
+            }
+        };
+        self.answer_later(call, move |line, joined| {
             if let Err(e) = joined {
-                p::write_error(line, id, core_error(e));
+                p::write_error(line, id, e);
             }
         });
     }
@@ -593,14 +666,39 @@ impl Centrifugo {
             return self.error(id, p::LIMIT_EXCEEDED);
         }
         let info = member.unwrap_or_else(|| self.member(None));
-        let call =
-            self.route
-                .realtime
-                .clone()
-                .publish(req.channel, Bytes::from(data), Some(info), None);
-        self.answer(call, move |line, published| match published {
+        let realtime = self.route.realtime.clone();
+        let Some(hook) = self.hooks.of(&req.channel) else {
+            let call = realtime.publish(req.channel, Bytes::from(data), Some(info), None);
+            return self.answer(call, move |line, published| match published {
+                Ok(_) => p::write_reply(line, id, "publish", |o| o.extend_from_slice(b"{}")),
+                Err(e) => p::write_error(line, id, core_error(e)),
+            });
+        };
+        // Only what the namespace's guest passes is published.
+        let verdict = hook.ask(self.id, self.question(&req.channel), Some(&data));
+        let max = self.route.config.max_publication_bytes;
+        let call = async move {
+            let data = match verdict.await.unwrap_or(RtAnswer::Failed) {
+                RtAnswer::Pass => Bytes::from(data),
+                RtAnswer::Replace(new) if is_json(&new) && new.len() <= max => new,
+                RtAnswer::Replace(_) => {
+                    tracing::warn!(
+                        channel = %req.channel,
+                        "a namespace guest replaced a publication with bytes that are not \
+                         JSON or over max_publication_bytes; refused"
+                    );
+                    return Err(p::INTERNAL);
+                }
+                answer => return Err(refusal(answer)),
+            };
+            realtime
+                .publish(req.channel, data, Some(info), None)
+                .await
+                .map_err(core_error)
+        };
+        self.answer_later(call, move |line, published| match published {
             Ok(_) => p::write_reply(line, id, "publish", |o| o.extend_from_slice(b"{}")),
-            Err(e) => p::write_error(line, id, core_error(e)),
+            Err(e) => p::write_error(line, id, e),
         });
     }
 
@@ -873,6 +971,30 @@ fn client_id() -> String {
         &hex[16..20],
         &hex[20..32]
     )
+}
+
+/// A namespace guest's refusal (or failure) as the client's error: 103 is
+/// permission denied, 100 a guest that failed or did not answer, any
+/// other code the guest's own (Centrifugo's range for applications is 400
+/// and up).
+fn refusal(answer: RtAnswer) -> ErrorReply {
+    match answer {
+        RtAnswer::Refuse(code) | RtAnswer::Drop(code) => match code {
+            0 | 103 => p::PERMISSION_DENIED,
+            100 => p::INTERNAL,
+            code => ErrorReply {
+                code: code.into(),
+                message: "refused by the namespace's guest",
+            },
+        },
+        _ => p::INTERNAL,
+    }
+}
+
+/// Whether `bytes` are one JSON value (a replacement publication must be,
+/// for the JSON protocol).
+fn is_json(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
 }
 
 /// A channel name the namespaces refuse.

@@ -6,9 +6,11 @@
 //! the core owns channels, positions, history, presence and delivery.
 //!
 //! [`protocol`] holds the wire types and codes, [`token`] the JWT check,
-//! [`conn`] one connection's behaviour.
+//! [`conn`] one connection's behaviour, [`hook`] the namespaces' guests
+//! (subscribe authorisation and publication filtering).
 
 pub mod conn;
+pub mod hook;
 pub mod protocol;
 pub mod token;
 
@@ -36,6 +38,8 @@ pub struct CentrifugoRoute {
     pub topics: Arc<Topics>,
     /// Replaced by a reload (the secret and the JWKS file are read again).
     pub verifier: arc_swap::ArcSwap<Verifier>,
+    /// The guests of namespaces that name one, by namespace (`hook`).
+    pub hooks: std::collections::HashMap<String, hook::NamespaceHook>,
 }
 
 impl CentrifugoRoute {
@@ -52,7 +56,17 @@ impl CentrifugoRoute {
             realtime: realtime.clone(),
             topics: topics.clone(),
             verifier: arc_swap::ArcSwap::from_pointee(verifier),
+            hooks: Default::default(),
         })
+    }
+
+    /// The route with its namespaces' guests.
+    pub fn with_hooks(
+        mut self,
+        hooks: std::collections::HashMap<String, hook::NamespaceHook>,
+    ) -> Self {
+        self.hooks = hooks;
+        self
     }
 }
 
@@ -100,8 +114,11 @@ pub fn verifier(config: &CentrifugoConfig) -> Result<Verifier, String> {
 pub struct CentrifugoKind(pub Arc<CentrifugoRoute>);
 
 impl RouteKind for CentrifugoKind {
-    fn on_worker(&self, _: &WorkerSetup) -> Rc<dyn WorkerRoute> {
-        Rc::new(CentrifugoKind(self.0.clone()))
+    fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute> {
+        Rc::new(CentrifugoWorker {
+            hooks: Rc::new(hook::WorkerHooks::on_worker(&self.0, worker)),
+            route: self.0.clone(),
+        })
     }
 
     /// A reload reads the token keys again (a rotated JWKS file, a new
@@ -117,9 +134,15 @@ impl RouteKind for CentrifugoKind {
     }
 }
 
-impl WorkerRoute for CentrifugoKind {
+/// A centrifugo route on one worker: with its namespaces' guests' slots.
+struct CentrifugoWorker {
+    route: Arc<CentrifugoRoute>,
+    hooks: Rc<hook::WorkerHooks>,
+}
+
+impl WorkerRoute for CentrifugoWorker {
     fn upgrade<'a>(&'a self, _: Upgrade<'a>) -> LocalFuture<'a, Result<Accepted, Refusal>> {
-        let conn = conn::Centrifugo::new(self.0.clone());
+        let conn = conn::Centrifugo::new(self.route.clone(), self.hooks.clone());
         Box::pin(std::future::ready(Ok(Accepted::with(conn))))
     }
 }
