@@ -37,6 +37,14 @@ pub enum EventKind {
     /// Packed layout only, like the proxy kinds: a guest that does not know
     /// it skips it.
     KvError = 9,
+    /// The answer to a `history-read` (code: 0 or a
+    /// [`crate::io::ReadErrorReason`], bytes: [`crate::io`]). Packed layout
+    /// only, like kv-error.
+    History = 10,
+    /// The answer to a `presence-read` (code: 0 or a
+    /// [`crate::io::ReadErrorReason`], bytes: [`crate::io`]). Packed layout
+    /// only.
+    Presence = 11,
 }
 
 /// Which way a proxied message travels: byte 9 of a proxy event and of a
@@ -76,6 +84,8 @@ impl EventKind {
             7 => EventKind::ProxyText,
             8 => EventKind::ProxyBinary,
             9 => EventKind::KvError,
+            10 => EventKind::History,
+            11 => EventKind::Presence,
             _ => return None,
         })
     }
@@ -111,6 +121,12 @@ pub enum CommandKind {
     /// 0.4.0, proxy filters: pass a binary message on; byte 9 is its
     /// [`Direction`].
     ForwardBinary = 14,
+    /// Guest routes with `realtime = true`: read a channel's history
+    /// (meta: tag, limit, reverse, channel). Packed layout only.
+    HistoryRead = 15,
+    /// Guest routes with `realtime = true`: read a channel's presence
+    /// (meta: tag, channel). Packed layout only.
+    PresenceRead = 16,
 }
 
 /// The last command kind of weir:gateway 0.3.0: a guest built for 0.3.0
@@ -136,6 +152,8 @@ impl CommandKind {
             12 => CommandKind::KvDelete,
             13 => CommandKind::ForwardText,
             14 => CommandKind::ForwardBinary,
+            15 => CommandKind::HistoryRead,
+            16 => CommandKind::PresenceRead,
             _ => return None,
         })
     }

@@ -168,6 +168,18 @@ fn event_json(e: Event<'_>) -> Value {
                     "direction": direction, "payload_hex": hex(payload)}),
             }
         }
+        Event::History { conn, tag, result } => match result {
+            Ok(h) => json!({"kind": "history", "conn": conn, "tag": tag, "offset": h.offset,
+                "epoch": h.epoch,
+                "publications": h.publications.map(|(o, d)| json!([o, d])).collect::<Vec<_>>()}),
+            Err(code) => json!({"kind": "history", "conn": conn, "tag": tag, "error": code}),
+        },
+        Event::Presence { conn, tag, result } => match result {
+            Ok(members) => json!({"kind": "presence", "conn": conn, "tag": tag,
+                "members": members.map(|m| json!({"client": m.client, "user": m.user,
+                    "conn_info": m.conn_info})).collect::<Vec<_>>()}),
+            Err(code) => json!({"kind": "presence", "conn": conn, "tag": tag, "error": code}),
+        },
     }
 }
 
@@ -239,6 +251,17 @@ fn command_json(c: Command<'_>) -> Value {
             let kind = if t { "forward-text" } else { "forward-binary" };
             json!({"kind": kind, "conn": conn, "direction": direction as u8, key: value})
         }
+        Command::HistoryRead {
+            conn,
+            tag,
+            limit,
+            reverse,
+            channel,
+        } => json!({"kind": "history-read", "conn": conn, "tag": tag, "limit": limit,
+            "reverse": reverse, "channel": channel}),
+        Command::PresenceRead { conn, tag, channel } => {
+            json!({"kind": "presence-read", "conn": conn, "tag": tag, "channel": channel})
+        }
     }
 }
 
@@ -301,6 +324,7 @@ fn command_answers_match_the_vectors() {
         "ReasonNotUtf8",
         "EmptyTopic",
         "TopicNotUtf8",
+        "MetaMalformed",
     ] {
         assert!(seen.iter().any(|s| s == variant), "no vector for {variant}");
     }

@@ -9,6 +9,7 @@ use super::deploy::Versions;
 use super::io::RouteIo;
 use super::kv::KvStore;
 use super::kv_quota::{KvErrorReason, KvRefusals};
+use super::realtime::GuestRealtime;
 use super::slot::GuestSlot;
 use super::{Batch, Command, Commands, Fault, Program, Runner};
 use crate::native::proxy::FilterLinks;
@@ -75,6 +76,9 @@ pub struct GuestRoute {
     /// The route is a proxy route's filter: its connections' links, for
     /// forwards toward the upstream and settling (`native::proxy::filter`).
     pub(crate) filter_links: Option<Arc<FilterLinks>>,
+    /// `realtime = true`: the route's topics are the real-time core's
+    /// channels (`guest::realtime`).
+    pub(crate) realtime: Option<Arc<GuestRealtime>>,
 }
 
 /// One client address's recent deadline trips.
@@ -107,7 +111,19 @@ impl GuestRoute {
             wakers: Mutex::default(),
             census: Default::default(),
             filter_links: None,
+            realtime: None,
         }
+    }
+
+    /// The route with its topics the real-time core's channels.
+    pub fn with_realtime(mut self, realtime: Option<Arc<GuestRealtime>>) -> Self {
+        self.realtime = realtime;
+        self
+    }
+
+    /// The route's side of the real-time core, if it is `realtime = true`.
+    pub fn realtime(&self) -> Option<&Arc<GuestRealtime>> {
+        self.realtime.as_ref()
     }
 
     /// The route as a proxy route's filter.
@@ -306,6 +322,8 @@ impl GuestRoute {
         program: &Program,
     ) {
         let (mut messages, mut bytes) = (0, 0);
+        // A realtime route's publishes, handed to the core in order at the end.
+        let mut rt_publishes = Vec::new();
         let mut pending: Option<u64> = None;
         let mut frames = Vec::new();
         let flush = |pending: &mut Option<u64>, frames: &mut Vec<u8>| {
@@ -364,10 +382,24 @@ impl GuestRoute {
                 } => {
                     messages += 1;
                     bytes += payload.len() as u64;
+                    if self.realtime.is_some() {
+                        // The core delivers to every subscriber (`exclude`
+                        // has no meaning for a channel's publication).
+                        let payload = Bytes::copy_from_slice(payload);
+                        rt_publishes.push((topic.to_string(), text, payload));
+                        continue;
+                    }
                     let frame = Bytes::from(encode::frame(message_opcode(text), payload));
                     self.topics.publish(topic, &frame, exclude);
                 }
                 Command::Subscribe { conn, topic } => {
+                    if self
+                        .realtime
+                        .as_ref()
+                        .is_some_and(|rt| !rt.may_subscribe(topic))
+                    {
+                        continue;
+                    }
                     if let Some(out) = self.registry.subscribe(conn, self.index, topic) {
                         self.topics.subscribe(topic, conn, out);
                     }
@@ -421,6 +453,36 @@ impl GuestRoute {
                         self.kv_refused(worker, key, reason);
                     }
                 }
+                Command::HistoryRead {
+                    conn,
+                    tag,
+                    limit,
+                    reverse,
+                    channel,
+                } => {
+                    if conn == 0 || self.lookup(conn).is_some() {
+                        match &self.realtime {
+                            Some(rt) => {
+                                rt.history(&self.io, worker, conn, tag, channel, limit, reverse)
+                            }
+                            None => self.io.deliver_event(
+                                worker,
+                                super::realtime::not_realtime(conn, tag, false),
+                            ),
+                        }
+                    }
+                }
+                Command::PresenceRead { conn, tag, channel } => {
+                    if conn == 0 || self.lookup(conn).is_some() {
+                        match &self.realtime {
+                            Some(rt) => rt.presence(&self.io, worker, conn, tag, channel),
+                            None => self.io.deliver_event(
+                                worker,
+                                super::realtime::not_realtime(conn, tag, true),
+                            ),
+                        }
+                    }
+                }
                 Command::Forward {
                     conn,
                     direction,
@@ -441,6 +503,9 @@ impl GuestRoute {
             }
         }
         flush(&mut pending, &mut frames);
+        if let (Some(rt), false) = (&self.realtime, rt_publishes.is_empty()) {
+            rt.publish(rt_publishes);
+        }
         counters.messages_out.add(messages);
         counters.bytes_out.add(bytes);
     }
