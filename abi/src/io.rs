@@ -496,7 +496,7 @@ mod tests {
         assert_eq!(split_presence_read(&m[..8]), None);
 
         let mut b = Vec::new();
-        encode_history(&mut b, 7, 12, "ep", [(11, &b"\"a\""[..]), (12, b"{}")]);
+        encode_history(&mut b, 7, 12, "ep", [(11, &b"\"a\""[..]), (12, &b"{}"[..])]);
         let (tag, answer) = split_history(0, &b).unwrap();
         let answer = answer.unwrap();
         assert_eq!((tag, answer.offset, answer.epoch), (7, 12, "ep"));
@@ -511,7 +511,7 @@ mod tests {
         encode_presence(
             &mut b,
             5,
-            [("c1", "u1", &b"{\"n\":1}"[..]), ("c2", "", b"")],
+            [("c1", "u1", &b"{\"n\":1}"[..]), ("c2", "", &b""[..])],
         );
         let (tag, members) = split_presence(0, &b).unwrap();
         assert_eq!(tag, 5);

@@ -298,7 +298,7 @@ impl Snapshot {
             );
         }
         type Figure = fn(&GuestRouteStats) -> u64;
-        let per_route: [(&str, &str, Figure); 4] = [
+        let per_route: [(&str, &str, Figure); 5] = [
             (
                 "weir_guest_log_dropped_lines_total",
                 "Guest log lines dropped for being over the route's log_rate or log_bytes.",

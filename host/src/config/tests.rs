@@ -138,6 +138,7 @@ native = "relay"
             outbound: Box::default(),
             kv: None,
             kv_quota: KvQuota::default(),
+            realtime: false,
         })
     );
     assert_eq!(chat.limits.idle_timeout, Duration::from_secs(30));

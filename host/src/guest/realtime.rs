@@ -12,7 +12,7 @@
 
 use super::io::{IoEvent, RouteIo};
 use super::ConnectionId;
-use crate::realtime::{namespace::ChannelNameError, StreamPosition};
+use crate::realtime::StreamPosition;
 use crate::realtime::{ClientInfo, HistoryQuery, Publication, Realtime, RealtimeError};
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -273,11 +273,7 @@ pub fn not_realtime(conn: ConnectionId, tag: u64, presence: bool) -> IoEvent {
 /// feature answers).
 fn read_error(e: RealtimeError, off: ReadErrorReason) -> ReadErrorReason {
     match e {
-        RealtimeError::ChannelName(
-            ChannelNameError::Empty
-            | ChannelNameError::TooLong
-            | ChannelNameError::UnknownNamespace,
-        ) => ReadErrorReason::BadChannel,
+        RealtimeError::ChannelName(_) => ReadErrorReason::BadChannel,
         RealtimeError::NotAvailable => off,
         RealtimeError::Unavailable | RealtimeError::History(_) | RealtimeError::Presence(_) => {
             ReadErrorReason::Unavailable
