@@ -636,9 +636,15 @@ mod tests {
 
     #[test]
     fn unknown_kinds_are_refused() {
-        let e = parse(&[cmd(15, 1, 0, (0, 0), (0, 0))], &[]).unwrap_err();
-        assert_eq!(e, AbiError::UnknownKind { index: 0, kind: 15 });
-        assert!(e.to_string().contains("unknown kind 15"), "{e}");
+        let e = parse(&[cmd(255, 1, 0, (0, 0), (0, 0))], &[]).unwrap_err();
+        assert_eq!(
+            e,
+            AbiError::UnknownKind {
+                index: 0,
+                kind: 255
+            }
+        );
+        assert!(e.to_string().contains("unknown kind 255"), "{e}");
     }
 
     /// A forward's byte 9 is its direction (0 or 1, nothing else), and a

@@ -377,12 +377,14 @@ mod tests {
             EventKind::ProxyText,
             EventKind::ProxyBinary,
             EventKind::KvError,
+            EventKind::History,
+            EventKind::Presence,
         ];
         for (i, k) in events.into_iter().enumerate() {
             assert_eq!(k as u8, i as u8);
             assert_eq!(EventKind::from_byte(i as u8), Some(k));
         }
-        assert_eq!(EventKind::from_byte(10), None);
+        assert_eq!(EventKind::from_byte(12), None);
         let commands = [
             CommandKind::SendText,
             CommandKind::SendBinary,
@@ -399,12 +401,14 @@ mod tests {
             CommandKind::KvDelete,
             CommandKind::ForwardText,
             CommandKind::ForwardBinary,
+            CommandKind::HistoryRead,
+            CommandKind::PresenceRead,
         ];
         for (i, k) in commands.into_iter().enumerate() {
             assert_eq!(k as u8, i as u8);
             assert_eq!(CommandKind::from_byte(i as u8), Some(k));
         }
-        assert_eq!(CommandKind::from_byte(15), None);
+        assert_eq!(CommandKind::from_byte(17), None);
     }
 
     #[test]

@@ -143,6 +143,8 @@ def events():
              [event_header(5, 200, 0, 0, 2), event_header(5, EVENT["binary"], 0, 0, 2, reserved=1)],
              b"ab", pack_event,
              events=[{"kind": "binary", "conn": 5, "payload_hex": "6162"}]),
+    ]
+    realtime_valid = [
         case("realtime-reads",
              "history and presence answers (packed-only kinds 10 and 11): "
              "code 0 with the position and publications or the members, or "
@@ -178,6 +180,8 @@ def events():
         case("reason-not-utf8", "a close event whose reason is not UTF-8",
              [event_header(1, EVENT["close"], 1000, 0, 1)], bytes([0xff]), pack_event,
              error="ReasonNotUtf8", index=0),
+    ]
+    realtime_invalid = [
         case("history-truncated",
              "a history answer whose publication claims more bytes than it has",
              [event_header(1, EVENT["history"], 0, 0, 34)],
@@ -186,8 +190,10 @@ def events():
     ]
     invalid[0]["headers_hex"] = "00" * 19
     del invalid[0]["headers"]  # not whole headers: nothing to decode
-    return {"about": "event batches, host to guest; see README.md",
-            "valid": valid, "invalid": invalid}
+    return ({"about": "event batches, host to guest; see README.md",
+             "valid": valid, "invalid": invalid},
+            {"about": "history and presence answers of realtime guest routes; see README.md",
+             "valid": realtime_valid, "invalid": realtime_invalid})
 
 
 def commands():
@@ -247,6 +253,8 @@ def commands():
                  {"kind": "publish-text", "topic": "ab", "text": "abcd", "exclude": None},
              ]),
         case("empty", "an answer with no commands", [], b"", pack_command, commands=[]),
+    ]
+    realtime_valid = [
         case("realtime-reads",
              "history-read (meta: tag, limit u32, reverse u8, channel) and "
              "presence-read (meta: tag, channel), packed-only kinds 15 and 16",
@@ -276,11 +284,7 @@ def commands():
              b"abcd", pack_command, error="RangeOutOfBounds", index=0),
         case("unknown-kind", "kind 255 (weir:gateway 0.4.0 defines 0 to 16)",
              [command_header(1, 255)], b"", pack_command, error="UnknownKind", index=0),
-        case("history-read-malformed",
-             "a history-read whose reverse byte is 2 (0 or 1 only)",
-             [command_header(1, COMMAND["history-read"], topic=(0, 14))],
-             struct.pack("<QIB", 1, 10, 2) + b"c", pack_command,
-             error="MetaMalformed", index=0),
+
         case("text-not-utf8", "send-text of 0xff 0xfe",
              [command_header(1, COMMAND["send-text"], payload=(0, 2))], bytes([0xff, 0xfe]),
              pack_command, error="TextNotUtf8", index=0),
@@ -304,8 +308,22 @@ def commands():
     invalid[0]["headers_hex"] = pack_command(ok).hex() + "00"
     invalid[0]["data_hex"] = "78"
     del invalid[0]["headers"]  # not whole headers: nothing to decode
-    return {"about": "guest answers, guest to host; see README.md",
-            "valid": valid, "invalid": invalid}
+    realtime_invalid = [
+        case("history-read-malformed",
+             "a history-read whose reverse byte is 2 (0 or 1 only)",
+             [command_header(1, COMMAND["history-read"], topic=(0, 14))],
+             struct.pack("<QIB", 1, 10, 2) + b"c", pack_command,
+             error="MetaMalformed", index=0),
+        case("presence-read-no-channel",
+             "a presence-read whose meta is the tag alone",
+             [command_header(1, COMMAND["presence-read"], topic=(0, 8))],
+             struct.pack("<Q", 1), pack_command,
+             error="MetaMalformed", index=0),
+    ]
+    return ({"about": "guest answers, guest to host; see README.md",
+             "valid": valid, "invalid": invalid},
+            {"about": "history-read and presence-read of realtime guest routes; see README.md",
+             "valid": realtime_valid, "invalid": realtime_invalid})
 
 
 def write(name, doc):
@@ -315,5 +333,9 @@ def write(name, doc):
 
 
 if __name__ == "__main__":
-    write("events.json", events())
-    write("commands.json", commands())
+    events_doc, realtime_events = events()
+    commands_doc, realtime_commands = commands()
+    write("events.json", events_doc)
+    write("commands.json", commands_doc)
+    write("realtime-events.json", realtime_events)
+    write("realtime-commands.json", realtime_commands)
