@@ -312,7 +312,7 @@ async fn refusals_are_counted_or_answered() {
         "published"
     );
     assert_eq!(ask(&mut ws, "pub nowhere:room {}").await, "published");
-    assert_eq!(metric(gw.addr, refused).await, 3);
+    await_metric(gw.addr, refused, 3).await;
     // Nothing was published: the next message is the answer to the read,
     // and the channel has no history.
     let read = ask_json(&mut ws, "history chat:refusals 10").await;

@@ -33,8 +33,8 @@ pub const HISTORY_READ_MAX_PUBLICATIONS: usize =
 /// Members one presence read returns at most (the first ones the core
 /// lists): one answer stays bounded in a channel of any size.
 pub const PRESENCE_READ_MAX_MEMBERS: usize = 1000;
-/// Batches of publishes of one route waiting on Redis at once (with
-/// `[cluster]`); past it a batch's publishes are refused and counted.
+/// Runs of publishes of one route waiting on Redis at once (with
+/// `[cluster]`); past it a run's publishes are refused and counted.
 pub const MAX_PUBLISH_BATCHES_PENDING: usize = 1024;
 /// Refusals logged one by one before only every [`LOG_EVERY`]th is.
 const LOG_FIRST: u64 = 16;
@@ -98,8 +98,8 @@ impl GuestRealtime {
         }
     }
 
-    /// Publishes a batch's publications (channel, text, payload) through
-    /// the core, in order: at once on one node, on the core's runtime with
+    /// Publishes a run of a batch's publications (channel, text, payload)
+    /// through the core, in order: at once on one node, on the core's runtime with
     /// `[cluster]`. Only text that is JSON is published (the core's
     /// publications are JSON, as a centrifugo client reads them).
     pub fn publish(self: &Arc<Self>, publishes: Vec<(String, bool, Bytes)>) {

@@ -322,7 +322,8 @@ impl GuestRoute {
         program: &Program,
     ) {
         let (mut messages, mut bytes) = (0, 0);
-        // A realtime route's publishes, handed to the core in order at the end.
+        // A realtime route's consecutive publishes, handed to the core
+        // together (in order) before the next other command.
         let mut rt_publishes = Vec::new();
         let mut pending: Option<u64> = None;
         let mut frames = Vec::new();
@@ -337,6 +338,11 @@ impl GuestRoute {
             }
         };
         for command in commands.iter() {
+            if let Some(rt) = &self.realtime {
+                if !matches!(command, Command::Publish { .. }) && !rt_publishes.is_empty() {
+                    rt.publish(std::mem::take(&mut rt_publishes));
+                }
+            }
             // A filter's forward toward the client is a send.
             let command = match command {
                 Command::Forward {
