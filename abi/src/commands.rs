@@ -101,6 +101,23 @@ pub enum Command<'a> {
         call: u64,
         verdict: RtVerdict<'a>,
     },
+    /// A `realtime = true` route: read up to `limit` publications of
+    /// `channel` (newest first when `reverse`); the answer (a history event
+    /// with `tag`) goes to `conn`, or to the route when 0.
+    HistoryRead {
+        conn: ConnectionId,
+        tag: u64,
+        limit: u32,
+        reverse: bool,
+        channel: &'a str,
+    },
+    /// A `realtime = true` route: read `channel`'s presence; the answer (a
+    /// presence event with `tag`) goes to `conn`, or to the route when 0.
+    PresenceRead {
+        conn: ConnectionId,
+        tag: u64,
+        channel: &'a str,
+    },
 }
 
 /// A guest's answer whose every command header passed [`parse_commands`].
@@ -180,6 +197,8 @@ fn check(index: usize, c: &CommandHeader, data: &[u8]) -> Result<CommandKind, Ab
         CommandKind::KvSet => topic.len() > 8,
         CommandKind::KvDelete => !topic.is_empty(),
         CommandKind::RtSubscribeVerdict | CommandKind::RtPublishVerdict => topic.len() == 8,
+        CommandKind::HistoryRead => crate::io::split_history_read(topic).is_some(),
+        CommandKind::PresenceRead => crate::io::split_presence_read(topic).is_some(),
         _ => true,
     };
     if !meta_ok {
@@ -367,6 +386,20 @@ impl<'a> CommandIter<'a> {
                             RT_REPLACE => RtVerdict::Replace(payload),
                             _ => RtVerdict::Drop(c.code),
                         },
+                    },
+                    CommandKind::HistoryRead => match crate::io::split_history_read(meta) {
+                        Some((tag, limit, reverse, channel)) => Command::HistoryRead {
+                            conn,
+                            tag,
+                            limit,
+                            reverse,
+                            channel,
+                        },
+                        None => unreachable!("checked by parse_commands"),
+                    },
+                    CommandKind::PresenceRead => match crate::io::split_presence_read(meta) {
+                        Some((tag, channel)) => Command::PresenceRead { conn, tag, channel },
+                        None => unreachable!("checked by parse_commands"),
                     },
                     _ => unreachable!("every earlier kind is matched above"),
                 }
@@ -637,9 +670,15 @@ mod tests {
 
     #[test]
     fn unknown_kinds_are_refused() {
-        let e = parse(&[cmd(15, 1, 0, (0, 0), (0, 0))], &[]).unwrap_err();
-        assert_eq!(e, AbiError::UnknownKind { index: 0, kind: 15 });
-        assert!(e.to_string().contains("unknown kind 15"), "{e}");
+        let e = parse(&[cmd(255, 1, 0, (0, 0), (0, 0))], &[]).unwrap_err();
+        assert_eq!(
+            e,
+            AbiError::UnknownKind {
+                index: 0,
+                kind: 255
+            }
+        );
+        assert!(e.to_string().contains("unknown kind 255"), "{e}");
     }
 
     /// A forward's byte 9 is its direction (0 or 1, nothing else), and a
@@ -833,6 +872,73 @@ mod tests {
                 parse(&[cmd(kind as u8, 0, 0, meta, (0, 0))], &data),
                 Err(AbiError::MetaMalformed { index: 0 }),
                 "{kind:?}"
+            );
+        }
+    }
+
+    /// history-read and presence-read (issue 37): their meta reads back;
+    /// one cut short, with no channel, a reverse byte past 1 or a channel
+    /// that is not UTF-8 breaks the answer.
+    #[test]
+    fn realtime_reads_read_back_and_malformed_ones_are_refused() {
+        let mut data = Vec::new();
+        crate::io::encode_history_read(&mut data, 4, 20, true, "chat:room");
+        let history_len = data.len() as u32;
+        crate::io::encode_presence_read(&mut data, 5, "chat:room");
+        let presence_len = data.len() as u32 - history_len;
+        let got = parse(
+            &[
+                cmd(
+                    CommandKind::HistoryRead as u8,
+                    7,
+                    0,
+                    (0, history_len),
+                    (0, 0),
+                ),
+                cmd(
+                    CommandKind::PresenceRead as u8,
+                    0,
+                    0,
+                    (history_len, presence_len),
+                    (0, 0),
+                ),
+            ],
+            &data,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                Command::HistoryRead {
+                    conn: 7,
+                    tag: 4,
+                    limit: 20,
+                    reverse: true,
+                    channel: "chat:room"
+                },
+                Command::PresenceRead {
+                    conn: 0,
+                    tag: 5,
+                    channel: "chat:room"
+                },
+            ]
+        );
+        let mut bad_reverse = data.clone();
+        bad_reverse[12] = 2;
+        let mut bad_utf8 = data.clone();
+        bad_utf8[13] = 0xff;
+        for (kind, meta, data) in [
+            (CommandKind::HistoryRead, (0, 13), &data),
+            (CommandKind::HistoryRead, (0, 10), &data),
+            (CommandKind::HistoryRead, (0, history_len), &bad_reverse),
+            (CommandKind::HistoryRead, (0, history_len), &bad_utf8),
+            (CommandKind::PresenceRead, (history_len, 8), &data),
+            (CommandKind::PresenceRead, (history_len, 4), &data),
+        ] {
+            assert_eq!(
+                parse(&[cmd(kind as u8, 0, 0, meta, (0, 0))], data),
+                Err(AbiError::MetaMalformed { index: 0 }),
+                "{kind:?} {meta:?}"
             );
         }
     }

@@ -11,7 +11,8 @@ use crate::header::{
     checked_str, is_utf8, range, split_headers, Direction, EventHeader, EventKind,
 };
 use crate::header::{EVENT_HEADER_BYTES as N, EVENT_HEADER_BYTES};
-use crate::io::{split_http_response, split_tag};
+use crate::io::{split_history, split_http_response, split_presence, split_tag};
+use crate::io::{HistoryAnswer, Members};
 use crate::realtime::{split_rt_request, RtRequest};
 use crate::{ConnInfo, ConnectionId};
 
@@ -84,6 +85,22 @@ pub enum Event<'a> {
         req: RtRequest<'a>,
         data: &'a [u8],
     },
+    /// The answer to the history-read `tag` of `conn` (0: the route's):
+    /// the stream's position and publications, or a
+    /// [`ReadErrorReason`](crate::io::ReadErrorReason) code.
+    History {
+        conn: ConnectionId,
+        tag: u64,
+        result: Result<HistoryAnswer<'a>, u16>,
+    },
+    /// The answer to the presence-read `tag` of `conn` (0: the route's):
+    /// the channel's members, or a
+    /// [`ReadErrorReason`](crate::io::ReadErrorReason) code.
+    Presence {
+        conn: ConnectionId,
+        tag: u64,
+        result: Result<Members<'a>, u16>,
+    },
 }
 
 /// A proxied message's payload; a text one is UTF-8.
@@ -142,6 +159,12 @@ pub fn parse_events<'a>(events: &'a [u8], data: &'a [u8]) -> Result<EventList<'a
             Some(EventKind::RtSubscribe | EventKind::RtPublish)
                 if split_rt_request(bytes).is_none() =>
             {
+                return Err(AbiError::IoEventMalformed { index })
+            }
+            Some(EventKind::History) if split_history(e.code, bytes).is_none() => {
+                return Err(AbiError::IoEventMalformed { index })
+            }
+            Some(EventKind::Presence) if split_presence(e.code, bytes).is_none() => {
                 return Err(AbiError::IoEventMalformed { index })
             }
             _ => {}
@@ -264,6 +287,14 @@ impl<'a> Iterator for EventIter<'a> {
                         None => unreachable!("checked by parse_events"),
                     }
                 }
+                Some(EventKind::History) => match split_history(e.code, bytes) {
+                    Some((tag, result)) => Event::History { conn, tag, result },
+                    None => unreachable!("checked by parse_events"),
+                },
+                Some(EventKind::Presence) => match split_presence(e.code, bytes) {
+                    Some((tag, result)) => Event::Presence { conn, tag, result },
+                    None => unreachable!("checked by parse_events"),
+                },
                 None => continue,
             });
         }

@@ -37,7 +37,14 @@ pub enum EventKind {
     /// Packed layout only, like the proxy kinds: a guest that does not know
     /// it skips it.
     KvError = 9,
-    // 10 and 11 are reserved for another packed-only pair.
+    /// The answer to a `history-read` (code: 0 or a
+    /// [`crate::io::ReadErrorReason`], bytes: [`crate::io`]). Packed layout
+    /// only, like kv-error.
+    History = 10,
+    /// The answer to a `presence-read` (code: 0 or a
+    /// [`crate::io::ReadErrorReason`], bytes: [`crate::io`]). Packed layout
+    /// only.
+    Presence = 11,
     /// Packed layout only, real-time namespaces with a `guest`: a client
     /// asks to subscribe (bytes: [`crate::realtime`]); the guest answers
     /// with [`CommandKind::RtSubscribeVerdict`].
@@ -85,6 +92,8 @@ impl EventKind {
             7 => EventKind::ProxyText,
             8 => EventKind::ProxyBinary,
             9 => EventKind::KvError,
+            10 => EventKind::History,
+            11 => EventKind::Presence,
             12 => EventKind::RtSubscribe,
             13 => EventKind::RtPublish,
             _ => return None,
@@ -122,7 +131,12 @@ pub enum CommandKind {
     /// 0.4.0, proxy filters: pass a binary message on; byte 9 is its
     /// [`Direction`].
     ForwardBinary = 14,
-    // 15 and 16 are reserved for another packed-only pair.
+    /// Guest routes with `realtime = true`: read a channel's history
+    /// (meta: tag, limit, reverse, channel). Packed layout only.
+    HistoryRead = 15,
+    /// Guest routes with `realtime = true`: read a channel's presence
+    /// (meta: tag, channel). Packed layout only.
+    PresenceRead = 16,
     /// Packed layout only: the answer to an rt-subscribe (meta: the call
     /// id, 8 bytes; code: 0 allow, else the Centrifugo error code the
     /// client gets).
@@ -156,6 +170,8 @@ impl CommandKind {
             12 => CommandKind::KvDelete,
             13 => CommandKind::ForwardText,
             14 => CommandKind::ForwardBinary,
+            15 => CommandKind::HistoryRead,
+            16 => CommandKind::PresenceRead,
             17 => CommandKind::RtSubscribeVerdict,
             18 => CommandKind::RtPublishVerdict,
             _ => return None,
@@ -381,12 +397,14 @@ mod tests {
             EventKind::ProxyText,
             EventKind::ProxyBinary,
             EventKind::KvError,
+            EventKind::History,
+            EventKind::Presence,
         ];
         for (i, k) in events.into_iter().enumerate() {
             assert_eq!(k as u8, i as u8);
             assert_eq!(EventKind::from_byte(i as u8), Some(k));
         }
-        assert_eq!(EventKind::from_byte(10), None);
+        assert_eq!(EventKind::from_byte(10), Some(EventKind::History));
         assert_eq!(EventKind::from_byte(12), Some(EventKind::RtSubscribe));
         assert_eq!(EventKind::from_byte(13), Some(EventKind::RtPublish));
         assert_eq!(EventKind::from_byte(14), None);
@@ -406,12 +424,14 @@ mod tests {
             CommandKind::KvDelete,
             CommandKind::ForwardText,
             CommandKind::ForwardBinary,
+            CommandKind::HistoryRead,
+            CommandKind::PresenceRead,
         ];
         for (i, k) in commands.into_iter().enumerate() {
             assert_eq!(k as u8, i as u8);
             assert_eq!(CommandKind::from_byte(i as u8), Some(k));
         }
-        assert_eq!(CommandKind::from_byte(15), None);
+        assert_eq!(CommandKind::from_byte(15), Some(CommandKind::HistoryRead));
         assert_eq!(
             CommandKind::from_byte(17),
             Some(CommandKind::RtSubscribeVerdict)

@@ -10,6 +10,9 @@
 //! | cancel-timer   | tag u64                             | empty   |
 //! | kv-set         | ttl in ms u64 (0: none), then key   | value   |
 //! | kv-delete      | key                                 | empty   |
+//! | history-read   | tag u64, limit u32, reverse u8 (0   | empty   |
+//! |                | or 1), then the channel (UTF-8)     |         |
+//! | presence-read  | tag u64, then the channel (UTF-8)   | empty   |
 //!
 //! A request head is `METHOD URL` then one `name: value` per line, lines
 //! separated by `\n` (HTTP forbids line breaks in names and values).
@@ -23,8 +26,20 @@
 //! | http-error     | [`HttpErrorReason`]      | tag u64, message (UTF-8)                  |
 //! | timer          | 0                        | tag u64                                   |
 //! | kv-error       | [`KvErrorReason`]        | the key                                   |
+//! | history        | 0, or [`ReadErrorReason`] | tag u64; when 0: the stream's offset u64, |
+//! |                |                          | epoch len u32, epoch, then publications:  |
+//! |                |                          | offset u64, len u32, data (JSON text)     |
+//! | presence       | 0, or [`ReadErrorReason`] | tag u64; when 0, members: client len u32, |
+//! |                |                          | client, user len u32, user, info len u32, |
+//! |                |                          | info (JSON text, empty: none)             |
 //!
 //! A response head is one `name: value` per line, `\n`-separated.
+//!
+//! history-read and presence-read (commands 15, 16) and their answers
+//! (events 10, 11) read the real-time core's channels from a guest route
+//! with `realtime = true`. Packed layout only, like kv-error: the WIT world
+//! stays 0.4.0. A history-read's `limit` is cut to the host's cap; 0 asks
+//! for the position alone. `reverse` 1 reads newest first.
 
 /// A `#[repr(u16)]` enum of event codes, each variant written once with its
 /// code and its word: `ALL` (in code order), `from_code` and `as_str`.
@@ -100,6 +115,167 @@ event_codes! {
         /// The route has no `kv`.
         NoStore = 5 => "no-store",
     }
+}
+
+event_codes! {
+    /// Why a `history-read` or `presence-read` has no answer: the `code` of
+    /// a history or presence event (0 there means the read succeeded).
+    pub enum ReadErrorReason {
+        /// The channel's name is refused (no such namespace, too long, ...).
+        BadChannel = 1 => "bad-channel",
+        /// The channel's namespace keeps no history.
+        HistoryOff = 2 => "history-off",
+        /// The channel's namespace keeps no presence.
+        PresenceOff = 3 => "presence-off",
+        /// The core could not answer (with `[cluster]`: Redis did not).
+        Unavailable = 4 => "unavailable",
+        /// The route already has its cap of reads pending.
+        Busy = 5 => "busy",
+        /// The route is not `realtime = true`.
+        NotRealtime = 6 => "not-realtime",
+    }
+}
+
+/// A history-read's meta: tag, limit, newest first, channel; None when it
+/// does not follow the layout (the channel must be UTF-8 and not empty).
+pub fn split_history_read(meta: &[u8]) -> Option<(u64, u32, bool, &str)> {
+    let (tag, rest) = split_tag(meta)?;
+    let (limit, rest) = rest.split_first_chunk::<4>()?;
+    let (&reverse, channel) = rest.split_first()?;
+    if reverse > 1 || channel.is_empty() {
+        return None;
+    }
+    let channel = core::str::from_utf8(channel).ok()?;
+    Some((tag, u32::from_le_bytes(*limit), reverse == 1, channel))
+}
+
+/// A presence-read's meta: tag and channel (UTF-8, not empty).
+pub fn split_presence_read(meta: &[u8]) -> Option<(u64, &str)> {
+    let (tag, channel) = split_tag(meta)?;
+    if channel.is_empty() {
+        return None;
+    }
+    Some((tag, core::str::from_utf8(channel).ok()?))
+}
+
+/// Reads a u32 length then that many bytes.
+fn split_sized(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = bytes.split_first_chunk::<4>()?;
+    let len = u32::from_le_bytes(*len) as usize;
+    (len <= rest.len()).then(|| rest.split_at(len))
+}
+
+/// A successful history event's answer: the stream's position and the
+/// publications read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryAnswer<'a> {
+    /// The channel's offset now (its last publication's).
+    pub offset: u64,
+    /// The stream's epoch (changes when its history was lost).
+    pub epoch: &'a str,
+    /// The publications, in the order read.
+    pub publications: Publications<'a>,
+}
+
+/// The publications of a [`HistoryAnswer`]: (offset, data as JSON text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Publications<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Publications<'a> {
+    type Item = (u64, &'a str);
+
+    fn next(&mut self) -> Option<(u64, &'a str)> {
+        let (offset, rest) = split_tag(self.rest)?;
+        let (data, rest) = split_sized(rest)?;
+        self.rest = rest;
+        // UTF-8 checked by split_history.
+        Some((offset, core::str::from_utf8(data).unwrap_or_default()))
+    }
+}
+
+/// A history event's bytes: the tag and, for code 0, the answer (checked
+/// whole, so walking its publications cannot fail); None when they do not
+/// follow the layout.
+pub fn split_history(code: u16, bytes: &[u8]) -> Option<(u64, Result<HistoryAnswer<'_>, u16>)> {
+    let (tag, rest) = split_tag(bytes)?;
+    if code != 0 {
+        return Some((tag, Err(code)));
+    }
+    let (offset, rest) = split_tag(rest)?;
+    let (epoch, mut walk) = split_sized(rest)?;
+    let epoch = core::str::from_utf8(epoch).ok()?;
+    let publications = walk;
+    while !walk.is_empty() {
+        let (_, after) = split_tag(walk)?;
+        let (data, after) = split_sized(after)?;
+        core::str::from_utf8(data).ok()?;
+        walk = after;
+    }
+    Some((
+        tag,
+        Ok(HistoryAnswer {
+            offset,
+            epoch,
+            publications: Publications { rest: publications },
+        }),
+    ))
+}
+
+/// One member of a presence answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member<'a> {
+    /// Its connection's client id.
+    pub client: &'a str,
+    /// Its user ("" for anonymous).
+    pub user: &'a str,
+    /// Its connection token's `info` claim, JSON text ("" for none).
+    pub conn_info: &'a str,
+}
+
+/// The members of a successful presence event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Members<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Members<'a> {
+    fn split(bytes: &'a [u8]) -> Option<(Member<'a>, &'a [u8])> {
+        let (client, rest) = split_sized(bytes)?;
+        let (user, rest) = split_sized(rest)?;
+        let (info, rest) = split_sized(rest)?;
+        let member = Member {
+            client: core::str::from_utf8(client).ok()?,
+            user: core::str::from_utf8(user).ok()?,
+            conn_info: core::str::from_utf8(info).ok()?,
+        };
+        Some((member, rest))
+    }
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = Member<'a>;
+
+    fn next(&mut self) -> Option<Member<'a>> {
+        let (member, rest) = Members::split(self.rest)?;
+        self.rest = rest;
+        Some(member)
+    }
+}
+
+/// A presence event's bytes: the tag and, for code 0, the members
+/// (checked whole); None when they do not follow the layout.
+pub fn split_presence(code: u16, bytes: &[u8]) -> Option<(u64, Result<Members<'_>, u16>)> {
+    let (tag, rest) = split_tag(bytes)?;
+    if code != 0 {
+        return Some((tag, Err(code)));
+    }
+    let mut walk = rest;
+    while !walk.is_empty() {
+        walk = Members::split(walk)?.1;
+    }
+    Some((tag, Ok(Members { rest })))
 }
 
 /// The leading 8-byte tag of `bytes` and what follows it.
@@ -193,6 +369,64 @@ mod owned {
         }
     }
 
+    fn sized(out: &mut Vec<u8>, bytes: &[u8]) {
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
+
+    /// Append a history-read's meta.
+    pub fn encode_history_read(
+        out: &mut Vec<u8>,
+        tag: u64,
+        limit: u32,
+        reverse: bool,
+        channel: &str,
+    ) {
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(&limit.to_le_bytes());
+        out.push(reverse as u8);
+        out.extend_from_slice(channel.as_bytes());
+    }
+
+    /// Append a presence-read's meta.
+    pub fn encode_presence_read(out: &mut Vec<u8>, tag: u64, channel: &str) {
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(channel.as_bytes());
+    }
+
+    /// Append a successful history event's bytes: `tag`, the stream's
+    /// position, then each (offset, data).
+    pub fn encode_history<'p>(
+        out: &mut Vec<u8>,
+        tag: u64,
+        offset: u64,
+        epoch: &str,
+        publications: impl IntoIterator<Item = (u64, &'p [u8])>,
+    ) {
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(&offset.to_le_bytes());
+        sized(out, epoch.as_bytes());
+        for (offset, data) in publications {
+            out.extend_from_slice(&offset.to_le_bytes());
+            sized(out, data);
+        }
+    }
+
+    /// Append a successful presence event's bytes: `tag`, then each
+    /// (client, user, conn info).
+    pub fn encode_presence<'m>(
+        out: &mut Vec<u8>,
+        tag: u64,
+        members: impl IntoIterator<Item = (&'m str, &'m str, &'m [u8])>,
+    ) {
+        out.extend_from_slice(&tag.to_le_bytes());
+        for (client, user, info) in members {
+            sized(out, client.as_bytes());
+            sized(out, user.as_bytes());
+            sized(out, info);
+        }
+    }
+
     /// Append an http-response event's bytes.
     pub fn encode_http_response<'h>(
         out: &mut Vec<u8>,
@@ -240,6 +474,55 @@ mod tests {
         assert_eq!((method, url), ("POST", "http://h:1/x"));
         assert_eq!(lines.collect::<Vec<_>>(), [("a", "1"), ("b", "x y")]);
         assert!(split_request_head("GET").is_none());
+    }
+
+    #[test]
+    fn reads_and_their_answers_read_back() {
+        let mut m = Vec::new();
+        encode_history_read(&mut m, 9, 50, true, "chat:room");
+        assert_eq!(split_history_read(&m), Some((9, 50, true, "chat:room")));
+        // Malformed: no channel, reverse not 0 or 1, cut short, not UTF-8.
+        assert_eq!(split_history_read(&m[..13]), None);
+        let mut bad = m.clone();
+        bad[12] = 2;
+        assert_eq!(split_history_read(&bad), None);
+        assert_eq!(split_history_read(&m[..10]), None);
+        let mut bad = m.clone();
+        bad[13] = 0xff;
+        assert_eq!(split_history_read(&bad), None);
+        let mut m = Vec::new();
+        encode_presence_read(&mut m, 3, "chat:room");
+        assert_eq!(split_presence_read(&m), Some((3, "chat:room")));
+        assert_eq!(split_presence_read(&m[..8]), None);
+
+        let mut b = Vec::new();
+        encode_history(&mut b, 7, 12, "ep", [(11, &b"\"a\""[..]), (12, &b"{}"[..])]);
+        let (tag, answer) = split_history(0, &b).unwrap();
+        let answer = answer.unwrap();
+        assert_eq!((tag, answer.offset, answer.epoch), (7, 12, "ep"));
+        assert_eq!(
+            answer.publications.collect::<Vec<_>>(),
+            [(11, "\"a\""), (12, "{}")]
+        );
+        assert!(split_history(0, &b[..b.len() - 1]).is_none());
+        assert_eq!(split_history(2, &7u64.to_le_bytes()), Some((7, Err(2))));
+
+        let mut b = Vec::new();
+        encode_presence(
+            &mut b,
+            5,
+            [("c1", "u1", &b"{\"n\":1}"[..]), ("c2", "", &b""[..])],
+        );
+        let (tag, members) = split_presence(0, &b).unwrap();
+        assert_eq!(tag, 5);
+        let members: Vec<_> = members.unwrap().collect();
+        assert_eq!(members.len(), 2);
+        assert_eq!(
+            (members[0].client, members[0].user, members[0].conn_info),
+            ("c1", "u1", "{\"n\":1}")
+        );
+        assert_eq!((members[1].user, members[1].conn_info), ("", ""));
+        assert!(split_presence(0, &b[..b.len() - 2]).is_none());
     }
 
     #[test]

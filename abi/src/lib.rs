@@ -9,7 +9,8 @@
 //!   answer; validation happens there once, walking the result cannot fail.
 //! - [`error`]: [`AbiError`], one variant per way an answer breaks the ABI.
 //! - [`io`]: 0.4.0's I/O commands and events (outbound HTTP, timers,
-//!   key-value writes): their meta and byte layouts.
+//!   key-value writes, real-time history and presence reads): their meta
+//!   and byte layouts.
 //!
 //! Test vectors for SDKs in other languages are in `abi/vectors/` (format in
 //! its README); `tests/vectors.rs` holds this crate to them.
@@ -32,8 +33,8 @@
 //! | 0..8   | conn     | connection id, u64, never 0                           |
 //! | 8      | kind     | [`EventKind`]: open 0, text 1, binary 2, close 3;     |
 //! |        |          | 0.4.0: http-response 4, http-error 5, timer 6,        |
-//! |        |          | proxy-text 7, proxy-binary 8, kv-error 9;             |
-//! |        |          | rt-subscribe 12, rt-publish 13 (10, 11 reserved)      |
+//! |        |          | proxy-text 7, proxy-binary 8, kv-error 9, history 10, |
+//! |        |          | presence 11, rt-subscribe 12, rt-publish 13           |
 //! | 9      | reserved | 0; for proxy kinds the [`Direction`]: 0 client to     |
 //! |        |          | upstream, 1 upstream to client                        |
 //! | 10..12 | code     | close code for `close`, 0 otherwise, u16              |
@@ -56,9 +57,9 @@
 //! |        |              | subscribe 5, unsubscribe 6, set-attachment 7;     |
 //! |        |              | 0.4.0: http-request 8, set-timer 9,               |
 //! |        |              | cancel-timer 10, kv-set 11, kv-delete 12,         |
-//! |        |              | forward-text 13, forward-binary 14;               |
+//! |        |              | forward-text 13, forward-binary 14,               |
+//! |        |              | history-read 15, presence-read 16,                |
 //! |        |              | rt-subscribe-verdict 17, rt-publish-verdict 18    |
-//! |        |              | (15, 16 reserved)                                 |
 //! | 9      | reserved     | must be 0; for forward kinds the [`Direction`]    |
 //! | 10..12 | code         | close code for `close`, 0 otherwise, u16          |
 //! | 12..16 | topic-offset | start of the topic in the data buffer, u32        |
@@ -73,7 +74,10 @@
 //! and 14) and the kv-error event (9: a key-value write the host refused,
 //! code a [`KvErrorReason`], bytes the key, conn 0) live in the packed
 //! layout only: they travel in the same byte lists, so the WIT world stays
-//! 0.4.0 and a guest that does not know them skips them.
+//! 0.4.0 and a guest that does not know them skips them. So do the
+//! real-time reads of a guest route with `realtime = true`: commands 15
+//! history-read and 16 presence-read, answered by events 10 history and
+//! 11 presence (code 0 or a [`ReadErrorReason`]; layouts in [`io`]).
 //!
 //! A proxy route with a `filter` sends its guest every message in either
 //! direction as a proxy event (after an open event, before a close event,
@@ -153,7 +157,7 @@ pub use header::{
     CommandHeader, CommandKind, Direction, EventHeader, EventKind, COMMAND_HEADER_BYTES,
     EVENT_HEADER_BYTES, LAST_V3_COMMAND_KIND,
 };
-pub use io::{HttpErrorReason, KvErrorReason};
+pub use io::{HistoryAnswer, HttpErrorReason, KvErrorReason, Member, Members, ReadErrorReason};
 #[cfg(feature = "alloc")]
 pub use realtime::encode_rt_request;
 pub use realtime::{split_rt_request, RtRequest, RtVerdict};

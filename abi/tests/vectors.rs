@@ -11,6 +11,8 @@ use weir_abi::{
 
 const EVENTS: &str = include_str!("../vectors/events.json");
 const COMMANDS: &str = include_str!("../vectors/commands.json");
+const REALTIME_EVENTS: &str = include_str!("../vectors/realtime-events.json");
+const REALTIME_COMMANDS: &str = include_str!("../vectors/realtime-commands.json");
 
 fn unhex(s: &str) -> Vec<u8> {
     assert!(s.len().is_multiple_of(2), "odd hex {s}");
@@ -174,6 +176,18 @@ fn event_json(e: Event<'_>) -> Value {
         Event::RtPublish { conn, req, data } => json!({"kind": "rt-publish", "conn": conn,
             "call": req.call, "channel": req.channel, "client": req.client, "user": req.user,
             "info_hex": hex(req.info), "data_hex": hex(data)}),
+        Event::History { conn, tag, result } => match result {
+            Ok(h) => json!({"kind": "history", "conn": conn, "tag": tag, "offset": h.offset,
+                "epoch": h.epoch,
+                "publications": h.publications.map(|(o, d)| json!([o, d])).collect::<Vec<_>>()}),
+            Err(code) => json!({"kind": "history", "conn": conn, "tag": tag, "error": code}),
+        },
+        Event::Presence { conn, tag, result } => match result {
+            Ok(members) => json!({"kind": "presence", "conn": conn, "tag": tag,
+                "members": members.map(|m| json!({"client": m.client, "user": m.user,
+                    "conn_info": m.conn_info})).collect::<Vec<_>>()}),
+            Err(code) => json!({"kind": "presence", "conn": conn, "tag": tag, "error": code}),
+        },
     }
 }
 
@@ -260,6 +274,17 @@ fn command_json(c: Command<'_>) -> Value {
             RtVerdict::Drop(code) => json!({"kind": "rt-publish-verdict", "conn": conn,
                 "call": call, "verdict": "drop", "code": code}),
         },
+        Command::HistoryRead {
+            conn,
+            tag,
+            limit,
+            reverse,
+            channel,
+        } => json!({"kind": "history-read", "conn": conn, "tag": tag, "limit": limit,
+            "reverse": reverse, "channel": channel}),
+        Command::PresenceRead { conn, tag, channel } => {
+            json!({"kind": "presence-read", "conn": conn, "tag": tag, "channel": channel})
+        }
     }
 }
 
@@ -296,12 +321,27 @@ fn run_vectors<H: PartialEq + std::fmt::Debug, const N: usize>(
 
 #[test]
 fn event_batches_match_the_vectors() {
-    run_vectors::<_, EVENT_HEADER_BYTES>(
-        EVENTS,
-        "events",
-        (event_header, EventHeader::encode, EventHeader::decode),
-        |h, d| Ok(parse_events(h, d)?.iter().map(event_json).collect()),
+    for file in [EVENTS, REALTIME_EVENTS] {
+        run_vectors::<_, EVENT_HEADER_BYTES>(
+            file,
+            "events",
+            (event_header, EventHeader::encode, EventHeader::decode),
+            |h, d| Ok(parse_events(h, d)?.iter().map(event_json).collect()),
+        );
+    }
+}
+
+/// history-read and presence-read (commands 15, 16; a realtime guest
+/// route's): the valid ones read back, a malformed meta is refused.
+#[test]
+fn realtime_reads_match_the_vectors() {
+    let seen = run_vectors::<_, COMMAND_HEADER_BYTES>(
+        REALTIME_COMMANDS,
+        "commands",
+        (command_header, CommandHeader::encode, CommandHeader::decode),
+        |h, d| Ok(parse_commands(h, d)?.iter().map(command_json).collect()),
     );
+    assert!(seen.iter().all(|s| s == "MetaMalformed"), "{seen:?}");
 }
 
 #[test]

@@ -13,7 +13,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-EVENT = {"open": 0, "text": 1, "binary": 2, "close": 3,
+EVENT = {"open": 0, "text": 1, "binary": 2, "close": 3, "history": 10, "presence": 11,
          "rt-subscribe": 12, "rt-publish": 13}
 COMMAND = {
     "send-text": 0,
@@ -24,6 +24,8 @@ COMMAND = {
     "subscribe": 5,
     "unsubscribe": 6,
     "set-attachment": 7,
+    "history-read": 15,
+    "presence-read": 16,
     "rt-subscribe-verdict": 17,
     "rt-publish-verdict": 18,
 }
@@ -88,7 +90,8 @@ class Answer:
 
     def push(self, conn, kind, code=0, topic=b"", payload=b"", has_topic=False):
         t = self.put(topic) if has_topic else (0, 0)
-        p = (0, 0) if kind in ("subscribe", "unsubscribe") else self.put(payload)
+        no_payload = ("subscribe", "unsubscribe", "history-read", "presence-read")
+        p = (0, 0) if kind in no_payload else self.put(payload)
         self.headers.append(command_header(conn, COMMAND[kind], code, t, p))
         return self
 
@@ -113,9 +116,18 @@ def rt_request(call, channel, client, user, info, data=b""):
         return struct.pack("<I", len(b)) + b
     return (struct.pack("<Q", call) + field(channel.encode()) + field(client.encode())
             + field(user.encode()) + field(info) + data)
+def sized(b):
+    return struct.pack("<I", len(b)) + b
 
 
 def events():
+    reads = (Batch()
+             .push(1, "history", 0, struct.pack("<QQ", 7, 12) + sized(b"ep")
+                   + struct.pack("<Q", 11) + sized(b'"a"') + struct.pack("<Q", 12) + sized(b"{}"))
+             .push(0, "history", 2, struct.pack("<Q", 8))
+             .push(1, "presence", 0, struct.pack("<Q", 9) + sized(b"c1") + sized(b"u1")
+                   + sized(b'{"n":1}') + sized(b"c2") + sized(b"") + sized(b""))
+             .push(1, "presence", 3, struct.pack("<Q", 10)))
     b = (Batch()
          .push(1, "open", 0, conn_info("/chat/lobby?token=x", [("room", "lobby")], b"\x07id"))
          .push(BIG_CONN, "text", 0, "héllo".encode())
@@ -162,6 +174,22 @@ def events():
              b"ab", pack_event,
              events=[{"kind": "binary", "conn": 5, "payload_hex": "6162"}]),
     ]
+    realtime_valid = [
+        case("realtime-reads",
+             "history and presence answers (packed-only kinds 10 and 11): "
+             "code 0 with the position and publications or the members, or "
+             "a read-error code with the tag alone",
+             reads.headers, reads.data, pack_event,
+             events=[
+                 {"kind": "history", "conn": 1, "tag": 7, "offset": 12, "epoch": "ep",
+                  "publications": [[11, '"a"'], [12, "{}"]]},
+                 {"kind": "history", "conn": 0, "tag": 8, "error": 2},
+                 {"kind": "presence", "conn": 1, "tag": 9, "members": [
+                     {"client": "c1", "user": "u1", "conn_info": '{"n":1}'},
+                     {"client": "c2", "user": "", "conn_info": ""}]},
+                 {"kind": "presence", "conn": 1, "tag": 10, "error": 3},
+             ]),
+    ]
     invalid = [
         case("headers-not-whole", "19 header bytes", [], b"", pack_event,
              error="HeadersNotWhole", index=None),
@@ -183,10 +211,19 @@ def events():
              [event_header(1, EVENT["close"], 1000, 0, 1)], bytes([0xff]), pack_event,
              error="ReasonNotUtf8", index=0),
     ]
+    realtime_invalid = [
+        case("history-truncated",
+             "a history answer whose publication claims more bytes than it has",
+             [event_header(1, EVENT["history"], 0, 0, 34)],
+             struct.pack("<QQ", 1, 1) + sized(b"") + struct.pack("<QI", 1, 9) + b"{}",
+             pack_event, error="IoEventMalformed", index=0),
+    ]
     invalid[0]["headers_hex"] = "00" * 19
     del invalid[0]["headers"]  # not whole headers: nothing to decode
-    return {"about": "event batches, host to guest; see README.md",
-            "valid": valid, "invalid": invalid}
+    return ({"about": "event batches, host to guest; see README.md",
+             "valid": valid, "invalid": invalid},
+            {"about": "history and presence answers of realtime guest routes; see README.md",
+             "valid": realtime_valid, "invalid": realtime_invalid})
 
 
 def commands():
@@ -199,6 +236,11 @@ def commands():
          .push(4, "subscribe", topic=b"room", has_topic=True)
          .push(4, "unsubscribe", topic=b"lobby", has_topic=True)
          .push(4, "set-attachment", payload=b"state"))
+    reads = (Answer()
+             .push(1, "history-read", topic=struct.pack("<QIB", 4, 20, 1) + b"chat:room",
+                   has_topic=True)
+             .push(0, "presence-read", topic=struct.pack("<Q", 5) + b"chat:room",
+                   has_topic=True))
     reason = "é" * 100
     repaired = (Answer()
                 .push(7, "close", 1005, payload=reason.encode())
@@ -262,6 +304,17 @@ def commands():
              ]),
         case("empty", "an answer with no commands", [], b"", pack_command, commands=[]),
     ]
+    realtime_valid = [
+        case("realtime-reads",
+             "history-read (meta: tag, limit u32, reverse u8, channel) and "
+             "presence-read (meta: tag, channel), packed-only kinds 15 and 16",
+             reads.headers, reads.data, pack_command,
+             commands=[
+                 {"kind": "history-read", "conn": 1, "tag": 4, "limit": 20, "reverse": True,
+                  "channel": "chat:room"},
+                 {"kind": "presence-read", "conn": 0, "tag": 5, "channel": "chat:room"},
+             ]),
+    ]
     ok = command_header(1, COMMAND["send-binary"], payload=(0, 1))
     invalid = [
         case("headers-not-whole", "29 header bytes", [], b"", pack_command,
@@ -279,8 +332,9 @@ def commands():
         case("range-wraps", "offset and len both 2**32-1: the end must not wrap",
              [command_header(1, COMMAND["send-binary"], payload=(0xFFFFFFFF, 0xFFFFFFFF))],
              b"abcd", pack_command, error="RangeOutOfBounds", index=0),
-        case("unknown-kind", "kind 15 (weir:gateway 0.4.0 defines 0 to 14)",
-             [command_header(1, 15)], b"", pack_command, error="UnknownKind", index=0),
+        case("unknown-kind", "kind 255 (weir:gateway 0.4.0 defines 0 to 18)",
+             [command_header(1, 255)], b"", pack_command, error="UnknownKind", index=0),
+
         case("text-not-utf8", "send-text of 0xff 0xfe",
              [command_header(1, COMMAND["send-text"], payload=(0, 2))], bytes([0xff, 0xfe]),
              pack_command, error="TextNotUtf8", index=0),
@@ -310,8 +364,22 @@ def commands():
     invalid[0]["headers_hex"] = pack_command(ok).hex() + "00"
     invalid[0]["data_hex"] = "78"
     del invalid[0]["headers"]  # not whole headers: nothing to decode
-    return {"about": "guest answers, guest to host; see README.md",
-            "valid": valid, "invalid": invalid}
+    realtime_invalid = [
+        case("history-read-malformed",
+             "a history-read whose reverse byte is 2 (0 or 1 only)",
+             [command_header(1, COMMAND["history-read"], topic=(0, 14))],
+             struct.pack("<QIB", 1, 10, 2) + b"c", pack_command,
+             error="MetaMalformed", index=0),
+        case("presence-read-no-channel",
+             "a presence-read whose meta is the tag alone",
+             [command_header(1, COMMAND["presence-read"], topic=(0, 8))],
+             struct.pack("<Q", 1), pack_command,
+             error="MetaMalformed", index=0),
+    ]
+    return ({"about": "guest answers, guest to host; see README.md",
+             "valid": valid, "invalid": invalid},
+            {"about": "history-read and presence-read of realtime guest routes; see README.md",
+             "valid": realtime_valid, "invalid": realtime_invalid})
 
 
 def write(name, doc):
@@ -321,5 +389,9 @@ def write(name, doc):
 
 
 if __name__ == "__main__":
-    write("events.json", events())
-    write("commands.json", commands())
+    events_doc, realtime_events = events()
+    commands_doc, realtime_commands = commands()
+    write("events.json", events_doc)
+    write("commands.json", commands_doc)
+    write("realtime-events.json", realtime_events)
+    write("realtime-commands.json", realtime_commands)

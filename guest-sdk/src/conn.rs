@@ -281,6 +281,35 @@ impl<'a, S: ConnState> Conn<'a, S> {
         self.ctx.cancel_timer_for(self.id, tag)
     }
 
+    /// Read up to `limit` publications of `channel` for this connection,
+    /// oldest first (a `realtime = true` route; the gateway caps `limit`,
+    /// 0 reads the position alone): the answer comes to
+    /// [`Handler::on_history`](crate::Handler::on_history) in a later
+    /// batch. `channel` must not be empty (like a topic).
+    ///
+    /// ```no_run
+    /// # use weir_guest::{Conn, Message};
+    /// fn on_open(conn: &mut Conn<()>) {
+    ///     conn.subscribe("chat:room");
+    ///     conn.history_newest("chat:room", 20);
+    /// }
+    /// ```
+    pub fn history(&mut self, channel: &str, limit: u32) -> crate::Tag {
+        self.ctx.history_for(self.id, channel, limit, false)
+    }
+
+    /// The same, newest first: the channel's last `limit` publications.
+    pub fn history_newest(&mut self, channel: &str, limit: u32) -> crate::Tag {
+        self.ctx.history_for(self.id, channel, limit, true)
+    }
+
+    /// Read `channel`'s presence for this connection (a `realtime = true`
+    /// route): the answer comes to
+    /// [`Handler::on_presence`](crate::Handler::on_presence).
+    pub fn presence(&mut self, channel: &str) -> crate::Tag {
+        self.ctx.presence_for(self.id, channel)
+    }
+
     /// The route parameter `name` (`conn.param("room")` on a route
     /// `/chat/{room}` opened as `/chat/lobby` is `Some("lobby")`), not
     /// percent-decoded. `None` if the route declares no such parameter.

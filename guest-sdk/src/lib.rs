@@ -96,7 +96,8 @@
 
 mod conn;
 mod io;
-mod realtime;
+mod hook;
+pub mod realtime;
 mod request;
 mod runtime;
 mod state;
@@ -104,7 +105,8 @@ pub mod testing;
 
 pub use conn::{Conn, Context};
 pub use io::{HttpError, HttpRequest, HttpResponse, HttpResult, Tag};
-pub use realtime::{PubDecision, PublishRequest, SubDecision, SubscribeRequest};
+pub use hook::{PubDecision, PublishRequest, SubDecision, SubscribeRequest};
+pub use realtime::{HistoryResult, PresenceResult, ReadError, ReadErrorReason};
 pub use request::{Request, Upgrade};
 /// What [`Migrate::migrate`] reads an older version's state as.
 #[cfg(feature = "serde")]
@@ -318,6 +320,50 @@ pub trait Handler: Default + 'static {
         reason: Option<KvErrorReason>,
     ) {
         let _ = (route, key, reason);
+    }
+
+    /// The answer to a history read ([`Conn::history`], [`Context::history`];
+    /// a `realtime = true` route): the channel's position (offset, epoch)
+    /// and publications (offset, data as JSON text), or why there is none
+    /// (bad channel, history off, unavailable, busy, not a realtime route).
+    ///
+    /// ```no_run
+    /// # use weir_guest::{Conn, HistoryResult, Tag};
+    /// fn on_history(conn: &mut Conn<()>, _tag: Tag, result: HistoryResult) {
+    ///     match result {
+    ///         Ok(h) => h.publications.for_each(|(_, data)| conn.send_text(data)),
+    ///         Err(e) => conn.send_fmt(format_args!("no history: {}", e.reason_str())),
+    ///     }
+    /// }
+    /// ```
+    fn on_history(
+        &mut self,
+        conn: &mut Conn<'_, Self::State>,
+        tag: Tag,
+        result: HistoryResult<'_>,
+    ) {
+        let _ = (conn, tag, result);
+    }
+
+    /// The answer to a presence read ([`Conn::presence`],
+    /// [`Context::presence`]): the channel's members (client id, user,
+    /// connection info as JSON text), or why there are none.
+    ///
+    /// ```no_run
+    /// # use weir_guest::{Conn, PresenceResult, Tag};
+    /// fn on_presence(conn: &mut Conn<()>, _tag: Tag, result: PresenceResult) {
+    ///     if let Ok(members) = result {
+    ///         conn.send_fmt(format_args!("{} here", members.count()));
+    ///     }
+    /// }
+    /// ```
+    fn on_presence(
+        &mut self,
+        conn: &mut Conn<'_, Self::State>,
+        tag: Tag,
+        result: PresenceResult<'_>,
+    ) {
+        let _ = (conn, tag, result);
     }
 
     /// The outcome of the request an upgrade was deferred with

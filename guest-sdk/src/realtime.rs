@@ -1,115 +1,85 @@
-//! A guest attached to a real-time namespace (`guest = "x.wasm"` on a
-//! `[[namespaces]]` entry of the routes file): the questions the centrifugo
-//! route asks it ([`SubscribeRequest`], [`PublishRequest`]) and its answers
-//! ([`SubDecision`], [`PubDecision`]), through
-//! [`Handler::on_subscribe`](crate::Handler::on_subscribe) and
-//! [`Handler::on_client_publish`](crate::Handler::on_client_publish).
+//! Reading the real-time core from a route with `realtime = true`: a
+//! channel's history and presence. A read is a command, its answer an
+//! event in a later batch ([`Handler::on_history`](crate::Handler::on_history),
+//! [`Handler::on_presence`](crate::Handler::on_presence)), matched by the
+//! [`Tag`] the call returned, like an HTTP request. On such a route the
+//! topics are the core's channels: `subscribe` joins one (publications from
+//! the server API and centrifugo clients arrive as text messages, their
+//! data alone) and `publish` of JSON text goes through the core (offsets,
+//! history, centrifugo subscribers).
 
-use weir_abi::realtime::{RtRequest, RT_DROP, RT_PASS, RT_REPLACE};
+use weir_abi::io::{encode_history_read, encode_presence_read};
 use weir_abi::CommandKind;
 
+pub use weir_abi::io::{HistoryAnswer as History, Member, Members, Publications};
+pub use weir_abi::ReadErrorReason;
+
 use crate::conn::Context;
+use crate::io::{next_tag, Tag};
 use crate::ConnectionId;
 
-/// A client asks to subscribe to a channel of the namespace (its own
-/// permission checks and subscription token have passed).
+/// Why a history or presence read has no answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SubscribeRequest<'a> {
-    pub channel: &'a str,
-    /// The Centrifugo client id (one per connection).
-    pub client: &'a str,
-    /// The connection token's `sub` (empty for an anonymous user).
-    pub user: &'a str,
-    /// The connection token's `info` claim, raw JSON (empty when none).
-    pub info: &'a [u8],
+pub struct ReadError {
+    /// Bad channel, history off, presence off, unavailable, busy, not a
+    /// realtime route; None for a reason this SDK does not know.
+    pub reason: Option<ReadErrorReason>,
 }
 
-/// A client publishes into a channel of the namespace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PublishRequest<'a> {
-    pub channel: &'a str,
-    pub client: &'a str,
-    pub user: &'a str,
-    pub info: &'a [u8],
-    /// The publication, JSON.
-    pub data: &'a [u8],
-}
-
-/// The answer to a [`SubscribeRequest`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SubDecision {
-    Allow,
-    /// The client gets this Centrifugo error code: 103 (permission
-    /// denied) is the usual one; codes from 400 up are the application's.
-    Refuse(u16),
-}
-
-/// The answer to a [`PublishRequest`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PubDecision {
-    /// Publish it unchanged.
-    Pass,
-    /// Publish this instead (valid JSON: the gateway refuses anything else
-    /// and the publisher gets error 100).
-    Replace(Vec<u8>),
-    /// Publish nothing; the publisher gets this Centrifugo error code.
-    Drop(u16),
-}
-
-/// Permission denied, Centrifugo's refusal.
-pub const PERMISSION_DENIED: u16 = 103;
-
-impl<'a> SubscribeRequest<'a> {
-    pub(crate) fn from_abi(r: &RtRequest<'a>) -> Self {
-        SubscribeRequest {
-            channel: r.channel,
-            client: r.client,
-            user: r.user,
-            info: r.info,
-        }
+impl ReadError {
+    /// The reason as one word (`bad-channel`, `history-off`,
+    /// `presence-off`, `unavailable`, `busy`, `not-realtime`, `unknown`).
+    pub fn reason_str(&self) -> &'static str {
+        self.reason.map_or("unknown", ReadErrorReason::as_str)
     }
 }
 
-impl<'a> PublishRequest<'a> {
-    pub(crate) fn from_abi(r: &RtRequest<'a>, data: &'a [u8]) -> Self {
-        PublishRequest {
-            channel: r.channel,
-            client: r.client,
-            user: r.user,
-            info: r.info,
-            data,
-        }
-    }
-}
+/// What became of a history read: the stream's position and publications.
+pub type HistoryResult<'a> = Result<History<'a>, ReadError>;
+/// What became of a presence read: the channel's members.
+pub type PresenceResult<'a> = Result<Members<'a>, ReadError>;
 
 impl Context {
-    /// Answers the rt-subscribe `call` of `conn`.
-    pub(crate) fn subscribe_verdict(&mut self, conn: ConnectionId, call: u64, d: SubDecision) {
-        let code = match d {
-            SubDecision::Allow => 0,
-            SubDecision::Refuse(0) => PERMISSION_DENIED,
-            SubDecision::Refuse(code) => code,
-        };
-        let meta = self.put(&call.to_le_bytes());
-        self.push(conn, CommandKind::RtSubscribeVerdict, code, meta, (0, 0));
+    /// Read up to `limit` publications of `channel`, oldest first (the
+    /// gateway caps `limit`; 0 reads the position alone), for the route:
+    /// the answer comes to [`Handler::on_history`](crate::Handler::on_history)
+    /// with the route's handle, on this worker, in a later batch.
+    pub fn history(&mut self, channel: &str, limit: u32) -> Tag {
+        self.history_for(0, channel, limit, false)
     }
 
-    /// Answers the rt-publish `call` of `conn`.
-    pub(crate) fn publish_verdict(&mut self, conn: ConnectionId, call: u64, d: &PubDecision) {
-        let meta = self.put(&call.to_le_bytes());
-        let (decision, code, payload) = match d {
-            PubDecision::Pass => (RT_PASS, 0, (0, 0)),
-            PubDecision::Replace(data) => (RT_REPLACE, 0, self.put(data)),
-            PubDecision::Drop(code) => (RT_DROP, *code, (0, 0)),
-        };
-        let mut header = weir_abi::CommandHeader::new(
-            conn,
-            CommandKind::RtPublishVerdict as u8,
-            code,
-            meta,
-            payload,
-        );
-        header.reserved = decision;
-        self.commands.extend_from_slice(&header.encode());
+    /// The same, newest first: the channel's last `limit` publications.
+    pub fn history_newest(&mut self, channel: &str, limit: u32) -> Tag {
+        self.history_for(0, channel, limit, true)
+    }
+
+    /// Read `channel`'s presence for the route: the answer comes to
+    /// [`Handler::on_presence`](crate::Handler::on_presence).
+    pub fn presence(&mut self, channel: &str) -> Tag {
+        self.presence_for(0, channel)
+    }
+
+    pub(crate) fn history_for(
+        &mut self,
+        conn: ConnectionId,
+        channel: &str,
+        limit: u32,
+        reverse: bool,
+    ) -> Tag {
+        let tag = next_tag();
+        let start = self.data.len();
+        encode_history_read(&mut self.data, tag, limit, reverse, channel);
+        let meta = (start as u32, (self.data.len() - start) as u32);
+        self.push(conn, CommandKind::HistoryRead, 0, meta, (0, 0));
+        tag
+    }
+
+    pub(crate) fn presence_for(&mut self, conn: ConnectionId, channel: &str) -> Tag {
+        let tag = next_tag();
+        let start = self.data.len();
+        encode_presence_read(&mut self.data, tag, channel);
+        let meta = (start as u32, (self.data.len() - start) as u32);
+        self.push(conn, CommandKind::PresenceRead, 0, meta, (0, 0));
+        tag
     }
 }

@@ -265,6 +265,18 @@ impl<H: Handler> Runtime<H> {
                         handler.on_kv_error(c, key, reason)
                     });
                 }
+                Event::History { conn, tag, result } => {
+                    let result = result.map_err(read_error);
+                    io_hook(conns, route, &mut ctx, conn, lookup, |c| {
+                        handler.on_history(c, tag, result)
+                    });
+                }
+                Event::Presence { conn, tag, result } => {
+                    let result = result.map_err(read_error);
+                    io_hook(conns, route, &mut ctx, conn, lookup, |c| {
+                        handler.on_presence(c, tag, result)
+                    });
+                }
                 Event::Proxy {
                     conn,
                     direction,
@@ -298,5 +310,12 @@ impl<H: Handler> Runtime<H> {
         self.last_commands = ctx.commands.len();
         self.last_data = ctx.data.len();
         ctx
+    }
+}
+
+/// A read's error code as the SDK names it.
+fn read_error(code: u16) -> crate::ReadError {
+    crate::ReadError {
+        reason: weir_abi::ReadErrorReason::from_code(code),
     }
 }

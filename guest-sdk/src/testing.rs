@@ -67,14 +67,22 @@
 //! assert_eq!(route.texts(client), ["three"]);
 //! ```
 //!
+//! History and presence reads (`realtime = true` routes) wait in
+//! [`TestRoute::reads`] until the test answers them
+//! ([`TestRoute::answer_history`], [`TestRoute::answer_presence`],
+//! [`TestRoute::fail_read`]), as requests do.
+//!
 //! Scope: one route, one instance, batches of one event each; topics are
-//! the route's own. A handler that panics fails the test with its panic.
+//! the route's own (a publish reaches the route's subscribers as it was
+//! sent, not through a real-time core). A handler that panics fails the
+//! test with its panic.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
-use weir_abi::io::{encode_http_response, split_request_head};
+use weir_abi::io::{encode_history, encode_http_response, encode_presence, split_request_head};
+use weir_abi::ReadErrorReason;
 use weir_abi::{
     encode_conn_info, parse_commands, Command, EventHeader, EventKind, HttpErrorReason,
     KvErrorReason,
@@ -109,6 +117,20 @@ pub struct SentRequest {
     pub url: String,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+}
+
+/// A history or presence read the handler sent, waiting for the test's
+/// answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentRead {
+    /// The connection it is for; 0 for the route's own.
+    pub conn: ConnectionId,
+    pub tag: Tag,
+    pub channel: String,
+    /// Publications asked for (a history read), None for a presence read.
+    pub limit: Option<u32>,
+    /// Newest first (a history read).
+    pub reverse: bool,
 }
 
 /// A message a client received.
@@ -148,6 +170,8 @@ pub struct TestRoute<H: Handler> {
     closing: Vec<(ConnectionId, u16, String)>,
     /// Requests the handler sent, not answered yet.
     requests: Vec<SentRequest>,
+    /// History and presence reads the handler sent, not answered yet.
+    reads: Vec<SentRead>,
     /// Pending timers: (connection, tag) → delay.
     timers: BTreeMap<(ConnectionId, Tag), Duration>,
     /// The route's key-value store.
@@ -210,6 +234,7 @@ impl<H: Handler> TestRoute<H> {
             attachment_max: DEFAULT_ATTACHMENT_MAX,
             closing: Vec::new(),
             requests: Vec::new(),
+            reads: Vec::new(),
             timers: BTreeMap::new(),
             kv: BTreeMap::new(),
             kv_max_keys: None,
@@ -264,6 +289,74 @@ impl<H: Handler> TestRoute<H> {
         let mut bytes = tag.to_le_bytes().to_vec();
         bytes.extend_from_slice(reason.as_str().as_bytes());
         self.run(req.conn, EventKind::HttpError, reason as u16, &bytes);
+    }
+
+    /// The history and presence reads the handler sent that are not
+    /// answered yet.
+    pub fn reads(&self) -> Vec<SentRead> {
+        self.reads.clone()
+    }
+
+    /// Answer the pending history read `tag`: the channel is at `offset`
+    /// in `epoch` and holds `publications` (offset, JSON text); the
+    /// handler's `on_history` runs.
+    ///
+    /// # Panics
+    /// If no history read with `tag` is pending.
+    pub fn answer_history(&mut self, tag: Tag, offset: u64, epoch: &str, publications: &[(u64, &str)]) {
+        let read = self.take_read(tag, true);
+        let mut bytes = Vec::new();
+        let pubs = publications.iter().map(|(o, d)| (*o, d.as_bytes()));
+        encode_history(&mut bytes, tag, offset, epoch, pubs);
+        self.answer_read(read.conn, EventKind::History, 0, &bytes);
+    }
+
+    /// Answer the pending presence read `tag` with `members` (client id,
+    /// user, connection info as JSON text or ""); `on_presence` runs.
+    ///
+    /// # Panics
+    /// If no presence read with `tag` is pending.
+    pub fn answer_presence(&mut self, tag: Tag, members: &[(&str, &str, &str)]) {
+        let read = self.take_read(tag, false);
+        let mut bytes = Vec::new();
+        let members = members.iter().map(|(c, u, i)| (*c, *u, i.as_bytes()));
+        encode_presence(&mut bytes, tag, members);
+        self.answer_read(read.conn, EventKind::Presence, 0, &bytes);
+    }
+
+    /// Fail the pending read `tag` with `reason` (as the gateway does for
+    /// an unknown namespace, history or presence off, Redis down...).
+    ///
+    /// # Panics
+    /// If no read with `tag` is pending.
+    pub fn fail_read(&mut self, tag: Tag, reason: ReadErrorReason) {
+        let at = self
+            .reads
+            .iter()
+            .position(|r| r.tag == tag)
+            .unwrap_or_else(|| panic!("no read with tag {tag} is pending"));
+        let read = self.reads.remove(at);
+        let kind = if read.limit.is_some() {
+            EventKind::History
+        } else {
+            EventKind::Presence
+        };
+        self.answer_read(read.conn, kind, reason as u16, &tag.to_le_bytes());
+    }
+
+    fn take_read(&mut self, tag: Tag, history: bool) -> SentRead {
+        let at = self
+            .reads
+            .iter()
+            .position(|r| r.tag == tag && r.limit.is_some() == history)
+            .unwrap_or_else(|| panic!("no such read with tag {tag} is pending"));
+        self.reads.remove(at)
+    }
+
+    fn answer_read(&mut self, conn: ConnectionId, kind: EventKind, code: u16, bytes: &[u8]) {
+        if conn == 0 || self.is_open(conn) {
+            self.run(conn, kind, code, bytes);
+        }
     }
 
     fn take_request(&mut self, tag: Tag) -> SentRequest {
@@ -799,6 +892,34 @@ impl<H: Handler> TestRoute<H> {
                 };
                 self.rt_verdicts.push(RtAnswer::Publish(call, d));
             }
+            Command::HistoryRead {
+                conn,
+                tag,
+                limit,
+                reverse,
+                channel,
+            } => {
+                if conn == 0 || open(&mut self.clients, conn).is_some() {
+                    self.reads.push(SentRead {
+                        conn,
+                        tag,
+                        channel: channel.to_string(),
+                        limit: Some(limit),
+                        reverse,
+                    });
+                }
+            }
+            Command::PresenceRead { conn, tag, channel } => {
+                if conn == 0 || open(&mut self.clients, conn).is_some() {
+                    self.reads.push(SentRead {
+                        conn,
+                        tag,
+                        channel: channel.to_string(),
+                        limit: None,
+                        reverse: false,
+                    });
+                }
+            }
         }
     }
 }
@@ -1047,5 +1168,75 @@ mod tests {
             data: b"1",
         };
         assert_eq!(route.client_publish(&publish), PubDecision::Pass);
+    /// Reads history and presence of the channel a message names and
+    /// sends what came back.
+    #[derive(Default)]
+    struct Reader;
+
+    impl Handler for Reader {
+        type State = ();
+        fn on_message(&mut self, conn: &mut Conn<()>, msg: Message) {
+            let Message::Text(channel) = msg else { return };
+            conn.subscribe("route");
+            conn.history_newest(channel, 2);
+            conn.presence(channel);
+            conn.ctx().history(channel, 0);
+        }
+        fn on_history(&mut self, conn: &mut Conn<()>, _tag: Tag, result: crate::HistoryResult) {
+            let text = match result {
+                Ok(h) => {
+                    let pubs: Vec<String> =
+                        h.publications.map(|(o, d)| format!("{o}={d}")).collect();
+                    format!("history {} {} {}", h.offset, h.epoch, pubs.join(","))
+                }
+                Err(e) => format!("history error {}", e.reason_str()),
+            };
+            if conn.is_route() {
+                conn.publish("route", Message::Text(&text));
+            } else {
+                conn.send_text(&text);
+            }
+        }
+        fn on_presence(&mut self, conn: &mut Conn<()>, _tag: Tag, result: crate::PresenceResult) {
+            let text = match result {
+                Ok(members) => {
+                    let m: Vec<String> = members
+                        .map(|m| format!("{}/{}/{}", m.client, m.user, m.conn_info))
+                        .collect();
+                    format!("presence {}", m.join(","))
+                }
+                Err(e) => format!("presence error {}", e.reason_str()),
+            };
+            conn.send_text(&text);
+        }
+    }
+
+    /// History and presence reads (issue 37) wait in `reads()` with what
+    /// they asked for; answers and failures reach `on_history` and
+    /// `on_presence` with the connection (or the route) that asked.
+    #[test]
+    fn history_and_presence_reads_are_answered_by_the_test() {
+        let mut route = TestRoute::<Reader>::new("/r");
+        let a = route.connect("/r");
+        route.send_text(a, "chat:room");
+        let reads = route.reads();
+        assert_eq!(reads.len(), 3);
+        assert_eq!(
+            (reads[0].conn, reads[0].channel.as_str(), reads[0].limit, reads[0].reverse),
+            (a, "chat:room", Some(2), true)
+        );
+        assert_eq!((reads[1].conn, reads[1].limit), (a, None));
+        assert_eq!((reads[2].conn, reads[2].limit, reads[2].reverse), (0, Some(0), false));
+        route.answer_history(reads[0].tag, 9, "ep", &[(9, "\"b\""), (8, "{}")]);
+        route.answer_presence(reads[1].tag, &[("c1", "u1", "{\"n\":1}"), ("c2", "", "")]);
+        assert_eq!(
+            route.texts(a),
+            ["history 9 ep 9=\"b\",8={}", "presence c1/u1/{\"n\":1},c2//"]
+        );
+        // The route's own read is answered to the route's handle, which
+        // publishes what it got.
+        route.fail_read(reads[2].tag, ReadErrorReason::HistoryOff);
+        assert!(route.reads().is_empty());
+        assert_eq!(route.texts(a), ["history error history-off"]);
     }
 }

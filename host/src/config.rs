@@ -423,6 +423,12 @@ pub struct GuestConfig {
     pub kv: Option<KvName>,
     /// How much that store may hold (`kv_max_bytes`, `kv_max_keys`).
     pub kv_quota: KvQuota,
+    /// `realtime = true`: the guest's topics are the real-time core's
+    /// channels. Its subscribes join channels (API and centrifugo
+    /// publications arrive as plain text frames), its publishes go through
+    /// the core (offsets, history, centrifugo subscribers, other nodes),
+    /// and it may read history and presence (`guest::realtime`).
+    pub realtime: bool,
 }
 
 /// A guest route's outbound HTTP policy (`allow_outbound`,
@@ -620,6 +626,7 @@ impl GuestConfig {
             outbound: Box::default(),
             kv: None,
             kv_quota: KvQuota::default(),
+            realtime: false,
         }
     }
 }

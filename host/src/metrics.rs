@@ -78,6 +78,9 @@ pub struct GuestRouteStats {
     pub deadline_trips: u64,
     /// Upgrades refused (429) to addresses that kept tripping it.
     pub backoff_refused: u64,
+    /// Subscribes and publishes of a `realtime = true` route refused by
+    /// the real-time core (bad channel, not JSON, Redis down).
+    pub realtime_refused: u64,
     /// Key-value writes refused, by reason (in `KvErrorReason::ALL` order).
     pub kv_refused: [u64; 5],
     /// The route's key-value store, if it has one.
@@ -295,7 +298,7 @@ impl Snapshot {
             );
         }
         type Figure = fn(&GuestRouteStats) -> u64;
-        let per_route: [(&str, &str, Figure); 4] = [
+        let per_route: [(&str, &str, Figure); 5] = [
             (
                 "weir_guest_log_dropped_lines_total",
                 "Guest log lines dropped for being over the route's log_rate or log_bytes.",
@@ -315,6 +318,11 @@ impl Snapshot {
                 "weir_guest_backoff_refused_total",
                 "Upgrades refused with 429 to client addresses that kept tripping the route's timeout.",
                 |d| d.backoff_refused,
+            ),
+            (
+                "weir_guest_realtime_refused_total",
+                "Subscribes and publishes of a realtime = true guest route refused by the real-time core (bad channel, data not JSON, Redis down).",
+                |d| d.realtime_refused,
             ),
         ];
         self.render_routes(&mut out);
@@ -655,6 +663,7 @@ mod tests {
                 log_dropped_bytes: 16,
                 deadline_trips: 17,
                 backoff_refused: 18,
+                realtime_refused: 21,
                 kv_refused: [1, 2, 3, 4, 5],
                 kv: Some(KvUsage {
                     keys: 6,
@@ -750,6 +759,10 @@ mod tests {
             (
                 r#"weir_guest_backoff_refused_total{route="/say \"hi\""}"#,
                 18,
+            ),
+            (
+                r#"weir_guest_realtime_refused_total{route="/say \"hi\""}"#,
+                21,
             ),
             (
                 r#"weir_kv_writes_refused_total{route="/say \"hi\"",reason="max-bytes"}"#,

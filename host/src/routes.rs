@@ -434,7 +434,21 @@ impl Routes {
             ),
             None => None,
         };
-        Ok(GuestRoute::new(index, program, topics.clone(), registry.clone()).with_kv(kv))
+        // `realtime = true`: the topics are the core's channels, framed
+        // as a realtime pubsub route's are (plain text frames).
+        let realtime = guest.realtime.then(|| {
+            self.realtime
+                .attach(topics, Arc::new(crate::native::pubsub::PlainFramer));
+            crate::guest::realtime::GuestRealtime::new(
+                self.realtime.clone(),
+                route.path.as_str().into(),
+            )
+        });
+        Ok(
+            GuestRoute::new(index, program, topics.clone(), registry.clone())
+                .with_kv(kv)
+                .with_realtime(realtime),
+        )
     }
 }
 

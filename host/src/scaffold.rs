@@ -43,6 +43,10 @@ const SDK_FILES: &[(&str, &str)] = &[
         include_str!("../../guest-sdk/src/io.rs"),
     ),
     (
+        "guest-sdk/src/realtime.rs",
+        include_str!("../../guest-sdk/src/realtime.rs"),
+    ),
+    (
         "guest-sdk/src/request.rs",
         include_str!("../../guest-sdk/src/request.rs"),
     ),
@@ -51,8 +55,8 @@ const SDK_FILES: &[(&str, &str)] = &[
         include_str!("../../guest-sdk/src/runtime.rs"),
     ),
     (
-        "guest-sdk/src/realtime.rs",
-        include_str!("../../guest-sdk/src/realtime.rs"),
+        "guest-sdk/src/hook.rs",
+        include_str!("../../guest-sdk/src/hook.rs"),
     ),
     (
         "guest-sdk/src/state.rs",

@@ -812,3 +812,109 @@ async fn a_redis_restart_is_a_new_epoch_and_subscribers_are_told() {
     let summary = finished(run, lines, Duration::from_secs(60)).await;
     assert_eq!(summary["recovered"], false, "{summary}");
 }
+
+/// A node serving the centrifugo route, a guest route `/g` with
+/// `realtime = true` (the rt-probe fixture) and the server API on its own
+/// port (returned).
+async fn guest_realtime_node(cluster: &str) -> (WeirProcess, u16) {
+    std::env::set_var("WEIR_TEST_CLUSTER_SECRET", SECRET);
+    std::env::set_var("WEIR_TEST_CLUSTER_API_KEY", API_KEY);
+    let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/rt-probe.wasm");
+    assert!(wasm.exists(), "run scripts/build-guests.sh first");
+    let api = free_port();
+    let routes = format!(
+        "{CENTRIFUGO}\n[[route]]\npath = \"/g\"\nguest = \"{}\"\nrealtime = true\n\n\
+         [api]\nlisten = \"127.0.0.1:{api}\"\nkey_env = \"WEIR_TEST_CLUSTER_API_KEY\"\n\n\
+         [cluster]\n{cluster}\n",
+        wasm.display()
+    );
+    let weir = WeirProcess::start("workers = 2", &routes, "info", Stdio::null()).await;
+    (weir, api)
+}
+
+/// The next text message on `ws`, or None within `wait`.
+async fn text_within(ws: &mut Ws, wait: Duration) -> Option<String> {
+    match timeout(wait, ws.next()).await {
+        Ok(Some(Ok(Message::Text(t)))) => Some(t.to_string()),
+        Ok(other) => panic!("expected text, got {other:?}"),
+        Err(_) => None,
+    }
+}
+
+/// A guest route with `realtime = true` across two nodes on standalone
+/// Redis (issue 37): a publication of node B's server API reaches the
+/// guest's subscriber on node A as its data; the guest's publication on A
+/// goes through Redis (it comes back to its subscriber, and B's API
+/// history has it at the next offset); the guest's history read on A
+/// (from Redis) agrees with B's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_guest_routes_span_nodes_on_standalone_redis() {
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(false).await;
+    let cluster = format!("redis = \"{}\"", redis.url());
+    let (a, _api_a) = guest_realtime_node(&cluster).await;
+    let (_b, api_b) = guest_realtime_node(&cluster).await;
+    let mut on_a = client(&a.url("/g")).await;
+    say(&mut on_a, "sub chat:nodes").await;
+    assert_eq!(
+        text_within(&mut on_a, STEP).await.as_deref(),
+        Some("subscribed chat:nodes")
+    );
+    // A watches the channel once Redis confirms: publish through B until
+    // A hears one.
+    let deadline = tokio::time::Instant::now() + STEP;
+    let heard = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A never heard B's API"
+        );
+        api_call(
+            api_b,
+            "publish",
+            r#"{"channel":"chat:nodes","data":{"from":"api"}}"#,
+        )
+        .await;
+        if let Some(t) = text_within(&mut on_a, Duration::from_millis(300)).await {
+            break t;
+        }
+    };
+    assert_eq!(heard, r#"{"from":"api"}"#);
+    // Drain copies of later probes still in flight.
+    while text_within(&mut on_a, Duration::from_millis(300))
+        .await
+        .is_some()
+    {}
+
+    say(&mut on_a, r#"pub chat:nodes {"from":"guest"}"#).await;
+    assert_eq!(
+        text_within(&mut on_a, STEP).await.as_deref(),
+        Some("published")
+    );
+    assert_eq!(
+        text_within(&mut on_a, STEP).await.as_deref(),
+        Some(r#"{"from":"guest"}"#),
+        "the guest's publication came back through Redis"
+    );
+    let history = api_call(api_b, "history", r#"{"channel":"chat:nodes","limit":1000}"#).await;
+    let pubs = history["result"]["publications"].as_array().unwrap();
+    let last = pubs.last().unwrap();
+    assert_eq!(
+        last["data"],
+        serde_json::json!({"from": "guest"}),
+        "{history}"
+    );
+    let offset = last["offset"].as_u64().unwrap();
+    assert_eq!(offset, pubs.len() as u64, "{history}");
+
+    say(&mut on_a, "history chat:nodes 1000").await;
+    let read: serde_json::Value =
+        serde_json::from_str(&text_within(&mut on_a, STEP).await.unwrap()).unwrap();
+    let h = &read["history"];
+    assert_eq!(h["offset"], offset, "{read}");
+    assert_eq!(h["epoch"], history["result"]["epoch"], "{read}");
+    let read_pubs = h["publications"].as_array().unwrap();
+    assert_eq!(read_pubs.len(), pubs.len(), "{read}");
+    assert_eq!(read_pubs.last().unwrap()["offset"], offset, "{read}");
+}

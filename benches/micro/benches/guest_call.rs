@@ -36,6 +36,7 @@ fn echo_runner() -> Runner {
         outbound: Default::default(),
         kv: None,
         kv_quota: Default::default(),
+        realtime: false,
     };
     Runner::new(Program::load(&engine, "/echo", &cfg).expect("load echo"))
 }

@@ -56,6 +56,7 @@ fn config(wasm: PathBuf) -> GuestConfig {
         outbound: Default::default(),
         kv: None,
         kv_quota: Default::default(),
+        realtime: false,
     }
 }
 

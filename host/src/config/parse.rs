@@ -542,7 +542,7 @@ fn route(
                 super::realtime::refuse_centrifugo_keys(src, raw, &native)?;
             }
             if !matches!(kind, NativeKind::PubSub(_)) {
-                refuse_pubsub_keys(src, raw, &native)?;
+                refuse_pubsub_keys(src, raw, &native, false)?;
             }
             if !matches!(kind, NativeKind::Proxy(_)) {
                 refuse_proxy_keys(src, raw, &native)?;
@@ -555,10 +555,14 @@ fn route(
             Behaviour::Native(kind)
         }
         (None, Some(guest)) => {
-            refuse_pubsub_keys(src, raw, &guest)?;
+            refuse_pubsub_keys(src, raw, &guest, true)?;
             super::realtime::refuse_centrifugo_keys(src, raw, &guest)?;
             refuse_proxy_keys(src, raw, &guest)?;
-            Behaviour::Guest(guest_config(src, raw, &guest, origin_dir)?)
+            let mut config = guest_config(src, raw, &guest, origin_dir)?;
+            if let Some(item) = Item::of("realtime", &raw.realtime) {
+                config.realtime = item.flag(src)?;
+            }
+            Behaviour::Guest(config)
         }
         (Some(native), Some(_)) => {
             return Err(native.fail(
@@ -645,12 +649,20 @@ fn pubsub_config(src: &Source, raw: &RawRoute) -> Result<PubSubConfig, ConfigErr
     Ok(config)
 }
 
-/// Only pubsub routes take `echo_self`, `slow_subscriber` and `realtime`.
-fn refuse_pubsub_keys(src: &Source, raw: &RawRoute, kind: &Item) -> Result<(), ConfigError> {
+/// Only pubsub routes take `echo_self` and `slow_subscriber`; pubsub and
+/// guest routes (`guest_route`) take `realtime`.
+fn refuse_pubsub_keys(
+    src: &Source,
+    raw: &RawRoute,
+    kind: &Item,
+    guest_route: bool,
+) -> Result<(), ConfigError> {
+    let none: Field = None;
+    let realtime = if guest_route { &none } else { &raw.realtime };
     let first = [
         ("echo_self", &raw.echo_self),
         ("slow_subscriber", &raw.slow_subscriber),
-        ("realtime", &raw.realtime),
+        ("realtime", realtime),
     ]
     .into_iter()
     .filter_map(|(key, field)| field.as_ref().map(|f| (key, f.span())))
@@ -659,8 +671,13 @@ fn refuse_pubsub_keys(src: &Source, raw: &RawRoute, kind: &Item) -> Result<(), C
         Some((key, span)) => Err(src.error(
             span,
             format!(
-                "{key} only applies to pubsub routes, and this route is {}; remove {key}, \
-                 or write native = \"pubsub\"",
+                "{key} only applies to pubsub routes{}, and this route is {}; remove \
+                 {key}, or write native = \"pubsub\"",
+                if key == "realtime" {
+                    " and guest routes"
+                } else {
+                    ""
+                },
                 kind.shown()
             ),
         )),

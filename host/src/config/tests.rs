@@ -138,6 +138,7 @@ native = "relay"
             outbound: Box::default(),
             kv: None,
             kv_quota: KvQuota::default(),
+            realtime: false,
         })
     );
     assert_eq!(chat.limits.idle_timeout, Duration::from_secs(30));
@@ -988,6 +989,19 @@ fn pubsub_routes_and_their_keys() {
         4,
         &["memory only applies to guest routes"],
     );
+    refused(
+        &format!("{ECHO}realtime = true\n"),
+        4,
+        &["realtime only applies to pubsub routes and guest routes"],
+    );
+}
+
+/// `realtime = true` on a guest route (issue 37): allowed, off by default.
+#[test]
+fn realtime_guest_routes() {
+    assert!(!only_guest(&parse(&guest_route(""))).realtime);
+    assert!(only_guest(&parse(&guest_route("realtime = true"))).realtime);
+    refused(&guest_route("realtime = 1"), 4, &["realtime = 1"]);
     refused(
         "[[route]]\npath = \"/t\"\nnative = \"pubsb\"\n",
         3,

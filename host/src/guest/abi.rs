@@ -294,6 +294,19 @@ impl Batch {
             IoEvent::KvError { key, reason } => {
                 self.push(0, EventKind::KvError, *reason as u16, key);
             }
+            IoEvent::RealtimeRead {
+                conn,
+                presence,
+                code,
+                bytes,
+            } => {
+                let kind = if *presence {
+                    EventKind::Presence
+                } else {
+                    EventKind::History
+                };
+                self.push(*conn, kind, *code, bytes);
+            }
         }
     }
 

@@ -68,6 +68,15 @@ pub enum IoEvent {
         key: Vec<u8>,
         reason: weir_abi::KvErrorReason,
     },
+    /// The answer to a history-read (`presence` false) or presence-read
+    /// of a `realtime = true` route: code 0 or a read error, and the
+    /// event's bytes, tag first (`guest::realtime`).
+    RealtimeRead {
+        conn: ConnectionId,
+        presence: bool,
+        code: u16,
+        bytes: Vec<u8>,
+    },
 }
 
 impl IoEvent {
@@ -76,7 +85,8 @@ impl IoEvent {
         match self {
             IoEvent::Response { conn, .. }
             | IoEvent::Error { conn, .. }
-            | IoEvent::Timer { conn, .. } => *conn,
+            | IoEvent::Timer { conn, .. }
+            | IoEvent::RealtimeRead { conn, .. } => *conn,
             IoEvent::KvError { .. } => 0,
         }
     }
@@ -301,6 +311,11 @@ impl RouteIo {
         if let Some(inbox) = inbox {
             inbox.push(event);
         }
+    }
+
+    /// Queue `event`, an answer to a batch that ran on worker `asker`.
+    pub(crate) fn deliver_event(&self, asker: usize, event: IoEvent) {
+        Self::deliver(&self.inboxes, asker, event);
     }
 
     /// A key-value write of a batch that ran on worker `asker` was

@@ -43,6 +43,7 @@ pub mod kv_quota;
 mod kv_redis;
 pub mod log;
 pub mod program;
+pub mod realtime;
 mod request;
 pub mod route;
 pub mod runner;

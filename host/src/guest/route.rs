@@ -9,6 +9,7 @@ use super::deploy::Versions;
 use super::io::RouteIo;
 use super::kv::KvStore;
 use super::kv_quota::{KvErrorReason, KvRefusals};
+use super::realtime::GuestRealtime;
 use super::slot::GuestSlot;
 use super::{Batch, Command, Commands, Fault, Program, Runner};
 use crate::native::centrifugo::hook::RtCalls;
@@ -81,6 +82,9 @@ pub struct GuestRoute {
     /// centrifugo connections; a failed batch answers them 100 and closes
     /// nothing, and commands other than verdicts are ignored.
     pub(crate) rt_calls: Option<Arc<RtCalls>>,
+    /// `realtime = true`: the route's topics are the real-time core's
+    /// channels (`guest::realtime`).
+    pub(crate) realtime: Option<Arc<GuestRealtime>>,
 }
 
 /// One client address's recent deadline trips.
@@ -114,6 +118,7 @@ impl GuestRoute {
             census: Default::default(),
             filter_links: None,
             rt_calls: None,
+            realtime: None,
         }
     }
 
@@ -121,6 +126,17 @@ impl GuestRoute {
     pub fn with_rt_calls(mut self, calls: Arc<RtCalls>) -> Self {
         self.rt_calls = Some(calls);
         self
+    }
+
+    /// The route with its topics the real-time core's channels.
+    pub fn with_realtime(mut self, realtime: Option<Arc<GuestRealtime>>) -> Self {
+        self.realtime = realtime;
+        self
+    }
+
+    /// The route's side of the real-time core, if it is `realtime = true`.
+    pub fn realtime(&self) -> Option<&Arc<GuestRealtime>> {
+        self.realtime.as_ref()
     }
 
     /// The route as a proxy route's filter.
@@ -333,6 +349,9 @@ impl GuestRoute {
         program: &Program,
     ) {
         let (mut messages, mut bytes) = (0, 0);
+        // A realtime route's consecutive publishes, handed to the core
+        // together (in order) before the next other command.
+        let mut rt_publishes = Vec::new();
         let mut pending: Option<u64> = None;
         let mut frames = Vec::new();
         let flush = |pending: &mut Option<u64>, frames: &mut Vec<u8>| {
@@ -357,6 +376,11 @@ impl GuestRoute {
                     _ => {}
                 }
                 continue;
+            }
+            if let Some(rt) = &self.realtime {
+                if !matches!(command, Command::Publish { .. }) && !rt_publishes.is_empty() {
+                    rt.publish(std::mem::take(&mut rt_publishes));
+                }
             }
             // A filter's forward toward the client is a send.
             let command = match command {
@@ -403,10 +427,24 @@ impl GuestRoute {
                 } => {
                     messages += 1;
                     bytes += payload.len() as u64;
+                    if self.realtime.is_some() {
+                        // The core delivers to every subscriber (`exclude`
+                        // has no meaning for a channel's publication).
+                        let payload = Bytes::copy_from_slice(payload);
+                        rt_publishes.push((topic.to_string(), text, payload));
+                        continue;
+                    }
                     let frame = Bytes::from(encode::frame(message_opcode(text), payload));
                     self.topics.publish(topic, &frame, exclude);
                 }
                 Command::Subscribe { conn, topic } => {
+                    if self
+                        .realtime
+                        .as_ref()
+                        .is_some_and(|rt| !rt.may_subscribe(topic))
+                    {
+                        continue;
+                    }
                     if let Some(out) = self.registry.subscribe(conn, self.index, topic) {
                         self.topics.subscribe(topic, conn, out);
                     }
@@ -464,6 +502,36 @@ impl GuestRoute {
                     route = &*self.path,
                     "a real-time verdict on a route that is not a namespace guest; ignored"
                 ),
+                Command::HistoryRead {
+                    conn,
+                    tag,
+                    limit,
+                    reverse,
+                    channel,
+                } => {
+                    if conn == 0 || self.lookup(conn).is_some() {
+                        match &self.realtime {
+                            Some(rt) => {
+                                rt.history(&self.io, worker, conn, tag, channel, limit, reverse)
+                            }
+                            None => self.io.deliver_event(
+                                worker,
+                                super::realtime::not_realtime(conn, tag, false),
+                            ),
+                        }
+                    }
+                }
+                Command::PresenceRead { conn, tag, channel } => {
+                    if conn == 0 || self.lookup(conn).is_some() {
+                        match &self.realtime {
+                            Some(rt) => rt.presence(&self.io, worker, conn, tag, channel),
+                            None => self.io.deliver_event(
+                                worker,
+                                super::realtime::not_realtime(conn, tag, true),
+                            ),
+                        }
+                    }
+                }
                 Command::Forward {
                     conn,
                     direction,
@@ -484,6 +552,9 @@ impl GuestRoute {
             }
         }
         flush(&mut pending, &mut frames);
+        if let (Some(rt), false) = (&self.realtime, rt_publishes.is_empty()) {
+            rt.publish(rt_publishes);
+        }
         counters.messages_out.add(messages);
         counters.bytes_out.add(bytes);
     }

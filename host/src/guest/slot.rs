@@ -271,6 +271,7 @@ impl GuestSlot {
             let len = match event {
                 super::io::IoEvent::Response { head, body, .. } => head.len() + body.len(),
                 super::io::IoEvent::KvError { key, .. } => key.len(),
+                super::io::IoEvent::RealtimeRead { bytes, .. } => bytes.len(),
                 _ => 0,
             };
             self.batch_for(len).push_io(event);

@@ -420,6 +420,7 @@ impl Shared {
                     log_dropped_bytes: g.program().log().dropped_bytes(),
                     deadline_trips: g.deadline_trips(),
                     backoff_refused: g.backoff_refused(),
+                    realtime_refused: g.realtime().map_or(0, |rt| rt.refused()),
                     kv_refused: g.kv_refusals().counts(),
                     kv: g.kv.as_ref().map(|kv| {
                         let (keys, bytes) = kv.usage();

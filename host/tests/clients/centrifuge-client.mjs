@@ -417,6 +417,34 @@ async function hold() {
   return { held: true };
 }
 
+async function guestPeer() {
+  // For host/tests/guest_realtime.rs: a centrifuge client beside a guest
+  // route with realtime = true. Subscribed to argv[5] (with presence, user
+  // "peer", connection info {"role":"peer"}), says "ready"; on the line
+  // "publish" publishes {"from":"centrifuge"}; on "done" reports every
+  // publication it received with its offset.
+  const c = client({ token: token({ sub: 'peer', info: { role: 'peer' } }) });
+  c.connect();
+  await once(c, 'connected');
+  const sub = c.newSubscription(process.argv[5]);
+  const got = [];
+  sub.on('publication', (ctx) => got.push({ from: ctx.data.from, offset: ctx.offset }));
+  sub.subscribe();
+  await once(sub, 'subscribed');
+  console.log('ready');
+  for (;;) {
+    const line = await nextLine();
+    if (line === 'publish') {
+      await sub.publish({ from: 'centrifuge' });
+      console.log('published');
+    } else if (line === 'done') {
+      break;
+    }
+  }
+  c.disconnect();
+  return { received: got };
+}
+
 async function restart() {
   // Redis restarts (the test does it between two lines): the channel's
   // history is gone and its epoch new, and the subscriber on A is told
@@ -744,6 +772,7 @@ const scenarios = {
   across,
   hold,
   restart,
+  guestPeer,
 };
 if (scenario === 'keys') {
   makeKeys(process.argv[5]);

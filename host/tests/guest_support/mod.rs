@@ -53,6 +53,7 @@ pub fn config(name: &str) -> GuestConfig {
         outbound: Default::default(),
         kv: None,
         kv_quota: Default::default(),
+        realtime: false,
     }
 }
 
