@@ -129,7 +129,8 @@ event_codes! {
         PresenceOff = 3 => "presence-off",
         /// The core could not answer (with `[cluster]`: Redis did not).
         Unavailable = 4 => "unavailable",
-        /// The route already has its cap of reads pending.
+        /// The route already has its cap of reads pending, or the
+        /// channel's namespace holds its `max_channels`.
         Busy = 5 => "busy",
         /// The route is not `realtime = true`.
         NotRealtime = 6 => "not-realtime",

@@ -147,6 +147,15 @@ def events():
                  {"kind": "close", "conn": 1, "code": 1000, "reason": "bye"},
                  {"kind": "close", "conn": 2, "code": 1006, "reason": ""},
              ]),
+        case("empty", "a batch with no events", [], b"", pack_event, events=[]),
+        case("unknown-kind-skipped",
+             "a kind a newer host may send is skipped (its range is still "
+             "checked); the reserved byte is not looked at",
+             [event_header(5, 200, 0, 0, 2), event_header(5, EVENT["binary"], 0, 0, 2, reserved=1)],
+             b"ab", pack_event,
+             events=[{"kind": "binary", "conn": 5, "payload_hex": "6162"}]),
+    ]
+    realtime_valid = [
         case("rt-kinds",
              "a real-time namespace guest's questions (packed-only kinds 12 "
              "and 13): call id, channel, client, user, token info, publication",
@@ -166,15 +175,6 @@ def events():
                   "client": "c-1", "user": "", "info_hex": "",
                   "data_hex": b'{"t":"hi"}'.hex()},
              ]),
-        case("empty", "a batch with no events", [], b"", pack_event, events=[]),
-        case("unknown-kind-skipped",
-             "a kind a newer host may send is skipped (its range is still "
-             "checked); the reserved byte is not looked at",
-             [event_header(5, 200, 0, 0, 2), event_header(5, EVENT["binary"], 0, 0, 2, reserved=1)],
-             b"ab", pack_event,
-             events=[{"kind": "binary", "conn": 5, "payload_hex": "6162"}]),
-    ]
-    realtime_valid = [
         case("realtime-reads",
              "history and presence answers (packed-only kinds 10 and 11): "
              "code 0 with the position and publications or the members, or "
@@ -222,7 +222,7 @@ def events():
     del invalid[0]["headers"]  # not whole headers: nothing to decode
     return ({"about": "event batches, host to guest; see README.md",
              "valid": valid, "invalid": invalid},
-            {"about": "history and presence answers of realtime guest routes; see README.md",
+            {"about": "real-time kinds (history and presence answers of realtime guest routes, a namespace guest's rt-subscribe and rt-publish), read by the Rust tests only; see README.md",
              "valid": realtime_valid, "invalid": realtime_invalid})
 
 
@@ -282,6 +282,9 @@ def commands():
                  {"kind": "send-binary", "conn": 2, "payload_hex": "6364"},
                  {"kind": "publish-text", "topic": "ab", "text": "abcd", "exclude": None},
              ]),
+        case("empty", "an answer with no commands", [], b"", pack_command, commands=[]),
+    ]
+    realtime_valid = [
         case("rt-verdicts",
              "a real-time namespace guest's verdicts (packed-only kinds 17 and "
              "18): the call id is the 8-byte meta; byte 9 of 18 is pass 0, "
@@ -302,9 +305,6 @@ def commands():
                  {"kind": "rt-publish-verdict", "conn": 4, "call": 9, "verdict": "drop",
                   "code": 103},
              ]),
-        case("empty", "an answer with no commands", [], b"", pack_command, commands=[]),
-    ]
-    realtime_valid = [
         case("realtime-reads",
              "history-read (meta: tag, limit u32, reverse u8, channel) and "
              "presence-read (meta: tag, channel), packed-only kinds 15 and 16",
@@ -350,12 +350,6 @@ def commands():
         case("topic-not-utf8", "publish-binary to topic 0xff",
              [command_header(0, COMMAND["publish-binary"], topic=(0, 1))], bytes([0xff]),
              pack_command, error="TopicNotUtf8", index=0),
-        case("rt-verdict-decision-unknown", "an rt-publish-verdict whose byte 9 is 3",
-             [command_header(4, COMMAND["rt-publish-verdict"], topic=(0, 8), reserved=3)],
-             struct.pack("<Q", 9), pack_command, error="ReservedByteSet", index=0),
-        case("rt-verdict-call-short", "an rt-subscribe-verdict with 7 bytes of meta",
-             [command_header(4, COMMAND["rt-subscribe-verdict"], topic=(0, 7))],
-             struct.pack("<Q", 9), pack_command, error="MetaMalformed", index=0),
         case("first-violation-wins",
              "header 0 has an unknown kind and a bad range: the range is checked first",
              [command_header(1, 200, payload=(9, 9))], b"", pack_command,
@@ -365,6 +359,12 @@ def commands():
     invalid[0]["data_hex"] = "78"
     del invalid[0]["headers"]  # not whole headers: nothing to decode
     realtime_invalid = [
+        case("rt-verdict-decision-unknown", "an rt-publish-verdict whose byte 9 is 3",
+             [command_header(4, COMMAND["rt-publish-verdict"], topic=(0, 8), reserved=3)],
+             struct.pack("<Q", 9), pack_command, error="ReservedByteSet", index=0),
+        case("rt-verdict-call-short", "an rt-subscribe-verdict with 7 bytes of meta",
+             [command_header(4, COMMAND["rt-subscribe-verdict"], topic=(0, 7))],
+             struct.pack("<Q", 9), pack_command, error="MetaMalformed", index=0),
         case("history-read-malformed",
              "a history-read whose reverse byte is 2 (0 or 1 only)",
              [command_header(1, COMMAND["history-read"], topic=(0, 14))],
@@ -378,7 +378,7 @@ def commands():
     ]
     return ({"about": "guest answers, guest to host; see README.md",
              "valid": valid, "invalid": invalid},
-            {"about": "history-read and presence-read of realtime guest routes; see README.md",
+            {"about": "real-time kinds (history-read and presence-read of realtime guest routes, a namespace guest's rt-subscribe, rt-publish and verdicts), read by the Rust tests only; see README.md",
              "valid": realtime_valid, "invalid": realtime_invalid})
 
 

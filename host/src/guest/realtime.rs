@@ -275,6 +275,8 @@ fn read_error(e: RealtimeError, off: ReadErrorReason) -> ReadErrorReason {
     match e {
         RealtimeError::ChannelName(_) => ReadErrorReason::BadChannel,
         RealtimeError::NotAvailable => off,
+        // The namespace holds `max_channels` already: try again later.
+        RealtimeError::TooManyChannels => ReadErrorReason::Busy,
         RealtimeError::Unavailable | RealtimeError::History(_) | RealtimeError::Presence(_) => {
             ReadErrorReason::Unavailable
         }
