@@ -1168,6 +1168,8 @@ mod tests {
             data: b"1",
         };
         assert_eq!(route.client_publish(&publish), PubDecision::Pass);
+    }
+
     /// Reads history and presence of the channel a message names and
     /// sends what came back.
     #[derive(Default)]
