@@ -146,6 +146,9 @@ pub struct RedisBroker {
     namespaces: RwLock<HashMap<Arc<str>, Weak<Topics>>>,
     connected: AtomicBool,
     subscribed: AtomicUsize,
+    /// The real-time core's control channel (Redis name), when watched: not
+    /// a topic, so not counted in `subscribed`.
+    control: std::sync::OnceLock<String>,
     sent: AtomicU64,
     received: AtomicU64,
     lost: AtomicU64,
@@ -184,6 +187,7 @@ impl RedisBroker {
             namespaces: RwLock::default(),
             connected: AtomicBool::new(false),
             subscribed: AtomicUsize::new(0),
+            control: std::sync::OnceLock::new(),
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -375,7 +379,12 @@ impl RedisBroker {
             link.unsubscribe(&remove).await?;
         }
         *subscribed = wanted;
-        self.subscribed.store(subscribed.len(), Ordering::Release);
+        let control = self
+            .control
+            .get()
+            .is_some_and(|c| subscribed.contains_key(c));
+        self.subscribed
+            .store(subscribed.len() - usize::from(control), Ordering::Release);
         self.set_active(|active| {
             active.retain(|c| !remove.contains(c));
             active.extend(add);
@@ -408,6 +417,13 @@ impl RedisBroker {
             .expect("cluster lock")
             .iter()
             .any(|n| &**n == namespace)
+    }
+
+    /// Watches the real-time core's control channel for the life of the
+    /// process (not counted among the subscribed topics).
+    pub fn watch_control(&self, channel: &str) {
+        let _ = self.control.set(realtime_channel(channel));
+        self.watch_realtime(channel);
     }
 
     /// The real-time core wants `channel`'s messages on this node (until

@@ -355,7 +355,7 @@ impl Realtime {
             .cluster()
             .expect("clustered")
             .broker
-            .watch_realtime(control_channel());
+            .watch_control(control_channel());
         realtime
     }
 
