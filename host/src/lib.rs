@@ -53,13 +53,10 @@
 
 pub mod admission;
 pub mod client;
-pub mod config;
 pub mod guest;
-pub mod hosts;
 pub mod logging;
 pub mod metrics;
 pub mod native;
-pub mod origin;
 pub mod pubsub;
 pub mod reactor;
 pub mod realtime;
@@ -68,8 +65,10 @@ pub mod routes;
 pub mod scaffold;
 pub mod server;
 pub mod stats;
-pub mod tls;
-pub mod url_check;
 
-pub use config::Config;
+// The layers beneath, under the names the library has always used.
+pub use weir_config as config;
+pub use weir_config::{hosts, origin, tls, url_check};
+
 pub use server::{serve, Shutdown};
+pub use weir_config::Config;

@@ -5,7 +5,6 @@
 //! or refuses them. Topic namespaces are resolved here: each route has its
 //! own unless routes name a shared one (`topics = "name"`).
 
-use crate::config::{Behaviour, Config, GuestConfig, Limits, NativeKind};
 use crate::guest::{GuestEngine, GuestRoute, Program, Scheduler};
 use crate::native::proxy::{FilterLinks, ProxyRoute};
 use crate::pubsub::{Broker, Fanout, LocalBroker, Topics};
@@ -20,6 +19,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
+use weir_config::{Behaviour, Config, GuestConfig, Limits, NativeKind};
 
 /// Why a route cannot be built or served. Routes-level: the server wraps it
 /// (`ServeError::Route`), and a reload reports it per route.
@@ -46,7 +46,7 @@ pub trait RouteKind: Send + Sync {
 
     /// A reload kept the route: take what of `behaviour` (the file's
     /// settings now) applies to a running route, or say why not.
-    fn reload(&self, _behaviour: &crate::config::Behaviour) -> Result<(), String> {
+    fn reload(&self, _behaviour: &weir_config::Behaviour) -> Result<(), String> {
         Ok(())
     }
 }
@@ -178,11 +178,11 @@ pub struct Routes {
     state_dir: std::path::PathBuf,
     /// The `[cluster]` section: its Redis server holds the key-value
     /// stores when it names one.
-    cluster: Option<crate::config::ClusterConfig>,
+    cluster: Option<weir_config::ClusterConfig>,
     workers: usize,
     /// The namespaces' guests (read at start with the namespaces; each
     /// centrifugo route compiles its own instances of them).
-    namespace_guests: Vec<crate::config::NamespaceGuest>,
+    namespace_guests: Vec<weir_config::NamespaceGuest>,
 }
 
 impl Routes {
@@ -275,7 +275,7 @@ impl Routes {
     /// the next index, not served yet; returns the index.
     pub fn add(
         &mut self,
-        route: &crate::config::RouteConfig,
+        route: &weir_config::RouteConfig,
         registry: &Arc<Registry>,
     ) -> Result<usize, RouteError> {
         let index = self.routes.len();
@@ -395,7 +395,7 @@ impl Routes {
     fn guest_route(
         &mut self,
         index: usize,
-        route: &crate::config::RouteConfig,
+        route: &weir_config::RouteConfig,
         guest: &GuestConfig,
         topics: &Arc<Topics>,
         registry: &Arc<Registry>,
@@ -470,14 +470,14 @@ fn state_dir(config: &Config) -> std::path::PathBuf {
 /// reload that adds or removes a filter makes a new route), or `guest`.
 pub fn behaviour_name(behaviour: &Behaviour) -> String {
     match behaviour {
-        Behaviour::Native(crate::config::NativeKind::Echo) => "echo".into(),
-        Behaviour::Native(crate::config::NativeKind::Relay) => "relay".into(),
-        Behaviour::Native(crate::config::NativeKind::PubSub(_)) => "pubsub".into(),
-        Behaviour::Native(crate::config::NativeKind::Proxy(p)) if p.filter.is_some() => {
+        Behaviour::Native(weir_config::NativeKind::Echo) => "echo".into(),
+        Behaviour::Native(weir_config::NativeKind::Relay) => "relay".into(),
+        Behaviour::Native(weir_config::NativeKind::PubSub(_)) => "pubsub".into(),
+        Behaviour::Native(weir_config::NativeKind::Proxy(p)) if p.filter.is_some() => {
             "proxy+filter".into()
         }
-        Behaviour::Native(crate::config::NativeKind::Proxy(_)) => "proxy".into(),
-        Behaviour::Native(crate::config::NativeKind::Centrifugo(_)) => "centrifugo".into(),
+        Behaviour::Native(weir_config::NativeKind::Proxy(_)) => "proxy".into(),
+        Behaviour::Native(weir_config::NativeKind::Centrifugo(_)) => "centrifugo".into(),
         Behaviour::Guest(_) => "guest".into(),
     }
 }

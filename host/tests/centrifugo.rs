@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-use weir::config::Config;
+use weir_config::Config;
 
 /// The HMAC secret the test's tokens are signed with.
 const SECRET: &str = "centrifugo-test-secret";

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::net::TcpSocket;
 use tokio::time::{timeout, Instant};
 use tokio_tungstenite::tungstenite::Message;
-use weir::config::{Behaviour, Config, GuestConfig, Limits, RouteConfig};
+use weir_config::{Behaviour, Config, GuestConfig, Limits, RouteConfig};
 
 /// The tests here compare throughput with and without an attacker: they run
 /// one at a time, so one test's load is not another's attacker.

@@ -270,7 +270,7 @@ fn counter_survives_instance_replacement_through_its_attachment() {
 #[test]
 fn batch_isolation_uses_a_fresh_instance_per_batch() {
     let mut r = Runner::new(program_with("counter", "/counter", |c| {
-        c.isolation = weir::config::Isolation::Batch
+        c.isolation = weir_config::Isolation::Batch
     }));
     open(&mut r, 1).unwrap();
     for expected in 1..=3 {

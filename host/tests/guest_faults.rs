@@ -10,7 +10,7 @@ use guest_support::*;
 use weir::guest::{Batch, Fault, Runner};
 
 /// The faulty route with a test-sized memory and deadline.
-fn faulty(edit: impl FnOnce(&mut weir::config::GuestConfig)) -> Runner {
+fn faulty(edit: impl FnOnce(&mut weir_config::GuestConfig)) -> Runner {
     Runner::new(program_with("faulty", "/faulty", edit))
 }
 

@@ -7,8 +7,8 @@ mod guest_support;
 use std::path::{Path, PathBuf};
 
 use guest_support::*;
-use weir::config::{Behaviour, Config, GuestConfig};
 use weir::guest::{check_routes, GuestEngine, GuestError, Program};
+use weir_config::{Behaviour, Config, GuestConfig};
 
 fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("weir-guest-load");
@@ -77,8 +77,8 @@ fn memory_limit_below_what_the_guest_starts_with_is_refused() {
     assert!(err.to_string().contains("memory"), "{err}");
 }
 
-fn guest_route(path: &str, cfg: GuestConfig) -> weir::config::RouteConfig {
-    weir::config::RouteConfig {
+fn guest_route(path: &str, cfg: GuestConfig) -> weir_config::RouteConfig {
+    weir_config::RouteConfig {
         path: path.into(),
         line: 1,
         behaviour: Behaviour::Guest(cfg),

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-use weir::config::Config;
+use weir_config::Config;
 
 const SECRET: &str = "guest-realtime-test-secret";
 const SECRET_ENV: &str = "WEIR_TEST_GUEST_RT_SECRET";

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-use weir::config::{Behaviour, Config, GuestConfig, Isolation, RouteConfig};
+use weir_config::{Behaviour, Config, GuestConfig, Isolation, RouteConfig};
 
 fn wasm(name: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -27,7 +27,7 @@ fn wasm(name: &str) -> PathBuf {
 }
 
 fn guest_route(path: &str, guest: GuestConfig) -> RouteConfig {
-    let limits = weir::config::Limits::default();
+    let limits = weir_config::Limits::default();
     RouteConfig {
         path: path.to_string(),
         line: 0,

@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout, Instant};
-use weir::config::Config;
+use weir_config::Config;
 
 /// The HTTP/2 client preface and an empty SETTINGS frame: all an idle
 /// attacker sends.

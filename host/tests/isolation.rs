@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-use weir::config::{Behaviour, Config, GuestConfig, Limits, NativeKind, RouteConfig};
+use weir_config::{Behaviour, Config, GuestConfig, Limits, NativeKind, RouteConfig};
 
 fn route(path: &str, behaviour: Behaviour, topics: Option<&str>) -> RouteConfig {
     RouteConfig {

@@ -7,7 +7,7 @@ use common::{client, frame, next, Gateway, Raw, STEP};
 use futures_util::{SinkExt, StreamExt};
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-use weir::config::Config;
+use weir_config::Config;
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-use weir::config::{Behaviour, Config, GuestConfig, Isolation, RouteConfig};
+use weir_config::{Behaviour, Config, GuestConfig, Isolation, RouteConfig};
 
 /// A language's components: `js-<name>.wasm` or `py-<name>.wasm`.
 #[derive(Clone, Copy)]
@@ -56,7 +56,7 @@ fn route(path: &str, guest: GuestConfig) -> RouteConfig {
         path: path.to_string(),
         line: 0,
         behaviour: Behaviour::Guest(guest),
-        limits: weir::config::Limits::default(),
+        limits: weir_config::Limits::default(),
         topics: None,
     }
 }

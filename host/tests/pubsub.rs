@@ -13,7 +13,7 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
-use weir::config::Config;
+use weir_config::Config;
 
 /// A gateway with 2 workers serving `routes` (routes-file text).
 fn gateway(routes: &str) -> Gateway {

@@ -14,7 +14,7 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use weir::config::Config;
+use weir_config::Config;
 
 const SECRET: &str = "rt-hooks-test-secret";
 const SECRET_ENV: &str = "WEIR_TEST_RT_HOOKS_SECRET";

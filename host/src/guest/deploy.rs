@@ -9,12 +9,12 @@
 //! runner's attachments carry over (`Runner::switch`).
 
 use super::{GuestError, Program, Runner};
-use crate::config::GuestConfig;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 use tracing::{info, warn};
+use weir_config::GuestConfig;
 
 /// Versions kept besides the serving one, for rollback.
 pub const KEPT_VERSIONS: usize = 3;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::config::GUEST_MEMORY_MAX_BYTES;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
+use weir_config::GUEST_MEMORY_MAX_BYTES;
 
 use super::abi::bindings::GatewayHandler;
 use super::cache::{default_cache_dir, ComponentCache};

@@ -21,7 +21,7 @@ use super::abi::bindings_v3::weir::gateway as v3;
 use super::kv::KvStore;
 use super::log::{RouteLog, MAX_LOG_LINE_BYTES};
 use super::ConnectionId;
-use crate::config::LogLevel;
+use weir_config::LogLevel;
 
 /// Everything one wasmtime Store carries.
 pub(crate) struct StoreState {

@@ -93,7 +93,10 @@ impl tower_service::Service<Name> for CheckedResolver {
             let addrs: Vec<SocketAddr> =
                 tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
             if !allow_private {
-                if let Some(addr) = addrs.iter().find(|a| !crate::url_check::is_global(a.ip())) {
+                if let Some(addr) = addrs
+                    .iter()
+                    .find(|a| !weir_config::url_check::is_global(a.ip()))
+                {
                     let address = addr.ip();
                     return Err(io::Error::new(
                         io::ErrorKind::PermissionDenied,

@@ -24,7 +24,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::kv_quota::{fits, now_ms, queued_cost, KvErrorReason, QueueBudget};
 use super::kv_redis::{Op, RedisKv};
-use crate::config::{ClusterConfig, KvName, KvQuota};
+use weir_config::{ClusterConfig, KvName, KvQuota};
 
 /// The one table of a store.
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");

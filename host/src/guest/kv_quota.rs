@@ -8,7 +8,7 @@ use std::time::Duration;
 
 pub use weir_abi::KvErrorReason;
 
-use crate::config::KvQuota;
+use weir_config::KvQuota;
 
 /// Milliseconds since the Unix epoch: the clock entry expiry is kept in,
 /// read by both backends (redb here, Redis mirrors in `kv_redis`).

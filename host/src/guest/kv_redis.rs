@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use super::kv_quota::{fits, now_ms, queued_cost, KvErrorReason, QueueBudget};
-use crate::config::KvQuota;
+use weir_config::KvQuota;
 
 /// First wait before reconnecting; doubles up to [`BACKOFF_MAX`].
 const BACKOFF_MIN: Duration = Duration::from_millis(100);

@@ -8,10 +8,10 @@
 //! (`text="…"`, with newlines, quotes and control characters escaped), after
 //! the route and stream fields the host sets.
 
-use crate::config::{GuestLog, LogLevel};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use weir_config::{GuestLog, LogLevel};
 
 /// How often dropped lines are summarised in the log.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(10);

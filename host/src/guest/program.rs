@@ -20,8 +20,8 @@ use super::engine::{GuestEngine, POOL_COMPONENT_INSTANCES};
 use super::error::GuestError;
 use super::host::StoreState;
 use super::log::RouteLog;
-use crate::config::GUEST_MEMORY_MAX_BYTES;
-use crate::config::{Behaviour, Config, GuestConfig, Isolation};
+use weir_config::GUEST_MEMORY_MAX_BYTES;
+use weir_config::{Behaviour, Config, GuestConfig, Isolation};
 
 /// Smallest `memory` that makes sense: one wasm page.
 const MIN_MEMORY_BYTES: usize = 64 << 10;

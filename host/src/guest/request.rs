@@ -1,7 +1,7 @@
 //! An outbound request as a guest asked for it (`http-request`'s head and
 //! body) and as it will be sent: built, then checked against the route's
 //! `allow_outbound` the way its server will read it (path normalised by
-//! [`url_check`](crate::url_check), matched on segment boundaries, no
+//! [`url_check`](weir_config::url_check), matched on segment boundaries, no
 //! user information, no Host of the guest's choosing) and rewritten to
 //! exactly what was checked.
 
@@ -10,8 +10,8 @@ use http_body_util::Full;
 use weir_abi::io::split_request_head;
 use weir_abi::HttpErrorReason;
 
-use crate::config::OutboundPrefix;
-use crate::url_check::{normalize_path, path_within};
+use weir_config::url_check::{normalize_path, path_within};
+use weir_config::OutboundPrefix;
 
 /// A request from a command's head and body, or why it cannot be sent.
 pub(crate) fn build_request(head: &str, body: &[u8]) -> Result<http::Request<Full<Bytes>>, String> {

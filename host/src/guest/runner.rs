@@ -21,7 +21,7 @@ use super::kv::KvStore;
 use super::program::Handler;
 use super::program::{InstancePermit, Program};
 use super::ConnectionId;
-use crate::config::Isolation;
+use weir_config::Isolation;
 
 /// A live instance and what it has served.
 struct Live {

@@ -12,13 +12,13 @@ pub mod proxy;
 pub mod pubsub;
 pub mod relay;
 
-use crate::config::NativeKind;
 use crate::pubsub::Topics;
 use crate::reactor::behaviour::LocalFuture;
 use crate::realtime::Realtime;
 use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
 use std::rc::Rc;
 use std::sync::Arc;
+use weir_config::NativeKind;
 
 /// The route kind a `native = "…"` keyword names, for the route at `path`
 /// whose topic namespace is `topics` (Err: why its settings are unusable);

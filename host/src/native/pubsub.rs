@@ -13,7 +13,6 @@
 //! cannot keep up is closed with 1008 or skipped and counted
 //! (`slow_subscriber`).
 
-use crate::config::PubSubConfig;
 use crate::pubsub::{Subscriber, Topic, Topics};
 use crate::reactor::behaviour::{Behaviour, LocalFuture, Stop};
 use crate::reactor::buffer::Output;
@@ -23,6 +22,7 @@ use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSe
 use bytes::BytesMut;
 use std::rc::Rc;
 use std::sync::Arc;
+use weir_config::PubSubConfig;
 use weir_ws::encode;
 
 /// Frames the real-time core's publications for a pubsub route that serves

@@ -18,7 +18,6 @@
 //! the whole server frames, framed once by the publishing node.
 
 use super::{Broker, Topics};
-use crate::config::ClusterConfig;
 use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -32,6 +31,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::sync::{mpsc, watch};
 use tracing::{info, warn};
+use weir_config::ClusterConfig;
 use weir_ws::frame::whole_server_frames;
 
 /// Publishes waiting for the link: a burst while Redis is slow fits; past

@@ -30,7 +30,6 @@ pub use fanout::Fanout;
 
 use compressed::Forms;
 
-use crate::config::SlowSubscriber;
 use crate::reactor::outbound::Outbound;
 use crate::registry::{worker_of, ConnId};
 use crate::stats::DeliveryStats;
@@ -40,6 +39,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use weir_config::SlowSubscriber;
 use weir_ws::close;
 
 /// Shards of a namespace's topic map: subscribes and unsubscribes on

@@ -131,7 +131,7 @@ pub struct Tls {
 
 impl Tls {
     pub fn new(tcp: TcpStream, mut session: Box<ServerConnection>) -> Tls {
-        session.set_buffer_limit(Some(crate::tls::SEND_BUFFER_BYTES));
+        session.set_buffer_limit(Some(weir_config::tls::SEND_BUFFER_BYTES));
         // Plaintext the HTTP layer left in the session is read first.
         Tls {
             tcp,

@@ -29,7 +29,7 @@
 
 pub mod clients;
 pub mod history;
-pub mod namespace;
+pub use weir_config::namespace;
 pub mod presence;
 pub mod redis;
 
@@ -597,7 +597,7 @@ impl Realtime {
             Subscriber {
                 conn: join.conn,
                 outbound: join.outbound.clone(),
-                slow: crate::config::SlowSubscriber::Close,
+                slow: weir_config::SlowSubscriber::Close,
                 since: found.top.offset,
                 positioned: history,
             },
@@ -947,7 +947,7 @@ impl Realtime {
                 Subscriber {
                     conn: req.conn,
                     outbound: req.outbound.clone(),
-                    slow: crate::config::SlowSubscriber::Close,
+                    slow: weir_config::SlowSubscriber::Close,
                     since: found.top.offset,
                     positioned: history,
                 },

@@ -41,7 +41,7 @@ pub const MIN_API_KEY_BYTES: usize = 16;
 pub(super) struct Api {
     pub(super) realtime: Arc<Realtime>,
     pub(super) key: Arc<str>,
-    pub(super) hosts: crate::hosts::AllowedHosts,
+    pub(super) hosts: weir_config::hosts::AllowedHosts,
     pub(super) max_body: usize,
     pub(super) max_connections: usize,
     pub(super) started: Instant,
@@ -160,10 +160,13 @@ fn key_of(req: &Request<Incoming>) -> Option<&[u8]> {
 }
 
 async fn answer(req: Request<Incoming>, api: &Api) -> Response<Full<Bytes>> {
-    if crate::hosts::repeated_host(req.headers()) {
+    if weir_config::hosts::repeated_host(req.headers()) {
         return plain(StatusCode::BAD_REQUEST, "more than one Host header");
     }
-    if !api.hosts.allows(crate::hosts::request_authority(&req)) {
+    if !api
+        .hosts
+        .allows(weir_config::hosts::request_authority(&req))
+    {
         return plain(
             StatusCode::MISDIRECTED_REQUEST,
             "this API listener does not answer to that host name (see [server] allowed_hosts)",

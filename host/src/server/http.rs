@@ -1,7 +1,7 @@
 //! HTTP on an accepted connection (hyper), after the TLS handshake when
 //! `[server] tls` is set: HTTP/1.1, or HTTP/2 when ALPN chose `h2` (or a
 //! plaintext client sent the HTTP/2 preface: h2c with prior knowledge).
-//! Host-name refusals (421, `crate::hosts`; 400 for two `Host` headers or
+//! Host-name refusals (421, `weir_config::hosts`; 400 for two `Host` headers or
 //! a bare-LF head, `head_scan`), `/healthz`, `/metrics`, admission and
 //! drain refusals (a place per WebSocket, and the deadline of a connection
 //! that carries none, `live`), route match, the
@@ -79,7 +79,12 @@ pub(super) async fn serve_http(
     let _ = stream.set_nodelay(true);
     let live = Rc::new(Live::new(worker.shared.clone(), peer.ip()));
     let timeout = worker.shared.handshake_timeout;
-    let Some(tls) = worker.shared.tls.as_ref().map(|tls| tls.acceptor().clone()) else {
+    let Some(tls) = worker
+        .shared
+        .tls
+        .as_ref()
+        .map(|tls| tokio_rustls::TlsAcceptor::from(tls.server_config().clone()))
+    else {
         return match tokio::time::timeout(timeout, sends_h2_preface(&stream)).await {
             // Boxed, like TLS below: this task is allocated for every
             // connection and freed at its upgrade, and the rarer paths'
@@ -108,7 +113,7 @@ async fn serve_tls(
     // in it, sends plaintext or garbage costs a task and its socket for at
     // most that long, like a slow HTTP request head.
     match tokio::time::timeout(timeout, tls.accept(stream)).await {
-        Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(crate::tls::ALPN_H2) => {
+        Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(weir_config::tls::ALPN_H2) => {
             serve_http2(TokioIo::new(stream), peer, worker, stop, live).await
         }
         Ok(Ok(stream)) => serve_http1(stream, peer, worker, stop, live).await,
@@ -338,20 +343,20 @@ fn refused(e: HandshakeError, peer: SocketAddr, path: &str) -> Response<Full<Byt
 /// exempt: load balancers probe by address and it tells nothing).
 fn refuse_names(
     req: &Request<Incoming>,
-    hosts: &crate::hosts::AllowedHosts,
+    hosts: &weir_config::hosts::AllowedHosts,
     peer: SocketAddr,
 ) -> Option<Response<Full<Bytes>>> {
-    if crate::hosts::repeated_host(req.headers()) {
+    if weir_config::hosts::repeated_host(req.headers()) {
         debug!(%peer, "refused: two Host headers");
         let mut resp = text(StatusCode::BAD_REQUEST, "more than one Host header\n");
         resp.headers_mut()
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return Some(resp);
     }
-    if req.uri().path() == "/healthz" || hosts.allows(crate::hosts::request_authority(req)) {
+    if req.uri().path() == "/healthz" || hosts.allows(weir_config::hosts::request_authority(req)) {
         return None;
     }
-    debug!(%peer, host = ?crate::hosts::request_authority(req), "refused: host not in allowed_hosts");
+    debug!(%peer, host = ?weir_config::hosts::request_authority(req), "refused: host not in allowed_hosts");
     Some(text(
         StatusCode::MISDIRECTED_REQUEST,
         "this gateway does not answer to that host name (see [server] allowed_hosts)\n",
@@ -443,24 +448,24 @@ async fn handle_request(
             Err(resp) => return *resp,
         }
     };
-    let policy = crate::origin::Policy {
+    let policy = weir_config::origin::Policy {
         origins: &limits.origins,
         require_origin: limits.require_origin,
         trusted_proxies: &shared.trusted_proxies,
     };
-    let origin_req = crate::origin::Request {
+    let origin_req = weir_config::origin::Request {
         headers: req.headers(),
-        authority: crate::hosts::request_authority(&req),
+        authority: weir_config::hosts::request_authority(&req),
         peer: peer.ip(),
         tls: shared.tls.is_some(),
     };
-    if let Err(refused) = crate::origin::check(&policy, &origin_req) {
+    if let Err(refused) = weir_config::origin::check(&policy, &origin_req) {
         shared.refused_origin.fetch_add(1, Ordering::Relaxed);
         route.stats.worker(worker.index).refused_origin.add_owned(1);
         let shown = match &refused {
-            crate::origin::Refused::Missing => "none (require_origin)".to_string(),
+            weir_config::origin::Refused::Missing => "none (require_origin)".to_string(),
             // Attacker-chosen text: escaped, and cut.
-            crate::origin::Refused::NotAllowed(o) => o
+            weir_config::origin::Refused::NotAllowed(o) => o
                 .chars()
                 .take(200)
                 .collect::<String>()

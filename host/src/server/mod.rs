@@ -29,7 +29,6 @@ pub use api::MIN_API_KEY_BYTES;
 pub use reload::{ChangeError, Changes, ReloadReport};
 
 use crate::admission::{self, Admission, Summary};
-use crate::config::Config;
 use crate::guest::GuestError;
 use crate::metrics::Snapshot;
 use crate::reactor::buffer::PoolStats;
@@ -41,6 +40,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{debug, info, warn};
+use weir_config::Config;
 
 /// Flips to true when the gateway should drain and stop (see the module
 /// docs). A dropped sender also means stop.
@@ -69,9 +69,9 @@ pub enum ServeError {
     #[error(transparent)]
     Guest(#[from] GuestError),
     #[error("[server] tls: {0}")]
-    Tls(#[from] crate::tls::CertError),
+    Tls(#[from] weir_config::tls::CertError),
     #[error("[admin] tls: {0}")]
-    AdminTls(crate::tls::CertError),
+    AdminTls(weir_config::tls::CertError),
     #[error("cannot start worker thread: {0}")]
     Worker(std::io::Error),
     #[error("[admin]: the environment variable {var} must hold the admin token (at least {MIN_TOKEN_BYTES} bytes), e.g. export {var}=$(openssl rand -hex 32)")]
@@ -106,12 +106,12 @@ struct Shared {
     /// Summaries of those refusals for the log.
     origin_refusals: Summary,
     /// `[server] trusted_proxies`, for the same-origin check.
-    trusted_proxies: Vec<crate::origin::Cidr>,
+    trusted_proxies: Vec<weir_config::origin::Cidr>,
     /// TLS termination, when `[server] tls` is set.
-    tls: Option<crate::tls::Tls>,
+    tls: Option<weir_config::tls::Tls>,
     /// The admin listener's TLS, when `[admin] tls` is set (a reload reads
     /// its certificate again too).
-    admin_tls: Option<crate::tls::Tls>,
+    admin_tls: Option<weir_config::tls::Tls>,
     /// TLS handshakes that failed or timed out.
     tls_handshake_failures: AtomicU64,
     /// The routes file, for reloads.
@@ -121,7 +121,7 @@ struct Shared {
     /// Whether the public listener answers `/metrics`.
     public_metrics: bool,
     /// The names the public listener answers to (421 otherwise).
-    hosts: crate::hosts::AllowedHosts,
+    hosts: weir_config::hosts::AllowedHosts,
     /// `[server] h2_max_streams`.
     h2_max_streams: u32,
     /// How long an HTTP/2 connection may stay without a stream once it has
@@ -137,7 +137,11 @@ pub struct Server {
     local_addr: SocketAddr,
     /// The admin listener, its token and the names it answers to, when
     /// `[admin]` is configured.
-    admin: Option<(std::net::TcpListener, Arc<str>, crate::hosts::AllowedHosts)>,
+    admin: Option<(
+        std::net::TcpListener,
+        Arc<str>,
+        weir_config::hosts::AllowedHosts,
+    )>,
     /// The server API's listener and state, when `[api]` is configured.
     api: Option<(std::net::TcpListener, api::Api)>,
 }
@@ -177,7 +181,7 @@ impl Server {
                     })?;
                 // The server's allowed_hosts; unset, a loopback admin
                 // listener answers only to loopback names.
-                let hosts = crate::hosts::AllowedHosts::new(
+                let hosts = weir_config::hosts::AllowedHosts::new(
                     config.server.allowed_hosts.as_deref(),
                     admin.listen,
                 );
@@ -207,7 +211,7 @@ impl Server {
                 let state = api::Api {
                     realtime: shared.routes.load().realtime.clone(),
                     key: Arc::from(key),
-                    hosts: crate::hosts::AllowedHosts::new(
+                    hosts: weir_config::hosts::AllowedHosts::new(
                         config.server.allowed_hosts.as_deref(),
                         conf.listen,
                     ),
@@ -316,7 +320,7 @@ impl Shared {
                 );
                 // The default is not the operator's choice: nothing to act
                 // on unless they asked for more (then it is a warning).
-                if configured == crate::config::DEFAULT_MAX_CONNECTIONS {
+                if configured == weir_config::DEFAULT_MAX_CONNECTIONS {
                     debug!("{message}");
                 } else {
                     warn!("{message}");
@@ -344,15 +348,18 @@ impl Shared {
             trusted_proxies: config.server.trusted_proxies.clone(),
             tls: match &config.server.tls {
                 Some(files) => Some(
-                    crate::tls::Tls::new(files, &[crate::tls::ALPN_H2, crate::tls::ALPN_HTTP1])
-                        .map_err(ServeError::Tls)?,
+                    weir_config::tls::Tls::new(
+                        files,
+                        &[weir_config::tls::ALPN_H2, weir_config::tls::ALPN_HTTP1],
+                    )
+                    .map_err(ServeError::Tls)?,
                 ),
                 None => None,
             },
             // HTTP/1.1 only: the admin listener speaks nothing else.
             admin_tls: match config.admin.as_ref().and_then(|a| a.tls.as_ref()) {
                 Some(files) => Some(
-                    crate::tls::Tls::new(files, &[crate::tls::ALPN_HTTP1])
+                    weir_config::tls::Tls::new(files, &[weir_config::tls::ALPN_HTTP1])
                         .map_err(ServeError::AdminTls)?,
                 ),
                 None => None,
@@ -438,8 +445,8 @@ impl Shared {
 
 /// The names the public listener answers to; says so at start when a
 /// loopback gateway accepts only loopback names.
-fn public_hosts(config: &Config) -> crate::hosts::AllowedHosts {
-    let hosts = crate::hosts::AllowedHosts::new(
+fn public_hosts(config: &Config) -> weir_config::hosts::AllowedHosts {
+    let hosts = weir_config::hosts::AllowedHosts::new(
         config.server.allowed_hosts.as_deref(),
         config.server.listen,
     );

@@ -16,7 +16,6 @@
 //! `[admin]` changes need a restart.
 
 use super::Shared;
-use crate::config::{Behaviour, Config, ConfigError};
 use crate::guest::deploy::NoEarlierVersion;
 use crate::guest::{GuestError, GuestRoute, Inherited, Program};
 use crate::registry::ROUTE_REMOVED;
@@ -24,6 +23,7 @@ use crate::routes::RouteError;
 use std::path::Path;
 use std::sync::Arc;
 use tracing::{info, warn};
+use weir_config::{Behaviour, Config, ConfigError};
 use weir_ws::close::GOING_AWAY;
 
 /// Why a change was not made; the gateway serves on as before.
@@ -278,7 +278,7 @@ impl Changes {
             // A guest route's component, or a proxy route's filter.
             let cfg = match &new.behaviour {
                 Behaviour::Guest(cfg) => Some(cfg),
-                Behaviour::Native(crate::config::NativeKind::Proxy(p)) => p.filter.as_ref(),
+                Behaviour::Native(weir_config::NativeKind::Proxy(p)) => p.filter.as_ref(),
                 Behaviour::Native(_) => None,
             };
             let (Some(cfg), Some(guest)) = (cfg, &route.guest) else {

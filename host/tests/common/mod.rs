@@ -11,8 +11,8 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
-use weir::config::Config;
 use weir::server::Server;
+use weir_config::Config;
 
 /// Every network step of a test is bounded by this.
 pub const STEP: Duration = Duration::from_secs(20);

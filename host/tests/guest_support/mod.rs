@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use weir::config::{GuestConfig, Isolation};
 use weir::guest::{Batch, Command, Commands, GuestEngine, Program, Runner};
+use weir_config::{GuestConfig, Isolation};
 
 /// `examples/wasm/<name>.wasm`, or a panic that says how to build it.
 pub fn wasm(name: &str) -> PathBuf {

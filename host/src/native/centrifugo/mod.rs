@@ -14,7 +14,6 @@ pub mod hook;
 pub mod protocol;
 pub mod token;
 
-use crate::config::CentrifugoConfig;
 use crate::pubsub::Topics;
 use crate::reactor::behaviour::LocalFuture;
 use crate::realtime::{ClientInfo, Framer, Publication, Realtime};
@@ -23,6 +22,7 @@ use bytes::Bytes;
 use std::rc::Rc;
 use std::sync::Arc;
 use token::Verifier;
+use weir_config::CentrifugoConfig;
 use weir_ws::encode;
 use weir_ws::frame::OpCode;
 
@@ -123,9 +123,8 @@ impl RouteKind for CentrifugoKind {
 
     /// A reload reads the token keys again (a rotated JWKS file, a new
     /// secret): new connections and refreshes use them.
-    fn reload(&self, behaviour: &crate::config::Behaviour) -> Result<(), String> {
-        let crate::config::Behaviour::Native(crate::config::NativeKind::Centrifugo(config)) =
-            behaviour
+    fn reload(&self, behaviour: &weir_config::Behaviour) -> Result<(), String> {
+        let weir_config::Behaviour::Native(weir_config::NativeKind::Centrifugo(config)) = behaviour
         else {
             return Ok(());
         };

@@ -5,8 +5,6 @@
 //! as an HTTP status (502, 504) instead of a 101 followed by a close.
 
 use super::upstream::{self, UpstreamIo};
-use crate::config::ProxyConfig;
-use crate::url_check::{encode_param, PathError};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use http::{header, HeaderMap};
@@ -16,6 +14,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use weir_config::url_check::{encode_param, PathError};
+use weir_config::ProxyConfig;
 use weir_ws::handshake;
 
 /// Cap on the upstream's response head: the same as on a client's request.

@@ -21,7 +21,6 @@ mod filter;
 mod pump;
 pub(crate) mod upstream;
 
-use crate::config::ProxyConfig;
 use crate::reactor::behaviour::{Behaviour, LocalFuture, Stop};
 use crate::reactor::buffer::Output;
 use crate::reactor::decode::DataPiece;
@@ -38,6 +37,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use tracing::debug;
 use upstream::UpstreamIo;
+use weir_config::ProxyConfig;
 use weir_ws::frame::OpCode;
 use weir_ws::{close, encode, mask};
 

@@ -15,7 +15,7 @@
 //! (403 without). The page and its assets need nothing: they hold no data.
 //! With `[admin] tls` the listener speaks HTTPS only. One thread with its
 //! own runtime: a deploy compiles there, never on a worker. A request
-//! naming a host the gateway does not answer to (`crate::hosts`, `[server]
+//! naming a host the gateway does not answer to (`weir_config::hosts`, `[server]
 //! allowed_hosts`) gets 421 first.
 
 mod console;
@@ -65,7 +65,7 @@ pub(super) fn run(
     listener: std::net::TcpListener,
     changes: Changes,
     token: Arc<str>,
-    hosts: crate::hosts::AllowedHosts,
+    hosts: weir_config::hosts::AllowedHosts,
     public: SocketAddr,
     shutdown: Shutdown,
 ) {
@@ -94,7 +94,7 @@ pub(super) fn run(
             .shared
             .admin_tls
             .as_ref()
-            .map(|t| t.acceptor().clone());
+            .map(|t| tokio_rustls::TlsAcceptor::from(t.server_config().clone()));
         let admin = Arc::new(Admin {
             changes,
             token,
@@ -181,7 +181,7 @@ struct Admin {
     token: Arc<str>,
     /// The names admin requests may give as `Host` (421 otherwise), so a
     /// page on a rebinding domain cannot reach the console.
-    hosts: crate::hosts::AllowedHosts,
+    hosts: weir_config::hosts::AllowedHosts,
     /// Where the console connects to reach a public route.
     public: SocketAddr,
     sessions: Sessions,
@@ -303,10 +303,13 @@ fn asset(content_type: &'static str, body: &'static str) -> Response<Full<Bytes>
 }
 
 async fn answer(req: Request<Incoming>, admin: &Arc<Admin>, peer: IpAddr) -> Response<Full<Bytes>> {
-    if crate::hosts::repeated_host(req.headers()) {
+    if weir_config::hosts::repeated_host(req.headers()) {
         return error(StatusCode::BAD_REQUEST, "more than one Host header");
     }
-    if !admin.hosts.allows(crate::hosts::request_authority(&req)) {
+    if !admin
+        .hosts
+        .allows(weir_config::hosts::request_authority(&req))
+    {
         return error(
             StatusCode::MISDIRECTED_REQUEST,
             "this admin listener does not answer to that host name (see [server] allowed_hosts)",
@@ -486,18 +489,18 @@ fn console_request(mut req: Request<Incoming>, admin: &Arc<Admin>) -> Response<F
             "open /console?path=<a public route's path, percent-encoded>",
         );
     };
-    let own_origin = crate::origin::Policy {
+    let own_origin = weir_config::origin::Policy {
         origins: &[],
         require_origin: false,
         trusted_proxies: &[],
     };
-    let origin_req = crate::origin::Request {
+    let origin_req = weir_config::origin::Request {
         headers: req.headers(),
-        authority: crate::hosts::request_authority(&req),
+        authority: weir_config::hosts::request_authority(&req),
         peer: std::net::Ipv4Addr::UNSPECIFIED.into(),
         tls: admin.secure,
     };
-    if crate::origin::check(&own_origin, &origin_req).is_err() {
+    if weir_config::origin::check(&own_origin, &origin_req).is_err() {
         return error(
             StatusCode::FORBIDDEN,
             "the console opens only from the dashboard's own origin",

@@ -1,7 +1,7 @@
 //! TLS termination's certificates and settings (rustls, `ring` provider):
 //! reading the PEM files of `[server] tls`, the server settings (ALPN,
 //! TLS 1.2 and 1.3) and the certificate a reload swaps in. The handshake
-//! runs in `server/http.rs` (tokio-rustls, bounded by `handshake_timeout`);
+//! runs in the server's `http.rs` (tokio-rustls, bounded by `handshake_timeout`);
 //! the connection loop's side of a TLS connection is
 //! `reactor/transport.rs`.
 //!
@@ -128,7 +128,9 @@ impl ResolvesServerCert for Current {
 pub struct Tls {
     files: TlsFiles,
     current: Arc<Current>,
-    acceptor: tokio_rustls::TlsAcceptor,
+    /// The settings every handshake uses (the server wraps them in its
+    /// acceptor; a reload swaps the certificate beneath them).
+    server: Arc<rustls::ServerConfig>,
 }
 
 impl Tls {
@@ -145,12 +147,13 @@ impl Tls {
         Ok(Tls {
             files: files.clone(),
             current,
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            server: Arc::new(config),
         })
     }
 
-    pub fn acceptor(&self) -> &tokio_rustls::TlsAcceptor {
-        &self.acceptor
+    /// The server settings, for the listener's acceptor.
+    pub fn server_config(&self) -> &Arc<rustls::ServerConfig> {
+        &self.server
     }
 
     /// Reads the certificate files again and, if they are valid, serves the

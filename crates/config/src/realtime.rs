@@ -12,7 +12,7 @@ use toml::Spanned;
 use super::parse::RawRoute;
 use super::value::{Field, Item, Source};
 use super::*;
-use crate::realtime::{NamespaceOptions, Namespaces};
+use crate::namespace::{NamespaceOptions, Namespaces};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

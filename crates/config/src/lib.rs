@@ -6,6 +6,12 @@
 //! use; [`parse`] reads the file into them and [`units`] reads sizes and
 //! durations.
 
+pub mod hosts;
+pub mod namespace;
+pub mod origin;
+pub mod tls;
+pub mod url_check;
+
 mod guest;
 mod parse;
 mod proxy;
@@ -84,7 +90,7 @@ pub struct Config {
     pub cluster: Option<ClusterConfig>,
     /// Channel namespaces of the real-time core (`[[namespaces]]`); the
     /// default one ("") is always there.
-    pub namespaces: crate::realtime::Namespaces,
+    pub namespaces: crate::namespace::Namespaces,
     /// The guests of namespaces that name one (`guest = "x.wasm"`): read
     /// at start like the namespaces, and kept by a reload.
     pub namespace_guests: Vec<NamespaceGuest>,
@@ -655,7 +661,7 @@ impl Config {
             ],
             cluster: None,
             admin: None,
-            namespaces: crate::realtime::Namespaces::with_default(),
+            namespaces: crate::namespace::Namespaces::with_default(),
             namespace_guests: Vec::new(),
             api: None,
             source: None,

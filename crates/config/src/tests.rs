@@ -278,7 +278,7 @@ fn listen_backlog_is_a_positive_count() {
     assert_eq!(set.server.listen_backlog, 512);
     assert_eq!(
         parse(route).server.listen_backlog,
-        crate::config::DEFAULT_LISTEN_BACKLOG
+        crate::DEFAULT_LISTEN_BACKLOG
     );
 }
 
