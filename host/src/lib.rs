@@ -58,17 +58,16 @@ pub mod logging;
 pub mod metrics;
 pub mod native;
 pub mod pubsub;
-pub mod reactor;
 pub mod realtime;
-pub mod registry;
 pub mod routes;
 pub mod scaffold;
 pub mod server;
-pub mod stats;
 
 // The layers beneath, under the names the library has always used.
 pub use weir_config as config;
 pub use weir_config::{hosts, origin, tls, url_check};
+pub use weir_reactor as reactor;
+pub use weir_reactor::{registry, stats};
 
 pub use server::{serve, Shutdown};
 pub use weir_config::Config;

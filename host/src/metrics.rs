@@ -5,10 +5,10 @@
 //! outbound queues' byte counts, the buffer pools' single-writer counters),
 //! and counters move once per connection, not per message.
 
-use crate::stats::{
+use std::fmt::Write;
+use weir_reactor::stats::{
     ConnTotals, GuestTotals, BATCH_EVENTS_BUCKETS, CALL_MICROS_BUCKETS, CLOSE_CODES, FAULT_CAUSES,
 };
-use std::fmt::Write;
 
 /// `Content-Type` of the text exposition format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

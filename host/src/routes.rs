@@ -1,25 +1,20 @@
 //! The route table: paths matched to route kinds, built from the routes
 //! file and replaced whole by a reload (`server::reload`). A route kind ([`RouteKind`]) is what a `native = "…"` keyword
 //! or a `guest = "…"` component becomes; on each worker it answers upgrades
-//! ([`WorkerRoute`]) with the connection's [`Behaviour`](crate::reactor::behaviour::Behaviour),
+//! ([`WorkerRoute`]) with the connection's [`Behaviour`](weir_reactor::behaviour::Behaviour),
 //! or refuses them. Topic namespaces are resolved here: each route has its
 //! own unless routes name a shared one (`topics = "name"`).
 
-use crate::guest::{GuestEngine, GuestRoute, Program, Scheduler};
+use crate::guest::{GuestEngine, GuestRoute, Program};
 use crate::native::proxy::{FilterLinks, ProxyRoute};
 use crate::pubsub::{Broker, Fanout, LocalBroker, Topics};
-use crate::reactor::behaviour::LocalFuture;
-use crate::reactor::outbound::Outbound;
-use crate::reactor::start::Start;
-use crate::registry::Registry;
-use crate::stats::RouteStats;
-use http::{HeaderMap, StatusCode, Uri};
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use weir_config::{Behaviour, Config, GuestConfig, Limits, NativeKind};
+use weir_reactor::kind::RouteKind;
+use weir_reactor::registry::Registry;
+use weir_reactor::stats::RouteStats;
 
 /// Why a route cannot be built or served. Routes-level: the server wraps it
 /// (`ServeError::Route`), and a reload reports it per route.
@@ -37,76 +32,6 @@ pub enum RouteError {
     /// The `[cluster]` broker's thread could not start.
     #[error("cannot start worker thread: {0}")]
     Broker(std::io::Error),
-}
-
-/// A route kind, shared by every worker.
-pub trait RouteKind: Send + Sync {
-    /// The route's state on one worker (e.g. its guest instance).
-    fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute>;
-
-    /// A reload kept the route: take what of `behaviour` (the file's
-    /// settings now) applies to a running route, or say why not.
-    fn reload(&self, _behaviour: &weir_config::Behaviour) -> Result<(), String> {
-        Ok(())
-    }
-}
-
-/// A route kind on one worker: answers upgrades.
-pub trait WorkerRoute {
-    /// Before the 101: the connection's behaviour, or a refusal.
-    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> LocalFuture<'a, Result<Accepted, Refusal>>;
-}
-
-/// What a worker offers route kinds when it starts.
-pub struct WorkerSetup {
-    /// Where guest routes register their instance on this worker.
-    pub guests: Rc<Scheduler>,
-}
-
-/// An upgrade request, as a route kind sees it.
-pub struct Upgrade<'a> {
-    /// The connection's id, if it is accepted.
-    pub id: u64,
-    pub uri: &'a Uri,
-    /// The route's path parameters (`/chat/{room}` matched by `/chat/lobby`:
-    /// `("room", "lobby")`), in the order the path declares them, not
-    /// percent-decoded.
-    pub params: &'a [(&'a str, &'a str)],
-    pub headers: &'a HeaderMap,
-    pub peer: SocketAddr,
-    /// The connection's outbound queue, made before the 101 so a route can
-    /// hand it to others (a relay partner) at once.
-    pub outbound: &'a Arc<Outbound>,
-    /// How long the upgrade may take (`[server] handshake_timeout`): what
-    /// bounds a guest's deferred upgrade.
-    pub handshake_timeout: std::time::Duration,
-    /// The client came over TLS (a proxy tells its upstream).
-    pub secure: bool,
-}
-
-/// An accepted upgrade.
-pub struct Accepted {
-    /// The subprotocol the route chose, overriding the server's pick.
-    pub protocol: Option<String>,
-    pub behaviour: Box<dyn Start>,
-}
-
-impl Accepted {
-    pub fn with(behaviour: impl Start + 'static) -> Accepted {
-        Accepted {
-            protocol: None,
-            behaviour: Box::new(behaviour),
-        }
-    }
-}
-
-/// A refused upgrade: the HTTP answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub status: StatusCode,
-    pub body: &'static str,
-    /// Seconds for a Retry-After header (429, 503).
-    pub retry_after: Option<u64>,
 }
 
 /// A route as the workers run it.
@@ -372,7 +297,7 @@ impl Routes {
             Behaviour::Guest(guest) => {
                 let guest = Arc::new(self.guest_route(index, route, guest, &topics, registry)?);
                 guest_route = Some(guest.clone());
-                Arc::new(guest)
+                Arc::new(crate::guest::route::GuestKind(guest))
             }
         };
         self.routes.push(Arc::new(Route {

@@ -126,3 +126,18 @@ impl Fault {
         }
     }
 }
+
+impl Fault {
+    /// This fault's index in `/metrics`' causes
+    /// ([`FAULT_CAUSES`](weir_reactor::stats::FAULT_CAUSES)).
+    pub fn cause(&self) -> usize {
+        match self {
+            Fault::Trap(_) => 0,
+            Fault::Deadline(_) => 1,
+            Fault::Memory(_) => 2,
+            Fault::OutputTooLarge { .. } | Fault::InvalidOutput(_) => 3,
+            Fault::Instantiate(_) => 4,
+            Fault::Overloaded(_) => 5,
+        }
+    }
+}

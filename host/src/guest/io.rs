@@ -33,8 +33,8 @@ use weir_abi::HttpErrorReason;
 use super::https::{Connector, PrivateAddress};
 use super::request::{build_request, check_request};
 use super::ConnectionId;
-use crate::registry::worker_of;
 use weir_config::OutboundPolicy;
+use weir_reactor::registry::worker_of;
 
 /// Timers one route may have pending at once: past it, a set-timer is
 /// dropped (and logged), so a guest cannot grow the host's timer map

@@ -48,7 +48,7 @@ pub struct Program {
     /// an operator can tell which build is serving.
     pub(crate) hash: String,
     /// This version's calls, batches and faults, per worker.
-    pub(crate) stats: crate::stats::GuestStats,
+    pub(crate) stats: weir_reactor::stats::GuestStats,
     /// The optional `check-state` export (`guest::inherit`): a deploy asks
     /// it whether this version reads the live connections' state.
     pub(crate) state_export: Option<ComponentExportIndex>,
@@ -201,7 +201,7 @@ impl Program {
     }
 
     /// This version's call counters, summed over workers.
-    pub fn stats(&self) -> crate::stats::GuestTotals {
+    pub fn stats(&self) -> weir_reactor::stats::GuestTotals {
         self.stats.sum()
     }
 

@@ -10,15 +10,11 @@ use super::io::RouteIo;
 use super::kv::KvStore;
 use super::kv_quota::{KvErrorReason, KvRefusals};
 use super::realtime::GuestRealtime;
-use super::slot::GuestSlot;
+use super::slot::{GuestSlot, Scheduler};
 use super::{Batch, Command, Commands, Fault, Program, Runner};
 use crate::native::centrifugo::hook::RtCalls;
 use crate::native::proxy::FilterLinks;
 use crate::pubsub::Topics;
-use crate::reactor::outbound::Outbound;
-use crate::registry::Registry;
-use crate::routes::{RouteKind, WorkerRoute, WorkerSetup};
-use crate::stats::{self, GuestCounters};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -29,6 +25,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tracing::warn;
 use weir_abi::Direction;
+use weir_reactor::kind::{RouteKind, WorkerRoute, WorkerSetup};
+use weir_reactor::outbound::Outbound;
+use weir_reactor::registry::Registry;
+use weir_reactor::stats::GuestCounters;
 use weir_ws::encode::{self, message_opcode};
 
 /// Deadline trips by one client address, within [`TRIP_WINDOW`], after which
@@ -272,7 +272,7 @@ impl GuestRoute {
             Err(fault) if self.rt_calls.is_some() => {
                 // The connections asking are centrifugo clients: their
                 // questions are answered 100 below, they stay open.
-                program.stats.shard(worker).faults[stats::fault_cause(&fault)].add(1);
+                program.stats.shard(worker).faults[fault.cause()].add(1);
                 if matches!(fault, Fault::Deadline(_)) {
                     self.deadline_trips.fetch_add(1, Ordering::Relaxed);
                 }
@@ -280,7 +280,7 @@ impl GuestRoute {
                     "a namespace guest failed a batch; instance replaced, its questions answered 100");
             }
             Err(fault) => {
-                program.stats.shard(worker).faults[stats::fault_cause(&fault)].add(1);
+                program.stats.shard(worker).faults[fault.cause()].add(1);
                 // The instance is gone; the connections whose events it was
                 // handling cannot know what was processed: close them.
                 let mut affected: Vec<u64> = batch.connections().collect();
@@ -560,10 +560,16 @@ impl GuestRoute {
     }
 }
 
-/// The route kind is the shared route itself: every worker's slot points
-/// at it, so back-off and counters are the route's, not a worker's.
-impl RouteKind for Arc<GuestRoute> {
+/// A guest route as a route kind: the shared route itself, so every
+/// worker's slot points at it, and back-off and counters are the route's,
+/// not a worker's.
+pub struct GuestKind(pub Arc<GuestRoute>);
+
+impl RouteKind for GuestKind {
     fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute> {
-        GuestSlot::new(self.clone(), &worker.guests)
+        let scheduler = worker
+            .service::<Scheduler>()
+            .expect("every worker runs a guest scheduler");
+        GuestSlot::new(self.0.clone(), &scheduler)
     }
 }

@@ -248,7 +248,7 @@ impl GuestSlot {
                 scheduler.worker,
                 self.route.index,
                 weir_ws::close::GOING_AWAY,
-                crate::registry::ROUTE_REMOVED,
+                weir_reactor::registry::ROUTE_REMOVED,
             );
         }
     }

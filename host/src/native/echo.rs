@@ -10,9 +10,9 @@
 //! `compression_min` on); a fragmented or streamed uncompressed message
 //! goes back in place as above.
 
-use crate::reactor::behaviour::Behaviour;
-use crate::reactor::buffer::Output;
-use crate::reactor::decode::DataPiece;
+use weir_reactor::behaviour::Behaviour;
+use weir_reactor::buffer::Output;
+use weir_reactor::decode::DataPiece;
 use weir_ws::encode;
 
 /// Echo state between reads.
@@ -58,4 +58,26 @@ impl Behaviour for Echo {
 #[inline]
 fn whole_message(piece: &DataPiece) -> bool {
     piece.frame_start && piece.frame_end && piece.fin && piece.opcode == piece.message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Echo;
+    use weir_reactor::conn::run;
+    use weir_reactor::transport::Tcp;
+
+    /// The size of the future `run` returns, without running it.
+    fn future_size<A, B, C, D, F: std::future::Future>(_: impl FnOnce(A, B, C, D) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// Every open connection holds this future while it waits: its size is
+    /// per-connection memory (docs/architecture.md, "What a connection
+    /// costs"). A regression guard: a timer, a write future or a buffer
+    /// moved back into the common path shows here first.
+    #[test]
+    fn an_echo_connections_future_stays_small() {
+        let size = future_size(run::<Echo, Tcp>);
+        assert!(size <= 960, "run::<Echo, Tcp> is {size} bytes (was 880)");
+    }
 }

@@ -1,7 +1,7 @@
 //! Declared behaviours that reply without a guest, one module each, and the
 //! route kinds the routes file's `native = "…"` keywords name.
 //!
-//! Adding one: a module with a [`Behaviour`](crate::reactor::behaviour::Behaviour)
+//! Adding one: a module with a [`Behaviour`](weir_reactor::behaviour::Behaviour)
 //! (what a connection does) and a [`RouteKind`] (what the route shares, and
 //! how an upgrade is answered), its keyword in `config::NativeKind`, and its
 //! line in [`route_kind`]. The connection loop does not change.
@@ -13,12 +13,12 @@ pub mod pubsub;
 pub mod relay;
 
 use crate::pubsub::Topics;
-use crate::reactor::behaviour::LocalFuture;
 use crate::realtime::Realtime;
-use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
 use std::rc::Rc;
 use std::sync::Arc;
 use weir_config::NativeKind;
+use weir_reactor::behaviour::LocalFuture;
+use weir_reactor::kind::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
 
 /// The route kind a `native = "…"` keyword names, for the route at `path`
 /// whose topic namespace is `topics` (Err: why its settings are unusable);

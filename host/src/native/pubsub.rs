@@ -14,15 +14,15 @@
 //! (`slow_subscriber`).
 
 use crate::pubsub::{Subscriber, Topic, Topics};
-use crate::reactor::behaviour::{Behaviour, LocalFuture, Stop};
-use crate::reactor::buffer::Output;
-use crate::reactor::decode::DataPiece;
-use crate::reactor::outbound::Outbound;
-use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
 use bytes::BytesMut;
 use std::rc::Rc;
 use std::sync::Arc;
 use weir_config::PubSubConfig;
+use weir_reactor::behaviour::{Behaviour, LocalFuture, Stop};
+use weir_reactor::buffer::Output;
+use weir_reactor::decode::DataPiece;
+use weir_reactor::kind::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
+use weir_reactor::outbound::Outbound;
 use weir_ws::encode;
 
 /// Frames the real-time core's publications for a pubsub route that serves

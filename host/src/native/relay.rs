@@ -5,12 +5,12 @@
 //! permessage-deflate gets each one-frame message compressed
 //! (`Outbound::send_frames`).
 
-use crate::reactor::behaviour::{Behaviour, Stop};
-use crate::reactor::buffer::Output;
-use crate::reactor::decode::DataPiece;
-use crate::reactor::outbound::Outbound;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
+use weir_reactor::behaviour::{Behaviour, Stop};
+use weir_reactor::buffer::Output;
+use weir_reactor::decode::DataPiece;
+use weir_reactor::outbound::Outbound;
 use weir_ws::{close, encode};
 
 const PARTNER_LEFT: &str = "relay partner left";

@@ -15,13 +15,13 @@
 
 use super::compressed::Compressed;
 use super::Topic;
-use crate::registry::ConnId;
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use tokio::sync::Notify;
+use weir_reactor::registry::ConnId;
 
 /// Bytes of deliveries one worker may have waiting before publishers stop
 /// reading: a worker that falls behind slows its publishers instead of

@@ -30,9 +30,6 @@ pub use fanout::Fanout;
 
 use compressed::Forms;
 
-use crate::reactor::outbound::Outbound;
-use crate::registry::{worker_of, ConnId};
-use crate::stats::DeliveryStats;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -40,6 +37,9 @@ use std::io::IoSlice;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use weir_config::SlowSubscriber;
+use weir_reactor::outbound::Outbound;
+use weir_reactor::registry::{worker_of, ConnId};
+use weir_reactor::stats::DeliveryStats;
 use weir_ws::close;
 
 /// Shards of a namespace's topic map: subscribes and unsubscribes on
@@ -461,8 +461,8 @@ impl Topics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reactor::outbound::OutMsg;
-    use crate::registry::conn_id;
+    use weir_reactor::outbound::OutMsg;
+    use weir_reactor::registry::conn_id;
     use weir_ws::deflate::{negotiate, Compression, Context};
     use weir_ws::OpCode;
 

@@ -5,11 +5,11 @@
 //! carries the commands its behaviour must run itself (subscriptions are
 //! its state); a disconnect goes straight to its outbound queue.
 
-use crate::reactor::outbound::Outbound;
-use crate::registry::ConnId;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
+use weir_reactor::outbound::Outbound;
+use weir_reactor::registry::ConnId;
 
 /// Commands one connection may have waiting: past it, more are dropped
 /// (and counted as not delivered).

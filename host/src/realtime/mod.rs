@@ -40,8 +40,6 @@ pub use presence::PresenceStats;
 
 use crate::pubsub::cluster::{RealtimeSink, RedisBroker};
 use crate::pubsub::{Subscriber, Topics};
-use crate::reactor::outbound::Outbound;
-use crate::registry::ConnId;
 use bytes::Bytes;
 use history::{HistoryError, Stream};
 use namespace::ChannelNameError;
@@ -51,6 +49,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
+use weir_reactor::outbound::Outbound;
+use weir_reactor::registry::ConnId;
 
 /// How long a publish's `idempotency_key` answers a repeat with the first
 /// publish's position instead of publishing again (Centrifugo's default).

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::pubsub::{Fanout, LocalBroker};
-use crate::reactor::outbound::OutMsg;
-use crate::registry::conn_id;
+use weir_reactor::outbound::OutMsg;
+use weir_reactor::registry::conn_id;
 
 /// Frames a publication as its offset and data, so tests can read them back.
 struct Plain;

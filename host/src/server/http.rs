@@ -15,10 +15,6 @@ use super::live::{serve_until, Busy, Live};
 use super::worker::Worker;
 use super::Shutdown;
 use crate::admission::RETRY_AFTER_SECS;
-use crate::reactor::conn::ConnEnv;
-use crate::reactor::outbound::Outbound;
-use crate::reactor::transport::Io;
-use crate::routes::Upgrade;
 use bytes::Bytes;
 use http::{header, HeaderValue, Request, Response, StatusCode, Version};
 use http_body_util::Full;
@@ -33,6 +29,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
+use weir_reactor::conn::ConnEnv;
+use weir_reactor::kind::Upgrade;
+use weir_reactor::outbound::Outbound;
+use weir_reactor::transport::Io;
 use weir_ws::handshake::{self, HandshakeError};
 
 /// Cap on an HTTP request head; past it hyper answers 431. (hyper's minimum.)

@@ -31,8 +31,6 @@ pub use reload::{ChangeError, Changes, ReloadReport};
 use crate::admission::{self, Admission, Summary};
 use crate::guest::GuestError;
 use crate::metrics::Snapshot;
-use crate::reactor::buffer::PoolStats;
-use crate::registry::Registry;
 use crate::routes::Routes;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,6 +39,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{debug, info, warn};
 use weir_config::Config;
+use weir_reactor::buffer::PoolStats;
+use weir_reactor::registry::Registry;
 
 /// Flips to true when the gateway should drain and stop (see the module
 /// docs). A dropped sender also means stop.
@@ -305,7 +305,7 @@ pub fn serve(config: Config, shutdown: Shutdown) -> Result<(), ServeError> {
 
 impl Shared {
     fn new(config: &Config, workers: usize) -> Result<Shared, ServeError> {
-        crate::stats::set_workers(workers);
+        weir_reactor::stats::set_workers(workers);
         let registry = Arc::new(Registry::new(workers));
         let descriptors = admission::raise_descriptor_limit();
         let configured = config.server.max_connections;

@@ -18,12 +18,12 @@
 use super::Shared;
 use crate::guest::deploy::NoEarlierVersion;
 use crate::guest::{GuestError, GuestRoute, Inherited, Program};
-use crate::registry::ROUTE_REMOVED;
 use crate::routes::RouteError;
 use std::path::Path;
 use std::sync::Arc;
 use tracing::{info, warn};
 use weir_config::{Behaviour, Config, ConfigError};
+use weir_reactor::registry::ROUTE_REMOVED;
 use weir_ws::close::GOING_AWAY;
 
 /// Why a change was not made; the gateway serves on as before.

@@ -5,10 +5,7 @@
 use super::http::serve_http;
 use super::{Shared, Shutdown};
 use crate::guest::Scheduler;
-use crate::reactor::buffer::BufPool;
-use crate::reactor::idle::IdleWheel;
-use crate::registry::conn_id;
-use crate::routes::{Routes, WorkerRoute, WorkerSetup};
+use crate::routes::Routes;
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -17,6 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{info, warn};
+use weir_reactor::buffer::BufPool;
+use weir_reactor::idle::IdleWheel;
+use weir_reactor::kind::{WorkerRoute, WorkerSetup};
+use weir_reactor::registry::conn_id;
 
 /// Pause after a failed accept (e.g. out of file descriptors) so the worker
 /// does not spin while the condition lasts.
@@ -77,9 +78,7 @@ pub(super) fn run(
     let local = tokio::task::LocalSet::new();
     local.spawn_local(shared.routes.load().fanout.clone().run(index));
     let guests = Rc::new(Scheduler::new(index));
-    let setup = WorkerSetup {
-        guests: guests.clone(),
-    };
+    let setup = WorkerSetup::new(index).with(guests.clone());
     let routes = shared
         .routes
         .load()

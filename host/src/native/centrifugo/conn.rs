@@ -9,15 +9,10 @@ use super::hook::{Question, RtAnswer, WorkerHooks};
 use super::protocol::{self as p, Command, Disconnect, ErrorReply};
 use super::token::{unix_now, TokenError};
 use super::{CentrifugoRoute, SERVER_VERSION};
-use crate::reactor::behaviour::{Behaviour, Stop};
-use crate::reactor::buffer::Output;
-use crate::reactor::decode::DataPiece;
-use crate::reactor::outbound::Outbound;
 use crate::realtime::clients::Inbox;
 use crate::realtime::{
     ClientInfo, HistoryQuery, RealtimeError, StreamPosition, Subscribe, Subscription, UserCommand,
 };
-use crate::registry::ConnId;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use std::collections::HashMap;
@@ -26,6 +21,11 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use weir_reactor::behaviour::{Behaviour, Stop};
+use weir_reactor::buffer::Output;
+use weir_reactor::decode::DataPiece;
+use weir_reactor::outbound::Outbound;
+use weir_reactor::registry::ConnId;
 use weir_ws::encode;
 use weir_ws::frame::OpCode;
 

@@ -11,7 +11,6 @@
 use super::CentrifugoRoute;
 use crate::guest::slot::GuestSlot;
 use crate::guest::GuestRoute;
-use crate::routes::WorkerSetup;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -19,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 use weir_abi::{RtRequest, RtVerdict};
+use weir_reactor::kind::WorkerSetup;
 
 /// What the guest answered one question.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,7 +118,12 @@ impl WorkerHooks {
                 .hooks
                 .iter()
                 .map(|(name, hook)| {
-                    let slot = GuestSlot::new(hook.guest.clone(), &worker.guests);
+                    let slot = GuestSlot::new(
+                        hook.guest.clone(),
+                        &worker
+                            .service()
+                            .expect("every worker runs a guest scheduler"),
+                    );
                     (
                         name.clone(),
                         WorkerHook {

@@ -14,12 +14,12 @@
 //! filter forwarded before a close is delivered before it.
 
 use super::Masks;
-use crate::registry::worker_of;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use weir_abi::Direction;
+use weir_reactor::registry::worker_of;
 use weir_ws::encode;
 
 /// What a filtered connection shares with whichever thread runs its

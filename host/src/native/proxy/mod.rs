@@ -21,11 +21,6 @@ mod filter;
 mod pump;
 pub(crate) mod upstream;
 
-use crate::reactor::behaviour::{Behaviour, LocalFuture, Stop};
-use crate::reactor::buffer::Output;
-use crate::reactor::decode::DataPiece;
-use crate::reactor::outbound::Outbound;
-use crate::routes::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
 use http::StatusCode;
 use pump::{End, Upstream};
 use std::cell::{Cell, RefCell};
@@ -38,6 +33,11 @@ use std::sync::Arc;
 use tracing::debug;
 use upstream::UpstreamIo;
 use weir_config::ProxyConfig;
+use weir_reactor::behaviour::{Behaviour, LocalFuture, Stop};
+use weir_reactor::buffer::Output;
+use weir_reactor::decode::DataPiece;
+use weir_reactor::kind::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
+use weir_reactor::outbound::Outbound;
 use weir_ws::frame::OpCode;
 use weir_ws::{close, encode, mask};
 
@@ -92,7 +92,15 @@ impl RouteKind for ProxyRoute {
             config: self.config.clone(),
             tls: self.tls.clone(),
             filter: self.filter.as_ref().map(|(guest, links)| {
-                (GuestSlot::new(guest.clone(), &worker.guests), links.clone())
+                (
+                    GuestSlot::new(
+                        guest.clone(),
+                        &worker
+                            .service()
+                            .expect("every worker runs a guest scheduler"),
+                    ),
+                    links.clone(),
+                )
             }),
         })
     }

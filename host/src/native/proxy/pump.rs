@@ -12,15 +12,15 @@
 
 use super::filter::MAX_FILTERED_MESSAGE_BYTES;
 use super::{Link, LinkFilter, Masks, UPSTREAM_GONE};
-use crate::reactor::buffer::READ_BUF_BYTES;
-use crate::reactor::conn::{CLOSE_DRAIN_MAX_BYTES, CLOSE_LINGER};
-use crate::reactor::outbound::Outbound;
 use std::cell::RefCell;
 use std::io::ErrorKind;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use weir_abi::Direction;
+use weir_reactor::buffer::READ_BUF_BYTES;
+use weir_reactor::conn::{CLOSE_DRAIN_MAX_BYTES, CLOSE_LINGER};
+use weir_reactor::outbound::Outbound;
 use weir_ws::close::{self, parse_close_payload};
 use weir_ws::encode;
 use weir_ws::frame::{parse_server_header, OpCode, ProtocolError};

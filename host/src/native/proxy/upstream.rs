@@ -6,7 +6,6 @@
 //! session and hands the records to the socket, and what the socket did
 //! not take stays in the session (`wants_write`) until it is writable.
 
-use crate::reactor::socket::{read_drained, try_send_vectored};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::ClientConnection;
@@ -15,6 +14,7 @@ use std::io::{self, ErrorKind, IoSlice, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 use tokio::net::TcpStream;
+use weir_reactor::socket::{read_drained, try_send_vectored};
 
 /// A proxied connection's upstream socket.
 pub enum UpstreamIo {
@@ -195,7 +195,7 @@ impl UpstreamIo {
             tls.send_close_notify();
             let _ = send_records(tcp, &mut tls);
         }
-        crate::reactor::socket::shutdown_write(self.tcp());
+        weir_reactor::socket::shutdown_write(self.tcp());
     }
 }
 

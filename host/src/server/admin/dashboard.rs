@@ -4,12 +4,12 @@
 //! no CDN, nothing fetched from the network).
 
 use super::super::Shared;
-use crate::stats::{CLOSE_CODES, FAULT_CAUSES};
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use weir_reactor::stats::{CLOSE_CODES, FAULT_CAUSES};
 
 /// How often the sampler runs.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);

@@ -12,8 +12,6 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use crate::guest::Fault;
-
 /// Close codes counted on their own; the rest go under "other". 1005 is a
 /// client's close without a code; 1006, a connection that ended without a
 /// close frame either way.
@@ -40,18 +38,6 @@ pub const FAULT_CAUSES: [&str; 6] = [
     "instantiate",
     "overloaded",
 ];
-
-/// The index of `fault` in [`FAULT_CAUSES`].
-pub fn fault_cause(fault: &Fault) -> usize {
-    match fault {
-        Fault::Trap(_) => 0,
-        Fault::Deadline(_) => 1,
-        Fault::Memory(_) => 2,
-        Fault::OutputTooLarge { .. } | Fault::InvalidOutput(_) => 3,
-        Fault::Instantiate(_) => 4,
-        Fault::Overloaded(_) => 5,
-    }
-}
 
 /// Shards a guest version's counters are spread over when the gateway did
 /// not say how many workers it runs (a program loaded on its own).

@@ -623,25 +623,3 @@ fn failure(e: ProtocolError) -> Flow {
     tracing::debug!(error = %e, "closing connection on protocol error");
     Flow::Close(e.close_code(), e.to_string())
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::native::echo::Echo;
-    use crate::reactor::transport::Tcp;
-
-    /// The size of the future `run` returns, without running it.
-    fn future_size<A, B, C, D, F: std::future::Future>(_: impl FnOnce(A, B, C, D) -> F) -> usize {
-        std::mem::size_of::<F>()
-    }
-
-    /// Every open connection holds this future while it waits: its size is
-    /// per-connection memory (docs/architecture.md, "What a connection
-    /// costs"). A regression guard: a timer, a write future or a buffer
-    /// moved back into the common path shows here first.
-    #[test]
-    fn an_echo_connections_future_stays_small() {
-        let size = future_size(run::<Echo, Tcp>);
-        assert!(size <= 960, "run::<Echo, Tcp> is {size} bytes (was 880)");
-    }
-}

@@ -8,7 +8,7 @@
 //! shard, taken by that worker once per open and close and by guests per
 //! run of sends. No lock is shared by every worker on the message path.
 
-use crate::reactor::outbound::Outbound;
+use crate::outbound::Outbound;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -240,7 +240,7 @@ mod tests {
         for out in [early, late] {
             assert!(matches!(
                 out.try_recv(),
-                Some(crate::reactor::outbound::OutMsg::Drain)
+                Some(crate::outbound::OutMsg::Drain)
             ));
         }
     }

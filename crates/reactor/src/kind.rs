@@ -1,0 +1,113 @@
+//! The route-kind interface: what a `native = "…"` keyword or a
+//! `guest = "…"` component becomes ([`RouteKind`], shared by workers), what
+//! it is on one worker ([`WorkerRoute`]: answers upgrades with the
+//! connection's [`Behaviour`](crate::behaviour::Behaviour)), and what a
+//! worker offers kinds when it starts ([`WorkerSetup`]). The table that
+//! names every kind is the server's (`weir::routes`); kinds never name
+//! each other: two that cooperate meet through a trait here.
+
+use crate::behaviour::LocalFuture;
+use crate::outbound::Outbound;
+use crate::start::Start;
+use http::{HeaderMap, StatusCode, Uri};
+use std::any::Any;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// A route kind, shared by every worker.
+pub trait RouteKind: Send + Sync {
+    /// The route's state on one worker (e.g. its guest instance).
+    fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute>;
+
+    /// A reload kept the route: take what of `behaviour` (the file's
+    /// settings now) applies to a running route, or say why not.
+    fn reload(&self, _behaviour: &weir_config::Behaviour) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// A route kind on one worker: answers upgrades.
+pub trait WorkerRoute {
+    /// Before the 101: the connection's behaviour, or a refusal.
+    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> LocalFuture<'a, Result<Accepted, Refusal>>;
+}
+
+/// What a worker offers route kinds when it starts.
+///
+/// Besides its index, a worker holds per-worker services that the kinds
+/// above this crate define and the server starts (the guest scheduler, say):
+/// a kind asks for one by type, so this layer never names it.
+pub struct WorkerSetup {
+    /// The worker's index (0-based).
+    pub index: usize,
+    services: Vec<Rc<dyn Any>>,
+}
+
+impl WorkerSetup {
+    pub fn new(index: usize) -> WorkerSetup {
+        WorkerSetup {
+            index,
+            services: Vec::new(),
+        }
+    }
+
+    /// Offers `service` to the kinds on this worker.
+    pub fn with<T: Any>(mut self, service: Rc<T>) -> WorkerSetup {
+        self.services.push(service);
+        self
+    }
+
+    /// The worker's service of type `T`, if the server started one.
+    pub fn service<T: Any>(&self) -> Option<Rc<T>> {
+        self.services
+            .iter()
+            .find_map(|s| s.clone().downcast::<T>().ok())
+    }
+}
+
+/// An upgrade request, as a route kind sees it.
+pub struct Upgrade<'a> {
+    /// The connection's id, if it is accepted.
+    pub id: u64,
+    pub uri: &'a Uri,
+    /// The route's path parameters (`/chat/{room}` matched by `/chat/lobby`:
+    /// `("room", "lobby")`), in the order the path declares them, not
+    /// percent-decoded.
+    pub params: &'a [(&'a str, &'a str)],
+    pub headers: &'a HeaderMap,
+    pub peer: SocketAddr,
+    /// The connection's outbound queue, made before the 101 so a route can
+    /// hand it to others (a relay partner) at once.
+    pub outbound: &'a Arc<Outbound>,
+    /// How long the upgrade may take (`[server] handshake_timeout`): what
+    /// bounds a guest's deferred upgrade.
+    pub handshake_timeout: std::time::Duration,
+    /// The client came over TLS (a proxy tells its upstream).
+    pub secure: bool,
+}
+
+/// An accepted upgrade.
+pub struct Accepted {
+    /// The subprotocol the route chose, overriding the server's pick.
+    pub protocol: Option<String>,
+    pub behaviour: Box<dyn Start>,
+}
+
+impl Accepted {
+    pub fn with(behaviour: impl Start + 'static) -> Accepted {
+        Accepted {
+            protocol: None,
+            behaviour: Box::new(behaviour),
+        }
+    }
+}
+
+/// A refused upgrade: the HTTP answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub body: &'static str,
+    /// Seconds for a Retry-After header (429, 503).
+    pub retry_after: Option<u64>,
+}
