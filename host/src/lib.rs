@@ -57,8 +57,6 @@ pub mod guest;
 pub mod logging;
 pub mod metrics;
 pub mod native;
-pub mod pubsub;
-pub mod realtime;
 pub mod routes;
 pub mod scaffold;
 pub mod server;
@@ -66,8 +64,10 @@ pub mod server;
 // The layers beneath, under the names the library has always used.
 pub use weir_config as config;
 pub use weir_config::{hosts, origin, tls, url_check};
+pub use weir_pubsub as pubsub;
 pub use weir_reactor as reactor;
 pub use weir_reactor::{registry, stats};
+pub use weir_realtime as realtime;
 
 pub use server::{serve, Shutdown};
 pub use weir_config::Config;

@@ -43,7 +43,7 @@ pub struct Snapshot {
     /// Subscribers closed with 1008 for falling behind.
     pub pubsub_closed_slow: u64,
     /// The Redis link, when the routes file has a `[cluster]`.
-    pub cluster: Option<crate::pubsub::cluster::ClusterStats>,
+    pub cluster: Option<weir_pubsub::cluster::ClusterStats>,
     /// Every route's connection and message counters (and its guest's).
     pub routes: Vec<RouteFigures>,
 }
@@ -673,7 +673,7 @@ mod tests {
             }],
             pubsub_dropped: 20,
             pubsub_closed_slow: 21,
-            cluster: Some(crate::pubsub::cluster::ClusterStats {
+            cluster: Some(weir_pubsub::cluster::ClusterStats {
                 connected: true,
                 subscribed: 22,
                 sent: 23,

@@ -7,11 +7,11 @@
 
 use crate::guest::{GuestEngine, GuestRoute, Program};
 use crate::native::proxy::{FilterLinks, ProxyRoute};
-use crate::pubsub::{Broker, Fanout, LocalBroker, Topics};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use weir_config::{Behaviour, Config, GuestConfig, Limits, NativeKind};
+use weir_pubsub::{Broker, Fanout, LocalBroker, Topics};
 use weir_reactor::kind::RouteKind;
 use weir_reactor::registry::Registry;
 use weir_reactor::stats::RouteStats;
@@ -93,7 +93,7 @@ pub struct Routes {
     /// The real-time core: channels, history and presence, shared by
     /// centrifugo routes, pubsub routes with `realtime = true` and the
     /// server API. A reload keeps it (namespaces are read at start).
-    pub realtime: Arc<crate::realtime::Realtime>,
+    pub realtime: Arc<weir_realtime::Realtime>,
     /// Where topics meet other nodes' (in-process only without `[cluster]`).
     pub broker: Arc<dyn Broker>,
     /// The guest engine, once a route needed it.
@@ -115,11 +115,11 @@ impl Routes {
     pub fn build(config: &Config, registry: &Arc<Registry>) -> Result<Routes, RouteError> {
         let (broker, realtime): (Arc<dyn Broker>, _) = match &config.cluster {
             Some(cluster) => {
-                let broker = crate::pubsub::cluster::RedisBroker::start(cluster.clone())
+                let broker = weir_pubsub::cluster::RedisBroker::start(cluster.clone())
                     .map_err(RouteError::Broker)?;
-                let store = crate::realtime::redis::RedisStore::start(cluster.clone())
+                let store = weir_realtime::redis::RedisStore::start(cluster.clone())
                     .map_err(RouteError::Broker)?;
-                let realtime = crate::realtime::Realtime::clustered(
+                let realtime = weir_realtime::Realtime::clustered(
                     config.namespaces.clone(),
                     store,
                     broker.clone(),
@@ -128,7 +128,7 @@ impl Routes {
             }
             None => (
                 Arc::new(LocalBroker),
-                crate::realtime::Realtime::new(config.namespaces.clone()),
+                weir_realtime::Realtime::new(config.namespaces.clone()),
             ),
         };
         let mut routes = Routes {

@@ -12,8 +12,6 @@
 
 use super::io::{IoEvent, RouteIo};
 use super::ConnectionId;
-use crate::realtime::StreamPosition;
-use crate::realtime::{ClientInfo, HistoryQuery, Publication, Realtime, RealtimeError};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use std::future::Future;
@@ -21,6 +19,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tracing::warn;
 use weir_abi::ReadErrorReason;
+use weir_realtime::StreamPosition;
+use weir_realtime::{ClientInfo, HistoryQuery, Publication, Realtime, RealtimeError};
 
 /// History and presence reads of one route waiting on the core at once
 /// (with `[cluster]`, on Redis); past it a read is answered `busy` at once,

@@ -12,13 +12,13 @@ pub mod proxy;
 pub mod pubsub;
 pub mod relay;
 
-use crate::pubsub::Topics;
-use crate::realtime::Realtime;
 use std::rc::Rc;
 use std::sync::Arc;
 use weir_config::NativeKind;
+use weir_pubsub::Topics;
 use weir_reactor::behaviour::LocalFuture;
 use weir_reactor::kind::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
+use weir_realtime::Realtime;
 
 /// The route kind a `native = "…"` keyword names, for the route at `path`
 /// whose topic namespace is `topics` (Err: why its settings are unusable);

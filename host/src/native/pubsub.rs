@@ -13,11 +13,11 @@
 //! cannot keep up is closed with 1008 or skipped and counted
 //! (`slow_subscriber`).
 
-use crate::pubsub::{Subscriber, Topic, Topics};
 use bytes::BytesMut;
 use std::rc::Rc;
 use std::sync::Arc;
 use weir_config::PubSubConfig;
+use weir_pubsub::{Subscriber, Topic, Topics};
 use weir_reactor::behaviour::{Behaviour, LocalFuture, Stop};
 use weir_reactor::buffer::Output;
 use weir_reactor::decode::DataPiece;
@@ -30,15 +30,15 @@ use weir_ws::encode;
 /// frame, nothing else (no offsets, no join/leave).
 pub struct PlainFramer;
 
-impl crate::realtime::Framer for PlainFramer {
-    fn publication(&self, _channel: &str, p: &crate::realtime::Publication) -> bytes::Bytes {
+impl weir_realtime::Framer for PlainFramer {
+    fn publication(&self, _channel: &str, p: &weir_realtime::Publication) -> bytes::Bytes {
         bytes::Bytes::from(encode::frame(weir_ws::frame::OpCode::Text, &p.data))
     }
 
     fn join_leave(
         &self,
         _channel: &str,
-        _info: &crate::realtime::ClientInfo,
+        _info: &weir_realtime::ClientInfo,
         _join: bool,
     ) -> Option<bytes::Bytes> {
         None

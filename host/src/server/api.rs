@@ -10,7 +10,6 @@
 
 use super::Shutdown;
 use crate::native::centrifugo::protocol as p;
-use crate::realtime::{HistoryQuery, Realtime, RealtimeError, StreamPosition, UserCommand};
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -25,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 use tracing::{info, warn};
+use weir_realtime::{HistoryQuery, Realtime, RealtimeError, StreamPosition, UserCommand};
 
 /// Time a client has to send its request head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
@@ -519,8 +519,8 @@ fn glob(pattern: &str, name: &str) -> bool {
 }
 
 fn error(e: RealtimeError) -> p::ErrorReply {
-    use crate::realtime::history::HistoryError;
-    use crate::realtime::namespace::ChannelNameError;
+    use weir_realtime::history::HistoryError;
+    use weir_realtime::namespace::ChannelNameError;
     match e {
         RealtimeError::ChannelName(ChannelNameError::UnknownNamespace) => p::UNKNOWN_CHANNEL,
         RealtimeError::ChannelName(_) => p::BAD_REQUEST,

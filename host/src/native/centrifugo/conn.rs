@@ -9,10 +9,6 @@ use super::hook::{Question, RtAnswer, WorkerHooks};
 use super::protocol::{self as p, Command, Disconnect, ErrorReply};
 use super::token::{unix_now, TokenError};
 use super::{CentrifugoRoute, SERVER_VERSION};
-use crate::realtime::clients::Inbox;
-use crate::realtime::{
-    ClientInfo, HistoryQuery, RealtimeError, StreamPosition, Subscribe, Subscription, UserCommand,
-};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use std::collections::HashMap;
@@ -26,6 +22,10 @@ use weir_reactor::buffer::Output;
 use weir_reactor::decode::DataPiece;
 use weir_reactor::outbound::Outbound;
 use weir_reactor::registry::ConnId;
+use weir_realtime::clients::Inbox;
+use weir_realtime::{
+    ClientInfo, HistoryQuery, RealtimeError, StreamPosition, Subscribe, Subscription, UserCommand,
+};
 use weir_ws::encode;
 use weir_ws::frame::OpCode;
 
@@ -429,7 +429,7 @@ impl Centrifugo {
         recoverable: bool,
         recover: Option<StreamPosition>,
         reject_unrecovered: bool,
-        reply: impl FnOnce(&crate::realtime::Subscribed) -> Vec<u8> + Send + 'static,
+        reply: impl FnOnce(&weir_realtime::Subscribed) -> Vec<u8> + Send + 'static,
     ) -> impl Future<Output = Result<(), RealtimeError>> + Send + 'static {
         let route = self.route.clone();
         let state = Arc::new(Subscription::default());
@@ -774,7 +774,7 @@ impl Centrifugo {
     fn may_read(
         &self,
         channel: &str,
-        allowed: impl Fn(&crate::realtime::NamespaceOptions) -> bool,
+        allowed: impl Fn(&weir_realtime::NamespaceOptions) -> bool,
     ) -> Result<(), ErrorReply> {
         let options = self
             .route
@@ -999,7 +999,7 @@ fn is_json(bytes: &[u8]) -> bool {
 
 /// A channel name the namespaces refuse.
 fn channel_error(e: RealtimeError) -> ErrorReply {
-    use crate::realtime::namespace::ChannelNameError;
+    use weir_realtime::namespace::ChannelNameError;
     match e {
         RealtimeError::ChannelName(ChannelNameError::UnknownNamespace) => p::UNKNOWN_CHANNEL,
         RealtimeError::ChannelName(_) => p::BAD_REQUEST,
@@ -1009,8 +1009,8 @@ fn channel_error(e: RealtimeError) -> ErrorReply {
 
 /// The core's refusals as Centrifugo's error codes.
 fn core_error(e: RealtimeError) -> ErrorReply {
-    use crate::realtime::history::HistoryError;
-    use crate::realtime::presence::PresenceError;
+    use weir_realtime::history::HistoryError;
+    use weir_realtime::presence::PresenceError;
     match e {
         RealtimeError::ChannelName(_) => channel_error(e),
         RealtimeError::Presence(PresenceError::PresenceFull) => p::LIMIT_EXCEEDED,

@@ -14,15 +14,15 @@ pub mod hook;
 pub mod protocol;
 pub mod token;
 
-use crate::pubsub::Topics;
-use crate::realtime::{ClientInfo, Framer, Publication, Realtime};
 use bytes::Bytes;
 use std::rc::Rc;
 use std::sync::Arc;
 use token::Verifier;
 use weir_config::CentrifugoConfig;
+use weir_pubsub::Topics;
 use weir_reactor::behaviour::LocalFuture;
 use weir_reactor::kind::{Accepted, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup};
+use weir_realtime::{ClientInfo, Framer, Publication, Realtime};
 use weir_ws::encode;
 use weir_ws::frame::OpCode;
 

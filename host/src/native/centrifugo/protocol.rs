@@ -5,10 +5,10 @@
 //! Go server library use them. Replies carry the command's `id`; pushes
 //! and the server's ping (`{}`) carry none.
 
-use crate::realtime::{ClientInfo, Publication, StreamPosition};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashMap;
+use weir_realtime::{ClientInfo, Publication, StreamPosition};
 
 /// An error reply's code and message (Centrifugo's `errors.go`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

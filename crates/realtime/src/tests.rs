@@ -2,7 +2,7 @@
 //! exactly-once hand-over between a subscribe's reply and live delivery.
 
 use super::*;
-use crate::pubsub::{Fanout, LocalBroker};
+use weir_pubsub::{Fanout, LocalBroker};
 use weir_reactor::outbound::OutMsg;
 use weir_reactor::registry::conn_id;
 

@@ -20,7 +20,6 @@
 //! answer is an error for the caller, never a stuck connection.
 
 use super::{ClientInfo, Publication, RealtimeError, StreamPosition};
-use crate::pubsub::cluster::realtime_channel;
 use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -28,6 +27,7 @@ use redis::{RedisResult, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use weir_config::ClusterConfig;
+use weir_pubsub::cluster::realtime_channel;
 
 /// How long one Redis call may take before it counts as failed.
 pub const REDIS_TIMEOUT: Duration = Duration::from_secs(2);

@@ -38,8 +38,6 @@ pub use history::{HistoryQuery, Recovery, StreamPosition};
 pub use namespace::{NamespaceOptions, Namespaces};
 pub use presence::PresenceStats;
 
-use crate::pubsub::cluster::{RealtimeSink, RedisBroker};
-use crate::pubsub::{Subscriber, Topics};
 use bytes::Bytes;
 use history::{HistoryError, Stream};
 use namespace::ChannelNameError;
@@ -49,6 +47,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
+use weir_pubsub::cluster::{RealtimeSink, RedisBroker};
+use weir_pubsub::{Subscriber, Topics};
 use weir_reactor::outbound::Outbound;
 use weir_reactor::registry::ConnId;
 
@@ -168,7 +168,7 @@ impl Subscription {
     }
 
     /// Refused (by the core, or by a namespace's guest before it).
-    pub(crate) fn fail(&self) {
+    pub fn fail(&self) {
         let _ = self
             .0
             .compare_exchange(PENDING, FAILED, Ordering::AcqRel, Ordering::Acquire);
