@@ -240,6 +240,7 @@ impl Routes {
                 }
                 let guest = Arc::new(guest.with_filter_links(links.clone()));
                 guest_route = Some(guest.clone());
+                let guest = Arc::new(crate::guest::route::GuestKind(guest));
                 let proxy = ProxyRoute::new(proxy.clone()).map_err(|reason| RouteError::Route {
                     path: route.path.clone(),
                     line: route.line,
@@ -264,8 +265,9 @@ impl Routes {
                             ),
                         });
                     }
-                    let calls = Arc::new(crate::native::centrifugo::hook::RtCalls::default());
+                    let calls = Arc::new(weir_realtime::verdict::RtCalls::default());
                     let guest = Arc::new(guest.with_rt_calls(calls.clone()));
+                    let guest = Arc::new(crate::guest::route::GuestKind(guest));
                     hooks.insert(
                         ns.namespace,
                         crate::native::centrifugo::hook::NamespaceHook { guest, calls },

@@ -2,8 +2,9 @@
 //! reading the PEM files of `[server] tls`, the server settings (ALPN,
 //! TLS 1.2 and 1.3) and the certificate a reload swaps in. The handshake
 //! runs in the server's `http.rs` (tokio-rustls, bounded by `handshake_timeout`);
-//! the connection loop's side of a TLS connection is
-//! `reactor/transport.rs`.
+//! the connection loop's side of a TLS connection is `weir-reactor`'s
+//! `transport.rs`. The client side is here too: the settings a proxy
+//! route's `wss://` upstream and a guest's HTTPS requests are made with.
 //!
 //! `ring`, not rustls's default `aws-lc-rs`: it builds with the C compiler
 //! alone (aws-lc-sys wants cmake or a long cc build), and both use the
@@ -13,7 +14,8 @@ use arc_swap::ArcSwap;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use std::io::{self, ErrorKind};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -169,4 +171,50 @@ impl Tls {
     pub fn cert_path(&self) -> &Path {
         &self.files.cert
     }
+}
+
+// The client side: a proxy route's `wss://` upstream and a guest's HTTPS
+// requests.
+
+/// The TLS settings of a `wss://` route: the roots its upstream's
+/// certificate is checked against (`upstream_ca`, else webpki-roots: the
+/// Mozilla set, the same on every machine), HTTP/1.1 by ALPN.
+pub fn client_config(upstream_ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    match upstream_ca {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("upstream_ca {}: {e}", path.display()))?;
+            if certs.is_empty() {
+                return Err(format!(
+                    "upstream_ca {}: no certificate in the file",
+                    path.display()
+                ));
+            }
+            for cert in certs {
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("upstream_ca {}: {e}", path.display()))?;
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+    .expect("ring supports TLS 1.2 and 1.3")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    // The upgrade is an HTTP/1.1 request.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The name the upstream's certificate must carry: its host (a DNS name or
+/// an IP address).
+pub fn server_name(host: &str) -> io::Result<ServerName<'static>> {
+    ServerName::try_from(host.to_string())
+        .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))
 }

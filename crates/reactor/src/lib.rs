@@ -6,6 +6,7 @@
 //! may touch a connection's socket, `transport` is what the loop reads and
 //! writes (TCP or TLS), `conn` is the loop itself.
 
+pub mod attached;
 pub mod behaviour;
 pub mod buffer;
 pub mod conn;

@@ -32,6 +32,7 @@ pub mod history;
 pub use weir_config::namespace;
 pub mod presence;
 pub mod redis;
+pub mod verdict;
 
 pub use clients::UserCommand;
 pub use history::{HistoryQuery, Recovery, StreamPosition};
@@ -51,6 +52,10 @@ use weir_pubsub::cluster::{RealtimeSink, RedisBroker};
 use weir_pubsub::{Subscriber, Topics};
 use weir_reactor::outbound::Outbound;
 use weir_reactor::registry::ConnId;
+
+/// Most publications one history read returns (Centrifugo's
+/// `history_max_publication_limit`): a client's or a guest's.
+pub const HISTORY_MAX_PUBLICATION_LIMIT: usize = 300;
 
 /// How long a publish's `idempotency_key` answers a repeat with the first
 /// publish's position instead of publishing again (Centrifugo's default).

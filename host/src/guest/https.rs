@@ -37,7 +37,7 @@ impl Connector {
     /// webpki-roots without one; host names may resolve to non-global
     /// addresses only with `allow_private`.
     pub(super) fn new(ca: Option<&Path>, allow_private: bool) -> Result<Connector, String> {
-        let config = crate::native::proxy::upstream::client_config(ca)
+        let config = weir_config::tls::client_config(ca)
             .map_err(|e| e.replacen("upstream_ca", "outbound_ca", 1))?;
         let mut tcp = HttpConnector::new_with_resolver(CheckedResolver { allow_private });
         // Small requests and answers: no Nagle delay on either side.
@@ -137,7 +137,7 @@ impl tower_service::Service<Uri> for Connector {
             };
             // An IPv6 literal comes bracketed in a URI; the name is without.
             let name = host.trim_start_matches('[').trim_end_matches(']');
-            let name = crate::native::proxy::upstream::server_name(name)?;
+            let name = weir_config::tls::server_name(name)?;
             let stream = tls.connect(name, tcp.into_inner()).await?;
             Ok(Stream::Tls(Box::new(TokioIo::new(stream))))
         })

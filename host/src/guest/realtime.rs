@@ -28,8 +28,7 @@ use weir_realtime::{ClientInfo, HistoryQuery, Publication, Realtime, RealtimeErr
 pub const MAX_READS_PENDING_PER_ROUTE: usize = 256;
 /// Publications one history read returns at most, whatever the guest asks:
 /// the centrifugo route's and the server API's cap.
-pub const HISTORY_READ_MAX_PUBLICATIONS: usize =
-    crate::native::centrifugo::conn::HISTORY_MAX_PUBLICATION_LIMIT;
+pub const HISTORY_READ_MAX_PUBLICATIONS: usize = weir_realtime::HISTORY_MAX_PUBLICATION_LIMIT;
 /// Members one presence read returns at most (the first ones the core
 /// lists): one answer stays bounded in a channel of any size.
 pub const PRESENCE_READ_MAX_MEMBERS: usize = 1000;

@@ -12,8 +12,6 @@ use super::kv_quota::{KvErrorReason, KvRefusals};
 use super::realtime::GuestRealtime;
 use super::slot::{GuestSlot, Scheduler};
 use super::{Batch, Command, Commands, Fault, Program, Runner};
-use crate::native::centrifugo::hook::RtCalls;
-use crate::native::proxy::FilterLinks;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -25,10 +23,12 @@ use tokio::sync::Notify;
 use tracing::warn;
 use weir_abi::Direction;
 use weir_pubsub::Topics;
+use weir_reactor::attached::{AttachedGuest, AttachedSlot, FilterSink};
 use weir_reactor::kind::{RouteKind, WorkerRoute, WorkerSetup};
 use weir_reactor::outbound::Outbound;
 use weir_reactor::registry::Registry;
 use weir_reactor::stats::GuestCounters;
+use weir_realtime::verdict::RtCalls;
 use weir_ws::encode::{self, message_opcode};
 
 /// Deadline trips by one client address, within [`TRIP_WINDOW`], after which
@@ -76,7 +76,7 @@ pub struct GuestRoute {
     pub(crate) kv_refusals: KvRefusals,
     /// The route is a proxy route's filter: its connections' links, for
     /// forwards toward the upstream and settling (`native::proxy::filter`).
-    pub(crate) filter_links: Option<Arc<FilterLinks>>,
+    pub(crate) filter_links: Option<Arc<dyn FilterSink>>,
     /// The route is a real-time namespace's guest: where its verdicts go
     /// (`native::centrifugo::hook`). Its batches carry only questions of
     /// centrifugo connections; a failed batch answers them 100 and closes
@@ -140,7 +140,7 @@ impl GuestRoute {
     }
 
     /// The route as a proxy route's filter.
-    pub fn with_filter_links(mut self, links: Arc<FilterLinks>) -> Self {
+    pub fn with_filter_links(mut self, links: Arc<dyn FilterSink>) -> Self {
         self.filter_links = Some(links);
         self
     }
@@ -323,7 +323,7 @@ impl GuestRoute {
         // A filter's messages have gone on or been dropped: closes that
         // wait behind them may follow.
         if let Some(links) = &self.filter_links {
-            links.settle(batch.proxy_messages());
+            links.settle(&mut batch.proxy_messages());
         }
         // A namespace guest's questions it did not answer fail.
         if let Some(calls) = &self.rt_calls {
@@ -567,6 +567,17 @@ pub struct GuestKind(pub Arc<GuestRoute>);
 
 impl RouteKind for GuestKind {
     fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute> {
+        let scheduler = worker
+            .service::<Scheduler>()
+            .expect("every worker runs a guest scheduler");
+        GuestSlot::new(self.0.clone(), &scheduler)
+    }
+}
+
+/// A guest attached to a native route (a proxy's filter, a namespace's
+/// hook): the same slot per worker as a guest route's.
+impl AttachedGuest for GuestKind {
+    fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn AttachedSlot> {
         let scheduler = worker
             .service::<Scheduler>()
             .expect("every worker runs a guest scheduler");

@@ -20,6 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
 use tracing::{info, warn};
+use weir_abi::{Direction, EventKind};
+use weir_reactor::attached::AttachedSlot;
+use weir_reactor::behaviour::LocalFuture;
 
 /// A call this long moves its route to its own thread at once (a guest
 /// looping to its deadline stalls the worker for one call, not two).
@@ -491,5 +494,35 @@ impl GuestSlot {
         self.batch_for(reason.len()).push_close(conn, code, reason);
         self.closed.borrow_mut().push(conn);
         self.wake();
+    }
+}
+
+impl AttachedSlot for GuestSlot {
+    fn open(&self, conn: u64, info: &[u8]) {
+        GuestSlot::open(self, conn, info)
+    }
+
+    fn proxy_message(&self, conn: u64, direction: Direction, text: bool, payload: &[u8]) {
+        GuestSlot::proxy_message(self, conn, direction, text, payload)
+    }
+
+    fn rt_question(&self, conn: u64, kind: EventKind, bytes: &[u8]) {
+        GuestSlot::rt_question(self, conn, kind, bytes)
+    }
+
+    fn backlogged(&self) -> bool {
+        GuestSlot::backlogged(self)
+    }
+
+    fn wait_backlog(&self) -> LocalFuture<'_, ()> {
+        Box::pin(GuestSlot::wait_backlog(self))
+    }
+
+    fn wake(&self) {
+        GuestSlot::wake(self)
+    }
+
+    fn close(&self, conn: u64, code: u16, reason: &str) {
+        GuestSlot::close(self, conn, code, reason)
     }
 }

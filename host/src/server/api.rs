@@ -362,10 +362,8 @@ async fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply>
         "history" => {
             let req: HistoryParams = params(v)?;
             let limit = match req.limit {
-                n if n < 0 => crate::native::centrifugo::conn::HISTORY_MAX_PUBLICATION_LIMIT,
-                n => {
-                    (n as usize).min(crate::native::centrifugo::conn::HISTORY_MAX_PUBLICATION_LIMIT)
-                }
+                n if n < 0 => weir_realtime::HISTORY_MAX_PUBLICATION_LIMIT,
+                n => (n as usize).min(weir_realtime::HISTORY_MAX_PUBLICATION_LIMIT),
             };
             let query = HistoryQuery {
                 limit: Some(limit),

@@ -5,7 +5,7 @@
 //! ping every `ping_interval` answered within `pong_timeout`, and the
 //! token's expiry unless the client refreshes it.
 
-use super::hook::{Question, RtAnswer, WorkerHooks};
+use super::hook::{Question, WorkerHooks};
 use super::protocol::{self as p, Command, Disconnect, ErrorReply};
 use super::token::{unix_now, TokenError};
 use super::{CentrifugoRoute, SERVER_VERSION};
@@ -23,6 +23,8 @@ use weir_reactor::decode::DataPiece;
 use weir_reactor::outbound::Outbound;
 use weir_reactor::registry::ConnId;
 use weir_realtime::clients::Inbox;
+use weir_realtime::verdict::RtAnswer;
+use weir_realtime::HISTORY_MAX_PUBLICATION_LIMIT;
 use weir_realtime::{
     ClientInfo, HistoryQuery, RealtimeError, StreamPosition, Subscribe, Subscription, UserCommand,
 };
@@ -33,9 +35,6 @@ use weir_ws::frame::OpCode;
 /// `client_stale_close_delay`): an open socket that never connects is
 /// closed with 3502.
 pub const STALE_CLOSE_DELAY: Duration = Duration::from_secs(10);
-/// Most publications one history command returns (Centrifugo's
-/// `history_max_publication_limit`).
-pub const HISTORY_MAX_PUBLICATION_LIMIT: usize = 300;
 
 /// Calls waiting on Redis (with `[cluster]`) one connection may have; at
 /// this many its reads pause until one answers. Each holds at most a

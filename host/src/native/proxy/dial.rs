@@ -4,7 +4,7 @@
 //! gets its answer, so an upstream that is down, slow or refuses shows up
 //! as an HTTP status (502, 504) instead of a 101 followed by a close.
 
-use super::upstream::{self, UpstreamIo};
+use super::upstream::UpstreamIo;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use http::{header, HeaderMap};
@@ -173,7 +173,7 @@ pub async fn dial(
             early,
         });
     };
-    let name = upstream::server_name(&config.host).map_err(DialError::Tls)?;
+    let name = weir_config::tls::server_name(&config.host).map_err(DialError::Tls)?;
     let mut stream = tokio_rustls::TlsConnector::from(tls.clone())
         .connect(name, stream)
         .await

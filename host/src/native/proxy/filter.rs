@@ -3,7 +3,8 @@
 //! route's batches (`guest::slot`), and passes on what it forwards. What
 //! the guest's answer forwards toward the client is framed and written by
 //! the guest route's `apply` like any send; what it forwards toward the
-//! upstream is masked into the connection's [`FilterLink`] here, and its
+//! upstream reaches [`FilterLinks`] through the [`FilterSink`] trait and is
+//! masked into the connection's [`FilterLink`] here, and its
 //! upstream side (`pump`) writes it. Without a filter none of this exists
 //! and nothing is copied to a guest.
 //!
@@ -19,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use weir_abi::Direction;
+use weir_reactor::attached::FilterSink;
 use weir_reactor::registry::worker_of;
 use weir_ws::encode;
 
@@ -120,18 +122,16 @@ impl FilterLinks {
             .get(&conn)
             .cloned()
     }
+}
 
-    /// A forward command toward the upstream of `conn` (ignored when
-    /// `conn` is not a connection of this route, or is gone).
-    pub fn forward_to_upstream(&self, conn: u64, text: bool, payload: &[u8]) {
+impl FilterSink for FilterLinks {
+    fn forward_to_upstream(&self, conn: u64, text: bool, payload: &[u8]) {
         if let Some(link) = self.get(conn) {
             link.forward_to_upstream(text, payload);
         }
     }
 
-    /// A batch has run: its proxy messages (connection, direction) are
-    /// settled.
-    pub fn settle(&self, messages: impl Iterator<Item = (u64, Direction)>) {
+    fn settle(&self, messages: &mut dyn Iterator<Item = (u64, Direction)>) {
         let mut last: Option<(u64, Arc<FilterLink>)> = None;
         for (conn, direction) in messages {
             let link = match &last {

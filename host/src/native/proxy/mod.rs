@@ -44,9 +44,8 @@ use weir_ws::{close, encode, mask};
 pub use dial::upstream_target;
 pub use filter::FilterLinks;
 
-use crate::guest::slot::GuestSlot;
-use crate::guest::GuestRoute;
 use weir_abi::Direction;
+use weir_reactor::attached::{AttachedGuest, AttachedSlot};
 
 /// The close reason a client gets when its upstream went away.
 const UPSTREAM_GONE: &str = "upstream went away";
@@ -61,7 +60,7 @@ pub struct ProxyRoute {
     /// A `wss://` upstream's TLS settings.
     tls: Option<Arc<rustls::ClientConfig>>,
     /// The route's filter and its connections' links, if it has one.
-    filter: Option<(Arc<GuestRoute>, Arc<FilterLinks>)>,
+    filter: Option<(Arc<dyn AttachedGuest>, Arc<FilterLinks>)>,
 }
 
 impl ProxyRoute {
@@ -69,7 +68,9 @@ impl ProxyRoute {
     /// here (Err: why it is unusable).
     pub fn new(config: Arc<ProxyConfig>) -> Result<ProxyRoute, String> {
         let tls = match config.tls {
-            true => Some(upstream::client_config(config.upstream_ca.as_deref())?),
+            true => Some(weir_config::tls::client_config(
+                config.upstream_ca.as_deref(),
+            )?),
             false => None,
         };
         Ok(ProxyRoute {
@@ -80,7 +81,11 @@ impl ProxyRoute {
     }
 
     /// The route with filter `guest` (its `GuestRoute` made with `links`).
-    pub fn with_filter(mut self, guest: Arc<GuestRoute>, links: Arc<FilterLinks>) -> ProxyRoute {
+    pub fn with_filter(
+        mut self,
+        guest: Arc<dyn AttachedGuest>,
+        links: Arc<FilterLinks>,
+    ) -> ProxyRoute {
         self.filter = Some((guest, links));
         self
     }
@@ -91,17 +96,10 @@ impl RouteKind for ProxyRoute {
         Rc::new(WorkerProxy {
             config: self.config.clone(),
             tls: self.tls.clone(),
-            filter: self.filter.as_ref().map(|(guest, links)| {
-                (
-                    GuestSlot::new(
-                        guest.clone(),
-                        &worker
-                            .service()
-                            .expect("every worker runs a guest scheduler"),
-                    ),
-                    links.clone(),
-                )
-            }),
+            filter: self
+                .filter
+                .as_ref()
+                .map(|(guest, links)| (guest.on_worker(worker), links.clone())),
         })
     }
 }
@@ -110,7 +108,7 @@ impl RouteKind for ProxyRoute {
 struct WorkerProxy {
     config: Arc<ProxyConfig>,
     tls: Option<Arc<rustls::ClientConfig>>,
-    filter: Option<(Rc<GuestSlot>, Arc<FilterLinks>)>,
+    filter: Option<(Rc<dyn AttachedSlot>, Arc<FilterLinks>)>,
 }
 
 impl WorkerRoute for WorkerProxy {
@@ -220,7 +218,7 @@ impl Masks {
 
 /// A filtered connection's side of its filter (on the client's worker).
 struct LinkFilter {
-    slot: Rc<GuestSlot>,
+    slot: Rc<dyn AttachedSlot>,
     links: Arc<FilterLinks>,
     shared: Arc<filter::FilterLink>,
     /// Messages given to the filter per direction ([`Direction`] as index).

@@ -6,13 +6,9 @@
 //! session and hands the records to the socket, and what the socket did
 //! not take stays in the session (`wants_write`) until it is writable.
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::ClientConnection;
 use std::cell::RefCell;
 use std::io::{self, ErrorKind, IoSlice, Read, Write};
-use std::path::Path;
-use std::sync::Arc;
 use tokio::net::TcpStream;
 use weir_reactor::socket::{read_drained, try_send_vectored};
 
@@ -25,49 +21,6 @@ pub enum UpstreamIo {
         /// never across an await.
         tls: Box<RefCell<ClientConnection>>,
     },
-}
-
-/// The TLS settings of a `wss://` route: the roots its upstream's
-/// certificate is checked against (`upstream_ca`, else webpki-roots: the
-/// Mozilla set, the same on every machine), HTTP/1.1 by ALPN.
-pub fn client_config(upstream_ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    match upstream_ca {
-        Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("upstream_ca {}: {e}", path.display()))?;
-            if certs.is_empty() {
-                return Err(format!(
-                    "upstream_ca {}: no certificate in the file",
-                    path.display()
-                ));
-            }
-            for cert in certs {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("upstream_ca {}: {e}", path.display()))?;
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-    .expect("ring supports TLS 1.2 and 1.3")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    // The upgrade is an HTTP/1.1 request.
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
-
-/// The name the upstream's certificate must carry: its host (a DNS name or
-/// an IP address).
-pub fn server_name(host: &str) -> io::Result<ServerName<'static>> {
-    ServerName::try_from(host.to_string())
-        .map_err(|e| io::Error::new(ErrorKind::InvalidInput, e.to_string()))
 }
 
 /// `Read`/`Write` over tokio's non-blocking calls, which clear the socket's
