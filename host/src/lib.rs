@@ -53,10 +53,8 @@
 
 pub mod admission;
 pub mod client;
-pub mod guest;
 pub mod logging;
 pub mod metrics;
-pub mod native;
 pub mod routes;
 pub mod scaffold;
 pub mod server;
@@ -64,6 +62,8 @@ pub mod server;
 // The layers beneath, under the names the library has always used.
 pub use weir_config as config;
 pub use weir_config::{hosts, origin, tls, url_check};
+pub use weir_guest_runtime as guest;
+pub use weir_native as native;
 pub use weir_pubsub as pubsub;
 pub use weir_reactor as reactor;
 pub use weir_reactor::{registry, stats};

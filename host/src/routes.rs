@@ -5,12 +5,12 @@
 //! or refuses them. Topic namespaces are resolved here: each route has its
 //! own unless routes name a shared one (`topics = "name"`).
 
-use crate::guest::{GuestEngine, GuestRoute, Program};
-use crate::native::proxy::{FilterLinks, ProxyRoute};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use weir_config::{Behaviour, Config, GuestConfig, Limits, NativeKind};
+use weir_guest_runtime::{GuestEngine, GuestRoute, Program};
+use weir_native::proxy::{FilterLinks, ProxyRoute};
 use weir_pubsub::{Broker, Fanout, LocalBroker, Topics};
 use weir_reactor::kind::RouteKind;
 use weir_reactor::registry::Registry;
@@ -28,7 +28,7 @@ pub enum RouteError {
         reason: String,
     },
     #[error(transparent)]
-    Guest(#[from] crate::guest::GuestError),
+    Guest(#[from] weir_guest_runtime::GuestError),
     /// The `[cluster]` broker's thread could not start.
     #[error("cannot start worker thread: {0}")]
     Broker(std::io::Error),
@@ -240,7 +240,7 @@ impl Routes {
                 }
                 let guest = Arc::new(guest.with_filter_links(links.clone()));
                 guest_route = Some(guest.clone());
-                let guest = Arc::new(crate::guest::route::GuestKind(guest));
+                let guest = Arc::new(weir_guest_runtime::route::GuestKind(guest));
                 let proxy = ProxyRoute::new(proxy.clone()).map_err(|reason| RouteError::Route {
                     path: route.path.clone(),
                     line: route.line,
@@ -267,13 +267,13 @@ impl Routes {
                     }
                     let calls = Arc::new(weir_realtime::verdict::RtCalls::default());
                     let guest = Arc::new(guest.with_rt_calls(calls.clone()));
-                    let guest = Arc::new(crate::guest::route::GuestKind(guest));
+                    let guest = Arc::new(weir_guest_runtime::route::GuestKind(guest));
                     hooks.insert(
                         ns.namespace,
-                        crate::native::centrifugo::hook::NamespaceHook { guest, calls },
+                        weir_native::centrifugo::hook::NamespaceHook { guest, calls },
                     );
                 }
-                let centrifugo = crate::native::centrifugo::CentrifugoRoute::new(
+                let centrifugo = weir_native::centrifugo::CentrifugoRoute::new(
                     config.clone(),
                     &self.realtime,
                     &topics,
@@ -284,12 +284,12 @@ impl Routes {
                     reason,
                 })?
                 .with_hooks(hooks);
-                Arc::new(crate::native::centrifugo::CentrifugoKind(Arc::new(
+                Arc::new(weir_native::centrifugo::CentrifugoKind(Arc::new(
                     centrifugo,
                 )))
             }
             Behaviour::Native(native) => {
-                crate::native::route_kind(native.clone(), &route.path, &topics, &self.realtime)
+                weir_native::route_kind(native.clone(), &route.path, &topics, &self.realtime)
                     .map_err(|reason| RouteError::Route {
                         path: route.path.clone(),
                         line: route.line,
@@ -299,7 +299,7 @@ impl Routes {
             Behaviour::Guest(guest) => {
                 let guest = Arc::new(self.guest_route(index, route, guest, &topics, registry)?);
                 guest_route = Some(guest.clone());
-                Arc::new(crate::guest::route::GuestKind(guest))
+                Arc::new(weir_guest_runtime::route::GuestKind(guest))
             }
         };
         self.routes.push(Arc::new(Route {
@@ -337,7 +337,7 @@ impl Routes {
         };
         let program =
             Program::load(&engine, &route.path, guest).map_err(|e| e.at_line(route.line))?;
-        crate::guest::io::check_outbound_ca(&guest.outbound).map_err(|reason| {
+        weir_guest_runtime::io::check_outbound_ca(&guest.outbound).map_err(|reason| {
             RouteError::Route {
                 path: route.path.clone(),
                 line: route.line,
@@ -346,7 +346,7 @@ impl Routes {
         })?;
         let kv = match &guest.kv {
             Some(name) => Some(
-                crate::guest::kv::KvStore::open(
+                weir_guest_runtime::kv::KvStore::open(
                     &self.state_dir,
                     self.cluster.as_ref(),
                     &route.path,
@@ -365,8 +365,8 @@ impl Routes {
         // as a realtime pubsub route's are (plain text frames).
         let realtime = guest.realtime.then(|| {
             self.realtime
-                .attach(topics, Arc::new(crate::native::pubsub::PlainFramer));
-            crate::guest::realtime::GuestRealtime::new(
+                .attach(topics, Arc::new(weir_native::pubsub::PlainFramer));
+            weir_guest_runtime::realtime::GuestRealtime::new(
                 self.realtime.clone(),
                 route.path.as_str().into(),
             )

@@ -9,7 +9,6 @@
 //! 401, a body over `max_body` 413.
 
 use super::Shutdown;
-use crate::native::centrifugo::protocol as p;
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -24,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 use tracing::{info, warn};
+use weir_native::centrifugo::protocol as p;
 use weir_realtime::{HistoryQuery, Realtime, RealtimeError, StreamPosition, UserCommand};
 
 /// Time a client has to send its request head.
@@ -410,7 +410,7 @@ async fn call(api: &Api, method: &str, v: Value) -> Result<Value, p::ErrorReply>
             Ok(serde_json::json!({ "nodes": [{
                 "uid": "weir",
                 "name": "weir",
-                "version": crate::native::centrifugo::SERVER_VERSION,
+                "version": weir_native::centrifugo::SERVER_VERSION,
                 "num_clients": clients,
                 "num_users": users,
                 "num_channels": channels,

@@ -29,7 +29,6 @@ pub use api::MIN_API_KEY_BYTES;
 pub use reload::{ChangeError, Changes, ReloadReport};
 
 use crate::admission::{self, Admission, Summary};
-use crate::guest::GuestError;
 use crate::metrics::Snapshot;
 use crate::routes::Routes;
 use std::net::SocketAddr;
@@ -39,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{debug, info, warn};
 use weir_config::Config;
+use weir_guest_runtime::GuestError;
 use weir_reactor::buffer::PoolStats;
 use weir_reactor::registry::Registry;
 
@@ -429,7 +429,7 @@ impl Shared {
                     backoff_refused: g.backoff_refused(),
                     realtime_refused: g.realtime().map_or(0, |rt| rt.refused()),
                     kv_refused: g.kv_refusals().counts(),
-                    kv: g.kv.as_ref().map(|kv| {
+                    kv: g.kv().map(|kv| {
                         let (keys, bytes) = kv.usage();
                         crate::metrics::KvUsage {
                             keys: keys as u64,

@@ -16,13 +16,13 @@
 //! `[admin]` changes need a restart.
 
 use super::Shared;
-use crate::guest::deploy::NoEarlierVersion;
-use crate::guest::{GuestError, GuestRoute, Inherited, Program};
 use crate::routes::RouteError;
 use std::path::Path;
 use std::sync::Arc;
 use tracing::{info, warn};
 use weir_config::{Behaviour, Config, ConfigError};
+use weir_guest_runtime::deploy::NoEarlierVersion;
+use weir_guest_runtime::{GuestError, GuestRoute, Inherited, Program};
 use weir_reactor::registry::ROUTE_REMOVED;
 use weir_ws::close::GOING_AWAY;
 
@@ -104,7 +104,7 @@ pub struct Changes {
 }
 
 impl Changes {
-    fn guest(&self, path: &str) -> Result<Arc<crate::guest::GuestRoute>, ChangeError> {
+    fn guest(&self, path: &str) -> Result<Arc<weir_guest_runtime::GuestRoute>, ChangeError> {
         let table = self.shared.routes.load();
         let (_, route) = table
             .live_route(path)
@@ -296,7 +296,7 @@ impl Changes {
                     continue;
                 }
             };
-            let same_bytes = crate::guest::program::hex_sha256(&wasm) == current.hash();
+            let same_bytes = weir_guest_runtime::program::hex_sha256(&wasm) == current.hash();
             if same_bytes && current.config() == cfg {
                 continue;
             }
@@ -340,7 +340,7 @@ impl Changes {
         for (guest, program, source) in prepared {
             report
                 .deployed
-                .push((guest.path.to_string(), program.version()));
+                .push((guest.path().to_string(), program.version()));
             guest.versions().install(program, source);
         }
         for (route, new) in limits {

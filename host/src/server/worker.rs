@@ -4,7 +4,6 @@
 
 use super::http::serve_http;
 use super::{Shared, Shutdown};
-use crate::guest::Scheduler;
 use crate::routes::Routes;
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
@@ -14,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{info, warn};
+use weir_guest_runtime::Scheduler;
 use weir_reactor::buffer::BufPool;
 use weir_reactor::idle::IdleWheel;
 use weir_reactor::kind::{WorkerRoute, WorkerSetup};

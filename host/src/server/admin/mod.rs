@@ -26,7 +26,6 @@ mod sign_in;
 
 use super::reload::{ChangeError, Changes, ReloadReport};
 use super::{Shared, Shutdown};
-use crate::guest::{Inherited, Program};
 use bytes::Bytes;
 use dashboard::History;
 pub use escape::percent_decode;
@@ -46,6 +45,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 use subtle::ConstantTimeEq;
 use tracing::{info, warn};
+use weir_guest_runtime::{Inherited, Program};
 
 /// Largest component a deploy may upload: guests are a few hundred KiB to
 /// a few MiB; this leaves room for big toolchains (a JS engine) and stops

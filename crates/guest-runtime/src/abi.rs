@@ -17,7 +17,7 @@ use super::ConnectionId;
 /// Generated host bindings (sync calls, owned types).
 pub(crate) mod bindings {
     wasmtime::component::bindgen!({
-        path: "../wit",
+        path: "../../wit",
         world: "gateway-handler",
         additional_derives: [PartialEq, Eq],
     });
@@ -27,7 +27,7 @@ pub(crate) mod bindings {
 /// host still runs: the same batch shape, no I/O, no deferred upgrade.
 pub(crate) mod bindings_v3 {
     wasmtime::component::bindgen!({
-        path: "../wit/0.3.0",
+        path: "../../wit/0.3.0",
         world: "gateway-handler",
         additional_derives: [PartialEq, Eq],
     });

@@ -342,7 +342,7 @@ fn check_header(route: &str, path: &Path, wasm: &[u8]) -> Result<(), GuestError>
 }
 
 /// SHA-256 of `bytes` in lower-case hex.
-pub(crate) fn hex_sha256(bytes: &[u8]) -> String {
+pub fn hex_sha256(bytes: &[u8]) -> String {
     use std::fmt::Write;
     let mut hex = String::with_capacity(64);
     for b in Sha256::digest(bytes) {

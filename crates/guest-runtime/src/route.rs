@@ -152,6 +152,16 @@ impl GuestRoute {
     }
 
     /// The route's outbound HTTP and timers.
+    /// The route's path, as the routes file names it.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The route's key-value store, when it has one.
+    pub fn kv(&self) -> Option<&Arc<KvStore>> {
+        self.kv.as_ref()
+    }
+
     pub fn io(&self) -> &Arc<RouteIo> {
         &self.io
     }
