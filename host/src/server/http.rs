@@ -4,19 +4,17 @@
 //! Host-name refusals (421, `weir_config::hosts`; 400 for two `Host` headers or
 //! a bare-LF head, `head_scan`), `/healthz`, `/metrics`, admission and
 //! drain refusals (a place per WebSocket, and the deadline of a connection
-//! that carries none, `live`), route match, the
-//! opening handshake (RFC 6455's GET + Upgrade, or RFC 8441's extended
-//! CONNECT on an HTTP/2 stream), the route kind's answer, and the handoff
-//! of the socket (and TLS session), or the HTTP/2 stream, to the
-//! connection loop.
+//! that carries none, `live`), and the route match; a matched request's
+//! handshake and handoff are `upgrade.rs`'s.
 
 use super::head_scan::{HeadScan, HeadState};
 use super::live::{serve_until, Busy, Live};
+use super::upgrade::{upgrade, Matched};
 use super::worker::Worker;
-use super::Shutdown;
+use super::{Shared, Shutdown};
 use crate::admission::RETRY_AFTER_SECS;
 use bytes::Bytes;
-use http::{header, HeaderValue, Request, Response, StatusCode, Version};
+use http::{header, HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -29,11 +27,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::net::TcpStream;
 use tracing::{debug, warn};
-use weir_reactor::conn::ConnEnv;
-use weir_reactor::kind::Upgrade;
-use weir_reactor::outbound::Outbound;
-use weir_reactor::transport::Io;
-use weir_ws::handshake::{self, HandshakeError};
 
 /// Cap on an HTTP request head; past it hyper answers 431. (hyper's minimum.)
 const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
@@ -260,26 +253,7 @@ async fn sends_h2_preface(stream: &TcpStream) -> bool {
     }
 }
 
-/// The socket (and TLS session) hyper upgraded, with the bytes it had
-/// read past the request head; an HTTP/2 stream as it is.
-fn into_io(upgraded: hyper::upgrade::Upgraded, h2: bool) -> Option<(Io, Bytes)> {
-    if h2 {
-        return Some((Io::H2(TokioIo::new(upgraded)), Bytes::new()));
-    }
-    let upgraded = match upgraded.downcast::<TokioIo<HeadScan<TcpStream>>>() {
-        Ok(parts) => {
-            let tcp = parts.io.into_inner().into_inner();
-            return Some((Io::Tcp(tcp), parts.read_buf));
-        }
-        Err(upgraded) => upgraded,
-    };
-    type TlsIo = TokioIo<HeadScan<tokio_rustls::server::TlsStream<TcpStream>>>;
-    let parts = upgraded.downcast::<TlsIo>().ok()?;
-    let (tcp, session) = parts.io.into_inner().into_inner().into_inner();
-    Some((Io::Tls(tcp, Box::new(session)), parts.read_buf))
-}
-
-fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+pub(super) fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -290,51 +264,12 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
 }
 
 /// 503 with Retry-After; the connection closes after it.
-fn unavailable(body: &'static str) -> Response<Full<Bytes>> {
+pub(super) fn unavailable(body: &'static str) -> Response<Full<Bytes>> {
     let mut resp = text(StatusCode::SERVICE_UNAVAILABLE, body);
     resp.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    resp
-}
-
-/// An HTTP/1.1 upgrade request's check (RFC 6455 §4.2.1): its accept key,
-/// or the refusal (426 for a plain request on a WebSocket route).
-fn websocket_request(
-    req: &Request<Incoming>,
-    peer: SocketAddr,
-    path: &str,
-) -> Result<String, Box<Response<Full<Bytes>>>> {
-    if !handshake::wants_websocket(req.headers()) {
-        let mut resp = text(
-            StatusCode::UPGRADE_REQUIRED,
-            "this route speaks WebSocket: send a GET with Upgrade: websocket\n",
-        );
-        resp.headers_mut()
-            .insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        resp.headers_mut().insert(
-            header::SEC_WEBSOCKET_VERSION,
-            HeaderValue::from_static(handshake::SUPPORTED_VERSION),
-        );
-        return Err(Box::new(resp));
-    }
-    handshake::check_request(req.method(), req.version(), req.headers())
-        .map_err(|e| Box::new(refused(e, peer, path)))
-}
-
-/// The answer to a malformed WebSocket request (over HTTP/2 a stream
-/// error's status: the connection and its other streams go on).
-fn refused(e: HandshakeError, peer: SocketAddr, path: &str) -> Response<Full<Bytes>> {
-    debug!(%peer, path, error = %e, "upgrade refused");
-    let mut resp = Response::new(Full::new(Bytes::from(format!("{e}\n"))));
-    *resp.status_mut() = e.status();
-    if e == HandshakeError::UnsupportedVersion {
-        resp.headers_mut().insert(
-            header::SEC_WEBSOCKET_VERSION,
-            HeaderValue::from_static(handshake::SUPPORTED_VERSION),
-        );
-    }
     resp
 }
 
@@ -363,39 +298,19 @@ fn refuse_names(
     ))
 }
 
-/// Routes a request: health check, 404, refusal, or the 101 and the handoff
-/// of the socket to the connection loop.
+/// Routes a request: what the gateway answers itself (names, metrics,
+/// health, drain, admission), 404, or the route's upgrade
+/// ([`super::upgrade`]).
 async fn handle_request(
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     peer: SocketAddr,
     worker: Rc<Worker>,
     live: Rc<Live>,
 ) -> Response<Full<Bytes>> {
     let _busy = Busy::new(&live);
-    let path = req.uri().path();
     let shared = &worker.shared;
-    if let Some(refusal) = refuse_names(&req, &shared.hosts, peer) {
-        return refusal;
-    }
-    if path == "/metrics" && shared.public_metrics {
-        let mut resp = Response::new(Full::new(Bytes::from(shared.snapshot().render())));
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
-        );
-        return resp;
-    }
-    if shared.draining.load(Ordering::Acquire) {
-        let body = if path == "/healthz" {
-            "draining\n"
-        } else {
-            shared.refused_draining.fetch_add(1, Ordering::Relaxed);
-            "shutting down; retry later\n"
-        };
-        return unavailable(body);
-    }
-    if path == "/healthz" {
-        return text(StatusCode::OK, "ok\n");
+    if let Some(answer) = answer_itself(&req, peer, shared) {
+        return answer;
     }
     // Held by the WebSocket if this request becomes one; given back if not.
     let Some(place) = live.place() else {
@@ -408,173 +323,44 @@ async fn handle_request(
         }
         return unavailable("too many connections; retry later\n");
     };
-    let (index, route, worker_route, params) = {
-        let table = shared.routes.load();
-        let Ok(matched) = table.router.at(path) else {
-            return text(StatusCode::NOT_FOUND, super::NO_ROUTE_BODY);
-        };
-        let index = *matched.value;
-        // The route's path parameters, owned: the table may be swapped
-        // by a reload while the upgrade runs.
-        let params: Vec<(String, String)> = matched
-            .params
-            .iter()
-            .map(|(name, value)| (name.to_string(), value.to_string()))
-            .collect();
-        (
-            index,
-            table.routes[index].clone(),
-            worker.route(index, &table),
-            params,
-        )
+    let Some(matched) = Matched::find(req.uri().path(), &worker) else {
+        return text(StatusCode::NOT_FOUND, super::NO_ROUTE_BODY);
     };
-    if route.draining() {
+    if matched.route.draining() {
         return unavailable("this route is drained; retry later\n");
     }
-    let limits = route.limits();
-    let h2 = req.version() == Version::HTTP_2;
-    let accept = if h2 {
-        let protocol = req
-            .extensions()
-            .get::<hyper::ext::Protocol>()
-            .map(|p| p.as_str());
-        match handshake::check_h2_request(req.method(), protocol, req.headers()) {
-            Ok(()) => None,
-            Err(e) => return refused(e, peer, &route.path),
-        }
-    } else {
-        match websocket_request(&req, peer, &route.path) {
-            Ok(accept) => Some(accept),
-            Err(resp) => return *resp,
-        }
-    };
-    let policy = weir_config::origin::Policy {
-        origins: &limits.origins,
-        require_origin: limits.require_origin,
-        trusted_proxies: &shared.trusted_proxies,
-    };
-    let origin_req = weir_config::origin::Request {
-        headers: req.headers(),
-        authority: weir_config::hosts::request_authority(&req),
-        peer: peer.ip(),
-        tls: shared.tls.is_some(),
-    };
-    if let Err(refused) = weir_config::origin::check(&policy, &origin_req) {
-        shared.refused_origin.fetch_add(1, Ordering::Relaxed);
-        route.stats.worker(worker.index).refused_origin.add_owned(1);
-        let shown = match &refused {
-            weir_config::origin::Refused::Missing => "none (require_origin)".to_string(),
-            // Attacker-chosen text: escaped, and cut.
-            weir_config::origin::Refused::NotAllowed(o) => o
-                .chars()
-                .take(200)
-                .collect::<String>()
-                .escape_debug()
-                .to_string(),
+    upgrade(req, peer, &worker, matched, place).await
+}
+
+/// What the gateway answers before any route: a host name it does not
+/// answer to, `/metrics` when public, the drain's 503, `/healthz`.
+fn answer_itself(
+    req: &Request<Incoming>,
+    peer: SocketAddr,
+    shared: &Shared,
+) -> Option<Response<Full<Bytes>>> {
+    let path = req.uri().path();
+    if let Some(refusal) = refuse_names(req, &shared.hosts, peer) {
+        return Some(refusal);
+    }
+    if path == "/metrics" && shared.public_metrics {
+        let mut resp = Response::new(Full::new(Bytes::from(shared.snapshot().render())));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+        );
+        return Some(resp);
+    }
+    if shared.draining.load(Ordering::Acquire) {
+        let body = if path == "/healthz" {
+            "draining\n"
+        } else {
+            shared.refused_draining.fetch_add(1, Ordering::Relaxed);
+            "shutting down; retry later\n"
         };
-        if let Some((n, secs)) = shared.origin_refusals.note() {
-            warn!(route = %route.path, last_origin = %shown,
-                "refused {n} upgrades in the last {secs} s: origin not allowed (the route's origins, require_origin)");
-        }
-        return text(
-            StatusCode::FORBIDDEN,
-            "this origin may not open WebSockets on this route (see the route's origins)\n",
-        );
+        return Some(unavailable(body));
     }
-    let mut protocol = handshake::negotiate_subprotocol(req.headers(), &limits.subprotocols)
-        .and_then(|p| HeaderValue::from_str(p).ok());
-    let id = worker.next_conn_id();
-    let deflate = weir_ws::deflate::negotiate(req.headers(), &limits.compression);
-    let outbound = Arc::new(Outbound::new(limits.outbound_budget).with_deflate(deflate.as_ref()));
-    let params: Vec<(&str, &str)> = params
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_str()))
-        .collect();
-    let up = Upgrade {
-        id,
-        uri: req.uri(),
-        params: &params,
-        headers: req.headers(),
-        peer,
-        outbound: &outbound,
-        handshake_timeout: shared.handshake_timeout,
-        secure: shared.tls.is_some(),
-    };
-    let accepted = match worker_route.upgrade(up).await {
-        Ok(accepted) => accepted,
-        Err(refusal) => {
-            let mut resp = text(refusal.status, refusal.body);
-            if let Some(secs) = refusal.retry_after {
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-            }
-            return resp;
-        }
-    };
-    if let Some(p) = accepted
-        .protocol
-        .and_then(|p| HeaderValue::from_str(&p).ok())
-    {
-        protocol = Some(p);
-    }
-    let behaviour = accepted.behaviour;
-    let env = ConnEnv {
-        id,
-        route: index,
-        peer: peer.ip(),
-        outbound,
-        pool: worker.pool.clone(),
-        limits,
-        registry: shared.registry.clone(),
-        stats: route.stats.clone(),
-        deflate,
-        idle: worker.idle.clone(),
-        live: Rc::new(place),
-    };
-    shared.upgrades.fetch_add(1, Ordering::Relaxed);
-    let upgrade = hyper::upgrade::on(&mut req);
-    // The connection's log lines carry its route and id. A debug span: at
-    // the default level it is disabled and costs the loop nothing.
-    let span = tracing::debug_span!("conn", route = %route.path, conn = id);
-    tokio::task::spawn_local(async move {
-        match upgrade.await {
-            Ok(upgraded) => match into_io(upgraded, h2) {
-                Some((io, prefix)) => behaviour.spawn(io, prefix, env, span),
-                None => {
-                    warn!("upgraded connection is neither TCP nor TLS over TCP");
-                    behaviour.abandon(env);
-                }
-            },
-            Err(e) => {
-                debug!(%peer, error = %e, "upgrade did not complete");
-                behaviour.abandon(env);
-            }
-        }
-    });
-    let mut resp = Response::new(Full::new(Bytes::new()));
-    // HTTP/2: a 200 opens the stream (RFC 8441 §5); HTTP/1.1: the 101.
-    if accept.is_some() {
-        *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    }
-    let h = resp.headers_mut();
-    if let Some(accept) = accept {
-        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-        h.insert(
-            header::SEC_WEBSOCKET_ACCEPT,
-            HeaderValue::from_str(&accept).expect("base64 is a valid header value"),
-        );
-    }
-    if let Some(p) = protocol {
-        h.insert(header::SEC_WEBSOCKET_PROTOCOL, p);
-    }
-    if let Some(n) = deflate {
-        h.insert(
-            header::SEC_WEBSOCKET_EXTENSIONS,
-            HeaderValue::from_str(&n.response()).expect("parameters are tokens"),
-        );
-    }
-    resp
+    (path == "/healthz").then(|| text(StatusCode::OK, "ok\n"))
 }
 
 #[cfg(test)]

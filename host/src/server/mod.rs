@@ -22,6 +22,7 @@ mod head_scan;
 mod http;
 mod live;
 mod reload;
+mod upgrade;
 mod worker;
 
 pub use admin::{percent_decode, MAX_COMPONENT_BYTES, MIN_TOKEN_BYTES};
