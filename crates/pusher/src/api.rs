@@ -60,6 +60,8 @@ pub enum TriggerError {
     DataTooLarge,
     #[error("batch holds more events than the limit")]
     BatchTooLarge,
+    #[error("an encrypted channel can only be triggered on alone")]
+    EncryptedChannelAmongMany,
 }
 
 impl TriggerError {
@@ -131,6 +133,12 @@ fn check(body: TriggerBody, limits: &ApiLimits) -> Result<Trigger, TriggerError>
         .iter()
         .map(|n| Channel::parse(n))
         .collect::<Result<Vec<_>, _>>()?;
+    // The data of an encrypted event is sealed with one channel's key, so it
+    // means nothing on another channel: pusher-http-node refuses such a
+    // trigger before sending it (lib/events.js), and so does the server.
+    if channels.len() > 1 && channels.iter().any(Channel::is_encrypted) {
+        return Err(TriggerError::EncryptedChannelAmongMany);
+    }
     let socket_id = body
         .socket_id
         .filter(|s| !s.is_empty())
@@ -270,6 +278,10 @@ mod tests {
             (
                 br#"{"name":"e","data":"x","channel":"a","socket_id":"x"}"#,
                 SocketId(SocketIdError::NotDigitsDotDigits),
+            ),
+            (
+                br#"{"name":"e","data":"x","channels":["a","private-encrypted-b"]}"#,
+                EncryptedChannelAmongMany,
             ),
         ];
         for (body, want) in cases {

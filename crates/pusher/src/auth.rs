@@ -205,20 +205,54 @@ impl PresenceMember {
     }
 }
 
-/// The signed-in user's id from `user_data`: pusher-js and pusher-http-node
-/// both require a non-empty string `id` (`validateUserData`,
-/// `_onSigninSuccess`); other fields (`user_info`, `watchlist`) are the app's.
+/// Watchlist ids kept per user (Pusher Channels Protocol, `pusher:signin`:
+/// "a default maximum of 100 user IDs"; past it the first 100 are kept and
+/// error 4302 follows the signin's success).
+pub const MAX_WATCHLIST_USERS: usize = 100;
+
+/// A signed-in user, from `user_data` (after its signature has been checked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SigninUser {
+    /// pusher-js and pusher-http-node both require a non-empty string `id`
+    /// (`_onSigninSuccess`, `validateUserData`).
+    pub id: String,
+    /// The users whose online status this one follows, at most
+    /// [`MAX_WATCHLIST_USERS`].
+    pub watchlist: Vec<String>,
+    /// The watchlist was cut to the limit: send `pusher:error` 4302
+    /// (`codes::WATCHLIST_LIMIT_EXCEEDED`) after `pusher:signin_success`.
+    pub watchlist_truncated: bool,
+}
+
+impl SigninUser {
+    /// Reads `user_data`; `user_info` and other fields are the app's and are
+    /// relayed in `pusher:signin_success` as the string they came in.
+    pub fn parse(user_data: &str) -> Result<SigninUser, AuthError> {
+        #[derive(Deserialize)]
+        struct UserData {
+            id: Option<serde_json::Value>,
+            watchlist: Option<Vec<String>>,
+        }
+        let data: UserData =
+            serde_json::from_str(user_data).map_err(|_| AuthError::UserDataMalformed)?;
+        let id = match data.id {
+            Some(serde_json::Value::String(id)) if !id.is_empty() => id,
+            _ => return Err(AuthError::UserDataMalformed),
+        };
+        let mut watchlist = data.watchlist.unwrap_or_default();
+        let watchlist_truncated = watchlist.len() > MAX_WATCHLIST_USERS;
+        watchlist.truncate(MAX_WATCHLIST_USERS);
+        Ok(SigninUser {
+            id,
+            watchlist,
+            watchlist_truncated,
+        })
+    }
+}
+
+/// The signed-in user's id from `user_data` (see [`SigninUser::parse`]).
 pub fn signin_user_id(user_data: &str) -> Result<String, AuthError> {
-    #[derive(Deserialize)]
-    struct UserData {
-        id: Option<serde_json::Value>,
-    }
-    let data: UserData =
-        serde_json::from_str(user_data).map_err(|_| AuthError::UserDataMalformed)?;
-    match data.id {
-        Some(serde_json::Value::String(id)) if !id.is_empty() => Ok(id),
-        _ => Err(AuthError::UserDataMalformed),
-    }
+    SigninUser::parse(user_data).map(|user| user.id)
 }
 
 #[cfg(test)]
@@ -347,6 +381,23 @@ mod tests {
         assert_eq!(
             signin_user_id(r#"{"id":"7","user_info":{}}"#),
             Ok("7".to_owned())
+        );
+        let many: Vec<String> = (0..=MAX_WATCHLIST_USERS).map(|i| i.to_string()).collect();
+        let user =
+            SigninUser::parse(&serde_json::json!({"id": "a", "watchlist": many}).to_string())
+                .unwrap();
+        assert_eq!(
+            (user.watchlist.len(), user.watchlist_truncated),
+            (MAX_WATCHLIST_USERS, true)
+        );
+        let user = SigninUser::parse(r#"{"id":"a","watchlist":["b"]}"#).unwrap();
+        assert_eq!(
+            (user.watchlist, user.watchlist_truncated),
+            (vec!["b".to_owned()], false)
+        );
+        assert_eq!(
+            SigninUser::parse(r#"{"id":"a","watchlist":[1]}"#),
+            Err(AuthError::UserDataMalformed)
         );
         assert_eq!(
             signin_user_id(r#"{"id":7}"#),

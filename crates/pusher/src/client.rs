@@ -7,7 +7,8 @@
 //! holding that object: pusher-js sends objects (`send_event` stringifies the
 //! whole message once), but the protocol doc describes `data` as a string and
 //! older or other clients send it that way, so both are accepted. A client
-//! event's `data` is any JSON value, kept as its raw text and relayed as sent.
+//! event's `data` is any JSON value, kept as its raw text; it is relayed as a
+//! string (`server::client_event`), as Pusher relays it.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -21,10 +22,16 @@ use crate::codes;
 /// reads more than that.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 10 * 1024;
 
-/// The only protocol version spoken: the one pusher-js 8 sends
-/// (`Defaults.PROTOCOL`) and the docs describe. Older versions framed
-/// errors differently and no current client uses them.
+/// The protocol version pusher-js 8 sends (`Defaults.PROTOCOL`) and the
+/// docs describe.
 pub const PROTOCOL_VERSION: u32 = 7;
+
+/// The oldest version accepted: 5 is the first whose clients answer
+/// `pusher:ping` (docs, CHANGELOG). Versions 5 and 6 differ from 7 only in
+/// what the server adds: 7 reads `activity_timeout` (older clients ignore
+/// it), and before 6 a close is preceded by `pusher:error`, which the
+/// adapter sends before every close anyway (pusher-js handles both).
+pub const MIN_PROTOCOL_VERSION: u32 = 5;
 
 /// A message a client sent.
 #[derive(Debug, Clone)]
@@ -66,6 +73,19 @@ pub struct ClientEvent {
     pub channel: Channel,
     /// The sender's `data`, any JSON value, as raw JSON text.
     pub data: Box<RawValue>,
+}
+
+impl ClientEvent {
+    /// `data` as the string Pusher relays (Pusher Channels Protocol, "Double
+    /// encoding": the server "tries to send the data field as a string"): a
+    /// string as itself, anything else as its JSON text. For webhooks;
+    /// `server::client_event` does the same without this allocation.
+    pub fn data_string(&self) -> std::borrow::Cow<'_, str> {
+        match as_string(&self.data) {
+            Some(s) => std::borrow::Cow::Owned(s),
+            None => std::borrow::Cow::Borrowed(self.data.get()),
+        }
+    }
 }
 
 /// Why a client message is refused. None of these closes the connection:
@@ -291,7 +311,7 @@ pub fn parse_connect_request<'a>(
     let protocol: u32 = protocol
         .parse()
         .map_err(|_| ConnectError::InvalidVersionFormat)?;
-    if protocol != PROTOCOL_VERSION {
+    if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&protocol) {
         return Err(ConnectError::UnsupportedProtocolVersion);
     }
     Ok(ConnectRequest { app_key, protocol })
@@ -385,6 +405,13 @@ mod tests {
             panic!()
         };
         assert_eq!(e.data.get(), "null");
+        assert_eq!(e.data_string(), "null");
+        let ClientMessage::ClientEvent(e) =
+            parse(r#"{"event":"client-x","channel":"private-r","data":"a \"q\""}"#).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(e.data_string(), "a \"q\"");
     }
 
     #[test]
@@ -492,8 +519,16 @@ mod tests {
             Err(ConnectError::InvalidVersionFormat)
         );
         assert_eq!(
-            parse_connect_request("/app/k", "protocol=6"),
+            parse_connect_request("/app/k", "protocol=4"),
             Err(ConnectError::UnsupportedProtocolVersion)
+        );
+        assert_eq!(
+            parse_connect_request("/app/k", "protocol=8"),
+            Err(ConnectError::UnsupportedProtocolVersion)
+        );
+        assert_eq!(
+            parse_connect_request("/app/k", "protocol=5").map(|r| r.protocol),
+            Ok(5)
         );
         assert_eq!(ConnectError::NoProtocolVersion.code(), 4008);
         assert_eq!(ConnectError::PathNotFound.code(), 4005);

@@ -1,4 +1,5 @@
-//! Pusher error codes (Pusher Channels Protocol, "Error codes"): the `code`
+//! Pusher error codes (Pusher Channels Protocol, "Error Codes", checked
+//! against the docs' source, which lists every code here): the `code`
 //! of a `pusher:error` and the WebSocket close code the server closes with.
 //! The range tells the client what to do next, and pusher-js acts on it
 //! (`Protocol.getCloseAction`): 4000-4099 refused (do not reconnect),
@@ -32,15 +33,19 @@ pub const GENERIC_RECONNECT: u16 = 4200;
 pub const PONG_NOT_RECEIVED: u16 = 4201;
 /// The connection was closed after the activity timeout passed in silence.
 pub const CLOSED_AFTER_INACTIVITY: u16 = 4202;
-/// "Any other type of error" (4300-4399): the code for a bad message that
-/// does not end the connection (malformed JSON, an unknown event, a bad
-/// channel name). Soketi and sockudo use 4301/4302 the same loose way; the
-/// docs name only 4301 in this range.
+/// The 4300-4399 range is "any other type of error"; the docs name 4301 and
+/// 4302 in it and leave 4300 unnamed, so weir uses 4300 for a bad message
+/// that does not end the connection (malformed JSON, an unknown event, a bad
+/// channel name).
 pub const GENERIC_ERROR: u16 = 4300;
-/// A client event was rejected: the docs name it for the rate limit, and the
-/// servers reuse it for any refused client event (too large, client events
-/// disabled, channel that does not allow them).
+/// "Client event rejected due to rate limit"; servers reuse it for any
+/// refused client event (too large, client events disabled, a channel that
+/// does not allow them), and so does weir.
 pub const CLIENT_EVENT_REJECTED: u16 = 4301;
+/// "Watchlist limit exceeded": a signin's watchlist had more than 100 ids;
+/// the first 100 are kept, the signin succeeds, and this error follows
+/// `pusher:signin_success`.
+pub const WATCHLIST_LIMIT_EXCEEDED: u16 = 4302;
 
 /// What a client does after the connection is closed with a code, as pusher-js
 /// decides it (`Protocol.getCloseAction`).

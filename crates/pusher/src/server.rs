@@ -249,13 +249,24 @@ pub fn event(event: &str, channel: &str, data: &str, user_id: Option<&str>) -> S
     finish(out)
 }
 
-/// A `client-*` event relayed to the channel's other subscribers: `data`
-/// exactly as the sender sent it (any JSON value), and on presence channels
-/// the sender's `user_id` (pusher-js passes it to the handler's metadata).
+/// A `client-*` event relayed to the channel's other subscribers, with the
+/// sender's `user_id` on presence channels (pusher-js passes it to the
+/// handler's metadata). `data` goes out as a string, as the protocol's
+/// "Channel Events" define it and Pusher does ("Double encoding"): a string
+/// the sender sent stays that string (its JSON literal is copied as is), any
+/// other value is sent as its JSON text. pusher-js parses a string that holds
+/// JSON, so an object reaches the app as the object the sender passed.
 pub fn client_event(event: &str, channel: &str, data: &RawValue, user_id: Option<&str>) -> String {
-    let mut out = open(data.get().len(), event, Some(channel));
+    let raw = data.get();
+    let mut out = open(raw.len() + raw.len() / 8, event, Some(channel));
     out.extend_from_slice(b",\"data\":");
-    out.extend_from_slice(data.get().as_bytes());
+    if raw.starts_with('"') {
+        out.extend_from_slice(raw.as_bytes());
+    } else {
+        out.push(b'"');
+        escape_into(&mut out, raw.as_bytes());
+        out.push(b'"');
+    }
     push_user_id(&mut out, user_id);
     out.push(b'}');
     finish(out)
@@ -399,7 +410,12 @@ mod tests {
         let raw = RawValue::from_string(r#"{"typing":true}"#.to_owned()).unwrap();
         assert_eq!(
             client_event("client-typing", "presence-r", &raw, Some("9")),
-            r#"{"event":"client-typing","channel":"presence-r","data":{"typing":true},"user_id":"9"}"#
+            r#"{"event":"client-typing","channel":"presence-r","data":"{\"typing\":true}","user_id":"9"}"#
+        );
+        let quoted = RawValue::from_string(r#""say \"hi\"""#.to_owned()).unwrap();
+        assert_eq!(
+            client_event("client-a", "private-r", &quoted, None),
+            r#"{"event":"client-a","channel":"private-r","data":"say \"hi\""}"#
         );
     }
 }

@@ -21,6 +21,7 @@ fn frames() -> Vec<(&'static str, String)> {
     let ann = raw(r#"{"name":"Ann \"A\" ✓"}"#);
     let cy = raw(r#"{"name":"Cy"}"#);
     let typing = raw(r#"{"typing":true}"#);
+    let note = raw(r#""a plain \"string\"""#);
     vec![
         (
             "connection_established",
@@ -69,6 +70,10 @@ fn frames() -> Vec<(&'static str, String)> {
         (
             "client_event",
             server::client_event("client-typing", "presence-room", &typing, Some("u3")),
+        ),
+        (
+            "client_event_string",
+            server::client_event("client-note", "presence-room", &note, None),
         ),
         (
             "cache_subscribed",
@@ -143,6 +148,7 @@ fn pusher_js_handed_the_app_what_weir_meant() {
         r["client_event"],
         json!({"data": {"typing": true}, "metadata": {"user_id": "u3"}})
     );
+    assert_eq!(r["client_event_string"], json!("a plain \"string\""));
     assert_eq!(r["cache_miss"], json!(true));
     assert_eq!(
         r["orders_error"],

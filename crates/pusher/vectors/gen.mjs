@@ -87,7 +87,7 @@ const webhooks = [];
 for (const events of [
   [{ name: "channel_occupied", channel: "news" }, { name: "channel_vacated", channel: "news" }],
   [{ name: "member_added", channel: "presence-room", user_id: "u1" }, { name: "member_removed", channel: "presence-room", user_id: "u1" }],
-  [{ name: "client_event", channel: "presence-room", event: "client-typing", data: { typing: true }, socket_id, user_id: "u1" }, { name: "cache_miss", channel: "cache-ticker" }],
+  [{ name: "client_event", channel: "presence-room", event: "client-typing", data: JSON.stringify({ typing: true }), socket_id, user_id: "u1" }, { name: "cache_miss", channel: "cache-ticker" }],
 ]) {
   const body = JSON.stringify({ time_ms: 1700000000123, events });
   const signature = token.sign(body);

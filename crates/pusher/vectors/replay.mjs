@@ -24,7 +24,7 @@ const appServer = new PusherServer(APP);
 const received = {};
 const onSubscribe = {
   news: ["news_subscribed", "news_event", "news_event_plain", "news_count"],
-  "presence-room": ["presence_subscribed", "member_added", "member_removed", "client_event"],
+  "presence-room": ["presence_subscribed", "member_added", "member_removed", "client_event", "client_event_string"],
   "cache-ticker": ["cache_subscribed", "cache_miss"],
   "private-orders": ["orders_error"],
   "#server-to-user-u1": ["user_subscribed", "user_event"],
@@ -78,6 +78,7 @@ room.bind("pusher:member_removed", (m) => {
   received.members_after = { count: room.members.count, ids: memberIds(room.members) };
 });
 room.bind("client-typing", (data, metadata) => { received.client_event = { data, metadata }; });
+room.bind("client-note", (data) => { received.client_event_string = data; });
 
 p.subscribe("cache-ticker").bind("pusher:cache_miss", () => { received.cache_miss = true; });
 p.subscribe("private-orders").bind("pusher:subscription_error", (d) => { received.orders_error = d; });
