@@ -5,7 +5,11 @@
 //! `auth_signature = hex(HMAC-SHA256(secret, "METHOD\nPATH\nQUERY"))` where
 //! QUERY is every other parameter as `key=value`, keys lowercased, sorted by
 //! key, joined with `&`, values *not* URL-escaped. PATH is the full request
-//! path, `/apps/{id}/events` (any prefix included).
+//! path, `/apps/{id}/events` (any prefix included), as the library had it
+//! before its HTTP client escaped it (see `verify_request`). Query values are
+//! decoded form-style, `+` as a space; pusher-http-node sends a `+` unescaped,
+//! so a value with a literal `+` would not verify (no API parameter has one:
+//! channel names and `info` attributes cannot contain it).
 
 use crate::auth::AppKey;
 use crate::sign::{md5_hex, verify_hmac_sha256_hex};
@@ -191,10 +195,27 @@ pub fn verify_request(
     let signature = param(&params, "auth_signature").ok_or(RequestAuthError::SignatureMissing)?;
     let signed = string_to_sign(request.method, request.path, &params);
     if verify_hmac_sha256_hex(app.secret, &[signed.as_bytes()], signature) {
-        Ok(())
-    } else {
-        Err(RequestAuthError::SignatureMismatch)
+        return Ok(());
     }
+    // pusher-http-node signs the path before its HTTP client percent-encodes
+    // it (`/users/user one/..` goes out as `/users/user%20one/..`), so an
+    // escaped path is tried again decoded. Both forms are signed with the
+    // secret, so accepting either lets no one forge anything.
+    if request.path.contains('%') {
+        if let Ok(decoded) = decode_path(request.path) {
+            let signed = string_to_sign(request.method, &decoded, &params);
+            if verify_hmac_sha256_hex(app.secret, &[signed.as_bytes()], signature) {
+                return Ok(());
+            }
+        }
+    }
+    Err(RequestAuthError::SignatureMismatch)
+}
+
+/// Percent-decodes a path (`+` stays a `+` there, unlike in a query).
+fn decode_path(path: &str) -> Result<String, RequestAuthError> {
+    // Reuse the query decoder on a copy with `+` escaped.
+    decode(&path.replace('+', "%2B"))
 }
 
 /// The query string pusher-http-node would send for this request (for tests

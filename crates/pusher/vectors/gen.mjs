@@ -48,6 +48,9 @@ const calls = [
   ["trigger batch", () => pusher.triggerBatch([{ channel: "a", name: "x", data: { k: 1 } }, { channel: "cache-b", name: "y", data: "s", socket_id: "1.2" }])],
   ["send to user", () => pusher.sendToUser("u1", "notify", { hello: "world" })],
   ["terminate user connections", () => pusher.terminateUserConnections("u1")],
+  // Signed as "user one", sent as "user%20one" by the HTTP client.
+  ["terminate user with a space in its id", () => pusher.terminateUserConnections("user one")],
+  ["get channel info, name with @ , ; =", () => pusher.get({ path: "/channels/a@b,c;d=e" })],
   ["get channels with filter and info", () => pusher.get({ path: "/channels", params: { filter_by_prefix: "presence-", info: "user_count" } })],
   ["get channel info", () => pusher.get({ path: "/channels/presence-room", params: { info: "user_count,subscription_count" } })],
   ["get users", () => pusher.get({ path: "/channels/presence-room/users" })],
