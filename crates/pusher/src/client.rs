@@ -5,10 +5,11 @@
 //!
 //! `data` of a `pusher:*` event is read as an object, or as a JSON string
 //! holding that object: pusher-js sends objects (`send_event` stringifies the
-//! whole message once), but the protocol doc describes `data` as a string and
-//! older or other clients send it that way, so both are accepted. A client
-//! event's `data` is any JSON value, kept as its raw text; it is relayed as a
-//! string (`server::client_event`), as Pusher relays it.
+//! whole message once) and the protocol doc shows objects, but the doc's
+//! "Double encoding" section has the server send strings, and a client
+//! library that mirrors it would send `data` that way, so both are accepted.
+//! A client event's `data` is any JSON value ("String / Object" in the doc),
+//! kept as its raw text; it is relayed as a string (`server::client_event`).
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -21,17 +22,6 @@ use crate::codes;
 /// events share it), applied here to the whole frame so the parser never
 /// reads more than that.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 10 * 1024;
-
-/// The protocol version pusher-js 8 sends (`Defaults.PROTOCOL`) and the
-/// docs describe.
-pub const PROTOCOL_VERSION: u32 = 7;
-
-/// The oldest version accepted: 5 is the first whose clients answer
-/// `pusher:ping` (docs, CHANGELOG). Versions 5 and 6 differ from 7 only in
-/// what the server adds: 7 reads `activity_timeout` (older clients ignore
-/// it), and before 6 a close is preceded by `pusher:error`, which the
-/// adapter sends before every close anyway (pusher-js handles both).
-pub const MIN_PROTOCOL_VERSION: u32 = 5;
 
 /// A message a client sent.
 #[derive(Debug, Clone)]
@@ -246,77 +236,6 @@ pub fn parse_client_message(text: &str, max_bytes: usize) -> Result<ClientMessag
     }
 }
 
-/// What a connection URL, `/app/{key}?protocol=7&client=js&version=8.6.0`,
-/// names (Pusher Channels Protocol, "WebSocket connection").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectRequest<'a> {
-    pub app_key: &'a str,
-    pub protocol: u32,
-}
-
-/// Why a connection is refused before `pusher:connection_established`. Each
-/// is sent as `pusher:error` and then the close code [`ConnectError::code`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum ConnectError {
-    #[error("path is not /app/{{key}}")]
-    PathNotFound,
-    #[error("no protocol version supplied")]
-    NoProtocolVersion,
-    #[error("protocol version is not an integer")]
-    InvalidVersionFormat,
-    #[error("unsupported protocol version")]
-    UnsupportedProtocolVersion,
-    #[error("app does not exist")]
-    AppNotFound,
-    #[error("app is disabled")]
-    AppDisabled,
-    #[error("app is over its connection quota")]
-    OverConnectionQuota,
-    #[error("over capacity")]
-    OverCapacity,
-}
-
-impl ConnectError {
-    pub fn code(self) -> u16 {
-        match self {
-            ConnectError::PathNotFound => codes::PATH_NOT_FOUND,
-            ConnectError::NoProtocolVersion => codes::NO_PROTOCOL_VERSION,
-            ConnectError::InvalidVersionFormat => codes::INVALID_VERSION_FORMAT,
-            ConnectError::UnsupportedProtocolVersion => codes::UNSUPPORTED_PROTOCOL_VERSION,
-            ConnectError::AppNotFound => codes::APP_NOT_FOUND,
-            ConnectError::AppDisabled => codes::APP_DISABLED,
-            ConnectError::OverConnectionQuota => codes::OVER_CONNECTION_QUOTA,
-            ConnectError::OverCapacity => codes::OVER_CAPACITY,
-        }
-    }
-}
-
-/// Reads the app key and protocol version from a connection's path and
-/// query (`path` without the query, `query` without the `?`). The route's
-/// prefix is the caller's to strip: `path` must end in `/app/{key}`. The
-/// key is checked against the app table by the caller (`AppNotFound`).
-pub fn parse_connect_request<'a>(
-    path: &'a str,
-    query: &str,
-) -> Result<ConnectRequest<'a>, ConnectError> {
-    let app_key = path
-        .rsplit_once("/app/")
-        .map(|(_, key)| key)
-        .filter(|key| !key.is_empty() && !key.contains('/'))
-        .ok_or(ConnectError::PathNotFound)?;
-    let protocol = query
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("protocol="))
-        .ok_or(ConnectError::NoProtocolVersion)?;
-    let protocol: u32 = protocol
-        .parse()
-        .map_err(|_| ConnectError::InvalidVersionFormat)?;
-    if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&protocol) {
-        return Err(ConnectError::UnsupportedProtocolVersion);
-    }
-    Ok(ConnectRequest { app_key, protocol })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -482,56 +401,5 @@ mod tests {
         );
         assert_eq!(parse(&big).err(), Some(MessageError::MessageTooLarge));
         assert!(parse_client_message(&big, big.len()).is_ok());
-    }
-
-    // Pusher Channels Protocol, "WebSocket connection": ws://host/app/{key}?protocol=7&client=js&version=...
-    #[test]
-    fn connection_urls() {
-        let ok = parse_connect_request(
-            "/app/key1",
-            "protocol=7&client=js&version=8.6.0&flash=false",
-        );
-        assert_eq!(
-            ok,
-            Ok(ConnectRequest {
-                app_key: "key1",
-                protocol: 7
-            })
-        );
-        assert_eq!(
-            parse_connect_request("/pusher/app/k", "protocol=7").map(|r| r.app_key),
-            Ok("k")
-        );
-        assert_eq!(
-            parse_connect_request("/apps/k", "protocol=7"),
-            Err(ConnectError::PathNotFound)
-        );
-        assert_eq!(
-            parse_connect_request("/app/", "protocol=7"),
-            Err(ConnectError::PathNotFound)
-        );
-        assert_eq!(
-            parse_connect_request("/app/k", "client=js"),
-            Err(ConnectError::NoProtocolVersion)
-        );
-        assert_eq!(
-            parse_connect_request("/app/k", "protocol=x"),
-            Err(ConnectError::InvalidVersionFormat)
-        );
-        assert_eq!(
-            parse_connect_request("/app/k", "protocol=4"),
-            Err(ConnectError::UnsupportedProtocolVersion)
-        );
-        assert_eq!(
-            parse_connect_request("/app/k", "protocol=8"),
-            Err(ConnectError::UnsupportedProtocolVersion)
-        );
-        assert_eq!(
-            parse_connect_request("/app/k", "protocol=5").map(|r| r.protocol),
-            Ok(5)
-        );
-        assert_eq!(ConnectError::NoProtocolVersion.code(), 4008);
-        assert_eq!(ConnectError::PathNotFound.code(), 4005);
-        assert_eq!(ConnectError::OverCapacity.code(), 4100);
     }
 }

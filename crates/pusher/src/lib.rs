@@ -10,17 +10,20 @@
 //! builders (one `String` per frame). The app server's side: `http_api`
 //! verifies a signed request, `api` parses trigger and batch bodies and
 //! shapes the answers; `webhook` builds and signs what weir posts back.
+//! `connect` reads the connection URL (app key, protocol version);
 //! `codes` holds the error codes every refusal maps to; `socket_id` makes
 //! connection ids; `sign` is the one HMAC; `json` writes nested JSON.
 //!
 //! Dependencies point one way: `sign`, `json`, `codes` ← `socket_id`,
-//! `channel` ← `auth`, `client`, `server`, `api` ← `http_api`, `webhook`.
+//! `channel` ← `auth`, `client`, `connect`, `server`, `api`; and `auth`
+//! (the app's key and secret) ← `http_api`, `webhook`.
 
 pub mod api;
 pub mod auth;
 pub mod channel;
 pub mod client;
 pub mod codes;
+pub mod connect;
 pub mod http_api;
 mod json;
 pub mod server;

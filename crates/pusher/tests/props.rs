@@ -7,9 +7,8 @@ use serde_json::{json, Value};
 use weir_pusher::api::{parse_batch, parse_trigger, ApiLimits};
 use weir_pusher::auth::{self, AppKey, PresenceMember};
 use weir_pusher::channel::{Channel, ChannelKind};
-use weir_pusher::client::{
-    parse_client_message, parse_connect_request, ClientMessage, DEFAULT_MAX_MESSAGE_BYTES,
-};
+use weir_pusher::client::{parse_client_message, ClientMessage, DEFAULT_MAX_MESSAGE_BYTES};
+use weir_pusher::connect::parse_connect_request;
 use weir_pusher::http_api::{verify_request, SignedRequest};
 use weir_pusher::server;
 

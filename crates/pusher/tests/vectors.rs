@@ -13,9 +13,8 @@ use serde_json::Value;
 use weir_pusher::api::{parse_batch, parse_trigger, ApiLimits};
 use weir_pusher::auth::{self, AppKey, AuthError, PresenceMember};
 use weir_pusher::channel::ChannelKind;
-use weir_pusher::client::{
-    parse_client_message, parse_connect_request, ClientMessage, DEFAULT_MAX_MESSAGE_BYTES,
-};
+use weir_pusher::client::{parse_client_message, ClientMessage, DEFAULT_MAX_MESSAGE_BYTES};
+use weir_pusher::connect::parse_connect_request;
 use weir_pusher::http_api::{
     verify_request, RequestAuthError, SignedRequest, DEFAULT_TIMESTAMP_WINDOW_SECS,
 };
