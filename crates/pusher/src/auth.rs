@@ -22,6 +22,11 @@ pub const MAX_USER_ID_BYTES: usize = 128;
 /// `subscription_succeeded`, so this bounds that message.
 pub const MAX_USER_INFO_BYTES: usize = 1024;
 
+/// Members one presence channel holds by default: Pusher's documented
+/// presence limit of 100. The core enforces it (it owns presence); it lives
+/// here beside the other presence limits so the route's config names it.
+pub const DEFAULT_MAX_PRESENCE_MEMBERS: usize = 100;
+
 /// An app's credentials: the key is public (it names the app in URLs and
 /// `auth` values), the secret signs.
 #[derive(Debug, Clone, Copy)]
