@@ -16,16 +16,21 @@
 //! With `[admin] tls` the listener speaks HTTPS only. One thread with its
 //! own runtime: a deploy compiles there, never on a worker. A request
 //! naming a host the gateway does not answer to (`weir_config::hosts`, `[server]
-//! allowed_hosts`) gets 421 first.
+//! allowed_hosts`) gets 421 first. This module serves the listener and
+//! dispatches; [`auth`] decides who may ask, [`actions`] changes routes.
 
+mod actions;
+mod auth;
 mod console;
 mod dashboard;
 mod escape;
 mod session;
 mod sign_in;
 
-use super::reload::{ChangeError, Changes, ReloadReport};
-use super::{Shared, Shutdown};
+use super::reload::Changes;
+use super::Shutdown;
+use actions::{report_json, route_action, routes};
+use auth::{authorized, session_request, too_many_sign_ins, Auth};
 use bytes::Bytes;
 use dashboard::History;
 pub use escape::percent_decode;
@@ -42,10 +47,8 @@ use sign_in::SignIns;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
-use subtle::ConstantTimeEq;
+use std::time::{Duration, Instant};
 use tracing::{info, warn};
-use weir_guest_runtime::{Inherited, Program};
 
 /// Largest component a deploy may upload: guests are a few hundred KiB to
 /// a few MiB; this leaves room for big toolchains (a JS engine) and stops
@@ -225,61 +228,6 @@ fn error(status: StatusCode, message: impl std::fmt::Display) -> Response<Full<B
     json_reply(status, json!({ "error": message.to_string() }))
 }
 
-/// Compares in constant time (`subtle`), so the token cannot be guessed a
-/// byte at a time from response times; both sides are hashed first, so the
-/// time does not depend on the lengths either.
-fn same_token(given: &[u8], token: &[u8]) -> bool {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(given).ct_eq(&Sha256::digest(token)).into()
-}
-
-/// How a request proved it may use the API.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Auth {
-    /// `Authorization: Bearer <token>`: a client that holds the token.
-    Bearer,
-    /// The dashboard's session cookie: a browser, which sends the cookie
-    /// by itself, so changes also need [`session::CSRF_HEADER`].
-    Session,
-}
-
-/// How `req` proved itself, or None. An `Authorization` header that does
-/// not carry the token counts as a failed sign-in of `peer`.
-fn authorized(req: &Request<Incoming>, admin: &Admin, peer: IpAddr) -> Option<Auth> {
-    let headers = req.headers();
-    if let Some(given) = headers.get(header::AUTHORIZATION) {
-        let bearer = given.as_bytes().strip_prefix(b"Bearer ");
-        if bearer.is_some_and(|given| same_token(given, admin.token.as_bytes())) {
-            return Some(Auth::Bearer);
-        }
-        admin.sign_ins.failed(peer, Instant::now());
-    }
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| session::from_cookie_header(v.as_bytes()))
-        .any(|id| admin.sessions.valid(id))
-        .then_some(Auth::Session)
-}
-
-/// 429 for an address past its failed sign-ins, with when to come back.
-fn too_many_sign_ins(limited: sign_in::Limited) -> Response<Full<Bytes>> {
-    let mut resp = error(
-        StatusCode::TOO_MANY_REQUESTS,
-        format!(
-            "too many wrong tokens from this address (more than {} in {} s); try again in {} s",
-            sign_in::MAX_FAILURES_PER_WINDOW,
-            sign_in::WINDOW.as_secs(),
-            limited.retry_after_secs
-        ),
-    );
-    resp.headers_mut().insert(
-        header::RETRY_AFTER,
-        HeaderValue::from(limited.retry_after_secs),
-    );
-    resp
-}
-
 /// The page's assets, with headers that keep it from being framed by
 /// another site or running anything but its own script.
 fn asset(content_type: &'static str, body: &'static str) -> Response<Full<Bytes>> {
@@ -407,66 +355,6 @@ async fn answer(req: Request<Incoming>, admin: &Arc<Admin>, peer: IpAddr) -> Res
     }
 }
 
-/// `POST /session` with the token as the body: a session cookie (204), or
-/// 401. `DELETE /session`: the session ends.
-async fn session_request(
-    req: Request<Incoming>,
-    admin: &Admin,
-    peer: IpAddr,
-) -> Response<Full<Bytes>> {
-    let method = req.method().clone();
-    let cookie_ids: Vec<String> = req
-        .headers()
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| session::from_cookie_header(v.as_bytes()).map(str::to_string))
-        .collect();
-    let body = match Limited::new(req.into_body(), MAX_OTHER_BODY_BYTES)
-        .collect()
-        .await
-    {
-        Ok(body) => body.to_bytes(),
-        Err(_) => return error(StatusCode::PAYLOAD_TOO_LARGE, "the body is too large"),
-    };
-    let mut resp = Response::new(Full::new(Bytes::new()));
-    *resp.status_mut() = StatusCode::NO_CONTENT;
-    match method {
-        Method::POST => {
-            let given = body.trim_ascii();
-            if !same_token(given, admin.token.as_bytes()) {
-                // Logged by the sign-in summary, not once per attempt.
-                admin.sign_ins.failed(peer, Instant::now());
-                return error(StatusCode::UNAUTHORIZED, "wrong token");
-            }
-            let Some(id) = admin.sessions.open() else {
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "no randomness for a session id",
-                );
-            };
-            info!("dashboard session opened");
-            let cookie = HeaderValue::from_str(&session::set_cookie(&id, admin.secure))
-                .expect("hex ids make a valid header");
-            resp.headers_mut().insert(header::SET_COOKIE, cookie);
-        }
-        Method::DELETE => {
-            for id in &cookie_ids {
-                admin.sessions.close(id);
-            }
-            let cookie =
-                HeaderValue::from_str(&session::clear_cookie(admin.secure)).expect("valid header");
-            resp.headers_mut().insert(header::SET_COOKIE, cookie);
-        }
-        _ => {
-            return error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "POST the token, or DELETE to log out",
-            )
-        }
-    }
-    resp
-}
-
 /// `GET /console?path=/echo` upgraded to a WebSocket: the bridge to that
 /// route ([`console`]). The page must be the dashboard's own origin.
 fn console_request(mut req: Request<Incoming>, admin: &Arc<Admin>) -> Response<Full<Bytes>> {
@@ -527,205 +415,4 @@ fn console_request(mut req: Request<Incoming>, admin: &Arc<Admin>) -> Response<F
         HeaderValue::from_str(&accept).expect("base64 is a valid header value"),
     );
     resp
-}
-
-/// The query parameter that lets a deploy or rollback reset the state of
-/// connections the new version cannot read (`weir deploy --reset-state`).
-pub const RESET_STATE_PARAM: &str = "reset_state";
-
-/// Whether `query` asks to reset state: `reset_state=true` (or `1`);
-/// another value is an error, so a typo does not deploy unchecked.
-fn reset_state(query: &str) -> Result<bool, String> {
-    let mut reset = false;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, "true"));
-        if key != RESET_STATE_PARAM {
-            return Err(format!(
-                "unknown query parameter `{key}` (this endpoint takes `{RESET_STATE_PARAM}=true`)"
-            ));
-        }
-        reset = match value {
-            "true" | "1" => true,
-            "false" | "0" => false,
-            other => {
-                return Err(format!(
-                    "`{RESET_STATE_PARAM}={other}`: write `{RESET_STATE_PARAM}=true` or `false`"
-                ))
-            }
-        };
-    }
-    Ok(reset)
-}
-
-/// `PUT /routes/{path}/component` and `POST /routes/{path}/rollback`
-/// (`?reset_state=true`: see [`RESET_STATE_PARAM`]).
-async fn route_action(
-    method: &Method,
-    path: &str,
-    query: &str,
-    body: Bytes,
-    changes: &Changes,
-) -> Response<Full<Bytes>> {
-    let not_found = || {
-        error(StatusCode::NOT_FOUND, "no such admin endpoint; see GET /routes, PUT /routes/{path}/component, POST /routes/{path}/rollback|unpin|drain|resume, POST /reload, GET /metrics, GET /api/overview")
-    };
-    let Some(rest) = path.strip_prefix("/routes/") else {
-        return not_found();
-    };
-    let (encoded, action) = match rest.rsplit_once('/') {
-        Some(split) => split,
-        None => return not_found(),
-    };
-    let Some(route) = percent_decode(encoded) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "the route path is not valid percent-encoded UTF-8",
-        );
-    };
-    if let (&Method::POST, "drain" | "resume") = (method, action) {
-        return drain(&route, action == "drain", changes);
-    }
-    if let (&Method::POST, "unpin") = (method, action) {
-        let changes = changes.clone();
-        return match tokio::task::spawn_blocking(move || changes.unpin(&route)).await {
-            Ok(Ok(was)) => json_reply(StatusCode::OK, json!({ "unpinned": was })),
-            Ok(Err(e)) => error(e.status(), e),
-            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
-        };
-    }
-    let reset = match reset_state(query) {
-        Ok(reset) => reset,
-        Err(why) => return error(StatusCode::BAD_REQUEST, why),
-    };
-    let changes = changes.clone();
-    let done: Result<Result<(Arc<Program>, Inherited), ChangeError>, _> = match (method, action) {
-        (&Method::PUT, "component") => {
-            tokio::task::spawn_blocking(move || changes.deploy(&route, &body, reset)).await
-        }
-        (&Method::POST, "rollback") => {
-            tokio::task::spawn_blocking(move || changes.rollback(&route, reset)).await
-        }
-        _ => return not_found(),
-    };
-    let pinned = action == "rollback";
-    match done {
-        Ok(Ok((program, inherited))) => json_reply(
-            StatusCode::OK,
-            json!({
-                "route": program.route(),
-                "version": program.version(),
-                "hash": program.hash(),
-                "pinned": pinned,
-                "state": {
-                    "checked": inherited.checked,
-                    "live": inherited.live,
-                    "reset": inherited.reset,
-                },
-            }),
-        ),
-        Ok(Err(e)) => error(e.status(), e),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
-    }
-}
-
-/// Reason of the 1001 a drained route's connections get.
-pub const DRAINED_REASON: &str = "route drained";
-/// When a drain closes the route's connections again, after the first
-/// sweep.
-const DRAIN_SWEEPS: [Duration; 2] = [Duration::from_millis(100), Duration::from_secs(1)];
-
-/// `POST /routes/{path}/drain`: upgrades to the route are refused (503)
-/// and its open connections closed with 1001; `/resume` takes upgrades
-/// again.
-fn drain(route: &str, draining: bool, changes: &Changes) -> Response<Full<Bytes>> {
-    let shared = &changes.shared;
-    let table = shared.routes.load();
-    let Some((index, r)) = table.live_route(route) else {
-        return error(StatusCode::NOT_FOUND, format!("no route {route}"));
-    };
-    r.set_draining(draining);
-    let open = r.stats.sum();
-    let closing = open.accepted.saturating_sub(open.closed);
-    if draining {
-        shared
-            .registry
-            .close_route(index, weir_ws::close::GOING_AWAY, DRAINED_REASON);
-        // An upgrade that passed the draining check just before the flag
-        // was set registers its connection right after its 101: sweep again
-        // once those are in the registry.
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            for wait in DRAIN_SWEEPS {
-                tokio::time::sleep(wait).await;
-                let table = shared.routes.load();
-                if table.routes.get(index).is_some_and(|r| r.draining()) {
-                    shared
-                        .registry
-                        .close_route(index, weir_ws::close::GOING_AWAY, DRAINED_REASON);
-                }
-            }
-        });
-        info!(route, connections = closing, "route drained");
-    } else {
-        info!(route, "route resumed");
-    }
-    json_reply(
-        StatusCode::OK,
-        json!({ "route": route, "draining": draining, "closing": if draining { closing } else { 0 } }),
-    )
-}
-
-/// `GET /routes`: every route, with its guest versions.
-fn routes(shared: &Shared) -> serde_json::Value {
-    let secs = |t: std::time::SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let table = shared.routes.load();
-    let list: Vec<_> = table
-        .live_routes()
-        .map(|(_, r)| {
-            let c = r.stats.sum();
-            let mut entry = json!({
-                "path": r.path,
-                "behaviour": r.behaviour,
-                "connections": c.accepted.saturating_sub(c.closed),
-            });
-            if let Some(guest) = &r.guest {
-                let (current, kept) = guest.versions().list();
-                let p = &current.program;
-                entry["version"] = json!(p.version());
-                entry["hash"] = json!(p.hash());
-                entry["deployed_at"] = json!(secs(current.since));
-                entry["source"] = json!(current.source);
-                entry["pinned"] = json!(guest.versions().pinned());
-                entry["kept_versions"] = json!(kept
-                    .iter()
-                    .map(|d| json!({ "version": d.program.version(), "hash": d.program.hash() }))
-                    .collect::<Vec<_>>());
-            }
-            entry
-        })
-        .collect();
-    json!({ "routes": list })
-}
-
-fn report_json(report: &ReloadReport) -> serde_json::Value {
-    json!({
-        "added": report.added,
-        "removed": report.removed,
-        "deployed": report.deployed.iter().map(|(route, version)| json!({ "route": route, "version": version })).collect::<Vec<_>>(),
-        "limits_changed": report.limits,
-        "not_applied": report.not_applied,
-        "certificate": report.certificate,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_compare_whole() {
-        assert!(same_token(b"0123456789abcdef", b"0123456789abcdef"));
-        assert!(!same_token(b"0123456789abcdeF", b"0123456789abcdef"));
-        assert!(!same_token(b"0123456789abcde", b"0123456789abcdef"));
-    }
 }

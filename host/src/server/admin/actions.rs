@@ -1,0 +1,204 @@
+//! What the API does to routes: deploy, rollback, pin and unpin, drain
+//! and resume (`PUT`/`POST /routes/{path}/…`), and the JSON of `GET
+//! /routes` and of a reload's report.
+
+use super::{error, json_reply, percent_decode};
+use crate::server::reload::{ChangeError, Changes, ReloadReport};
+use crate::server::Shared;
+use bytes::Bytes;
+use http::{Method, Response, StatusCode};
+use http_body_util::Full;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+use tracing::info;
+use weir_guest_runtime::{Inherited, Program};
+
+/// The query parameter that lets a deploy or rollback reset the state of
+/// connections the new version cannot read (`weir deploy --reset-state`).
+pub const RESET_STATE_PARAM: &str = "reset_state";
+
+/// Whether `query` asks to reset state: `reset_state=true` (or `1`);
+/// another value is an error, so a typo does not deploy unchecked.
+fn reset_state(query: &str) -> Result<bool, String> {
+    let mut reset = false;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, "true"));
+        if key != RESET_STATE_PARAM {
+            return Err(format!(
+                "unknown query parameter `{key}` (this endpoint takes `{RESET_STATE_PARAM}=true`)"
+            ));
+        }
+        reset = match value {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            other => {
+                return Err(format!(
+                    "`{RESET_STATE_PARAM}={other}`: write `{RESET_STATE_PARAM}=true` or `false`"
+                ))
+            }
+        };
+    }
+    Ok(reset)
+}
+
+/// `PUT /routes/{path}/component` and `POST /routes/{path}/rollback`
+/// (`?reset_state=true`: see [`RESET_STATE_PARAM`]).
+pub(super) async fn route_action(
+    method: &Method,
+    path: &str,
+    query: &str,
+    body: Bytes,
+    changes: &Changes,
+) -> Response<Full<Bytes>> {
+    let not_found = || {
+        error(StatusCode::NOT_FOUND, "no such admin endpoint; see GET /routes, PUT /routes/{path}/component, POST /routes/{path}/rollback|unpin|drain|resume, POST /reload, GET /metrics, GET /api/overview")
+    };
+    let Some(rest) = path.strip_prefix("/routes/") else {
+        return not_found();
+    };
+    let (encoded, action) = match rest.rsplit_once('/') {
+        Some(split) => split,
+        None => return not_found(),
+    };
+    let Some(route) = percent_decode(encoded) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the route path is not valid percent-encoded UTF-8",
+        );
+    };
+    if let (&Method::POST, "drain" | "resume") = (method, action) {
+        return drain(&route, action == "drain", changes);
+    }
+    if let (&Method::POST, "unpin") = (method, action) {
+        let changes = changes.clone();
+        return match tokio::task::spawn_blocking(move || changes.unpin(&route)).await {
+            Ok(Ok(was)) => json_reply(StatusCode::OK, json!({ "unpinned": was })),
+            Ok(Err(e)) => error(e.status(), e),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        };
+    }
+    let reset = match reset_state(query) {
+        Ok(reset) => reset,
+        Err(why) => return error(StatusCode::BAD_REQUEST, why),
+    };
+    let changes = changes.clone();
+    let done: Result<Result<(Arc<Program>, Inherited), ChangeError>, _> = match (method, action) {
+        (&Method::PUT, "component") => {
+            tokio::task::spawn_blocking(move || changes.deploy(&route, &body, reset)).await
+        }
+        (&Method::POST, "rollback") => {
+            tokio::task::spawn_blocking(move || changes.rollback(&route, reset)).await
+        }
+        _ => return not_found(),
+    };
+    let pinned = action == "rollback";
+    match done {
+        Ok(Ok((program, inherited))) => json_reply(
+            StatusCode::OK,
+            json!({
+                "route": program.route(),
+                "version": program.version(),
+                "hash": program.hash(),
+                "pinned": pinned,
+                "state": {
+                    "checked": inherited.checked,
+                    "live": inherited.live,
+                    "reset": inherited.reset,
+                },
+            }),
+        ),
+        Ok(Err(e)) => error(e.status(), e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// Reason of the 1001 a drained route's connections get.
+pub const DRAINED_REASON: &str = "route drained";
+/// When a drain closes the route's connections again, after the first
+/// sweep.
+const DRAIN_SWEEPS: [Duration; 2] = [Duration::from_millis(100), Duration::from_secs(1)];
+
+/// `POST /routes/{path}/drain`: upgrades to the route are refused (503)
+/// and its open connections closed with 1001; `/resume` takes upgrades
+/// again.
+fn drain(route: &str, draining: bool, changes: &Changes) -> Response<Full<Bytes>> {
+    let shared = &changes.shared;
+    let table = shared.routes.load();
+    let Some((index, r)) = table.live_route(route) else {
+        return error(StatusCode::NOT_FOUND, format!("no route {route}"));
+    };
+    r.set_draining(draining);
+    let open = r.stats.sum();
+    let closing = open.accepted.saturating_sub(open.closed);
+    if draining {
+        shared
+            .registry
+            .close_route(index, weir_ws::close::GOING_AWAY, DRAINED_REASON);
+        // An upgrade that passed the draining check just before the flag
+        // was set registers its connection right after its 101: sweep again
+        // once those are in the registry.
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            for wait in DRAIN_SWEEPS {
+                tokio::time::sleep(wait).await;
+                let table = shared.routes.load();
+                if table.routes.get(index).is_some_and(|r| r.draining()) {
+                    shared
+                        .registry
+                        .close_route(index, weir_ws::close::GOING_AWAY, DRAINED_REASON);
+                }
+            }
+        });
+        info!(route, connections = closing, "route drained");
+    } else {
+        info!(route, "route resumed");
+    }
+    json_reply(
+        StatusCode::OK,
+        json!({ "route": route, "draining": draining, "closing": if draining { closing } else { 0 } }),
+    )
+}
+
+/// `GET /routes`: every route, with its guest versions.
+pub(super) fn routes(shared: &Shared) -> serde_json::Value {
+    let secs = |t: std::time::SystemTime| t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let table = shared.routes.load();
+    let list: Vec<_> = table
+        .live_routes()
+        .map(|(_, r)| {
+            let c = r.stats.sum();
+            let mut entry = json!({
+                "path": r.path,
+                "behaviour": r.behaviour,
+                "connections": c.accepted.saturating_sub(c.closed),
+            });
+            if let Some(guest) = &r.guest {
+                let (current, kept) = guest.versions().list();
+                let p = &current.program;
+                entry["version"] = json!(p.version());
+                entry["hash"] = json!(p.hash());
+                entry["deployed_at"] = json!(secs(current.since));
+                entry["source"] = json!(current.source);
+                entry["pinned"] = json!(guest.versions().pinned());
+                entry["kept_versions"] = json!(kept
+                    .iter()
+                    .map(|d| json!({ "version": d.program.version(), "hash": d.program.hash() }))
+                    .collect::<Vec<_>>());
+            }
+            entry
+        })
+        .collect();
+    json!({ "routes": list })
+}
+
+pub(super) fn report_json(report: &ReloadReport) -> serde_json::Value {
+    json!({
+        "added": report.added,
+        "removed": report.removed,
+        "deployed": report.deployed.iter().map(|(route, version)| json!({ "route": route, "version": version })).collect::<Vec<_>>(),
+        "limits_changed": report.limits,
+        "not_applied": report.not_applied,
+        "certificate": report.certificate,
+    })
+}
