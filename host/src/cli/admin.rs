@@ -1,0 +1,186 @@
+//! `weir deploy`, `rollback`, `unpin` and `routes`: the admin API's
+//! address (flag, `WEIR_ADMIN`, or the routes file here), the request with
+//! the token from the environment, and what is printed.
+
+use anyhow::Context;
+use weir::config;
+
+/// The admin API's address for deploy, rollback and routes: `--admin`,
+/// else `WEIR_ADMIN`, else `[admin] listen` of `routes.toml` in the current
+/// directory (a project from `weir new`, or a gateway's own directory).
+pub fn admin_addr(flag: Option<String>) -> anyhow::Result<String> {
+    let given = flag.or_else(|| std::env::var(ADMIN_ADDR_ENV).ok().filter(|a| !a.is_empty()));
+    if let Some(addr) = given {
+        return weir::client::admin_authority(&addr).map_err(anyhow::Error::msg);
+    }
+    let file = std::path::Path::new("routes.toml");
+    if let Ok(text) = std::fs::read_to_string(file) {
+        let table: toml::Table = text
+            .parse()
+            .with_context(|| format!("{} is not valid TOML", file.display()))?;
+        if let Some(listen) = table
+            .get("admin")
+            .and_then(|a| a.get("listen"))
+            .and_then(|l| l.as_str())
+        {
+            return Ok(listen.to_string());
+        }
+    }
+    anyhow::bail!(
+        "which gateway? pass --admin ADDR (its [admin] listen, e.g. 127.0.0.1:9090), \
+         or set {ADMIN_ADDR_ENV}, or run this where a routes.toml has [admin] listen"
+    )
+}
+
+/// The environment variable admin commands take the admin address from
+/// when `--admin` is not given.
+const ADMIN_ADDR_ENV: &str = "WEIR_ADMIN";
+
+/// One admin request from the command line; the body of a 2xx answer, or
+/// the server's error.
+fn admin_request(
+    addr: &str,
+    method: http::Method,
+    path: &str,
+    body: Vec<u8>,
+) -> anyhow::Result<serde_json::Value> {
+    let token = std::env::var(config::DEFAULT_ADMIN_TOKEN_ENV).with_context(|| {
+        format!(
+            "set {} to the gateway's admin token",
+            config::DEFAULT_ADMIN_TOKEN_ENV
+        )
+    })?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting a runtime")?;
+    let (status, text) =
+        runtime.block_on(weir::client::request(addr, &token, method, path, body))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|_| serde_json::json!({ "error": text.trim() }));
+    if status == 404 && text.starts_with(weir::server::NO_ROUTE_BODY.trim_end()) {
+        anyhow::bail!(
+            "{addr} is the gateway's public listener, not its admin one \
+             (the address in the routes file's [admin] listen)"
+        );
+    }
+    if !(200..300).contains(&status) {
+        let message = value["error"].as_str().unwrap_or(text.trim()).to_string();
+        anyhow::bail!("the gateway answered {status}: {message}");
+    }
+    Ok(value)
+}
+
+/// `endpoint`, asking to reset state when `reset_state`.
+fn with_reset(endpoint: String, reset_state: bool) -> String {
+    if reset_state {
+        format!("{endpoint}?reset_state=true")
+    } else {
+        endpoint
+    }
+}
+
+/// What the answer says of the state the version inherited.
+fn state_line(answer: &serde_json::Value) -> String {
+    let state = &answer["state"];
+    let live = state["live"].as_u64().unwrap_or(0);
+    match (state["checked"].as_bool(), state["reset"].as_u64()) {
+        (Some(true), Some(0)) => format!("state of {live} live connections checked"),
+        (Some(true), Some(reset)) => {
+            format!("state of {reset} of {live} live connections reset to Default")
+        }
+        _ => "live connections' state not checked (the component does not export \
+              weir:gateway/state)"
+            .to_string(),
+    }
+}
+
+pub fn deploy(
+    admin: &str,
+    route: &str,
+    file: &std::path::Path,
+    reset_state: bool,
+) -> anyhow::Result<()> {
+    let wasm = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let path = with_reset(
+        weir::client::route_endpoint(route, "component"),
+        reset_state,
+    );
+    let answer = admin_request(admin, http::Method::PUT, &path, wasm)
+        .with_context(|| format!("{} was not deployed to {route}", file.display()))?;
+    println!(
+        "deployed {} to {route}: version {} (sha256 {}); {}",
+        file.display(),
+        answer["version"],
+        answer["hash"].as_str().unwrap_or("?"),
+        state_line(&answer)
+    );
+    Ok(())
+}
+
+pub fn rollback(admin: &str, route: &str, reset_state: bool) -> anyhow::Result<()> {
+    let path = with_reset(weir::client::route_endpoint(route, "rollback"), reset_state);
+    let answer = admin_request(admin, http::Method::POST, &path, Vec::new())
+        .with_context(|| format!("{route} was not rolled back"))?;
+    println!(
+        "rolled back {route}: version {} serves (sha256 {}); {}",
+        answer["version"],
+        answer["hash"].as_str().unwrap_or("?"),
+        state_line(&answer)
+    );
+    println!("pinned: reloads keep this version until the next deploy or `weir unpin {route}`");
+    Ok(())
+}
+
+pub fn unpin(admin: &str, route: &str) -> anyhow::Result<()> {
+    let path = weir::client::route_endpoint(route, "unpin");
+    let answer = admin_request(admin, http::Method::POST, &path, Vec::new())
+        .with_context(|| format!("{route} was not unpinned"))?;
+    if answer["unpinned"].as_bool() == Some(true) {
+        println!("unpinned {route}: the next reload deploys its routes file's component");
+    } else {
+        println!("{route} was not pinned");
+    }
+    Ok(())
+}
+
+pub fn routes(admin: &str) -> anyhow::Result<()> {
+    let answer = admin_request(admin, http::Method::GET, "/routes", Vec::new())?;
+    println!(
+        "{:<24} {:<9} {:>11} {:>10}  {:<12}  DEPLOYED",
+        "PATH", "BEHAVIOUR", "CONNECTIONS", "VERSION", "SHA256"
+    );
+    for r in answer["routes"].as_array().into_iter().flatten() {
+        let text = |v: &serde_json::Value| {
+            v.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string())
+        };
+        let hash = r["hash"]
+            .as_str()
+            .map_or("-".to_string(), |h| h[..12.min(h.len())].to_string());
+        let mut version = r.get("version").map_or("-".to_string(), text);
+        if r["pinned"].as_bool() == Some(true) {
+            version.push_str(" pinned");
+        }
+        let since = r
+            .get("deployed_at")
+            .and_then(|v| v.as_u64())
+            .map_or("-".to_string(), deployed_at);
+        println!(
+            "{:<24} {:<9} {:>11} {:>10}  {:<12}  {since}",
+            text(&r["path"]),
+            text(&r["behaviour"]),
+            text(&r["connections"]),
+            version,
+            hash
+        );
+    }
+    Ok(())
+}
+
+/// A deploy's time (Unix seconds) as an HTTP date, in UTC.
+fn deployed_at(unix_secs: u64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_secs);
+    httpdate::fmt_http_date(at)
+}
