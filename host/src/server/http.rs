@@ -71,9 +71,10 @@ pub(super) async fn serve_http(
     // already happens in the reactor (one write per read batch).
     let _ = stream.set_nodelay(true);
     let live = Rc::new(Live::new(worker.shared.clone(), peer.ip()));
-    let timeout = worker.shared.handshake_timeout;
+    let timeout = worker.shared.front.handshake_timeout;
     let Some(tls) = worker
         .shared
+        .front
         .tls
         .as_ref()
         .map(|tls| tokio_rustls::TlsAcceptor::from(tls.server_config().clone()))
@@ -113,6 +114,7 @@ async fn serve_tls(
         Ok(Err(e)) => {
             worker
                 .shared
+                .counts
                 .tls_handshake_failures
                 .fetch_add(1, Ordering::Relaxed);
             debug!(%peer, error = %e, "TLS handshake failed");
@@ -120,6 +122,7 @@ async fn serve_tls(
         Err(_) => {
             worker
                 .shared
+                .counts
                 .tls_handshake_failures
                 .fetch_add(1, Ordering::Relaxed);
             debug!(%peer, ?timeout, "TLS handshake did not finish within handshake_timeout");
@@ -167,7 +170,7 @@ async fn serve_http1<I>(
             }
         })
     };
-    let timeout = worker.shared.handshake_timeout;
+    let timeout = worker.shared.front.handshake_timeout;
     let http = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(timeout)
@@ -213,14 +216,14 @@ async fn serve_http2<I>(
     let http = http2::Builder::new(LocalExec)
         .timer(TokioTimer::new())
         .enable_connect_protocol()
-        .max_concurrent_streams(shared.h2_max_streams)
+        .max_concurrent_streams(shared.front.h2_max_streams)
         .initial_stream_window_size(H2_STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(h2_connection_window_bytes(shared.h2_max_streams))
+        .initial_connection_window_size(h2_connection_window_bytes(shared.front.h2_max_streams))
         .max_header_list_size(MAX_REQUEST_HEAD_BYTES as u32)
         .serve_connection(io, service);
     // No stream: closed handshake_timeout after it opened, or the idle
     // deadline after its last stream ended.
-    let deadlines = (shared.handshake_timeout, shared.h2_idle_timeout);
+    let deadlines = (shared.front.handshake_timeout, shared.front.h2_idle_timeout);
     let ended = serve_until(std::pin::pin!(http), &mut stop, &live, deadlines, |http| {
         http.graceful_shutdown()
     })
@@ -314,10 +317,13 @@ async fn handle_request(
     }
     // Held by the WebSocket if this request becomes one; given back if not.
     let Some(place) = live.place() else {
-        shared.refused_over_limit.fetch_add(1, Ordering::Relaxed);
-        if let Some((n, secs)) = shared.refusals.note() {
+        shared
+            .counts
+            .refused_over_limit
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some((n, secs)) = shared.counts.refusals.note() {
             warn!(
-                cap = shared.admission.max_total(),
+                cap = shared.front.admission.max_total(),
                 "refused {n} requests in the last {secs} s: connection limit (max_connections, or per IP; each WebSocket and each connection without one counts)"
             );
         }
@@ -340,10 +346,10 @@ fn answer_itself(
     shared: &Shared,
 ) -> Option<Response<Full<Bytes>>> {
     let path = req.uri().path();
-    if let Some(refusal) = refuse_names(req, &shared.hosts, peer) {
+    if let Some(refusal) = refuse_names(req, &shared.front.hosts, peer) {
         return Some(refusal);
     }
-    if path == "/metrics" && shared.public_metrics {
+    if path == "/metrics" && shared.front.public_metrics {
         let mut resp = Response::new(Full::new(Bytes::from(shared.snapshot().render())));
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
@@ -351,11 +357,14 @@ fn answer_itself(
         );
         return Some(resp);
     }
-    if shared.draining.load(Ordering::Acquire) {
+    if shared.drain.draining.load(Ordering::Acquire) {
         let body = if path == "/healthz" {
             "draining\n"
         } else {
-            shared.refused_draining.fetch_add(1, Ordering::Relaxed);
+            shared
+                .counts
+                .refused_draining
+                .fetch_add(1, Ordering::Relaxed);
             "shutting down; retry later\n"
         };
         return Some(unavailable(body));

@@ -40,8 +40,8 @@ pub(super) struct Live {
 
 impl Live {
     pub fn new(shared: Arc<Shared>, ip: IpAddr) -> Live {
-        shared.tcp_open.fetch_add(1, Ordering::AcqRel);
-        let ticket = shared.admission.admit(ip);
+        shared.drain.tcp_open.fetch_add(1, Ordering::AcqRel);
+        let ticket = shared.front.admission.admit(ip);
         Live {
             admitted: ticket.is_some(),
             ticket: RefCell::new(ticket),
@@ -61,7 +61,7 @@ impl Live {
             return None;
         }
         let own = self.ticket.borrow_mut().take();
-        let ticket = own.or_else(|| self.shared.admission.admit(self.ip))?;
+        let ticket = own.or_else(|| self.shared.front.admission.admit(self.ip))?;
         Some(Place {
             live: self.clone(),
             ticket: Some(ticket),
@@ -82,7 +82,7 @@ impl Live {
 
 impl Drop for Live {
     fn drop(&mut self) {
-        self.shared.tcp_open.fetch_sub(1, Ordering::AcqRel);
+        self.shared.drain.tcp_open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

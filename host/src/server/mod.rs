@@ -85,16 +85,41 @@ pub enum ServeError {
 struct Shared {
     /// The route table; a reload swaps in the next one (`reload`).
     routes: arc_swap::ArcSwap<Routes>,
-    handshake_timeout: Duration,
-    drain_timeout: Duration,
-    admission: Arc<Admission>,
     /// Open WebSocket connections of every worker.
     registry: Arc<Registry>,
-    /// Open TCP connections (HTTP or WebSocket), so the drain can wait for them.
-    tcp_open: AtomicUsize,
     /// Each worker's receive-buffer pool, by worker index.
     pools: Vec<Arc<PoolStats>>,
-    draining: AtomicBool,
+    /// What the public listener's HTTP front reads for every request.
+    front: Front,
+    /// Refusals and failures: counted for `/metrics`, summarised for the log.
+    counts: Counts,
+    /// The drain at shutdown.
+    drain: Drain,
+    /// What deploys, rollbacks and reloads hold.
+    change: ChangeState,
+}
+
+/// The public listener's settings, read by `http.rs` and `upgrade.rs`.
+struct Front {
+    handshake_timeout: Duration,
+    admission: Arc<Admission>,
+    /// `[server] trusted_proxies`, for the same-origin check.
+    trusted_proxies: Vec<weir_config::origin::Cidr>,
+    /// TLS termination, when `[server] tls` is set.
+    tls: Option<weir_config::tls::Tls>,
+    /// Whether the public listener answers `/metrics`.
+    public_metrics: bool,
+    /// The names the public listener answers to (421 otherwise).
+    hosts: weir_config::hosts::AllowedHosts,
+    /// `[server] h2_max_streams`.
+    h2_max_streams: u32,
+    /// How long an HTTP/2 connection may stay without a stream once it has
+    /// had one: the server's `idle_timeout`.
+    h2_idle_timeout: Duration,
+}
+
+/// What the front refused or failed, for `/metrics` and the log.
+struct Counts {
     upgrades: AtomicU64,
     refused_over_limit: AtomicU64,
     /// Summaries for the log: refusals over the connection limit, failed
@@ -106,28 +131,27 @@ struct Shared {
     refused_origin: AtomicU64,
     /// Summaries of those refusals for the log.
     origin_refusals: Summary,
-    /// `[server] trusted_proxies`, for the same-origin check.
-    trusted_proxies: Vec<weir_config::origin::Cidr>,
-    /// TLS termination, when `[server] tls` is set.
-    tls: Option<weir_config::tls::Tls>,
-    /// The admin listener's TLS, when `[admin] tls` is set (a reload reads
-    /// its certificate again too).
-    admin_tls: Option<weir_config::tls::Tls>,
     /// TLS handshakes that failed or timed out.
     tls_handshake_failures: AtomicU64,
+}
+
+/// The drain: set once at shutdown, waited on by every worker.
+struct Drain {
+    draining: AtomicBool,
+    drain_timeout: Duration,
+    /// Open TCP connections (HTTP or WebSocket), so the drain can wait for them.
+    tcp_open: AtomicUsize,
+}
+
+/// What a deploy, rollback or reload holds or reads again.
+struct ChangeState {
     /// The routes file, for reloads.
     source: Option<PathBuf>,
     /// Held by a deploy, rollback or reload: one change at a time.
     changing: Mutex<()>,
-    /// Whether the public listener answers `/metrics`.
-    public_metrics: bool,
-    /// The names the public listener answers to (421 otherwise).
-    hosts: weir_config::hosts::AllowedHosts,
-    /// `[server] h2_max_streams`.
-    h2_max_streams: u32,
-    /// How long an HTTP/2 connection may stay without a stream once it has
-    /// had one: the server's `idle_timeout`.
-    h2_idle_timeout: Duration,
+    /// The admin listener's TLS, when `[admin] tls` is set (a reload reads
+    /// its certificate again too).
+    admin_tls: Option<weir_config::tls::Tls>,
 }
 
 /// A bound gateway, ready to run. Binding first lets callers (tests, `--listen
@@ -332,46 +356,54 @@ impl Shared {
         }
         Ok(Shared {
             routes: arc_swap::ArcSwap::from_pointee(Routes::build(config, &registry)?),
-            handshake_timeout: config.server.handshake_timeout,
-            drain_timeout: config.server.drain_timeout,
-            admission: Admission::new(cap, config.server.max_connections_per_ip),
             registry,
-            tcp_open: AtomicUsize::new(0),
             pools: (0..workers).map(|_| Arc::default()).collect(),
-            draining: AtomicBool::new(false),
-            upgrades: AtomicU64::new(0),
-            refused_over_limit: AtomicU64::new(0),
-            refusals: Summary::new(SUMMARY_EVERY),
-            accept_failures: Summary::new(SUMMARY_EVERY),
-            refused_draining: AtomicU64::new(0),
-            refused_origin: AtomicU64::new(0),
-            origin_refusals: Summary::new(SUMMARY_EVERY),
-            trusted_proxies: config.server.trusted_proxies.clone(),
-            tls: match &config.server.tls {
-                Some(files) => Some(
-                    weir_config::tls::Tls::new(
-                        files,
-                        &[weir_config::tls::ALPN_H2, weir_config::tls::ALPN_HTTP1],
-                    )
-                    .map_err(ServeError::Tls)?,
-                ),
-                None => None,
+            front: Front {
+                handshake_timeout: config.server.handshake_timeout,
+                admission: Admission::new(cap, config.server.max_connections_per_ip),
+                trusted_proxies: config.server.trusted_proxies.clone(),
+                tls: match &config.server.tls {
+                    Some(files) => Some(
+                        weir_config::tls::Tls::new(
+                            files,
+                            &[weir_config::tls::ALPN_H2, weir_config::tls::ALPN_HTTP1],
+                        )
+                        .map_err(ServeError::Tls)?,
+                    ),
+                    None => None,
+                },
+                public_metrics: config.server.public_metrics,
+                hosts: public_hosts(config),
+                h2_max_streams: config.server.h2_max_streams,
+                h2_idle_timeout: config.server.limits.idle_timeout,
             },
-            // HTTP/1.1 only: the admin listener speaks nothing else.
-            admin_tls: match config.admin.as_ref().and_then(|a| a.tls.as_ref()) {
-                Some(files) => Some(
-                    weir_config::tls::Tls::new(files, &[weir_config::tls::ALPN_HTTP1])
-                        .map_err(ServeError::AdminTls)?,
-                ),
-                None => None,
+            counts: Counts {
+                upgrades: AtomicU64::new(0),
+                refused_over_limit: AtomicU64::new(0),
+                refusals: Summary::new(SUMMARY_EVERY),
+                accept_failures: Summary::new(SUMMARY_EVERY),
+                refused_draining: AtomicU64::new(0),
+                refused_origin: AtomicU64::new(0),
+                origin_refusals: Summary::new(SUMMARY_EVERY),
+                tls_handshake_failures: AtomicU64::new(0),
             },
-            tls_handshake_failures: AtomicU64::new(0),
-            source: config.source.clone(),
-            changing: Mutex::new(()),
-            public_metrics: config.server.public_metrics,
-            hosts: public_hosts(config),
-            h2_max_streams: config.server.h2_max_streams,
-            h2_idle_timeout: config.server.limits.idle_timeout,
+            drain: Drain {
+                draining: AtomicBool::new(false),
+                drain_timeout: config.server.drain_timeout,
+                tcp_open: AtomicUsize::new(0),
+            },
+            change: ChangeState {
+                source: config.source.clone(),
+                changing: Mutex::new(()),
+                // HTTP/1.1 only: the admin listener speaks nothing else.
+                admin_tls: match config.admin.as_ref().and_then(|a| a.tls.as_ref()) {
+                    Some(files) => Some(
+                        weir_config::tls::Tls::new(files, &[weir_config::tls::ALPN_HTTP1])
+                            .map_err(ServeError::AdminTls)?,
+                    ),
+                    None => None,
+                },
+            },
         })
     }
 
@@ -382,18 +414,18 @@ impl Shared {
         let fanout = table.fanout.stats();
         Snapshot {
             websocket_connections: queues.connections,
-            tcp_connections: self.tcp_open.load(Ordering::Relaxed),
-            upgrades: self.upgrades.load(Ordering::Relaxed),
-            refused_over_limit: self.refused_over_limit.load(Ordering::Relaxed),
-            accept_failures: self.accept_failures.total(),
-            refused_draining: self.refused_draining.load(Ordering::Relaxed),
-            refused_origin: self.refused_origin.load(Ordering::Relaxed),
-            tls_handshake_failures: self.tls_handshake_failures.load(Ordering::Relaxed),
+            tcp_connections: self.drain.tcp_open.load(Ordering::Relaxed),
+            upgrades: self.counts.upgrades.load(Ordering::Relaxed),
+            refused_over_limit: self.counts.refused_over_limit.load(Ordering::Relaxed),
+            accept_failures: self.counts.accept_failures.total(),
+            refused_draining: self.counts.refused_draining.load(Ordering::Relaxed),
+            refused_origin: self.counts.refused_origin.load(Ordering::Relaxed),
+            tls_handshake_failures: self.counts.tls_handshake_failures.load(Ordering::Relaxed),
             outbound_queued_bytes: queues.queued_bytes,
             outbound_queued_bytes_max: queues.max_queued_bytes,
             receive_buffer_bytes_held: self.pools.iter().map(|p| p.held_bytes()).sum(),
             receive_buffer_bytes_pooled: self.pools.iter().map(|p| p.pooled_bytes()).sum(),
-            draining: self.draining.load(Ordering::Relaxed),
+            draining: self.drain.draining.load(Ordering::Relaxed),
             heap: crate::metrics::Heap::read(),
             log_lines_lost: crate::logging::lost_lines(),
             pubsub_dropped: fanout.dropped,

@@ -126,7 +126,7 @@ impl Changes {
         wasm: &[u8],
         reset_state: bool,
     ) -> Result<(Arc<Program>, Inherited), ChangeError> {
-        let _one = self.shared.changing.lock().expect("change lock");
+        let _one = self.shared.change.changing.lock().expect("change lock");
         let guest = self.guest(path)?;
         let cfg = guest.program().config().clone();
         let label = format!("the uploaded component ({} bytes)", wasm.len());
@@ -147,7 +147,7 @@ impl Changes {
         path: &str,
         reset_state: bool,
     ) -> Result<(Arc<Program>, Inherited), ChangeError> {
-        let _one = self.shared.changing.lock().expect("change lock");
+        let _one = self.shared.change.changing.lock().expect("change lock");
         let guest = self.guest(path)?;
         let inherited = match guest.versions().previous() {
             Some(previous) => checked(&guest, &previous, reset_state)?,
@@ -159,19 +159,24 @@ impl Changes {
     /// Lets reloads deploy route `path`'s component from the routes file
     /// again; whether it was pinned.
     pub fn unpin(&self, path: &str) -> Result<bool, ChangeError> {
-        let _one = self.shared.changing.lock().expect("change lock");
+        let _one = self.shared.change.changing.lock().expect("change lock");
         Ok(self.guest(path)?.versions().unpin())
     }
 
     /// Re-reads the routes file and applies what changed (see the module
     /// docs); an invalid file or component changes nothing.
     pub fn reload(&self) -> Result<ReloadReport, ChangeError> {
-        let _one = self.shared.changing.lock().expect("change lock");
+        let _one = self.shared.change.changing.lock().expect("change lock");
         // The certificate first, on its own: a renewed certificate must
         // not wait for a routes file that does not parse.
         let certificate = self.reload_certificate();
         let admin_certificate = self.reload_admin_certificate();
-        let file = self.shared.source.as_ref().ok_or(ChangeError::NoFile)?;
+        let file = self
+            .shared
+            .change
+            .source
+            .as_ref()
+            .ok_or(ChangeError::NoFile)?;
         let result = self
             .reload_from(&Config::load(file).inspect_err(
                 |e| warn!(file = %file.display(), "reload refused, nothing changed: {e}"),
@@ -206,7 +211,7 @@ impl Changes {
     /// handshakes from now on (open connections keep their sessions), an
     /// invalid one keeps the old certificate. None without TLS.
     fn reload_certificate(&self) -> Option<Result<String, String>> {
-        let tls = self.shared.tls.as_ref()?;
+        let tls = self.shared.front.tls.as_ref()?;
         let path = tls.cert_path().display().to_string();
         Some(match tls.reload() {
             Ok(()) => {
@@ -222,7 +227,7 @@ impl Changes {
 
     /// [`Self::reload_certificate`] for `[admin] tls`.
     fn reload_admin_certificate(&self) -> Option<Result<String, String>> {
-        let tls = self.shared.admin_tls.as_ref()?;
+        let tls = self.shared.change.admin_tls.as_ref()?;
         let path = tls.cert_path().display().to_string();
         Some(match tls.reload() {
             Ok(()) => {

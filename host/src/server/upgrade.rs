@@ -107,8 +107,8 @@ pub(super) async fn upgrade(
         headers: req.headers(),
         peer,
         outbound: &outbound,
-        handshake_timeout: shared.handshake_timeout,
-        secure: shared.tls.is_some(),
+        handshake_timeout: shared.front.handshake_timeout,
+        secure: shared.front.tls.is_some(),
     };
     let accepted = match worker_route.upgrade(up).await {
         Ok(accepted) => accepted,
@@ -141,7 +141,7 @@ pub(super) async fn upgrade(
         idle: worker.idle.clone(),
         live: Rc::new(place),
     };
-    shared.upgrades.fetch_add(1, Ordering::Relaxed);
+    shared.counts.upgrades.fetch_add(1, Ordering::Relaxed);
     let upgrade = hyper::upgrade::on(&mut req);
     // The connection's log lines carry its route and id. A debug span: at
     // the default level it is disabled and costs the loop nothing.
@@ -200,16 +200,16 @@ fn refuse_origin(
     let policy = weir_config::origin::Policy {
         origins: &limits.origins,
         require_origin: limits.require_origin,
-        trusted_proxies: &shared.trusted_proxies,
+        trusted_proxies: &shared.front.trusted_proxies,
     };
     let origin_req = weir_config::origin::Request {
         headers: req.headers(),
         authority: weir_config::hosts::request_authority(req),
         peer: peer.ip(),
-        tls: shared.tls.is_some(),
+        tls: shared.front.tls.is_some(),
     };
     if let Err(refused) = weir_config::origin::check(&policy, &origin_req) {
-        shared.refused_origin.fetch_add(1, Ordering::Relaxed);
+        shared.counts.refused_origin.fetch_add(1, Ordering::Relaxed);
         route.stats.worker(worker.index).refused_origin.add_owned(1);
         let shown = match &refused {
             weir_config::origin::Refused::Missing => "none (require_origin)".to_string(),
@@ -221,7 +221,7 @@ fn refuse_origin(
                 .escape_debug()
                 .to_string(),
         };
-        if let Some((n, secs)) = shared.origin_refusals.note() {
+        if let Some((n, secs)) = shared.counts.origin_refusals.note() {
             warn!(route = %route.path, last_origin = %shown,
                 "refused {n} upgrades in the last {secs} s: origin not allowed (the route's origins, require_origin)");
         }

@@ -114,10 +114,10 @@ pub(super) fn run(
             }
         }
         let shared = &worker.shared;
-        if !shared.draining.swap(true, Ordering::AcqRel) {
+        if !shared.drain.draining.swap(true, Ordering::AcqRel) {
             info!(
                 connections = shared.registry.stats().connections,
-                timeout = ?shared.drain_timeout,
+                timeout = ?shared.drain.drain_timeout,
                 "draining: new requests get 503, open connections are closed with 1001"
             );
         }
@@ -128,11 +128,11 @@ pub(super) fn run(
         shared.registry.close_all();
         // The listener stays open while draining: health checks and new
         // clients get a 503 rather than a refused connection.
-        let deadline = tokio::time::Instant::now() + shared.drain_timeout;
-        while shared.tcp_open.load(Ordering::Acquire) > 0 {
+        let deadline = tokio::time::Instant::now() + shared.drain.drain_timeout;
+        while shared.drain.tcp_open.load(Ordering::Acquire) > 0 {
             if tokio::time::Instant::now() >= deadline {
                 warn!(
-                    remaining = shared.tcp_open.load(Ordering::Acquire),
+                    remaining = shared.drain.tcp_open.load(Ordering::Acquire),
                     "drain timeout: dropping the connections still open"
                 );
                 break;
@@ -176,7 +176,7 @@ async fn accept(
         Err(e) => {
             // Out of descriptors (EMFILE/ENFILE) lasts until connections
             // close: back off, and say so once per interval, not per try.
-            if let Some((n, secs)) = worker.shared.accept_failures.note() {
+            if let Some((n, secs)) = worker.shared.counts.accept_failures.note() {
                 warn!(error = %e, "accept failed {n} times in the last {secs} s; backing off \
                     (EMFILE: raise `ulimit -n` or lower max_connections)");
             }

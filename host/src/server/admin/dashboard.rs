@@ -223,10 +223,10 @@ pub fn overview(shared: &Shared, history: &History) -> Value {
     json!({
         "gateway": {
             "connections": queues.connections,
-            "upgrades": shared.upgrades.load(Ordering::Relaxed),
-            "refused_origin": shared.refused_origin.load(Ordering::Relaxed),
-            "refused_over_limit": shared.refused_over_limit.load(Ordering::Relaxed),
-            "draining": shared.draining.load(Ordering::Relaxed),
+            "upgrades": shared.counts.upgrades.load(Ordering::Relaxed),
+            "refused_origin": shared.counts.refused_origin.load(Ordering::Relaxed),
+            "refused_over_limit": shared.counts.refused_over_limit.load(Ordering::Relaxed),
+            "draining": shared.drain.draining.load(Ordering::Relaxed),
             "outbound_queued_bytes": queues.queued_bytes,
         },
         "routes": routes,

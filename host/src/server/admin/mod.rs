@@ -95,6 +95,7 @@ pub(super) fn run(
         }
         let tls = changes
             .shared
+            .change
             .admin_tls
             .as_ref()
             .map(|t| tokio_rustls::TlsAcceptor::from(t.server_config().clone()));
