@@ -366,6 +366,11 @@ impl<S: DirectSocket> Outbound<S> {
                 }
                 _ => 0,
             };
+            if written == 0 {
+                // Queued behind what is queued (see `write_or_queue`).
+                self.turn.store(FREE, Ordering::Release);
+                return parts.iter().all(|part| self.send(part.clone()));
+            }
             // The rest goes to the head of the queue, in order, before the
             // turn is released (see `write_or_queue`).
             let mut rest = Vec::new();
@@ -419,17 +424,24 @@ impl<S: DirectSocket> Outbound<S> {
                 Some(socket) if self.direct() && self.is_empty() => socket.send_now(frames),
                 _ => 0,
             };
-            // The rest is queued first, before the turn is released, so it
-            // is the next thing the socket gets (a close queued meanwhile
-            // must not land inside its frame).
-            let ok = written == frames.len() || {
-                if written > 0 {
+            if written > 0 {
+                // The rest of a frame the socket began is queued first,
+                // before the turn is released, so it is the next thing the
+                // socket gets (a close queued meanwhile must not land
+                // inside its frame).
+                let ok = written == frames.len() || {
                     self.remainder.store(true, Ordering::Release);
-                }
-                self.send_first(rest(written))
-            };
+                    self.send_first(rest(written))
+                };
+                self.turn.store(FREE, Ordering::Release);
+                return ok;
+            }
+            // Nothing written: queued behind what is queued, as any send.
+            // The checks under the turn fail when something was queued
+            // since the first look (a direct write's remainder, say); put
+            // in front of it, these frames would overtake it, or land
+            // inside the frame it finishes (the loom model found that).
             self.turn.store(FREE, Ordering::Release);
-            return ok;
         }
         self.send(rest(0))
     }
