@@ -518,12 +518,21 @@ impl<S: DirectSocket> Outbound<S> {
     }
 
     /// The next queued message; the consumer calls `delivered` once it is
-    /// written.
+    /// written. Taking a close ends direct writes (see below).
     pub fn try_recv(&self) -> Option<OutMsg> {
         if self.len.load(Ordering::Acquire) == 0 {
             return None;
         }
-        self.queue.lock().expect("outbound lock").pop_front()
+        let msg = self.queue.lock().expect("outbound lock").pop_front();
+        if let Some(OutMsg::Close(..)) = msg {
+            // Nothing may follow a close. The consumer holds the write turn
+            // (direct writes are on) and ends them now, not at its
+            // `end_direct` before the close frame: a producer's direct
+            // write in between would put a frame sent after the close
+            // ahead of the close frame (the loom model found that).
+            self.direct.store(false, Ordering::Release);
+        }
+        msg
     }
 
     /// The consumer wrote (or dropped) `count` messages it took.
