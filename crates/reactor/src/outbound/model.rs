@@ -19,8 +19,9 @@
 //!    budget counts nothing that reached the wire;
 //! 4. the consumer is woken whenever something is left for it.
 //!
-//! Run (about a minute in release; LOOM_MAX_PREEMPTIONS widens the search,
-//! the default here is 2):
+//! Run (about 40 s in release once built; the cfg rebuilds every dependency,
+//! so give it a `CARGO_TARGET_DIR` of its own; LOOM_MAX_PREEMPTIONS widens
+//! the search, the default here is 2):
 //! `RUSTFLAGS="--cfg weir_loom" cargo test --release -p weir-reactor --lib outbound::model`
 
 use super::{DirectSocket, OutMsg, Outbound};
