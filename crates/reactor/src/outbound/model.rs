@@ -80,7 +80,7 @@ impl DirectSocket for Wire {
             "two writers on the socket at once"
         );
         let mut sends = self.sends.lock().unwrap();
-        let take = match self.cut && sends.len() % 2 == 0 {
+        let take = match self.cut && sends.len().is_multiple_of(2) {
             true => bytes.len().min(FRAME_BYTES - 1),
             false => bytes.len(),
         };
@@ -336,7 +336,7 @@ fn check(sends: &[Vec<u8>], told: &[Vec<Told>], ending: Ending, queued: usize) {
     // The wire with `|` between sends.
     let shown = String::from_utf8_lossy(&sends.join(&b'|')).into_owned();
     assert!(
-        wire.len() % FRAME_BYTES == 0,
+        wire.len().is_multiple_of(FRAME_BYTES),
         "a torn frame on the wire: {shown} (told {told:?})"
     );
     let frames: Vec<&[u8]> = wire.chunks(FRAME_BYTES).collect();
