@@ -14,15 +14,23 @@
 //! before any of its own. A producer reaches the socket only through a
 //! `Weak` it upgrades for one `send` ([`super::socket`]): it can never write
 //! into a descriptor that was closed and reused.
+//!
+//! The write turn is lock-free and hand-written; `model.rs` checks it with
+//! loom under every interleaving:
+//! `RUSTFLAGS="--cfg weir_loom" cargo test --release -p weir-reactor --lib outbound::model`.
 
-use super::socket::{send_now, send_vectored_now, Socket};
-use atomic_waker::AtomicWaker;
+#[cfg(all(test, weir_loom))]
+mod model;
+mod sync;
+
+use super::socket::{send_now, send_vectored_now};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock, Weak};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::Poll;
+use sync::{spin_loop, AtomicBool, AtomicU32, AtomicU8, AtomicUsize, AtomicWaker, Mutex};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 use weir_ws::deflate::Negotiated;
@@ -32,13 +40,38 @@ const FREE: u8 = 0;
 const CONSUMER: u8 = 1;
 const PRODUCER: u8 = 2;
 
-/// The consumer's write turn; released on drop (also when the connection's
-/// task is dropped in the middle of a write).
-pub struct WriteTurn<'a>(&'a Outbound);
+/// The consumer's write turn (`Outbound::turn`); released on drop (also
+/// when the connection's task is dropped in the middle of a write).
+pub struct WriteTurn<'a>(&'a AtomicU8);
 
 impl Drop for WriteTurn<'_> {
     fn drop(&mut self) {
-        self.0.turn.store(FREE, Ordering::Release);
+        self.0.store(FREE, Ordering::Release);
+    }
+}
+
+/// The consumer's socket as a producer's direct write sees it: one
+/// non-blocking send of what it takes now. `Outbound` is generic over it
+/// only so the loom model (`model.rs`) can put a socket in its place that
+/// records the bytes and cuts writes short; every queue of the gateway is
+/// an `Outbound<TcpStream>`, whose calls are [`send_now`] and
+/// [`send_vectored_now`], inlined.
+pub trait DirectSocket {
+    /// Sends as much of `bytes` as the socket takes now (0 on any error).
+    fn send_now(&self, bytes: &[u8]) -> usize;
+    /// [`send_now`](Self::send_now) for several buffers in one write.
+    fn send_vectored_now(&self, parts: &[IoSlice<'_>]) -> usize;
+}
+
+impl DirectSocket for TcpStream {
+    #[inline]
+    fn send_now(&self, bytes: &[u8]) -> usize {
+        send_now(self, bytes)
+    }
+
+    #[inline]
+    fn send_vectored_now(&self, parts: &[IoSlice<'_>]) -> usize {
+        send_vectored_now(self, parts)
     }
 }
 
@@ -54,8 +87,8 @@ pub enum OutMsg {
 }
 
 /// Shared through `Arc` between the connection (the only consumer) and its
-/// producers.
-pub struct Outbound {
+/// producers. `S` is the socket direct writes go to ([`DirectSocket`]).
+pub struct Outbound<S = TcpStream> {
     queue: Mutex<VecDeque<OutMsg>>,
     /// Messages queued, or taken by the consumer and not yet written
     /// (`delivered` counts those off): the consumer polls this on every turn
@@ -80,7 +113,7 @@ pub struct Outbound {
     direct: AtomicBool,
     /// The consumer's socket, for direct writes; a `Weak` so a producer keeps
     /// it open only while it writes.
-    socket: OnceLock<Weak<TcpStream>>,
+    socket: OnceLock<Weak<S>>,
     /// A close is queued: later ones are dropped (a publisher would
     /// otherwise queue one per message to a subscriber that stopped reading).
     closing: AtomicBool,
@@ -98,6 +131,12 @@ pub struct Outbound {
 
 impl Outbound {
     pub fn new(budget: usize) -> Outbound {
+        Outbound::with_budget(budget)
+    }
+}
+
+impl<S: DirectSocket> Outbound<S> {
+    fn with_budget(budget: usize) -> Outbound<S> {
         Outbound {
             queue: Mutex::new(VecDeque::new()),
             len: AtomicUsize::new(0),
@@ -141,7 +180,7 @@ impl Outbound {
 
     /// The queue of a connection that negotiated permessage-deflate (when
     /// `deflate` is Some): producers' messages reach it compressed.
-    pub fn with_deflate(mut self, deflate: Option<&Negotiated>) -> Outbound {
+    pub fn with_deflate(mut self, deflate: Option<&Negotiated>) -> Self {
         self.deflate = deflate.map(|n| Box::new(SendDeflate::new(n)));
         self
     }
@@ -216,8 +255,9 @@ impl Outbound {
     }
 
     /// Lets producers write straight into `socket`, the consumer's.
-    pub fn enable_direct(&self, socket: &Socket) {
-        let _ = self.socket.set(std::sync::Arc::downgrade(socket));
+    /// (A [`Socket`](super::socket::Socket) in the gateway.)
+    pub fn enable_direct(&self, socket: &Arc<S>) {
+        let _ = self.socket.set(Arc::downgrade(socket));
         self.direct.store(true, Ordering::Release);
     }
 
@@ -245,7 +285,7 @@ impl Outbound {
                     self.direct.store(false, Ordering::Release);
                     return;
                 }
-                Err(_) => std::hint::spin_loop(),
+                Err(_) => spin_loop(),
             }
         }
     }
@@ -264,9 +304,9 @@ impl Outbound {
             .compare_exchange_weak(FREE, CONSUMER, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            std::hint::spin_loop();
+            spin_loop();
         }
-        WriteTurn(self)
+        WriteTurn(&self.turn)
     }
 
     /// Consumer, holding the write turn: the rest of a frame a direct write
@@ -322,10 +362,15 @@ impl Outbound {
             let socket = self.socket.get().and_then(Weak::upgrade);
             let mut written = match socket {
                 Some(socket) if self.direct() && self.is_empty() => {
-                    send_vectored_now(&socket, slices)
+                    socket.send_vectored_now(slices)
                 }
                 _ => 0,
             };
+            if written == 0 {
+                // Queued behind what is queued (see `write_or_queue`).
+                self.turn.store(FREE, Ordering::Release);
+                return parts.iter().all(|part| self.send(part.clone()));
+            }
             // The rest goes to the head of the queue, in order, before the
             // turn is released (see `write_or_queue`).
             let mut rest = Vec::new();
@@ -376,20 +421,27 @@ impl Outbound {
             // dropped with the queue).
             let socket = self.socket.get().and_then(Weak::upgrade);
             let written = match socket {
-                Some(socket) if self.direct() && self.is_empty() => send_now(&socket, frames),
+                Some(socket) if self.direct() && self.is_empty() => socket.send_now(frames),
                 _ => 0,
             };
-            // The rest is queued first, before the turn is released, so it
-            // is the next thing the socket gets (a close queued meanwhile
-            // must not land inside its frame).
-            let ok = written == frames.len() || {
-                if written > 0 {
+            if written > 0 {
+                // The rest of a frame the socket began is queued first,
+                // before the turn is released, so it is the next thing the
+                // socket gets (a close queued meanwhile must not land
+                // inside its frame).
+                let ok = written == frames.len() || {
                     self.remainder.store(true, Ordering::Release);
-                }
-                self.send_first(rest(written))
-            };
+                    self.send_first(rest(written))
+                };
+                self.turn.store(FREE, Ordering::Release);
+                return ok;
+            }
+            // Nothing written: queued behind what is queued, as any send.
+            // The checks under the turn fail when something was queued
+            // since the first look (a direct write's remainder, say); put
+            // in front of it, these frames would overtake it, or land
+            // inside the frame it finishes (the loom model found that).
             self.turn.store(FREE, Ordering::Release);
-            return ok;
         }
         self.send(rest(0))
     }
@@ -466,12 +518,21 @@ impl Outbound {
     }
 
     /// The next queued message; the consumer calls `delivered` once it is
-    /// written.
+    /// written. Taking a close ends direct writes (see below).
     pub fn try_recv(&self) -> Option<OutMsg> {
         if self.len.load(Ordering::Acquire) == 0 {
             return None;
         }
-        self.queue.lock().expect("outbound lock").pop_front()
+        let msg = self.queue.lock().expect("outbound lock").pop_front();
+        if let Some(OutMsg::Close(..)) = msg {
+            // Nothing may follow a close. The consumer holds the write turn
+            // (direct writes are on) and ends them now, not at its
+            // `end_direct` before the close frame: a producer's direct
+            // write in between would put a frame sent after the close
+            // ahead of the close frame (the loom model found that).
+            self.direct.store(false, Ordering::Release);
+        }
+        msg
     }
 
     /// The consumer wrote (or dropped) `count` messages it took.
@@ -515,6 +576,7 @@ impl Outbound {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::socket::Socket;
     use std::sync::Arc;
 
     /// A connected loopback pair: the gateway's side as a shared tokio
