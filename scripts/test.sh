@@ -79,6 +79,12 @@ node guest-sdk/js/test/runtime.mjs
 node guest-sdk/js/test/runtime-base64.mjs
 python3 -m unittest discover -s guest-sdk/python/tests
 
+# The outbound queue's write turn under every interleaving loom explores
+# (crates/reactor/src/outbound/model.rs, ~40 s warm). The cfg changes every
+# crate's flags, so it builds in a target dir of its own.
+RUSTFLAGS="--cfg weir_loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
+    cargo test --release -p weir-reactor --lib outbound::model
+
 if [ "${WEIR_SKIP_AUTOBAHN:-0}" = 1 ]; then
     echo "test.sh: WEIR_SKIP_AUTOBAHN=1: Autobahn|Testsuite skipped" >&2
 else
