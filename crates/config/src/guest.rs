@@ -7,7 +7,7 @@ use std::time::Duration;
 use toml::Value;
 
 use super::parse::RawRoute;
-use super::value::{Item, Source};
+use super::value::{first_set, refuse_key, Item, Source};
 use super::*;
 
 /// Largest linear memory any guest may have: a route's `memory` must not
@@ -57,22 +57,17 @@ pub(super) fn refuse_guest_keys(
         ("kv_max_keys", &raw.kv_max_keys),
     ];
     let env_span = raw.env.as_ref().map(|env| ("env", env.span()));
-    let first = guest_fields
-        .iter()
-        .filter_map(|(key, field)| field.as_ref().map(|f| (*key, f.span())))
+    let first = first_set(guest_fields)
+        .into_iter()
         .chain(env_span)
         .min_by_key(|(_, span)| span.start);
-    match first {
-        Some((key, span)) => Err(src.error(
-            span,
-            format!(
-                "{key} only applies to guest routes, and this route is {}; remove {key}, \
-                 or replace native with guest = \"file.wasm\"",
-                native.shown()
-            ),
-        )),
-        None => Ok(()),
-    }
+    refuse_key(
+        src,
+        first,
+        native,
+        "guest routes",
+        "replace native with guest = \"file.wasm\"",
+    )
 }
 
 pub(super) fn guest_config(

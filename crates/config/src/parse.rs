@@ -14,7 +14,7 @@ use toml::{Spanned, Value};
 use super::guest::{guest_config, refuse_guest_keys};
 use super::proxy::{proxy_config, refuse_proxy_keys};
 use super::toml_error::toml_error;
-use super::value::{Field, Item, Source};
+use super::value::{first_set, refuse_key, Field, Item, Source};
 use super::*;
 use weir_ws::deflate::Context;
 
@@ -659,30 +659,16 @@ fn refuse_pubsub_keys(
 ) -> Result<(), ConfigError> {
     let none: Field = None;
     let realtime = if guest_route { &none } else { &raw.realtime };
-    let first = [
+    let first = first_set([
         ("echo_self", &raw.echo_self),
         ("slow_subscriber", &raw.slow_subscriber),
         ("realtime", realtime),
-    ]
-    .into_iter()
-    .filter_map(|(key, field)| field.as_ref().map(|f| (key, f.span())))
-    .min_by_key(|(_, span)| span.start);
-    match first {
-        Some((key, span)) => Err(src.error(
-            span,
-            format!(
-                "{key} only applies to pubsub routes{}, and this route is {}; remove \
-                 {key}, or write native = \"pubsub\"",
-                if key == "realtime" {
-                    " and guest routes"
-                } else {
-                    ""
-                },
-                kind.shown()
-            ),
-        )),
-        None => Ok(()),
-    }
+    ]);
+    let applies_to = match first {
+        Some(("realtime", _)) => "pubsub routes and guest routes",
+        _ => "pubsub routes",
+    };
+    refuse_key(src, first, kind, applies_to, "write native = \"pubsub\"")
 }
 
 /// A shared topic namespace's name: routes that give the same one share

@@ -10,7 +10,7 @@ use toml::Value;
 
 use super::guest::guest_config;
 use super::parse::RawRoute;
-use super::value::{Item, Source};
+use super::value::{first_set, refuse_key, Item, Source};
 use super::*;
 
 /// Longest wait for an upstream worth configuring: past it a client has
@@ -237,27 +237,14 @@ pub(super) fn refuse_proxy_keys(
     raw: &RawRoute,
     kind: &Item,
 ) -> Result<(), ConfigError> {
-    let first = [
+    let first = first_set([
         ("upstream", &raw.upstream),
         ("connect_timeout", &raw.connect_timeout),
         ("forward_headers", &raw.forward_headers),
         ("upstream_ca", &raw.upstream_ca),
         ("filter", &raw.filter),
-    ]
-    .into_iter()
-    .filter_map(|(key, field)| field.as_ref().map(|f| (key, f.span())))
-    .min_by_key(|(_, span)| span.start);
-    match first {
-        Some((key, span)) => Err(src.error(
-            span,
-            format!(
-                "{key} only applies to proxy routes, and this route is {}; remove {key}, \
-                 or write native = \"proxy\"",
-                kind.shown()
-            ),
-        )),
-        None => Ok(()),
-    }
+    ]);
+    refuse_key(src, first, kind, "proxy routes", "write native = \"proxy\"")
 }
 
 #[cfg(test)]

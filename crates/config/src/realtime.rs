@@ -10,7 +10,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::parse::RawRoute;
-use super::value::{Field, Item, Source};
+use super::value::{first_set, refuse_key, Field, Item, Source};
 use super::*;
 use crate::namespace::{NamespaceOptions, Namespaces};
 
@@ -350,19 +350,12 @@ pub(super) fn refuse_centrifugo_keys(
     raw: &RawRoute,
     kind: &Item,
 ) -> Result<(), ConfigError> {
-    let first = centrifugo_fields(raw)
-        .into_iter()
-        .filter_map(|(key, field)| field.as_ref().map(|f| (key, f.span())))
-        .min_by_key(|(_, span)| span.start);
-    match first {
-        Some((key, span)) => Err(src.error(
-            span,
-            format!(
-                "{key} only applies to centrifugo routes, and this route is {}; remove {key}, \
-                 or write native = \"centrifugo\"",
-                kind.shown()
-            ),
-        )),
-        None => Ok(()),
-    }
+    let first = first_set(centrifugo_fields(raw));
+    refuse_key(
+        src,
+        first,
+        kind,
+        "centrifugo routes",
+        "write native = \"centrifugo\"",
+    )
 }

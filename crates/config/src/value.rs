@@ -18,6 +18,40 @@ pub(super) struct Source<'a> {
     pub(super) text: &'a str,
 }
 
+/// The first of `fields` the route sets, in the file's order: the key a
+/// refusal names.
+pub(super) fn first_set<'a>(
+    fields: impl IntoIterator<Item = (&'static str, &'a Field)>,
+) -> Option<(&'static str, Range<usize>)> {
+    fields
+        .into_iter()
+        .filter_map(|(key, field)| field.as_ref().map(|f| (key, f.span())))
+        .min_by_key(|(_, span)| span.start)
+}
+
+/// Refuses `first` (a key only routes of another kind take): "{key} only
+/// applies to {applies_to}, and this route is {kind}; remove {key}, or
+/// {instead}".
+pub(super) fn refuse_key(
+    src: &Source,
+    first: Option<(&'static str, Range<usize>)>,
+    kind: &Item,
+    applies_to: &str,
+    instead: &str,
+) -> Result<(), ConfigError> {
+    match first {
+        Some((key, span)) => Err(src.error(
+            span,
+            format!(
+                "{key} only applies to {applies_to}, and this route is {}; remove {key}, \
+                 or {instead}",
+                kind.shown()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 impl Source<'_> {
     pub(super) fn line(&self, offset: usize) -> usize {
         let end = offset.min(self.text.len());

@@ -34,11 +34,8 @@ use tracing::{info, warn};
 
 use super::kv_quota::{fits, now_ms, queued_cost, KvErrorReason, QueueBudget};
 use weir_config::KvQuota;
+use weir_pubsub::backoff::Backoff;
 
-/// First wait before reconnecting; doubles up to [`BACKOFF_MAX`].
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-/// Longest wait between reconnects.
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// A connect or a reply slower than this counts as a failed link.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 /// Writes sent in one MULTI.
@@ -242,30 +239,24 @@ impl Link {
     /// store is dropped; reconnect with backoff when the link fails.
     async fn run(self, mut queue: mpsc::UnboundedReceiver<Op>) {
         let mut pending = VecDeque::new();
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = Backoff::default();
         loop {
             let mut up = false;
             match self.session(&mut queue, &mut pending, &mut up).await {
                 Ok(()) => return,
-                Err(e) => warn!(store = %self.channel, error = %e, retry_in = ?backoff,
+                Err(e) => warn!(store = %self.channel, error = %e, retry_in = ?backoff.current(),
                     pending = pending.len(), "key-value store: Redis link failed"),
             }
             if up {
-                backoff = BACKOFF_MIN;
+                backoff.reset();
             }
             // Writes keep arriving while we wait: hold them.
-            let wait = tokio::time::sleep(backoff);
-            tokio::pin!(wait);
-            loop {
-                tokio::select! {
-                    _ = &mut wait => break,
-                    op = queue.recv() => match op {
-                        Some(op) => pending.push_back(op),
-                        None => return,
-                    },
-                }
+            if !backoff
+                .wait(async || queue.recv().await, |op| pending.push_back(op))
+                .await
+            {
+                return;
             }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
 

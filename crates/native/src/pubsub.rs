@@ -68,7 +68,7 @@ impl PubSubRoute {
 
     /// The topic a request path names: its last path parameter, or "" (one
     /// topic for the whole route) when the route's path has none.
-    pub fn topic_of(&self, path: &str) -> String {
+    pub(crate) fn topic_of(&self, path: &str) -> String {
         self.path
             .at(path)
             .ok()

@@ -18,6 +18,7 @@
 //! the whole server frames, framed once by the publishing node.
 
 use super::{Broker, Topics};
+use crate::backoff::Backoff;
 use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -36,23 +37,19 @@ use weir_ws::frame::whole_server_frames;
 
 /// Publishes waiting for the link: a burst while Redis is slow fits; past
 /// this they are lost and counted rather than buffered without bound.
-pub const PUBLISH_QUEUE: usize = 16_384;
+pub(crate) const PUBLISH_QUEUE: usize = 16_384;
 /// And at most this many bytes of them: 16,384 publishes of a large
 /// `max_message` would otherwise be gigabytes (the frames are shared with
 /// local delivery, but the queue keeps them alive after it).
-pub const PUBLISH_QUEUE_MAX_BYTES: usize = 64 << 20;
+pub(crate) const PUBLISH_QUEUE_MAX_BYTES: usize = 64 << 20;
 /// Bytes of other nodes' messages received from Redis and not yet handed
 /// to local subscribers: a burst that the cluster thread cannot keep up
 /// with fits; past it, messages are dropped and counted
 /// (`weir_cluster_received_dropped_total`, at-most-once like the rest of
 /// cross-node pub/sub) rather than queued without bound.
-pub const RECEIVE_QUEUE_MAX_BYTES: usize = 32 << 20;
+pub(crate) const RECEIVE_QUEUE_MAX_BYTES: usize = 32 << 20;
 /// Publishes sent to Redis in one pipeline.
 const PUBLISH_BATCH: usize = 256;
-/// First wait before reconnecting; doubles up to [`BACKOFF_MAX`].
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-/// Longest wait between reconnects: a restarted Redis is found within it.
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// A connect or a reply slower than this counts as a failed link.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 /// Marks a weir message (the first byte of the payload).
@@ -224,7 +221,7 @@ impl RedisBroker {
 
     /// Keeps a link up for the life of the process.
     async fn run(self: Arc<Self>, config: ClusterConfig, mut queue: mpsc::Receiver<Outgoing>) {
-        let mut backoff = BACKOFF_MIN;
+        let mut backoff = Backoff::default();
         let mut lost_before = 0;
         loop {
             let (tx, mut push_rx) = mpsc::unbounded_channel();
@@ -237,7 +234,7 @@ impl RedisBroker {
             };
             match tokio::time::timeout(REDIS_TIMEOUT, Link::open(&config, push_tx)).await {
                 Ok(Ok(mut link)) => {
-                    backoff = BACKOFF_MIN;
+                    backoff.reset();
                     let lost = self.lost.load(Ordering::Relaxed) - lost_before;
                     info!(node = self.node, lost, "cluster: connected to Redis");
                     self.connected.store(true, Ordering::Release);
@@ -251,27 +248,26 @@ impl RedisBroker {
                           publishes to other nodes are lost until it is back");
                 }
                 Ok(Err(e)) => {
-                    warn!(error = %e, retry_in = ?backoff, "cluster: cannot connect to Redis")
+                    warn!(error = %e, retry_in = ?backoff.current(), "cluster: cannot connect to Redis")
                 }
-                Err(_) => warn!(retry_in = ?backoff, "cluster: connecting to Redis timed out"),
+                Err(_) => {
+                    warn!(retry_in = ?backoff.current(), "cluster: connecting to Redis timed out")
+                }
             }
             // What is published meanwhile cannot cross: count it, never
             // let the queue hold workers back.
-            let wake = tokio::time::sleep(backoff);
-            tokio::pin!(wake);
-            loop {
-                tokio::select! {
-                    _ = &mut wake => break,
-                    got = queue.recv() => match got {
-                        Some(outgoing) => {
-                            self.dequeued(outgoing.frames.len());
-                            self.lose(1);
-                        }
-                        None => return,
+            let waited = backoff
+                .wait(
+                    async || queue.recv().await,
+                    |outgoing: Outgoing| {
+                        self.dequeued(outgoing.frames.len());
+                        self.lose(1);
                     },
-                }
+                )
+                .await;
+            if !waited {
+                return;
             }
-            backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
 

@@ -27,7 +27,7 @@ use weir_reactor::registry::ConnId;
 /// reading: a worker that falls behind slows its publishers instead of
 /// growing without bound. A delivery's bytes count once, however many
 /// subscribers it has.
-pub const FANOUT_BACKLOG_BYTES: usize = 16 << 20;
+pub(crate) const FANOUT_BACKLOG_BYTES: usize = 16 << 20;
 
 /// Deliveries of one topic written to a subscriber in one `sendmsg` (well
 /// under the kernel's 1,024 buffers per call).

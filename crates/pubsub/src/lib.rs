@@ -20,6 +20,7 @@
 //! closed with 1008 or skipped and counted, per route (`slow_subscriber`):
 //! a fan-out never buffers without a bound.
 
+pub mod backoff;
 pub mod broker;
 pub mod cluster;
 pub mod compressed;
@@ -47,7 +48,7 @@ use weir_ws::close;
 const SHARDS: usize = 16;
 
 /// The reason a slow subscriber's 1008 carries.
-pub const TOO_SLOW: &str = "subscriber too slow";
+pub(crate) const TOO_SLOW: &str = "subscriber too slow";
 
 /// One connection's subscription.
 #[derive(Clone)]
@@ -412,7 +413,7 @@ impl Topics {
 
     /// Frames another node published: delivered to the local subscribers
     /// only (the broker is where they came from).
-    pub fn deliver_remote(&self, topic: &str, frames: &Bytes) {
+    pub(crate) fn deliver_remote(&self, topic: &str, frames: &Bytes) {
         if let Some(entry) = self.lookup(topic) {
             self.fanout.deliver(&entry, frames, None, 0);
         }
@@ -449,8 +450,9 @@ impl Topics {
         shard.get(topic).cloned()
     }
 
-    /// Topics with local subscribers (for tests and `/metrics`).
-    pub fn topic_count(&self) -> usize {
+    /// Topics with local subscribers.
+    #[cfg(test)]
+    fn topic_count(&self) -> usize {
         self.shards
             .iter()
             .map(|s| s.read().expect("topics lock").len())

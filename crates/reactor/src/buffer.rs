@@ -29,7 +29,7 @@ pub const STREAM_ABOVE_BYTES: usize = READ_BUF_BYTES - HEADROOM_BYTES;
 /// instead of 16). Only a connection in the middle of such a frame, or just
 /// past one, holds one. The header slack again: a 256 KiB message read from
 /// its first byte fits in one read, not 256 KiB plus a 14-byte straggler.
-pub const LARGE_READ_BUF_BYTES: usize = 256 * 1024 + HEADER_SLACK_BYTES + HEADROOM_BYTES;
+pub(crate) const LARGE_READ_BUF_BYTES: usize = 256 * 1024 + HEADER_SLACK_BYTES + HEADROOM_BYTES;
 /// Buffers a worker keeps for reuse; more are freed.
 const POOL_KEEP: usize = 64;
 const POOL_KEEP_LARGE: usize = 8;
@@ -300,7 +300,7 @@ impl Output {
 
 /// Writes `bytes[*sent..]` and flushes, advancing `sent`: `write_all` and
 /// `flush` polled in place (the cursor is the caller's).
-pub fn poll_write_all<W: AsyncWrite + Unpin>(
+pub(crate) fn poll_write_all<W: AsyncWrite + Unpin>(
     stream: &mut W,
     bytes: &[u8],
     sent: &mut usize,
@@ -319,7 +319,7 @@ pub fn poll_write_all<W: AsyncWrite + Unpin>(
 /// Writes all of `slices`, advancing them past what was written: one
 /// writev per kernel acceptance. Polled in place (the cursor is the
 /// caller's), so no future of its own.
-pub fn poll_write_all_vectored<W: AsyncWrite + Unpin>(
+pub(crate) fn poll_write_all_vectored<W: AsyncWrite + Unpin>(
     stream: &mut W,
     slices: &mut &mut [IoSlice<'_>],
     cx: &mut Context<'_>,

@@ -119,13 +119,13 @@ impl Decoder {
 
     /// The connection negotiated permessage-deflate: RSV1 marks the first
     /// frame of a compressed message (RFC 7692 §6).
-    pub fn allow_compression(&mut self) {
+    pub(crate) fn allow_compression(&mut self) {
         self.reserved = RESERVED_BITS_WITH_DEFLATE;
     }
 
     /// The client has sent a close frame (even an invalid one), so it will
     /// send nothing more: after answering, the server closes TCP at once.
-    pub fn peer_closed(&self) -> bool {
+    pub(crate) fn peer_closed(&self) -> bool {
         self.peer_closed
     }
 
@@ -135,7 +135,7 @@ impl Decoder {
     }
 
     /// Payload bytes still to come of a frame being streamed (0 otherwise).
-    pub fn streamed_remaining(&self) -> u64 {
+    pub(crate) fn streamed_remaining(&self) -> u64 {
         self.current
             .as_ref()
             .filter(|c| c.streamed)

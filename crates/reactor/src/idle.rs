@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The wheel's resolution.
-pub const TICK: Duration = Duration::from_millis(100);
+pub(crate) const TICK: Duration = Duration::from_millis(100);
 /// Slots in the wheel: deadlines further out than this many ticks are
 /// visited once per lap and put back.
 const SLOTS: u32 = 64;

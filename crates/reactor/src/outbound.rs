@@ -163,18 +163,18 @@ impl<S: DirectSocket> Outbound<S> {
     }
 
     /// The wheel tick of the consumer's last read.
-    pub fn last_read(&self) -> u32 {
+    pub(crate) fn last_read(&self) -> u32 {
         self.last_read.load(Ordering::Relaxed)
     }
 
     /// The idle wheel: the connection has been silent past its deadline.
-    pub fn wake_idle(&self) {
+    pub(crate) fn wake_idle(&self) {
         self.idle_due.store(true, Ordering::Release);
         self.consumer.wake();
     }
 
     /// Consumer: whether the idle wheel woke it (and clears that).
-    pub fn take_idle_due(&self) -> bool {
+    pub(crate) fn take_idle_due(&self) -> bool {
         self.idle_due.load(Ordering::Relaxed) && self.idle_due.swap(false, Ordering::AcqRel)
     }
 
@@ -256,14 +256,14 @@ impl<S: DirectSocket> Outbound<S> {
 
     /// Lets producers write straight into `socket`, the consumer's.
     /// (A [`Socket`](super::socket::Socket) in the gateway.)
-    pub fn enable_direct(&self, socket: &Arc<S>) {
+    pub(crate) fn enable_direct(&self, socket: &Arc<S>) {
         let _ = self.socket.set(Arc::downgrade(socket));
         self.direct.store(true, Ordering::Release);
     }
 
     /// Consumer: direct writes stop (before its close frame: nothing may
     /// follow it). Waits out a direct write in progress.
-    pub fn end_direct(&self) {
+    pub(crate) fn end_direct(&self) {
         if !self.direct.load(Ordering::Acquire) {
             return;
         }
@@ -298,7 +298,7 @@ impl<S: DirectSocket> Outbound<S> {
     /// Consumer: takes the write turn until the guard drops. A producer
     /// holds the turn only for one non-blocking `send`, so this spins at
     /// most that long.
-    pub fn write_turn(&self) -> WriteTurn<'_> {
+    pub(crate) fn write_turn(&self) -> WriteTurn<'_> {
         while self
             .turn
             .compare_exchange_weak(FREE, CONSUMER, Ordering::Acquire, Ordering::Relaxed)
@@ -311,7 +311,7 @@ impl<S: DirectSocket> Outbound<S> {
 
     /// Consumer, holding the write turn: the rest of a frame a direct write
     /// began, which must go out before anything else (None if there is none).
-    pub fn take_remainder(&self) -> Option<Bytes> {
+    pub(crate) fn take_remainder(&self) -> Option<Bytes> {
         if !self.remainder.swap(false, Ordering::AcqRel) {
             return None;
         }
@@ -326,7 +326,7 @@ impl<S: DirectSocket> Outbound<S> {
 
     /// Consumer, holding the write turn, about to write messages it took in
     /// order: a remainder among them needs nothing more.
-    pub fn clear_remainder(&self) {
+    pub(crate) fn clear_remainder(&self) {
         self.remainder.store(false, Ordering::Release);
     }
 
@@ -466,7 +466,7 @@ impl<S: DirectSocket> Outbound<S> {
         }
     }
 
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.gone.load(Ordering::Acquire)
     }
 
@@ -550,7 +550,7 @@ impl<S: DirectSocket> Outbound<S> {
 
     /// The consumer ended: refuse new messages, drop queued ones, and wake
     /// producers so they stop waiting on it.
-    pub fn consumer_gone(&self) {
+    pub(crate) fn consumer_gone(&self) {
         self.gone.store(true, Ordering::Release);
         let mut queue = self.queue.lock().expect("outbound lock");
         self.len.store(0, Ordering::Release);

@@ -47,13 +47,13 @@ pub fn read_drained(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize
 /// One non-blocking `send` of as much of `bytes` as the socket takes now
 /// (socket2 sends with `MSG_NOSIGNAL`); 0 on any error: the connection's own
 /// next write or read reports it.
-pub fn send_now(stream: &TcpStream, bytes: &[u8]) -> usize {
+pub(crate) fn send_now(stream: &TcpStream, bytes: &[u8]) -> usize {
     (&*SockRef::from(stream)).write(bytes).unwrap_or(0)
 }
 
 /// [`send_now`] for several buffers in one `sendmsg`; returns the bytes
 /// taken (0 on any error).
-pub fn send_vectored_now(stream: &TcpStream, parts: &[std::io::IoSlice<'_>]) -> usize {
+pub(crate) fn send_vectored_now(stream: &TcpStream, parts: &[std::io::IoSlice<'_>]) -> usize {
     (&*SockRef::from(stream)).write_vectored(parts).unwrap_or(0)
 }
 
@@ -64,7 +64,7 @@ pub fn send_vectored_now(stream: &TcpStream, parts: &[std::io::IoSlice<'_>]) -> 
 /// (`try_io`), which then knows the socket is full, so a wait for
 /// writability that follows is for real room. WouldBlock when nothing was
 /// taken.
-pub fn send_direct_first<T>(
+pub(crate) fn send_direct_first<T>(
     stream: &TcpStream,
     mut send: impl FnMut() -> std::io::Result<T>,
 ) -> std::io::Result<T> {
@@ -91,7 +91,7 @@ pub fn shutdown_write(stream: &TcpStream) {
 
 /// The client closed its side (or the connection is gone), by the kernel's
 /// TCP state.
-pub fn peer_hung_up(stream: &TcpStream) -> bool {
+pub(crate) fn peer_hung_up(stream: &TcpStream) -> bool {
     use std::os::fd::AsRawFd;
     // SAFETY: an all-zero tcp_info is valid; getsockopt writes at most `len`
     // bytes into it, and the descriptor belongs to `stream`, borrowed here.
@@ -169,22 +169,13 @@ impl AsyncWrite for Writer<'_> {
     }
 }
 
-/// Runs a write; if the client leaves it blocked (its receive window full)
-/// for `limit`, gives up with `TimedOut` so the connection is dropped: a
-/// client that stops reading holds its socket and buffer only that long.
-/// The timer is set only once the write has had to wait, so the usual write
-/// that completes at once costs none.
-pub async fn unless_stalled<F>(limit: Duration, write: F) -> std::io::Result<()>
-where
-    F: Future<Output = std::io::Result<()>>,
-{
-    let mut write = std::pin::pin!(write);
-    unless_stalled_poll(limit, |cx| write.as_mut().poll(cx)).await
-}
-
-/// [`unless_stalled`] for a write polled in place (its progress kept by
-/// the caller): the future is the closure, the limit and a pointer.
-pub fn unless_stalled_poll<W>(limit: Duration, write: W) -> Stalled<W>
+/// Runs a write polled in place (its progress kept by the caller); if the
+/// client leaves it blocked (its receive window full) for `limit`, gives
+/// up with `TimedOut` so the connection is dropped: a client that stops
+/// reading holds its socket and buffer only that long. The timer is set
+/// only once the write has had to wait, so the usual write that completes
+/// at once costs none. The future is the closure, the limit and a pointer.
+pub(crate) fn unless_stalled_poll<W>(limit: Duration, write: W) -> Stalled<W>
 where
     W: FnMut(&mut Context<'_>) -> Poll<std::io::Result<()>> + Unpin,
 {

@@ -101,7 +101,7 @@ pub struct ConnCounters {
 impl ConnCounters {
     /// Counts a connection's end with the close code it ended with (1006:
     /// none).
-    pub fn closed_with(&self, code: u16) {
+    pub(crate) fn closed_with(&self, code: u16) {
         self.closed.add_owned(1);
         let index = CLOSE_CODES
             .iter()

@@ -13,7 +13,7 @@ use weir_reactor::registry::ConnId;
 
 /// Commands one connection may have waiting: past it, more are dropped
 /// (and counted as not delivered).
-pub const INBOX_MAX: usize = 256;
+pub(crate) const INBOX_MAX: usize = 256;
 
 /// What the server API asks of a user's connections.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -95,7 +95,7 @@ impl Stream {
 
     /// The next offset: assigned here only, under the channel's lock, so
     /// history order is delivery order.
-    pub fn next_offset(&mut self) -> u64 {
+    pub(crate) fn next_offset(&mut self) -> u64 {
         self.top += 1;
         self.top
     }

@@ -59,7 +59,7 @@ pub const HISTORY_MAX_PUBLICATION_LIMIT: usize = 300;
 
 /// How long a publish's `idempotency_key` answers a repeat with the first
 /// publish's position instead of publishing again (Centrifugo's default).
-pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(300);
+pub(crate) const IDEMPOTENCY_TTL: Duration = Duration::from_secs(300);
 /// Idempotency keys remembered per channel: a bound in memory whatever the
 /// publish rate.
 const IDEMPOTENCY_KEYS_PER_CHANNEL: usize = 1024;

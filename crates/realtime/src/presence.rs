@@ -59,7 +59,7 @@ impl Presence {
 }
 
 /// Clients and distinct users among `members`.
-pub fn stats_of<'a>(members: impl Iterator<Item = &'a Arc<ClientInfo>>) -> PresenceStats {
+pub(crate) fn stats_of<'a>(members: impl Iterator<Item = &'a Arc<ClientInfo>>) -> PresenceStats {
     let mut users: Vec<&str> = Vec::new();
     let mut clients = 0;
     for m in members {

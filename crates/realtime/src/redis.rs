@@ -34,7 +34,7 @@ pub const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 /// A presence entry lives this long unless its node writes it again.
 pub const PRESENCE_TTL: Duration = Duration::from_secs(30);
 /// How often a node writes its members' presence again.
-pub const PRESENCE_REFRESH: Duration = Duration::from_secs(10);
+pub(crate) const PRESENCE_REFRESH: Duration = Duration::from_secs(10);
 
 const PUBLISH: &str = r#"
 local size = tonumber(ARGV[3])
@@ -368,7 +368,7 @@ impl RedisStore {
 
     /// Adds (or refreshes) `members` of `channel`; false when a new member
     /// would pass `max` (0: no cap).
-    pub async fn presence_add(
+    pub(crate) async fn presence_add(
         &self,
         channel: &str,
         members: &[Arc<ClientInfo>],
@@ -392,7 +392,7 @@ impl RedisStore {
         Ok(added == 1)
     }
 
-    pub async fn presence_remove(&self, channel: &str, client: &str) {
+    pub(crate) async fn presence_remove(&self, channel: &str, client: &str) {
         let keys = Keys::of(channel);
         let mut script = eval(PRESENCE_REMOVE, &[&keys.presence, &keys.expiry]);
         script.arg(client);
@@ -484,7 +484,7 @@ pub enum Message {
 
 /// Reads a message published by [`PUBLISH`] (`p<offset>;<epoch>;<info
 /// length>;<info><data>`) or by [`RedisStore::join_leave`].
-pub fn decode_message(payload: &Bytes) -> Option<Message> {
+pub(crate) fn decode_message(payload: &Bytes) -> Option<Message> {
     let (&kind, rest) = payload.split_first()?;
     match kind {
         b'p' => {
@@ -524,7 +524,7 @@ pub fn decode_message(payload: &Bytes) -> Option<Message> {
 
 /// A member as Redis keeps it: each field as `<length>:<bytes>`, `-:` for
 /// an absent one (client, user, connection info, channel info).
-pub fn encode_info(info: &ClientInfo) -> Vec<u8> {
+pub(crate) fn encode_info(info: &ClientInfo) -> Vec<u8> {
     let mut out = Vec::new();
     let mut field = |v: Option<&[u8]>| match v {
         Some(v) => {
@@ -540,7 +540,7 @@ pub fn encode_info(info: &ClientInfo) -> Vec<u8> {
     out
 }
 
-pub fn decode_info(mut raw: &[u8]) -> Option<ClientInfo> {
+pub(crate) fn decode_info(mut raw: &[u8]) -> Option<ClientInfo> {
     let mut field = || -> Option<Option<Vec<u8>>> {
         let colon = raw.iter().position(|&b| b == b':')?;
         let len = &raw[..colon];

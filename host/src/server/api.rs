@@ -50,15 +50,8 @@ pub(super) struct Api {
 /// The API listener's thread: its own runtime, so a burst of API calls
 /// never runs on a worker.
 pub(super) fn run(listener: std::net::TcpListener, api: Api, shutdown: Shutdown) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            warn!(error = %e, "API runtime failed to start");
-            return;
-        }
+    let Some(runtime) = super::thread_runtime("API") else {
+        return;
     };
     let open = Arc::new(tokio::sync::Semaphore::new(api.max_connections));
     let refusing = Arc::new(tokio::sync::Semaphore::new(REFUSALS_IN_FLIGHT));

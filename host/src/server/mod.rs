@@ -530,3 +530,18 @@ fn listen(addr: SocketAddr, backlog: u32) -> Result<std::net::TcpListener, Serve
     };
     bind().map_err(|source| ServeError::Bind { addr, source })
 }
+
+/// The current-thread runtime of a listener's thread (a worker, the admin
+/// listener, the server API), or None once the failure is logged.
+fn thread_runtime(what: &str) -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            warn!(error = %e, thread = what, "runtime failed to start");
+            None
+        }
+    }
+}

@@ -65,15 +65,8 @@ pub(super) fn run(
     shared: Arc<Shared>,
     shutdown: Shutdown,
 ) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            warn!(error = %e, "worker runtime failed to start");
-            return;
-        }
+    let Some(runtime) = super::thread_runtime("worker") else {
+        return;
     };
     let local = tokio::task::LocalSet::new();
     local.spawn_local(shared.routes.load().fanout.clone().run(index));

@@ -34,7 +34,7 @@ use weir_ws::frame::OpCode;
 /// Time a client has to send its connect command (Centrifugo's
 /// `client_stale_close_delay`): an open socket that never connects is
 /// closed with 3502.
-pub const STALE_CLOSE_DELAY: Duration = Duration::from_secs(10);
+pub(crate) const STALE_CLOSE_DELAY: Duration = Duration::from_secs(10);
 
 /// Calls waiting on Redis (with `[cluster]`) one connection may have; at
 /// this many its reads pause until one answers. Each holds at most a

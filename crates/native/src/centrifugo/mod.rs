@@ -74,7 +74,7 @@ impl CentrifugoRoute {
 /// variable the route names, the public keys of its JWKS file and its PEM
 /// public key file. One of them is needed; the secret may be missing only
 /// when there is a key file.
-pub fn verifier(config: &CentrifugoConfig) -> Result<Verifier, String> {
+pub(crate) fn verifier(config: &CentrifugoConfig) -> Result<Verifier, String> {
     let name = &config.token_hmac_secret_env;
     let secret = std::env::var(name).ok().filter(|s| !s.is_empty());
     let (aud, iss) = (

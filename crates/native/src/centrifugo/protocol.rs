@@ -29,7 +29,7 @@ pub const UNKNOWN_CHANNEL: ErrorReply = ErrorReply {
     code: 102,
     message: "unknown channel",
 };
-pub const PERMISSION_DENIED: ErrorReply = ErrorReply {
+pub(crate) const PERMISSION_DENIED: ErrorReply = ErrorReply {
     code: 103,
     message: "permission denied",
 };
@@ -37,7 +37,7 @@ pub const METHOD_NOT_FOUND: ErrorReply = ErrorReply {
     code: 104,
     message: "method not found",
 };
-pub const ALREADY_SUBSCRIBED: ErrorReply = ErrorReply {
+pub(crate) const ALREADY_SUBSCRIBED: ErrorReply = ErrorReply {
     code: 105,
     message: "already subscribed",
 };
@@ -53,7 +53,7 @@ pub const NOT_AVAILABLE: ErrorReply = ErrorReply {
     code: 108,
     message: "not available",
 };
-pub const TOKEN_EXPIRED: ErrorReply = ErrorReply {
+pub(crate) const TOKEN_EXPIRED: ErrorReply = ErrorReply {
     code: 109,
     message: "token expired",
 };
@@ -70,29 +70,29 @@ pub struct Disconnect {
     pub reason: &'static str,
 }
 
-pub const DISCONNECT_EXPIRED: Disconnect = Disconnect {
+pub(crate) const DISCONNECT_EXPIRED: Disconnect = Disconnect {
     code: 3005,
     reason: "connection expired",
 };
 /// The connection's positions in a channel broke on this node (with
 /// `[cluster]`): the client reconnects and recovers.
-pub const DISCONNECT_INSUFFICIENT_STATE: Disconnect = Disconnect {
+pub(crate) const DISCONNECT_INSUFFICIENT_STATE: Disconnect = Disconnect {
     code: 3010,
     reason: "insufficient state",
 };
-pub const DISCONNECT_NO_PONG: Disconnect = Disconnect {
+pub(crate) const DISCONNECT_NO_PONG: Disconnect = Disconnect {
     code: 3012,
     reason: "no pong",
 };
-pub const DISCONNECT_INVALID_TOKEN: Disconnect = Disconnect {
+pub(crate) const DISCONNECT_INVALID_TOKEN: Disconnect = Disconnect {
     code: 3500,
     reason: "invalid token",
 };
-pub const DISCONNECT_BAD_REQUEST: Disconnect = Disconnect {
+pub(crate) const DISCONNECT_BAD_REQUEST: Disconnect = Disconnect {
     code: 3501,
     reason: "bad request",
 };
-pub const DISCONNECT_STALE: Disconnect = Disconnect {
+pub(crate) const DISCONNECT_STALE: Disconnect = Disconnect {
     code: 3502,
     reason: "stale",
 };
@@ -100,20 +100,16 @@ pub const DISCONNECT_FORCE: Disconnect = Disconnect {
     code: 3503,
     reason: "force disconnect",
 };
-pub const DISCONNECT_CHANNEL_LIMIT: Disconnect = Disconnect {
-    code: 3505,
-    reason: "channel limit",
-};
 /// A command frame over the route's `max_command_bytes` (the client maps
 /// WebSocket's 1009 to "message size limit" and does not reconnect).
-pub const DISCONNECT_MESSAGE_SIZE: Disconnect = Disconnect {
+pub(crate) const DISCONNECT_MESSAGE_SIZE: Disconnect = Disconnect {
     code: 1009,
     reason: "message size limit exceeded",
 };
 
 /// `subscribe.flag` bit: the client wants an error (112) rather than a
 /// subscription that did not recover.
-pub const FLAG_REJECT_UNRECOVERED: u64 = 2;
+pub(crate) const FLAG_REJECT_UNRECOVERED: u64 = 2;
 
 /// One command. Exactly one method field is set; none is a pong.
 #[derive(Debug, Default, Deserialize)]
@@ -237,7 +233,7 @@ pub fn write_client_info(out: &mut Vec<u8>, info: &ClientInfo) {
 
 /// Appends a publication object (`data` as the JSON it is, `offset` when
 /// positioned, `info` when a client published it).
-pub fn write_publication(out: &mut Vec<u8>, p: &Publication) {
+pub(crate) fn write_publication(out: &mut Vec<u8>, p: &Publication) {
     out.extend_from_slice(b"{\"data\":");
     out.extend_from_slice(&p.data);
     if p.offset != 0 {
@@ -269,7 +265,7 @@ pub fn write_position(out: &mut Vec<u8>, at: &StreamPosition) {
 }
 
 /// Appends an error reply line.
-pub fn write_error(out: &mut Vec<u8>, id: u32, e: ErrorReply) {
+pub(crate) fn write_error(out: &mut Vec<u8>, id: u32, e: ErrorReply) {
     out.extend_from_slice(
         format!(
             "{{\"id\":{id},\"error\":{{\"code\":{},\"message\":\"{}\"}}}}",
@@ -281,7 +277,12 @@ pub fn write_error(out: &mut Vec<u8>, id: u32, e: ErrorReply) {
 
 /// Appends a reply line `{"id":N,"<method>":<result>}`; `result` writes
 /// the result object.
-pub fn write_reply(out: &mut Vec<u8>, id: u32, method: &str, result: impl FnOnce(&mut Vec<u8>)) {
+pub(crate) fn write_reply(
+    out: &mut Vec<u8>,
+    id: u32,
+    method: &str,
+    result: impl FnOnce(&mut Vec<u8>),
+) {
     out.extend_from_slice(format!("{{\"id\":{id},\"{method}\":").as_bytes());
     result(out);
     out.push(b'}');

@@ -94,7 +94,7 @@ pub struct Verifier {
 
 impl Verifier {
     /// HS256 with `secret`; `aud`/`iss` are checked when given.
-    pub fn hs256(secret: &[u8], audience: Option<&str>, issuer: Option<&str>) -> Verifier {
+    pub(crate) fn hs256(secret: &[u8], audience: Option<&str>, issuer: Option<&str>) -> Verifier {
         Verifier {
             secret: Some(DecodingKey::from_secret(secret)),
             public: None,
@@ -105,7 +105,7 @@ impl Verifier {
 
     /// Also (or only, without a secret) the public keys of `jwks`, a JWK
     /// set as JSON; an error names what is wrong with it.
-    pub fn with_jwks(mut self, jwks: &[u8]) -> Result<Verifier, String> {
+    pub(crate) fn with_jwks(mut self, jwks: &[u8]) -> Result<Verifier, String> {
         let set: JwkSet =
             serde_json::from_slice(jwks).map_err(|e| format!("not a JWK set (JSON): {e}"))?;
         let mut keys = Vec::new();
@@ -132,7 +132,7 @@ impl Verifier {
     /// Also (or only, without a secret) one PEM public key, RSA (`BEGIN
     /// PUBLIC KEY` or `BEGIN RSA PUBLIC KEY`) or EC (`BEGIN PUBLIC KEY`), for
     /// tokens that name no `kid` of a JWKS file.
-    pub fn with_pem(mut self, pem: &[u8]) -> Result<Verifier, String> {
+    pub(crate) fn with_pem(mut self, pem: &[u8]) -> Result<Verifier, String> {
         let key = pem_public_key(pem)?;
         self.public.get_or_insert_with(PublicKeys::default).pem = Some(key);
         Ok(self)
@@ -140,7 +140,7 @@ impl Verifier {
 
     /// Only public keys: add them with [`with_jwks`](Self::with_jwks) and
     /// [`with_pem`](Self::with_pem).
-    pub fn public_only(audience: Option<&str>, issuer: Option<&str>) -> Verifier {
+    pub(crate) fn public_only(audience: Option<&str>, issuer: Option<&str>) -> Verifier {
         Verifier {
             secret: None,
             public: None,
@@ -284,7 +284,7 @@ fn json_text(v: Value) -> Bytes {
 }
 
 /// Seconds since the Unix epoch.
-pub fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

@@ -105,11 +105,11 @@ impl UpstreamIo {
     /// Writes what the socket takes now (TLS: what the session takes, its
     /// records then sent as far as the socket allows). WouldBlock when
     /// nothing was taken.
-    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+    pub(crate) fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
         self.try_write_vectored(&[IoSlice::new(buf)])
     }
 
-    pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    pub(crate) fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let (tcp, tls) = match self {
             UpstreamIo::Tcp(tcp) => return try_send_vectored(tcp, bufs),
             UpstreamIo::Tls { tcp, tls } => (tcp, tls),

@@ -72,15 +72,8 @@ pub(super) fn run(
     public: SocketAddr,
     shutdown: Shutdown,
 ) {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            warn!(error = %e, "admin runtime failed to start");
-            return;
-        }
+    let Some(runtime) = crate::server::thread_runtime("admin") else {
+        return;
     };
     runtime.block_on(async move {
         let listener = match tokio::net::TcpListener::from_std(listener) {
