@@ -17,9 +17,14 @@
 //! A message on the wire is `w`, the publishing node's id (8 bytes), then
 //! the whole server frames, framed once by the publishing node.
 
+mod link;
+mod realtime;
+mod topics;
+
 use super::{Broker, Topics};
 use crate::backoff::Backoff;
 use bytes::Bytes;
+use link::{timed, BoundedPushes, Link};
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, RedisResult, Value};
@@ -87,41 +92,6 @@ pub struct ClusterStats {
     /// Other nodes' messages dropped because the receive queue was over
     /// [`RECEIVE_QUEUE_MAX_BYTES`].
     pub received_dropped: u64,
-}
-
-/// What the Redis client hands the link: a channel unbounded in messages,
-/// bounded here in bytes ([`RECEIVE_QUEUE_MAX_BYTES`]). Only messages are
-/// dropped at the bound; disconnection and subscription notices always
-/// pass (they are small, and the link needs them).
-struct BoundedPushes {
-    tx: mpsc::UnboundedSender<(usize, PushInfo)>,
-    queued: Arc<AtomicUsize>,
-    dropped: Arc<AtomicU64>,
-}
-
-impl redis::aio::AsyncPushSender for BoundedPushes {
-    fn send(&self, info: PushInfo) -> Result<(), redis::aio::SendError> {
-        let size: usize = info
-            .data
-            .iter()
-            .map(|v| match v {
-                Value::BulkString(b) => b.len(),
-                _ => 16,
-            })
-            .sum();
-        if !matches!(info.kind, PushKind::Message | PushKind::SMessage) {
-            // Not counted: the link handles these without queueing them.
-            return self.tx.send((0, info)).map_err(|_| redis::aio::SendError);
-        }
-        if self.queued.load(Ordering::Acquire) + size > RECEIVE_QUEUE_MAX_BYTES {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
-        self.queued.fetch_add(size, Ordering::AcqRel);
-        self.tx
-            .send((size, info))
-            .map_err(|_| redis::aio::SendError)
-    }
 }
 
 /// A publish on its way to Redis.
@@ -393,87 +363,6 @@ impl RedisBroker {
         self.active_changed.send_modify(|n| *n += 1);
     }
 
-    /// The real-time core receives the channels it watches.
-    pub fn attach_realtime(&self, sink: Weak<dyn RealtimeSink>) {
-        *self.realtime.write().expect("cluster lock") = Some(sink);
-    }
-
-    /// `namespace`'s topics are real-time channels: while one has local
-    /// subscribers, its channel's messages come to this node.
-    pub fn realtime_adapter(&self, namespace: &Arc<str>) {
-        let mut adapters = self.realtime_adapters.write().expect("cluster lock");
-        if !adapters.contains(namespace) {
-            adapters.push(namespace.clone());
-        }
-    }
-
-    fn is_realtime_adapter(&self, namespace: &str) -> bool {
-        self.realtime_adapters
-            .read()
-            .expect("cluster lock")
-            .iter()
-            .any(|n| &**n == namespace)
-    }
-
-    /// Watches the real-time core's control channel for the life of the
-    /// process (not counted among the subscribed topics).
-    pub fn watch_control(&self, channel: &str) {
-        let _ = self.control.set(realtime_channel(channel));
-        self.watch_realtime(channel);
-    }
-
-    /// The real-time core wants `channel`'s messages on this node (until
-    /// as many [`unwatch_realtime`](Self::unwatch_realtime) calls).
-    pub fn watch_realtime(&self, channel: &str) {
-        let mut watch = self.realtime_watch.lock().expect("cluster lock");
-        let count = watch.entry(channel.to_string()).or_insert(0);
-        *count += 1;
-        if *count == 1 {
-            let mut wanted = self.wanted.lock().expect("cluster lock");
-            wanted.insert(
-                realtime_channel(channel),
-                (self.realtime_namespace.clone(), channel.into()),
-            );
-            drop(wanted);
-            self.wanted_changed.notify_one();
-        }
-    }
-
-    pub fn unwatch_realtime(&self, channel: &str) {
-        let mut watch = self.realtime_watch.lock().expect("cluster lock");
-        let Some(count) = watch.get_mut(channel) else {
-            return;
-        };
-        *count -= 1;
-        if *count == 0 {
-            watch.remove(channel);
-            let mut wanted = self.wanted.lock().expect("cluster lock");
-            wanted.remove(&realtime_channel(channel));
-            drop(wanted);
-            self.wanted_changed.notify_one();
-        }
-    }
-
-    /// Waits until Redis confirms this node's subscription to the real-time
-    /// `channel` (watched before), or fails after `within`: what is
-    /// published from then on reaches this node.
-    pub async fn wait_subscribed(&self, channel: &str, within: Duration) -> bool {
-        let name = realtime_channel(channel);
-        let mut changes = self.active_changed.subscribe();
-        let wait = async {
-            loop {
-                changes.borrow_and_update();
-                if self.active.lock().expect("cluster lock").contains(&name) {
-                    return;
-                }
-                if changes.changed().await.is_err() {
-                    return std::future::pending().await;
-                }
-            }
-        };
-        tokio::time::timeout(within, wait).await.is_ok()
-    }
-
     async fn send(&self, link: &mut Link, batch: &[Outgoing]) -> RedisResult<()> {
         let messages: Vec<(String, Vec<u8>)> = batch
             .iter()
@@ -540,82 +429,6 @@ impl RedisBroker {
     }
 }
 
-impl Broker for RedisBroker {
-    fn register(&self, namespace: &Arc<Topics>) {
-        self.namespaces
-            .write()
-            .expect("cluster lock")
-            .insert(namespace.name().clone(), Arc::downgrade(namespace));
-    }
-
-    fn watch(&self, namespace: &Arc<str>, topic: &str) {
-        let mut wanted = self.wanted.lock().expect("cluster lock");
-        wanted.insert(channel(namespace, topic), (namespace.clone(), topic.into()));
-        drop(wanted);
-        self.wanted_changed.notify_one();
-        if self.is_realtime_adapter(namespace) {
-            self.watch_realtime(topic);
-        }
-    }
-
-    fn unwatch(&self, namespace: &Arc<str>, topic: &str) {
-        let mut wanted = self.wanted.lock().expect("cluster lock");
-        wanted.remove(&channel(namespace, topic));
-        drop(wanted);
-        self.wanted_changed.notify_one();
-        if self.is_realtime_adapter(namespace) {
-            self.unwatch_realtime(topic);
-        }
-    }
-
-    fn publish(&self, namespace: &Arc<str>, topic: &Arc<str>, frames: &Bytes) {
-        let outgoing = Outgoing {
-            namespace: namespace.clone(),
-            topic: topic.clone(),
-            frames: frames.clone(),
-        };
-        let len = frames.len();
-        let room = self
-            .queued_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
-                (now + len <= PUBLISH_QUEUE_MAX_BYTES).then_some(now + len)
-            })
-            .is_ok();
-        if !room {
-            return self.lose(1);
-        }
-        if self.queue.try_send(outgoing).is_err() {
-            self.dequeued(len);
-            self.lose(1);
-        }
-    }
-
-    fn stats(&self) -> Option<ClusterStats> {
-        Some(ClusterStats {
-            connected: self.connected.load(Ordering::Acquire),
-            subscribed: self.subscribed.load(Ordering::Acquire),
-            sent: self.sent.load(Ordering::Relaxed),
-            received: self.received.load(Ordering::Relaxed),
-            lost: self.lost.load(Ordering::Relaxed),
-            link_failures: self.link_failures.load(Ordering::Relaxed),
-            resubscribed: self.resubscribed.load(Ordering::Relaxed),
-            received_dropped: self.received_dropped.load(Ordering::Relaxed),
-        })
-    }
-}
-
-/// `work`, failed if Redis takes longer than [`REDIS_TIMEOUT`] (a cluster
-/// client may keep retrying a shard that is gone).
-async fn timed<T>(work: impl std::future::Future<Output = RedisResult<T>>) -> RedisResult<T> {
-    match tokio::time::timeout(REDIS_TIMEOUT, work).await {
-        Ok(result) => result,
-        Err(_) => Err(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "Redis did not answer in time",
-        ))),
-    }
-}
-
 /// The Redis channel of a namespace's topic: `weir:<namespace>:<topic>`,
 /// with `%`, `:`, `{` and `}` percent-encoded so names cannot run into each
 /// other and no `{…}` hash tag pins every topic of a route (`/topic/{topic}`)
@@ -657,91 +470,6 @@ fn escape_into(out: &mut String, name: &str) {
 fn node_id() -> u64 {
     let seed = (std::process::id(), std::time::SystemTime::now());
     RandomState::new().hash_one(seed)
-}
-
-/// A connection to one Redis server or to a Redis Cluster.
-enum Link {
-    Server(MultiplexedConnection),
-    Cluster(ClusterConnection),
-}
-
-impl Link {
-    async fn open(config: &ClusterConfig, pushes: BoundedPushes) -> RedisResult<Link> {
-        match config {
-            ClusterConfig::Redis(url) => {
-                // RESP3: subscriptions and commands share one connection.
-                let sep = if url.contains('?') { '&' } else { '?' };
-                let client = redis::Client::open(format!("{url}{sep}protocol=resp3"))?;
-                let config = redis::AsyncConnectionConfig::new()
-                    .set_push_sender(pushes)
-                    .set_connection_timeout(Some(REDIS_TIMEOUT))
-                    .set_response_timeout(Some(REDIS_TIMEOUT));
-                let conn = client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await?;
-                Ok(Link::Server(conn))
-            }
-            ClusterConfig::RedisCluster(urls) => {
-                let client = redis::cluster::ClusterClientBuilder::new(urls.clone())
-                    .use_protocol(redis::ProtocolVersion::RESP3)
-                    .push_sender(pushes)
-                    .connection_timeout(REDIS_TIMEOUT)
-                    .response_timeout(REDIS_TIMEOUT)
-                    .retries(2)
-                    .build()?;
-                Ok(Link::Cluster(client.get_async_connection().await?))
-            }
-        }
-    }
-
-    async fn subscribe(&mut self, channels: &[String]) -> RedisResult<()> {
-        match self {
-            Link::Server(conn) => conn.subscribe(channels).await,
-            // One at a time: channels of one SSUBSCRIBE must share a slot.
-            Link::Cluster(conn) => {
-                for channel in channels {
-                    conn.ssubscribe(channel).await?;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    async fn unsubscribe(&mut self, channels: &[String]) -> RedisResult<()> {
-        match self {
-            Link::Server(conn) => conn.unsubscribe(channels).await,
-            Link::Cluster(conn) => {
-                for channel in channels {
-                    conn.sunsubscribe(channel).await?;
-                }
-                Ok(())
-            }
-        }
-    }
-
-    /// Sends publishes in order: one pipeline to a server; to a cluster,
-    /// one SPUBLISH after another (each goes to its channel's shard).
-    async fn publish(&mut self, messages: &[(String, Vec<u8>)]) -> RedisResult<()> {
-        match self {
-            Link::Server(conn) => {
-                let mut pipe = redis::pipe();
-                for (channel, payload) in messages {
-                    pipe.cmd("PUBLISH").arg(channel).arg(payload).ignore();
-                }
-                pipe.query_async::<()>(conn).await
-            }
-            Link::Cluster(conn) => {
-                for (channel, payload) in messages {
-                    redis::cmd("SPUBLISH")
-                        .arg(channel)
-                        .arg(payload)
-                        .query_async::<()>(conn)
-                        .await?;
-                }
-                Ok(())
-            }
-        }
-    }
 }
 
 #[cfg(test)]

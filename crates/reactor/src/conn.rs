@@ -4,6 +4,10 @@
 //! idle timeout, backpressure and shutdown rules. Generic over the
 //! behaviour: nothing here names a route kind.
 
+mod outgoing;
+
+use outgoing::write_all;
+
 use super::behaviour::{Behaviour, Stop};
 use super::buffer::{
     poll_write_all, poll_write_all_vectored, BufPool, Output, HEADROOM_BYTES, READ_BUF_BYTES,
@@ -458,110 +462,6 @@ impl<T: Transport> Conn<T> {
         self.end = HEADROOM_BYTES + left;
         flow
     }
-
-    /// Writes frames other connections or the guest queued for this one.
-    async fn deliver(&mut self) -> Flow {
-        let outbound = &self.env.outbound;
-        // Messages are taken under the write turn, so a direct write from
-        // a producer cannot overtake them.
-        let _turn = outbound.direct().then(|| outbound.write_turn());
-        outbound.clear_remainder();
-        let mut frames = Vec::new();
-        let mut closing = None;
-        let mut taken = 0;
-        while frames.len() < OUTBOUND_BATCH {
-            let Some(msg) = outbound.try_recv() else {
-                break;
-            };
-            taken += 1;
-            match msg {
-                OutMsg::Frames(f) => frames.push(f),
-                OutMsg::Close(code, reason) => {
-                    closing = Some(Flow::Close(code, reason));
-                    break;
-                }
-                OutMsg::Drain => {
-                    closing = Some(Flow::Drain);
-                    break;
-                }
-            }
-        }
-        let total: usize = frames.iter().map(|f| f.len()).sum();
-        let stall_limit = self.env.limits.idle_timeout;
-        let stream = &mut self.stream;
-        let mut written = Ok(());
-        if !frames.is_empty() {
-            let mut slices: Vec<IoSlice<'_>> = frames.iter().map(|f| IoSlice::new(f)).collect();
-            let mut cursor = slices.as_mut_slice();
-            let mut flushing = false;
-            written = unless_stalled_poll(stall_limit, |cx| {
-                let mut writer = stream.writer();
-                if !flushing {
-                    ready!(poll_write_all_vectored(&mut writer, &mut cursor, cx))?;
-                    flushing = true;
-                }
-                tokio::io::AsyncWrite::poll_flush(std::pin::Pin::new(&mut writer), cx)
-            })
-            .await;
-        }
-        outbound.written(total);
-        outbound.delivered(taken);
-        match (written, closing) {
-            (Err(_), _) => Flow::Done,
-            (Ok(()), Some(flow)) => flow,
-            (Ok(()), None) => Flow::Continue,
-        }
-    }
-
-    /// Writes bytes of the connection's own (a ping, its close) to its
-    /// socket, taking the write turn when a producer may write too.
-    async fn write_own(&mut self, bytes: &[u8], stall_limit: Duration) -> std::io::Result<()> {
-        let outbound = &self.env.outbound;
-        let _turn = outbound.direct().then(|| outbound.write_turn());
-        if let Some(rest) = outbound.take_remainder() {
-            write_all(&mut self.stream, &rest, stall_limit).await?;
-            outbound.written(rest.len());
-        }
-        write_all(&mut self.stream, bytes, stall_limit).await
-    }
-
-    /// Sends a close frame and FIN, then reads and discards whatever the
-    /// client still sends until its EOF (bounded by [`CLOSE_LINGER`] and
-    /// [`CLOSE_DRAIN_MAX_BYTES`]). Closing a socket with unread bytes makes
-    /// the kernel answer with a reset, and a reset destroys the close frame
-    /// in the client's receive queue: a client still sending (its message
-    /// went over `max_message`, a protocol error, the drain) would never
-    /// learn why it was closed. RFC 6455 §7.1.1.
-    async fn close_and_linger(&mut self, code: u16, reason: &str) {
-        // No direct writes after the close frame.
-        self.env.outbound.end_direct();
-        let frame = encode::close_frame(code, reason);
-        if self.write_own(&frame, CLOSE_LINGER).await.is_err() {
-            return;
-        }
-        self.stream.shutdown_write();
-        if self.decoder.peer_closed() {
-            // The client's close came first: it sends nothing more.
-            return;
-        }
-        let _ = tokio::time::timeout(CLOSE_LINGER, self.discard_until_eof()).await;
-    }
-
-    async fn discard_until_eof(&mut self) {
-        let buf = self.buf.get_or_insert_with(|| self.env.pool.take(false));
-        let mut discarded = 0;
-        while discarded < CLOSE_DRAIN_MAX_BYTES {
-            if self.stream.readable().await.is_err() {
-                return;
-            }
-            match self.stream.read(&mut buf[HEADROOM_BYTES..]) {
-                Ok(0) => return,
-                Ok(n) => discarded += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
-                Err(_) => return,
-            }
-        }
-    }
 }
 
 /// Inflates a piece of a compressed message (RFC 7692 §7.2.2); at the
@@ -602,20 +502,6 @@ fn inflate_piece<B: Behaviour>(
     // Freed, not kept: an idle connection holds no message buffer.
     *message = Vec::new();
     Ok(())
-}
-
-/// Writes and flushes `bytes`; gives up if the socket takes none of them
-/// for `stall_limit` (see [`super::socket::unless_stalled`]).
-async fn write_all<T: Transport>(
-    stream: &mut T,
-    bytes: &[u8],
-    stall_limit: Duration,
-) -> std::io::Result<()> {
-    let mut sent = 0;
-    unless_stalled_poll(stall_limit, |cx| {
-        poll_write_all(&mut stream.writer(), bytes, &mut sent, cx)
-    })
-    .await
 }
 
 /// The close a protocol violation earns (RFC 6455 §7.4.1).

@@ -19,6 +19,9 @@
 //! Nothing here waits longer than [`REDIS_TIMEOUT`]: a Redis that does not
 //! answer is an error for the caller, never a stuck connection.
 
+mod scripts;
+mod wire;
+
 use super::{ClientInfo, Publication, RealtimeError, StreamPosition};
 use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
@@ -27,7 +30,11 @@ use redis::{RedisResult, Value};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use weir_config::ClusterConfig;
+use scripts::{PRESENCE_ADD, PRESENCE_GET, PRESENCE_REMOVE, PUBLISH, READ};
 use weir_pubsub::cluster::realtime_channel;
+use wire::parse_read;
+pub(crate) use wire::{decode_info, decode_message, encode_info};
+pub use wire::Message;
 
 /// How long one Redis call may take before it counts as failed.
 pub const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -35,102 +42,6 @@ pub const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 pub const PRESENCE_TTL: Duration = Duration::from_secs(30);
 /// How often a node writes its members' presence again.
 pub(crate) const PRESENCE_REFRESH: Duration = Duration::from_secs(10);
-
-const PUBLISH: &str = r#"
-local size = tonumber(ARGV[3])
-if ARGV[8] == '1' then
-  local prev = redis.call('get', KEYS[3])
-  if prev then
-    return {tonumber(prev), redis.call('hget', KEYS[1], 'e') or ''}
-  end
-end
-local offset = 0
-local epoch = ''
-if size > 0 then
-  epoch = redis.call('hget', KEYS[1], 'e')
-  if not epoch then
-    epoch = ARGV[5]
-    redis.call('hset', KEYS[1], 'e', epoch)
-  end
-  offset = redis.call('hincrby', KEYS[1], 's', 1)
-  redis.call('expire', KEYS[1], ARGV[4])
-  redis.call('xadd', KEYS[2], 'MAXLEN', size, offset .. '-0', 'd', ARGV[1], 'i', ARGV[2])
-  redis.call('expire', KEYS[2], ARGV[4])
-end
-redis.call(ARGV[7], ARGV[6], 'p' .. offset .. ';' .. epoch .. ';' .. string.len(ARGV[2]) .. ';' .. ARGV[2] .. ARGV[1])
-if ARGV[8] == '1' then
-  redis.call('set', KEYS[3], offset, 'EX', ARGV[9])
-end
-return {offset, epoch}
-"#;
-
-/// The channel's position (made, with a new epoch, if it has none) and
-/// its stream: after ARGV[1] when it is 0 or more, nothing when it is -2,
-/// else from the start (or the end, ARGV[3] = '1'), at most ARGV[2] entries.
-const READ: &str = r#"
-local epoch = redis.call('hget', KEYS[1], 'e')
-if not epoch then
-  epoch = ARGV[4]
-  redis.call('hset', KEYS[1], 'e', epoch)
-  redis.call('expire', KEYS[1], ARGV[5])
-end
-local top = tonumber(redis.call('hget', KEYS[1], 's') or '0')
-local since = tonumber(ARGV[1])
-local entries = {}
-if since >= 0 then
-  entries = redis.call('xrange', KEYS[2], (since + 1) .. '-0', '+', 'COUNT', ARGV[2])
-elseif since == -2 then
-  entries = {}
-elseif ARGV[3] == '1' then
-  entries = redis.call('xrevrange', KEYS[2], '+', '-', 'COUNT', ARGV[2])
-else
-  entries = redis.call('xrange', KEYS[2], '-', '+', 'COUNT', ARGV[2])
-end
-return {top, epoch, entries}
-"#;
-
-/// Drops expired members, then adds or refreshes ARGV[5..] (client, info
-/// pairs) unless a new one would pass ARGV[3] members (0 if none may be
-/// added). Answers 1, or 0 when full.
-const PRESENCE_ADD: &str = r#"
-local gone = redis.call('zrangebyscore', KEYS[2], '-inf', ARGV[1])
-for _, c in ipairs(gone) do redis.call('hdel', KEYS[1], c) end
-redis.call('zremrangebyscore', KEYS[2], '-inf', ARGV[1])
-local max = tonumber(ARGV[3])
-for i = 5, #ARGV, 2 do
-  if max > 0 and redis.call('hexists', KEYS[1], ARGV[i]) == 0 and redis.call('hlen', KEYS[1]) >= max then
-    return 0
-  end
-  redis.call('hset', KEYS[1], ARGV[i], ARGV[i + 1])
-  redis.call('zadd', KEYS[2], ARGV[2], ARGV[i])
-end
-redis.call('expire', KEYS[1], ARGV[4])
-redis.call('expire', KEYS[2], ARGV[4])
-return 1
-"#;
-
-/// Members not expired: a flat list of client, info.
-const PRESENCE_GET: &str = r#"
-local live = redis.call('zrangebyscore', KEYS[2], '(' .. ARGV[1], '+inf')
-local out = {}
-for _, c in ipairs(live) do
-  local info = redis.call('hget', KEYS[1], c)
-  if info then
-    out[#out + 1] = c
-    out[#out + 1] = info
-  end
-end
-return out
-"#;
-
-const PRESENCE_REMOVE: &str = r#"
-redis.call('hdel', KEYS[1], ARGV[1])
-redis.call('zrem', KEYS[2], ARGV[1])
-return 1
-"#;
-
-/// A connection to one Redis server or to a Redis Cluster.
-#[derive(Clone)]
 enum Conn {
     Server(MultiplexedConnection),
     Cluster(ClusterConnection),
@@ -429,141 +340,6 @@ fn unix_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// A stream entry's field and its value.
-type Field = (Vec<u8>, Vec<u8>);
-
-/// `{top, epoch, {{id, {field, value, ...}}, ...}}` from [`READ`].
-fn parse_read(value: Value) -> Option<Read> {
-    let Value::Array(parts) = value else {
-        return None;
-    };
-    let mut parts = parts.into_iter();
-    let top: u64 = redis::from_redis_value(parts.next()?).ok()?;
-    let epoch: String = redis::from_redis_value(parts.next()?).ok()?;
-    let Value::Array(entries) = parts.next()? else {
-        return None;
-    };
-    let now = Instant::now();
-    let mut publications = Vec::with_capacity(entries.len());
-    for entry in entries {
-        let (id, fields): (String, Vec<Field>) = redis::from_redis_value(entry).ok()?;
-        let offset: u64 = id.split('-').next()?.parse().ok()?;
-        let mut publication = Publication {
-            offset,
-            data: Bytes::new(),
-            info: None,
-            time: now,
-        };
-        for (field, value) in fields {
-            match field.as_slice() {
-                b"d" => publication.data = Bytes::from(value),
-                b"i" if !value.is_empty() => publication.info = decode_info(&value).map(Arc::new),
-                _ => {}
-            }
-        }
-        publications.push(publication);
-    }
-    Some(Read {
-        top: StreamPosition { offset: top, epoch },
-        publications,
-    })
-}
-
-/// A message from the channel's Redis channel.
-#[derive(Debug)]
-pub enum Message {
-    Publication {
-        position: StreamPosition,
-        publication: Publication,
-    },
-    Join(ClientInfo),
-    Leave(ClientInfo),
-}
-
-/// Reads a message published by [`PUBLISH`] (`p<offset>;<epoch>;<info
-/// length>;<info><data>`) or by [`RedisStore::join_leave`].
-pub(crate) fn decode_message(payload: &Bytes) -> Option<Message> {
-    let (&kind, rest) = payload.split_first()?;
-    match kind {
-        b'p' => {
-            let mut at = 1;
-            let mut field = || {
-                let end = at + payload[at..].iter().position(|&b| b == b';')?;
-                let text = std::str::from_utf8(&payload[at..end]).ok()?;
-                at = end + 1;
-                Some(text.to_string())
-            };
-            let offset: u64 = field()?.parse().ok()?;
-            let epoch = field()?;
-            let info_len: usize = field()?.parse().ok()?;
-            let info_end = at.checked_add(info_len).filter(|&e| e <= payload.len())?;
-            let info = match info_len {
-                0 => None,
-                _ => Some(Arc::new(decode_info(&payload[at..info_end])?)),
-            };
-            Some(Message::Publication {
-                position: StreamPosition {
-                    offset,
-                    epoch: epoch.clone(),
-                },
-                publication: Publication {
-                    offset,
-                    data: payload.slice(info_end..),
-                    info,
-                    time: Instant::now(),
-                },
-            })
-        }
-        b'j' => Some(Message::Join(decode_info(rest)?)),
-        b'l' => Some(Message::Leave(decode_info(rest)?)),
-        _ => None,
-    }
-}
-
-/// A member as Redis keeps it: each field as `<length>:<bytes>`, `-:` for
-/// an absent one (client, user, connection info, channel info).
-pub(crate) fn encode_info(info: &ClientInfo) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut field = |v: Option<&[u8]>| match v {
-        Some(v) => {
-            out.extend_from_slice(format!("{}:", v.len()).as_bytes());
-            out.extend_from_slice(v);
-        }
-        None => out.extend_from_slice(b"-:"),
-    };
-    field(Some(info.client.as_bytes()));
-    field(Some(info.user.as_bytes()));
-    field(info.conn_info.as_deref());
-    field(info.chan_info.as_deref());
-    out
-}
-
-pub(crate) fn decode_info(mut raw: &[u8]) -> Option<ClientInfo> {
-    let mut field = || -> Option<Option<Vec<u8>>> {
-        let colon = raw.iter().position(|&b| b == b':')?;
-        let len = &raw[..colon];
-        if len == b"-" {
-            raw = &raw[colon + 1..];
-            return Some(None);
-        }
-        let len: usize = std::str::from_utf8(len).ok()?.parse().ok()?;
-        let end = (colon + 1).checked_add(len).filter(|&e| e <= raw.len())?;
-        let value = raw[colon + 1..end].to_vec();
-        raw = &raw[end..];
-        Some(Some(value))
-    };
-    let client = String::from_utf8(field()??).ok()?;
-    let user = String::from_utf8(field()??).ok()?;
-    let conn_info = field()?.map(Bytes::from);
-    let chan_info = field()?.map(Bytes::from);
-    Some(ClientInfo {
-        client,
-        user,
-        conn_info,
-        chan_info,
-    })
 }
 
 #[cfg(test)]

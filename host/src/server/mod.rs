@@ -22,6 +22,7 @@ mod head_scan;
 mod http;
 mod live;
 mod reload;
+mod shared;
 mod upgrade;
 mod worker;
 
@@ -42,6 +43,7 @@ use weir_config::Config;
 use weir_guest_runtime::GuestError;
 use weir_reactor::buffer::PoolStats;
 use weir_reactor::registry::Registry;
+use shared::Shared;
 
 /// Flips to true when the gateway should drain and stop (see the module
 /// docs). A dropped sender also means stop.
@@ -51,11 +53,11 @@ pub type Shutdown = tokio::sync::watch::Receiver<bool>;
 /// the log.
 const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
-/// Why the gateway could not start.
 /// What the public listener answers a path no route matches; `weir deploy`
 /// pointed at the public port instead of the admin one recognises it.
 pub const NO_ROUTE_BODY: &str = "no route for this path\n";
 
+/// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("cannot listen on {addr}: {source}")]
@@ -79,79 +81,6 @@ pub enum ServeError {
     AdminToken { var: String },
     #[error("[api]: the environment variable {var} must hold the server API key (at least {MIN_API_KEY_BYTES} bytes, not the admin token), e.g. export {var}=$(openssl rand -hex 32)")]
     ApiKey { var: String },
-}
-
-/// What all workers share: routes, the registry, limits and counters.
-struct Shared {
-    /// The route table; a reload swaps in the next one (`reload`).
-    routes: arc_swap::ArcSwap<Routes>,
-    /// Open WebSocket connections of every worker.
-    registry: Arc<Registry>,
-    /// Each worker's receive-buffer pool, by worker index.
-    pools: Vec<Arc<PoolStats>>,
-    /// What the public listener's HTTP front reads for every request.
-    front: Front,
-    /// Refusals and failures: counted for `/metrics`, summarised for the log.
-    counts: Counts,
-    /// The drain at shutdown.
-    drain: Drain,
-    /// What deploys, rollbacks and reloads hold.
-    change: ChangeState,
-}
-
-/// The public listener's settings, read by `http.rs` and `upgrade.rs`.
-struct Front {
-    handshake_timeout: Duration,
-    admission: Arc<Admission>,
-    /// `[server] trusted_proxies`, for the same-origin check.
-    trusted_proxies: Vec<weir_config::origin::Cidr>,
-    /// TLS termination, when `[server] tls` is set.
-    tls: Option<weir_config::tls::Tls>,
-    /// Whether the public listener answers `/metrics`.
-    public_metrics: bool,
-    /// The names the public listener answers to (421 otherwise).
-    hosts: weir_config::hosts::AllowedHosts,
-    /// `[server] h2_max_streams`.
-    h2_max_streams: u32,
-    /// How long an HTTP/2 connection may stay without a stream once it has
-    /// had one: the server's `idle_timeout`.
-    h2_idle_timeout: Duration,
-}
-
-/// What the front refused or failed, for `/metrics` and the log.
-struct Counts {
-    upgrades: AtomicU64,
-    refused_over_limit: AtomicU64,
-    /// Summaries for the log: refusals over the connection limit, failed
-    /// accepts.
-    refusals: Summary,
-    accept_failures: Summary,
-    refused_draining: AtomicU64,
-    /// Upgrades refused (403) for a browser origin the route does not allow.
-    refused_origin: AtomicU64,
-    /// Summaries of those refusals for the log.
-    origin_refusals: Summary,
-    /// TLS handshakes that failed or timed out.
-    tls_handshake_failures: AtomicU64,
-}
-
-/// The drain: set once at shutdown, waited on by every worker.
-struct Drain {
-    draining: AtomicBool,
-    drain_timeout: Duration,
-    /// Open TCP connections (HTTP or WebSocket), so the drain can wait for them.
-    tcp_open: AtomicUsize,
-}
-
-/// What a deploy, rollback or reload holds or reads again.
-struct ChangeState {
-    /// The routes file, for reloads.
-    source: Option<PathBuf>,
-    /// Held by a deploy, rollback or reload: one change at a time.
-    changing: Mutex<()>,
-    /// The admin listener's TLS, when `[admin] tls` is set (a reload reads
-    /// its certificate again too).
-    admin_tls: Option<weir_config::tls::Tls>,
 }
 
 /// A bound gateway, ready to run. Binding first lets callers (tests, `--listen
@@ -326,171 +255,6 @@ impl Server {
 /// Binds and runs until `shutdown` flips to true.
 pub fn serve(config: Config, shutdown: Shutdown) -> Result<(), ServeError> {
     Server::bind(config)?.run(shutdown)
-}
-
-impl Shared {
-    fn new(config: &Config, workers: usize) -> Result<Shared, ServeError> {
-        weir_reactor::stats::set_workers(workers);
-        let registry = Arc::new(Registry::new(workers));
-        let descriptors = admission::raise_descriptor_limit();
-        let configured = config.server.max_connections;
-        let cap = admission::connection_cap(configured, descriptors);
-        if let Some(limit) = descriptors.filter(|_| cap < configured || configured == 0) {
-            if cap < configured {
-                let message = format!(
-                    "max_connections = {configured} is more than this process may open \
-                     (RLIMIT_NOFILE {limit}); serving at most {cap} connections and keeping {} \
-                     descriptors back so refusals still get their 503; raise `ulimit -n` for more",
-                    admission::descriptor_reserve(limit)
-                );
-                // The default is not the operator's choice: nothing to act
-                // on unless they asked for more (then it is a warning).
-                if configured == weir_config::DEFAULT_MAX_CONNECTIONS {
-                    debug!("{message}");
-                } else {
-                    warn!("{message}");
-                }
-            } else {
-                info!("max_connections = 0: no limit but descriptors; at most {cap} (RLIMIT_NOFILE {limit})");
-            }
-        }
-        Ok(Shared {
-            routes: arc_swap::ArcSwap::from_pointee(Routes::build(config, &registry)?),
-            registry,
-            pools: (0..workers).map(|_| Arc::default()).collect(),
-            front: Front {
-                handshake_timeout: config.server.handshake_timeout,
-                admission: Admission::new(cap, config.server.max_connections_per_ip),
-                trusted_proxies: config.server.trusted_proxies.clone(),
-                tls: match &config.server.tls {
-                    Some(files) => Some(
-                        weir_config::tls::Tls::new(
-                            files,
-                            &[weir_config::tls::ALPN_H2, weir_config::tls::ALPN_HTTP1],
-                        )
-                        .map_err(ServeError::Tls)?,
-                    ),
-                    None => None,
-                },
-                public_metrics: config.server.public_metrics,
-                hosts: public_hosts(config),
-                h2_max_streams: config.server.h2_max_streams,
-                h2_idle_timeout: config.server.limits.idle_timeout,
-            },
-            counts: Counts {
-                upgrades: AtomicU64::new(0),
-                refused_over_limit: AtomicU64::new(0),
-                refusals: Summary::new(SUMMARY_EVERY),
-                accept_failures: Summary::new(SUMMARY_EVERY),
-                refused_draining: AtomicU64::new(0),
-                refused_origin: AtomicU64::new(0),
-                origin_refusals: Summary::new(SUMMARY_EVERY),
-                tls_handshake_failures: AtomicU64::new(0),
-            },
-            drain: Drain {
-                draining: AtomicBool::new(false),
-                drain_timeout: config.server.drain_timeout,
-                tcp_open: AtomicUsize::new(0),
-            },
-            change: ChangeState {
-                source: config.source.clone(),
-                changing: Mutex::new(()),
-                // HTTP/1.1 only: the admin listener speaks nothing else.
-                admin_tls: match config.admin.as_ref().and_then(|a| a.tls.as_ref()) {
-                    Some(files) => Some(
-                        weir_config::tls::Tls::new(files, &[weir_config::tls::ALPN_HTTP1])
-                            .map_err(ServeError::AdminTls)?,
-                    ),
-                    None => None,
-                },
-            },
-        })
-    }
-
-    /// The figures `/metrics` shows.
-    fn snapshot(&self) -> Snapshot {
-        let queues = self.registry.stats();
-        let table = self.routes.load();
-        let fanout = table.fanout.stats();
-        Snapshot {
-            websocket_connections: queues.connections,
-            tcp_connections: self.drain.tcp_open.load(Ordering::Relaxed),
-            upgrades: self.counts.upgrades.load(Ordering::Relaxed),
-            refused_over_limit: self.counts.refused_over_limit.load(Ordering::Relaxed),
-            accept_failures: self.counts.accept_failures.total(),
-            refused_draining: self.counts.refused_draining.load(Ordering::Relaxed),
-            refused_origin: self.counts.refused_origin.load(Ordering::Relaxed),
-            tls_handshake_failures: self.counts.tls_handshake_failures.load(Ordering::Relaxed),
-            outbound_queued_bytes: queues.queued_bytes,
-            outbound_queued_bytes_max: queues.max_queued_bytes,
-            receive_buffer_bytes_held: self.pools.iter().map(|p| p.held_bytes()).sum(),
-            receive_buffer_bytes_pooled: self.pools.iter().map(|p| p.pooled_bytes()).sum(),
-            draining: self.drain.draining.load(Ordering::Relaxed),
-            heap: crate::metrics::Heap::read(),
-            log_lines_lost: crate::logging::lost_lines(),
-            pubsub_dropped: fanout.dropped,
-            pubsub_closed_slow: fanout.closed,
-            cluster: table.broker.stats(),
-            routes: table
-                .live_routes()
-                .map(|(_, r)| crate::metrics::RouteFigures {
-                    route: r.path.clone(),
-                    conns: r.stats.sum(),
-                    guest: r.guest.as_ref().map(|g| {
-                        let (current, kept) = g.versions().list();
-                        let (deploys, failed_deploys) = g.versions().deploy_counts();
-                        crate::metrics::GuestFigures {
-                            serving: current.program.version(),
-                            versions: std::iter::once(&current)
-                                .chain(&kept)
-                                .map(|d| (d.program.version(), d.program.stats()))
-                                .collect(),
-                            deploys,
-                            failed_deploys,
-                        }
-                    }),
-                })
-                .collect(),
-            guest_routes: table
-                .live_routes()
-                .filter_map(|(_, r)| r.guest.as_ref())
-                .map(|g| crate::metrics::GuestRouteStats {
-                    route: g.program().route().to_string(),
-                    log_dropped_lines: g.program().log().dropped_lines(),
-                    log_dropped_bytes: g.program().log().dropped_bytes(),
-                    deadline_trips: g.deadline_trips(),
-                    backoff_refused: g.backoff_refused(),
-                    realtime_refused: g.realtime().map_or(0, |rt| rt.refused()),
-                    kv_refused: g.kv_refusals().counts(),
-                    kv: g.kv().map(|kv| {
-                        let (keys, bytes) = kv.usage();
-                        crate::metrics::KvUsage {
-                            keys: keys as u64,
-                            bytes,
-                            queued_bytes: kv.queued_bytes() as u64,
-                        }
-                    }),
-                })
-                .collect(),
-        }
-    }
-}
-
-/// The names the public listener answers to; says so at start when a
-/// loopback gateway accepts only loopback names.
-fn public_hosts(config: &Config) -> weir_config::hosts::AllowedHosts {
-    let hosts = weir_config::hosts::AllowedHosts::new(
-        config.server.allowed_hosts.as_deref(),
-        config.server.listen,
-    );
-    if hosts.loopback_only() {
-        warn!(
-            listen = %config.server.listen,
-            "listening on loopback only: requests must name localhost, 127.0.0.1 or [::1] as their \
-             Host (others get 421, against DNS rebinding); list other names in [server] allowed_hosts"
-        );
-    }
-    hosts
 }
 
 /// Fail if another process listens on `addr`. The workers' listeners use

@@ -1,0 +1,286 @@
+//! A channel across nodes (`[cluster]`): Redis holds its positions,
+//! history and presence; a node joins Redis's copy to live delivery
+//! without a gap or a repeat, takes other nodes' publications, joins and
+//! leaves as they arrive, and closes its positioned subscribers when a
+//! channel's positions jump.
+
+use super::*;
+
+impl Realtime {
+    /// One subscriber fewer on this node: the last one's leaving stops the
+    /// watch (and the node's copy of the stream, which would go stale).
+    pub(crate) fn release(&self, cluster: &Cluster, channel: &str, state: &mut ChannelState) {
+        state.subscribers = state.subscribers.saturating_sub(1);
+        if state.subscribers == 0 {
+            cluster.broker.unwatch_realtime(channel);
+            state.forget_copy();
+        }
+    }
+
+    /// [`subscribe`](Self::subscribe) with `[cluster]`. The channel is
+    /// watched first and Redis confirms it, so every publication after the
+    /// read below reaches this node; then, under the channel's lock, the
+    /// read is joined to what arrived meanwhile (the node's stream has it):
+    /// the reply carries everything up to the newest position seen, and
+    /// live delivery skips what the reply has.
+    pub(crate) async fn subscribe_across(
+        self: Arc<Self>,
+        req: &Subscribe,
+        reject_unrecovered: bool,
+        reply: Reply,
+    ) -> Result<(), RealtimeError> {
+        let cluster = self.cluster().expect("clustered");
+        let options = self.namespaces.of(&req.channel)?.clone();
+        self.tick();
+        let state = self.channel(&req.channel, options.max_channels)?;
+        {
+            let mut state = state.lock().expect("channel lock");
+            state.subscribers += 1;
+            if state.subscribers == 1 {
+                cluster.broker.watch_realtime(&req.channel);
+            }
+        }
+        let result = self
+            .clone()
+            .join_across(cluster, &state, &options, req, reject_unrecovered, reply)
+            .await;
+        let joined = matches!(result, Ok(true));
+        if !joined {
+            // Refused, failed or called off: undo what this subscribe did.
+            {
+                let mut locked = state.lock().expect("channel lock");
+                self.release(cluster, &req.channel, &mut locked);
+            }
+            if options.presence && !matches!(result, Err(RealtimeError::Presence(_))) {
+                cluster
+                    .store
+                    .presence_remove(&req.channel, &req.member.client)
+                    .await;
+            }
+        } else if options.join_leave {
+            cluster
+                .store
+                .join_leave(&req.channel, &req.member, true)
+                .await;
+        }
+        result.map(|_| ())
+    }
+
+    /// The Redis half of [`subscribe_across`](Self::subscribe_across):
+    /// true once joined, false if the client left meanwhile.
+    pub(crate) async fn join_across(
+        self: Arc<Self>,
+        cluster: &Cluster,
+        state: &Mutex<ChannelState>,
+        options: &NamespaceOptions,
+        req: &Subscribe,
+        reject_unrecovered: bool,
+        reply: Reply,
+    ) -> Result<bool, RealtimeError> {
+        let channel = req.channel.as_str();
+        if !cluster
+            .broker
+            .wait_subscribed(channel, redis::REDIS_TIMEOUT)
+            .await
+        {
+            return Err(RealtimeError::Unavailable);
+        }
+        if options.presence {
+            let added = cluster
+                .store
+                .presence_add(
+                    channel,
+                    std::slice::from_ref(&req.member),
+                    options.presence_max,
+                )
+                .await?;
+            if !added {
+                return Err(PresenceError::PresenceFull.into());
+            }
+        }
+        let history = options.keeps_history();
+        let recoverable = history && (req.recoverable || options.force_recovery);
+        let recover = req.recover.as_ref().filter(|_| recoverable);
+        // A few tries: a read may find the node's stream ahead of it by
+        // more than the stream keeps (a burst between the read and now).
+        for _ in 0..3 {
+            let read = match (history, recover) {
+                (false, _) => None,
+                (true, from) => Some(
+                    cluster
+                        .store
+                        .read(
+                            channel,
+                            from.map_or(ReadFrom::PositionOnly, |p| ReadFrom::After(p.offset)),
+                            options.history_size,
+                            false,
+                            options.history_ttl,
+                        )
+                        .await?,
+                ),
+            };
+            let mut locked = state.lock().expect("channel lock");
+            let mut top = StreamPosition::default();
+            let mut later = Vec::new();
+            if let Some(read) = &read {
+                top = read.top.clone();
+                if !locked.seeded {
+                    locked.stream = Stream::at(top.clone());
+                    locked.seeded = true;
+                } else if locked.stream.epoch() != top.epoch {
+                    // Redis started a new epoch: this node's subscribers
+                    // hold positions of the old one.
+                    self.discontinuity(channel);
+                    locked.stream = Stream::at(top.clone());
+                } else if locked.stream.position().offset > top.offset {
+                    match locked.stream.since(top.offset) {
+                        Some(missed) => later = missed,
+                        None => continue,
+                    }
+                    top.offset = locked.stream.position().offset;
+                }
+            }
+            let recovery = match (recover, &read) {
+                (Some(since), Some(read)) => Some(recovery_of(since, read, later, &top)),
+                _ => None,
+            };
+            if reject_unrecovered && recovery.as_ref().is_some_and(|r| !r.recovered) {
+                return Err(HistoryError::UnrecoverablePosition.into());
+            }
+            if !req.subscription.activate() {
+                return Ok(false);
+            }
+            let found = Subscribed {
+                positioned: history,
+                recoverable,
+                recovery,
+                top,
+            };
+            req.outbound.send_frames(&reply(&found));
+            req.topics.join(
+                channel,
+                Subscriber {
+                    conn: req.conn,
+                    outbound: req.outbound.clone(),
+                    slow: weir_config::SlowSubscriber::Close,
+                    since: found.top.offset,
+                    positioned: history,
+                },
+            );
+            if options.presence {
+                let _ = locked.presence.add(req.member.clone(), 0);
+            }
+            return Ok(true);
+        }
+        Err(RealtimeError::Unavailable)
+    }
+
+    /// The close (code, reason) for a positioned subscriber whose
+    /// channel's positions broke on this node: its client reconnects and
+    /// recovers from where it was.
+    pub(crate) fn discontinuity(&self) -> Option<(u16, &'static str)> {
+        None
+    }
+
+    /// A message from Redis for a channel this node watches (with
+    /// `[cluster]`): publications are kept in the node's stream and
+    /// delivered at their positions, in the order Redis gave them.
+    pub(crate) fn received(&self, channel: &str, message: Message) {
+        let (position, publication) = match message {
+            Message::Join(info) => return self.join_leave(channel, &info, true),
+            Message::Leave(info) => return self.join_leave(channel, &info, false),
+            Message::Publication {
+                position,
+                publication,
+            } => (position, publication),
+        };
+        if position.offset == 0 {
+            return self.deliver(channel, &publication);
+        }
+        let Ok(options) = self.namespaces.of(channel) else {
+            return;
+        };
+        let Some(state) = self.existing(channel) else {
+            // Subscribers that follow no positions (a pubsub route's).
+            return self.deliver(channel, &publication);
+        };
+        let mut state = state.lock().expect("channel lock");
+        if state.subscribers == 0 {
+            // No positioned subscriber here (the channel is watched for a
+            // pubsub route's): no copy to keep, and none left to go stale.
+            return self.deliver(channel, &publication);
+        }
+        let at = state.stream.position();
+        if state.seeded && at.epoch == position.epoch && position.offset <= at.offset {
+            return; // a subscribe's read already had it
+        }
+        let follows =
+            state.seeded && at.epoch == position.epoch && position.offset == at.offset + 1;
+        if !follows {
+            if state.seeded {
+                // A jump: publications were lost between Redis and here,
+                // or Redis started a new epoch.
+                tracing::info!(
+                    channel,
+                    from = at.offset,
+                    to = position.offset,
+                    "realtime: positions jumped; positioned subscribers reconnect to recover"
+                );
+                self.discontinuity(channel);
+            }
+            state.stream = Stream::at(StreamPosition {
+                offset: position.offset - 1,
+                epoch: position.epoch,
+            });
+            state.seeded = true;
+        }
+        self.deliver(channel, &publication);
+        state
+            .stream
+            .record(publication, options.history_size, options.history_max_bytes);
+    }
+}
+
+impl RealtimeSink for Realtime {
+    fn receive(&self, channel: &str, payload: Bytes) {
+        if channel == control_channel() {
+            match serde_json::from_slice::<Control>(&payload) {
+                Ok(c) => {
+                    self.clients
+                        .command(&c.user, c.client.as_deref(), &c.command);
+                }
+                Err(_) => tracing::warn!("realtime: dropped a control message that is not weir's"),
+            }
+            return;
+        }
+        match redis::decode_message(&payload) {
+            Some(message) => self.received(channel, message),
+            None => tracing::warn!(
+                channel,
+                "realtime: dropped a message from Redis that is not weir's"
+            ),
+        }
+    }
+
+    /// Publications made while the link was down never reach this node:
+    /// every channel it followed loses its continuity, and its positioned
+    /// subscribers reconnect and recover from Redis (or are told they
+    /// cannot, when Redis came back empty with a new epoch).
+    fn link_up(&self) {
+        let channels: Vec<(Arc<str>, Arc<Mutex<ChannelState>>)> = self
+            .channels
+            .lock()
+            .expect("channels lock")
+            .states
+            .iter()
+            .map(|(name, state)| (name.clone(), state.clone()))
+            .collect();
+        for (name, state) in channels {
+            let mut state = state.lock().expect("channel lock");
+            if state.seeded {
+                self.discontinuity(&name);
+                state.forget_copy();
+            }
+        }
+    }
+}
