@@ -175,11 +175,14 @@ impl Realtime {
         Err(RealtimeError::Unavailable)
     }
 
-    /// The close (code, reason) for a positioned subscriber whose
-    /// channel's positions broke on this node: its client reconnects and
-    /// recovers from where it was.
-    pub(crate) fn discontinuity(&self) -> Option<(u16, &'static str)> {
-        None
+    /// Closes the positioned subscribers of `channel` on this node (their
+    /// positions no longer follow the channel's).
+    pub(crate) fn discontinuity(&self, channel: &str) {
+        for adapter in self.adapters.read().expect("adapters lock").iter() {
+            if let Some((code, reason)) = adapter.framer.discontinuity() {
+                adapter.topics.close_positioned(channel, code, reason);
+            }
+        }
     }
 
     /// A message from Redis for a channel this node watches (with

@@ -200,13 +200,13 @@ impl Realtime {
         }
     }
 
-    /// A join (true) or leave push, if the adapter's clients get them.
-    pub(crate) fn join_leave(&self, channel: &str, info: &ClientInfo, join: bool) -> Option<Bytes>;
-    /// The close (code, reason) for a positioned subscriber whose
-    /// channel's positions broke on this node: its client reconnects and
-    /// recovers from where it was.
-    pub(crate) fn discontinuity(&self) -> Option<(u16, &'static str)> {
-        None
+    /// A join or leave push to every adapter that has them.
+    pub(crate) fn join_leave(&self, channel: &str, info: &ClientInfo, join: bool) {
+        for adapter in self.adapters.read().expect("adapters lock").iter() {
+            if let Some(frames) = adapter.framer.join_leave(channel, info, join) {
+                adapter.topics.publish_positioned(channel, &frames, 0);
+            }
+        }
     }
 
     /// Subscribes a client: recovers what it missed if it asks, queues the
@@ -274,7 +274,13 @@ impl Realtime {
     }
 
     /// Ends a client's subscription (from [`subscribe`](Self::subscribe)).
-    pub(crate) fn unsubscribe_here(&self, channel: &str, topics: &Topics, conn: ConnId, client: &str) {
+    pub(crate) fn unsubscribe_here(
+        &self,
+        channel: &str,
+        topics: &Topics,
+        conn: ConnId,
+        client: &str,
+    ) {
         topics.unsubscribe(channel, conn);
         let Some(state) = self.existing(channel) else {
             return;
@@ -292,7 +298,10 @@ impl Realtime {
     }
 
     /// Who is in `channel` (namespaces with `presence` only).
-    pub(crate) fn presence_here(&self, channel: &str) -> Result<Vec<Arc<ClientInfo>>, RealtimeError> {
+    pub(crate) fn presence_here(
+        &self,
+        channel: &str,
+    ) -> Result<Vec<Arc<ClientInfo>>, RealtimeError> {
         if !self.namespaces.of(channel)?.presence {
             return Err(RealtimeError::NotAvailable);
         }
@@ -305,7 +314,10 @@ impl Realtime {
         })
     }
 
-    pub(crate) fn presence_stats_here(&self, channel: &str) -> Result<PresenceStats, RealtimeError> {
+    pub(crate) fn presence_stats_here(
+        &self,
+        channel: &str,
+    ) -> Result<PresenceStats, RealtimeError> {
         if !self.namespaces.of(channel)?.presence {
             return Err(RealtimeError::NotAvailable);
         }

@@ -38,8 +38,8 @@ mod across;
 mod here;
 mod model;
 
+use here::{Adapter, ChannelState, Channels};
 pub use model::*;
-use here::{Adapter, ChannelState, Channels, SWEEP_WHEN_FULL_EVERY};
 
 pub use clients::UserCommand;
 pub use history::{HistoryQuery, Recovery, StreamPosition};
@@ -210,15 +210,6 @@ impl Realtime {
         }
     }
 
-    /// A join or leave push to every adapter that has them.
-    fn join_leave(&self, channel: &str, info: &ClientInfo, join: bool) {
-        for adapter in self.adapters.read().expect("adapters lock").iter() {
-            if let Some(frames) = adapter.framer.join_leave(channel, info, join) {
-                adapter.topics.publish_positioned(channel, &frames, 0);
-            }
-        }
-    }
-
     /// Publishes `data` (JSON text) into `channel`: its position (offset 0
     /// and no epoch in a channel without history). A repeated
     /// `idempotency_key` within [`IDEMPOTENCY_TTL`] answers the first
@@ -330,16 +321,6 @@ impl Realtime {
                 store.join_leave(&channel, &member, false).await;
             }
         });
-    }
-
-    /// Closes the positioned subscribers of `channel` on this node (their
-    /// positions no longer follow the channel's).
-    fn discontinuity(&self, channel: &str) {
-        for adapter in self.adapters.read().expect("adapters lock").iter() {
-            if let Some((code, reason)) = adapter.framer.discontinuity() {
-                adapter.topics.close_positioned(channel, code, reason);
-            }
-        }
     }
 
     /// Who is in `channel` (namespaces with `presence` only); with
@@ -473,7 +454,6 @@ impl Realtime {
         });
     }
 }
-
 
 /// What a recovery from `since` finds in `read` and in the node's `later`
 /// publications (those after the read, up to `top`).

@@ -34,6 +34,20 @@ pub struct ClientInfo {
 pub trait Framer: Send + Sync {
     /// Whole server frames carrying `publication` of `channel`.
     fn publication(&self, channel: &str, publication: &Publication) -> Bytes;
+    /// A join (true) or leave push, if the adapter's clients get them.
+    fn join_leave(&self, channel: &str, info: &ClientInfo, join: bool) -> Option<Bytes>;
+    /// The close (code, reason) for a positioned subscriber whose
+    /// channel's positions broke on this node: its client reconnects and
+    /// recovers from where it was.
+    fn discontinuity(&self) -> Option<(u16, &'static str)> {
+        None
+    }
+}
+
+/// Why the core refuses a request; adapters map these to their codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RealtimeError {
+    #[error("{0}")]
     ChannelName(#[from] ChannelNameError),
     #[error("{0}")]
     Presence(#[from] PresenceError),

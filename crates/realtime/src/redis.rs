@@ -27,14 +27,14 @@ use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisResult, Value};
+use scripts::{PRESENCE_ADD, PRESENCE_GET, PRESENCE_REMOVE, PUBLISH, READ};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use weir_config::ClusterConfig;
-use scripts::{PRESENCE_ADD, PRESENCE_GET, PRESENCE_REMOVE, PUBLISH, READ};
 use weir_pubsub::cluster::realtime_channel;
 use wire::parse_read;
-pub(crate) use wire::{decode_info, decode_message, encode_info};
 pub use wire::Message;
+pub(crate) use wire::{decode_info, decode_message, encode_info};
 
 /// How long one Redis call may take before it counts as failed.
 pub const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -42,6 +42,9 @@ pub const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 pub const PRESENCE_TTL: Duration = Duration::from_secs(30);
 /// How often a node writes its members' presence again.
 pub(crate) const PRESENCE_REFRESH: Duration = Duration::from_secs(10);
+
+/// A connection to one Redis server or to a Redis Cluster.
+#[derive(Clone)]
 enum Conn {
     Server(MultiplexedConnection),
     Cluster(ClusterConnection),

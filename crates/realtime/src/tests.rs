@@ -2,6 +2,7 @@
 //! exactly-once hand-over between a subscribe's reply and live delivery.
 
 use super::*;
+use crate::here::SWEEP_WHEN_FULL_EVERY;
 use weir_pubsub::{Fanout, LocalBroker};
 use weir_reactor::outbound::OutMsg;
 use weir_reactor::registry::conn_id;

@@ -11,7 +11,6 @@
 mod methods;
 
 use super::Shutdown;
-use methods::call;
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -19,6 +18,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use methods::{call, params};
 use serde::Deserialize;
 use serde_json::Value;
 use std::convert::Infallible;

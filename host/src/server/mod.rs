@@ -33,6 +33,7 @@ pub use reload::{ChangeError, Changes, ReloadReport};
 use crate::admission::{self, Admission, Summary};
 use crate::metrics::Snapshot;
 use crate::routes::Routes;
+use shared::Shared;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -43,7 +44,6 @@ use weir_config::Config;
 use weir_guest_runtime::GuestError;
 use weir_reactor::buffer::PoolStats;
 use weir_reactor::registry::Registry;
-use shared::Shared;
 
 /// Flips to true when the gateway should drain and stop (see the module
 /// docs). A dropped sender also means stop.

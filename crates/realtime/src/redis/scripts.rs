@@ -3,7 +3,6 @@
 //! history, message), read (top, epoch, entries), presence add, get and
 //! remove.
 
-
 pub(super) const PUBLISH: &str = r#"
 local size = tonumber(ARGV[3])
 if ARGV[8] == '1' then
@@ -96,6 +95,3 @@ redis.call('hdel', KEYS[1], ARGV[1])
 redis.call('zrem', KEYS[2], ARGV[1])
 return 1
 "#;
-
-/// A connection to one Redis server or to a Redis Cluster.
-#[derive(Clone)]

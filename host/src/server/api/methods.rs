@@ -73,7 +73,7 @@ struct DisconnectCode {
     reason: String,
 }
 
-fn params<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, p::ErrorReply> {
+pub(super) fn params<T: for<'de> Deserialize<'de>>(v: Value) -> Result<T, p::ErrorReply> {
     serde_json::from_value(v).map_err(|_| p::BAD_REQUEST)
 }
 
