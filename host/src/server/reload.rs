@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tracing::{info, warn};
 use weir_config::{Behaviour, Config, ConfigError};
-use weir_guest_runtime::deploy::NoEarlierVersion;
+use weir_guest_runtime::NoEarlierVersion;
 use weir_guest_runtime::{GuestError, GuestRoute, Inherited, Program};
 use weir_reactor::registry::ROUTE_REMOVED;
 use weir_ws::close::GOING_AWAY;
@@ -296,7 +296,7 @@ impl Changes {
                     continue;
                 }
             };
-            let same_bytes = weir_guest_runtime::program::hex_sha256(&wasm) == current.hash();
+            let same_bytes = weir_guest_runtime::hex_sha256(&wasm) == current.hash();
             if same_bytes && current.config() == cfg {
                 continue;
             }

@@ -5,13 +5,13 @@
 //! worker side (batches, connections) is `slot`; calls run on each
 //! worker's guest thread (`thread`).
 
-use super::deploy::Versions;
-use super::io::RouteIo;
-use super::kv::KvStore;
-use super::kv_quota::{KvErrorReason, KvRefusals};
-use super::realtime::GuestRealtime;
-use super::slot::{GuestSlot, Scheduler};
-use super::{Batch, Command, Commands, Fault, Program, Runner};
+use crate::kind::deploy::Versions;
+use crate::kind::slot::{GuestSlot, Scheduler};
+use crate::services::io::RouteIo;
+use crate::services::kv::quota::{KvErrorReason, KvRefusals};
+use crate::services::kv::KvStore;
+use crate::services::realtime::GuestRealtime;
+use crate::{Batch, Command, Commands, Fault, Program, Runner};
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -68,8 +68,8 @@ pub struct GuestRoute {
     /// The route's outbound HTTP and timers (0.4.0 guests).
     pub(crate) io: Arc<RouteIo>,
     /// Where workers report their connections' state when a deploy asks
-    /// (`guest::inherit`).
-    pub(crate) census: super::census::Census,
+    /// (`kind::inherit`).
+    pub(crate) census: crate::kind::census::Census,
     /// The route's key-value store (`kv`), if it has one.
     pub(crate) kv: Option<Arc<KvStore>>,
     /// Its writes refused (over quota, queue full, ...), by reason.
@@ -83,7 +83,7 @@ pub struct GuestRoute {
     /// nothing, and commands other than verdicts are ignored.
     pub(crate) rt_calls: Option<Arc<RtCalls>>,
     /// `realtime = true`: the route's topics are the real-time core's
-    /// channels (`guest::realtime`).
+    /// channels (`services::realtime`).
     pub(crate) realtime: Option<Arc<GuestRealtime>>,
 }
 
@@ -526,7 +526,7 @@ impl GuestRoute {
                             }
                             None => self.io.deliver_event(
                                 worker,
-                                super::realtime::not_realtime(conn, tag, false),
+                                crate::services::realtime::not_realtime(conn, tag, false),
                             ),
                         }
                     }
@@ -537,7 +537,7 @@ impl GuestRoute {
                             Some(rt) => rt.presence(&self.io, worker, conn, tag, channel),
                             None => self.io.deliver_event(
                                 worker,
-                                super::realtime::not_realtime(conn, tag, true),
+                                crate::services::realtime::not_realtime(conn, tag, true),
                             ),
                         }
                     }

@@ -11,8 +11,8 @@
 use weir_abi::header::event_conn;
 use weir_abi::{encode_conn_info, CommandBuf, EventHeader, EventKind};
 
-use super::error::Fault;
-use super::ConnectionId;
+use crate::runtime::error::Fault;
+use crate::ConnectionId;
 
 /// Generated host bindings (sync calls, owned types).
 pub(crate) mod bindings {
@@ -37,8 +37,7 @@ use bindings::weir::gateway::types::{self as wit, Batch as RawBatch, Commands as
 use bindings_v3::weir::gateway::types as wit_v3;
 
 pub use bindings::weir::gateway::types::{
-    Accept, DeferredUpgrade, HttpOutcome, HttpRequest as UpgradeHttpRequest, HttpResponse,
-    UpgradeRequest, UpgradeResponse,
+    Accept, DeferredUpgrade, HttpOutcome, HttpResponse, UpgradeRequest, UpgradeResponse,
 };
 
 /// The WIT package this host implements (wit/weir.wit); named in the error
@@ -46,6 +45,9 @@ pub use bindings::weir::gateway::types::{
 pub const WIT_PACKAGE: &str = "weir:gateway@0.4.0";
 /// The earlier version it still runs (wit/0.3.0/weir.wit).
 pub const WIT_PACKAGE_V3: &str = "weir:gateway@0.3.0";
+/// The optional interface a component exports to have its state checked
+/// (`kind::inherit`).
+pub const STATE_INTERFACE: &str = "weir:gateway/state@0.4.0";
 pub use weir_abi::{Command, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
 
 /// Largest answer (command headers plus bytes) accepted from one guest call.
@@ -107,7 +109,7 @@ pub(crate) fn upgrade_response_from_v3(r: wit_v3::UpgradeResponse) -> UpgradeRes
 }
 
 /// One batch of events for one route, built by the reactor and passed to
-/// [`Runner::handle`](super::Runner::handle). `clear` keeps the allocations,
+/// [`Runner::handle`](crate::Runner::handle). `clear` keeps the allocations,
 /// so a worker reuses one `Batch` for every call.
 pub struct Batch {
     pub(crate) raw: RawBatch,
@@ -261,8 +263,8 @@ impl Batch {
     }
 
     /// An answer of the route's I/O (0.4.0 guests only).
-    pub fn push_io(&mut self, event: &super::io::IoEvent) {
-        use super::io::IoEvent;
+    pub fn push_io(&mut self, event: &crate::services::io::IoEvent) {
+        use crate::services::io::IoEvent;
         let mut bytes = Vec::new();
         match event {
             IoEvent::Response {
@@ -490,7 +492,7 @@ mod tests {
     #[test]
     fn a_batch_is_packed_as_the_shared_vectors_say() {
         let vectors: serde_json::Value =
-            serde_json::from_str(include_str!("../../../abi/vectors/events.json")).unwrap();
+            serde_json::from_str(include_str!("../../../../abi/vectors/events.json")).unwrap();
         let case = &vectors["valid"][0];
         assert_eq!(case["name"], "every-kind");
         let mut b = Batch::new();

@@ -11,7 +11,7 @@ pub use weir_abi::KvErrorReason;
 use weir_config::KvQuota;
 
 /// Milliseconds since the Unix epoch: the clock entry expiry is kept in,
-/// read by both backends (redb here, Redis mirrors in `kv_redis`).
+/// read by both backends (redb here, Redis mirrors in `kv::redis_kv`).
 pub(super) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -7,11 +7,11 @@
 //! [`Realtime::publish`] (offsets, history, centrifugo subscribers, other
 //! nodes), and history-read / presence-read run [`Realtime::history`] and
 //! [`Realtime::presence`], answered by events in a later batch through the
-//! route's I/O inboxes (`guest::io`). A refused subscribe or publish is
+//! route's I/O inboxes (`services::io`). A refused subscribe or publish is
 //! logged at warn (the first few, then now and then) and counted.
 
-use super::io::{IoEvent, RouteIo};
-use super::ConnectionId;
+use crate::services::io::{IoEvent, RouteIo};
+use crate::ConnectionId;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use std::future::Future;

@@ -10,17 +10,17 @@ use std::sync::Arc;
 
 use wasmtime::{PoolConcurrencyLimitError, Store, Trap};
 
-use super::abi::{
+use crate::runtime::abi::{
     upgrade_request_v3, upgrade_response_from_v3, Accept, Batch, Commands, HttpOutcome,
     UpgradeRequest, UpgradeResponse,
 };
-use super::engine::POOL_COMPONENT_INSTANCES;
-use super::error::Fault;
-use super::host::{ConnRecord, StoreState};
-use super::kv::KvStore;
-use super::program::Handler;
-use super::program::{InstancePermit, Program};
-use super::ConnectionId;
+use crate::runtime::engine::POOL_COMPONENT_INSTANCES;
+use crate::runtime::error::Fault;
+use crate::runtime::host::{ConnRecord, StoreState};
+use crate::runtime::program::Handler;
+use crate::runtime::program::{InstancePermit, Program};
+use crate::services::kv::KvStore;
+use crate::ConnectionId;
 use weir_config::Isolation;
 
 /// A live instance and what it has served.
@@ -215,7 +215,7 @@ impl Runner {
             Handler::V3(h) => {
                 // The same two byte lists under 0.3.0's type: moved, not
                 // copied, and moved back after the call.
-                let raw = super::abi::bindings_v3::weir::gateway::types::Batch {
+                let raw = crate::runtime::abi::bindings_v3::weir::gateway::types::Batch {
                     events: std::mem::take(&mut batch.raw.events),
                     data: std::mem::take(&mut batch.raw.data),
                 };

@@ -9,10 +9,10 @@
 //! [`OFFLOAD_FOR`], so a slow or hostile handler stalls the reactor at most
 //! once per period and never stalls another route.
 
-use super::io::Inbox;
-use super::route::GuestRoute;
-use super::thread::{GuestThread, Job, PendingUpgrade, SlotShared, UpgradeCall};
-use super::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
+use crate::kind::route::GuestRoute;
+use crate::kind::thread::{GuestThread, Job, PendingUpgrade, SlotShared, UpgradeCall};
+use crate::services::io::Inbox;
+use crate::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
@@ -148,7 +148,7 @@ pub struct GuestSlot {
     inbox: Arc<Inbox>,
     /// The worker's index.
     worker: usize,
-    /// The last census generation this slot answered (`guest::census`).
+    /// The last census generation this slot answered (`kind::census`).
     census_seen: Cell<u64>,
 }
 
@@ -272,9 +272,11 @@ impl GuestSlot {
                 continue;
             }
             let len = match event {
-                super::io::IoEvent::Response { head, body, .. } => head.len() + body.len(),
-                super::io::IoEvent::KvError { key, .. } => key.len(),
-                super::io::IoEvent::RealtimeRead { bytes, .. } => bytes.len(),
+                crate::services::io::IoEvent::Response { head, body, .. } => {
+                    head.len() + body.len()
+                }
+                crate::services::io::IoEvent::KvError { key, .. } => key.len(),
+                crate::services::io::IoEvent::RealtimeRead { bytes, .. } => bytes.len(),
                 _ => 0,
             };
             self.batch_for(len).push_io(event);

@@ -13,8 +13,8 @@
 //! wasmtime-wasi's synchronous WASI bindings block on a runtime of their
 //! own for stdio: this thread has no tokio runtime, so that is allowed here.
 
-use super::route::GuestRoute;
-use super::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
+use crate::kind::route::GuestRoute;
+use crate::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -32,7 +32,7 @@ pub(crate) enum UpgradeCall {
     Resume {
         tag: u64,
         req: UpgradeRequest,
-        outcome: super::abi::HttpOutcome,
+        outcome: crate::runtime::abi::HttpOutcome,
     },
 }
 

@@ -5,9 +5,9 @@
 //! pooled HTTP/1 client); an answer is queued in the [`Inbox`] of the
 //! worker that should see it (the connection's worker, or for a route's own
 //! request or timer, the worker whose batch asked) and wakes that worker's
-//! scheduler. https goes through rustls ([`https`](super::https)), its
+//! scheduler. https goes through rustls ([`https`](crate::services::https)), its
 //! servers checked against webpki-roots or the route's `outbound_ca`.
-//! A URL is checked as its server will read it ([`check_request`](super::request::check_request): path
+//! A URL is checked as its server will read it ([`check_request`](crate::services::request::check_request): path
 //! normalised and matched on segment boundaries, no Host of the guest's
 //! choosing) and sent exactly as checked; a host name's addresses are
 //! checked where they are resolved, once, by the connector.
@@ -30,9 +30,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use weir_abi::HttpErrorReason;
 
-use super::https::{Connector, PrivateAddress};
-use super::request::{build_request, check_request};
-use super::ConnectionId;
+use crate::services::https::{Connector, PrivateAddress};
+use crate::services::request::{build_request, check_request};
+use crate::ConnectionId;
 use weir_config::OutboundPolicy;
 use weir_reactor::registry::worker_of;
 
@@ -70,7 +70,7 @@ pub enum IoEvent {
     },
     /// The answer to a history-read (`presence` false) or presence-read
     /// of a `realtime = true` route: code 0 or a read error, and the
-    /// event's bytes, tag first (`guest::realtime`).
+    /// event's bytes, tag first (`services::realtime`).
     RealtimeRead {
         conn: ConnectionId,
         presence: bool,

@@ -6,8 +6,9 @@
 //! the operator resets state; a component without the export is let
 //! through with a warning (its state was not checked).
 
-use super::census::Gathered;
-use super::{GuestError, GuestRoute, Program};
+use crate::kind::census::Gathered;
+use crate::runtime::abi::STATE_INTERFACE;
+use crate::{GuestError, GuestRoute, Program};
 use tracing::warn;
 
 /// Attachment bytes handed to one `check-state` call at most (one
@@ -16,8 +17,6 @@ use tracing::warn;
 pub const STATE_CHECK_CHUNK_BYTES: usize = 256 << 10;
 /// Attachments per `check-state` call at most.
 pub const STATE_CHECK_CHUNK_ATTACHMENTS: usize = 1024;
-/// The optional interface a component exports to have its state checked.
-pub const STATE_INTERFACE: &str = "weir:gateway/state@0.4.0";
 
 /// What a deploy or rollback found in the state it inherits.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
