@@ -3,7 +3,7 @@
 //! the route's batches on this worker ([`GuestSlot`]).
 
 use crate::kind::slot::GuestSlot;
-use crate::kind::thread::UpgradeCall;
+use crate::kind::turn::UpgradeCall;
 use crate::runtime::abi::{Accept, DeferredUpgrade, HttpOutcome, HttpResponse};
 use crate::{Fault, UpgradeRequest, UpgradeResponse};
 use http::StatusCode;

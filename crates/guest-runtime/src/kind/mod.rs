@@ -12,3 +12,4 @@ pub(crate) mod inherit;
 pub(crate) mod route;
 pub(crate) mod slot;
 pub(crate) mod thread;
+pub(crate) mod turn;
