@@ -1,5 +1,9 @@
 //! WebAssembly guest routes, in three stages:
 //!
+//! Adapted from a plain split where the code says otherwise: the log
+//! limiter is in `runtime` (the host imports and the program use it), and
+//! `realtime` in `services` (below).
+//!
 //! - `runtime/` — loading and calling a component: the one wasmtime engine
 //!   and its component cache (`engine`, `cache`), one loaded component per
 //!   route ([`Program`]), the per-worker instance that runs one call with
@@ -10,13 +14,15 @@
 //! - `kind/` — the guest route kind on the workers: a connection's side
 //!   (`conn`), the route's pending work on one worker and the worker's
 //!   [`Scheduler`] (`slot`), the one turn that runs that work (`turn`),
-//!   inline or on the route's guest thread (`thread`), the route's state
+//!   inline or, once a call held the worker too long (`offload`), on the
+//!   route's guest thread (`thread`), the route's state
 //!   shared by all workers ([`GuestRoute`]) and how its guests' commands are
 //!   applied to connections (`apply`), deploys and what they inherit
 //!   (`deploy`, `census`, `inherit`).
 //! - `services/` — what guests ask for by command, one module per backend:
-//!   outbound HTTP and timers (`io`, through `request`'s checks and
-//!   `https`'s connector), key-value stores ([`kv`]: embedded, on Redis,
+//!   the route's I/O and where its answers go (`io`), outbound HTTP
+//!   (`http`, through `request`'s checks and `https`'s connector), timers
+//!   (`timers`), key-value stores ([`kv`]: embedded, on Redis,
 //!   bounded by `kv::quota`), and the real-time core's channels
 //!   (`realtime`: publish, history and presence reads; it is a service like
 //!   the others, answered through the worker's inbox, so it lives here
@@ -66,7 +72,7 @@ pub use runtime::engine::{GuestEngine, POOL_COMPONENT_INSTANCES};
 pub use runtime::error::{Fault, GuestError};
 pub use runtime::program::{check_routes, hex_sha256, Program};
 pub use runtime::runner::Runner;
-pub use services::io::check_outbound_ca;
+pub use services::http::check_outbound_ca;
 pub use services::kv;
 pub use services::realtime::GuestRealtime;
 

@@ -165,7 +165,7 @@ impl GuestSlot {
 }
 
 /// A guest connection's side: reassembles messages that span pieces.
-pub struct GuestConn {
+pub(crate) struct GuestConn {
     slot: Rc<GuestSlot>,
     /// The connection info for the open event (target, route parameters,
     /// first attachment); emptied once sent.

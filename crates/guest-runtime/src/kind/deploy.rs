@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use weir_config::GuestConfig;
 
 /// Versions kept besides the serving one, for rollback.
-pub const KEPT_VERSIONS: usize = 3;
+pub(crate) const KEPT_VERSIONS: usize = 3;
 
 /// One version of a route as it was deployed.
 #[derive(Clone)]

@@ -14,9 +14,9 @@ use tracing::warn;
 /// Attachment bytes handed to one `check-state` call at most (one
 /// attachment larger than this goes alone): the call runs within the
 /// route's memory and deadline like any other.
-pub const STATE_CHECK_CHUNK_BYTES: usize = 256 << 10;
+pub(crate) const STATE_CHECK_CHUNK_BYTES: usize = 256 << 10;
 /// Attachments per `check-state` call at most.
-pub const STATE_CHECK_CHUNK_ATTACHMENTS: usize = 1024;
+pub(crate) const STATE_CHECK_CHUNK_ATTACHMENTS: usize = 1024;
 
 /// What a deploy or rollback found in the state it inherits.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -102,7 +102,7 @@ impl GuestRoute {
 
 impl Program {
     /// Whether the component exports [`STATE_INTERFACE`].
-    pub fn checks_state(&self) -> bool {
+    pub(crate) fn checks_state(&self) -> bool {
         self.state_export.is_some()
     }
 

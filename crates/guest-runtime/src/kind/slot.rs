@@ -3,12 +3,12 @@
 //! ([`GuestSlot`]), and the worker's [`Scheduler`] runs them, one call per
 //! batch, on the worker thread outside its tokio runtime (wasmtime-wasi's
 //! synchronous bindings block on a runtime of their own) — unless a call of
-//! the route has just held the worker too long (one past [`HARD_SLICE`], or
-//! two past [`SLICE`] within [`WINDOW`]): then the route's
-//! calls go to a guest thread of the route's own (`thread`) for
-//! [`OFFLOAD_FOR`], so a slow or hostile handler stalls the reactor at most
-//! once per period and never stalls another route.
+//! the route has just held the worker too long (`offload`): then the
+//! route's calls go to a guest thread of the route's own (`thread`) for a
+//! while, so a slow or hostile handler stalls the reactor at most once per
+//! period and never stalls another route.
 
+use crate::kind::offload::Offload;
 use crate::kind::route::GuestRoute;
 use crate::kind::thread::{GuestThread, Job};
 use crate::kind::turn::{run_turn, Turn, UpgradeCall, Work};
@@ -17,32 +17,11 @@ use crate::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
 use std::cell::{Cell, RefCell};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
-use tracing::{info, warn};
+use tracing::warn;
 use weir_abi::{Direction, EventKind};
 use weir_reactor::attached::AttachedSlot;
 use weir_reactor::behaviour::LocalFuture;
-
-/// A call this long moves its route to its own thread at once (a guest
-/// looping to its deadline stalls the worker for one call, not two).
-pub const HARD_SLICE: Duration = Duration::from_millis(10);
-/// Two calls past this within [`WINDOW`] move their route. Calls are timed
-/// in wall time, and on a busy core the kernel's own work (softirqs for
-/// loopback traffic) stretches a 100 µs call past 1 ms now and then: this
-/// is as low as it goes without moving routes that are not slow.
-pub const SLICE: Duration = Duration::from_millis(3);
-/// The window of [`SLICE`]'s rule. (Many short calls are not a stall: the
-/// worker serves its other connections between them, so a busy guest route
-/// may use most of a worker without moving.)
-pub const WINDOW: Duration = Duration::from_secs(1);
-/// The slice of an instance's first call, which touches fresh memory (page
-/// faults, the guest's own start-up): a looping guest still passes it.
-pub const FIRST_CALL_SLICE: Duration = Duration::from_millis(20);
-/// How long a route runs on the guest thread after a call passed [`SLICE`]
-/// (every slow call starts the period again). Inline calls are cheaper (no
-/// hand-over between threads): a route that behaves comes back.
-pub const OFFLOAD_FOR: Duration = Duration::from_secs(10);
 
 /// The guests of one worker: every guest route's slot, and the signal that
 /// work is pending (from connections, or from a guest thread when a job is
@@ -101,7 +80,7 @@ const BATCH_SHARE_OF_MEMORY: usize = 4;
 const BATCH_MIN_BYTES: usize = 64 * 1024;
 const BATCH_MAX_BYTES: usize = 16 << 20;
 /// Events per batch at most: a well-behaved handler (a few µs a message)
-/// answers a batch well within [`SLICE`], so only a slow one is moved off
+/// answers a batch well within `offload::SLICE`, so only a slow one is moved off
 /// the worker (the JSON example at 200 × 8 ran 256-event calls past 1 ms).
 /// 64 is where the packed ABI was measured to cost 100–185 ns a message.
 const BATCH_MAX_EVENTS: usize = 64;
@@ -112,7 +91,7 @@ const BACKLOG_BATCHES: usize = 2;
 
 /// One guest route on one worker: its instance, the work its connections
 /// queued, and where the route's calls run.
-pub struct GuestSlot {
+pub(crate) struct GuestSlot {
     pub(crate) route: Arc<GuestRoute>,
     /// The slot itself, for the connections it accepts.
     pub(super) me: Weak<GuestSlot>,
@@ -151,21 +130,11 @@ struct Pending {
 
 /// Where a route's instance is on one worker.
 enum RunnerHome {
-    /// In the slot, between turns.
-    Here(Runner),
+    /// In the slot, between turns (boxed: it moves to and from the guest
+    /// thread whole, and `Away` need not be as large).
+    Here(Box<Runner>),
     /// In a job on the guest thread (`thread::Job`), which gives it back.
     Away,
-}
-
-/// A route's calls on its guest thread: since when and until when.
-#[derive(Default)]
-struct Offload {
-    /// The route's guest thread on this worker, once it was needed.
-    thread: RefCell<Option<GuestThread>>,
-    /// Calls go to the guest thread until then.
-    until: Cell<Option<Instant>>,
-    /// When a call last passed [`SLICE`].
-    last_strike: Cell<Option<Instant>>,
 }
 
 impl GuestSlot {
@@ -185,7 +154,7 @@ impl GuestSlot {
                 batch_max_bytes: (route.program().config().memory / BATCH_SHARE_OF_MEMORY)
                     .clamp(BATCH_MIN_BYTES, BATCH_MAX_BYTES),
             },
-            runner: RefCell::new(RunnerHome::Here(runner)),
+            runner: RefCell::new(RunnerHome::Here(Box::new(runner))),
             offload: Offload::default(),
             inbox,
             backlog_shrank: Notify::new(),
@@ -240,11 +209,7 @@ impl GuestSlot {
             self.with_runner(|r| self.route.census.answer(wanted, r.attachments()));
         }
         self.take_io();
-        let offloaded = self
-            .offload
-            .until
-            .get()
-            .is_some_and(|until| Instant::now() < until);
+        let offloaded = self.offload.active();
         // Readers wait only while the backlog is over its bound.
         let readers_wait = self.backlogged();
         let mut work = std::mem::take(&mut *self.pending.work.borrow_mut());
@@ -309,14 +274,14 @@ impl GuestSlot {
     }
 
     /// Runs `work` on this thread (`turn`); after a call that passed
-    /// [`SLICE`], the rest goes to the guest thread.
+    /// a slice (`offload`), the rest goes to the guest thread.
     fn run_inline(&self, scheduler: &Scheduler, work: &mut Work) {
         // Taken out for the turn, so nothing the guest's commands do on
         // this thread meets a borrow.
         let mut spare = std::mem::take(&mut *self.pending.spare.borrow_mut());
         let turn = self.with_runner(|r| {
             run_turn(&self.route, r, self.worker, work, &mut spare, |took| {
-                self.passed_slice(took)
+                self.offload.passed_slice(took, &self.route.path)
             })
         });
         self.pending.spare.borrow_mut().append(&mut spare);
@@ -340,43 +305,6 @@ impl GuestSlot {
             RunnerHome::Here(runner) => f(runner),
             RunnerHome::Away => unreachable!("the runner is home during a turn"),
         }
-    }
-
-    /// Whether a call that ran for `took` (its instance's `first`) moves
-    /// the route to its guest thread for [`OFFLOAD_FOR`]: past
-    /// [`HARD_SLICE`] ([`FIRST_CALL_SLICE`] for a first call), past
-    /// [`SLICE`] for the second time within [`WINDOW`]. Instantiating is
-    /// not counted: it happens once per instance.
-    fn passed_slice(&self, (took, first): (Duration, bool)) -> bool {
-        let now = Instant::now();
-        let moves = if first {
-            took > FIRST_CALL_SLICE
-        } else if took > HARD_SLICE {
-            true
-        } else if took > SLICE {
-            self.offload
-                .last_strike
-                .replace(Some(now))
-                .is_some_and(|last| now.duration_since(last) < WINDOW)
-        } else {
-            false
-        };
-        if !moves {
-            return false;
-        }
-        let already = self
-            .offload
-            .until
-            .replace(Some(Instant::now() + OFFLOAD_FOR))
-            .is_some_and(|until| Instant::now() < until);
-        if !already {
-            info!(
-                route = &*self.route.path,
-                ?took,
-                "a guest call held the worker; the route's calls move to the guest thread"
-            );
-        }
-        true
     }
 
     /// Sends the runner and `work` to the guest thread as one job (nothing
@@ -551,8 +479,10 @@ impl AttachedSlot for GuestSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kind::offload::OFFLOAD_FOR;
     use crate::{GuestEngine, Program};
     use std::path::PathBuf;
+    use std::time::{Duration, Instant};
     use weir_config::GuestConfig;
     use weir_pubsub::{Fanout, LocalBroker, Topics};
     use weir_reactor::registry::Registry;

@@ -1,5 +1,5 @@
 //! A guest route's thread on one worker: where the route's guest calls run
-//! once one of them has held the worker longer than a slice (`slot::SLICE`);
+//! once one of them has held the worker longer than a slice (`offload`);
 //! started the first time that happens. Each job is one turn (`turn`, the
 //! same the worker runs inline); the route's instance (its `Runner`,
 //! attachments and all) travels with it and comes back when the job is
@@ -38,7 +38,7 @@ pub(crate) struct Job {
     pub route: Arc<GuestRoute>,
     /// The worker the slot belongs to (where the route's own I/O answers go).
     pub worker: usize,
-    pub runner: Runner,
+    pub runner: Box<Runner>,
     pub work: Work,
     /// Emptied batches, back to the slot for reuse.
     pub spare: Vec<Batch>,
@@ -114,7 +114,7 @@ impl GuestThread {
     }
 
     /// A job the thread has finished, if one is back.
-    pub fn take_done(&self) -> Option<Job> {
+    pub(crate) fn take_done(&self) -> Option<Job> {
         self.done.try_recv().ok()
     }
 }

@@ -50,7 +50,7 @@ pub(crate) struct Work {
 
 impl Work {
     /// Whether a turn would call the guest (an upgrade hook or a batch).
-    pub fn has_calls(&self) -> bool {
+    pub(crate) fn has_calls(&self) -> bool {
         !self.upgrades.is_empty() || self.batches.iter().any(|b| !b.is_empty())
     }
 

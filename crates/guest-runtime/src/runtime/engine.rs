@@ -21,7 +21,7 @@ use crate::runtime::host::StoreState;
 /// Period of the epoch ticker. Deadlines are whole ticks, so this is the
 /// granularity of `timeout`; 5 ms keeps a 10 ms timeout within 10–15 ms
 /// while the ticker costs ~200 wakeups per second.
-pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// Component instances the pool holds across all routes and workers. Each
 /// live instance takes one. A route's `instances` above this is capped to it
@@ -103,7 +103,7 @@ impl GuestEngine {
     /// Epoch ticks to allow for `timeout`: rounded up, plus one because the
     /// first tick may land at once (a deadline of N ticks fires after
     /// (N−1)..N periods), and never fewer than 2.
-    pub fn deadline_ticks(timeout: Duration) -> u64 {
+    pub(crate) fn deadline_ticks(timeout: Duration) -> u64 {
         let tick = EPOCH_TICK.as_nanos();
         let ticks = timeout.as_nanos().div_ceil(tick) as u64;
         (ticks + 1).max(2)

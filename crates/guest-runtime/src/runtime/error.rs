@@ -130,7 +130,7 @@ impl Fault {
 impl Fault {
     /// This fault's index in `/metrics`' causes
     /// ([`FAULT_CAUSES`](weir_reactor::stats::FAULT_CAUSES)).
-    pub fn cause(&self) -> usize {
+    pub(crate) fn cause(&self) -> usize {
         match self {
             Fault::Trap(_) => 0,
             Fault::Deadline(_) => 1,

@@ -76,7 +76,7 @@ impl Program {
     /// Like [`Program::load`], from bytes already read (`path` names them
     /// in errors), as version `version` of the route; `log` is the route's
     /// log when an earlier version has one (its budget and counts go on).
-    pub fn from_bytes(
+    pub(crate) fn from_bytes(
         engine: &Arc<GuestEngine>,
         route_path: &str,
         cfg: &GuestConfig,

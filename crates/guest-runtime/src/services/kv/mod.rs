@@ -32,9 +32,9 @@ use weir_config::{ClusterConfig, KvName, KvQuota};
 /// The one table of a store.
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
 /// Longest key: keys are names, not data.
-pub const MAX_KEY_BYTES: usize = 1024;
+pub(crate) const MAX_KEY_BYTES: usize = 1024;
 /// Largest value: the store is for state, not blobs.
-pub const MAX_VALUE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_VALUE_BYTES: usize = 1 << 20;
 
 /// One write, queued for the store's writer.
 #[derive(Debug)]
@@ -301,7 +301,7 @@ impl KvStore {
     }
 
     /// Queue the removal of `key`, or refuse it (a full write queue).
-    pub fn delete(&self, key: &[u8]) -> Result<(), KvErrorReason> {
+    pub(crate) fn delete(&self, key: &[u8]) -> Result<(), KvErrorReason> {
         let writes = match &self.backend {
             Backend::Redb { writes, .. } => writes,
             Backend::Redis(redis) => {

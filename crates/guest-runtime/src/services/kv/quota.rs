@@ -28,7 +28,7 @@ pub const KV_QUEUE_MAX_BYTES: usize = 8 << 20;
 const QUEUED_WRITE_OVERHEAD_BYTES: usize = 64;
 /// A route's refused writes are logged at most once per this interval
 /// (with how many there were), not once per write.
-pub const KV_REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const KV_REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Whether a store holding `keys` keys and `bytes` bytes may take a write
 /// of `new` bytes (key plus value) under a key that now holds `old` bytes
