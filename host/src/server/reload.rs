@@ -117,7 +117,7 @@ impl Changes {
 
     /// Deploys `wasm` as route `path`'s next version (its guest settings
     /// unchanged) once it compiled, started and read the state of every
-    /// live connection of the route (`guest::inherit`); with
+    /// live connection of the route (`guest/kind/inherit.rs`); with
     /// `reset_state`, connections whose state it cannot read start from
     /// their state's Default instead of refusing the deploy.
     pub fn deploy(
