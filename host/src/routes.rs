@@ -240,7 +240,7 @@ impl Routes {
                 }
                 let guest = Arc::new(guest.with_filter_links(links.clone()));
                 guest_route = Some(guest.clone());
-                let guest = Arc::new(weir_guest_runtime::route::GuestKind(guest));
+                let guest = Arc::new(weir_guest_runtime::GuestKind(guest));
                 let proxy = ProxyRoute::new(proxy.clone()).map_err(|reason| RouteError::Route {
                     path: route.path.clone(),
                     line: route.line,
@@ -267,7 +267,7 @@ impl Routes {
                     }
                     let calls = Arc::new(weir_realtime::verdict::RtCalls::default());
                     let guest = Arc::new(guest.with_rt_calls(calls.clone()));
-                    let guest = Arc::new(weir_guest_runtime::route::GuestKind(guest));
+                    let guest = Arc::new(weir_guest_runtime::GuestKind(guest));
                     hooks.insert(
                         ns.namespace,
                         weir_native::centrifugo::hook::NamespaceHook { guest, calls },
@@ -299,7 +299,7 @@ impl Routes {
             Behaviour::Guest(guest) => {
                 let guest = Arc::new(self.guest_route(index, route, guest, &topics, registry)?);
                 guest_route = Some(guest.clone());
-                Arc::new(weir_guest_runtime::route::GuestKind(guest))
+                Arc::new(weir_guest_runtime::GuestKind(guest))
             }
         };
         self.routes.push(Arc::new(Route {
@@ -337,7 +337,7 @@ impl Routes {
         };
         let program =
             Program::load(&engine, &route.path, guest).map_err(|e| e.at_line(route.line))?;
-        weir_guest_runtime::io::check_outbound_ca(&guest.outbound).map_err(|reason| {
+        weir_guest_runtime::check_outbound_ca(&guest.outbound).map_err(|reason| {
             RouteError::Route {
                 path: route.path.clone(),
                 line: route.line,
@@ -366,7 +366,7 @@ impl Routes {
         let realtime = guest.realtime.then(|| {
             self.realtime
                 .attach(topics, Arc::new(weir_native::pubsub::PlainFramer));
-            weir_guest_runtime::realtime::GuestRealtime::new(
+            weir_guest_runtime::GuestRealtime::new(
                 self.realtime.clone(),
                 route.path.as_str().into(),
             )

@@ -150,7 +150,7 @@ fn instances_above_the_pool_are_capped_and_zero_is_refused() {
     let program = Program::load(&engine(), "/many", &cfg).unwrap();
     assert_eq!(
         program.max_instances(),
-        weir::guest::engine::POOL_COMPONENT_INSTANCES as usize
+        weir::guest::POOL_COMPONENT_INSTANCES as usize
     );
     cfg.instances = 0;
     let err = Program::load(&engine(), "/none", &cfg)

@@ -115,7 +115,7 @@ async fn with_redis_unreachable_the_write_queue_stays_bounded() {
         }
     }
     let total = (2 * ROUNDS * EACH) as u64;
-    let queue_max = weir::guest::kv_quota::KV_QUEUE_MAX_BYTES as u64;
+    let queue_max = weir::guest::kv::quota::KV_QUEUE_MAX_BYTES as u64;
     // Every write is either held (in the mirror and the queue) or refused.
     let deadline = tokio::time::Instant::now() + STEP;
     let (held, full) = loop {

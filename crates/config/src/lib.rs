@@ -419,7 +419,7 @@ pub struct GuestConfig {
     /// What the route's guests may write to the gateway log.
     pub log: GuestLog,
     /// Percent of one core the route may use on its guest thread, once its
-    /// calls were too slow for the worker thread (`guest::slot`).
+    /// calls were too slow for the worker thread (`weir_guest_runtime`'s slot, `kind/slot.rs`).
     pub cpu_share: u32,
     /// What the route's guests may reach with `http-request` (nothing by
     /// default) and how far. Boxed: most routes have none, and the

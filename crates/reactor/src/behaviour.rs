@@ -1,6 +1,6 @@
 //! What a route does with a connection: the [`Behaviour`] trait, one
-//! implementation per route kind (`native::echo`, `native::relay`,
-//! `guest::route`). The connection loop (`conn`) is generic over it, so each
+//! implementation per route kind (`weir_native`'s echo, relay, pubsub,
+//! centrifugo and proxy; `weir_guest_runtime`'s `GuestConn`). The connection loop (`conn`) is generic over it, so each
 //! kind's hooks are compiled into its own loop with no dispatch per message,
 //! and a new kind is a new implementation, not an edit to the loop.
 

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tracing::{info, warn};
 use weir_config::{Behaviour, Config, ConfigError};
-use weir_guest_runtime::deploy::NoEarlierVersion;
+use weir_guest_runtime::NoEarlierVersion;
 use weir_guest_runtime::{GuestError, GuestRoute, Inherited, Program};
 use weir_reactor::registry::ROUTE_REMOVED;
 use weir_ws::close::GOING_AWAY;
@@ -117,7 +117,7 @@ impl Changes {
 
     /// Deploys `wasm` as route `path`'s next version (its guest settings
     /// unchanged) once it compiled, started and read the state of every
-    /// live connection of the route (`guest::inherit`); with
+    /// live connection of the route (`guest/kind/inherit.rs`); with
     /// `reset_state`, connections whose state it cannot read start from
     /// their state's Default instead of refusing the deploy.
     pub fn deploy(
@@ -301,7 +301,7 @@ impl Changes {
                     continue;
                 }
             };
-            let same_bytes = weir_guest_runtime::program::hex_sha256(&wasm) == current.hash();
+            let same_bytes = weir_guest_runtime::hex_sha256(&wasm) == current.hash();
             if same_bytes && current.config() == cfg {
                 continue;
             }

@@ -1,6 +1,6 @@
 //! One worker thread: its runtime, its listener's accept loop, the drain
 //! at shutdown, and the turns it gives its guests outside the runtime (or
-//! hands to its guest thread, see `guest::slot`).
+//! hands to its guest thread, see `guest/kind/slot.rs`).
 
 use super::http::serve_http;
 use super::{Shared, Shutdown};
@@ -136,7 +136,7 @@ pub(super) fn run(
             }
         }
     });
-    // The worker leaves the runtime to run guests (see guest::slot): it
+    // The worker leaves the runtime to run guests (see guest/kind/slot.rs): it
     // returns from block_on when guest work is pending, after the other
     // ready tasks had a turn to add their events to the batch.
     loop {

@@ -1,7 +1,7 @@
 //! A real-time namespace's guest (`guest = "x.wasm"` on a `[[namespaces]]`
 //! table): asked about each client subscribe (rt-subscribe) and each client
 //! publication (rt-publish) of the namespace's channels, in its route's
-//! batches like a proxy filter's messages (`guest::slot`). The question
+//! batches like a proxy filter's messages (`weir_guest_runtime`'s slot, `kind/slot.rs`). The question
 //! carries a call id; the guest's verdict names it and is handed to the
 //! waiting connection through [`RtCalls`] (`weir_realtime::verdict`). A
 //! batch that ran settles its questions: one the guest left unanswered, or

@@ -1,6 +1,6 @@
 //! A proxy route's filter (`filter = "x.wasm"`): a guest that sees every
 //! message of the route's connections, either way, as a proxy event in its
-//! route's batches (`guest::slot`), and passes on what it forwards. What
+//! route's batches (`weir_guest_runtime`'s slot, `kind/slot.rs`), and passes on what it forwards. What
 //! the guest's answer forwards toward the client is framed and written by
 //! the guest route's `apply` like any send; what it forwards toward the
 //! upstream reaches [`FilterLinks`] through the [`FilterSink`] trait and is
@@ -154,5 +154,5 @@ impl FilterSink for FilterLinks {
 }
 
 /// Messages a side assembles for the filter at most (16 MiB: the largest a
-/// guest batch takes, `guest::slot`).
+/// guest batch takes, `weir_guest_runtime`'s `kind/slot.rs`).
 pub(super) const MAX_FILTERED_MESSAGE_BYTES: usize = 16 << 20;

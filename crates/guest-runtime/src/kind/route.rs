@@ -5,14 +5,13 @@
 //! worker side (batches, connections) is `slot`; calls run on each
 //! worker's guest thread (`thread`).
 
-use super::deploy::Versions;
-use super::io::RouteIo;
-use super::kv::KvStore;
-use super::kv_quota::{KvErrorReason, KvRefusals};
-use super::realtime::GuestRealtime;
-use super::slot::{GuestSlot, Scheduler};
-use super::{Batch, Command, Commands, Fault, Program, Runner};
-use bytes::Bytes;
+use crate::kind::deploy::Versions;
+use crate::kind::slot::{GuestSlot, Scheduler};
+use crate::services::io::RouteIo;
+use crate::services::kv::quota::KvRefusals;
+use crate::services::kv::KvStore;
+use crate::services::realtime::GuestRealtime;
+use crate::{Batch, Fault, Program, Runner};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -21,23 +20,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tracing::warn;
-use weir_abi::Direction;
 use weir_pubsub::Topics;
 use weir_reactor::attached::{AttachedGuest, AttachedSlot, FilterSink};
 use weir_reactor::kind::{RouteKind, WorkerRoute, WorkerSetup};
-use weir_reactor::outbound::Outbound;
 use weir_reactor::registry::Registry;
-use weir_reactor::stats::GuestCounters;
 use weir_realtime::verdict::RtCalls;
-use weir_ws::encode::{self, message_opcode};
 
 /// Deadline trips by one client address, within [`TRIP_WINDOW`], after which
 /// it is refused new upgrades on the route.
-pub const TRIPS_BEFORE_BACKOFF: u32 = 3;
+pub(crate) const TRIPS_BEFORE_BACKOFF: u32 = 3;
 /// Trips older than this are forgotten.
-pub const TRIP_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const TRIP_WINDOW: Duration = Duration::from_secs(60);
 /// How long a repeat offender is refused (429 with Retry-After).
-pub const BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const BACKOFF: Duration = Duration::from_secs(30);
 /// Addresses tracked per route at most: an attacker with many addresses
 /// cannot grow the map without bound (past it, new addresses go untracked).
 const OFFENDERS_MAX: usize = 10_000;
@@ -68,8 +63,8 @@ pub struct GuestRoute {
     /// The route's outbound HTTP and timers (0.4.0 guests).
     pub(crate) io: Arc<RouteIo>,
     /// Where workers report their connections' state when a deploy asks
-    /// (`guest::inherit`).
-    pub(crate) census: super::census::Census,
+    /// (`kind::inherit`).
+    pub(crate) census: crate::kind::census::Census,
     /// The route's key-value store (`kv`), if it has one.
     pub(crate) kv: Option<Arc<KvStore>>,
     /// Its writes refused (over quota, queue full, ...), by reason.
@@ -83,7 +78,7 @@ pub struct GuestRoute {
     /// nothing, and commands other than verdicts are ignored.
     pub(crate) rt_calls: Option<Arc<RtCalls>>,
     /// `realtime = true`: the route's topics are the real-time core's
-    /// channels (`guest::realtime`).
+    /// channels (`services::realtime`).
     pub(crate) realtime: Option<Arc<GuestRealtime>>,
 }
 
@@ -174,13 +169,6 @@ impl GuestRoute {
     /// The route's versions: deploy, rollback, list.
     pub fn versions(&self) -> &Versions {
         &self.versions
-    }
-
-    /// A key-value write of a batch on `worker` was refused: counted,
-    /// logged now and then, and told to the route's guest there.
-    fn kv_refused(&self, worker: usize, key: &[u8], reason: KvErrorReason) {
-        self.kv_refusals.note(&self.path, key, reason);
-        self.io.kv_refused(worker, key, reason);
     }
 
     /// The route's refused key-value writes.
@@ -339,234 +327,6 @@ impl GuestRoute {
         if let Some(calls) = &self.rt_calls {
             calls.settle(batch.rt_calls());
         }
-    }
-
-    /// The queue of `conn` if it is open on this route.
-    fn lookup(&self, conn: u64) -> Option<Arc<Outbound>> {
-        self.registry.outbound(conn, self.index)
-    }
-
-    /// Applies a guest's commands in order. Consecutive sends to one
-    /// connection are written into one buffer and handed over once,
-    /// compressed if the connection negotiated permessage-deflate, straight
-    /// into the socket when the connection is not writing itself (see
-    /// `Outbound::send_frames`).
-    fn apply(
-        &self,
-        commands: &Commands,
-        counters: &GuestCounters,
-        worker: usize,
-        program: &Program,
-    ) {
-        let (mut messages, mut bytes) = (0, 0);
-        // A realtime route's consecutive publishes, handed to the core
-        // together (in order) before the next other command.
-        let mut rt_publishes = Vec::new();
-        let mut pending: Option<u64> = None;
-        let mut frames = Vec::new();
-        let flush = |pending: &mut Option<u64>, frames: &mut Vec<u8>| {
-            if let Some(conn) = pending.take() {
-                if let Some(out) = self.lookup(conn) {
-                    // Compressed for the connection if it negotiated
-                    // permessage-deflate; the guest sent plain payloads.
-                    out.send_frames(frames);
-                }
-                frames.clear();
-            }
-        };
-        for command in commands.iter() {
-            if let Some(calls) = &self.rt_calls {
-                match command {
-                    Command::RtSubscribeVerdict { call, code, .. } => {
-                        calls.answer_subscribe(call, code)
-                    }
-                    Command::RtPublishVerdict { call, verdict, .. } => {
-                        calls.answer_publish(call, verdict)
-                    }
-                    _ => {}
-                }
-                continue;
-            }
-            if let Some(rt) = &self.realtime {
-                if !matches!(command, Command::Publish { .. }) && !rt_publishes.is_empty() {
-                    rt.publish(std::mem::take(&mut rt_publishes));
-                }
-            }
-            // A filter's forward toward the client is a send.
-            let command = match command {
-                Command::Forward {
-                    conn,
-                    direction: Direction::ToClient,
-                    text,
-                    payload,
-                } if self.filter_links.is_some() => Command::Send {
-                    conn,
-                    text,
-                    payload,
-                },
-                other => other,
-            };
-            if let Command::Send {
-                conn,
-                text,
-                payload,
-            } = command
-            {
-                if pending.is_some_and(|c| c != conn) {
-                    flush(&mut pending, &mut frames);
-                }
-                pending = Some(conn);
-                messages += 1;
-                bytes += payload.len() as u64;
-                encode::append_frame(&mut frames, message_opcode(text), payload);
-                continue;
-            }
-            flush(&mut pending, &mut frames);
-            match command {
-                Command::Send { .. } => unreachable!("handled above"),
-                Command::Close { conn, code, reason } => {
-                    if let Some(out) = self.lookup(conn) {
-                        out.close(code, reason);
-                    }
-                }
-                Command::Publish {
-                    topic,
-                    text,
-                    payload,
-                    exclude,
-                } => {
-                    messages += 1;
-                    bytes += payload.len() as u64;
-                    if self.realtime.is_some() {
-                        // The core delivers to every subscriber (`exclude`
-                        // has no meaning for a channel's publication).
-                        let payload = Bytes::copy_from_slice(payload);
-                        rt_publishes.push((topic.to_string(), text, payload));
-                        continue;
-                    }
-                    let frame = Bytes::from(encode::frame(message_opcode(text), payload));
-                    self.topics.publish(topic, &frame, exclude);
-                }
-                Command::Subscribe { conn, topic } => {
-                    if self
-                        .realtime
-                        .as_ref()
-                        .is_some_and(|rt| !rt.may_subscribe(topic))
-                    {
-                        continue;
-                    }
-                    if let Some(out) = self.registry.subscribe(conn, self.index, topic) {
-                        self.topics.subscribe(topic, conn, out);
-                    }
-                }
-                // Applied by the runner before the commands reach here.
-                Command::SetAttachment { .. } => {}
-                Command::Unsubscribe { conn, topic } => {
-                    if self.registry.unsubscribe(conn, self.index, topic) {
-                        self.topics.unsubscribe(topic, conn);
-                    }
-                }
-                // I/O for a connection is only for one of the route's own
-                // that is still open; 0 is the route's own.
-                Command::HttpRequest {
-                    conn,
-                    tag,
-                    head,
-                    body,
-                } => {
-                    if conn == 0 || self.lookup(conn).is_some() {
-                        let policy = &program.config().outbound;
-                        self.io.http(worker, conn, tag, head, body, policy);
-                    }
-                }
-                Command::SetTimer {
-                    conn,
-                    tag,
-                    delay_ms,
-                } => {
-                    if conn == 0 || self.lookup(conn).is_some() {
-                        let delay = Duration::from_millis(delay_ms);
-                        self.io.set_timer(worker, conn, tag, delay);
-                    }
-                }
-                Command::CancelTimer { conn, tag } => self.io.cancel_timer(conn, tag),
-                Command::KvSet { key, value, ttl_ms } => {
-                    let done = match &self.kv {
-                        Some(kv) => kv.set(key, value, ttl_ms),
-                        None => Err(KvErrorReason::NoStore),
-                    };
-                    if let Err(reason) = done {
-                        self.kv_refused(worker, key, reason);
-                    }
-                }
-                Command::KvDelete { key } => {
-                    let done = match &self.kv {
-                        Some(kv) => kv.delete(key),
-                        None => Err(KvErrorReason::NoStore),
-                    };
-                    if let Err(reason) = done {
-                        self.kv_refused(worker, key, reason);
-                    }
-                }
-                Command::RtSubscribeVerdict { .. } | Command::RtPublishVerdict { .. } => warn!(
-                    route = &*self.path,
-                    "a real-time verdict on a route that is not a namespace guest; ignored"
-                ),
-                Command::HistoryRead {
-                    conn,
-                    tag,
-                    limit,
-                    reverse,
-                    channel,
-                } => {
-                    if conn == 0 || self.lookup(conn).is_some() {
-                        match &self.realtime {
-                            Some(rt) => {
-                                rt.history(&self.io, worker, conn, tag, channel, limit, reverse)
-                            }
-                            None => self.io.deliver_event(
-                                worker,
-                                super::realtime::not_realtime(conn, tag, false),
-                            ),
-                        }
-                    }
-                }
-                Command::PresenceRead { conn, tag, channel } => {
-                    if conn == 0 || self.lookup(conn).is_some() {
-                        match &self.realtime {
-                            Some(rt) => rt.presence(&self.io, worker, conn, tag, channel),
-                            None => self.io.deliver_event(
-                                worker,
-                                super::realtime::not_realtime(conn, tag, true),
-                            ),
-                        }
-                    }
-                }
-                Command::Forward {
-                    conn,
-                    direction,
-                    text,
-                    payload,
-                } => match &self.filter_links {
-                    Some(links) if direction == Direction::ToUpstream => {
-                        messages += 1;
-                        bytes += payload.len() as u64;
-                        links.forward_to_upstream(conn, text, payload);
-                    }
-                    Some(_) => unreachable!("forwards toward the client are sends"),
-                    None => warn!(
-                        route = &*self.path,
-                        "forward on a route that is not a proxy filter; ignored"
-                    ),
-                },
-            }
-        }
-        flush(&mut pending, &mut frames);
-        if let (Some(rt), false) = (&self.realtime, rt_publishes.is_empty()) {
-            rt.publish(rt_publishes);
-        }
-        counters.messages_out.add(messages);
-        counters.bytes_out.add(bytes);
     }
 }
 

@@ -16,11 +16,11 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::abi::bindings::weir::gateway::{host, kv, types};
-use super::abi::bindings_v3::weir::gateway as v3;
-use super::kv::KvStore;
-use super::log::{RouteLog, MAX_LOG_LINE_BYTES};
-use super::ConnectionId;
+use crate::runtime::abi::bindings::weir::gateway::{host, kv, types};
+use crate::runtime::abi::bindings_v3::weir::gateway as v3;
+use crate::runtime::log::{RouteLog, MAX_LOG_LINE_BYTES};
+use crate::services::kv::KvStore;
+use crate::ConnectionId;
 use weir_config::LogLevel;
 
 /// Everything one wasmtime Store carries.

@@ -6,18 +6,17 @@
 //! the operator resets state; a component without the export is let
 //! through with a warning (its state was not checked).
 
-use super::census::Gathered;
-use super::{GuestError, GuestRoute, Program};
+use crate::kind::census::Gathered;
+use crate::runtime::abi::STATE_INTERFACE;
+use crate::{GuestError, GuestRoute, Program};
 use tracing::warn;
 
 /// Attachment bytes handed to one `check-state` call at most (one
 /// attachment larger than this goes alone): the call runs within the
 /// route's memory and deadline like any other.
-pub const STATE_CHECK_CHUNK_BYTES: usize = 256 << 10;
+pub(crate) const STATE_CHECK_CHUNK_BYTES: usize = 256 << 10;
 /// Attachments per `check-state` call at most.
-pub const STATE_CHECK_CHUNK_ATTACHMENTS: usize = 1024;
-/// The optional interface a component exports to have its state checked.
-pub const STATE_INTERFACE: &str = "weir:gateway/state@0.4.0";
+pub(crate) const STATE_CHECK_CHUNK_ATTACHMENTS: usize = 1024;
 
 /// What a deploy or rollback found in the state it inherits.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -103,7 +102,7 @@ impl GuestRoute {
 
 impl Program {
     /// Whether the component exports [`STATE_INTERFACE`].
-    pub fn checks_state(&self) -> bool {
+    pub(crate) fn checks_state(&self) -> bool {
         self.state_export.is_some()
     }
 

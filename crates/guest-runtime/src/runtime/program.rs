@@ -14,12 +14,12 @@ use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, ComponentExportIndex, InstancePre};
 use wasmtime::Store;
 
-use super::abi::bindings::GatewayHandlerPre;
-use super::abi::bindings_v3::GatewayHandlerPre as GatewayHandlerPreV3;
-use super::engine::{GuestEngine, POOL_COMPONENT_INSTANCES};
-use super::error::GuestError;
-use super::host::StoreState;
-use super::log::RouteLog;
+use crate::runtime::abi::bindings::GatewayHandlerPre;
+use crate::runtime::abi::bindings_v3::GatewayHandlerPre as GatewayHandlerPreV3;
+use crate::runtime::engine::{GuestEngine, POOL_COMPONENT_INSTANCES};
+use crate::runtime::error::GuestError;
+use crate::runtime::host::StoreState;
+use crate::runtime::log::RouteLog;
 use weir_config::GUEST_MEMORY_MAX_BYTES;
 use weir_config::{Behaviour, Config, GuestConfig, Isolation};
 
@@ -42,14 +42,14 @@ pub struct Program {
     live: AtomicUsize,
     /// The route's version this program is (1 at startup, one more per
     /// deploy): runners compare it with the version serving now at each
-    /// batch (`guest::deploy`).
+    /// batch (`kind::deploy`).
     pub(crate) version: u64,
     /// SHA-256 of the component's bytes, hex: what `GET /routes` shows, so
     /// an operator can tell which build is serving.
     pub(crate) hash: String,
     /// This version's calls, batches and faults, per worker.
     pub(crate) stats: weir_reactor::stats::GuestStats,
-    /// The optional `check-state` export (`guest::inherit`): a deploy asks
+    /// The optional `check-state` export (`kind::inherit`): a deploy asks
     /// it whether this version reads the live connections' state.
     pub(crate) state_export: Option<ComponentExportIndex>,
 }
@@ -76,7 +76,7 @@ impl Program {
     /// Like [`Program::load`], from bytes already read (`path` names them
     /// in errors), as version `version` of the route; `log` is the route's
     /// log when an earlier version has one (its budget and counts go on).
-    pub fn from_bytes(
+    pub(crate) fn from_bytes(
         engine: &Arc<GuestEngine>,
         route_path: &str,
         cfg: &GuestConfig,
@@ -96,7 +96,7 @@ impl Program {
         let abi_error = |detail: String| GuestError::Abi {
             route: route.clone(),
             path: path.to_path_buf(),
-            package: super::abi::WIT_PACKAGE,
+            package: crate::runtime::abi::WIT_PACKAGE,
             rebuild: rebuild_hint(engine, &component),
             detail,
         };
@@ -105,7 +105,7 @@ impl Program {
             .instantiate_pre(&component)
             .map_err(|e| abi_error(format!("{e:#}")))?;
         let state_export = component
-            .get_export_index(None, super::inherit::STATE_INTERFACE)
+            .get_export_index(None, crate::runtime::abi::STATE_INTERFACE)
             .and_then(|i| component.get_export_index(Some(&i), "check-state"));
         let pre = match GatewayHandlerPre::new(instance_pre.clone()) {
             Ok(pre) => Pre::V4(pre),
@@ -116,8 +116,8 @@ impl Program {
                         "{e:#}; the component exports {} (this gateway runs components \
                          built for {} or {})",
                         exports_of(engine, &component),
-                        super::abi::WIT_PACKAGE,
-                        super::abi::WIT_PACKAGE_V3
+                        crate::runtime::abi::WIT_PACKAGE,
+                        crate::runtime::abi::WIT_PACKAGE_V3
                     )))
                 }
             },
@@ -132,9 +132,9 @@ impl Program {
                      imports: the guest cannot use {}; rebuild it with an SDK for {}",
                     unusable.join(" and "),
                     path.display(),
-                    super::abi::WIT_PACKAGE_V3,
+                    crate::runtime::abi::WIT_PACKAGE_V3,
                     if unusable.len() == 1 { "it" } else { "them" },
-                    super::abi::WIT_PACKAGE
+                    crate::runtime::abi::WIT_PACKAGE
                 );
             }
         }
@@ -287,8 +287,8 @@ pub(crate) enum Pre {
 
 /// A live instance's exports, for the version it was built for.
 pub(crate) enum Handler {
-    V4(super::abi::bindings::GatewayHandler),
-    V3(super::abi::bindings_v3::GatewayHandler),
+    V4(crate::runtime::abi::bindings::GatewayHandler),
+    V3(crate::runtime::abi::bindings_v3::GatewayHandler),
 }
 
 /// One of a route's `instances` slots; given back on drop.

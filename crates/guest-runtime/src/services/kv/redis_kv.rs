@@ -20,7 +20,7 @@
 //! its mirror counts it (other nodes' writes included, so the bound holds
 //! per store, give or take the writes in flight between nodes), and the
 //! writes waiting for Redis (all of them while it is unreachable) hold at
-//! most [`KV_QUEUE_MAX_BYTES`](super::kv_quota::KV_QUEUE_MAX_BYTES): past
+//! most [`KV_QUEUE_MAX_BYTES`](crate::services::kv::quota::KV_QUEUE_MAX_BYTES): past
 //! it a write is refused (`queue-full`) and not applied to the mirror.
 
 use std::collections::{HashMap, VecDeque};
@@ -32,7 +32,7 @@ use redis::{PushKind, Value};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::kv_quota::{fits, now_ms, queued_cost, KvErrorReason, QueueBudget};
+use crate::services::kv::quota::{fits, now_ms, queued_cost, KvErrorReason, QueueBudget};
 use weir_config::KvQuota;
 use weir_pubsub::backoff::Backoff;
 

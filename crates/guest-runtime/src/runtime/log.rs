@@ -14,11 +14,11 @@ use std::time::{Duration, Instant};
 use weir_config::{GuestLog, LogLevel};
 
 /// How often dropped lines are summarised in the log.
-pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const SUMMARY_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Longest log line kept from a guest; the rest is cut (and marked), so one
 /// call cannot write a megabyte line.
-pub const MAX_LOG_LINE_BYTES: usize = 4096;
+pub(crate) const MAX_LOG_LINE_BYTES: usize = 4096;
 
 /// Shown at the end of a line that was cut at [`MAX_LOG_LINE_BYTES`].
 const CUT_MARKER: &str = "…[cut]";

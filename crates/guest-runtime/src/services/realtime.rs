@@ -7,11 +7,11 @@
 //! [`Realtime::publish`] (offsets, history, centrifugo subscribers, other
 //! nodes), and history-read / presence-read run [`Realtime::history`] and
 //! [`Realtime::presence`], answered by events in a later batch through the
-//! route's I/O inboxes (`guest::io`). A refused subscribe or publish is
+//! route's I/O inboxes (`services::io`). A refused subscribe or publish is
 //! logged at warn (the first few, then now and then) and counted.
 
-use super::io::{IoEvent, RouteIo};
-use super::ConnectionId;
+use crate::services::io::{IoEvent, RouteIo};
+use crate::ConnectionId;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use std::future::Future;
@@ -25,16 +25,17 @@ use weir_realtime::{ClientInfo, HistoryQuery, Publication, Realtime, RealtimeErr
 /// History and presence reads of one route waiting on the core at once
 /// (with `[cluster]`, on Redis); past it a read is answered `busy` at once,
 /// so a guest cannot pile up tasks or answers.
-pub const MAX_READS_PENDING_PER_ROUTE: usize = 256;
+pub(crate) const MAX_READS_PENDING_PER_ROUTE: usize = 256;
 /// Publications one history read returns at most, whatever the guest asks:
 /// the centrifugo route's and the server API's cap.
-pub const HISTORY_READ_MAX_PUBLICATIONS: usize = weir_realtime::HISTORY_MAX_PUBLICATION_LIMIT;
+pub(crate) const HISTORY_READ_MAX_PUBLICATIONS: usize =
+    weir_realtime::HISTORY_MAX_PUBLICATION_LIMIT;
 /// Members one presence read returns at most (the first ones the core
 /// lists): one answer stays bounded in a channel of any size.
-pub const PRESENCE_READ_MAX_MEMBERS: usize = 1000;
+pub(crate) const PRESENCE_READ_MAX_MEMBERS: usize = 1000;
 /// Runs of publishes of one route waiting on Redis at once (with
 /// `[cluster]`); past it a run's publishes are refused and counted.
-pub const MAX_PUBLISH_BATCHES_PENDING: usize = 1024;
+pub(crate) const MAX_PUBLISH_BATCHES_PENDING: usize = 1024;
 /// Refusals logged one by one before only every [`LOG_EVERY`]th is.
 const LOG_FIRST: u64 = 16;
 const LOG_EVERY: u64 = 1024;
@@ -68,11 +69,6 @@ impl GuestRealtime {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Reads waiting on the core now.
-    pub fn reads_pending(&self) -> usize {
-        self.reads.load(Ordering::Relaxed)
-    }
-
     fn refuse(&self, what: &str, channel: &str, why: &dyn std::fmt::Display) {
         let n = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
         if n <= LOG_FIRST || n.is_multiple_of(LOG_EVERY) {
@@ -87,7 +83,7 @@ impl GuestRealtime {
 
     /// Whether the guest may subscribe to `channel`: the core's name check
     /// (the namespace must exist, the name not be too long).
-    pub fn may_subscribe(&self, channel: &str) -> bool {
+    pub(crate) fn may_subscribe(&self, channel: &str) -> bool {
         match self.core.options(channel) {
             Ok(_) => true,
             Err(e) => {
@@ -259,7 +255,7 @@ impl GuestRealtime {
 }
 
 /// The answer to a read on a route without `realtime = true`.
-pub fn not_realtime(conn: ConnectionId, tag: u64, presence: bool) -> IoEvent {
+pub(crate) fn not_realtime(conn: ConnectionId, tag: u64, presence: bool) -> IoEvent {
     IoEvent::RealtimeRead {
         conn,
         presence,

@@ -11,8 +11,8 @@
 use weir_abi::header::event_conn;
 use weir_abi::{encode_conn_info, CommandBuf, EventHeader, EventKind};
 
-use super::error::Fault;
-use super::ConnectionId;
+use crate::runtime::error::Fault;
+use crate::ConnectionId;
 
 /// Generated host bindings (sync calls, owned types).
 pub(crate) mod bindings {
@@ -37,21 +37,23 @@ use bindings::weir::gateway::types::{self as wit, Batch as RawBatch, Commands as
 use bindings_v3::weir::gateway::types as wit_v3;
 
 pub use bindings::weir::gateway::types::{
-    Accept, DeferredUpgrade, HttpOutcome, HttpRequest as UpgradeHttpRequest, HttpResponse,
-    UpgradeRequest, UpgradeResponse,
+    Accept, DeferredUpgrade, HttpOutcome, HttpResponse, UpgradeRequest, UpgradeResponse,
 };
 
 /// The WIT package this host implements (wit/weir.wit); named in the error
 /// for a component built against another version.
-pub const WIT_PACKAGE: &str = "weir:gateway@0.4.0";
+pub(crate) const WIT_PACKAGE: &str = "weir:gateway@0.4.0";
 /// The earlier version it still runs (wit/0.3.0/weir.wit).
-pub const WIT_PACKAGE_V3: &str = "weir:gateway@0.3.0";
+pub(crate) const WIT_PACKAGE_V3: &str = "weir:gateway@0.3.0";
+/// The optional interface a component exports to have its state checked
+/// (`kind::inherit`).
+pub(crate) const STATE_INTERFACE: &str = "weir:gateway/state@0.4.0";
 pub use weir_abi::{Command, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
 
 /// Largest answer (command headers plus bytes) accepted from one guest call.
 /// A fixed cap rather than one derived from the route's memory: it bounds
 /// what the host copies and queues per batch whatever the guest is allowed.
-pub const MAX_OUTPUT_BYTES: usize = 64 << 20;
+pub(crate) const MAX_OUTPUT_BYTES: usize = 64 << 20;
 
 /// A kind travels as its WIT enum case index; weir-abi numbers them by hand,
 /// so a reordered WIT enum fails the build here instead of mislabelling
@@ -107,7 +109,7 @@ pub(crate) fn upgrade_response_from_v3(r: wit_v3::UpgradeResponse) -> UpgradeRes
 }
 
 /// One batch of events for one route, built by the reactor and passed to
-/// [`Runner::handle`](super::Runner::handle). `clear` keeps the allocations,
+/// [`Runner::handle`](crate::Runner::handle). `clear` keeps the allocations,
 /// so a worker reuses one `Batch` for every call.
 pub struct Batch {
     pub(crate) raw: RawBatch,
@@ -155,7 +157,7 @@ impl Batch {
     /// `conn` was opened on this route; `info` is its connection info as
     /// [`encode_conn_info`] packs it (target, route parameters, the
     /// attachment the upgrade accepted it with).
-    pub fn push_open_info(&mut self, conn: ConnectionId, info: &[u8]) {
+    pub(crate) fn push_open_info(&mut self, conn: ConnectionId, info: &[u8]) {
         self.opens += 1;
         self.push(conn, EventKind::Open, 0, info);
     }
@@ -207,7 +209,7 @@ impl Batch {
 
     /// A complete message of proxied connection `conn` on its way in
     /// `direction`, for the route's filter (byte 9 carries the direction).
-    pub fn push_proxy_message(
+    pub(crate) fn push_proxy_message(
         &mut self,
         conn: ConnectionId,
         direction: weir_abi::Direction,
@@ -240,7 +242,7 @@ impl Batch {
 
     /// A question for a real-time namespace's guest (rt-subscribe or
     /// rt-publish; `bytes` laid out as `weir_abi::realtime` says).
-    pub fn push_rt_question(&mut self, conn: ConnectionId, kind: EventKind, bytes: &[u8]) {
+    pub(crate) fn push_rt_question(&mut self, conn: ConnectionId, kind: EventKind, bytes: &[u8]) {
         self.push(conn, kind, 0, bytes);
     }
 
@@ -256,13 +258,13 @@ impl Batch {
     }
 
     /// `conn` is gone, with the peer's close code (1005 none, 1006 dropped).
-    pub fn push_close(&mut self, conn: ConnectionId, code: u16, reason: &str) {
+    pub(crate) fn push_close(&mut self, conn: ConnectionId, code: u16, reason: &str) {
         self.push(conn, EventKind::Close, code, reason.as_bytes());
     }
 
     /// An answer of the route's I/O (0.4.0 guests only).
-    pub fn push_io(&mut self, event: &super::io::IoEvent) {
-        use super::io::IoEvent;
+    pub(crate) fn push_io(&mut self, event: &crate::services::io::IoEvent) {
+        use crate::services::io::IoEvent;
         let mut bytes = Vec::new();
         match event {
             IoEvent::Response {
@@ -327,7 +329,7 @@ impl Batch {
     }
 
     /// Payload bytes queued so far (to decide when to flush).
-    pub fn data_len(&self) -> usize {
+    pub(crate) fn data_len(&self) -> usize {
         self.raw.data.len()
     }
 
@@ -490,7 +492,7 @@ mod tests {
     #[test]
     fn a_batch_is_packed_as_the_shared_vectors_say() {
         let vectors: serde_json::Value =
-            serde_json::from_str(include_str!("../../../abi/vectors/events.json")).unwrap();
+            serde_json::from_str(include_str!("../../../../abi/vectors/events.json")).unwrap();
         let case = &vectors["valid"][0];
         assert_eq!(case["name"], "every-kind");
         let mut b = Batch::new();

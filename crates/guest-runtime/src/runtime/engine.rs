@@ -13,20 +13,20 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig};
 use weir_config::GUEST_MEMORY_MAX_BYTES;
 
-use super::abi::bindings::GatewayHandler;
-use super::cache::{default_cache_dir, ComponentCache};
-use super::error::GuestError;
-use super::host::StoreState;
+use crate::runtime::abi::bindings::GatewayHandler;
+use crate::runtime::cache::{default_cache_dir, ComponentCache};
+use crate::runtime::error::GuestError;
+use crate::runtime::host::StoreState;
 
 /// Period of the epoch ticker. Deadlines are whole ticks, so this is the
 /// granularity of `timeout`; 5 ms keeps a 10 ms timeout within 10–15 ms
 /// while the ticker costs ~200 wakeups per second.
-pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// Component instances the pool holds across all routes and workers. Each
 /// live instance takes one. A route's `instances` above this is capped to it
 /// (the pool is then the limit); an instance the full pool cannot hold is a
-/// [`Fault::Overloaded`](super::Fault::Overloaded), like a route at its cap.
+/// [`Fault::Overloaded`](crate::Fault::Overloaded), like a route at its cap.
 pub const POOL_COMPONENT_INSTANCES: u32 = 1024;
 
 /// Core instances per component instance: a Rust wasip2 guest has 4 (its
@@ -34,7 +34,7 @@ pub const POOL_COMPONENT_INSTANCES: u32 = 1024;
 const CORE_INSTANCES_PER_COMPONENT: u32 = 8;
 
 /// The process-wide engine. Create one with [`GuestEngine::new`] and share
-/// it (`Arc`) between every [`Program`](super::Program).
+/// it (`Arc`) between every [`Program`](crate::Program).
 pub struct GuestEngine {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<StoreState>,
@@ -60,8 +60,11 @@ impl GuestEngine {
         // against it (different package versions, so no name clashes).
         GatewayHandler::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
-        super::abi::bindings_v3::GatewayHandler::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s)
-            .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
+        crate::runtime::abi::bindings_v3::GatewayHandler::add_to_linker::<_, HasSelf<_>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
         let cache = match cache_dir.or_else(default_cache_dir) {
             Some(dir) => ComponentCache::open(dir)?,
             None => None,
@@ -100,7 +103,7 @@ impl GuestEngine {
     /// Epoch ticks to allow for `timeout`: rounded up, plus one because the
     /// first tick may land at once (a deadline of N ticks fires after
     /// (N−1)..N periods), and never fewer than 2.
-    pub fn deadline_ticks(timeout: Duration) -> u64 {
+    pub(crate) fn deadline_ticks(timeout: Duration) -> u64 {
         let tick = EPOCH_TICK.as_nanos();
         let ticks = timeout.as_nanos().div_ceil(tick) as u64;
         (ticks + 1).max(2)

@@ -27,12 +27,12 @@ use wasmtime::Engine;
 
 /// Environment variable naming the cache directory; an empty value turns
 /// the cache off.
-pub const CACHE_DIR_ENV: &str = "WEIR_CACHE_DIR";
+pub(crate) const CACHE_DIR_ENV: &str = "WEIR_CACHE_DIR";
 
 /// Where artifacts go unless told otherwise: `$WEIR_CACHE_DIR`, else
 /// `$XDG_CACHE_HOME/weir`, else `~/.cache/weir`. None when the cache is off
 /// or no home is known.
-pub fn default_cache_dir() -> Option<PathBuf> {
+pub(crate) fn default_cache_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os(CACHE_DIR_ENV) {
         return (!dir.is_empty()).then(|| PathBuf::from(dir));
     }
@@ -85,7 +85,7 @@ pub enum CacheError {
 
 /// Why an artifact in the cache is not loaded (it is compiled again).
 #[derive(Debug)]
-pub enum UntrustedArtifact {
+pub(crate) enum UntrustedArtifact {
     /// Another user's file: not ours to run.
     OwnedByOther { owner: u32 },
     /// Group or others may write it.
@@ -118,7 +118,7 @@ fn our_uid() -> u32 {
 }
 
 /// A directory of `<sha256>.cwasm` files for one engine configuration.
-pub struct ComponentCache {
+pub(crate) struct ComponentCache {
     dir: PathBuf,
 }
 
@@ -160,7 +160,7 @@ impl ComponentCache {
     }
 
     /// The artifact path for `wasm` under `engine`.
-    pub fn artifact_path(&self, engine: &Engine, wasm: &[u8]) -> PathBuf {
+    pub(crate) fn artifact_path(&self, engine: &Engine, wasm: &[u8]) -> PathBuf {
         let mut sha = Sha256::new();
         sha.update(b"weir-component-cache-v1\0");
         sha.update(wasm);
@@ -251,7 +251,7 @@ fn temp_path(path: &Path) -> Result<PathBuf, getrandom::Error> {
 /// The bytes of the artifact at `path` if it may be run: a regular file
 /// (not followed through a link) of this gateway's user that group and
 /// others cannot write. `Ok(None)` when there is none.
-pub fn trusted_artifact(path: &Path) -> Result<Option<Vec<u8>>, UntrustedArtifact> {
+pub(crate) fn trusted_artifact(path: &Path) -> Result<Option<Vec<u8>>, UntrustedArtifact> {
     let mut file = match OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)

@@ -8,7 +8,7 @@
 //! finishes on the old program, the next one runs on the new one, and the
 //! runner's attachments carry over (`Runner::switch`).
 
-use super::{GuestError, Program, Runner};
+use crate::{GuestError, Program, Runner};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use weir_config::GuestConfig;
 
 /// Versions kept besides the serving one, for rollback.
-pub const KEPT_VERSIONS: usize = 3;
+pub(crate) const KEPT_VERSIONS: usize = 3;
 
 /// One version of a route as it was deployed.
 #[derive(Clone)]
@@ -141,7 +141,7 @@ impl Versions {
     }
 
     /// Counts a deploy refused after it compiled (the state it would
-    /// inherit, `guest::inherit`).
+    /// inherit, `kind::inherit`).
     pub fn count_refused(&self) {
         self.failed_deploys.fetch_add(1, Ordering::Relaxed);
     }

@@ -58,7 +58,7 @@ impl Connector {
     "{name} resolves to {address}, which is not a global address; \
      set allow_private = true on the route to allow it"
 )]
-pub struct PrivateAddress {
+pub(crate) struct PrivateAddress {
     name: String,
     address: IpAddr,
 }

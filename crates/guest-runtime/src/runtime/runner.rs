@@ -10,17 +10,17 @@ use std::sync::Arc;
 
 use wasmtime::{PoolConcurrencyLimitError, Store, Trap};
 
-use super::abi::{
+use crate::runtime::abi::{
     upgrade_request_v3, upgrade_response_from_v3, Accept, Batch, Commands, HttpOutcome,
     UpgradeRequest, UpgradeResponse,
 };
-use super::engine::POOL_COMPONENT_INSTANCES;
-use super::error::Fault;
-use super::host::{ConnRecord, StoreState};
-use super::kv::KvStore;
-use super::program::Handler;
-use super::program::{InstancePermit, Program};
-use super::ConnectionId;
+use crate::runtime::engine::POOL_COMPONENT_INSTANCES;
+use crate::runtime::error::Fault;
+use crate::runtime::host::{ConnRecord, StoreState};
+use crate::runtime::program::Handler;
+use crate::runtime::program::{InstancePermit, Program};
+use crate::services::kv::KvStore;
+use crate::ConnectionId;
 use weir_config::Isolation;
 
 /// A live instance and what it has served.
@@ -95,7 +95,7 @@ impl Runner {
     }
 
     /// Every attachment held (empty ones included), for a deploy's census.
-    pub fn attachments(&self) -> impl Iterator<Item = &[u8]> {
+    pub(crate) fn attachments(&self) -> impl Iterator<Item = &[u8]> {
         self.conns.values().map(|record| record.attachment())
     }
 
@@ -112,7 +112,7 @@ impl Runner {
     /// Serve `program` from the next call on (a deploy or rollback): the
     /// instance of the old one is dropped at this batch boundary, the
     /// attachments stay, so open connections go on where they were.
-    pub fn switch(&mut self, program: Arc<Program>) {
+    pub(crate) fn switch(&mut self, program: Arc<Program>) {
         self.live = None;
         self.program = program;
     }
@@ -135,7 +135,7 @@ impl Runner {
 
     /// A deferred upgrade's second half: the guest decides with the
     /// outcome of its request (a second `defer` is refused with 500).
-    pub fn resume_upgrade(
+    pub(crate) fn resume_upgrade(
         &mut self,
         tag: u64,
         req: &UpgradeRequest,
@@ -188,7 +188,7 @@ impl Runner {
 
     /// How long the last guest call ran, instantiation not included, and
     /// whether it was its instance's first.
-    pub fn last_call(&self) -> (std::time::Duration, bool) {
+    pub(crate) fn last_call(&self) -> (std::time::Duration, bool) {
         (self.last_call, self.last_call_first)
     }
 
@@ -215,7 +215,7 @@ impl Runner {
             Handler::V3(h) => {
                 // The same two byte lists under 0.3.0's type: moved, not
                 // copied, and moved back after the call.
-                let raw = super::abi::bindings_v3::weir::gateway::types::Batch {
+                let raw = crate::runtime::abi::bindings_v3::weir::gateway::types::Batch {
                     events: std::mem::take(&mut batch.raw.events),
                     data: std::mem::take(&mut batch.raw.data),
                 };

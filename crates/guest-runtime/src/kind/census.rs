@@ -13,11 +13,11 @@ use tokio::sync::Notify;
 /// Distinct attachment bytes one census keeps at most: it bounds the copy a
 /// deploy holds (20,000 connections × a 64 KiB `attachment_max` would be
 /// 1.3 GB). Connections past it are counted as unchecked.
-pub const CENSUS_MAX_BYTES: usize = 64 << 20;
+pub(crate) const CENSUS_MAX_BYTES: usize = 64 << 20;
 /// How long a deploy waits for every worker to answer: a worker answers at
 /// its next scheduler turn, or when its guest thread hands the route back
 /// (at most one call's deadline later).
-pub const CENSUS_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CENSUS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The census of one guest route; workers answer when the generation they
 /// saw last differs from [`Census::wanted`].
@@ -42,7 +42,7 @@ struct Tally {
 
 /// The live state of a route, gathered from every worker.
 #[derive(Debug, Default)]
-pub struct Gathered {
+pub(crate) struct Gathered {
     /// Each distinct attachment once...
     pub attachments: Vec<Vec<u8>>,
     /// ...and how many connections hold it (same order).
@@ -59,7 +59,7 @@ pub struct Gathered {
 #[error(
     "{answered} of {asked} workers reported their connections' state within {CENSUS_TIMEOUT:?}"
 )]
-pub struct CensusTimedOut {
+pub(crate) struct CensusTimedOut {
     pub answered: usize,
     pub asked: usize,
 }

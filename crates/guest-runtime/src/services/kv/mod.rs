@@ -1,14 +1,14 @@
 //! Guests' key-value stores (weir:gateway 0.4.0, `kv` in the routes file):
 //! embedded and persistent, one redb file per store in the gateway's
 //! `state_dir`; on Redis, shared by every node, when `[cluster]` names one
-//! Redis server ([`kv_redis`](super::kv_redis)). Reads are synchronous (`kv.get`, answered from redb's
-//! memory-mapped pages in about a microsecond); writes (`kv-set`,
+//! Redis server ([`redis_kv`]). Reads are synchronous (`kv.get`,
+//! answered from redb's memory-mapped pages in about a microsecond); writes (`kv-set`,
 //! `kv-delete` commands) go to the store's writer thread, which commits
 //! everything queued in one transaction, so no guest call and no worker
 //! waits for a disk. A value carries its expiry (ms since the Unix epoch,
 //! 0: none) before its bytes; an expired value reads as absent.
 //!
-//! Every store is bounded ([`kv_quota`](super::kv_quota)): a write that
+//! Every store is bounded ([`quota`]): a write that
 //! would take it past its quota, or that finds its write queue full, is
 //! refused with a [`KvErrorReason`] and not applied. An embedded store
 //! keeps a ledger of its keys' sizes in memory for that (loaded when it
@@ -22,16 +22,19 @@ use std::sync::{Arc, Mutex, Weak};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::kv_quota::{fits, now_ms, queued_cost, KvErrorReason, QueueBudget};
-use super::kv_redis::{Op, RedisKv};
+pub mod quota;
+mod redis_kv;
+
+use quota::{fits, now_ms, queued_cost, KvErrorReason, QueueBudget};
+use redis_kv::{Op, RedisKv};
 use weir_config::{ClusterConfig, KvName, KvQuota};
 
 /// The one table of a store.
 const TABLE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
 /// Longest key: keys are names, not data.
-pub const MAX_KEY_BYTES: usize = 1024;
+pub(crate) const MAX_KEY_BYTES: usize = 1024;
 /// Largest value: the store is for state, not blobs.
-pub const MAX_VALUE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_VALUE_BYTES: usize = 1 << 20;
 
 /// One write, queued for the store's writer.
 #[derive(Debug)]
@@ -298,7 +301,7 @@ impl KvStore {
     }
 
     /// Queue the removal of `key`, or refuse it (a full write queue).
-    pub fn delete(&self, key: &[u8]) -> Result<(), KvErrorReason> {
+    pub(crate) fn delete(&self, key: &[u8]) -> Result<(), KvErrorReason> {
         let writes = match &self.backend {
             Backend::Redb { writes, .. } => writes,
             Backend::Redis(redis) => {
@@ -349,7 +352,7 @@ impl KvStore {
     }
 
     /// Bytes waiting in the store's write queue (bounded by
-    /// [`KV_QUEUE_MAX_BYTES`](super::kv_quota::KV_QUEUE_MAX_BYTES)).
+    /// [`KV_QUEUE_MAX_BYTES`](crate::services::kv::quota::KV_QUEUE_MAX_BYTES)).
     pub fn queued_bytes(&self) -> usize {
         self.budget.queued()
     }

@@ -11,7 +11,7 @@ pub use weir_abi::KvErrorReason;
 use weir_config::KvQuota;
 
 /// Milliseconds since the Unix epoch: the clock entry expiry is kept in,
-/// read by both backends (redb here, Redis mirrors in `kv_redis`).
+/// read by both backends (redb here, Redis mirrors in `kv::redis_kv`).
 pub(super) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -28,7 +28,7 @@ pub const KV_QUEUE_MAX_BYTES: usize = 8 << 20;
 const QUEUED_WRITE_OVERHEAD_BYTES: usize = 64;
 /// A route's refused writes are logged at most once per this interval
 /// (with how many there were), not once per write.
-pub const KV_REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const KV_REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Whether a store holding `keys` keys and `bytes` bytes may take a write
 /// of `new` bytes (key plus value) under a key that now holds `old` bytes

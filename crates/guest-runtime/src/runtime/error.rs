@@ -13,7 +13,7 @@ pub enum GuestError {
     Engine(String),
     /// The component cache directory is not the gateway user's alone.
     #[error(transparent)]
-    Cache(#[from] super::cache::CacheError),
+    Cache(#[from] crate::runtime::cache::CacheError),
     /// The `.wasm` file could not be read.
     #[error("route {route}: cannot read guest {}: {source} (build it with `weir build DIR`, or this repository's examples with scripts/build-guests.sh, or fix `guest = ...`)", path.display())]
     Unreadable {
@@ -51,7 +51,7 @@ pub enum GuestError {
     #[error("route {route}: {detail}")]
     Limits { route: String, detail: String },
     /// The version would not read the state of some live connections
-    /// (`guest::inherit`): a deploy or rollback is refused unless the
+    /// (`kind::inherit`): a deploy or rollback is refused unless the
     /// operator resets state.
     #[error("route {route}: version {version} cannot read the state of {unreadable} of {live} live connections, which would lose it (first error: {first}); deploy a version whose state type reads it (add fields, or migrate: see guest-sdk/README.md), or pass --reset-state (admin API: ?reset_state=true) to start them from their state's Default")]
     StateWouldBeLost {
@@ -68,7 +68,7 @@ pub enum GuestError {
     /// One of the above, with the line of the route in the routes file.
     #[error("line {line}: {error}")]
     AtLine { line: usize, error: Box<GuestError> },
-    /// Several routes failed (from [`check_routes`](super::check_routes)).
+    /// Several routes failed (from [`check_routes`](crate::check_routes)).
     #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
     Many(Vec<GuestError>),
 }
@@ -130,7 +130,7 @@ impl Fault {
 impl Fault {
     /// This fault's index in `/metrics`' causes
     /// ([`FAULT_CAUSES`](weir_reactor::stats::FAULT_CAUSES)).
-    pub fn cause(&self) -> usize {
+    pub(crate) fn cause(&self) -> usize {
         match self {
             Fault::Trap(_) => 0,
             Fault::Deadline(_) => 1,

@@ -2,10 +2,10 @@
 //! guest's hook) and the [`Behaviour`] that turns pieces into messages for
 //! the route's batches on this worker ([`GuestSlot`]).
 
-use super::abi::{Accept, DeferredUpgrade, HttpOutcome, HttpResponse};
-use super::slot::GuestSlot;
-use super::thread::UpgradeCall;
-use super::{Fault, UpgradeRequest, UpgradeResponse};
+use crate::kind::slot::GuestSlot;
+use crate::kind::turn::UpgradeCall;
+use crate::runtime::abi::{Accept, DeferredUpgrade, HttpOutcome, HttpResponse};
+use crate::{Fault, UpgradeRequest, UpgradeResponse};
 use http::StatusCode;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -165,7 +165,7 @@ impl GuestSlot {
 }
 
 /// A guest connection's side: reassembles messages that span pieces.
-pub struct GuestConn {
+pub(crate) struct GuestConn {
     slot: Rc<GuestSlot>,
     /// The connection info for the open event (target, route parameters,
     /// first attachment); emptied once sent.

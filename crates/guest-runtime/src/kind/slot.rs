@@ -3,46 +3,25 @@
 //! ([`GuestSlot`]), and the worker's [`Scheduler`] runs them, one call per
 //! batch, on the worker thread outside its tokio runtime (wasmtime-wasi's
 //! synchronous bindings block on a runtime of their own) — unless a call of
-//! the route has just held the worker too long (one past [`HARD_SLICE`], or
-//! two past [`SLICE`] within [`WINDOW`]): then the route's
-//! calls go to a guest thread of the route's own (`thread`) for
-//! [`OFFLOAD_FOR`], so a slow or hostile handler stalls the reactor at most
-//! once per period and never stalls another route.
+//! the route has just held the worker too long (`offload`): then the
+//! route's calls go to a guest thread of the route's own (`thread`) for a
+//! while, so a slow or hostile handler stalls the reactor at most once per
+//! period and never stalls another route.
 
-use super::io::Inbox;
-use super::route::GuestRoute;
-use super::thread::{GuestThread, Job, PendingUpgrade, SlotShared, UpgradeCall};
-use super::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
+use crate::kind::offload::Offload;
+use crate::kind::route::GuestRoute;
+use crate::kind::thread::{GuestThread, Job};
+use crate::kind::turn::{run_turn, Turn, UpgradeCall, Work};
+use crate::services::io::{Inbox, IoEvent};
+use crate::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
-use tracing::{info, warn};
+use tracing::warn;
 use weir_abi::{Direction, EventKind};
 use weir_reactor::attached::AttachedSlot;
 use weir_reactor::behaviour::LocalFuture;
-
-/// A call this long moves its route to its own thread at once (a guest
-/// looping to its deadline stalls the worker for one call, not two).
-pub const HARD_SLICE: Duration = Duration::from_millis(10);
-/// Two calls past this within [`WINDOW`] move their route. Calls are timed
-/// in wall time, and on a busy core the kernel's own work (softirqs for
-/// loopback traffic) stretches a 100 µs call past 1 ms now and then: this
-/// is as low as it goes without moving routes that are not slow.
-pub const SLICE: Duration = Duration::from_millis(3);
-/// The window of [`SLICE`]'s rule. (Many short calls are not a stall: the
-/// worker serves its other connections between them, so a busy guest route
-/// may use most of a worker without moving.)
-pub const WINDOW: Duration = Duration::from_secs(1);
-/// The slice of an instance's first call, which touches fresh memory (page
-/// faults, the guest's own start-up): a looping guest still passes it.
-pub const FIRST_CALL_SLICE: Duration = Duration::from_millis(20);
-/// How long a route runs on the guest thread after a call passed [`SLICE`]
-/// (every slow call starts the period again). Inline calls are cheaper (no
-/// hand-over between threads): a route that behaves comes back.
-pub const OFFLOAD_FOR: Duration = Duration::from_secs(10);
 
 /// The guests of one worker: every guest route's slot, and the signal that
 /// work is pending (from connections, or from a guest thread when a job is
@@ -89,7 +68,7 @@ impl Scheduler {
     /// Stops the guest threads once they have finished their queues.
     pub fn stop(&self) {
         for slot in self.slots.borrow().iter() {
-            drop(slot.thread.borrow_mut().take());
+            drop(slot.offload.thread.borrow_mut().take());
         }
     }
 }
@@ -101,7 +80,7 @@ const BATCH_SHARE_OF_MEMORY: usize = 4;
 const BATCH_MIN_BYTES: usize = 64 * 1024;
 const BATCH_MAX_BYTES: usize = 16 << 20;
 /// Events per batch at most: a well-behaved handler (a few µs a message)
-/// answers a batch well within [`SLICE`], so only a slow one is moved off
+/// answers a batch well within `offload::SLICE`, so only a slow one is moved off
 /// the worker (the JSON example at 200 × 8 ran 256-event calls past 1 ms).
 /// 64 is where the packed ABI was measured to cost 100–185 ns a message.
 const BATCH_MAX_EVENTS: usize = 64;
@@ -110,46 +89,52 @@ const BATCH_MAX_EVENTS: usize = 64;
 /// being read.
 const BACKLOG_BATCHES: usize = 2;
 
-/// One guest route on one worker: its instance, its pending batches and
-/// upgrade hooks.
-pub struct GuestSlot {
+/// One guest route on one worker: its instance, the work its connections
+/// queued, and where the route's calls run.
+pub(crate) struct GuestSlot {
     pub(crate) route: Arc<GuestRoute>,
-    /// The route's instance; None while a job has it on the guest thread.
-    runner: RefCell<Option<Runner>>,
-    /// Calls go to the guest thread until then.
-    offloaded_until: Cell<Option<Instant>>,
-    /// When a call last passed [`SLICE`].
-    last_strike: Cell<Option<Instant>>,
-    /// Pending batches, oldest first: a new one starts when the newest would
-    /// pass `batch_max_bytes`, so one call never carries more than the
-    /// guest's memory can take.
-    batches: RefCell<VecDeque<Batch>>,
-    batch_max_bytes: usize,
-    /// Payload bytes in `batches`.
-    pending_bytes: Cell<usize>,
-    /// Connections whose close event is pending.
-    closed: RefCell<Vec<u64>>,
-    /// Upgrade requests waiting for the guest's `upgrade` hook.
-    upgrades: RefCell<Vec<PendingUpgrade>>,
-    /// Emptied batches kept for reuse (their buffers keep their capacity).
-    spare: RefCell<Vec<Batch>>,
-    shared: Arc<SlotShared>,
-    /// The route's guest thread on this worker, once it was needed.
-    thread: RefCell<Option<GuestThread>>,
-    scheduler: Weak<Scheduler>,
-    /// Connections whose reads wait for the backlog to shrink.
-    backlog_shrank: Notify,
     /// The slot itself, for the connections it accepts.
     pub(super) me: Weak<GuestSlot>,
+    scheduler: Weak<Scheduler>,
+    /// The worker's index.
+    worker: usize,
+    /// What the connections queued since the last turn.
+    pending: Pending,
+    /// Where the route's instance is.
+    runner: RefCell<RunnerHome>,
+    /// Whether the route's calls run on its guest thread, and that thread.
+    offload: Offload,
+    /// Answers of the route's I/O for this worker (0.4.0 guests).
+    inbox: Arc<Inbox>,
+    /// Connections whose reads wait for the backlog to shrink.
+    backlog_shrank: Notify,
     /// The route was removed and this worker's connections of it were
     /// asked to close.
     retired_closed: Cell<bool>,
-    /// Answers of the route's I/O for this worker (0.4.0 guests).
-    inbox: Arc<Inbox>,
-    /// The worker's index.
-    worker: usize,
-    /// The last census generation this slot answered (`guest::census`).
+    /// The last census generation this slot answered (`kind::census`).
     census_seen: Cell<u64>,
+}
+
+/// What a route's connections queued on one worker for its next turn.
+struct Pending {
+    /// Upgrade hooks, batches and closed connections (`turn::Work`).
+    work: RefCell<Work>,
+    /// Emptied batches kept for reuse (their buffers keep their capacity).
+    spare: RefCell<Vec<Batch>>,
+    /// Payload bytes queued since the last turn, for the backlog bound.
+    bytes: Cell<usize>,
+    /// A batch is full past this many payload bytes, so one call never
+    /// carries more than the guest's memory can take.
+    batch_max_bytes: usize,
+}
+
+/// Where a route's instance is on one worker.
+enum RunnerHome {
+    /// In the slot, between turns (boxed: it moves to and from the guest
+    /// thread whole, and `Away` need not be as large).
+    Here(Box<Runner>),
+    /// In a job on the guest thread (`thread::Job`), which gives it back.
+    Away,
 }
 
 impl GuestSlot {
@@ -157,23 +142,21 @@ impl GuestSlot {
     pub(crate) fn new(route: Arc<GuestRoute>, scheduler: &Rc<Scheduler>) -> Rc<GuestSlot> {
         let inbox = Arc::new(Inbox::new(scheduler.work.clone()));
         route.io.register(scheduler.worker, inbox.clone());
+        let runner = Runner::new(route.program()).with_kv(route.kv.clone());
         let slot = Rc::new_cyclic(|me| GuestSlot {
             me: me.clone(),
-            inbox,
-            worker: scheduler.worker,
-            runner: RefCell::new(Some(Runner::new(route.program()).with_kv(route.kv.clone()))),
-            offloaded_until: Cell::new(None),
-            last_strike: Cell::new(None),
-            batches: RefCell::new(VecDeque::new()),
-            batch_max_bytes: (route.program().config().memory / BATCH_SHARE_OF_MEMORY)
-                .clamp(BATCH_MIN_BYTES, BATCH_MAX_BYTES),
-            pending_bytes: Cell::new(0),
-            closed: RefCell::default(),
-            upgrades: RefCell::default(),
-            spare: RefCell::default(),
-            shared: Arc::default(),
-            thread: RefCell::default(),
             scheduler: Rc::downgrade(scheduler),
+            worker: scheduler.worker,
+            pending: Pending {
+                work: RefCell::default(),
+                spare: RefCell::default(),
+                bytes: Cell::new(0),
+                batch_max_bytes: (route.program().config().memory / BATCH_SHARE_OF_MEMORY)
+                    .clamp(BATCH_MIN_BYTES, BATCH_MAX_BYTES),
+            },
+            runner: RefCell::new(RunnerHome::Here(Box::new(runner))),
+            offload: Offload::default(),
+            inbox,
             backlog_shrank: Notify::new(),
             retired_closed: Cell::new(false),
             census_seen: Cell::new(0),
@@ -186,35 +169,37 @@ impl GuestSlot {
 
     /// The batch to add `bytes` more payload bytes to.
     fn batch_for(&self, bytes: usize) -> std::cell::RefMut<'_, Batch> {
-        self.pending_bytes.set(self.pending_bytes.get() + bytes);
-        let mut batches = self.batches.borrow_mut();
-        let full = batches.back().is_none_or(|b| {
-            !b.is_empty()
-                && (b.data_len() + bytes > self.batch_max_bytes || b.len() >= BATCH_MAX_EVENTS)
-        });
-        if full {
-            let fresh = self.spare.borrow_mut().pop().unwrap_or_default();
-            batches.push_back(fresh);
-        }
-        std::cell::RefMut::map(batches, |b| b.back_mut().expect("a batch exists"))
+        let pending = &self.pending;
+        pending.bytes.set(pending.bytes.get() + bytes);
+        let work = pending.work.borrow_mut();
+        std::cell::RefMut::map(work, |work| {
+            let full = work.batches.back().is_none_or(|b| {
+                !b.is_empty()
+                    && (b.data_len() + bytes > pending.batch_max_bytes
+                        || b.len() >= BATCH_MAX_EVENTS)
+            });
+            if full {
+                let fresh = pending.spare.borrow_mut().pop().unwrap_or_default();
+                work.batches.push_back(fresh);
+            }
+            work.batches.back_mut().expect("a batch exists")
+        })
     }
 
     /// Runs the pending upgrade hooks and batches inline, or hands them to
     /// the guest thread while the route is offloaded.
     fn run_pending(&self, scheduler: &Scheduler) {
-        if self.runner.borrow().is_none() {
+        if !self.runner_is_home() {
             // Back from the guest thread?
-            let Some((runner, batches)) = self
-                .shared
-                .returned
-                .lock()
-                .expect("returned runner lock")
-                .take()
-            else {
-                return;
-            };
-            *self.runner.borrow_mut() = Some(runner);
-            self.spare.borrow_mut().extend(batches);
+            let job = self
+                .offload
+                .thread
+                .borrow()
+                .as_ref()
+                .and_then(GuestThread::take_done);
+            let Some(job) = job else { return };
+            *self.runner.borrow_mut() = RunnerHome::Here(job.runner);
+            self.pending.spare.borrow_mut().extend(job.spare);
         }
         // A deploy asks what state it would inherit: answer with the
         // runner's attachments (it is home here).
@@ -224,18 +209,19 @@ impl GuestSlot {
             self.with_runner(|r| self.route.census.answer(wanted, r.attachments()));
         }
         self.take_io();
-        let offloaded = self
-            .offloaded_until
-            .get()
-            .is_some_and(|until| Instant::now() < until);
+        let offloaded = self.offload.active();
         // Readers wait only while the backlog is over its bound.
         let readers_wait = self.backlogged();
-        if offloaded {
-            self.hand_over(scheduler);
+        let mut work = std::mem::take(&mut *self.pending.work.borrow_mut());
+        // Work without a guest call (closed connections to forget, a
+        // removed route's instance to give back) runs here even while the
+        // route is offloaded.
+        if offloaded && work.has_calls() {
+            self.hand_over(scheduler, work);
         } else {
-            self.run_inline(scheduler);
+            self.run_inline(scheduler, &mut work);
         }
-        self.pending_bytes.set(0);
+        self.pending.bytes.set(0);
         if readers_wait {
             self.backlog_shrank.notify_waiters();
         }
@@ -243,8 +229,14 @@ impl GuestSlot {
         // has run (the runner is home, nothing is pending), they get 1001.
         if self.route.is_retired()
             && !self.retired_closed.get()
-            && self.runner.borrow().is_some()
-            && self.batches.borrow().iter().all(Batch::is_empty)
+            && self.runner_is_home()
+            && self
+                .pending
+                .work
+                .borrow()
+                .batches
+                .iter()
+                .all(Batch::is_empty)
         {
             self.retired_closed.set(true);
             self.route.registry.close_route_on(
@@ -272,138 +264,91 @@ impl GuestSlot {
                 continue;
             }
             let len = match event {
-                super::io::IoEvent::Response { head, body, .. } => head.len() + body.len(),
-                super::io::IoEvent::KvError { key, .. } => key.len(),
-                super::io::IoEvent::RealtimeRead { bytes, .. } => bytes.len(),
+                IoEvent::Response { head, body, .. } => head.len() + body.len(),
+                IoEvent::KvError { key, .. } => key.len(),
+                IoEvent::RealtimeRead { bytes, .. } => bytes.len(),
                 _ => 0,
             };
             self.batch_for(len).push_io(event);
         }
     }
 
-    /// Runs what is pending on this thread, one batch per call; after a call
-    /// that passed [`SLICE`], the rest goes to the guest thread.
-    fn run_inline(&self, scheduler: &Scheduler) {
-        let upgrades = std::mem::take(&mut *self.upgrades.borrow_mut());
-        for (call, reply) in upgrades {
-            let (answer, took) = self.with_runner(|r| {
-                self.route.versions.refresh(r);
-                (call.run(r), r.last_call())
-            });
-            let _ = reply.send(answer);
-            if self.passed_slice(took) {
-                return self.hand_over(scheduler);
-            }
-        }
-        loop {
-            let next = self.batches.borrow_mut().pop_front();
-            let Some(mut batch) = next else { break };
-            if !batch.is_empty() {
-                let took = self.with_runner(|r| {
-                    self.route.run_batch(r, &mut batch, self.worker);
-                    r.last_call()
-                });
-                if self.passed_slice(took) {
-                    batch.clear();
-                    self.spare.borrow_mut().push(batch);
-                    return self.hand_over(scheduler);
-                }
-            }
-            batch.clear();
-            self.spare.borrow_mut().push(batch);
-        }
-        let closed = std::mem::take(&mut *self.closed.borrow_mut());
-        let retired = self.route.is_retired();
-        self.with_runner(|r| {
-            for conn in closed {
-                r.forget(conn);
-            }
-            // A removed route gives its instance (memory, pool slot) back
-            // once its connections' last events have run.
-            if retired {
-                r.recycle();
-            }
+    /// Runs `work` on this thread (`turn`); after a call that passed
+    /// a slice (`offload`), the rest goes to the guest thread.
+    fn run_inline(&self, scheduler: &Scheduler, work: &mut Work) {
+        // Taken out for the turn, so nothing the guest's commands do on
+        // this thread meets a borrow.
+        let mut spare = std::mem::take(&mut *self.pending.spare.borrow_mut());
+        let turn = self.with_runner(|r| {
+            run_turn(&self.route, r, self.worker, work, &mut spare, |took| {
+                self.offload.passed_slice(took, &self.route.path)
+            })
         });
+        self.pending.spare.borrow_mut().append(&mut spare);
+        if turn == Turn::Stopped {
+            self.hand_over(scheduler, std::mem::take(work));
+        } else {
+            // Keep the emptied queues' capacity for the next turn, behind
+            // anything queued meanwhile.
+            let mut queued = self.pending.work.borrow_mut();
+            let later = std::mem::replace(&mut *queued, std::mem::take(work));
+            queued.append(later);
+        }
+    }
+
+    fn runner_is_home(&self) -> bool {
+        matches!(*self.runner.borrow(), RunnerHome::Here(_))
     }
 
     fn with_runner<T>(&self, f: impl FnOnce(&mut Runner) -> T) -> T {
-        f(self.runner.borrow_mut().as_mut().expect("runner is here"))
+        match &mut *self.runner.borrow_mut() {
+            RunnerHome::Here(runner) => f(runner),
+            RunnerHome::Away => unreachable!("the runner is home during a turn"),
+        }
     }
 
-    /// Whether a call that ran for `took` (its instance's `first`) moves
-    /// the route to its guest thread for [`OFFLOAD_FOR`]: past
-    /// [`HARD_SLICE`] ([`FIRST_CALL_SLICE`] for a first call), past
-    /// [`SLICE`] for the second time within [`WINDOW`]. Instantiating is
-    /// not counted: it happens once per instance.
-    fn passed_slice(&self, (took, first): (Duration, bool)) -> bool {
-        let now = Instant::now();
-        let moves = if first {
-            took > FIRST_CALL_SLICE
-        } else if took > HARD_SLICE {
-            true
-        } else if took > SLICE {
-            self.last_strike
-                .replace(Some(now))
-                .is_some_and(|last| now.duration_since(last) < WINDOW)
-        } else {
-            false
-        };
-        if !moves {
-            return false;
-        }
-        let already = self
-            .offloaded_until
-            .replace(Some(Instant::now() + OFFLOAD_FOR))
-            .is_some_and(|until| Instant::now() < until);
-        if !already {
-            info!(
-                route = &*self.route.path,
-                ?took,
-                "a guest call held the worker; the route's calls move to the guest thread"
-            );
-        }
-        true
-    }
-
-    /// Sends the runner and everything pending to the guest thread as one
-    /// job (nothing when nothing is pending).
-    fn hand_over(&self, scheduler: &Scheduler) {
-        let upgrades = std::mem::take(&mut *self.upgrades.borrow_mut());
-        let closed = std::mem::take(&mut *self.closed.borrow_mut());
-        let batches: Vec<Batch> = self.batches.borrow_mut().drain(..).collect();
-        if upgrades.is_empty() && closed.is_empty() && batches.iter().all(Batch::is_empty) {
-            self.spare.borrow_mut().extend(batches);
+    /// Sends the runner and `work` to the guest thread as one job (nothing
+    /// when `work` calls no guest: its emptied batches go back to spare).
+    fn hand_over(&self, scheduler: &Scheduler, work: Work) {
+        if !work.has_calls() && work.closed.is_empty() {
+            let mut spare = self.pending.spare.borrow_mut();
+            spare.extend(work.batches);
             return;
         }
-        if self.thread.borrow().is_none() {
+        if self.offload.thread.borrow().is_none() {
             let name = format!("weir-guest-{}-{}", scheduler.worker, self.route.index);
             let share = self.route.program().config().cpu_share;
             match GuestThread::start(name, share, scheduler.work.clone()) {
-                Ok(thread) => *self.thread.borrow_mut() = Some(thread),
+                Ok(thread) => *self.offload.thread.borrow_mut() = Some(thread),
                 Err(e) => {
                     // Keep running inline rather than not at all.
                     warn!(route = &*self.route.path, error = %e, "guest thread failed to start");
-                    self.offloaded_until.set(None);
-                    self.batches.borrow_mut().extend(batches);
-                    *self.closed.borrow_mut() = closed;
-                    *self.upgrades.borrow_mut() = upgrades;
+                    self.offload.until.set(None);
+                    let mut queued = self.pending.work.borrow_mut();
+                    let later = std::mem::replace(&mut *queued, work);
+                    queued.append(later);
                     return;
                 }
             }
         }
-        let Some(runner) = self.runner.borrow_mut().take() else {
-            return;
+        let RunnerHome::Here(runner) =
+            std::mem::replace(&mut *self.runner.borrow_mut(), RunnerHome::Away)
+        else {
+            unreachable!("hand_over runs with the runner home");
         };
         let job = Job {
             route: self.route.clone(),
-            shared: self.shared.clone(),
-            runner,
             worker: self.worker,
-            upgrades,
-            batches,
-            closed,
+            runner,
+            work,
+            spare: Vec::new(),
         };
-        let sent = self.thread.borrow().as_ref().is_some_and(|t| t.send(job));
+        let sent = self
+            .offload
+            .thread
+            .borrow()
+            .as_ref()
+            .is_some_and(|t| t.send(job));
         if !sent {
             warn!(
                 route = &*self.route.path,
@@ -415,7 +360,7 @@ impl GuestSlot {
     /// More events wait than the route may hold (its job is running on the
     /// guest thread).
     pub(crate) fn backlogged(&self) -> bool {
-        self.pending_bytes.get() > BACKLOG_BATCHES * self.batch_max_bytes
+        self.pending.bytes.get() > BACKLOG_BATCHES * self.pending.batch_max_bytes
     }
 
     pub(crate) async fn wait_backlog(&self) {
@@ -440,7 +385,11 @@ impl GuestSlot {
         call: UpgradeCall,
     ) -> Result<UpgradeResponse, Fault> {
         let (reply, answer) = oneshot::channel();
-        self.upgrades.borrow_mut().push((call, reply));
+        self.pending
+            .work
+            .borrow_mut()
+            .upgrades
+            .push_back((call, reply));
         self.wake();
         answer.await.unwrap_or(Err(Fault::Trap(
             "worker stopped before the upgrade ran".into(),
@@ -492,7 +441,7 @@ impl GuestSlot {
             route.topics.unsubscribe(&topic, conn);
         }
         self.batch_for(reason.len()).push_close(conn, code, reason);
-        self.closed.borrow_mut().push(conn);
+        self.pending.work.borrow_mut().closed.push(conn);
         self.wake();
     }
 }
@@ -524,5 +473,61 @@ impl AttachedSlot for GuestSlot {
 
     fn close(&self, conn: u64, code: u16, reason: &str) {
         GuestSlot::close(self, conn, code, reason)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::offload::OFFLOAD_FOR;
+    use crate::{GuestEngine, Program};
+    use std::path::PathBuf;
+    use std::time::{Duration, Instant};
+    use weir_config::GuestConfig;
+    use weir_pubsub::{Fanout, LocalBroker, Topics};
+    use weir_reactor::registry::Registry;
+
+    /// Regression: a route removed by a reload while its guest thread held
+    /// its runner never gave its instance (memory, pool slot) back; only
+    /// the worker's inline turn recycled a retired route's instance, the
+    /// guest thread's copy of that turn did not.
+    #[test]
+    fn a_retired_route_gives_its_instance_back_after_a_turn_on_its_guest_thread() {
+        let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/wasm/echo.wasm");
+        assert!(
+            wasm.exists(),
+            "{} is missing: run scripts/build-guests.sh first",
+            wasm.display()
+        );
+        let cache = std::env::temp_dir().join(format!("weir-slot-test-{}", std::process::id()));
+        let engine = GuestEngine::new(Some(cache.clone())).expect("engine");
+        let program = Program::load(&engine, "/echo", &GuestConfig::defaults(wasm)).expect("load");
+        let topics = Topics::new("/echo", Arc::new(Fanout::new(1)), Arc::new(LocalBroker));
+        let registry = Arc::new(Registry::new(1));
+        let route = Arc::new(GuestRoute::new(0, program.clone(), topics, registry));
+        let scheduler = Rc::new(Scheduler::new(0));
+        let slot = GuestSlot::new(route.clone(), &scheduler);
+        // The route's calls run on its guest thread (as after a slow call).
+        slot.offload.until.set(Some(Instant::now() + OFFLOAD_FOR));
+        let mut info = Vec::new();
+        weir_abi::encode_conn_info(&mut info, "/echo", std::iter::empty(), &[]);
+        slot.open(1, &info);
+        route.retire();
+        scheduler.run_pending();
+        assert!(!slot.runner_is_home(), "the open went to the guest thread");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !slot.runner_is_home() {
+            assert!(Instant::now() < deadline, "the job came back");
+            std::thread::sleep(Duration::from_millis(5));
+            scheduler.run_pending();
+        }
+        assert!(program.stats().calls > 0, "the guest ran the open");
+        assert_eq!(
+            program.live_instances(),
+            0,
+            "the removed route's instance was recycled"
+        );
+        scheduler.stop();
+        let _ = std::fs::remove_dir_all(cache);
     }
 }

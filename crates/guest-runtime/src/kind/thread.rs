@@ -1,9 +1,10 @@
 //! A guest route's thread on one worker: where the route's guest calls run
-//! once one of them has held the worker longer than a slice (`slot::SLICE`);
-//! started the first time that happens. The
-//! route's instance (its `Runner`, attachments and all) travels with each
-//! job and comes back when the job is done, so a route runs in one place at
-//! a time, in order, and can return to running inline later.
+//! once one of them has held the worker longer than a slice (`offload`);
+//! started the first time that happens. Each job is one turn (`turn`, the
+//! same the worker runs inline); the route's instance (its `Runner`,
+//! attachments and all) travels with it and comes back when the job is
+//! done, so a route runs in one place at a time, in order, and can return
+//! to running inline later.
 //!
 //! A slow or hostile handler then holds only its own thread, up to its
 //! deadline per call: the worker keeps serving every other connection, and
@@ -13,45 +14,14 @@
 //! wasmtime-wasi's synchronous WASI bindings block on a runtime of their
 //! own for stdio: this thread has no tokio runtime, so that is allowed here.
 
-use super::route::GuestRoute;
-use super::{Batch, Fault, Runner, UpgradeRequest, UpgradeResponse};
+use crate::kind::route::GuestRoute;
+use crate::kind::turn::{run_turn, Work};
+use crate::{Batch, Runner};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{oneshot, Notify};
-
-/// An upgrade request waiting for the guest's hook, and where the answer goes.
-pub(crate) type PendingUpgrade = (UpgradeCall, oneshot::Sender<Result<UpgradeResponse, Fault>>);
-
-/// A call of the upgrade hooks.
-pub(crate) enum UpgradeCall {
-    /// `upgrade`, before the 101.
-    Hook(UpgradeRequest),
-    /// `resume-upgrade`: a deferred upgrade's request has its outcome.
-    Resume {
-        tag: u64,
-        req: UpgradeRequest,
-        outcome: super::abi::HttpOutcome,
-    },
-}
-
-impl UpgradeCall {
-    /// Run this call on `runner`.
-    pub(crate) fn run(&self, runner: &mut Runner) -> Result<UpgradeResponse, Fault> {
-        match self {
-            UpgradeCall::Hook(req) => runner.upgrade(req),
-            UpgradeCall::Resume { tag, req, outcome } => runner.resume_upgrade(*tag, req, outcome),
-        }
-    }
-}
-
-/// What a worker-side slot and the guest thread share about one route.
-#[derive(Default)]
-pub(crate) struct SlotShared {
-    /// The route's runner and emptied batches, back from a job.
-    pub returned: Mutex<Option<(Runner, Vec<Batch>)>>,
-}
+use tokio::sync::Notify;
 
 /// Nice value of guest threads: a route that needed one is slow by
 /// definition, and when it competes with a worker for a core the worker
@@ -60,46 +30,61 @@ pub(crate) struct SlotShared {
 /// at their deadline, which counts wall time: waiting for the CPU counts.
 const GUEST_THREAD_NICE: i32 = 10;
 
-/// One route's work, with its runner: upgrade hooks, then batches in order,
-/// then forget the connections of `closed`.
+/// One turn of a route's work (`turn`), with the route's runner and
+/// spare batches: sent to the guest thread, and given back whole once the
+/// turn has run, so the runner is always either home in its slot or in
+/// its job.
 pub(crate) struct Job {
     pub route: Arc<GuestRoute>,
-    pub shared: Arc<SlotShared>,
-    pub runner: Runner,
     /// The worker the slot belongs to (where the route's own I/O answers go).
     pub worker: usize,
-    pub upgrades: Vec<PendingUpgrade>,
-    pub batches: Vec<Batch>,
-    pub closed: Vec<u64>,
+    pub runner: Box<Runner>,
+    pub work: Work,
+    /// Emptied batches, back to the slot for reuse.
+    pub spare: Vec<Batch>,
 }
 
 /// A route's guest thread on one worker; dropping it lets the thread finish
 /// its queue and waits for it.
 pub(crate) struct GuestThread {
     jobs: Option<mpsc::Sender<Job>>,
+    /// Jobs done, runner and all, for the slot to take back.
+    done: mpsc::Receiver<Job>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// Set when the worker stops: a pause for the route's share ends early.
     stopping: Arc<AtomicBool>,
 }
 
 impl GuestThread {
-    /// Starts the thread; `done` is signalled after every job, so the
+    /// Starts the thread; `wake` is signalled after every job, so the
     /// worker takes the runner back and hands over what came meanwhile.
     pub fn start(
         name: String,
         share_percent: u32,
-        done: Arc<Notify>,
+        wake: Arc<Notify>,
     ) -> std::io::Result<GuestThread> {
         let (jobs, rx) = mpsc::channel::<Job>();
+        let (done_tx, done) = mpsc::channel::<Job>();
         let stopping = Arc::new(AtomicBool::new(false));
         let stop = stopping.clone();
         let thread = std::thread::Builder::new().name(name).spawn(move || {
             lower_priority();
             let mut budget = Budget::new(share_percent);
-            while let Ok(job) = rx.recv() {
+            while let Ok(mut job) = rx.recv() {
                 let started = Instant::now();
-                run(job);
-                done.notify_one();
+                // The same turn the worker runs inline, never stopped early.
+                let Job {
+                    route,
+                    worker,
+                    runner,
+                    work,
+                    spare,
+                } = &mut job;
+                run_turn(route, runner, *worker, work, spare, |_| false);
+                if done_tx.send(job).is_err() {
+                    break;
+                }
+                wake.notify_one();
                 // Over the route's share: its next job waits (its
                 // connections' reads stop once their backlog is full).
                 if let Some(pause) = budget.spend(started, Instant::now()) {
@@ -115,6 +100,7 @@ impl GuestThread {
         })?;
         Ok(GuestThread {
             jobs: Some(jobs),
+            done,
             thread: Some(thread),
             stopping,
         })
@@ -125,6 +111,11 @@ impl GuestThread {
         self.jobs
             .as_ref()
             .is_some_and(|jobs| jobs.send(job).is_ok())
+    }
+
+    /// A job the thread has finished, if one is back.
+    pub(crate) fn take_done(&self) -> Option<Job> {
+        self.done.try_recv().ok()
     }
 }
 
@@ -191,24 +182,6 @@ fn lower_priority() {
     if done != 0 {
         tracing::debug!("could not lower the guest thread's priority");
     }
-}
-
-/// Runs one job the way the worker runs a route inline (`slot`).
-fn run(mut job: Job) {
-    for (call, reply) in job.upgrades {
-        job.route.versions.refresh(&mut job.runner);
-        let _ = reply.send(call.run(&mut job.runner));
-    }
-    for batch in &mut job.batches {
-        if !batch.is_empty() {
-            job.route.run_batch(&mut job.runner, batch, job.worker);
-        }
-        batch.clear();
-    }
-    for conn in job.closed {
-        job.runner.forget(conn);
-    }
-    *job.shared.returned.lock().expect("returned runner lock") = Some((job.runner, job.batches));
 }
 
 #[cfg(test)]
