@@ -596,7 +596,12 @@ impl Realtime {
             recovery,
             top,
         };
-        join.outbound.send_frames(&reply(&found));
+        // An adapter that answers after the join (pusher: the presence
+        // list) frames nothing here.
+        let reply = reply(&found);
+        if !reply.is_empty() {
+            join.outbound.send_frames(&reply);
+        }
         join.topics.join(
             join.channel,
             Subscriber {
@@ -946,7 +951,10 @@ impl Realtime {
                 recovery,
                 top,
             };
-            req.outbound.send_frames(&reply(&found));
+            let reply = reply(&found);
+            if !reply.is_empty() {
+                req.outbound.send_frames(&reply);
+            }
             req.topics.join(
                 channel,
                 Subscriber {

@@ -1,0 +1,285 @@
+//! The pusher route kind against the real `pusher-js` client and the real
+//! `pusher` server library (pinned in host/tests/clients/package.json,
+//! driven by pusher-client.mjs): public, private (with a bad signature
+//! refused) and presence channels, client events (relayed, never echoed,
+//! rate-limited, refused where the app disables them), cache channels,
+//! signin with `sendToUser` and `terminateUserConnections`, the HTTP API's
+//! queries, batch triggers and `socket_id` exclusion, an unknown key, and
+//! two apps isolated. Raw clients check what pusher-js hides: the server's
+//! ping and the 4201 close, the payload limit, the app's connection limit
+//! (4004), and that a centrifugo route and a realtime pubsub route never
+//! reach a pusher channel.
+
+mod common;
+
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::Message;
+use weir_config::Config;
+
+const ROUTES: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+workers = 2
+
+[[route]]
+path = "/app/{key}"
+native = "pusher"
+
+[[route.apps]]
+id = "1"
+key = "key1"
+secret_env = "WEIR_TEST_PUSHER_SECRET1"
+client_events = true
+client_events_per_second = 3
+user_authentication = true
+
+[[route.apps]]
+id = "2"
+key = "key2"
+secret_env = "WEIR_TEST_PUSHER_SECRET2"
+
+[[route.apps]]
+id = "3"
+key = "key3"
+secret_env = "WEIR_TEST_PUSHER_SECRET1"
+activity_timeout = "1s"
+max_connections = 1
+max_payload = "1KiB"
+
+[[route]]
+path = "/rt/{topic}"
+native = "pubsub"
+realtime = true
+"#;
+
+fn gateway() -> Gateway {
+    // Every test sets the same values before its gateway reads them.
+    std::env::set_var("WEIR_TEST_PUSHER_SECRET1", "secret1");
+    std::env::set_var("WEIR_TEST_PUSHER_SECRET2", "secret2");
+    let config = Config::parse(ROUTES, Path::new(".")).expect("routes");
+    Gateway::start(config)
+}
+
+fn clients_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// Runs one scenario of pusher-client.mjs against `gw`; its JSON summary.
+async fn scenario(gw: &Gateway, name: &str) -> serde_json::Value {
+    assert!(
+        clients_dir().join("node_modules/pusher-js").exists(),
+        "host/tests/clients/node_modules/pusher-js missing: run npm ci there"
+    );
+    let (host, port) = (gw.addr.ip().to_string(), gw.addr.port().to_string());
+    let name = name.to_string();
+    tokio::task::spawn_blocking(move || {
+        let output = Command::new("node")
+            .args(["pusher-client.mjs", &host, &port, &name])
+            .current_dir(clients_dir())
+            .stdin(Stdio::null())
+            .output()
+            .expect("node");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{name}: {}\n{stdout}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_str(stdout.lines().last().unwrap_or("null")).unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn public_channel_trigger_batch_exclusion_and_channel_queries() {
+    let gw = gateway();
+    let out = scenario(&gw, "public").await;
+    assert_eq!(out["a"], 2, "{out}");
+    assert_eq!(out["b"], 3, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_channel_is_authorised_and_a_bad_signature_refused() {
+    let gw = gateway();
+    let out = scenario(&gw, "private").await;
+    assert_eq!(out["refused"], 401, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_members_join_and_leave_and_are_queried() {
+    let gw = gateway();
+    let out = scenario(&gw, "presence").await;
+    assert_eq!(out["members"], 2, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_events_are_relayed_limited_and_refused_where_disabled() {
+    let gw = gateway();
+    let out = scenario(&gw, "client_events").await;
+    assert_eq!(out["limited"], 4301, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_channels_miss_then_replay_the_last_event() {
+    let gw = gateway();
+    let out = scenario(&gw, "cache").await;
+    assert_eq!(out["replayed"], 2, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signin_send_to_user_and_terminate_connections() {
+    let gw = gateway();
+    let out = scenario(&gw, "user").await;
+    assert_eq!(out["terminated"], true, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_app_key_is_refused_with_4001() {
+    let gw = gateway();
+    let out = scenario(&gw, "unknown_key").await;
+    assert_eq!(out["code"], 4001, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_apps_never_share_a_channel() {
+    let gw = gateway();
+    let out = scenario(&gw, "isolation").await;
+    assert_eq!((out["one"].clone(), out["two"].clone()), (1.into(), 1.into()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_request_with_a_bad_signature_gets_401() {
+    let gw = gateway();
+    let out = scenario(&gw, "bad_api_signature").await;
+    assert_eq!(out["status"], 401, "{out}");
+}
+
+/// The next text message as JSON, within 5 s.
+async fn next_json(ws: &mut Ws) -> serde_json::Value {
+    loop {
+        match timeout(Duration::from_secs(5), ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => return serde_json::from_str(&t).unwrap(),
+            Ok(Some(Ok(Message::Close(frame)))) => {
+                return serde_json::json!({"closed": frame.map(|f| u16::from(f.code))})
+            }
+            Ok(Some(Ok(_))) => continue,
+            other => panic!("no message: {other:?}"),
+        }
+    }
+}
+
+/// `data` of a Pusher message, parsed when it is a string holding JSON.
+fn data(msg: &serde_json::Value) -> serde_json::Value {
+    match &msg["data"] {
+        serde_json::Value::String(s) => serde_json::from_str(s).unwrap_or(msg["data"].clone()),
+        other => other.clone(),
+    }
+}
+
+/// App 3 (activity_timeout 1 s): a silent client gets `pusher:ping`, and
+/// with no answer the connection closes with 4201. The app holds one
+/// connection: a second is refused with `pusher:error` 4004 and close
+/// 4004. A message over `max_payload` (1 KiB) gets `pusher:error`, and the
+/// connection stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activity_timeout_connection_limit_and_payload_limit() {
+    let gw = gateway();
+    let mut ws = client(&gw.url("/app/key3?protocol=7")).await;
+    let hello = next_json(&mut ws).await;
+    assert_eq!(hello["event"], "pusher:connection_established", "{hello}");
+    assert_eq!(data(&hello)["activity_timeout"], 1, "{hello}");
+
+    let mut second = client(&gw.url("/app/key3?protocol=7")).await;
+    let refused = next_json(&mut second).await;
+    assert_eq!(refused["event"], "pusher:error", "{refused}");
+    assert_eq!(data(&refused)["code"], 4004, "{refused}");
+    assert_eq!(next_json(&mut second).await["closed"], 4004);
+
+    let big = format!(
+        r#"{{"event":"pusher:subscribe","data":{{"channel":"{}"}}}}"#,
+        "x".repeat(2000)
+    );
+    ws.send(Message::Text(big.into())).await.unwrap();
+    let too_big = next_json(&mut ws).await;
+    assert_eq!(too_big["event"], "pusher:error", "{too_big}");
+    ws.send(Message::Text(r#"{"event":"pusher:ping","data":{}}"#.into()))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut ws).await["event"], "pusher:pong");
+
+    // Now silent: the server pings after 1 s, then closes 1 s later.
+    let ping = next_json(&mut ws).await;
+    assert_eq!(ping["event"], "pusher:ping", "{ping}");
+    let error = next_json(&mut ws).await;
+    assert_eq!(data(&error)["code"], 4201, "{error}");
+    assert_eq!(next_json(&mut ws).await["closed"], 4201);
+}
+
+/// A realtime pubsub route publishing on the core names a pusher app's
+/// channel would have (`p0:shared`) reaches no pusher subscriber: the
+/// pusher route's channels live in a core of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_routes_never_reach_a_pusher_channel() {
+    let gw = gateway();
+    let mut ws = client(&gw.url("/app/key1?protocol=7")).await;
+    let hello = next_json(&mut ws).await;
+    assert_eq!(hello["event"], "pusher:connection_established");
+    ws.send(Message::Text(
+        r#"{"event":"pusher:subscribe","data":{"channel":"shared"}}"#.into(),
+    ))
+    .await
+    .unwrap();
+    let ok = next_json(&mut ws).await;
+    assert_eq!(ok["event"], "pusher_internal:subscription_succeeded", "{ok}");
+    let mut other = client(&gw.url("/rt/p0:shared")).await;
+    let mut other2 = client(&gw.url("/rt/shared")).await;
+    for c in [&mut other, &mut other2] {
+        c.send(Message::Text(r#"{"leak":true}"#.into()))
+            .await
+            .unwrap();
+    }
+    // Something the pusher client must see, after the publishes above.
+    ws.send(Message::Text(r#"{"event":"pusher:ping","data":{}}"#.into()))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let next = next_json(&mut ws).await;
+    assert_eq!(next["event"], "pusher:pong", "a publish leaked: {next}");
+}
+
+/// A plain HTTP request on the API path is answered by the route (404 for
+/// an unknown app, 401 unsigned), and a body over the route's limit gets
+/// 413 before the route sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_api_path_refuses_unknown_apps_unsigned_and_oversized_requests() {
+    let gw = gateway();
+    let head = |method: &str, path: &str, len: usize| {
+        format!("{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n")
+    };
+    let (_, status) = Raw::request(gw.addr, &head("GET", "/apps/9/channels", 0)).await;
+    assert_eq!(status, 404);
+    let (_, status) = Raw::request(gw.addr, &head("GET", "/apps/1/channels", 0)).await;
+    assert_eq!(status, 401);
+    let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let len = 4 << 20;
+    stream
+        .write_all(head("POST", "/apps/1/events", len).as_bytes())
+        .await
+        .unwrap();
+    let _ = stream.write_all(&vec![b'x'; 512 << 10]).await;
+    let mut answer = vec![0u8; 64];
+    let n = timeout(Duration::from_secs(5), stream.read(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
