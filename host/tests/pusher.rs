@@ -260,8 +260,12 @@ async fn other_routes_never_reach_a_pusher_channel() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_api_path_refuses_unknown_apps_unsigned_and_oversized_requests() {
     let gw = gateway();
+    let addr = gw.addr;
     let head = |method: &str, path: &str, len: usize| {
-        format!("{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n")
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {len}\r\n\
+             Connection: close\r\n\r\n"
+        )
     };
     let (_, status) = Raw::request(gw.addr, &head("GET", "/apps/9/channels", 0)).await;
     assert_eq!(status, 404);
