@@ -151,7 +151,10 @@ async fn an_unknown_app_key_is_refused_with_4001() {
 async fn two_apps_never_share_a_channel() {
     let gw = gateway();
     let out = scenario(&gw, "isolation").await;
-    assert_eq!((out["one"].clone(), out["two"].clone()), (1.into(), 1.into()));
+    assert_eq!(
+        (out["one"].clone(), out["two"].clone()),
+        (1.into(), 1.into())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,7 +240,10 @@ async fn other_routes_never_reach_a_pusher_channel() {
     .await
     .unwrap();
     let ok = next_json(&mut ws).await;
-    assert_eq!(ok["event"], "pusher_internal:subscription_succeeded", "{ok}");
+    assert_eq!(
+        ok["event"], "pusher_internal:subscription_succeeded",
+        "{ok}"
+    );
     let mut other = client(&gw.url("/rt/p0:shared")).await;
     let mut other2 = client(&gw.url("/rt/shared")).await;
     for c in [&mut other, &mut other2] {

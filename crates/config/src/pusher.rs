@@ -96,7 +96,10 @@ fn app_fields(raw: &RawPusherApp) -> [(&'static str, &Field); 11] {
         ("max_connections", &raw.max_connections),
         ("client_events_per_second", &raw.client_events_per_second),
         ("max_presence_members", &raw.max_presence_members),
-        ("max_channels_per_connection", &raw.max_channels_per_connection),
+        (
+            "max_channels_per_connection",
+            &raw.max_channels_per_connection,
+        ),
         ("max_payload", &raw.max_payload),
         ("activity_timeout", &raw.activity_timeout),
     ]
@@ -187,7 +190,8 @@ fn app(src: &Source, spanned: &Spanned<RawPusherApp>) -> Result<PusherApp, Confi
         app.max_payload = item.size(src, 256, 16 << 20)?;
     }
     if let Some(item) = Item::of("activity_timeout", &raw.activity_timeout) {
-        app.activity_timeout = item.duration(src, Duration::from_secs(1), Duration::from_secs(3600))?;
+        app.activity_timeout =
+            item.duration(src, Duration::from_secs(1), Duration::from_secs(3600))?;
         if app.activity_timeout.subsec_nanos() != 0 {
             return Err(item.fail(
                 src,

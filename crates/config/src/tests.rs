@@ -734,9 +734,18 @@ fn readme_routes_example_parses() {
         panic!("README's eighth route is a pusher route");
     };
     let app = &pusher.apps[0];
-    assert_eq!(app.client_events_per_second, DEFAULT_PUSHER_CLIENT_EVENTS_PER_SECOND);
-    assert_eq!(app.max_channels_per_connection, DEFAULT_PUSHER_MAX_CHANNELS_PER_CONNECTION);
-    assert_eq!((app.max_presence_members, app.max_payload), (100, 10 * 1024));
+    assert_eq!(
+        app.client_events_per_second,
+        DEFAULT_PUSHER_CLIENT_EVENTS_PER_SECOND
+    );
+    assert_eq!(
+        app.max_channels_per_connection,
+        DEFAULT_PUSHER_MAX_CHANNELS_PER_CONNECTION
+    );
+    assert_eq!(
+        (app.max_presence_members, app.max_payload),
+        (100, 10 * 1024)
+    );
     assert_eq!(app.activity_timeout, Duration::from_secs(120));
     assert!(!app.client_events && !app.user_authentication && app.max_connections.is_none());
     assert_eq!(config.server.limits, Limits::default());
@@ -1598,11 +1607,17 @@ fn pusher_routes_take_apps_with_defaults() {
         panic!("a pusher route");
     };
     let (a, b) = (&pusher.apps[0], &pusher.apps[1]);
-    assert_eq!((a.id.as_str(), a.key.as_str(), a.secret_env.as_str()), ("1", "k1", "S1"));
+    assert_eq!(
+        (a.id.as_str(), a.key.as_str(), a.secret_env.as_str()),
+        ("1", "k1", "S1")
+    );
     assert_eq!(a.line, 4);
     assert!(!a.client_events && !a.user_authentication);
     assert_eq!(a.max_connections, None);
-    assert_eq!(a.client_events_per_second, DEFAULT_PUSHER_CLIENT_EVENTS_PER_SECOND);
+    assert_eq!(
+        a.client_events_per_second,
+        DEFAULT_PUSHER_CLIENT_EVENTS_PER_SECOND
+    );
     assert_eq!(a.max_presence_members, 100);
     assert_eq!(a.max_payload, 10 * 1024);
     assert_eq!(a.activity_timeout, Duration::from_secs(120));
@@ -1632,7 +1647,9 @@ fn pusher_routes_refuse_bad_shapes_with_their_line() {
         &["at least one app", "[[route.apps]]"],
     );
     refused(
-        &format!("[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\ntopics = \"t\"\n{PUSHER_APP}"),
+        &format!(
+            "[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\ntopics = \"t\"\n{PUSHER_APP}"
+        ),
         4,
         &["remove topics"],
     );

@@ -67,8 +67,13 @@ pub(super) async fn plain_request(
     matched: &Matched,
 ) -> Result<Response<Full<Bytes>>, Request<Incoming>> {
     use http_body_util::BodyExt;
-    let handshake = req.method() == http::Method::CONNECT || req.headers().contains_key(header::UPGRADE);
-    let Some(limit) = matched.worker_route.http_body_limit().filter(|_| !handshake) else {
+    let handshake =
+        req.method() == http::Method::CONNECT || req.headers().contains_key(header::UPGRADE);
+    let Some(limit) = matched
+        .worker_route
+        .http_body_limit()
+        .filter(|_| !handshake)
+    else {
         return Err(req);
     };
     let (head, body) = req.into_parts();
@@ -76,7 +81,10 @@ pub(super) async fn plain_request(
     let body = match tokio::time::timeout(worker.shared.handshake_timeout, read).await {
         Ok(Ok(body)) => body.to_bytes(),
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return Ok(text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n"))
+            return Ok(text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large\n",
+            ))
         }
         Ok(Err(e)) => {
             debug!(%peer, error = %e, "request body not read");

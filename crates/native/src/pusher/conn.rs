@@ -437,12 +437,17 @@ impl Pusher {
             );
         }
         *count += 1;
-        let user_id = sub.channel.is_presence().then_some(sub.member.user.as_str());
+        let user_id = sub
+            .channel
+            .is_presence()
+            .then_some(sub.member.user.as_str());
         let json = server::client_event(&event.event, event.channel.name(), &event.data, user_id);
         let frame = Bytes::from(encode::frame(OpCode::Text, json.as_bytes()));
         // Never echoed to the sender; not kept by cache channels (the
         // core's delivery could not skip the sender).
-        self.route().topics.publish(&sub.core, &frame, Some(self.id));
+        self.route()
+            .topics
+            .publish(&sub.core, &frame, Some(self.id));
     }
 
     /// The next moment the activity clock needs looking at.
@@ -546,7 +551,12 @@ impl Behaviour for Pusher {
     }
 
     /// Any frame, a ping or pong included, shows the client is there.
-    fn on_control(&mut self, _buf: &mut [u8], _opcode: OpCode, _payload: std::ops::Range<usize>) -> bool {
+    fn on_control(
+        &mut self,
+        _buf: &mut [u8],
+        _opcode: OpCode,
+        _payload: std::ops::Range<usize>,
+    ) -> bool {
         self.last_heard = Instant::now();
         self.pong_due = None;
         false

@@ -225,11 +225,11 @@ impl WorkerRoute for PusherWorker {
                 Some(index) => {
                     let app = &route.apps[index];
                     let max = app.config.max_connections.unwrap_or(usize::MAX);
-                    let taken = app
-                        .connections
-                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                            (n < max).then_some(n + 1)
-                        });
+                    let taken =
+                        app.connections
+                            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                                (n < max).then_some(n + 1)
+                            });
                     match taken {
                         Err(_) => refused(ConnectError::OverConnectionQuota),
                         Ok(_) => match conn::Pusher::new(route.clone(), index) {
