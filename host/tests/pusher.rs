@@ -50,17 +50,23 @@ secret_env = "WEIR_TEST_PUSHER_SECRET1"
 activity_timeout = "1s"
 max_connections = 1
 max_payload = "1KiB"
+max_channels_per_connection = 2
 
 [[route]]
 path = "/rt/{topic}"
 native = "pubsub"
 realtime = true
+
+[api]
+listen = "127.0.0.1:0"
+key_env = "WEIR_TEST_PUSHER_API_KEY"
 "#;
 
 fn gateway() -> Gateway {
     // Every test sets the same values before its gateway reads them.
     std::env::set_var("WEIR_TEST_PUSHER_SECRET1", "secret1");
     std::env::set_var("WEIR_TEST_PUSHER_SECRET2", "secret2");
+    std::env::set_var("WEIR_TEST_PUSHER_API_KEY", "pusher-test-api-key-0123456789");
     let config = Config::parse(ROUTES, Path::new(".")).expect("routes");
     Gateway::start(config)
 }
@@ -189,8 +195,9 @@ fn data(msg: &serde_json::Value) -> serde_json::Value {
 /// App 3 (activity_timeout 1 s): a silent client gets `pusher:ping`, and
 /// with no answer the connection closes with 4201. The app holds one
 /// connection: a second is refused with `pusher:error` 4004 and close
-/// 4004. A message over `max_payload` (1 KiB) gets `pusher:error`, and the
-/// connection stays.
+/// 4004. A third channel past `max_channels_per_connection` (2) gets
+/// `pusher:subscription_error`. A message over `max_payload` (1 KiB) gets
+/// `pusher:error`, and the connection stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn activity_timeout_connection_limit_and_payload_limit() {
     let gw = gateway();
@@ -204,6 +211,25 @@ async fn activity_timeout_connection_limit_and_payload_limit() {
     assert_eq!(refused["event"], "pusher:error", "{refused}");
     assert_eq!(data(&refused)["code"], 4004, "{refused}");
     assert_eq!(next_json(&mut second).await["closed"], 4004);
+
+    for name in ["a", "b", "c"] {
+        let sub = format!(r#"{{"event":"pusher:subscribe","data":{{"channel":"{name}"}}}}"#);
+        ws.send(Message::Text(sub.into())).await.unwrap();
+    }
+    for name in ["a", "b"] {
+        let ok = next_json(&mut ws).await;
+        assert_eq!(
+            ok["event"], "pusher_internal:subscription_succeeded",
+            "{ok}"
+        );
+        assert_eq!(ok["channel"], name);
+    }
+    let over = next_json(&mut ws).await;
+    assert_eq!(over["event"], "pusher:subscription_error", "{over}");
+    assert_eq!(
+        (over["channel"].clone(), data(&over)["status"].clone()),
+        ("c".into(), 400.into())
+    );
 
     let big = format!(
         r#"{{"event":"pusher:subscribe","data":{{"channel":"{}"}}}}"#,
@@ -225,9 +251,11 @@ async fn activity_timeout_connection_limit_and_payload_limit() {
     assert_eq!(next_json(&mut ws).await["closed"], 4201);
 }
 
-/// A realtime pubsub route publishing on the core names a pusher app's
-/// channel would have (`p0:shared`) reaches no pusher subscriber: the
-/// pusher route's channels live in a core of its own.
+/// A realtime pubsub route publishing on the gateway's core (the one
+/// centrifugo routes and the server API use), on the pusher channel's name
+/// and on the name the app's channel has in the pusher route's core
+/// (`p0:shared`), reaches no pusher subscriber: the pusher route's
+/// channels live in a core of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn other_routes_never_reach_a_pusher_channel() {
     let gw = gateway();
@@ -244,20 +272,37 @@ async fn other_routes_never_reach_a_pusher_channel() {
         ok["event"], "pusher_internal:subscription_succeeded",
         "{ok}"
     );
+    let mut witness = client(&gw.url("/rt/shared")).await;
     let mut other = client(&gw.url("/rt/p0:shared")).await;
-    let mut other2 = client(&gw.url("/rt/shared")).await;
-    for c in [&mut other, &mut other2] {
-        c.send(Message::Text(r#"{"leak":true}"#.into()))
-            .await
-            .unwrap();
-    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A pubsub client publishing on its route's topic of the same names.
+    other
+        .send(Message::Text(r#"{"leak":1}"#.into()))
+        .await
+        .unwrap();
+    // The server API publishing on the gateway's core, as a backend of the
+    // centrifugo routes does: it reaches the core's subscribers...
+    let body = r#"{"channel":"shared","data":{"leak":2}}"#;
+    let request = format!(
+        "POST /api/publish HTTP/1.1\r\nHost: {api}\r\nX-API-Key: pusher-test-api-key-0123456789\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len(),
+        api = gw.api.expect("[api]"),
+    );
+    let (_, status) = Raw::request(gw.api.unwrap(), &request).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        next(&mut witness).await,
+        Message::Text(r#"{"leak":2}"#.into())
+    );
+    // ... and not the pusher channel of the same name.
     // Something the pusher client must see, after the publishes above.
     ws.send(Message::Text(r#"{"event":"pusher:ping","data":{}}"#.into()))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let next = next_json(&mut ws).await;
-    assert_eq!(next["event"], "pusher:pong", "a publish leaked: {next}");
+    let answer = next_json(&mut ws).await;
+    assert_eq!(answer["event"], "pusher:pong", "a publish leaked: {answer}");
 }
 
 /// A plain HTTP request on the API path is answered by the route (404 for

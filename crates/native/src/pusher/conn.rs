@@ -31,6 +31,11 @@ use weir_ws::frame::OpCode;
 /// fast failure detection) is not outlived by its pong wait.
 pub const PONG_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// `pusher:subscription_error` types: a refused signature or user (what
+/// pusher-js emits itself when its auth endpoint fails), and a limit.
+const AUTH: &str = "AuthError";
+const LIMIT: &str = "LimitReached";
+
 /// One of the connection's subscriptions.
 struct Sub {
     channel: Channel,
@@ -133,13 +138,9 @@ impl Pusher {
         self.send(&server::error(message, Some(code)));
     }
 
-    fn subscription_error(&self, channel: &str, error: &str, status: u16) {
-        self.send(&server::subscription_error(
-            channel,
-            "AuthError",
-            error,
-            status,
-        ));
+    /// `pusher:subscription_error` on `channel`, of type [`AUTH`] or [`LIMIT`].
+    fn subscription_error(&self, channel: &str, kind: &str, error: &str, status: u16) {
+        self.send(&server::subscription_error(channel, kind, error, status));
     }
 
     fn on_message(&mut self) {
@@ -171,13 +172,14 @@ impl Pusher {
         if self.subs.len() >= app.config.max_channels_per_connection {
             return self.subscription_error(
                 &name,
+                LIMIT,
                 "too many channels on this connection (max_channels_per_connection)",
                 400,
             );
         }
         if let Some(owner) = req.channel.user_id() {
             if self.user.as_deref() != Some(owner) {
-                return self.subscription_error(&name, "not signed in as this user", 403);
+                return self.subscription_error(&name, AUTH, "not signed in as this user", 403);
             }
         } else if req.channel.needs_auth() {
             let checked = auth::verify_channel(
@@ -190,7 +192,7 @@ impl Pusher {
             if let Err(e) = checked {
                 // pusher-js shows a failed subscription as its
                 // subscription_error event; the error names the cause.
-                self.subscription_error(&name, &e.to_string(), 401);
+                self.subscription_error(&name, AUTH, &e.to_string(), 401);
                 return self.error(&e.to_string(), e.code());
             }
         }
@@ -203,7 +205,7 @@ impl Pusher {
                     chan_info: None,
                 },
                 Err(e) => {
-                    self.subscription_error(&name, &e.to_string(), 400);
+                    self.subscription_error(&name, AUTH, &e.to_string(), 400);
                     return self.error(&e.to_string(), e.code());
                 }
             }
@@ -242,10 +244,10 @@ impl Pusher {
         if let Err(e) = joined {
             let why = match e {
                 RealtimeError::Presence(_) => "the presence channel is full (max_presence_members)",
-                RealtimeError::TooManyChannels => "too many channels",
+                RealtimeError::TooManyChannels => "too many channels on this node (max_channels)",
                 _ => "subscription refused",
             };
-            return self.subscription_error(&name, why, 400);
+            return self.subscription_error(&name, LIMIT, why, 400);
         }
         if req.channel.is_presence() {
             self.presence_succeeded(&req.channel, &core, &member);

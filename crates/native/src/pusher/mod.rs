@@ -86,6 +86,9 @@ impl App {
     }
 }
 
+/// A signed-in user's connections on this node.
+pub type UserConns = Vec<(ConnId, Arc<Outbound>)>;
+
 /// A pusher route, shared by workers.
 pub struct PusherRoute {
     pub apps: Vec<App>,
@@ -98,7 +101,7 @@ pub struct PusherRoute {
     pub sockets: Mutex<HashMap<String, ConnId>>,
     /// Signed-in users' connections, by app index and user id: what
     /// `terminate_connections` closes.
-    pub users: Mutex<HashMap<(usize, String), Vec<(ConnId, Arc<Outbound>)>>>,
+    pub users: Mutex<HashMap<(usize, String), UserConns>>,
     /// Bodies of the HTTP API are read up to this.
     pub max_body: usize,
 }
