@@ -848,7 +848,9 @@ fn file_path(path: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::toml_error::{API_KEYS, NAMESPACE_KEYS, ROUTE_KEYS, SERVER_KEYS};
+    use super::super::toml_error::{
+        API_KEYS, NAMESPACE_KEYS, PUSHER_APP_KEYS, ROUTE_KEYS, SERVER_KEYS,
+    };
     use super::RawFile;
 
     /// The keys an unknown-key message lists, as serde sees them.
@@ -874,5 +876,9 @@ mod tests {
             NAMESPACE_KEYS
         );
         assert_eq!(keys_serde_lists("[api]\nzzz = 1\n"), API_KEYS);
+        assert_eq!(
+            keys_serde_lists("[[route]]\n[[route.apps]]\nzzz = 1\n"),
+            PUSHER_APP_KEYS
+        );
     }
 }

@@ -501,7 +501,7 @@ fn route_needs_exactly_one_behaviour() {
         3,
         &[
             r#"native = "proxi": unknown native behaviour"#,
-            r#"native = "echo", "relay", "pubsub", "proxy" or "centrifugo""#,
+            r#"native = "echo", "relay", "pubsub", "proxy", "centrifugo" or "pusher""#,
         ],
     );
 }
@@ -1677,6 +1677,11 @@ fn pusher_routes_refuse_bad_shapes_with_their_line() {
         &format!("[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}activity_timeout = \"1500ms\"\n"),
         8,
         &["whole seconds"],
+    );
+    refused(
+        &format!("[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}client_event = true\n"),
+        8,
+        &["client_event", "[[route.apps]]", "client_events"],
     );
     refused(
         &format!("[[route]]\npath = \"/e\"\nnative = \"echo\"\n{PUSHER_APP}"),
