@@ -209,6 +209,34 @@ impl RouteKind for PusherKind {
     fn on_worker(&self, _: &WorkerSetup) -> Rc<dyn WorkerRoute> {
         Rc::new(PusherWorker(self.0.clone()))
     }
+
+    /// A route's apps and secrets are read when it is built: a reload that
+    /// changes them says so (the route serves on as it was) rather than
+    /// leaving the operator to believe the change took.
+    fn reload(&self, behaviour: &weir_config::Behaviour) -> Result<(), String> {
+        let weir_config::Behaviour::Native(weir_config::NativeKind::Pusher(config)) = behaviour
+        else {
+            return Ok(());
+        };
+        let unplaced = |app: &PusherApp| PusherApp {
+            line: 0,
+            ..app.clone()
+        };
+        let same = config.apps.len() == self.0.apps.len()
+            && config
+                .apps
+                .iter()
+                .zip(&self.0.apps)
+                .all(|(new, old)| unplaced(new) == unplaced(&old.config));
+        if same {
+            return Ok(());
+        }
+        Err(
+            "a pusher route's apps are read when it starts; this reload left them as they \
+             were (restart weir to change them)"
+                .into(),
+        )
+    }
 }
 
 struct PusherWorker(Arc<PusherRoute>);
