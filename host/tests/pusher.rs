@@ -52,6 +52,12 @@ max_connections = 1
 max_payload = "1KiB"
 max_channels_per_connection = 2
 
+[[route.apps]]
+id = "4"
+key = "key4"
+secret_env = "WEIR_TEST_PUSHER_SECRET2"
+max_presence_members = 1
+
 [[route]]
 path = "/rt/{topic}"
 native = "pubsub"
@@ -337,4 +343,64 @@ async fn the_http_api_path_refuses_unknown_apps_unsigned_and_oversized_requests(
         .unwrap();
     let answer = String::from_utf8_lossy(&answer[..n]);
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
+
+/// Connects a raw client to `path`; its socket id.
+async fn connect_raw(gw: &Gateway, path: &str) -> (Ws, String) {
+    let mut ws = client(&gw.url(path)).await;
+    let hello = next_json(&mut ws).await;
+    assert_eq!(hello["event"], "pusher:connection_established", "{hello}");
+    let socket_id = data(&hello)["socket_id"].as_str().unwrap().to_string();
+    (ws, socket_id)
+}
+
+/// A presence subscribe of `user`, signed with app 4's secret.
+async fn join_presence(ws: &mut Ws, socket_id: &str, channel: &str, user: &str) {
+    let channel_data = format!(r#"{{"user_id":"{user}"}}"#);
+    let app = weir_pusher::AppKey {
+        key: "key4",
+        secret: b"secret2",
+    };
+    let auth = weir_pusher::auth::sign_channel(&app, socket_id, channel, Some(&channel_data));
+    let msg = serde_json::json!({
+        "event": "pusher:subscribe",
+        "data": {"channel": channel, "auth": auth, "channel_data": channel_data},
+    });
+    ws.send(Message::Text(msg.to_string().into()))
+        .await
+        .unwrap();
+}
+
+/// App 4 holds one member per presence channel: a second user is refused
+/// with `pusher:subscription_error` (LimitReached), and the first member
+/// saw no `member_added`. A connection without a protocol version gets
+/// 4008, one with an unsupported version 4007.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_member_limit_and_protocol_versions() {
+    let gw = gateway();
+    let (mut a, id_a) = connect_raw(&gw, "/app/key4?protocol=7").await;
+    join_presence(&mut a, &id_a, "presence-small", "alice").await;
+    let ok = next_json(&mut a).await;
+    assert_eq!(
+        ok["event"], "pusher_internal:subscription_succeeded",
+        "{ok}"
+    );
+    assert_eq!(data(&ok)["presence"]["count"], 1, "{ok}");
+    let (mut b, id_b) = connect_raw(&gw, "/app/key4?protocol=7").await;
+    join_presence(&mut b, &id_b, "presence-small", "bob").await;
+    let full = next_json(&mut b).await;
+    assert_eq!(full["event"], "pusher:subscription_error", "{full}");
+    assert_eq!(data(&full)["type"], "LimitReached", "{full}");
+    a.send(Message::Text(r#"{"event":"pusher:ping","data":{}}"#.into()))
+        .await
+        .unwrap();
+    let answer = next_json(&mut a).await;
+    assert_eq!(answer["event"], "pusher:pong", "alice saw: {answer}");
+
+    for (query, code) in [("", 4008), ("?protocol=3", 4007), ("?protocol=x", 4006)] {
+        let mut ws = client(&gw.url(&format!("/app/key4{query}"))).await;
+        let refused = next_json(&mut ws).await;
+        assert_eq!(data(&refused)["code"], code, "{query}: {refused}");
+        assert_eq!(next_json(&mut ws).await["closed"], code, "{query}");
+    }
 }
