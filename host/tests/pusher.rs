@@ -404,3 +404,22 @@ async fn presence_member_limit_and_protocol_versions() {
         assert_eq!(next_json(&mut ws).await["closed"], code, "{query}");
     }
 }
+
+/// An app whose `secret_env` names an unset variable stops the start, and
+/// the error names the app's line and the variable (a secret never sits
+/// in the file, so there is nothing to fall back on).
+#[test]
+fn an_unset_secret_stops_the_start_with_the_apps_line() {
+    let routes = "[[route]]\npath = \"/app/{key}\"\nnative = \"pusher\"\n\
+                  [[route.apps]]\nid = \"1\"\nkey = \"k\"\nsecret_env = \"WEIR_TEST_PUSHER_UNSET\"\n";
+    let mut config = Config::parse(routes, Path::new(".")).expect("routes");
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    let err = match weir::server::Server::bind(config) {
+        Ok(_) => panic!("started without the app's secret"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("line 4") && err.contains("WEIR_TEST_PUSHER_UNSET"),
+        "{err}"
+    );
+}
