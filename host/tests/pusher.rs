@@ -347,11 +347,7 @@ async fn the_http_api_path_refuses_unknown_apps_unsigned_and_oversized_requests(
 
 /// Connects a raw client to `path`; its socket id.
 async fn connect_raw(gw: &Gateway, path: &str) -> (Ws, String) {
-    let mut ws = client(&gw.url(path)).await;
-    let hello = next_json(&mut ws).await;
-    assert_eq!(hello["event"], "pusher:connection_established", "{hello}");
-    let socket_id = data(&hello)["socket_id"].as_str().unwrap().to_string();
-    (ws, socket_id)
+    connect_raw_at(&gw.url(path)).await
 }
 
 /// A presence subscribe of `user`, signed with app 4's secret.
@@ -422,4 +418,66 @@ fn an_unset_secret_stops_the_start_with_the_apps_line() {
         err.contains("line 4") && err.contains("WEIR_TEST_PUSHER_UNSET"),
         "{err}"
     );
+}
+
+/// A reload (SIGHUP) that changes a kept pusher route's apps is reported
+/// (the apps are read at start) and changes nothing: client events stay
+/// off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_apps_is_reported_and_changes_nothing() {
+    use std::io::BufRead;
+    std::env::set_var("WEIR_TEST_PUSHER_SECRET2", "secret2");
+    let app = "[[route]]\npath = \"/app/{key}\"\nnative = \"pusher\"\n\
+               [[route.apps]]\nid = \"2\"\nkey = \"key2\"\nsecret_env = \"WEIR_TEST_PUSHER_SECRET2\"\n";
+    let mut weir = WeirProcess::start("workers = 1", app, "warn", Stdio::piped()).await;
+    let file = std::env::temp_dir()
+        .join(format!(
+            "weir-process-{}-{}",
+            std::process::id(),
+            weir.addr.port()
+        ))
+        .join("routes.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, format!("{text}client_events = true\n")).unwrap();
+    let hup = Command::new("kill")
+        .args(["-HUP", &weir.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    let stderr = weir.child.stderr.take().unwrap();
+    let reported = tokio::task::spawn_blocking(move || {
+        std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .find(|line| line.contains("apps are read when it starts"))
+    });
+    let line = timeout(Duration::from_secs(10), reported)
+        .await
+        .expect("the reload was not reported")
+        .unwrap();
+    assert!(line.is_some(), "the reload was not reported");
+    // The route serves on as it was: client events still refused.
+    let (mut ws, _) = connect_raw_at(&weir.url("/app/key2?protocol=7")).await;
+    ws.send(Message::Text(
+        r#"{"event":"client-x","channel":"private-a","data":{}}"#.into(),
+    ))
+    .await
+    .unwrap();
+    let refused = next_json(&mut ws).await;
+    assert_eq!(data(&refused)["code"], 4301, "{refused}");
+    assert!(
+        data(&refused)["message"]
+            .as_str()
+            .unwrap()
+            .contains("not enabled"),
+        "{refused}"
+    );
+}
+
+async fn connect_raw_at(url: &str) -> (Ws, String) {
+    let mut ws = client(url).await;
+    let hello = next_json(&mut ws).await;
+    assert_eq!(hello["event"], "pusher:connection_established", "{hello}");
+    let socket_id = data(&hello)["socket_id"].as_str().unwrap().to_string();
+    (ws, socket_id)
 }
