@@ -6,9 +6,11 @@
 //! signin with `sendToUser` and `terminateUserConnections`, the HTTP API's
 //! queries, batch triggers and `socket_id` exclusion, an unknown key, and
 //! two apps isolated. Raw clients check what pusher-js hides: the server's
-//! ping and the 4201 close, the payload limit, the app's connection limit
-//! (4004), and that a centrifugo route and a realtime pubsub route never
-//! reach a pusher channel.
+//! ping and the 4201 close, the payload, channel, presence-member and
+//! connection (4004) limits, protocol version refusals, and that the
+//! gateway's own core (centrifugo routes, the server API) never reaches a
+//! pusher channel. In-process and `weir serve` checks: an unset secret
+//! stops the start; a reload that changes apps is reported.
 
 mod common;
 
