@@ -48,6 +48,9 @@ pub struct Route {
     pub stats: Arc<RouteStats>,
     /// The route's topic namespace (its own, or a shared one).
     pub topics: Arc<Topics>,
+    /// A second path the route answers plain HTTP requests on (a pusher
+    /// route's HTTP API, `…/apps/{*rest}`), served with `path`.
+    pub api_path: Option<String>,
     /// Drained from the admin API: upgrades are answered 503 until it is
     /// resumed.
     draining: AtomicBool,
@@ -175,13 +178,16 @@ impl Routes {
 
     /// Serves the route at `index` on `path`.
     pub fn serve(&mut self, path: &str, index: usize, line: usize) -> Result<(), RouteError> {
-        self.router
-            .insert(path.to_string(), index)
-            .map_err(|e| RouteError::Route {
-                path: path.to_string(),
-                line,
-                reason: e.to_string(),
-            })?;
+        let api_path = self.routes.get(index).and_then(|r| r.api_path.clone());
+        for path in std::iter::once(path.to_string()).chain(api_path) {
+            self.router
+                .insert(path.clone(), index)
+                .map_err(|e| RouteError::Route {
+                    path: path.clone(),
+                    line,
+                    reason: e.to_string(),
+                })?;
+        }
         self.live.push(index);
         Ok(())
     }
@@ -310,6 +316,7 @@ impl Routes {
             guest: guest_route,
             stats: Arc::new(RouteStats::new(self.workers)),
             topics,
+            api_path: api_path(route),
             draining: AtomicBool::new(false),
         }));
         Ok(index)
@@ -395,6 +402,19 @@ fn state_dir(config: &Config) -> std::path::PathBuf {
 /// A route's behaviour as `GET /routes` names it: the native keyword
 /// (`echo`, `relay`; `proxy+filter` for a proxy route with a filter, so a
 /// reload that adds or removes a filter makes a new route), or `guest`.
+/// The HTTP API path of a pusher route: its path with `/app/{key}`
+/// replaced by `/apps/{*rest}` (pusher server libraries call
+/// `/apps/{id}/events` beside the `/app/{key}` clients connect to).
+fn api_path(route: &weir_config::RouteConfig) -> Option<String> {
+    match &route.behaviour {
+        Behaviour::Native(NativeKind::Pusher(_)) => route
+            .path
+            .strip_suffix(weir_config::PUSHER_PATH_TAIL)
+            .map(|prefix| format!("{prefix}/apps/{{*rest}}")),
+        _ => None,
+    }
+}
+
 pub fn behaviour_name(behaviour: &Behaviour) -> String {
     match behaviour {
         Behaviour::Native(weir_config::NativeKind::Echo) => "echo".into(),
@@ -405,6 +425,7 @@ pub fn behaviour_name(behaviour: &Behaviour) -> String {
         }
         Behaviour::Native(weir_config::NativeKind::Proxy(_)) => "proxy".into(),
         Behaviour::Native(weir_config::NativeKind::Centrifugo(_)) => "centrifugo".into(),
+        Behaviour::Native(weir_config::NativeKind::Pusher(_)) => "pusher".into(),
         Behaviour::Guest(_) => "guest".into(),
     }
 }

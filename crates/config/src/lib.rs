@@ -15,6 +15,7 @@ pub mod url_check;
 mod guest;
 mod parse;
 mod proxy;
+mod pusher;
 mod realtime;
 mod toml_error;
 pub mod units;
@@ -26,6 +27,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use guest::GUEST_MEMORY_MAX_BYTES;
+pub use pusher::{
+    PusherApp, PusherConfig, DEFAULT_PUSHER_CLIENT_EVENTS_PER_SECOND,
+    DEFAULT_PUSHER_MAX_CHANNELS_PER_CONNECTION, PUSHER_PATH_TAIL,
+};
 
 /// Largest message a client may send, assembled (RFC 6455 allows 2^63).
 /// 32 MiB fits the biggest payload of the benchmark sweep with room to spare.
@@ -309,6 +314,9 @@ pub enum NativeKind {
     /// Centrifugo's client protocol over the real-time core
     /// (`native::centrifugo`).
     Centrifugo(std::sync::Arc<CentrifugoConfig>),
+    /// The Pusher Channels protocol and HTTP API over a core of the
+    /// route's own (`native::pusher`).
+    Pusher(std::sync::Arc<PusherConfig>),
 }
 
 /// Time a proxy route gives its upstream to accept the TCP connection and

@@ -131,6 +131,8 @@ pub(super) struct RawRoute {
     pub(super) max_subscriptions: Field,
     pub(super) max_publication: Field,
     pub(super) max_command: Field,
+    /// A pusher route's apps (`[[route.apps]]`).
+    pub(super) apps: Option<Vec<Spanned<super::pusher::RawPusherApp>>>,
 }
 
 /// Largest message the gateway will assemble.
@@ -522,7 +524,7 @@ fn route(
         (Some(native), None) => {
             let kind = match native.string(
                 src,
-                r#""echo", "relay", "pubsub", "proxy" or "centrifugo""#,
+                r#""echo", "relay", "pubsub", "proxy", "centrifugo" or "pusher""#,
             )? {
                 "echo" => NativeKind::Echo,
                 "relay" => NativeKind::Relay,
@@ -531,15 +533,21 @@ fn route(
                 "centrifugo" => NativeKind::Centrifugo(std::sync::Arc::new(
                     super::realtime::centrifugo_config(src, raw, origin_dir)?,
                 )),
+                "pusher" => NativeKind::Pusher(std::sync::Arc::new(
+                    super::pusher::pusher_config(src, raw, &native, &path)?,
+                )),
                 _ => {
                     return Err(native.fail(
                         src,
-                        r#"unknown native behaviour; write native = "echo", "relay", "pubsub", "proxy" or "centrifugo", or use guest = "file.wasm""#,
+                        r#"unknown native behaviour; write native = "echo", "relay", "pubsub", "proxy", "centrifugo" or "pusher", or use guest = "file.wasm""#,
                     ))
                 }
             };
             if !matches!(kind, NativeKind::Centrifugo(_)) {
                 super::realtime::refuse_centrifugo_keys(src, raw, &native)?;
+            }
+            if !matches!(kind, NativeKind::Pusher(_)) {
+                super::pusher::refuse_pusher_keys(src, raw, &native)?;
             }
             if !matches!(kind, NativeKind::PubSub(_)) {
                 refuse_pubsub_keys(src, raw, &native, false)?;
@@ -557,6 +565,7 @@ fn route(
         (None, Some(guest)) => {
             refuse_pubsub_keys(src, raw, &guest, true)?;
             super::realtime::refuse_centrifugo_keys(src, raw, &guest)?;
+            super::pusher::refuse_pusher_keys(src, raw, &guest)?;
             refuse_proxy_keys(src, raw, &guest)?;
             let mut config = guest_config(src, raw, &guest, origin_dir)?;
             if let Some(item) = Item::of("realtime", &raw.realtime) {
@@ -825,7 +834,9 @@ fn file_path(path: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::toml_error::{API_KEYS, NAMESPACE_KEYS, ROUTE_KEYS, SERVER_KEYS};
+    use super::super::toml_error::{
+        API_KEYS, NAMESPACE_KEYS, PUSHER_APP_KEYS, ROUTE_KEYS, SERVER_KEYS,
+    };
     use super::RawFile;
 
     /// The keys an unknown-key message lists, as serde sees them.
@@ -851,5 +862,9 @@ mod tests {
             NAMESPACE_KEYS
         );
         assert_eq!(keys_serde_lists("[api]\nzzz = 1\n"), API_KEYS);
+        assert_eq!(
+            keys_serde_lists("[[route]]\n[[route.apps]]\nzzz = 1\n"),
+            PUSHER_APP_KEYS
+        );
     }
 }

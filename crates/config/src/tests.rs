@@ -501,7 +501,7 @@ fn route_needs_exactly_one_behaviour() {
         3,
         &[
             r#"native = "proxi": unknown native behaviour"#,
-            r#"native = "echo", "relay", "pubsub", "proxy" or "centrifugo""#,
+            r#"native = "echo", "relay", "pubsub", "proxy", "centrifugo" or "pusher""#,
         ],
     );
 }
@@ -728,7 +728,26 @@ fn readme_routes_example_parses() {
         .and_then(|rest| rest.split("```").next())
         .expect("README has a ```toml block");
     let config = parse(example);
-    assert_eq!(config.routes.len(), 7);
+    assert_eq!(config.routes.len(), 8);
+    // The pusher route shows its app's keys at their defaults.
+    let Behaviour::Native(NativeKind::Pusher(pusher)) = &config.routes[7].behaviour else {
+        panic!("README's eighth route is a pusher route");
+    };
+    let app = &pusher.apps[0];
+    assert_eq!(
+        app.client_events_per_second,
+        DEFAULT_PUSHER_CLIENT_EVENTS_PER_SECOND
+    );
+    assert_eq!(
+        app.max_channels_per_connection,
+        DEFAULT_PUSHER_MAX_CHANNELS_PER_CONNECTION
+    );
+    assert_eq!(
+        (app.max_presence_members, app.max_payload),
+        (100, 10 * 1024)
+    );
+    assert_eq!(app.activity_timeout, Duration::from_secs(120));
+    assert!(!app.client_events && !app.user_authentication && app.max_connections.is_none());
     assert_eq!(config.server.limits, Limits::default());
     assert_eq!(config.server.max_connections, DEFAULT_MAX_CONNECTIONS);
     // The pubsub route shows its keys at their defaults.
@@ -1569,5 +1588,104 @@ fn allowed_hosts_and_h2_max_streams() {
         &format!("[server]\nh2_max_stream = 10\n{ECHO}"),
         2,
         &["did you mean h2_max_streams"],
+    );
+}
+
+const PUSHER_APP: &str = "[[route.apps]]\nid = \"1\"\nkey = \"k1\"\nsecret_env = \"S1\"\n";
+
+#[test]
+fn pusher_routes_take_apps_with_defaults() {
+    let text = format!(
+        "[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}\
+         [[route.apps]]\nid = \"2\"\nkey = \"k2\"\nsecret_env = \"S2\"\nclient_events = true\n\
+         user_authentication = true\nmax_connections = 5\nclient_events_per_second = 3\n\
+         max_presence_members = 7\nmax_channels_per_connection = 9\nmax_payload = \"1KiB\"\n\
+         activity_timeout = \"30s\"\n"
+    );
+    let config = parse(&text);
+    let Behaviour::Native(NativeKind::Pusher(pusher)) = &config.routes[0].behaviour else {
+        panic!("a pusher route");
+    };
+    let (a, b) = (&pusher.apps[0], &pusher.apps[1]);
+    assert_eq!(
+        (a.id.as_str(), a.key.as_str(), a.secret_env.as_str()),
+        ("1", "k1", "S1")
+    );
+    assert_eq!(a.line, 4);
+    assert!(!a.client_events && !a.user_authentication);
+    assert_eq!(a.max_connections, None);
+    assert_eq!(
+        a.client_events_per_second,
+        DEFAULT_PUSHER_CLIENT_EVENTS_PER_SECOND
+    );
+    assert_eq!(a.max_presence_members, 100);
+    assert_eq!(a.max_payload, 10 * 1024);
+    assert_eq!(a.activity_timeout, Duration::from_secs(120));
+    assert!(b.client_events && b.user_authentication);
+    assert_eq!(b.max_connections, Some(5));
+    assert_eq!(b.client_events_per_second, 3);
+    assert_eq!(b.max_presence_members, 7);
+    assert_eq!(b.max_channels_per_connection, 9);
+    assert_eq!(b.max_payload, 1024);
+    assert_eq!(b.activity_timeout, Duration::from_secs(30));
+    // A prefix before /app/{key} is fine.
+    parse(&format!(
+        "[[route]]\npath = \"/ws/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}"
+    ));
+}
+
+#[test]
+fn pusher_routes_refuse_bad_shapes_with_their_line() {
+    refused(
+        &format!("[[route]]\npath = \"/pusher\"\nnative = \"pusher\"\n{PUSHER_APP}"),
+        3,
+        &["/app/{key}"],
+    );
+    refused(
+        "[[route]]\npath = \"/app/{key}\"\nnative = \"pusher\"\n",
+        3,
+        &["at least one app", "[[route.apps]]"],
+    );
+    refused(
+        &format!(
+            "[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\ntopics = \"t\"\n{PUSHER_APP}"
+        ),
+        4,
+        &["remove topics"],
+    );
+    refused(
+        "[[route]]\npath = \"/app/{key}\"\nnative = \"pusher\"\n[[route.apps]]\nid = \"1\"\nkey = \"k\"\n",
+        4,
+        &["no secret_env"],
+    );
+    refused(
+        "[[route]]\npath = \"/app/{key}\"\nnative = \"pusher\"\n[[route.apps]]\nid = \"1\"\nkey = \"k\"\nsecret_env = \"my secret\"\n",
+        7,
+        &["not an environment variable name"],
+    );
+    refused(
+        &format!("[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}[[route.apps]]\nid = \"1\"\nkey = \"k2\"\nsecret_env = \"S\"\n"),
+        9,
+        &["id = \"1\"", "another app"],
+    );
+    refused(
+        &format!("[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}[[route.apps]]\nid = \"2\"\nkey = \"k1\"\nsecret_env = \"S\"\n"),
+        10,
+        &["key = \"k1\"", "another app"],
+    );
+    refused(
+        &format!("[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}activity_timeout = \"1500ms\"\n"),
+        8,
+        &["whole seconds"],
+    );
+    refused(
+        &format!("[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}client_event = true\n"),
+        8,
+        &["client_event", "[[route.apps]]", "client_events"],
+    );
+    refused(
+        &format!("[[route]]\npath = \"/e\"\nnative = \"echo\"\n{PUSHER_APP}"),
+        5,
+        &["only applies to pusher routes"],
     );
 }

@@ -93,6 +93,22 @@ pub(super) const ROUTE_KEYS: &[&str] = &[
     "max_subscriptions",
     "max_publication",
     "max_command",
+    "apps",
+];
+
+/// Keys of a pusher route's `[[route.apps]]` table.
+pub(super) const PUSHER_APP_KEYS: &[&str] = &[
+    "id",
+    "key",
+    "secret_env",
+    "client_events",
+    "user_authentication",
+    "max_connections",
+    "client_events_per_second",
+    "max_presence_members",
+    "max_channels_per_connection",
+    "max_payload",
+    "activity_timeout",
 ];
 
 /// Keys of a `[[namespaces]]` table.
@@ -221,6 +237,8 @@ fn unknown_key(src: &Source, span: Range<usize>, key: &str, message: &str) -> Co
         ("[admin]", ADMIN_KEYS.to_vec())
     } else if expected.contains("`key_env`") {
         ("[api]", API_KEYS.to_vec())
+    } else if expected.contains("`secret_env`") {
+        ("[[route.apps]]", PUSHER_APP_KEYS.to_vec())
     } else if expected.contains("`history_size`") {
         ("[[namespaces]]", NAMESPACE_KEYS.to_vec())
     } else if expected.contains("`listen`") {

@@ -10,6 +10,7 @@ pub mod centrifugo;
 pub mod echo;
 pub mod proxy;
 pub mod pubsub;
+pub mod pusher;
 pub mod relay;
 
 use std::rc::Rc;
@@ -46,6 +47,9 @@ pub fn route_kind(
             centrifugo::CentrifugoRoute::new(config, realtime, topics)?,
         ))),
         NativeKind::Proxy(config) => Arc::new(proxy::ProxyRoute::new(config)?),
+        NativeKind::Pusher(config) => Arc::new(pusher::PusherKind(Arc::new(
+            pusher::PusherRoute::new(&config, topics)?,
+        ))),
     })
 }
 

@@ -27,10 +27,67 @@ pub trait RouteKind: Send + Sync {
     }
 }
 
-/// A route kind on one worker: answers upgrades.
+/// A route kind on one worker: answers upgrades, and for the few kinds
+/// that serve an HTTP API beside their sockets (pusher), plain requests.
 pub trait WorkerRoute {
     /// Before the 101: the connection's behaviour, or a refusal.
     fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> LocalFuture<'a, Result<Accepted, Refusal>>;
+
+    /// The largest body this route reads from a request on its paths that
+    /// is not a WebSocket handshake, or None when it answers none (the
+    /// default: the server refuses such a request as a bad handshake). The
+    /// server reads the body up to this many bytes (413 past it) before
+    /// calling [`http`](Self::http), so a kind never holds an unbounded body.
+    fn http_body_limit(&self) -> Option<usize> {
+        None
+    }
+
+    /// A plain HTTP request on the route's paths (only called when
+    /// [`http_body_limit`](Self::http_body_limit) is Some).
+    fn http<'a>(&'a self, _req: HttpRequest<'a>) -> LocalFuture<'a, HttpAnswer> {
+        Box::pin(std::future::ready(HttpAnswer::text(
+            StatusCode::NOT_FOUND,
+            "not found\n",
+        )))
+    }
+}
+
+/// A plain HTTP request on a route's path, its body read whole (within the
+/// route's [`WorkerRoute::http_body_limit`]).
+pub struct HttpRequest<'a> {
+    pub method: &'a http::Method,
+    pub uri: &'a Uri,
+    pub headers: &'a HeaderMap,
+    pub body: bytes::Bytes,
+    pub peer: SocketAddr,
+}
+
+/// A route kind's answer to a plain HTTP request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpAnswer {
+    pub status: StatusCode,
+    pub content_type: &'static str,
+    pub body: bytes::Bytes,
+}
+
+impl HttpAnswer {
+    /// `body` as `application/json`.
+    pub fn json(status: StatusCode, body: impl Into<bytes::Bytes>) -> HttpAnswer {
+        HttpAnswer {
+            status,
+            content_type: "application/json",
+            body: body.into(),
+        }
+    }
+
+    /// `body` as UTF-8 text.
+    pub fn text(status: StatusCode, body: impl Into<bytes::Bytes>) -> HttpAnswer {
+        HttpAnswer {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.into(),
+        }
+    }
 }
 
 /// What a worker offers route kinds when it starts.

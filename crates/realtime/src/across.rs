@@ -156,7 +156,10 @@ impl Realtime {
                 recovery,
                 top,
             };
-            req.outbound.send_frames(&reply(&found));
+            let reply = reply(&found);
+            if !reply.is_empty() {
+                req.outbound.send_frames(&reply);
+            }
             req.topics.join(
                 channel,
                 Subscriber {

@@ -255,7 +255,12 @@ impl Realtime {
             recovery,
             top,
         };
-        join.outbound.send_frames(&reply(&found));
+        // An adapter that answers after the join (pusher: the presence
+        // list) frames nothing here.
+        let reply = reply(&found);
+        if !reply.is_empty() {
+            join.outbound.send_frames(&reply);
+        }
         join.topics.join(
             join.channel,
             Subscriber {

@@ -9,7 +9,7 @@
 
 use super::head_scan::{HeadScan, HeadState};
 use super::live::{serve_until, Busy, Live};
-use super::upgrade::{upgrade, Matched};
+use super::upgrade::{plain_request, upgrade, Matched};
 use super::worker::Worker;
 use super::{Shared, Shutdown};
 use crate::admission::RETRY_AFTER_SECS;
@@ -335,6 +335,10 @@ async fn handle_request(
     if matched.route.draining() {
         return unavailable("this route is drained; retry later\n");
     }
+    let req = match plain_request(req, peer, &worker, &matched).await {
+        Ok(answer) => return answer,
+        Err(req) => req,
+    };
     upgrade(req, peer, &worker, matched, place).await
 }
 

@@ -55,6 +55,62 @@ impl Matched {
     }
 }
 
+/// A request on a route that is not a WebSocket handshake (no `Upgrade`,
+/// not CONNECT), for a kind that answers plain HTTP (a pusher route's HTTP
+/// API, `WorkerRoute::http_body_limit`): its body read within that limit
+/// (413 past it) and `handshake_timeout` (408), then the kind's answer.
+/// Given back when it is a handshake or the kind answers no plain HTTP.
+pub(super) async fn plain_request(
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    worker: &Rc<Worker>,
+    matched: &Matched,
+) -> Result<Response<Full<Bytes>>, Request<Incoming>> {
+    use http_body_util::BodyExt;
+    let handshake =
+        req.method() == http::Method::CONNECT || req.headers().contains_key(header::UPGRADE);
+    let Some(limit) = matched
+        .worker_route
+        .http_body_limit()
+        .filter(|_| !handshake)
+    else {
+        return Err(req);
+    };
+    let (head, body) = req.into_parts();
+    let read = http_body_util::Limited::new(body, limit).collect();
+    let body = match tokio::time::timeout(worker.shared.front.handshake_timeout, read).await {
+        Ok(Ok(body)) => body.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return Ok(text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request body too large\n",
+            ))
+        }
+        Ok(Err(e)) => {
+            debug!(%peer, error = %e, "request body not read");
+            return Ok(text(StatusCode::BAD_REQUEST, "request body not read\n"));
+        }
+        Err(_) => return Ok(text(StatusCode::REQUEST_TIMEOUT, "request body too slow\n")),
+    };
+    let answer = matched
+        .worker_route
+        .http(weir_reactor::kind::HttpRequest {
+            method: &head.method,
+            uri: &head.uri,
+            headers: &head.headers,
+            body,
+            peer,
+        })
+        .await;
+    let mut resp = Response::new(Full::new(answer.body));
+    *resp.status_mut() = answer.status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(answer.content_type),
+    );
+    Ok(resp)
+}
+
 /// The handshake's checks, the route kind's answer, and the 101 (HTTP/1.1)
 /// or 200 (HTTP/2) with the socket handed to the connection loop.
 pub(super) async fn upgrade(

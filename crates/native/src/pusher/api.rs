@@ -1,0 +1,287 @@
+//! Pusher's HTTP API on the route's `…/apps/{id}/…` paths: triggers
+//! (`events`, `batch_events`), channel queries (`channels`,
+//! `channels/{name}`, `channels/{name}/users`) and
+//! `users/{id}/terminate_connections`. Every request is verified with
+//! `weir_pusher::http_api::verify_request` against the app its path names
+//! (401 or 400 as that says); bodies come read whole and bounded by the
+//! server (`WorkerRoute::http_body_limit`). Answers cover this node's
+//! connections: with `[cluster]`, a trigger reaches other nodes' subscribers
+//! of non-cache channels through the route's topics, but queries count
+//! and terminate only here.
+
+use super::{App, PusherRoute};
+use http::{Method, StatusCode};
+use std::collections::{BTreeMap, HashSet};
+use weir_pusher::api::{self, ApiLimits, ChannelCounts, Trigger};
+use weir_pusher::http_api::{self, SignedRequest, DEFAULT_TIMESTAMP_WINDOW_SECS};
+use weir_pusher::{codes, server, Channel};
+use weir_reactor::kind::{HttpAnswer, HttpRequest};
+
+/// Refusal bodies are JSON `{"error": ...}`, as the libraries print them.
+fn refuse(status: u16, why: impl std::fmt::Display) -> HttpAnswer {
+    let body = serde_json::json!({ "error": why.to_string() }).to_string();
+    HttpAnswer::json(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+        body,
+    )
+}
+
+fn ok(body: impl serde::Serialize) -> HttpAnswer {
+    HttpAnswer::json(
+        StatusCode::OK,
+        serde_json::to_vec(&body).expect("API answers serialise"),
+    )
+}
+
+/// Percent-decodes one path segment (a channel name or user id).
+fn decode(segment: &str) -> Option<String> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = segment.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// What a request asks, from its path after `…/apps/`.
+enum Call {
+    Events,
+    BatchEvents,
+    Channels,
+    Channel(String),
+    Users(String),
+    Terminate(String),
+}
+
+fn call_of(method: &Method, rest: &[&str]) -> Result<Call, HttpAnswer> {
+    let call = match (method, rest) {
+        (&Method::POST, ["events"]) => Call::Events,
+        (&Method::POST, ["batch_events"]) => Call::BatchEvents,
+        (&Method::GET, ["channels"]) => Call::Channels,
+        (&Method::GET, ["channels", name]) => Call::Channel(decode(name).unwrap_or_default()),
+        (&Method::GET, ["channels", name, "users"]) => {
+            Call::Users(decode(name).unwrap_or_default())
+        }
+        (&Method::POST, ["users", user, "terminate_connections"]) => {
+            Call::Terminate(decode(user).unwrap_or_default())
+        }
+        _ => return Err(refuse(404, "no such HTTP API endpoint")),
+    };
+    Ok(call)
+}
+
+/// Answers one HTTP API request.
+pub fn answer(route: &PusherRoute, req: &HttpRequest<'_>) -> HttpAnswer {
+    let path = req.uri.path();
+    let Some((_, after)) = path.split_once("/apps/") else {
+        return refuse(404, "no such HTTP API endpoint");
+    };
+    let mut segments = after.split('/');
+    let id = segments.next().unwrap_or_default();
+    let rest: Vec<&str> = segments.collect();
+    let Some(app) = route.app_by_id(id) else {
+        return refuse(404, "no app has this id");
+    };
+    let call = match call_of(req.method, &rest) {
+        Ok(call) => call,
+        Err(answer) => return answer,
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let signed = SignedRequest {
+        method: req.method.as_str(),
+        path,
+        query: req.uri.query().unwrap_or(""),
+        body: &req.body,
+    };
+    if let Err(e) =
+        http_api::verify_request(&app.key(), &signed, now, DEFAULT_TIMESTAMP_WINDOW_SECS)
+    {
+        return refuse(e.status(), e);
+    }
+    let limits = ApiLimits {
+        max_event_data_bytes: app.config.max_payload,
+        ..ApiLimits::default()
+    };
+    match call {
+        Call::Events => match api::parse_trigger(&req.body, &limits) {
+            Ok(trigger) => {
+                let info = trigger.info.clone();
+                trigger_one(route, app, &trigger);
+                match info {
+                    None => ok(serde_json::json!({})),
+                    Some(info) => ok(api::ChannelsResponse {
+                        channels: trigger
+                            .channels
+                            .iter()
+                            .map(|c| (c.name().to_string(), counts(route, app, c, &info)))
+                            .collect(),
+                    }),
+                }
+            }
+            Err(e) => refuse(e.status(), e),
+        },
+        Call::BatchEvents => match api::parse_batch(&req.body, &limits) {
+            Ok(batch) => {
+                for trigger in &batch {
+                    trigger_one(route, app, trigger);
+                }
+                if batch.iter().all(|t| t.info.is_none()) {
+                    return ok(serde_json::json!({}));
+                }
+                ok(api::BatchResponse {
+                    batch: batch
+                        .iter()
+                        .map(|t| match (&t.info, t.channels.first()) {
+                            (Some(info), Some(c)) => counts(route, app, c, info),
+                            _ => ChannelCounts::default(),
+                        })
+                        .collect(),
+                })
+            }
+            Err(e) => refuse(e.status(), e),
+        },
+        Call::Channels => channels(route, app, req.uri.query().unwrap_or("")),
+        Call::Channel(name) => {
+            let Ok(channel) = Channel::parse(&name) else {
+                return refuse(400, "not a channel name");
+            };
+            let info = param(req.uri.query().unwrap_or(""), "info").unwrap_or_default();
+            if info.split(',').any(|a| a.trim() == "user_count") && !channel.is_presence() {
+                return refuse(400, "user_count is only for presence channels");
+            }
+            let (subs, _) = occupancy(route, app, &channel);
+            ok(api::ChannelResponse {
+                occupied: subs > 0,
+                counts: counts(route, app, &channel, &info),
+            })
+        }
+        Call::Users(name) => {
+            let Ok(channel) = Channel::parse(&name) else {
+                return refuse(400, "not a channel name");
+            };
+            if !channel.is_presence() {
+                return refuse(400, "users are only listed for presence channels");
+            }
+            let users = presence_users(route, app, &channel);
+            ok(api::UsersResponse {
+                users: users.into_iter().map(|id| api::UserId { id }).collect(),
+            })
+        }
+        Call::Terminate(user) => {
+            let conns = route
+                .users
+                .lock()
+                .expect("users lock")
+                .remove(&(app.index, user))
+                .unwrap_or_default();
+            let error = server::error("terminated by the app", Some(codes::UNAUTHORIZED));
+            let frame = weir_ws::encode::frame(weir_ws::frame::OpCode::Text, error.as_bytes());
+            for (_, outbound) in conns {
+                outbound.send_frames(&frame);
+                outbound.close(codes::UNAUTHORIZED, "terminated by the app");
+            }
+            ok(serde_json::json!({}))
+        }
+    }
+}
+
+/// Delivers a trigger's event on each of its channels.
+fn trigger_one(route: &PusherRoute, app: &App, trigger: &Trigger) {
+    let exclude = trigger
+        .socket_id
+        .as_ref()
+        .and_then(|s| route.socket(s.as_str()));
+    for channel in &trigger.channels {
+        let json = server::event(&trigger.name, channel.name(), &trigger.data, None);
+        route.deliver(app, channel, json, exclude);
+    }
+}
+
+/// A query parameter's value (decoded form-style), if given.
+fn param(query: &str, key: &str) -> Option<String> {
+    http_api::query_params(query)
+        .ok()?
+        .into_iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
+}
+
+/// (subscriptions, distinct presence users) of `channel` on this node.
+fn occupancy(route: &PusherRoute, app: &App, channel: &Channel) -> (u64, u64) {
+    let core = app.core_name(channel);
+    let subs = route
+        .realtime
+        .channels()
+        .into_iter()
+        .find(|(name, _)| *name == core)
+        .map_or(0, |(_, n)| n as u64);
+    let users = if channel.is_presence() {
+        presence_users(route, app, channel).len() as u64
+    } else {
+        0
+    };
+    (subs, users)
+}
+
+fn presence_users(route: &PusherRoute, app: &App, channel: &Channel) -> Vec<String> {
+    use futures_util::FutureExt;
+    let members = route
+        .realtime
+        .clone()
+        .presence(app.core_name(channel))
+        .now_or_never()
+        .expect("a route's own core answers at once")
+        .unwrap_or_default();
+    let mut seen = HashSet::new();
+    members
+        .iter()
+        .filter(|m| seen.insert(m.user.as_str()))
+        .map(|m| m.user.clone())
+        .collect()
+}
+
+/// The counts `info` (comma-separated attributes) asks for.
+fn counts(route: &PusherRoute, app: &App, channel: &Channel, info: &str) -> ChannelCounts {
+    let wants = |attr: &str| info.split(',').any(|a| a.trim() == attr);
+    let (subs, users) = occupancy(route, app, channel);
+    ChannelCounts {
+        user_count: (wants("user_count") && channel.is_presence()).then_some(users),
+        subscription_count: wants("subscription_count").then_some(subs),
+    }
+}
+
+/// `GET /channels`: occupied channels, optionally by prefix, with counts.
+fn channels(route: &PusherRoute, app: &App, query: &str) -> HttpAnswer {
+    let prefix = param(query, "filter_by_prefix").unwrap_or_default();
+    let info = param(query, "info").unwrap_or_default();
+    if info.split(',').any(|a| a.trim() == "user_count") && !prefix.starts_with("presence-") {
+        return refuse(
+            400,
+            "info=user_count needs filter_by_prefix=presence- (as Pusher's API)",
+        );
+    }
+    let mut out = BTreeMap::new();
+    for (core, _) in route.realtime.channels() {
+        let Some(name) = app.pusher_name(&core) else {
+            continue;
+        };
+        if !name.starts_with(&prefix) {
+            continue;
+        }
+        let Ok(channel) = Channel::parse(name) else {
+            continue;
+        };
+        out.insert(name.to_string(), counts(route, app, &channel, &info));
+    }
+    ok(api::ChannelsResponse { channels: out })
+}

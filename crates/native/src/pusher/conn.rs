@@ -1,0 +1,594 @@
+//! One pusher connection: `pusher:connection_established` at open, client
+//! messages in (one JSON object per text frame, at most the app's
+//! `max_payload`), answers and events out through the connection's
+//! outbound queue, and the activity clock: after `activity_timeout` of
+//! silence the server sends `pusher:ping` and closes with 4201 when no
+//! message comes back within [`PONG_TIMEOUT`].
+
+use super::{App, PusherRoute};
+use bytes::Bytes;
+use futures_util::FutureExt;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weir_pusher::auth::{self, PresenceMember, SigninUser};
+use weir_pusher::client::{ClientEvent, ClientMessage, MessageError, Subscribe};
+use weir_pusher::connect::ConnectError;
+use weir_pusher::{codes, server, Channel, SocketId};
+use weir_reactor::behaviour::{Behaviour, Stop};
+use weir_reactor::buffer::Output;
+use weir_reactor::decode::DataPiece;
+use weir_reactor::outbound::Outbound;
+use weir_reactor::registry::ConnId;
+use weir_realtime::{ClientInfo, HistoryQuery, RealtimeError, Subscription};
+use weir_ws::encode;
+use weir_ws::frame::OpCode;
+
+/// Time a pinged client has to answer: pusher-js's own `pongTimeout`
+/// (30 s), capped by the app's `activity_timeout` so a short one (tests,
+/// fast failure detection) is not outlived by its pong wait.
+pub const PONG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `pusher:subscription_error` types: a refused signature or user (what
+/// pusher-js emits itself when its auth endpoint fails), and a limit.
+const AUTH: &str = "AuthError";
+const LIMIT: &str = "LimitReached";
+
+/// One of the connection's subscriptions.
+struct Sub {
+    channel: Channel,
+    /// The core's name of the channel.
+    core: String,
+    member: Arc<ClientInfo>,
+    state: Arc<Subscription>,
+}
+
+/// The behaviour of one connection on a pusher route.
+pub struct Pusher {
+    route: Option<Arc<PusherRoute>>,
+    /// The app's index in the route.
+    app: usize,
+    /// Why the connection is refused (sent at open, then closed).
+    refused: Option<ConnectError>,
+    socket_id: SocketId,
+    id: ConnId,
+    outbound: Option<Arc<Outbound>>,
+    /// The message being received.
+    message: Vec<u8>,
+    /// The message went over `max_payload` and is being dropped.
+    oversized: bool,
+    closing: bool,
+    subs: HashMap<String, Sub>,
+    /// The signed-in user (`pusher:signin`).
+    user: Option<String>,
+    /// When the client last sent anything.
+    last_heard: Instant,
+    /// A ping was sent and an answer is due by then.
+    pong_due: Option<Instant>,
+    /// Client events sent in the current one-second window.
+    events_window: (Instant, u32),
+}
+
+impl Pusher {
+    /// A connection of app `app` (Err: no randomness for a socket id).
+    pub fn new(route: Arc<PusherRoute>, app: usize) -> Result<Pusher, getrandom::Error> {
+        let socket_id = SocketId::generate()?;
+        let now = Instant::now();
+        Ok(Pusher {
+            route: Some(route),
+            app,
+            refused: None,
+            socket_id,
+            id: 0,
+            outbound: None,
+            message: Vec::new(),
+            oversized: false,
+            closing: false,
+            subs: HashMap::new(),
+            user: None,
+            last_heard: now,
+            pong_due: None,
+            events_window: (now, 0),
+        })
+    }
+
+    /// A connection refused the Pusher way: `pusher:error` with the code,
+    /// then a close with the same code (pusher-js reads both).
+    pub fn refused(why: ConnectError) -> Pusher {
+        let now = Instant::now();
+        Pusher {
+            route: None,
+            app: 0,
+            refused: Some(why),
+            socket_id: SocketId::from_random([0; weir_pusher::socket_id::SOCKET_ID_RANDOM_BYTES]),
+            id: 0,
+            outbound: None,
+            message: Vec::new(),
+            oversized: false,
+            closing: true,
+            subs: HashMap::new(),
+            user: None,
+            last_heard: now,
+            pong_due: None,
+            events_window: (now, 0),
+        }
+    }
+
+    fn route(&self) -> &Arc<PusherRoute> {
+        self.route.as_ref().expect("an accepted connection")
+    }
+
+    fn app(&self) -> &App {
+        &self.route().apps[self.app]
+    }
+
+    fn outbound(&self) -> &Arc<Outbound> {
+        self.outbound.as_ref().expect("set in on_open")
+    }
+
+    /// Sends one message (a JSON text) to this client.
+    fn send(&self, json: &str) {
+        self.outbound()
+            .send_frames(&encode::frame(OpCode::Text, json.as_bytes()));
+    }
+
+    fn error(&self, message: &str, code: u16) {
+        self.send(&server::error(message, Some(code)));
+    }
+
+    /// `pusher:subscription_error` on `channel`, of type [`AUTH`] or [`LIMIT`].
+    fn subscription_error(&self, channel: &str, kind: &str, error: &str, status: u16) {
+        self.send(&server::subscription_error(channel, kind, error, status));
+    }
+
+    fn on_message(&mut self) {
+        let message = std::mem::take(&mut self.message);
+        let max = self.app().config.max_payload;
+        let parsed = std::str::from_utf8(&message)
+            .map_err(|_| MessageError::MessageNotJsonObject)
+            .and_then(|text| weir_pusher::parse_client_message(text, max));
+        self.message = message;
+        self.message.clear();
+        match parsed {
+            Ok(ClientMessage::Ping) => self.send(&server::pong()),
+            Ok(ClientMessage::Pong) => {}
+            Ok(ClientMessage::Subscribe(sub)) => self.subscribe(sub),
+            Ok(ClientMessage::Unsubscribe { channel }) => self.unsubscribe(channel.name()),
+            Ok(ClientMessage::Signin { auth, user_data }) => self.signin(&auth, &user_data),
+            Ok(ClientMessage::ClientEvent(event)) => self.client_event(event),
+            Err(e) => self.error(&e.to_string(), e.code()),
+        }
+    }
+
+    fn subscribe(&mut self, req: Subscribe) {
+        let name = req.channel.name().to_string();
+        if self.subs.contains_key(&name) {
+            // pusher-js never subscribes twice; answer as if it were new.
+            return self.send(&server::subscription_succeeded(&name));
+        }
+        let app = self.app();
+        if self.subs.len() >= app.config.max_channels_per_connection {
+            return self.subscription_error(
+                &name,
+                LIMIT,
+                "too many channels on this connection (max_channels_per_connection)",
+                400,
+            );
+        }
+        if let Some(owner) = req.channel.user_id() {
+            if self.user.as_deref() != Some(owner) {
+                return self.subscription_error(&name, AUTH, "not signed in as this user", 403);
+            }
+        } else if req.channel.needs_auth() {
+            let checked = auth::verify_channel(
+                &app.key(),
+                self.socket_id.as_str(),
+                &name,
+                req.channel_data.as_deref(),
+                req.auth.as_deref(),
+            );
+            if let Err(e) = checked {
+                // pusher-js shows a failed subscription as its
+                // subscription_error event; the error names the cause.
+                self.subscription_error(&name, AUTH, &e.to_string(), 401);
+                return self.error(&e.to_string(), e.code());
+            }
+        }
+        let member = if req.channel.is_presence() {
+            match PresenceMember::parse(req.channel_data.as_deref()) {
+                Ok(m) => ClientInfo {
+                    client: self.socket_id.as_str().to_string(),
+                    user: m.user_id,
+                    conn_info: m.user_info.map(|i| Bytes::from(i.get().to_string())),
+                    chan_info: None,
+                },
+                Err(e) => {
+                    self.subscription_error(&name, AUTH, &e.to_string(), 400);
+                    return self.error(&e.to_string(), e.code());
+                }
+            }
+        } else {
+            ClientInfo {
+                client: self.socket_id.as_str().to_string(),
+                user: String::new(),
+                conn_info: None,
+                chan_info: None,
+            }
+        };
+        let member = Arc::new(member);
+        let core = app.core_name(&req.channel);
+        let state = Arc::new(Subscription::default());
+        let route = self.route().clone();
+        let joined = route
+            .realtime
+            .clone()
+            .subscribe(
+                weir_realtime::Subscribe {
+                    channel: core.clone(),
+                    topics: route.topics.clone(),
+                    conn: self.id,
+                    outbound: self.outbound().clone(),
+                    member: member.clone(),
+                    recoverable: false,
+                    recover: None,
+                    subscription: state.clone(),
+                },
+                false,
+                // Answered below, once the presence list can be read.
+                Box::new(|_| Bytes::new()),
+            )
+            .now_or_never()
+            .expect("a route's own core answers at once");
+        if let Err(e) = joined {
+            let why = match e {
+                RealtimeError::Presence(_) => "the presence channel is full (max_presence_members)",
+                RealtimeError::TooManyChannels => "too many channels on this node (max_channels)",
+                _ => "subscription refused",
+            };
+            return self.subscription_error(&name, LIMIT, why, 400);
+        }
+        if req.channel.is_presence() {
+            self.presence_succeeded(&req.channel, &core, &member);
+        } else {
+            self.send(&server::subscription_succeeded(&name));
+        }
+        if req.channel.is_cache() {
+            self.replay_cache(&name, &core);
+        }
+        self.subs.insert(
+            name,
+            Sub {
+                channel: req.channel,
+                core,
+                member,
+                state,
+            },
+        );
+    }
+
+    /// `subscription_succeeded` with the members (each user once), and
+    /// `member_added` to the others when this is the user's first
+    /// connection in the channel.
+    fn presence_succeeded(&self, channel: &Channel, core: &str, me: &ClientInfo) {
+        let route = self.route();
+        let members = route
+            .realtime
+            .clone()
+            .presence(core.to_string())
+            .now_or_never()
+            .expect("a route's own core answers at once")
+            .unwrap_or_default();
+        let mut seen = std::collections::HashSet::new();
+        let mut list = Vec::new();
+        let mut mine = 0;
+        for m in &members {
+            if m.user == me.user {
+                mine += 1;
+            }
+            if seen.insert(m.user.as_str()) {
+                list.push(server::Member {
+                    user_id: &m.user,
+                    user_info: info_of(m),
+                });
+            }
+        }
+        self.send(&server::presence_subscription_succeeded(
+            channel.name(),
+            &list,
+        ));
+        if mine == 1 {
+            let added = server::member_added(
+                channel.name(),
+                server::Member {
+                    user_id: &me.user,
+                    user_info: info_of(me),
+                },
+            );
+            let frame = Bytes::from(encode::frame(OpCode::Text, added.as_bytes()));
+            route.topics.publish(core, &frame, Some(self.id));
+        }
+    }
+
+    /// A cache channel's last event, or `pusher:cache_miss`.
+    fn replay_cache(&self, name: &str, core: &str) {
+        let last = self
+            .route()
+            .realtime
+            .clone()
+            .history(
+                core.to_string(),
+                HistoryQuery {
+                    limit: Some(1),
+                    since: None,
+                    reverse: true,
+                },
+            )
+            .now_or_never()
+            .expect("a route's own core answers at once");
+        match last {
+            Ok((pubs, _)) if !pubs.is_empty() => {
+                self.outbound()
+                    .send_frames(&encode::frame(OpCode::Text, &pubs[0].data));
+            }
+            _ => self.send(&server::cache_miss(name)),
+        }
+    }
+
+    fn unsubscribe(&mut self, name: &str) {
+        if let Some(sub) = self.subs.remove(name) {
+            self.leave(sub);
+        }
+    }
+
+    /// Leaves the core's channel; on a presence channel, `member_removed`
+    /// to the others when the user has no connection left in it.
+    fn leave(&self, sub: Sub) {
+        let route = self.route();
+        route
+            .realtime
+            .leave(&sub.core, &route.topics, self.id, &sub.member, &sub.state);
+        if !sub.channel.is_presence() {
+            return;
+        }
+        let members = route
+            .realtime
+            .clone()
+            .presence(sub.core.clone())
+            .now_or_never()
+            .expect("a route's own core answers at once")
+            .unwrap_or_default();
+        if members.iter().all(|m| m.user != sub.member.user) {
+            let removed = server::member_removed(sub.channel.name(), &sub.member.user);
+            let frame = Bytes::from(encode::frame(OpCode::Text, removed.as_bytes()));
+            route.topics.publish(&sub.core, &frame, Some(self.id));
+        }
+    }
+
+    fn signin(&mut self, auth_value: &str, user_data: &str) {
+        let app = self.app();
+        if !app.config.user_authentication {
+            return self.error(
+                "user authentication is not enabled for this app",
+                codes::UNAUTHORIZED,
+            );
+        }
+        let checked = auth::verify_user(&app.key(), self.socket_id.as_str(), user_data, auth_value)
+            .and_then(|()| SigninUser::parse(user_data));
+        let user = match checked {
+            Ok(user) => user,
+            Err(e) => return self.error(&e.to_string(), e.code()),
+        };
+        if let Some(old) = self.user.take() {
+            self.forget_user(&old);
+        }
+        self.route()
+            .users
+            .lock()
+            .expect("users lock")
+            .entry((self.app, user.id.clone()))
+            .or_default()
+            .push((self.id, self.outbound().clone()));
+        self.user = Some(user.id);
+        self.send(&server::signin_success(user_data));
+        if user.watchlist_truncated {
+            self.error(
+                "the watchlist holds more users than the limit",
+                codes::WATCHLIST_LIMIT_EXCEEDED,
+            );
+        }
+    }
+
+    fn forget_user(&self, user: &str) {
+        let mut users = self.route().users.lock().expect("users lock");
+        let key = (self.app, user.to_string());
+        if let Some(conns) = users.get_mut(&key) {
+            conns.retain(|(id, _)| *id != self.id);
+            if conns.is_empty() {
+                users.remove(&key);
+            }
+        }
+    }
+
+    fn client_event(&mut self, event: ClientEvent) {
+        let config = &self.app().config;
+        let (enabled, per_second) = (config.client_events, config.client_events_per_second);
+        if !enabled {
+            return self.error(
+                "client events are not enabled for this app",
+                codes::CLIENT_EVENT_REJECTED,
+            );
+        }
+        let Some(sub) = self.subs.get(event.channel.name()) else {
+            return self.error(
+                "client events need a subscription to the channel",
+                codes::CLIENT_EVENT_REJECTED,
+            );
+        };
+        let now = Instant::now();
+        let (start, count) = &mut self.events_window;
+        if now.duration_since(*start) >= Duration::from_secs(1) {
+            *start = now;
+            *count = 0;
+        }
+        if *count >= per_second {
+            return self.error(
+                "client event rate limit exceeded (client_events_per_second)",
+                codes::CLIENT_EVENT_REJECTED,
+            );
+        }
+        *count += 1;
+        let user_id = sub
+            .channel
+            .is_presence()
+            .then_some(sub.member.user.as_str());
+        let json = server::client_event(&event.event, event.channel.name(), &event.data, user_id);
+        let frame = Bytes::from(encode::frame(OpCode::Text, json.as_bytes()));
+        // Never echoed to the sender; not kept by cache channels (the
+        // core's delivery could not skip the sender).
+        self.route()
+            .topics
+            .publish(&sub.core, &frame, Some(self.id));
+    }
+
+    /// The next moment the activity clock needs looking at.
+    fn next_deadline(&self) -> Instant {
+        self.pong_due
+            .unwrap_or(self.last_heard + self.app().config.activity_timeout)
+    }
+}
+
+/// A member's `user_info` as raw JSON (it was checked at subscribe).
+fn info_of(m: &ClientInfo) -> Option<&RawValue> {
+    let bytes = m.conn_info.as_deref()?;
+    serde_json::from_slice::<&RawValue>(bytes).ok()
+}
+
+impl Behaviour for Pusher {
+    /// Events from publishers on any worker write straight into this socket.
+    const DIRECT_WRITES: bool = true;
+    /// The activity clock (`beside`).
+    const HAS_BESIDE: bool = true;
+
+    fn on_open(&mut self, id: u64, outbound: &Arc<Outbound>) {
+        self.id = id;
+        self.outbound = Some(outbound.clone());
+        if let Some(why) = self.refused {
+            self.error(&why.to_string(), why.code());
+            outbound.close(why.code(), "refused");
+            return;
+        }
+        self.route()
+            .sockets
+            .lock()
+            .expect("sockets lock")
+            .insert(self.socket_id.as_str().to_string(), id);
+        let timeout = self.app().config.activity_timeout.as_secs() as u32;
+        self.send(&server::connection_established(&self.socket_id, timeout));
+    }
+
+    /// Not read while a worker's fan-out backlog is over its budget.
+    #[inline]
+    fn reads_blocked(&self, _own: &Outbound) -> bool {
+        self.route.as_ref().is_some_and(|r| r.topics.congested())
+    }
+
+    async fn unblocked(&mut self, _own: &Outbound) -> Result<(), Stop> {
+        if let Some(route) = &self.route {
+            route.topics.fanout().wait_drained().await;
+        }
+        Ok(())
+    }
+
+    async fn beside(&mut self) -> Result<(), Stop> {
+        if self.closing || self.route.is_none() {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep_until(self.next_deadline().into()).await;
+        let now = Instant::now();
+        if self.pong_due.is_some_and(|at| at <= now) {
+            // The error, then the close, in the queue's order.
+            self.closing = true;
+            self.error("Pong reply not received", codes::PONG_NOT_RECEIVED);
+            self.outbound()
+                .close(codes::PONG_NOT_RECEIVED, "Pong reply not received");
+            return Ok(());
+        }
+        if self.pong_due.is_none() && self.next_deadline() <= now {
+            self.send(&server::ping());
+            let wait = PONG_TIMEOUT.min(self.app().config.activity_timeout);
+            self.pong_due = Some(now + wait);
+        }
+        Ok(())
+    }
+
+    fn on_data(&mut self, buf: &mut [u8], piece: &DataPiece, _out: &mut Output) {
+        if self.closing {
+            return;
+        }
+        self.last_heard = Instant::now();
+        self.pong_due = None;
+        let payload = &buf[piece.payload.clone()];
+        let max = self.app().config.max_payload;
+        if self.message.len() + payload.len() > max {
+            self.oversized = true;
+            self.message.clear();
+        } else if !self.oversized {
+            self.message.extend_from_slice(payload);
+        }
+        if !piece.message_end() {
+            return;
+        }
+        if std::mem::take(&mut self.oversized) {
+            self.message.clear();
+            let e = MessageError::MessageTooLarge;
+            return self.error(&format!("{e} (max_payload)"), e.code());
+        }
+        if piece.message != OpCode::Text {
+            self.message.clear();
+            return self.error("messages are JSON text", codes::GENERIC_ERROR);
+        }
+        self.on_message();
+    }
+
+    /// Any frame, a ping or pong included, shows the client is there.
+    fn on_control(
+        &mut self,
+        _buf: &mut [u8],
+        _opcode: OpCode,
+        _payload: std::ops::Range<usize>,
+    ) -> bool {
+        self.last_heard = Instant::now();
+        self.pong_due = None;
+        false
+    }
+
+    fn on_close(&mut self, id: u64) {
+        let Some(route) = self.route.clone() else {
+            return;
+        };
+        for (_, sub) in std::mem::take(&mut self.subs) {
+            self.leave(sub);
+        }
+        if let Some(user) = self.user.take() {
+            self.forget_user(&user);
+        }
+        route
+            .sockets
+            .lock()
+            .expect("sockets lock")
+            .remove(self.socket_id.as_str());
+        let _ = id;
+        self.app().connections.fetch_sub(1, Ordering::AcqRel);
+        self.route = None;
+    }
+
+    fn abandon(self, _id: u64) {
+        if let Some(route) = &self.route {
+            route.apps[self.app]
+                .connections
+                .fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! `native = "pusher"`: the Pusher Channels protocol (pusher-js, Laravel
+//! Echo) on `…/app/{key}` and Pusher's HTTP API (the `pusher` server
+//! libraries) on `…/apps/{id}/…` of the same listener, so apps written for
+//! Pusher run unchanged. An adapter like `centrifugo`: the protocol layer
+//! (`weir-pusher`) parses, checks signatures and frames; a real-time core
+//! owns channels, presence and the last event of cache channels.
+//!
+//! The route has a core of its own (`Realtime`), so no other route can
+//! name its channels, and inside it each app's channels are namespaces
+//! of their own ([`App::core_name`]): `p3:room` is app 3's public
+//! channel `room`, `r3:presence-x` a presence channel (presence kept,
+//! at most `max_presence_members`), `c3:cache-x` a cache channel (a
+//! history of one event). Two apps never share a channel.
+//!
+//! [`conn`] is one connection's behaviour, [`api`] the HTTP API.
+
+pub mod api;
+pub mod conn;
+
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use weir_config::namespace::{NamespaceOptions, Namespaces};
+use weir_config::{PusherApp, PusherConfig};
+use weir_pubsub::Topics;
+use weir_pusher::connect::{parse_connect_request, ConnectError};
+use weir_pusher::{AppKey, Channel};
+use weir_reactor::behaviour::LocalFuture;
+use weir_reactor::kind::{
+    Accepted, HttpAnswer, HttpRequest, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup,
+};
+use weir_reactor::outbound::Outbound;
+use weir_reactor::registry::ConnId;
+use weir_realtime::{ClientInfo, Framer, Publication, Realtime};
+use weir_ws::encode;
+use weir_ws::frame::OpCode;
+
+/// How long a cache channel keeps its last event: Pusher's documented 30
+/// minutes ("Cache channels": "the cache is kept for 30 minutes").
+pub const CACHE_TTL: Duration = Duration::from_secs(30 * 60);
+
+/// Channels of one kind one app may hold on this node: bounds what its
+/// clients can make the route keep (the core refuses one more).
+pub const MAX_CHANNELS_PER_APP_KIND: usize = 100_000;
+
+/// One app of the route.
+pub struct App {
+    pub config: PusherApp,
+    /// Read from `secret_env` when the route is built.
+    pub secret: Vec<u8>,
+    /// Its position in the route: names its namespaces in the core.
+    pub index: usize,
+    /// Connections open now (bounded by `max_connections`: 4004).
+    pub connections: AtomicUsize,
+}
+
+impl App {
+    pub fn key(&self) -> AppKey<'_> {
+        AppKey {
+            key: &self.config.key,
+            secret: &self.secret,
+        }
+    }
+
+    /// The core's name for `channel` of this app: the app's namespace for
+    /// the channel's kind, `:`, and the Pusher name (which never holds a
+    /// `:` before it, so the namespace is always the prefix).
+    pub fn core_name(&self, channel: &Channel) -> String {
+        let kind = match (channel.is_presence(), channel.is_cache()) {
+            (false, false) => "p",
+            (true, false) => "r",
+            (false, true) => "c",
+            (true, true) => "rc",
+        };
+        format!("{kind}{}:{}", self.index, channel.name())
+    }
+
+    /// The Pusher name of a core channel of this app, if it is one.
+    pub fn pusher_name<'a>(&self, core: &'a str) -> Option<&'a str> {
+        let (ns, name) = core.split_once(':')?;
+        let index = ns.trim_start_matches(['r', 'c', 'p']);
+        (index == self.index.to_string()).then_some(name)
+    }
+}
+
+/// A signed-in user's connections on this node.
+pub type UserConns = Vec<(ConnId, Arc<Outbound>)>;
+
+/// A pusher route, shared by workers.
+pub struct PusherRoute {
+    pub apps: Vec<App>,
+    /// The route's own core (see the module head).
+    pub realtime: Arc<Realtime>,
+    /// The route's topic namespace (topic = core channel name).
+    pub topics: Arc<Topics>,
+    /// Live connections by socket id: what a trigger's `socket_id`
+    /// excludes. Entries are added at connect and removed at close.
+    pub sockets: Mutex<HashMap<String, ConnId>>,
+    /// Signed-in users' connections, by app index and user id: what
+    /// `terminate_connections` closes.
+    pub users: Mutex<HashMap<(usize, String), UserConns>>,
+    /// Bodies of the HTTP API are read up to this.
+    pub max_body: usize,
+}
+
+impl PusherRoute {
+    /// Reads each app's secret from the environment variable it names.
+    pub fn new(config: &PusherConfig, topics: &Arc<Topics>) -> Result<PusherRoute, String> {
+        let mut apps = Vec::with_capacity(config.apps.len());
+        let mut namespaces = HashMap::new();
+        for (index, app) in config.apps.iter().enumerate() {
+            let name = &app.secret_env;
+            let secret = std::env::var(name).ok().filter(|s| !s.is_empty());
+            let Some(secret) = secret else {
+                return Err(format!(
+                    "line {}: the environment variable {name} (secret_env of app \"{}\") is \
+                     not set or empty; export the app's secret there",
+                    app.line, app.id
+                ));
+            };
+            let base = NamespaceOptions {
+                max_channels: MAX_CHANNELS_PER_APP_KIND,
+                ..Default::default()
+            };
+            let presence = NamespaceOptions {
+                presence: true,
+                presence_max: app.max_presence_members,
+                ..base.clone()
+            };
+            let cache = |o: &NamespaceOptions| NamespaceOptions {
+                history_size: 1,
+                history_ttl: CACHE_TTL,
+                // The one event, framed: at most the payload and its envelope.
+                history_max_bytes: (app.max_payload * 2 + 1024).max(1024),
+                ..o.clone()
+            };
+            namespaces.insert(format!("p{index}"), base.clone());
+            namespaces.insert(format!("r{index}"), presence.clone());
+            namespaces.insert(format!("c{index}"), cache(&base));
+            namespaces.insert(format!("rc{index}"), cache(&presence));
+            apps.push(App {
+                config: app.clone(),
+                secret: secret.into_bytes(),
+                index,
+                connections: AtomicUsize::new(0),
+            });
+        }
+        let realtime = Realtime::new(Namespaces::new(namespaces));
+        realtime.attach(topics, Arc::new(EventFramer));
+        let max_payload = apps.iter().map(|a| a.config.max_payload).max().unwrap_or(0);
+        Ok(PusherRoute {
+            apps,
+            realtime,
+            topics: topics.clone(),
+            sockets: Mutex::default(),
+            users: Mutex::default(),
+            // A batch of events, each at most max_payload of data, whose
+            // JSON escaping may double it, and the envelopes.
+            max_body: (max_payload * 2 + 1024) * (weir_pusher::api::DEFAULT_MAX_BATCH_EVENTS + 1),
+        })
+    }
+
+    pub fn app_by_key(&self, key: &str) -> Option<&App> {
+        self.apps.iter().find(|a| a.config.key == key)
+    }
+
+    pub fn app_by_id(&self, id: &str) -> Option<&App> {
+        self.apps.iter().find(|a| a.config.id == id)
+    }
+
+    /// Delivers a server event (`server::event` JSON) on `channel`: through
+    /// the core for cache channels (which keep it for the next
+    /// subscriber), straight to the topic for the others, skipping
+    /// `exclude` there (a cache channel's event reaches every subscriber).
+    pub fn deliver(&self, app: &App, channel: &Channel, json: String, exclude: Option<ConnId>) {
+        let core = app.core_name(channel);
+        if channel.is_cache() {
+            let call = self
+                .realtime
+                .clone()
+                .publish(core, Bytes::from(json), None, None);
+            use futures_util::FutureExt;
+            if let Some(Err(e)) = call.now_or_never() {
+                tracing::debug!(channel = channel.name(), error = %e, "cache event not kept");
+            }
+            return;
+        }
+        let frame = Bytes::from(encode::frame(OpCode::Text, json.as_bytes()));
+        self.topics.publish(&core, &frame, exclude);
+    }
+
+    /// The connection a socket id names, if it is live on this node.
+    pub fn socket(&self, socket_id: &str) -> Option<ConnId> {
+        self.sockets
+            .lock()
+            .expect("sockets lock")
+            .get(socket_id)
+            .copied()
+    }
+}
+
+/// Shared by every worker.
+pub struct PusherKind(pub Arc<PusherRoute>);
+
+impl RouteKind for PusherKind {
+    fn on_worker(&self, _: &WorkerSetup) -> Rc<dyn WorkerRoute> {
+        Rc::new(PusherWorker(self.0.clone()))
+    }
+
+    /// A route's apps and secrets are read when it is built: a reload that
+    /// changes them says so (the route serves on as it was) rather than
+    /// leaving the operator to believe the change took.
+    fn reload(&self, behaviour: &weir_config::Behaviour) -> Result<(), String> {
+        let weir_config::Behaviour::Native(weir_config::NativeKind::Pusher(config)) = behaviour
+        else {
+            return Ok(());
+        };
+        let unplaced = |app: &PusherApp| PusherApp {
+            line: 0,
+            ..app.clone()
+        };
+        let same = config.apps.len() == self.0.apps.len()
+            && config
+                .apps
+                .iter()
+                .zip(&self.0.apps)
+                .all(|(new, old)| unplaced(new) == unplaced(&old.config));
+        if same {
+            return Ok(());
+        }
+        Err(
+            "a pusher route's apps are read when it starts; this reload left them as they \
+             were (restart weir to change them)"
+                .into(),
+        )
+    }
+}
+
+struct PusherWorker(Arc<PusherRoute>);
+
+impl WorkerRoute for PusherWorker {
+    /// Every upgrade is accepted: a refusal (unknown key, protocol, over
+    /// quota) is Pusher's `pusher:error` and close code after the 101,
+    /// which pusher-js acts on (an HTTP status would only make it retry).
+    fn upgrade<'a>(&'a self, up: Upgrade<'a>) -> LocalFuture<'a, Result<Accepted, Refusal>> {
+        let route = &self.0;
+        let query = up.uri.query().unwrap_or("");
+        let refused = |e: ConnectError| Ok(Accepted::with(conn::Pusher::refused(e)));
+        let answer = match parse_connect_request(up.uri.path(), query) {
+            Err(e) => refused(e),
+            Ok(req) => match route.apps.iter().position(|a| a.config.key == req.app_key) {
+                None => refused(ConnectError::AppNotFound),
+                Some(index) => {
+                    let app = &route.apps[index];
+                    let max = app.config.max_connections.unwrap_or(usize::MAX);
+                    let taken =
+                        app.connections
+                            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                                (n < max).then_some(n + 1)
+                            });
+                    match taken {
+                        Err(_) => refused(ConnectError::OverConnectionQuota),
+                        Ok(_) => match conn::Pusher::new(route.clone(), index) {
+                            Ok(conn) => Ok(Accepted::with(conn)),
+                            Err(_) => {
+                                app.connections.fetch_sub(1, Ordering::AcqRel);
+                                refused(ConnectError::OverCapacity)
+                            }
+                        },
+                    }
+                }
+            },
+        };
+        Box::pin(std::future::ready(answer))
+    }
+
+    fn http_body_limit(&self) -> Option<usize> {
+        Some(self.0.max_body)
+    }
+
+    fn http<'a>(&'a self, req: HttpRequest<'a>) -> LocalFuture<'a, HttpAnswer> {
+        Box::pin(std::future::ready(api::answer(&self.0, &req)))
+    }
+}
+
+/// Frames the core's publications for pusher clients: a cache channel's
+/// event is kept as its whole `server::event` JSON, so framing is the text
+/// frame around it. Pusher has no join/leave pushes in the core's sense
+/// (member events are per user, made by [`conn`]).
+pub struct EventFramer;
+
+impl Framer for EventFramer {
+    fn publication(&self, _channel: &str, publication: &Publication) -> Bytes {
+        Bytes::from(encode::frame(OpCode::Text, &publication.data))
+    }
+
+    fn join_leave(&self, _channel: &str, _info: &ClientInfo, _join: bool) -> Option<Bytes> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(index: usize) -> App {
+        App {
+            config: PusherApp {
+                id: index.to_string(),
+                key: format!("k{index}"),
+                secret_env: "S".into(),
+                line: 1,
+                client_events: false,
+                user_authentication: false,
+                max_connections: None,
+                client_events_per_second: 10,
+                max_presence_members: 100,
+                max_channels_per_connection: 100,
+                max_payload: 10 * 1024,
+                activity_timeout: Duration::from_secs(120),
+            },
+            secret: b"s".to_vec(),
+            index,
+            connections: AtomicUsize::new(0),
+        }
+    }
+
+    /// Each app's channels are its own namespaces in the route's core, by
+    /// kind, and map back only to their own app (the isolation of apps).
+    #[test]
+    fn core_names_keep_apps_and_kinds_apart() {
+        let (one, two, eleven) = (app(1), app(2), app(11));
+        let cases = [
+            ("room", "p1:room"),
+            ("private-room", "p1:private-room"),
+            ("presence-room", "r1:presence-room"),
+            ("cache-room", "c1:cache-room"),
+            ("presence-cache-room", "rc1:presence-cache-room"),
+            ("#server-to-user-a:b", "p1:#server-to-user-a:b"),
+        ];
+        for (name, core) in cases {
+            let channel = Channel::parse(name).unwrap();
+            assert_eq!(one.core_name(&channel), core);
+            assert_eq!(one.pusher_name(core), Some(name));
+            assert_eq!(two.pusher_name(core), None);
+            assert_eq!(eleven.pusher_name(core), None);
+            assert_ne!(two.core_name(&channel), core);
+        }
+        assert_eq!(one.pusher_name("p11:room"), None);
+    }
+}
