@@ -13,10 +13,12 @@ pub mod tls;
 pub mod url_check;
 
 mod guest;
+mod guest_route;
 mod parse;
 mod proxy;
 mod pusher;
 mod realtime;
+mod route_kinds;
 mod toml_error;
 pub mod units;
 mod value;
@@ -27,10 +29,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use guest::GUEST_MEMORY_MAX_BYTES;
+pub use guest_route::*;
 pub use pusher::{
     PusherApp, PusherConfig, DEFAULT_PUSHER_CLIENT_EVENTS_PER_SECOND,
     DEFAULT_PUSHER_MAX_CHANNELS_PER_CONNECTION, PUSHER_PATH_TAIL,
 };
+pub use route_kinds::*;
 
 /// Largest message a client may send, assembled (RFC 6455 allows 2^63).
 /// 32 MiB fits the biggest payload of the benchmark sweep with room to spare.
@@ -132,71 +136,6 @@ pub const DEFAULT_API_MAX_CONNECTIONS: usize = 1024;
 /// limit (64 KiB) with room for the JSON envelope.
 pub const DEFAULT_API_MAX_BODY_BYTES: usize = 1 << 20;
 
-/// Centrifugo's server ping interval: the `centrifuge` client waits this
-/// plus its `maxServerPingDelay` (10 s) before it declares the connection
-/// dead.
-pub const DEFAULT_CENTRIFUGO_PING_INTERVAL: Duration = Duration::from_secs(25);
-/// Time a client has to answer a server ping (Centrifugo's default).
-pub const DEFAULT_CENTRIFUGO_PONG_TIMEOUT: Duration = Duration::from_secs(8);
-/// Grace after a token expires before its connection is closed
-/// (Centrifugo's default `client_expired_close_delay`).
-pub const DEFAULT_CENTRIFUGO_EXPIRED_CLOSE_DELAY: Duration = Duration::from_secs(25);
-/// Channels one connection may be subscribed to (Centrifugo's
-/// `client_channel_limit`).
-pub const DEFAULT_CENTRIFUGO_MAX_SUBSCRIPTIONS: usize = 128;
-/// Largest publication a client may publish (its `data` as JSON text).
-pub const DEFAULT_CENTRIFUGO_MAX_PUBLICATION_BYTES: usize = 64 << 10;
-/// Largest command frame (Centrifugo's 64 KiB WebSocket read limit).
-pub const DEFAULT_CENTRIFUGO_MAX_COMMAND_BYTES: usize = 64 << 10;
-/// Environment variable the HMAC secret of tokens is read from.
-pub const DEFAULT_TOKEN_HMAC_SECRET_ENV: &str = "WEIR_TOKEN_HMAC_SECRET";
-
-/// A centrifugo route's keys.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CentrifugoConfig {
-    /// Environment variable holding the HS256 secret tokens are signed with.
-    pub token_hmac_secret_env: String,
-    /// `aud` a token must carry (not checked when None).
-    pub token_audience: Option<String>,
-    /// `iss` a token must carry (not checked when None).
-    pub token_issuer: Option<String>,
-    /// A JWK set (JSON) of the public keys RS/PS/ES-signed tokens are
-    /// checked with; read at start and on each reload. With it, the HMAC
-    /// secret is optional.
-    pub token_jwks_file: Option<PathBuf>,
-    /// A PEM public key (RSA or EC, Centrifugo's `token_rsa_public_key` /
-    /// `token_ecdsa_public_key` in a file) for RS/PS/ES-signed tokens that
-    /// name no `kid` of the JWKS file; read at start and on each reload.
-    pub token_public_key_file: Option<PathBuf>,
-    pub ping_interval: Duration,
-    pub pong_timeout: Duration,
-    /// Grace after a token's expiry before the connection is closed with
-    /// 3005: the client refreshes when the ttl runs out, so its refresh
-    /// must have time to arrive (Centrifugo's `client_expired_close_delay`).
-    pub expired_close_delay: Duration,
-    pub max_subscriptions: usize,
-    pub max_publication_bytes: usize,
-    pub max_command_bytes: usize,
-}
-
-impl Default for CentrifugoConfig {
-    fn default() -> Self {
-        CentrifugoConfig {
-            token_hmac_secret_env: DEFAULT_TOKEN_HMAC_SECRET_ENV.into(),
-            token_audience: None,
-            token_issuer: None,
-            token_jwks_file: None,
-            token_public_key_file: None,
-            ping_interval: DEFAULT_CENTRIFUGO_PING_INTERVAL,
-            pong_timeout: DEFAULT_CENTRIFUGO_PONG_TIMEOUT,
-            expired_close_delay: DEFAULT_CENTRIFUGO_EXPIRED_CLOSE_DELAY,
-            max_subscriptions: DEFAULT_CENTRIFUGO_MAX_SUBSCRIPTIONS,
-            max_publication_bytes: DEFAULT_CENTRIFUGO_MAX_PUBLICATION_BYTES,
-            max_command_bytes: DEFAULT_CENTRIFUGO_MAX_COMMAND_BYTES,
-        }
-    }
-}
-
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
@@ -281,311 +220,6 @@ pub struct Limits {
     pub require_origin: bool,
 }
 
-#[derive(Debug, Clone)]
-pub struct RouteConfig {
-    /// matchit syntax: `/echo`, `/chat/{room}`, `/files/{*rest}`.
-    /// The file's `/chat/*` form is translated to matchit's `/chat/{*rest}`.
-    pub path: String,
-    /// Line of the `[[route]]` header in the file, for messages.
-    pub line: usize,
-    pub behaviour: Behaviour,
-    pub limits: Limits,
-    /// A shared topic namespace (`topics = "name"`): routes naming the same
-    /// one share topics. None: the route's topics are its own.
-    pub topics: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Behaviour {
-    Native(NativeKind),
-    Guest(GuestConfig),
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum NativeKind {
-    Echo,
-    Relay,
-    /// Every message goes to the other subscribers of the topic the path
-    /// names (`native::pubsub`).
-    PubSub(PubSubConfig),
-    /// Every connection is carried to its own connection to an upstream
-    /// WebSocket server (`native::proxy`).
-    Proxy(std::sync::Arc<ProxyConfig>),
-    /// Centrifugo's client protocol over the real-time core
-    /// (`native::centrifugo`).
-    Centrifugo(std::sync::Arc<CentrifugoConfig>),
-    /// The Pusher Channels protocol and HTTP API over a core of the
-    /// route's own (`native::pusher`).
-    Pusher(std::sync::Arc<PusherConfig>),
-}
-
-/// Time a proxy route gives its upstream to accept the TCP connection and
-/// answer the upgrade before the client gets 504: long enough for a
-/// backend under load, short enough that a client is not left hanging.
-pub const DEFAULT_PROXY_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// A proxy route's keys: where its connections go.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProxyConfig {
-    /// The upstream as written (`ws://127.0.0.1:9100/rooms/{room}`), for messages.
-    pub upstream: String,
-    /// `host` or `host:port` as the `Host` header carries it.
-    pub authority: String,
-    /// Host name or address to connect to (IPv6 without brackets).
-    pub host: String,
-    pub port: u16,
-    /// The upstream path (and query) with `{name}` placeholders for the
-    /// route's path parameters; the client's query string is appended.
-    pub path: String,
-    pub connect_timeout: Duration,
-    /// Request headers passed on to the upstream (lower case), besides the
-    /// subprotocols offered, `X-Forwarded-For` and `X-Forwarded-Proto`.
-    pub forward_headers: Vec<String>,
-    /// `wss://`: the upstream connection is TLS, its certificate checked
-    /// against the web's roots (`webpki-roots`) or `upstream_ca`.
-    pub tls: bool,
-    /// `upstream_ca = "file.pem"`: the only roots a `wss://` upstream's
-    /// certificate is checked against (a private CA), resolved against the
-    /// routes file's directory.
-    pub upstream_ca: Option<PathBuf>,
-    /// `filter = "x.wasm"`: a guest that sees every message either way and
-    /// decides what goes on (`native::proxy::filter`); the route's guest
-    /// keys (memory, timeout, ...) are its limits.
-    pub filter: Option<GuestConfig>,
-}
-
-/// A pubsub route's keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PubSubConfig {
-    /// A publisher receives its own messages too (default: only the others).
-    pub echo_self: bool,
-    pub slow_subscriber: SlowSubscriber,
-    /// `realtime = true`: the route's topics are the real-time core's
-    /// channels, and every publication (from the server API or a
-    /// centrifugo client) reaches its subscribers as a plain text frame.
-    pub realtime: bool,
-}
-
-/// What a publish does to a subscriber whose outbound queue cannot take it
-/// within the route's `outbound_budget`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SlowSubscriber {
-    /// Close it with 1008: a client that cannot keep up learns it, and
-    /// reconnects to a fresh stream (the default).
-    #[default]
-    Close,
-    /// Discard the messages that do not fit and count them: for feeds where
-    /// the latest value matters more than every value.
-    Drop,
-}
-
-/// How gateway nodes share topics (`[cluster]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClusterConfig {
-    /// One Redis server: PUBLISH / SUBSCRIBE.
-    Redis(String),
-    /// A Redis Cluster (its seed nodes): sharded SPUBLISH / SSUBSCRIBE, so a
-    /// message travels only to the shard that owns its channel.
-    RedisCluster(Vec<String>),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Isolation {
-    /// One instance per (worker thread, route), recycled after `recycle_after` batches.
-    Worker,
-    /// A fresh instance for every batch.
-    Batch,
-}
-
-/// A real-time namespace's guest: asked about each client subscribe and
-/// publication of the namespace's channels on centrifugo routes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NamespaceGuest {
-    pub namespace: String,
-    pub guest: GuestConfig,
-    /// The `[[namespaces]]` table's line, for errors.
-    pub line: usize,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct GuestConfig {
-    /// The component, resolved relative to the routes file's directory.
-    pub wasm: PathBuf,
-    pub isolation: Isolation,
-    /// Max linear memory per instance.
-    pub memory: usize,
-    /// CPU deadline per guest call.
-    pub timeout: Duration,
-    /// Max live instances of this route across all workers.
-    pub instances: usize,
-    /// Batches an instance serves before it is replaced (worker isolation).
-    pub recycle_after: u64,
-    /// Cap on one connection's attachment.
-    pub attachment_max: usize,
-    /// Environment variables the guest may see (nothing else is visible).
-    pub env: BTreeMap<String, String>,
-    /// What the route's guests may write to the gateway log.
-    pub log: GuestLog,
-    /// Percent of one core the route may use on its guest thread, once its
-    /// calls were too slow for the worker thread (`weir_guest_runtime`'s slot, `kind/slot.rs`).
-    pub cpu_share: u32,
-    /// What the route's guests may reach with `http-request` (nothing by
-    /// default) and how far. Boxed: most routes have none, and the
-    /// config's route enum stays small.
-    pub outbound: Box<OutboundPolicy>,
-    /// The route's key-value store, if it has one (`kv`).
-    pub kv: Option<KvName>,
-    /// How much that store may hold (`kv_max_bytes`, `kv_max_keys`).
-    pub kv_quota: KvQuota,
-    /// `realtime = true`: the guest's topics are the real-time core's
-    /// channels. Its subscribes join channels (API and centrifugo
-    /// publications arrive as plain text frames), its publishes go through
-    /// the core (offsets, history, centrifugo subscribers, other nodes),
-    /// and it may read history and presence (`guest::realtime`).
-    pub realtime: bool,
-}
-
-/// A guest route's outbound HTTP policy (`allow_outbound`,
-/// `outbound_timeout`, `outbound_max_concurrent`, `outbound_max_response`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct OutboundPolicy {
-    /// URL prefixes a request must start with; empty: every request is
-    /// refused (deny by default).
-    pub allow: Vec<OutboundPrefix>,
-    /// Whole request, connect to last body byte.
-    pub timeout: Duration,
-    /// Requests of the route in flight at once; past it: http-error busy.
-    pub max_concurrent: usize,
-    /// Largest response body accepted; past it: http-error too-large.
-    pub max_response: usize,
-    /// The CA certificates (PEM) https servers are checked against
-    /// (`outbound_ca`, for private services); None: webpki-roots, the
-    /// Mozilla set.
-    pub ca: Option<PathBuf>,
-    /// `allow_private = true`: an allowed host *name* may resolve to a
-    /// loopback, private, link-local or other non-global address. Off by
-    /// default, so a name (or a DNS answer an attacker controls) cannot
-    /// lead a guest to the gateway's own network; an entry that names an
-    /// IP address is the operator's explicit choice and needs no opt-in.
-    pub allow_private: bool,
-}
-
-/// Long enough for a remote API, short enough that a stuck backend does
-/// not hold the route's `outbound_max_concurrent` slots for long.
-pub const DEFAULT_OUTBOUND_TIMEOUT: Duration = Duration::from_secs(5);
-/// Requests in flight per route by default.
-pub const DEFAULT_OUTBOUND_MAX_CONCURRENT: usize = 64;
-/// Response bodies are handed to the guest whole: 1 MiB keeps a batch small.
-pub const DEFAULT_OUTBOUND_MAX_RESPONSE_BYTES: usize = 1 << 20;
-
-impl Default for OutboundPolicy {
-    fn default() -> Self {
-        OutboundPolicy {
-            allow: Vec::new(),
-            timeout: DEFAULT_OUTBOUND_TIMEOUT,
-            max_concurrent: DEFAULT_OUTBOUND_MAX_CONCURRENT,
-            max_response: DEFAULT_OUTBOUND_MAX_RESPONSE_BYTES,
-            ca: None,
-            allow_private: false,
-        }
-    }
-}
-
-/// One `allow_outbound` entry: a URL must have this scheme, host and port
-/// (the scheme's default when the entry names none) and a path that, once
-/// normalised (`url_check::normalize_path`), lies under `path` on a
-/// segment boundary (`url_check::path_within`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboundPrefix {
-    pub scheme: String,
-    /// Lower-case.
-    pub host: String,
-    pub port: u16,
-    /// Normalised; starts with `/`.
-    pub path: String,
-}
-
-/// Which key-value store a route uses.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum KvName {
-    /// `kv = "route"`: a store of the route's own (named by its path).
-    Route,
-    /// `kv = "shared:NAME"`: shared by every route that names it.
-    Shared(String),
-}
-
-/// How much a key-value store may hold: a write that would take it past
-/// either bound is refused (the guest gets a kv-error event). Bytes are
-/// key plus value lengths, summed over the store's live keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KvQuota {
-    /// `kv_max_bytes`.
-    pub max_bytes: u64,
-    /// `kv_max_keys`.
-    pub max_keys: u64,
-}
-
-/// A store is for state (rosters, counters, sessions), not blobs: 64 MiB
-/// is generous for that and small next to a gateway's memory, which holds
-/// a Redis-backed store whole (its mirror).
-pub const DEFAULT_KV_MAX_BYTES: u64 = 64 << 20;
-/// A presence roster of 100,000 users fits; a guest that stores a key per
-/// message does not grow without end.
-pub const DEFAULT_KV_MAX_KEYS: u64 = 100_000;
-
-impl Default for KvQuota {
-    fn default() -> Self {
-        KvQuota {
-            max_bytes: DEFAULT_KV_MAX_BYTES,
-            max_keys: DEFAULT_KV_MAX_KEYS,
-        }
-    }
-}
-
-/// Half a core: a slow route keeps making progress, and two of them (or one
-/// and the machine's other work) still fit on one core.
-pub const DEFAULT_GUEST_CPU_SHARE_PERCENT: u32 = 50;
-
-/// A guest route's log budget (`log`, `log_rate`, `log_bytes`, `log_burst`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GuestLog {
-    /// Lines above this level are filtered out.
-    pub level: LogLevel,
-    /// Sustained lines per second, for all the route's instances together.
-    pub lines_per_sec: u32,
-    /// Sustained bytes per second (also the bytes a burst may hold).
-    pub bytes_per_sec: u64,
-    /// Lines that may come at once before the rate applies.
-    pub burst: u32,
-}
-
-/// A route's `log` level: `off` writes nothing, `debug` everything.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum LogLevel {
-    Off,
-    Error,
-    Warn,
-    Info,
-    Debug,
-}
-
-/// A developer printing a line per message at moderate load stays under
-/// these; a debugging loop printing thousands of lines per message does not.
-pub const DEFAULT_GUEST_LOG_LINES_PER_SEC: u32 = 200;
-pub const DEFAULT_GUEST_LOG_BYTES_PER_SEC: u64 = 256 << 10;
-pub const DEFAULT_GUEST_LOG_BURST: u32 = 1000;
-
-impl Default for GuestLog {
-    fn default() -> Self {
-        GuestLog {
-            level: LogLevel::Info,
-            lines_per_sec: DEFAULT_GUEST_LOG_LINES_PER_SEC,
-            bytes_per_sec: DEFAULT_GUEST_LOG_BYTES_PER_SEC,
-            burst: DEFAULT_GUEST_LOG_BURST,
-        }
-    }
-}
-
 impl Default for Limits {
     fn default() -> Self {
         Limits {
@@ -619,28 +253,6 @@ impl Default for ServerConfig {
             tls: None,
             allowed_hosts: None,
             h2_max_streams: DEFAULT_H2_MAX_STREAMS,
-        }
-    }
-}
-
-impl GuestConfig {
-    /// A guest route with every optional key at its default.
-    pub fn defaults(wasm: PathBuf) -> GuestConfig {
-        GuestConfig {
-            wasm,
-            isolation: Isolation::Worker,
-            memory: DEFAULT_GUEST_MEMORY_BYTES,
-            timeout: DEFAULT_GUEST_TIMEOUT,
-            instances: DEFAULT_GUEST_INSTANCES,
-            recycle_after: DEFAULT_GUEST_RECYCLE_AFTER,
-            attachment_max: DEFAULT_ATTACHMENT_MAX_BYTES,
-            env: BTreeMap::new(),
-            log: GuestLog::default(),
-            cpu_share: DEFAULT_GUEST_CPU_SHARE_PERCENT,
-            outbound: Box::default(),
-            kv: None,
-            kv_quota: KvQuota::default(),
-            realtime: false,
         }
     }
 }
