@@ -13,7 +13,7 @@
 //!   replies in one write per read batch, apply backpressure, timeouts and
 //!   the close; the registry of live connections, per-worker counters, and
 //!   the route-kind interface every kind implements.
-//! - `weir_native` — declared behaviours (echo, relay, pubsub, centrifugo,
+//! - `weir_native` — declared behaviours (echo, relay, pubsub, centrifugo, pusher,
 //!   proxy to an upstream WebSocket server over ws:// or wss://, optionally
 //!   through a guest filter) that need no guest of their own.
 //! - `weir_guest_runtime` — routes served by WebAssembly components:
