@@ -23,7 +23,7 @@ use weir_reactor::conn::{CLOSE_DRAIN_MAX_BYTES, CLOSE_LINGER};
 use weir_reactor::outbound::Outbound;
 use weir_ws::close::{self, parse_close_payload};
 use weir_ws::encode;
-use weir_ws::frame::{parse_server_header, OpCode, ProtocolError};
+use weir_ws::frame::{parse_server_header, OpCode, ProtocolError, ServerHeader};
 
 /// Longest a close waits for the filter's batches that carry the messages
 /// before it (a batch that runs into its deadline settles them too; this
@@ -218,11 +218,11 @@ impl Upstream {
                 }
                 continue;
             }
-            let header = match parse_server_header(&buf[pos..end]) {
+            let header = match next_header(&buf[pos..end]) {
                 Ok(Some(header)) => header,
                 Ok(None) => break,
-                Err(e) => {
-                    result = Some(End::Broke(e));
+                Err(end) => {
+                    result = Some(end);
                     break;
                 }
             };
@@ -232,10 +232,7 @@ impl Upstream {
                 OpCode::Close | OpCode::Ping | OpCode::Pong if have < total => break,
                 OpCode::Close => {
                     let payload = &buf[pos + header.header_len..pos + total];
-                    result = Some(match parse_close_payload(payload) {
-                        Ok((code, reason)) => End::Closed(code, reason.to_string()),
-                        Err(e) => End::Broke(e),
-                    });
+                    result = Some(close_end(payload));
                     break;
                 }
                 OpCode::Ping | OpCode::Pong => {
@@ -357,11 +354,11 @@ impl Upstream {
                 }
                 continue;
             }
-            let header = match parse_server_header(&buf[pos..end]) {
+            let header = match next_header(&buf[pos..end]) {
                 Ok(Some(header)) => header,
                 Ok(None) => break,
-                Err(e) => {
-                    result = Some(End::Broke(e));
+                Err(end) => {
+                    result = Some(end);
                     break;
                 }
             };
@@ -372,10 +369,7 @@ impl Upstream {
                     break;
                 }
                 let payload = &buf[pos + header.header_len..pos + total as usize];
-                result = Some(match parse_close_payload(payload) {
-                    Ok((code, reason)) => End::Closed(code, reason.to_string()),
-                    Err(e) => End::Broke(e),
-                });
+                result = Some(close_end(payload));
                 break;
             }
             if have >= total {
@@ -471,5 +465,22 @@ impl Upstream {
             Ok::<(), std::io::Error>(())
         };
         let _ = tokio::time::timeout(CLOSE_LINGER, closing).await;
+    }
+}
+
+/// The next upstream frame's header in `bytes`: None until it is all
+/// there; a protocol violation is the end it brings. Both ways of handing
+/// upstream bytes on (to the client as they are, or to the filter as
+/// messages) walk frames with it.
+fn next_header(bytes: &[u8]) -> Result<Option<ServerHeader>, End> {
+    parse_server_header(bytes).map_err(End::Broke)
+}
+
+/// The end an upstream's close frame brings: its code and reason, or the
+/// violation a malformed close payload is (RFC 6455 §5.5.1).
+fn close_end(payload: &[u8]) -> End {
+    match parse_close_payload(payload) {
+        Ok((code, reason)) => End::Closed(code, reason.to_string()),
+        Err(e) => End::Broke(e),
     }
 }
