@@ -41,7 +41,10 @@ fn example_routes(gw: u16, page: u16) -> String {
         ("http://127.0.0.1:3000", format!("http://127.0.0.1:{page}")),
         ("http://localhost:3000", format!("http://localhost:{page}")),
     ] {
-        assert!(text.contains(from), "examples/pusher/routes.toml names {from}");
+        assert!(
+            text.contains(from),
+            "examples/pusher/routes.toml names {from}"
+        );
         text = text.replace(from, &to);
     }
     text
