@@ -41,6 +41,10 @@ if [ ! -d "$here/node_modules/pusher" ] || [ ! -d "$here/node_modules/pusher-js"
     (cd "$here" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+if ! grep -q "\"http://127.0.0.1:$PORT\"" "$here/routes.toml"; then
+    echo "run.sh: routes.toml's origins do not list http://127.0.0.1:$PORT: weir will refuse the page's WebSocket (403)" >&2
+fi
+
 pids=()
 stop() {
     trap - INT TERM EXIT

@@ -36,6 +36,8 @@ const MAX_BODY_BYTES = 4096;
 const MAX_TEXT_CHARS = 500;
 /** Sessions kept at once: a demo login must not grow memory without bound. */
 const MAX_SESSIONS = 10000;
+/** A Pusher socket id, as the page sends it in X-Socket-Id (Laravel's header). */
+const SOCKET_ID = /^\d+\.\d+$/;
 /** A user name: 1 to 32 letters, digits, spaces, `-`, `_`, `.`. */
 const NAME = /^[A-Za-z0-9 ._-]{1,32}$/;
 
@@ -189,6 +191,7 @@ async function message(req, res) {
   const text = String((await fields(req)).text || '').trim();
   if (text === '' || text.length > MAX_TEXT_CHARS) throw new HttpError(400, `text: 1-${MAX_TEXT_CHARS} characters`);
   const socketId = req.headers['x-socket-id'] || undefined;
+  if (socketId !== undefined && !SOCKET_ID.test(socketId)) throw new HttpError(400, 'x-socket-id: not a socket id');
   const sent = { from: me.name, text, at: Date.now() };
   const direct = /^@(\S+)\s+(.+)$/.exec(text);
   if (direct) {
