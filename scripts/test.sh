@@ -5,8 +5,9 @@
 # 2.7 via pyenv for Autobahn, see scripts/autobahn.sh); node/npm come from apt
 # when missing (build-guests.sh); installs Redis for the cluster tests when
 # missing (scripts/redis.sh), the Node/Python clients of the
-# permessage-deflate tests (host/tests/clients) and the ws package for the
-# proxy tests' Node upstream. Set WEIR_SKIP_AUTOBAHN=1 to skip the last step.
+# permessage-deflate tests (host/tests/clients), the ws package for the
+# proxy tests' Node upstream and the pusher example's npm packages. Set
+# WEIR_SKIP_AUTOBAHN=1 to skip the last step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,6 +63,15 @@ if [ ! -f host/tests/proxy/node_modules/.weir-installed ] ||
     echo "test.sh: npm ci in host/tests/proxy (ws, for the proxy tests)"
     (cd host/tests/proxy && npm ci --no-audit --no-fund --prefer-offline)
     touch host/tests/proxy/node_modules/.weir-installed
+fi
+
+# The pusher example's backend and page libraries (pusher, pusher-js,
+# laravel-echo), pinned by its lock file, for host/tests/pusher_page.rs.
+if [ ! -f examples/pusher/node_modules/.weir-installed ] ||
+    [ examples/pusher/package-lock.json -nt examples/pusher/node_modules/.weir-installed ]; then
+    echo "test.sh: npm ci in examples/pusher (the pusher example's packages)"
+    (cd examples/pusher && npm ci --no-audit --no-fund --prefer-offline --loglevel=error)
+    touch examples/pusher/node_modules/.weir-installed
 fi
 
 cargo test --release --workspace

@@ -15,20 +15,18 @@
 //! pinned `centrifuge` package in host/tests/clients; scripts/test.sh
 //! installs all three.
 
+mod browser_support;
 mod common;
 
+use browser_support::{free_port, repo, wait_listening, Killed};
 use common::STEP;
-use futures_util::SinkExt;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{sleep, timeout, Instant};
-use tokio_tungstenite::tungstenite::Message;
 
 const SECRET: &str = "chat-page-test-secret";
 const API_KEY: &str = "chat-page-test-api-key-0123456789";
@@ -36,47 +34,6 @@ const API_KEY: &str = "chat-page-test-api-key-0123456789";
 const CHANNEL: &str = "chat:lobby";
 /// Times the server API cuts the page's connection.
 const CUTS: usize = 3;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process ended (by its PID, or by its own process group when
-/// it has one) when the test drops it.
-struct Killed {
-    child: Child,
-    group: bool,
-}
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        if self.group {
-            let pgid = libc::pid_t::try_from(self.child.id()).unwrap();
-            // SAFETY: kill(2) on the process group this test created.
-            unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        } else {
-            let _ = self.child.kill();
-        }
-        let _ = self.child.wait();
-    }
-}
-
-async fn wait_listening(addr: SocketAddr, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + STEP;
-    while TcpStream::connect(addr).await.is_err() {
-        assert!(Instant::now() < deadline, "{what} did not listen on {addr}");
-        assert!(child.try_wait().unwrap().is_none(), "{what} exited");
-        sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// examples/realtime/routes.toml with its gateway, API and page ports
 /// replaced; each must be found, so the test follows the example.
@@ -133,121 +90,6 @@ async fn present_users(api_addr: SocketAddr) -> Vec<String> {
         .collect();
     users.sort();
     users
-}
-
-/// A DevTools protocol client over the browser's WebSocket: one
-/// connection, pages attached with `flatten` so each call names its session.
-struct DevTools {
-    ws: common::Ws,
-    next_id: u64,
-}
-
-impl DevTools {
-    async fn connect(profile: &Path, child: &mut Child) -> DevTools {
-        // Chromium writes its port and browser path here once it listens.
-        let file = profile.join("DevToolsActivePort");
-        let deadline = Instant::now() + STEP;
-        let text = loop {
-            if let Ok(text) = std::fs::read_to_string(&file) {
-                if text.lines().count() >= 2 {
-                    break text;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "chromium wrote no DevToolsActivePort"
-            );
-            assert!(child.try_wait().unwrap().is_none(), "chromium exited");
-            sleep(Duration::from_millis(50)).await;
-        };
-        let mut lines = text.lines();
-        let port = lines.next().unwrap().trim();
-        let path = lines.next().unwrap().trim();
-        let ws = common::client(&format!("ws://127.0.0.1:{port}{path}")).await;
-        DevTools { ws, next_id: 0 }
-    }
-
-    async fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let id = self.next_id;
-        let mut msg = json!({ "id": id, "method": method, "params": params });
-        if let Some(s) = session {
-            msg["sessionId"] = json!(s);
-        }
-        self.ws.send(Message::text(msg.to_string())).await.unwrap();
-        loop {
-            let reply = common::next(&mut self.ws).await;
-            let Ok(text) = reply.into_text() else {
-                continue;
-            };
-            let v: Value = serde_json::from_str(&text).unwrap();
-            if v["id"] == id {
-                assert!(v.get("error").is_none(), "{method}: {v}");
-                return v["result"].clone();
-            }
-        }
-    }
-
-    /// Opens `url` in a new tab; its target id and session.
-    async fn open(&mut self, url: &str) -> (String, String) {
-        let target = self
-            .call(None, "Target.createTarget", json!({ "url": url }))
-            .await["targetId"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let session = self
-            .call(
-                None,
-                "Target.attachToTarget",
-                json!({ "targetId": target, "flatten": true }),
-            )
-            .await["sessionId"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        (target, session)
-    }
-
-    /// The value of a JavaScript expression in the page, or the exception
-    /// it threw.
-    async fn try_eval(&mut self, session: &str, expression: &str) -> Result<Value, Value> {
-        let result = self
-            .call(
-                Some(session),
-                "Runtime.evaluate",
-                json!({ "expression": expression, "returnByValue": true, "awaitPromise": true }),
-            )
-            .await;
-        match result.get("exceptionDetails") {
-            Some(e) => Err(e.clone()),
-            None => Ok(result["result"]["value"].clone()),
-        }
-    }
-
-    /// The value of a JavaScript expression in the page.
-    async fn eval(&mut self, session: &str, expression: &str) -> Value {
-        self.try_eval(session, expression)
-            .await
-            .unwrap_or_else(|e| panic!("{expression}: {e}"))
-    }
-
-    /// Waits until `expression` is true in the page; on time-out, fails
-    /// with what the page shows.
-    async fn wait_for(&mut self, session: &str, expression: &str, what: &str) {
-        let deadline = Instant::now() + STEP;
-        loop {
-            // Throws while the page is still loading (no elements yet).
-            if self.try_eval(session, expression).await == Ok(json!(true)) {
-                return;
-            }
-            if Instant::now() > deadline {
-                let shown = self.try_eval(session, SHOWN).await;
-                panic!("timed out waiting for {what}; the page shows {shown:#?}");
-            }
-            sleep(Duration::from_millis(50)).await;
-        }
-    }
 }
 
 /// What the page shows: `user: text` per message, the event log, the
@@ -322,36 +164,8 @@ async fn the_chat_example_connects_presents_publishes_and_recovers_in_chromium()
     let page_addr: SocketAddr = format!("127.0.0.1:{page_port}").parse().unwrap();
     wait_listening(page_addr, &mut pages.child, "serve.mjs").await;
 
-    let chromium = std::env::var("WEIR_CHROMIUM").unwrap_or_else(|_| "chromium".into());
-    let profile = dir.join("chromium");
-    let mut browser = Killed {
-        child: Command::new(&chromium)
-            .args([
-                "--headless=new",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-extensions",
-                "--disable-background-networking",
-                // Both tabs keep their timers (the client's pings and
-                // reconnects) running at full rate.
-                "--disable-background-timer-throttling",
-                "--disable-renderer-backgrounding",
-                "--disable-backgrounding-occluded-windows",
-                "--remote-debugging-port=0",
-            ])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg("about:blank")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot start {chromium} ({e}); scripts/test.sh installs Debian's chromium")
-            }),
-        group: true,
-    };
-    let mut dt = DevTools::connect(&profile, &mut browser.child).await;
+    let (browser, mut dt) = browser_support::chromium(&dir.join("chromium")).await;
+    dt.set_shown(SHOWN);
 
     let run = async {
         // Connect and subscribe; the page lists its own user as present,
@@ -391,8 +205,7 @@ async fn the_chat_example_connects_presents_publishes_and_recovers_in_chromium()
             "bob's join",
         )
         .await;
-        dt.call(None, "Target.closeTarget", json!({ "targetId": bob }))
-            .await;
+        dt.close(&bob).await;
         dt.wait_for(
             &me,
             &format!("{EVENTS}.some(e => e.endsWith(' bob left'))"),
