@@ -25,7 +25,8 @@ pub enum RouteError {
     Route {
         path: String,
         line: usize,
-        reason: RouteReason,
+        /// Boxed: the reasons' sources are large, and routes are built rarely.
+        reason: Box<RouteReason>,
     },
     #[error(transparent)]
     Guest(#[from] weir_guest_runtime::GuestError),
@@ -67,7 +68,7 @@ fn refused<E: Into<RouteReason>>(path: &str, line: usize) -> impl FnOnce(E) -> R
     move |reason| RouteError::Route {
         path: path.to_string(),
         line,
-        reason: reason.into(),
+        reason: Box::new(reason.into()),
     }
 }
 
@@ -270,7 +271,7 @@ impl Routes {
                     return Err(RouteError::Route {
                         path: route.path.clone(),
                         line: route.line,
-                        reason: RouteReason::OldFilter(filter.wasm.clone()),
+                        reason: Box::new(RouteReason::OldFilter(filter.wasm.clone())),
                     });
                 }
                 let guest = Arc::new(guest.with_filter_links(links.clone()));
@@ -290,7 +291,7 @@ impl Routes {
                         return Err(RouteError::Route {
                             path: route.path.clone(),
                             line: ns.line,
-                            reason: RouteReason::OldNamespaceGuest(ns.guest.wasm.clone()),
+                            reason: Box::new(RouteReason::OldNamespaceGuest(ns.guest.wasm.clone())),
                         });
                     }
                     let calls = Arc::new(weir_realtime::verdict::RtCalls::default());

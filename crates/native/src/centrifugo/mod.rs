@@ -87,7 +87,8 @@ pub(crate) fn verifier(config: &CentrifugoConfig) -> Result<Verifier, KeysError>
         None if jwks.is_some() || pem.is_some() => Verifier::public_only(aud, iss),
         None => return Err(KeysError::NoSecret(name.clone())),
     };
-    let files: [(&'static str, _, fn(Verifier, &[u8]) -> _); 2] = [
+    type AddKeys = fn(Verifier, &[u8]) -> Result<Verifier, token::KeyError>;
+    let files: [(&str, _, AddKeys); 2] = [
         ("token_jwks_file", jwks, Verifier::with_jwks),
         ("token_public_key_file", pem, Verifier::with_pem),
     ];
