@@ -95,8 +95,8 @@
 //!   [`log`]; both are rate-limited per route.
 
 mod conn;
-mod io;
 mod hook;
+mod io;
 pub mod realtime;
 mod request;
 mod runtime;
@@ -104,8 +104,8 @@ mod state;
 pub mod testing;
 
 pub use conn::{Conn, Context};
-pub use io::{HttpError, HttpRequest, HttpResponse, HttpResult, Tag};
 pub use hook::{PubDecision, PublishRequest, SubDecision, SubscribeRequest};
+pub use io::{HttpError, HttpRequest, HttpResponse, HttpResult, Tag};
 pub use realtime::{HistoryResult, PresenceResult, ReadError, ReadErrorReason};
 pub use request::{Request, Upgrade};
 /// What [`Migrate::migrate`] reads an older version's state as.
