@@ -95,6 +95,11 @@ use crate::{
 };
 use weir_abi::RtVerdict;
 
+mod apply;
+mod inbox;
+mod played;
+mod questions;
+
 thread_local! {
     /// The store `kv_get` reads natively: the running TestRoute's, moved
     /// in for the length of a batch.
@@ -250,152 +255,6 @@ impl<H: Handler> TestRoute<H> {
     pub fn with_kv_max_keys(mut self, keys: usize) -> Self {
         self.kv_max_keys = Some(keys);
         self
-    }
-
-    /// Tell the handler that its write of `key` was refused for `reason`
-    /// (as the gateway does when the store is full or its queue is):
-    /// `on_kv_error` runs with the route's handle.
-    pub fn kv_error(&mut self, key: &[u8], reason: KvErrorReason) {
-        self.run(0, EventKind::KvError, reason as u16, key);
-    }
-
-    /// The requests the handler sent that are not answered yet.
-    pub fn requests(&mut self) -> Vec<SentRequest> {
-        self.requests.clone()
-    }
-
-    /// Answer the pending request `tag` with `status`, `headers` and
-    /// `body`: the handler's `on_response` runs.
-    ///
-    /// # Panics
-    /// If no request with `tag` is pending.
-    pub fn respond(&mut self, tag: Tag, status: u16, headers: &[(&str, &str)], body: &[u8]) {
-        let req = self.take_request(tag);
-        if req.conn != 0 && !self.is_open(req.conn) {
-            return;
-        }
-        let mut bytes = Vec::new();
-        encode_http_response(&mut bytes, tag, headers.iter().copied(), body);
-        self.run(req.conn, EventKind::HttpResponse, status, &bytes);
-    }
-
-    /// Fail the pending request `tag` with `reason` (as the gateway does
-    /// on a timeout, a refusal by policy...): `on_response` gets the error.
-    pub fn fail(&mut self, tag: Tag, reason: HttpErrorReason) {
-        let req = self.take_request(tag);
-        if req.conn != 0 && !self.is_open(req.conn) {
-            return;
-        }
-        let mut bytes = tag.to_le_bytes().to_vec();
-        bytes.extend_from_slice(reason.as_str().as_bytes());
-        self.run(req.conn, EventKind::HttpError, reason as u16, &bytes);
-    }
-
-    /// The history and presence reads the handler sent that are not
-    /// answered yet.
-    pub fn reads(&self) -> Vec<SentRead> {
-        self.reads.clone()
-    }
-
-    /// Answer the pending history read `tag`: the channel is at `offset`
-    /// in `epoch` and holds `publications` (offset, JSON text); the
-    /// handler's `on_history` runs.
-    ///
-    /// # Panics
-    /// If no history read with `tag` is pending.
-    pub fn answer_history(&mut self, tag: Tag, offset: u64, epoch: &str, publications: &[(u64, &str)]) {
-        let read = self.take_read(tag, true);
-        let mut bytes = Vec::new();
-        let pubs = publications.iter().map(|(o, d)| (*o, d.as_bytes()));
-        encode_history(&mut bytes, tag, offset, epoch, pubs);
-        self.answer_read(read.conn, EventKind::History, 0, &bytes);
-    }
-
-    /// Answer the pending presence read `tag` with `members` (client id,
-    /// user, connection info as JSON text or ""); `on_presence` runs.
-    ///
-    /// # Panics
-    /// If no presence read with `tag` is pending.
-    pub fn answer_presence(&mut self, tag: Tag, members: &[(&str, &str, &str)]) {
-        let read = self.take_read(tag, false);
-        let mut bytes = Vec::new();
-        let members = members.iter().map(|(c, u, i)| (*c, *u, i.as_bytes()));
-        encode_presence(&mut bytes, tag, members);
-        self.answer_read(read.conn, EventKind::Presence, 0, &bytes);
-    }
-
-    /// Fail the pending read `tag` with `reason` (as the gateway does for
-    /// an unknown namespace, history or presence off, Redis down...).
-    ///
-    /// # Panics
-    /// If no read with `tag` is pending.
-    pub fn fail_read(&mut self, tag: Tag, reason: ReadErrorReason) {
-        let at = self
-            .reads
-            .iter()
-            .position(|r| r.tag == tag)
-            .unwrap_or_else(|| panic!("no read with tag {tag} is pending"));
-        let read = self.reads.remove(at);
-        let kind = if read.limit.is_some() {
-            EventKind::History
-        } else {
-            EventKind::Presence
-        };
-        self.answer_read(read.conn, kind, reason as u16, &tag.to_le_bytes());
-    }
-
-    fn take_read(&mut self, tag: Tag, history: bool) -> SentRead {
-        let at = self
-            .reads
-            .iter()
-            .position(|r| r.tag == tag && r.limit.is_some() == history)
-            .unwrap_or_else(|| panic!("no such read with tag {tag} is pending"));
-        self.reads.remove(at)
-    }
-
-    fn answer_read(&mut self, conn: ConnectionId, kind: EventKind, code: u16, bytes: &[u8]) {
-        if conn == 0 || self.is_open(conn) {
-            self.run(conn, kind, code, bytes);
-        }
-    }
-
-    fn take_request(&mut self, tag: Tag) -> SentRequest {
-        let at = self
-            .requests
-            .iter()
-            .position(|r| r.tag == tag)
-            .unwrap_or_else(|| panic!("no request with tag {tag} is pending"));
-        self.requests.remove(at)
-    }
-
-    /// Pending timers: (connection or 0 for the route's, tag, delay).
-    pub fn timers(&self) -> Vec<(ConnectionId, Tag, Duration)> {
-        self.timers
-            .iter()
-            .map(|(&(conn, tag), &delay)| (conn, tag, delay))
-            .collect()
-    }
-
-    /// Fire the pending timer `tag`: the handler's `on_timer` runs.
-    ///
-    /// # Panics
-    /// If no timer with `tag` is pending.
-    pub fn fire(&mut self, tag: Tag) {
-        let key = *self
-            .timers
-            .keys()
-            .find(|(_, t)| *t == tag)
-            .unwrap_or_else(|| panic!("no timer with tag {tag} is pending"));
-        self.timers.remove(&key);
-        // A connection's timer ends with the connection.
-        if key.0 == 0 || self.is_open(key.0) {
-            self.run(key.0, EventKind::Timer, 0, &tag.to_le_bytes());
-        }
-    }
-
-    /// The route's key-value store as the handler left it.
-    pub fn kv(&self) -> &BTreeMap<Vec<u8>, Vec<u8>> {
-        &self.kv
     }
 
     /// Upgrade `req`; if the handler defers it, `answer` plays the remote
@@ -558,131 +417,6 @@ impl<H: Handler> TestRoute<H> {
         self.run_in(conn, kind, direction as u8, 0, msg.as_bytes());
     }
 
-    /// Asks the handler, as a real-time namespace's guest, whether a client
-    /// may subscribe ([`Handler::on_subscribe`]); the decision as the
-    /// gateway reads it from the answer.
-    ///
-    /// # Panics
-    /// If the handler answered with anything but one verdict for the call.
-    pub fn subscribe(&mut self, req: &SubscribeRequest<'_>) -> SubDecision {
-        match self.ask(
-            EventKind::RtSubscribe,
-            req.channel,
-            req.client,
-            req.user,
-            req.info,
-            b"",
-        ) {
-            RtAnswer::Subscribe(_, d) => d,
-            other => panic!("a subscribe was answered with {other:?}"),
-        }
-    }
-
-    /// Gives the handler, as a real-time namespace's guest, a client's
-    /// publication ([`Handler::on_client_publish`]); the decision as the
-    /// gateway reads it from the answer.
-    pub fn client_publish(&mut self, req: &PublishRequest<'_>) -> PubDecision {
-        match self.ask(
-            EventKind::RtPublish,
-            req.channel,
-            req.client,
-            req.user,
-            req.info,
-            req.data,
-        ) {
-            RtAnswer::Publish(_, d) => d,
-            other => panic!("a publish was answered with {other:?}"),
-        }
-    }
-
-    /// One real-time question in a batch of its own; its one answer.
-    fn ask(
-        &mut self,
-        kind: EventKind,
-        channel: &str,
-        client: &str,
-        user: &str,
-        info: &[u8],
-        data: &[u8],
-    ) -> RtAnswer {
-        const CALL: u64 = 0x5eed;
-        let mut bytes = Vec::new();
-        let req = weir_abi::RtRequest {
-            call: CALL,
-            channel,
-            client,
-            user,
-            info,
-        };
-        weir_abi::encode_rt_request(&mut bytes, &req, data);
-        self.rt_verdicts.clear();
-        self.run_one(RT_CONN, kind, 0, 0, &bytes);
-        let answers = std::mem::take(&mut self.rt_verdicts);
-        assert_eq!(answers.len(), 1, "one verdict per question: {answers:?}");
-        let answer = answers.into_iter().next().expect("one");
-        let call = match &answer {
-            RtAnswer::Subscribe(call, _) | RtAnswer::Publish(call, _) => *call,
-        };
-        assert_eq!(call, CALL, "the verdict names the question's call");
-        answer
-    }
-
-    /// What a proxy filter passed on through `conn` since the last call,
-    /// oldest first, each with its direction.
-    pub fn forwarded(&mut self, conn: ConnectionId) -> Vec<(Direction, Received)> {
-        self.clients
-            .get_mut(&conn)
-            .unwrap_or_else(|| panic!("no connection {conn} on this route"))
-            .forwarded
-            .drain(..)
-            .collect()
-    }
-
-    /// Everything `conn` received since the last call, oldest first.
-    pub fn received(&mut self, conn: ConnectionId) -> Vec<Received> {
-        self.clients
-            .get_mut(&conn)
-            .unwrap_or_else(|| panic!("no connection {conn} on this route"))
-            .inbox
-            .drain(..)
-            .collect()
-    }
-
-    /// What `conn` received since the last call, all text.
-    ///
-    /// # Panics
-    /// If a binary message is among them.
-    pub fn texts(&mut self, conn: ConnectionId) -> Vec<String> {
-        self.received(conn)
-            .into_iter()
-            .map(|r| match r {
-                Received::Text(t) => t,
-                Received::Binary(b) => panic!("connection {conn} received binary {b:?}"),
-            })
-            .collect()
-    }
-
-    /// The close code and reason the handler closed `conn` with, if it did.
-    pub fn closed_with(&self, conn: ConnectionId) -> Option<(u16, &str)> {
-        let c = self.client(conn).closed_by_handler.as_ref()?;
-        Some((c.0, c.1.as_str()))
-    }
-
-    /// Whether `conn` is still open (neither side closed it).
-    pub fn is_open(&self, conn: ConnectionId) -> bool {
-        self.clients.get(&conn).is_some_and(|c| !c.gone)
-    }
-
-    /// The topics `conn` is subscribed to.
-    pub fn topics(&self, conn: ConnectionId) -> Vec<String> {
-        self.client(conn).topics.iter().cloned().collect()
-    }
-
-    /// The attachment the gateway holds for `conn` (the saved state).
-    pub fn attachment(&self, conn: ConnectionId) -> &[u8] {
-        &self.client(conn).attachment
-    }
-
     /// Drop the handler instance and start a fresh one, as the gateway does
     /// after a fault or every `recycle_after` batches: connections stay
     /// open; the new instance knows them only through what the gateway
@@ -747,179 +481,6 @@ impl<H: Handler> TestRoute<H> {
         }
         for command in &commands {
             self.apply(conn, command);
-        }
-    }
-
-    /// Apply one command as the gateway would; `batch` is the connection
-    /// the batch was about.
-    fn apply(&mut self, batch: ConnectionId, command: Command<'_>) {
-        match command {
-            Command::Send {
-                conn,
-                text,
-                payload,
-            } => {
-                if let Some(c) = open(&mut self.clients, conn) {
-                    c.inbox.push_back(received(text, payload));
-                }
-            }
-            Command::Close { conn, code, reason } => {
-                if let Some(c) = open(&mut self.clients, conn) {
-                    c.closed_by_handler = Some((code, reason.to_string()));
-                    self.closing.push((conn, code, reason.to_string()));
-                }
-            }
-            Command::Publish {
-                topic,
-                text,
-                payload,
-                exclude,
-            } => {
-                for (&id, c) in &mut self.clients {
-                    let live = !c.gone && c.closed_by_handler.is_none();
-                    if live && Some(id) != exclude && c.topics.contains(topic) {
-                        c.inbox.push_back(received(text, payload));
-                    }
-                }
-            }
-            Command::Subscribe { conn, topic } => {
-                if let Some(c) = open(&mut self.clients, conn) {
-                    c.topics.insert(topic.to_string());
-                }
-            }
-            Command::Unsubscribe { conn, topic } => {
-                if let Some(c) = open(&mut self.clients, conn) {
-                    c.topics.remove(topic);
-                }
-            }
-            Command::SetAttachment { conn, attachment } => {
-                if conn != batch {
-                    // The gateway ignores (and logs) an attachment for a
-                    // connection outside the batch.
-                    eprintln!(
-                        "weir-guest testing: attachment for {conn} outside its batch ignored"
-                    );
-                    return;
-                }
-                let max = self.attachment_max;
-                let Some(c) = self.clients.get_mut(&conn).filter(|c| !c.gone) else {
-                    return;
-                };
-                if attachment.len() > max {
-                    eprintln!(
-                        "weir-guest testing: attachment of {} bytes over attachment_max {max}; closing {conn} with 1011",
-                        attachment.len()
-                    );
-                    if c.closed_by_handler.is_none() {
-                        c.closed_by_handler = Some((1011, String::new()));
-                        self.closing.push((conn, 1011, String::new()));
-                    }
-                    return;
-                }
-                c.attachment = attachment.to_vec();
-            }
-            Command::HttpRequest {
-                conn,
-                tag,
-                head,
-                body,
-            } => {
-                if conn != 0 && open(&mut self.clients, conn).is_none() {
-                    return;
-                }
-                let (method, url, headers) = split_request_head(head)
-                    .unwrap_or_else(|| panic!("request head {head:?} has no `METHOD URL`"));
-                self.requests.push(SentRequest {
-                    conn,
-                    tag,
-                    method: method.to_string(),
-                    url: url.to_string(),
-                    headers: headers
-                        .map(|(n, v)| (n.to_string(), v.to_string()))
-                        .collect(),
-                    body: body.to_vec(),
-                });
-            }
-            Command::SetTimer {
-                conn,
-                tag,
-                delay_ms,
-            } => {
-                if conn == 0 || open(&mut self.clients, conn).is_some() {
-                    self.timers
-                        .insert((conn, tag), Duration::from_millis(delay_ms));
-                }
-            }
-            Command::CancelTimer { conn, tag } => {
-                self.timers.remove(&(conn, tag));
-            }
-            Command::KvSet { key, value, .. } => {
-                let full = self
-                    .kv_max_keys
-                    .is_some_and(|max| self.kv.len() >= max && !self.kv.contains_key(key));
-                if full {
-                    self.kv_refused
-                        .push((key.to_vec(), KvErrorReason::OverMaxKeys));
-                } else {
-                    self.kv.insert(key.to_vec(), value.to_vec());
-                }
-            }
-            Command::KvDelete { key } => {
-                self.kv.remove(key);
-            }
-            Command::Forward {
-                conn,
-                direction,
-                text,
-                payload,
-            } => {
-                if let Some(c) = open(&mut self.clients, conn) {
-                    c.forwarded.push_back((direction, received(text, payload)));
-                }
-            }
-            Command::RtSubscribeVerdict { call, code, .. } => {
-                let d = match code {
-                    0 => SubDecision::Allow,
-                    code => SubDecision::Refuse(code),
-                };
-                self.rt_verdicts.push(RtAnswer::Subscribe(call, d));
-            }
-            Command::RtPublishVerdict { call, verdict, .. } => {
-                let d = match verdict {
-                    RtVerdict::Pass => PubDecision::Pass,
-                    RtVerdict::Replace(data) => PubDecision::Replace(data.to_vec()),
-                    RtVerdict::Drop(code) => PubDecision::Drop(code),
-                };
-                self.rt_verdicts.push(RtAnswer::Publish(call, d));
-            }
-            Command::HistoryRead {
-                conn,
-                tag,
-                limit,
-                reverse,
-                channel,
-            } => {
-                if conn == 0 || open(&mut self.clients, conn).is_some() {
-                    self.reads.push(SentRead {
-                        conn,
-                        tag,
-                        channel: channel.to_string(),
-                        limit: Some(limit),
-                        reverse,
-                    });
-                }
-            }
-            Command::PresenceRead { conn, tag, channel } => {
-                if conn == 0 || open(&mut self.clients, conn).is_some() {
-                    self.reads.push(SentRead {
-                        conn,
-                        tag,
-                        channel: channel.to_string(),
-                        limit: None,
-                        reverse: false,
-                    });
-                }
-            }
         }
     }
 }
@@ -1224,11 +785,19 @@ mod tests {
         let reads = route.reads();
         assert_eq!(reads.len(), 3);
         assert_eq!(
-            (reads[0].conn, reads[0].channel.as_str(), reads[0].limit, reads[0].reverse),
+            (
+                reads[0].conn,
+                reads[0].channel.as_str(),
+                reads[0].limit,
+                reads[0].reverse
+            ),
             (a, "chat:room", Some(2), true)
         );
         assert_eq!((reads[1].conn, reads[1].limit), (a, None));
-        assert_eq!((reads[2].conn, reads[2].limit, reads[2].reverse), (0, Some(0), false));
+        assert_eq!(
+            (reads[2].conn, reads[2].limit, reads[2].reverse),
+            (0, Some(0), false)
+        );
         route.answer_history(reads[0].tag, 9, "ep", &[(9, "\"b\""), (8, "{}")]);
         route.answer_presence(reads[1].tag, &[("c1", "u1", "{\"n\":1}"), ("c2", "", "")]);
         assert_eq!(

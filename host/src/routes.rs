@@ -25,13 +25,51 @@ pub enum RouteError {
     Route {
         path: String,
         line: usize,
-        reason: String,
+        /// Boxed: the reasons' sources are large, and routes are built rarely.
+        reason: Box<RouteReason>,
     },
     #[error(transparent)]
     Guest(#[from] weir_guest_runtime::GuestError),
     /// The `[cluster]` broker's thread could not start.
     #[error("cannot start worker thread: {0}")]
     Broker(std::io::Error),
+}
+
+/// What is wrong with one route's settings.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteReason {
+    /// Its path (or its HTTP API's) clashes with another route's.
+    #[error(transparent)]
+    Path(#[from] matchit::InsertError),
+    #[error(
+        "the filter {} is a weir:gateway 0.3.0 component; a proxy filter needs 0.4.0 \
+         (rebuild it with the current SDK)",
+        .0.display()
+    )]
+    OldFilter(std::path::PathBuf),
+    #[error(
+        "the namespace guest {} is a weir:gateway 0.3.0 component; it needs 0.4.0 \
+         (rebuild it with the current SDK)",
+        .0.display()
+    )]
+    OldNamespaceGuest(std::path::PathBuf),
+    #[error(transparent)]
+    Kind(#[from] weir_native::KindError),
+    #[error(transparent)]
+    TokenKeys(#[from] weir_native::centrifugo::KeysError),
+    #[error(transparent)]
+    OutboundCa(#[from] weir_guest_runtime::OutboundCaError),
+    #[error(transparent)]
+    Kv(#[from] weir_guest_runtime::kv::KvError),
+}
+
+/// The error of the route at `path` (`line` of the routes file).
+fn refused<E: Into<RouteReason>>(path: &str, line: usize) -> impl FnOnce(E) -> RouteError + '_ {
+    move |reason| RouteError::Route {
+        path: path.to_string(),
+        line,
+        reason: Box::new(reason.into()),
+    }
 }
 
 /// A route as the workers run it.
@@ -182,11 +220,7 @@ impl Routes {
         for path in std::iter::once(path.to_string()).chain(api_path) {
             self.router
                 .insert(path.clone(), index)
-                .map_err(|e| RouteError::Route {
-                    path: path.clone(),
-                    line,
-                    reason: e.to_string(),
-                })?;
+                .map_err(refused(&path, line))?;
         }
         self.live.push(index);
         Ok(())
@@ -237,21 +271,14 @@ impl Routes {
                     return Err(RouteError::Route {
                         path: route.path.clone(),
                         line: route.line,
-                        reason: format!(
-                            "the filter {} is a weir:gateway 0.3.0 component; a proxy filter \
-                             needs 0.4.0 (rebuild it with the current SDK)",
-                            filter.wasm.display()
-                        ),
+                        reason: Box::new(RouteReason::OldFilter(filter.wasm.clone())),
                     });
                 }
                 let guest = Arc::new(guest.with_filter_links(links.clone()));
                 guest_route = Some(guest.clone());
                 let guest = Arc::new(weir_guest_runtime::GuestKind(guest));
-                let proxy = ProxyRoute::new(proxy.clone()).map_err(|reason| RouteError::Route {
-                    path: route.path.clone(),
-                    line: route.line,
-                    reason,
-                })?;
+                let proxy =
+                    ProxyRoute::new(proxy.clone()).map_err(refused(&route.path, route.line))?;
                 Arc::new(proxy.with_filter(guest, links))
             }
             Behaviour::Native(NativeKind::Centrifugo(config))
@@ -264,11 +291,7 @@ impl Routes {
                         return Err(RouteError::Route {
                             path: route.path.clone(),
                             line: ns.line,
-                            reason: format!(
-                                "the namespace guest {} is a weir:gateway 0.3.0 component; it \
-                                 needs 0.4.0 (rebuild it with the current SDK)",
-                                ns.guest.wasm.display()
-                            ),
+                            reason: Box::new(RouteReason::OldNamespaceGuest(ns.guest.wasm.clone())),
                         });
                     }
                     let calls = Arc::new(weir_realtime::verdict::RtCalls::default());
@@ -284,11 +307,7 @@ impl Routes {
                     &self.realtime,
                     &topics,
                 )
-                .map_err(|reason| RouteError::Route {
-                    path: route.path.clone(),
-                    line: route.line,
-                    reason,
-                })?
+                .map_err(refused(&route.path, route.line))?
                 .with_hooks(hooks);
                 Arc::new(weir_native::centrifugo::CentrifugoKind(Arc::new(
                     centrifugo,
@@ -296,11 +315,7 @@ impl Routes {
             }
             Behaviour::Native(native) => {
                 weir_native::route_kind(native.clone(), &route.path, &topics, &self.realtime)
-                    .map_err(|reason| RouteError::Route {
-                        path: route.path.clone(),
-                        line: route.line,
-                        reason,
-                    })?
+                    .map_err(refused(&route.path, route.line))?
             }
             Behaviour::Guest(guest) => {
                 let guest = Arc::new(self.guest_route(index, route, guest, &topics, registry)?);
@@ -344,13 +359,8 @@ impl Routes {
         };
         let program =
             Program::load(&engine, &route.path, guest).map_err(|e| e.at_line(route.line))?;
-        weir_guest_runtime::check_outbound_ca(&guest.outbound).map_err(|reason| {
-            RouteError::Route {
-                path: route.path.clone(),
-                line: route.line,
-                reason,
-            }
-        })?;
+        weir_guest_runtime::check_outbound_ca(&guest.outbound)
+            .map_err(refused(&route.path, route.line))?;
         let kv = match &guest.kv {
             Some(name) => Some(
                 weir_guest_runtime::kv::KvStore::open(
@@ -360,11 +370,7 @@ impl Routes {
                     name,
                     guest.kv_quota,
                 )
-                .map_err(|e| RouteError::Route {
-                    path: route.path.clone(),
-                    line: route.line,
-                    reason: e.to_string(),
-                })?,
+                .map_err(refused(&route.path, route.line))?,
             ),
             None => None,
         };

@@ -66,6 +66,30 @@ const SDK_FILES: &[(&str, &str)] = &[
         "guest-sdk/src/testing.rs",
         include_str!("../../guest-sdk/src/testing.rs"),
     ),
+    (
+        "guest-sdk/src/handler.rs",
+        include_str!("../../guest-sdk/src/handler.rs"),
+    ),
+    (
+        "guest-sdk/src/exports.rs",
+        include_str!("../../guest-sdk/src/exports.rs"),
+    ),
+    (
+        "guest-sdk/src/testing/apply.rs",
+        include_str!("../../guest-sdk/src/testing/apply.rs"),
+    ),
+    (
+        "guest-sdk/src/testing/inbox.rs",
+        include_str!("../../guest-sdk/src/testing/inbox.rs"),
+    ),
+    (
+        "guest-sdk/src/testing/played.rs",
+        include_str!("../../guest-sdk/src/testing/played.rs"),
+    ),
+    (
+        "guest-sdk/src/testing/questions.rs",
+        include_str!("../../guest-sdk/src/testing/questions.rs"),
+    ),
     ("abi/Cargo.toml", include_str!("../../abi/Cargo.toml")),
     ("abi/src/lib.rs", include_str!("../../abi/src/lib.rs")),
     (
@@ -718,10 +742,15 @@ mod tests {
     #[test]
     fn every_sdk_source_file_is_embedded() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        for dir in ["guest-sdk/src", "abi/src"] {
-            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
-                let name = entry.unwrap().file_name();
-                let path = format!("{dir}/{}", name.to_string_lossy());
+        let mut dirs = vec!["guest-sdk/src".to_string(), "abi/src".to_string()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(root.join(&dir)).unwrap() {
+                let entry = entry.unwrap();
+                let path = format!("{dir}/{}", entry.file_name().to_string_lossy());
+                if entry.file_type().unwrap().is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
                 assert!(
                     SDK_FILES.iter().any(|(p, _)| *p == path),
                     "{path} is not in scaffold::SDK_FILES"

@@ -88,17 +88,10 @@ fn gateway() -> Gateway {
     Gateway::start(config)
 }
 
-fn clients_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
-}
-
 /// Runs one scenario of centrifuge-client.mjs against `gw`; returns its
 /// JSON summary.
 async fn scenario(gw: &Gateway, name: &str) -> serde_json::Value {
-    assert!(
-        clients_dir().join("node_modules/centrifuge").exists(),
-        "host/tests/clients/node_modules/centrifuge missing: run scripts/test.sh"
-    );
+    require_client("centrifuge");
     let url = gw.url("/connection/websocket");
     let name = name.to_string();
     tokio::task::spawn_blocking(move || node_scenario(&url, &name, &[]))
@@ -484,21 +477,9 @@ async fn the_openapi_document_lists_exactly_the_methods_served() {
 /// Runs centrifuge-client.mjs `scenario` against `url` with `args`; its
 /// JSON summary (the last line).
 fn node_scenario(url: &str, scenario: &str, args: &[&str]) -> serde_json::Value {
-    let output = Command::new("node")
-        .args(["centrifuge-client.mjs", url, SECRET, scenario])
-        .args(args)
-        .current_dir(clients_dir())
-        .stdin(Stdio::null())
-        .output()
-        .expect("node (scripts/test.sh installs the clients)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{scenario}: {}\n{stdout}{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or("null")).unwrap()
+    let script = ["centrifuge-client.mjs", url, SECRET, scenario];
+    let args: Vec<&str> = script.iter().chain(args).copied().collect();
+    node_summary(scenario, &args)
 }
 
 /// RS256 and ES256 tokens checked with the public keys of a JWKS file

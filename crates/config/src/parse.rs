@@ -2,6 +2,25 @@
 //! (unknown keys are refused), then every value is checked here against its
 //! line in the file, and the paths are checked together with matchit.
 
+/// The ten limit keys `[server]` and a route both take, in the order
+/// [`limits`] reads them: written once for both raw sections.
+macro_rules! limit_fields {
+    ($raw:expr) => {
+        [
+            &$raw.max_message,
+            &$raw.outbound_budget,
+            &$raw.idle_timeout,
+            &$raw.subprotocols,
+            &$raw.origins,
+            &$raw.require_origin,
+            &$raw.compression,
+            &$raw.compression_min,
+            &$raw.compression_context,
+            &$raw.compression_level,
+        ]
+    };
+}
+
 mod route_keys;
 mod sections;
 
@@ -9,7 +28,6 @@ use route_keys::*;
 use sections::*;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
@@ -351,22 +369,7 @@ fn route(
             ))
         }
     };
-    let mut limits = limits(
-        src,
-        server,
-        [
-            &raw.max_message,
-            &raw.outbound_budget,
-            &raw.idle_timeout,
-            &raw.subprotocols,
-            &raw.origins,
-            &raw.require_origin,
-            &raw.compression,
-            &raw.compression_min,
-            &raw.compression_context,
-            &raw.compression_level,
-        ],
-    )?;
+    let mut limits = limits(src, server, limit_fields!(raw))?;
     if matches!(behaviour, Behaviour::Native(NativeKind::Proxy(_))) {
         // A proxy passes frames between client and upstream as they are
         // (and offers its upstream no extension): no permessage-deflate,

@@ -140,9 +140,23 @@ fn split_authority(authority: &str, default_port: u16) -> Option<(String, u16)> 
     (!host.is_empty()).then(|| (host.to_string(), port))
 }
 
+/// What is wrong with the placeholders of an upstream path.
+#[derive(Debug, thiserror::Error)]
+enum PlaceholderError {
+    #[error("a \"}}\" without its \"{{\"")]
+    UnopenedBrace,
+    #[error("a \"{{\" without its \"}}\"")]
+    UnclosedBrace,
+    #[error("a parameter is a name in braces, e.g. {{room}}")]
+    BadName,
+    /// `{name}` is not among the route's parameters (`known` says which it has).
+    #[error("{{{name}}} is not a parameter of this route's path ({known})")]
+    NotAParameter { name: String, known: String },
+}
+
 /// Every `{name}` in the upstream path must be a parameter of the route's
 /// path (`{*rest}` is named `rest`).
-fn check_placeholders(upstream_path: &str, route_path: &str) -> Result<(), String> {
+fn check_placeholders(upstream_path: &str, route_path: &str) -> Result<(), PlaceholderError> {
     let params = placeholders(route_path)?;
     for name in placeholders(upstream_path)? {
         let name = name.trim_start_matches('*');
@@ -159,9 +173,10 @@ fn check_placeholders(upstream_path: &str, route_path: &str) -> Result<(), Strin
                         .join(", ")
                 )
             };
-            return Err(format!(
-                "{{{name}}} is not a parameter of this route's path ({known})"
-            ));
+            return Err(PlaceholderError::NotAParameter {
+                name: name.to_string(),
+                known,
+            });
         }
     }
     Ok(())
@@ -181,20 +196,20 @@ fn mark_wildcards(upstream_path: &str, route_path: &str) -> String {
 }
 
 /// The names in braces of a path template.
-fn placeholders(template: &str) -> Result<Vec<&str>, String> {
+fn placeholders(template: &str) -> Result<Vec<&str>, PlaceholderError> {
     let mut names = Vec::new();
     let mut rest = template;
     while let Some(open) = rest.find(['{', '}']) {
         if rest.as_bytes()[open] == b'}' {
-            return Err("a \"}\" without its \"{\"".into());
+            return Err(PlaceholderError::UnopenedBrace);
         }
         let after = &rest[open + 1..];
         let Some(close) = after.find('}') else {
-            return Err("a \"{\" without its \"}\"".into());
+            return Err(PlaceholderError::UnclosedBrace);
         };
         let name = &after[..close];
         if name.is_empty() || name.contains(['{', '/']) {
-            return Err("a parameter is a name in braces, e.g. {room}".into());
+            return Err(PlaceholderError::BadName);
         }
         names.push(name);
         rest = &after[close + 1..];
@@ -273,6 +288,15 @@ mod tests {
         assert!(check_placeholders("/x/{user}", "/r/{room}").is_err());
         assert!(check_placeholders("/x/{user", "/r/{room}").is_err());
         assert!(check_placeholders("/x/}", "/r").is_err());
+        let unopened = check_placeholders("/x/}", "/r").unwrap_err().to_string();
+        assert_eq!(unopened, r#"a "}" without its "{""#);
+        let unknown = check_placeholders("/x/{user}", "/r/{room}")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            unknown,
+            "{user} is not a parameter of this route's path (the route's path has {room})"
+        );
     }
 
     #[test]

@@ -3,7 +3,6 @@
 //! centrifugo route's keys, each checked against its line.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -220,19 +219,13 @@ fn options(src: &Source, raw: &RawNamespace) -> Result<NamespaceOptions, ConfigE
 /// `[api]`: where the server API listens and where its key comes from.
 pub(super) fn api(src: &Source, spanned: &Spanned<RawApi>) -> Result<ApiConfig, ConfigError> {
     let raw = spanned.get_ref();
-    let Some(listen) = Item::of("listen", &raw.listen) else {
-        return Err(src.error(
-            spanned.span(),
-            r#"[api] needs listen, e.g. listen = "127.0.0.1:8000""#,
-        ));
-    };
-    let text = listen.string(src, r#""127.0.0.1:8000""#)?;
-    let listen = text.parse::<SocketAddr>().map_err(|_| {
-        listen.fail(
-            src,
-            r#"not an IP address and port; write e.g. "127.0.0.1:8000""#,
-        )
-    })?;
+    let listen = Item::listen(
+        src,
+        &raw.listen,
+        spanned.span(),
+        "[api]",
+        r#""127.0.0.1:8000""#,
+    )?;
     let key_env = match Item::of("key_env", &raw.key_env) {
         Some(item) => env_name(src, &item, "WEIR_API_KEY")?,
         None => DEFAULT_API_KEY_ENV.to_string(),

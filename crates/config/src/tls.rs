@@ -176,26 +176,47 @@ impl Tls {
 // The client side: a proxy route's `wss://` upstream and a guest's HTTPS
 // requests.
 
+/// Why a CA file cannot check servers' certificates; the caller names the
+/// setting (`upstream_ca`, `outbound_ca`) before it.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    #[error("{}: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: rustls_pki_types::pem::Error,
+    },
+    #[error("{}: no certificate in the file", path.display())]
+    NoCert { path: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Refused {
+        path: PathBuf,
+        source: rustls::Error,
+    },
+}
+
 /// The TLS settings of a `wss://` route: the roots its upstream's
 /// certificate is checked against (`upstream_ca`, else webpki-roots: the
 /// Mozilla set, the same on every machine), HTTP/1.1 by ALPN.
-pub fn client_config(upstream_ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+pub fn client_config(upstream_ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, CaError> {
     let mut roots = rustls::RootCertStore::empty();
     match upstream_ca {
         Some(path) => {
             let certs = CertificateDer::pem_file_iter(path)
                 .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("upstream_ca {}: {e}", path.display()))?;
+                .map_err(|source| CaError::Unreadable {
+                    path: path.to_owned(),
+                    source,
+                })?;
             if certs.is_empty() {
-                return Err(format!(
-                    "upstream_ca {}: no certificate in the file",
-                    path.display()
-                ));
+                return Err(CaError::NoCert {
+                    path: path.to_owned(),
+                });
             }
             for cert in certs {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("upstream_ca {}: {e}", path.display()))?;
+                roots.add(cert).map_err(|source| CaError::Refused {
+                    path: path.to_owned(),
+                    source,
+                })?;
             }
         }
         None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),

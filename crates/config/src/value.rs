@@ -107,6 +107,41 @@ impl<'a> Item<'a> {
         }
     }
 
+    /// An `IP:port` to listen on; `examples` ends "write e.g. …", and
+    /// its first address is the one shown when the value is not a string.
+    pub(super) fn socket_addr(
+        &self,
+        src: &Source,
+        examples: &str,
+    ) -> Result<std::net::SocketAddr, ConfigError> {
+        let first = examples.split(',').next().unwrap_or(examples);
+        let text = self.string(src, first)?;
+        text.parse().map_err(|_| {
+            self.fail(
+                src,
+                format!("not an IP address and port; write e.g. {examples}"),
+            )
+        })
+    }
+
+    /// The `listen` a section (`[admin]`, `[api]`) cannot do without,
+    /// refused at `header` when missing.
+    pub(super) fn listen(
+        src: &Source,
+        field: &Field,
+        header: Range<usize>,
+        section: &str,
+        example: &str,
+    ) -> Result<std::net::SocketAddr, ConfigError> {
+        match Item::of("listen", field) {
+            Some(item) => item.socket_addr(src, example),
+            None => Err(src.error(
+                header,
+                format!("{section} needs listen, e.g. listen = {example}"),
+            )),
+        }
+    }
+
     /// `true` or `false`.
     pub(super) fn flag(&self, src: &Source) -> Result<bool, ConfigError> {
         match self.value {

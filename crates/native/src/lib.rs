@@ -29,7 +29,7 @@ pub fn route_kind(
     path: &str,
     topics: &Arc<Topics>,
     realtime: &Arc<Realtime>,
-) -> Result<Arc<dyn RouteKind>, String> {
+) -> Result<Arc<dyn RouteKind>, KindError> {
     Ok(match kind {
         NativeKind::Echo => Arc::new(EchoRoute),
         NativeKind::Relay => Arc::new(RelayRoute(Arc::default())),
@@ -48,9 +48,21 @@ pub fn route_kind(
         ))),
         NativeKind::Proxy(config) => Arc::new(proxy::ProxyRoute::new(config)?),
         NativeKind::Pusher(config) => Arc::new(pusher::PusherKind(Arc::new(
-            pusher::PusherRoute::new(&config, topics)?,
+            pusher::PusherRoute::new(&config, topics).map_err(KindError::Pusher)?,
         ))),
     })
+}
+
+/// Why a native route's settings cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum KindError {
+    #[error("upstream_ca {0}")]
+    UpstreamCa(#[from] weir_config::tls::CaError),
+    #[error(transparent)]
+    TokenKeys(#[from] centrifugo::KeysError),
+    /// A pusher route's apps (the pusher module words the reason).
+    #[error("{0}")]
+    Pusher(String),
 }
 
 /// `native = "echo"`: nothing shared, every upgrade accepted.

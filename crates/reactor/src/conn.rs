@@ -4,8 +4,10 @@
 //! idle timeout, backpressure and shutdown rules. Generic over the
 //! behaviour: nothing here names a route kind.
 
+mod inflate;
 mod outgoing;
 
+use inflate::{inflate_piece, Inflating};
 use outgoing::write_all;
 
 use super::behaviour::{Behaviour, Stop};
@@ -13,7 +15,7 @@ use super::buffer::{
     poll_write_all, poll_write_all_vectored, BufPool, Output, HEADROOM_BYTES, READ_BUF_BYTES,
     STREAM_ABOVE_BYTES,
 };
-use super::decode::{DataPiece, Decoder, Piece};
+use super::decode::{Decoder, Piece};
 use super::idle::IdleWheel;
 use super::outbound::{OutMsg, Outbound};
 use super::socket::unless_stalled_poll;
@@ -113,13 +115,6 @@ struct Conn<T> {
     close_code: u16,
     /// permessage-deflate's inbound side (None: not negotiated).
     inflate: Option<Box<Inflating>>,
-}
-
-/// A compressed message being inflated.
-struct Inflating {
-    inflater: Inflater,
-    /// The message so far, inflated; at most `max_message + 1` bytes.
-    message: Vec<u8>,
 }
 
 /// Runs a connection after the 101 until it closes. `prefix` holds bytes
@@ -462,46 +457,6 @@ impl<T: Transport> Conn<T> {
         self.end = HEADROOM_BYTES + left;
         flow
     }
-}
-
-/// Inflates a piece of a compressed message (RFC 7692 §7.2.2); at the
-/// message's end, checks its UTF-8 and hands the whole inflated message
-/// to the behaviour as one piece. Fails with `MessageTooBig` the moment
-/// the message would pass `max_message`, before inflating more. Kept out
-/// of line: the loop over uncompressed pieces stays as tight as before.
-#[inline(never)]
-fn inflate_piece<B: Behaviour>(
-    inflating: &mut Inflating,
-    input: &[u8],
-    piece: &DataPiece,
-    max_message: usize,
-    behaviour: &mut B,
-    out: &mut Output,
-) -> Result<(), ProtocolError> {
-    let Inflating { inflater, message } = inflating;
-    inflater.feed(input, message, max_message)?;
-    if !piece.message_end() {
-        return Ok(());
-    }
-    inflater.finish(message, max_message)?;
-    if piece.message == OpCode::Text && simdutf8::basic::from_utf8(message).is_err() {
-        return Err(ProtocolError::InvalidUtf8);
-    }
-    let len = message.len();
-    let whole = DataPiece {
-        opcode: piece.message,
-        message: piece.message,
-        fin: true,
-        frame_len: len as u64,
-        frame_start: true,
-        frame_end: true,
-        payload: 0..len,
-        compressed: true,
-    };
-    behaviour.on_data(message, &whole, out);
-    // Freed, not kept: an idle connection holds no message buffer.
-    *message = Vec::new();
-    Ok(())
 }
 
 /// The close a protocol violation earns (RFC 6455 §7.4.1).

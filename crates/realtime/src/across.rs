@@ -290,3 +290,64 @@ impl RealtimeSink for Realtime {
         }
     }
 }
+
+/// What a recovery from `since` finds in `read` and in the node's `later`
+/// publications (those after the read, up to `top`).
+pub(crate) fn recovery_of(
+    since: &StreamPosition,
+    read: &redis::Read,
+    later: Vec<Publication>,
+    top: &StreamPosition,
+) -> Recovery {
+    let same_epoch = since.epoch.is_empty() || since.epoch == read.top.epoch;
+    let covered = since.offset == read.top.offset
+        || (since.offset < read.top.offset
+            && read
+                .publications
+                .first()
+                .is_some_and(|p| p.offset == since.offset + 1));
+    if !(same_epoch && covered) {
+        return Recovery {
+            publications: Vec::new(),
+            recovered: false,
+            top: top.clone(),
+        };
+    }
+    let mut publications = read.publications.clone();
+    publications.extend(later);
+    Recovery {
+        publications,
+        recovered: true,
+        top: top.clone(),
+    }
+}
+
+/// Writes this node's members' presence again every
+/// [`redis::PRESENCE_REFRESH`], so Redis forgets only the members of a node
+/// that stopped ([`redis::PRESENCE_TTL`]).
+pub(crate) async fn refresh_presence(realtime: Weak<Realtime>) {
+    loop {
+        tokio::time::sleep(redis::PRESENCE_REFRESH).await;
+        let Some(realtime) = realtime.upgrade() else {
+            return;
+        };
+        let Some(cluster) = realtime.cluster() else {
+            return;
+        };
+        let members: Vec<(Arc<str>, Vec<Arc<ClientInfo>>)> = {
+            let channels = realtime.channels.lock().expect("channels lock");
+            channels
+                .states
+                .iter()
+                .filter_map(|(name, state)| {
+                    let state = state.lock().expect("channel lock");
+                    (!state.presence.is_empty())
+                        .then(|| (name.clone(), state.presence.members().cloned().collect()))
+                })
+                .collect()
+        };
+        for (channel, members) in members {
+            let _ = cluster.store.presence_add(&channel, &members, 0).await;
+        }
+    }
+}

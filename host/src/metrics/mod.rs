@@ -7,13 +7,12 @@
 
 mod render;
 
-use std::fmt::Write;
 use weir_reactor::stats::{
     ConnTotals, GuestTotals, BATCH_EVENTS_BUCKETS, CALL_MICROS_BUCKETS, CLOSE_CODES, FAULT_CAUSES,
 };
 
-/// `Content-Type` of the text exposition format.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// `Content-Type` of the text exposition format (version 0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// One reading of the gateway, taken when `/metrics` is asked for.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -220,7 +219,7 @@ mod tests {
                 }),
             }],
         };
-        let body = snap.render();
+        let body = snap.clone().render();
         let expect = [
             ("weir_websocket_connections", 3),
             ("weir_tcp_connections", 4),
@@ -329,7 +328,7 @@ mod tests {
                 35,
             ),
             (
-                r#"weir_guest_call_duration_seconds_bucket{route="/say \"hi\"",version="2",le="0.00001"}"#,
+                r#"weir_guest_call_duration_seconds_bucket{route="/say \"hi\"",version="2",le="1e-05"}"#,
                 1,
             ),
             (
@@ -354,11 +353,7 @@ mod tests {
             );
         }
         assert_eq!(read(&body, "weir_nothing"), None);
-        let without_heap = Snapshot {
-            heap: None,
-            ..snap.clone()
-        }
-        .render();
+        let without_heap = Snapshot { heap: None, ..snap }.render();
         assert_eq!(read(&without_heap, "weir_heap_bytes_in_use"), None);
     }
 

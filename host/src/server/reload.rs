@@ -169,8 +169,9 @@ impl Changes {
         let _one = self.shared.change.changing.lock().expect("change lock");
         // The certificate first, on its own: a renewed certificate must
         // not wait for a routes file that does not parse.
-        let certificate = self.reload_certificate();
-        let admin_certificate = self.reload_admin_certificate();
+        let certificate = reload_certificate(self.shared.front.tls.as_ref(), "TLS");
+        let admin_tls = self.shared.change.admin_tls.as_ref();
+        let admin_certificate = reload_certificate(admin_tls, "admin TLS");
         let file = self
             .shared
             .change
@@ -205,42 +206,6 @@ impl Changes {
             Err(e) => warn!(file = %file.display(), "reload refused, nothing changed: {e}"),
         }
         result
-    }
-
-    /// Reads `[server] tls`'s files again; a valid pair serves new
-    /// handshakes from now on (open connections keep their sessions), an
-    /// invalid one keeps the old certificate. None without TLS.
-    fn reload_certificate(&self) -> Option<Result<String, String>> {
-        let tls = self.shared.front.tls.as_ref()?;
-        let path = tls.cert_path().display().to_string();
-        Some(match tls.reload() {
-            Ok(()) => {
-                info!(cert = %path, "TLS certificate reloaded");
-                Ok(path)
-            }
-            Err(e) => {
-                warn!("TLS certificate not reloaded, the old one serves on: {e}");
-                Err(format!("TLS certificate (the old one serves on): {e}"))
-            }
-        })
-    }
-
-    /// [`Self::reload_certificate`] for `[admin] tls`.
-    fn reload_admin_certificate(&self) -> Option<Result<String, String>> {
-        let tls = self.shared.change.admin_tls.as_ref()?;
-        let path = tls.cert_path().display().to_string();
-        Some(match tls.reload() {
-            Ok(()) => {
-                info!(cert = %path, "admin TLS certificate reloaded");
-                Ok(path)
-            }
-            Err(e) => {
-                warn!("admin TLS certificate not reloaded, the old one serves on: {e}");
-                Err(format!(
-                    "admin TLS certificate (the old one serves on): {e}"
-                ))
-            }
-        })
     }
 
     fn reload_from(&self, config: &Config) -> Result<ReloadReport, ChangeError> {
@@ -369,4 +334,27 @@ impl Changes {
         }
         Ok(report)
     }
+}
+
+/// Reads a listener's certificate files again (`what`: "TLS" for
+/// `[server] tls`, "admin TLS" for `[admin] tls`); a valid pair serves new
+/// handshakes from now on (open connections keep their sessions), an
+/// invalid one keeps the old certificate. None without TLS; Ok: the
+/// certificate file; Err: the line the reload report's `not_applied` gets.
+fn reload_certificate(
+    tls: Option<&weir_config::tls::Tls>,
+    what: &str,
+) -> Option<Result<String, String>> {
+    let tls = tls?;
+    let path = tls.cert_path().display().to_string();
+    Some(match tls.reload() {
+        Ok(()) => {
+            info!(cert = %path, "{what} certificate reloaded");
+            Ok(path)
+        }
+        Err(e) => {
+            warn!("{what} certificate not reloaded, the old one serves on: {e}");
+            Err(format!("{what} certificate (the old one serves on): {e}"))
+        }
+    })
 }

@@ -2,6 +2,9 @@
 //! byte-level cases that a well-behaved client library refuses to produce.
 #![allow(dead_code)]
 
+mod node;
+pub use node::*;
+
 use futures_util::{SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};

@@ -97,19 +97,7 @@ pub(super) fn admin(
 ) -> Result<AdminConfig, ConfigError> {
     let header = header_span(src, raw.span());
     let raw = raw.get_ref();
-    let Some(listen) = Item::of("listen", &raw.listen) else {
-        return Err(src.error(
-            header,
-            r#"[admin] needs listen, e.g. listen = "127.0.0.1:9090""#,
-        ));
-    };
-    let text = listen.string(src, r#""127.0.0.1:9090""#)?;
-    let listen = text.parse::<SocketAddr>().map_err(|_| {
-        listen.fail(
-            src,
-            r#"not an IP address and port; write e.g. "127.0.0.1:9090""#,
-        )
-    })?;
+    let listen = Item::listen(src, &raw.listen, header, "[admin]", r#""127.0.0.1:9090""#)?;
     let token_env = match Item::of("token_env", &raw.token_env) {
         Some(item) => {
             let name = item.string(src, r#""WEIR_ADMIN_TOKEN""#)?;
@@ -147,13 +135,8 @@ pub(super) fn server(
         return Ok(server);
     };
     if let Some(item) = Item::of("listen", &raw.listen) {
-        let text = item.string(src, r#""127.0.0.1:9001""#)?;
-        server.listen = text.parse::<SocketAddr>().map_err(|_| {
-            item.fail(
-                src,
-                r#"not an IP address and port; write e.g. "127.0.0.1:9001", "0.0.0.0:9001" or "[::]:9001""#,
-            )
-        })?;
+        server.listen =
+            item.socket_addr(src, r#""127.0.0.1:9001", "0.0.0.0:9001" or "[::]:9001""#)?;
     }
     if let Some(item) = Item::of("workers", &raw.workers) {
         server.workers = match item.count(src, 0, MAX_WORKERS)? {
@@ -205,22 +188,7 @@ pub(super) fn server(
     if let Some(item) = Item::of("tls", &raw.tls) {
         server.tls = Some(tls_files(src, &item, origin_dir)?);
     }
-    server.limits = limits(
-        src,
-        &server.limits,
-        [
-            &raw.max_message,
-            &raw.outbound_budget,
-            &raw.idle_timeout,
-            &raw.subprotocols,
-            &raw.origins,
-            &raw.require_origin,
-            &raw.compression,
-            &raw.compression_min,
-            &raw.compression_context,
-            &raw.compression_level,
-        ],
-    )?;
+    server.limits = limits(src, &server.limits, limit_fields!(raw))?;
     Ok(server)
 }
 

@@ -15,7 +15,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use weir_abi::HttpErrorReason;
 
-use crate::services::https::{Connector, PrivateAddress};
+use crate::services::https::{Connector, OutboundCaError, PrivateAddress};
 use crate::services::io::{io_thread, IoEvent, IoThread, Outcome, RouteIo};
 use crate::services::request::{build_request, check_request};
 use crate::ConnectionId;
@@ -31,7 +31,7 @@ pub(super) type ClientKey = (Option<PathBuf>, bool);
 impl IoThread {
     /// The client for `policy`, or why it cannot be made (an unreadable or
     /// empty CA file).
-    pub(super) fn client(&self, policy: &OutboundPolicy) -> Result<HttpClient, String> {
+    pub(super) fn client(&self, policy: &OutboundPolicy) -> Result<HttpClient, OutboundCaError> {
         let key = (policy.ca.clone(), policy.allow_private);
         let mut clients = self.clients.lock().expect("clients lock");
         if let Some(client) = clients.get(&key) {
@@ -48,7 +48,7 @@ impl IoThread {
 
 /// Check that `policy`'s `outbound_ca` can be used (a route with a bad CA
 /// file is refused when the routes are built, not at its first request).
-pub fn check_outbound_ca(policy: &OutboundPolicy) -> Result<(), String> {
+pub fn check_outbound_ca(policy: &OutboundPolicy) -> Result<(), OutboundCaError> {
     match &policy.ca {
         Some(_) => io_thread().client(policy).map(drop),
         None => Ok(()),
@@ -138,7 +138,7 @@ impl RouteIo {
             Ok(client) => Ok((request, client)),
             Err(why) => {
                 self.in_flight.fetch_sub(1, Ordering::AcqRel);
-                Err((HttpErrorReason::Invalid, why))
+                Err((HttpErrorReason::Invalid, why.to_string()))
             }
         });
         let (request, client) = match sendable {

@@ -36,9 +36,11 @@ impl Connector {
     /// A connector whose https servers are checked against `ca` (PEM), or
     /// webpki-roots without one; host names may resolve to non-global
     /// addresses only with `allow_private`.
-    pub(super) fn new(ca: Option<&Path>, allow_private: bool) -> Result<Connector, String> {
-        let config = weir_config::tls::client_config(ca)
-            .map_err(|e| e.replacen("upstream_ca", "outbound_ca", 1))?;
+    pub(super) fn new(
+        ca: Option<&Path>,
+        allow_private: bool,
+    ) -> Result<Connector, OutboundCaError> {
+        let config = weir_config::tls::client_config(ca)?;
         let mut tcp = HttpConnector::new_with_resolver(CheckedResolver { allow_private });
         // Small requests and answers: no Nagle delay on either side.
         tcp.set_nodelay(true);
@@ -50,6 +52,11 @@ impl Connector {
         })
     }
 }
+
+/// Why a route's `outbound_ca` cannot check https servers.
+#[derive(Debug, thiserror::Error)]
+#[error("outbound_ca {0}")]
+pub struct OutboundCaError(#[from] weir_config::tls::CaError);
 
 /// A host name that resolved to an address off the public internet, on a
 /// route without `allow_private` (the guest sees `refused`).

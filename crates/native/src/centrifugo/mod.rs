@@ -48,7 +48,7 @@ impl CentrifugoRoute {
         config: Arc<CentrifugoConfig>,
         realtime: &Arc<Realtime>,
         topics: &Arc<Topics>,
-    ) -> Result<CentrifugoRoute, String> {
+    ) -> Result<CentrifugoRoute, KeysError> {
         let verifier = verifier(&config)?;
         realtime.attach(topics, Arc::new(PushFramer));
         Ok(CentrifugoRoute {
@@ -74,7 +74,7 @@ impl CentrifugoRoute {
 /// variable the route names, the public keys of its JWKS file and its PEM
 /// public key file. One of them is needed; the secret may be missing only
 /// when there is a key file.
-pub(crate) fn verifier(config: &CentrifugoConfig) -> Result<Verifier, String> {
+pub(crate) fn verifier(config: &CentrifugoConfig) -> Result<Verifier, KeysError> {
     let name = &config.token_hmac_secret_env;
     let secret = std::env::var(name).ok().filter(|s| !s.is_empty());
     let (aud, iss) = (
@@ -85,29 +85,50 @@ pub(crate) fn verifier(config: &CentrifugoConfig) -> Result<Verifier, String> {
     let mut verifier = match secret {
         Some(secret) => Verifier::hs256(secret.as_bytes(), aud, iss),
         None if jwks.is_some() || pem.is_some() => Verifier::public_only(aud, iss),
-        None => {
-            return Err(format!(
-                "the environment variable {name} (token_hmac_secret_env) is not set or empty; \
-                 export the HMAC secret connection tokens are signed with, or name a \
-                 token_jwks_file or token_public_key_file"
-            ))
-        }
+        None => return Err(KeysError::NoSecret(name.clone())),
     };
-    if let Some(file) = jwks {
-        let bytes =
-            std::fs::read(file).map_err(|e| format!("token_jwks_file {}: {e}", file.display()))?;
-        verifier = verifier
-            .with_jwks(&bytes)
-            .map_err(|e| format!("token_jwks_file {}: {e}", file.display()))?;
-    }
-    if let Some(file) = pem {
-        let bytes = std::fs::read(file)
-            .map_err(|e| format!("token_public_key_file {}: {e}", file.display()))?;
-        verifier = verifier
-            .with_pem(&bytes)
-            .map_err(|e| format!("token_public_key_file {}: {e}", file.display()))?;
+    type AddKeys = fn(Verifier, &[u8]) -> Result<Verifier, token::KeyError>;
+    let files: [(&str, _, AddKeys); 2] = [
+        ("token_jwks_file", jwks, Verifier::with_jwks),
+        ("token_public_key_file", pem, Verifier::with_pem),
+    ];
+    for (setting, file, add) in files {
+        let Some(path) = file else { continue };
+        let bytes = std::fs::read(path).map_err(|source| KeysError::Unreadable {
+            setting,
+            path: path.clone(),
+            source,
+        })?;
+        verifier = add(verifier, &bytes).map_err(|source| KeysError::Bad {
+            setting,
+            path: path.clone(),
+            source,
+        })?;
     }
     Ok(verifier)
+}
+
+/// Why a centrifugo route's token keys cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    #[error(
+        "the environment variable {0} (token_hmac_secret_env) is not set or empty; \
+         export the HMAC secret connection tokens are signed with, or name a \
+         token_jwks_file or token_public_key_file"
+    )]
+    NoSecret(String),
+    #[error("{setting} {}: {source}", path.display())]
+    Unreadable {
+        setting: &'static str,
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{setting} {}: {source}", path.display())]
+    Bad {
+        setting: &'static str,
+        path: std::path::PathBuf,
+        source: token::KeyError,
+    },
 }
 
 /// Shared by every worker.
@@ -128,7 +149,9 @@ impl RouteKind for CentrifugoKind {
         else {
             return Ok(());
         };
-        self.0.verifier.store(Arc::new(verifier(config)?));
+        // The route-kind interface reports a reload's refusal as text.
+        let verifier = verifier(config).map_err(|e| e.to_string())?;
+        self.0.verifier.store(Arc::new(verifier));
         Ok(())
     }
 }

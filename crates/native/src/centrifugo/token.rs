@@ -17,6 +17,36 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// Why a key file's content cannot check tokens.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("not a JWK set (JSON): {0}")]
+    NotJwkSet(serde_json::Error),
+    #[error("key {index}: {source}")]
+    BadJwk {
+        index: usize,
+        source: jsonwebtoken::errors::Error,
+    },
+    #[error(
+        "key {0} is a shared secret (kty \"oct\"): a JWKS file holds public keys; \
+         HMAC secrets come from token_hmac_secret_env"
+    )]
+    SecretInJwks(usize),
+    #[error("the JWK set has no keys")]
+    EmptyJwkSet,
+    #[error("not PEM (-----BEGIN PUBLIC KEY----- …)")]
+    NotPem,
+    #[error(
+        "a PEM \"{0}\", not a public key (-----BEGIN PUBLIC KEY-----); a private key or a \
+         certificate does not belong here"
+    )]
+    NotPublicKeyPem(String),
+    #[error("not a public key: {0}")]
+    NotPublicKey(String),
+    #[error("neither an RSA nor an EC public key")]
+    UnknownKeyType,
+}
+
 /// Why a token is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TokenError {
@@ -105,25 +135,22 @@ impl Verifier {
 
     /// Also (or only, without a secret) the public keys of `jwks`, a JWK
     /// set as JSON; an error names what is wrong with it.
-    pub(crate) fn with_jwks(mut self, jwks: &[u8]) -> Result<Verifier, String> {
-        let set: JwkSet =
-            serde_json::from_slice(jwks).map_err(|e| format!("not a JWK set (JSON): {e}"))?;
+    pub(crate) fn with_jwks(mut self, jwks: &[u8]) -> Result<Verifier, KeyError> {
+        let set: JwkSet = serde_json::from_slice(jwks).map_err(KeyError::NotJwkSet)?;
         let mut keys = Vec::new();
         for (i, jwk) in set.keys.iter().enumerate() {
-            let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("key {i}: {e}"))?;
+            let key = DecodingKey::from_jwk(jwk)
+                .map_err(|source| KeyError::BadJwk { index: i, source })?;
             if matches!(
                 jwk.algorithm,
                 jsonwebtoken::jwk::AlgorithmParameters::OctetKey(_)
             ) {
-                return Err(format!(
-                    "key {i} is a shared secret (kty \"oct\"): a JWKS file holds public keys; \
-                     HMAC secrets come from token_hmac_secret_env"
-                ));
+                return Err(KeyError::SecretInJwks(i));
             }
             keys.push((jwk.common.key_id.clone(), key));
         }
         if keys.is_empty() {
-            return Err("the JWK set has no keys".into());
+            return Err(KeyError::EmptyJwkSet);
         }
         self.public.get_or_insert_with(PublicKeys::default).keys = keys;
         Ok(self)
@@ -132,7 +159,7 @@ impl Verifier {
     /// Also (or only, without a secret) one PEM public key, RSA (`BEGIN
     /// PUBLIC KEY` or `BEGIN RSA PUBLIC KEY`) or EC (`BEGIN PUBLIC KEY`), for
     /// tokens that name no `kid` of a JWKS file.
-    pub(crate) fn with_pem(mut self, pem: &[u8]) -> Result<Verifier, String> {
+    pub(crate) fn with_pem(mut self, pem: &[u8]) -> Result<Verifier, KeyError> {
         let key = pem_public_key(pem)?;
         self.public.get_or_insert_with(PublicKeys::default).pem = Some(key);
         Ok(self)
@@ -154,7 +181,7 @@ impl Verifier {
         jwks: &[u8],
         audience: Option<&str>,
         issuer: Option<&str>,
-    ) -> Result<Verifier, String> {
+    ) -> Result<Verifier, KeyError> {
         Verifier::public_only(audience, issuer).with_jwks(jwks)
     }
 
@@ -248,24 +275,19 @@ impl Verifier {
 
 /// The key of a PEM file: `PUBLIC KEY` (SubjectPublicKeyInfo, RSA or EC)
 /// or `RSA PUBLIC KEY` (PKCS #1).
-fn pem_public_key(pem: &[u8]) -> Result<DecodingKey, String> {
+fn pem_public_key(pem: &[u8]) -> Result<DecodingKey, KeyError> {
     use x509_parser::prelude::FromDer;
     use x509_parser::public_key::PublicKey;
     use x509_parser::x509::SubjectPublicKeyInfo;
-    let (_, block) = x509_parser::pem::parse_x509_pem(pem)
-        .map_err(|_| "not PEM (-----BEGIN PUBLIC KEY----- …)".to_string())?;
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem).map_err(|_| KeyError::NotPem)?;
     if block.label == "RSA PUBLIC KEY" {
         return Ok(DecodingKey::from_rsa_der(&block.contents));
     }
     if block.label != "PUBLIC KEY" {
-        return Err(format!(
-            "a PEM \"{}\", not a public key (-----BEGIN PUBLIC KEY-----); a private key or a \
-             certificate does not belong here",
-            block.label
-        ));
+        return Err(KeyError::NotPublicKeyPem(block.label));
     }
     let (_, spki) = SubjectPublicKeyInfo::from_der(&block.contents)
-        .map_err(|e| format!("not a public key: {e}"))?;
+        .map_err(|e| KeyError::NotPublicKey(e.to_string()))?;
     match spki.parsed() {
         Ok(PublicKey::RSA(rsa)) => {
             let trim = |b: &[u8]| b[b.iter().take_while(|&&x| x == 0).count()..].to_vec();
@@ -275,7 +297,7 @@ fn pem_public_key(pem: &[u8]) -> Result<DecodingKey, String> {
             ))
         }
         Ok(PublicKey::EC(point)) => Ok(DecodingKey::from_ec_der(point.data())),
-        _ => Err("neither an RSA nor an EC public key".into()),
+        _ => Err(KeyError::UnknownKeyType),
     }
 }
 
@@ -349,7 +371,10 @@ mod tests {
         let none = json!({"keys": []}).to_string();
         assert!(Verifier::jwks(none.as_bytes(), None, None).is_err());
         let secret = json!({"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}).to_string();
-        let refused = Verifier::jwks(secret.as_bytes(), None, None).err().unwrap();
+        let refused = Verifier::jwks(secret.as_bytes(), None, None)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(refused.contains("token_hmac_secret_env"), "{refused}");
         assert!(Verifier::jwks(b"{", None, None).is_err());
         let set = json!({"keys": [rsa]}).to_string();

@@ -75,15 +75,39 @@ pub(super) struct Upstream {
     buf: Option<Box<[u8]>>,
     /// Bytes read and not yet handed on are `buf[..end]`.
     end: usize,
-    /// Bytes of a streamed frame still to hand on as they come.
-    frame_left: u64,
-    /// With a filter: the upstream message being assembled, its kind, and
-    /// whether one is open (fragments), and the FIN of a frame whose
-    /// payload is still arriving.
-    message: Vec<u8>,
-    message_text: bool,
-    message_open: bool,
-    frame_fin: bool,
+    /// The frame whose payload is still arriving.
+    frame: Streaming,
+    /// With a filter: the upstream message being assembled.
+    message: Assembly,
+}
+
+/// A data frame whose payload goes on past the bytes read so far.
+#[derive(Default)]
+struct Streaming {
+    /// Payload bytes still to come.
+    left: u64,
+    /// Whether the frame ends its message.
+    fin: bool,
+}
+
+/// With a filter: the upstream message being assembled from its frames,
+/// its kind, and whether one is open (fragments).
+#[derive(Default)]
+struct Assembly {
+    bytes: Vec<u8>,
+    text: bool,
+    open: bool,
+}
+
+/// What [`walk`] meets in the upstream's bytes, in order.
+enum Piece<'a> {
+    /// A whole ping or pong frame.
+    Control(&'a [u8]),
+    /// A data frame begins: its header, before its payload.
+    Start(&'a ServerHeader),
+    /// Payload bytes of the current data frame, as they arrived; `true`
+    /// when they are the last of a frame that ends its message.
+    Payload(&'a [u8], bool),
 }
 
 impl Upstream {
@@ -100,11 +124,8 @@ impl Upstream {
             client,
             buf: None,
             end: 0,
-            frame_left: 0,
-            message: Vec::new(),
-            message_text: false,
-            message_open: false,
-            frame_fin: false,
+            frame: Streaming::default(),
+            message: Assembly::default(),
         };
         let mut end = None;
         if !early.is_empty() {
@@ -192,124 +213,46 @@ impl Upstream {
     /// filter (payload bytes are taken as they arrive, so a message may be
     /// larger than the buffer).
     fn hand_to_filter(&mut self, filter: &LinkFilter) -> Option<End> {
-        let mut buf = self.buf.take().expect("bytes to hand on");
-        let end = self.end;
-        let mut pos = 0;
-        let mut result = None;
-        let mut queued = false;
+        let buf = self.buf.take().expect("bytes to hand on");
         let id = self.link.id.get();
-        loop {
-            if self.frame_left > 0 {
-                let take = self.frame_left.min((end - pos) as u64) as usize;
-                self.message.extend_from_slice(&buf[pos..pos + take]);
-                pos += take;
-                self.frame_left -= take as u64;
-                if self.frame_left > 0 {
-                    break;
-                }
-                if self.frame_fin {
-                    match self.message_done(filter, id) {
-                        Ok(()) => queued = true,
-                        Err(e) => {
-                            result = Some(End::Broke(e));
-                            break;
-                        }
+        let mut queued = false;
+        let (client, message) = (&self.client, &mut self.message);
+        let (pos, result) = walk(&buf[..self.end], &mut self.frame, false, |piece| {
+            match piece {
+                Piece::Control(frame) => {
+                    if !client.send_direct(frame) {
+                        return Err(End::ClientEnded(close::GOING_AWAY, String::new()));
                     }
                 }
-                continue;
-            }
-            let header = match next_header(&buf[pos..end]) {
-                Ok(Some(header)) => header,
-                Ok(None) => break,
-                Err(end) => {
-                    result = Some(end);
-                    break;
-                }
-            };
-            let total = header.header_len + header.payload_len as usize;
-            let have = end - pos;
-            match header.opcode {
-                OpCode::Close | OpCode::Ping | OpCode::Pong if have < total => break,
-                OpCode::Close => {
-                    let payload = &buf[pos + header.header_len..pos + total];
-                    result = Some(close_end(payload));
-                    break;
-                }
-                OpCode::Ping | OpCode::Pong => {
-                    if !self.client.send_direct(&buf[pos..pos + total]) {
-                        result = Some(End::ClientEnded(close::GOING_AWAY, String::new()));
-                        break;
-                    }
-                    pos += total;
-                }
-                opcode => {
-                    let continuation = opcode == OpCode::Continuation;
-                    if continuation != self.message_open {
-                        result = Some(End::Broke(if continuation {
-                            ProtocolError::UnexpectedContinuation
-                        } else {
-                            ProtocolError::ExpectedContinuation
-                        }));
-                        break;
-                    }
-                    if !continuation {
-                        self.message_open = true;
-                        self.message_text = opcode == OpCode::Text;
-                    }
-                    if self.message.len() as u64 + header.payload_len
-                        > MAX_FILTERED_MESSAGE_BYTES as u64
-                    {
-                        result = Some(End::Broke(ProtocolError::MessageTooBig));
-                        break;
-                    }
-                    let arrived = (have - header.header_len).min(header.payload_len as usize);
-                    let from = pos + header.header_len;
-                    self.message.extend_from_slice(&buf[from..from + arrived]);
-                    pos = from + arrived;
-                    if (arrived as u64) < header.payload_len {
-                        self.frame_left = header.payload_len - arrived as u64;
-                        self.frame_fin = header.fin;
-                        break;
-                    }
-                    if header.fin {
-                        match self.message_done(filter, id) {
-                            Ok(()) => queued = true,
-                            Err(e) => {
-                                result = Some(End::Broke(e));
-                                break;
-                            }
-                        }
+                Piece::Start(header) => message.start(header).map_err(End::Broke)?,
+                Piece::Payload(bytes, last) => {
+                    message.bytes.extend_from_slice(bytes);
+                    if last {
+                        message.done(filter, id).map_err(End::Broke)?;
+                        queued = true;
                     }
                 }
             }
-        }
+            Ok(())
+        });
         if queued {
             filter.slot.wake();
         }
-        let left = end - pos;
-        if left == 0 {
-            give_buf(buf);
-        } else {
-            buf.copy_within(pos..end, 0);
-            self.buf = Some(buf);
-        }
-        self.end = left;
+        self.keep_rest(buf, pos);
         result
     }
 
-    /// An upstream message is whole: to the filter (text must be UTF-8,
-    /// RFC 6455 §8.1, as every text a guest gets).
-    fn message_done(&mut self, filter: &LinkFilter, id: u64) -> Result<(), ProtocolError> {
-        if self.message_text && simdutf8::basic::from_utf8(&self.message).is_err() {
-            return Err(ProtocolError::InvalidUtf8);
+    /// Keeps `buf[pos..end]` for the next read (at the buffer's start), or
+    /// gives the buffer back to the pool when nothing is left.
+    fn keep_rest(&mut self, mut buf: Box<[u8]>, pos: usize) {
+        let left = self.end - pos;
+        if left == 0 {
+            give_buf(buf);
+        } else {
+            buf.copy_within(pos..self.end, 0);
+            self.buf = Some(buf);
         }
-        filter.queue(id, Direction::ToClient, self.message_text, &self.message);
-        self.message.clear();
-        self.message_open = false;
-        if self.message.capacity() > super::KEEP_MESSAGE_BUF_BYTES {
-            self.message = Vec::new();
-        }
-        Ok(())
+        self.end = left;
     }
 
     /// Waits until every message given to the filter in `direction` has
@@ -340,62 +283,15 @@ impl Upstream {
             let link = self.link.clone();
             return self.hand_to_filter(link.filter.as_ref().expect("checked"));
         }
-        let buf = self.buf.as_mut().expect("bytes to hand on");
-        let end = self.end;
-        let mut pos = 0;
-        let mut result = None;
-        loop {
-            if self.frame_left > 0 {
-                let take = self.frame_left.min((end - pos) as u64);
-                pos += take as usize;
-                self.frame_left -= take;
-                if self.frame_left > 0 {
-                    break;
-                }
-                continue;
-            }
-            let header = match next_header(&buf[pos..end]) {
-                Ok(Some(header)) => header,
-                Ok(None) => break,
-                Err(end) => {
-                    result = Some(end);
-                    break;
-                }
-            };
-            let total = header.header_len as u64 + header.payload_len;
-            let have = (end - pos) as u64;
-            if header.opcode == OpCode::Close {
-                if have < total {
-                    break;
-                }
-                let payload = &buf[pos + header.header_len..pos + total as usize];
-                result = Some(close_end(payload));
-                break;
-            }
-            if have >= total {
-                pos += total as usize;
-            } else if total <= buf.len() as u64 {
-                // Whole once the rest arrives: wait for it.
-                break;
-            } else {
-                self.frame_left = total - have;
-                pos = end;
-                break;
-            }
-        }
+        let buf = self.buf.take().expect("bytes to hand on");
+        let (pos, mut result) = walk(&buf[..self.end], &mut self.frame, true, |_| Ok(()));
         if pos > 0 {
-            self.link.to_client_mid_frame.set(self.frame_left > 0);
+            self.link.to_client_mid_frame.set(self.frame.left > 0);
             if !self.client.send_direct(&buf[..pos]) {
                 result = result.or(Some(End::ClientEnded(close::GOING_AWAY, String::new())));
             }
         }
-        let left = end - pos;
-        if left == 0 {
-            give_buf(self.buf.take().expect("held above"));
-        } else if pos > 0 {
-            buf.copy_within(pos..end, 0);
-        }
-        self.end = left;
+        self.keep_rest(buf, pos);
         result
     }
 
@@ -468,12 +364,104 @@ impl Upstream {
     }
 }
 
-/// The next upstream frame's header in `bytes`: None until it is all
-/// there; a protocol violation is the end it brings. Both ways of handing
-/// upstream bytes on (to the client as they are, or to the filter as
-/// messages) walk frames with it.
-fn next_header(bytes: &[u8]) -> Result<Option<ServerHeader>, End> {
-    parse_server_header(bytes).map_err(End::Broke)
+impl Assembly {
+    /// A data frame of `header` begins: a continuation only inside a
+    /// message, a first frame only outside one (RFC 6455 §5.4), and the
+    /// message within [`MAX_FILTERED_MESSAGE_BYTES`].
+    fn start(&mut self, header: &ServerHeader) -> Result<(), ProtocolError> {
+        let continuation = header.opcode == OpCode::Continuation;
+        if continuation != self.open {
+            return Err(if continuation {
+                ProtocolError::UnexpectedContinuation
+            } else {
+                ProtocolError::ExpectedContinuation
+            });
+        }
+        if !continuation {
+            self.open = true;
+            self.text = header.opcode == OpCode::Text;
+        }
+        if self.bytes.len() as u64 + header.payload_len > MAX_FILTERED_MESSAGE_BYTES as u64 {
+            return Err(ProtocolError::MessageTooBig);
+        }
+        Ok(())
+    }
+
+    /// The message is whole: to the filter (text must be UTF-8, RFC 6455
+    /// §8.1, as every text a guest gets).
+    fn done(&mut self, filter: &LinkFilter, id: u64) -> Result<(), ProtocolError> {
+        if self.text && simdutf8::basic::from_utf8(&self.bytes).is_err() {
+            return Err(ProtocolError::InvalidUtf8);
+        }
+        filter.queue(id, Direction::ToClient, self.text, &self.bytes);
+        self.bytes.clear();
+        self.open = false;
+        if self.bytes.capacity() > super::KEEP_MESSAGE_BUF_BYTES {
+            self.bytes = Vec::new();
+        }
+        Ok(())
+    }
+}
+
+/// Walks the upstream frames in `buf` from its start, telling `on` each
+/// piece, and returns how far it got and the end a close frame, a protocol
+/// violation or `on` brings. A data frame whose payload goes past `buf`
+/// is streamed (`frame` counts what is still to come), unless `whole` and
+/// it fits the buffer: then the walk stops before it until it is all there.
+/// Control frames are always waited for whole; a close ends the walk.
+fn walk(
+    buf: &[u8],
+    frame: &mut Streaming,
+    whole: bool,
+    mut on: impl FnMut(Piece<'_>) -> Result<(), End>,
+) -> (usize, Option<End>) {
+    let mut pos = 0;
+    while pos < buf.len() {
+        if frame.left > 0 {
+            let take = frame.left.min((buf.len() - pos) as u64) as usize;
+            frame.left -= take as u64;
+            let piece = Piece::Payload(&buf[pos..pos + take], frame.left == 0 && frame.fin);
+            pos += take;
+            if let Err(end) = on(piece) {
+                return (pos, Some(end));
+            }
+            continue;
+        }
+        let header = match parse_server_header(&buf[pos..]) {
+            Ok(Some(header)) => header,
+            Ok(None) => break,
+            Err(e) => return (pos, Some(End::Broke(e))),
+        };
+        let total = header.header_len as u64 + header.payload_len;
+        let have = (buf.len() - pos) as u64;
+        let control = matches!(header.opcode, OpCode::Close | OpCode::Ping | OpCode::Pong);
+        if have < total && (control || (whole && total <= UPSTREAM_BUF_BYTES as u64)) {
+            break;
+        }
+        let payload = pos + header.header_len;
+        if header.opcode == OpCode::Close {
+            return (pos, Some(close_end(&buf[payload..pos + total as usize])));
+        }
+        let step = if control {
+            pos += total as usize;
+            on(Piece::Control(&buf[pos - total as usize..pos]))
+        } else {
+            let arrived = (have - header.header_len as u64).min(header.payload_len) as usize;
+            frame.left = header.payload_len - arrived as u64;
+            frame.fin = header.fin;
+            pos = payload + arrived;
+            on(Piece::Start(&header)).and_then(|()| {
+                on(Piece::Payload(
+                    &buf[payload..pos],
+                    frame.left == 0 && header.fin,
+                ))
+            })
+        };
+        if let Err(end) = step {
+            return (pos, Some(end));
+        }
+    }
+    (pos, None)
 }
 
 /// The end an upstream's close frame brings: its code and reason, or the

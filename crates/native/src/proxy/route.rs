@@ -16,7 +16,7 @@ pub struct ProxyRoute {
 impl ProxyRoute {
     /// The route for `config`; a `wss://` route's `upstream_ca` is read
     /// here (Err: why it is unusable).
-    pub fn new(config: Arc<ProxyConfig>) -> Result<ProxyRoute, String> {
+    pub fn new(config: Arc<ProxyConfig>) -> Result<ProxyRoute, crate::KindError> {
         let tls = match config.tls {
             true => Some(weir_config::tls::client_config(
                 config.upstream_ca.as_deref(),
