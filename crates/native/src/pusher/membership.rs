@@ -23,6 +23,11 @@ use weir_ws::frame::OpCode;
 /// `pusher:subscription_error` type of a limit reached.
 pub(super) const LIMIT: &str = "LimitReached";
 
+/// How long a subscribe waits for the node's Redis subscription of its
+/// topic (the core's own bound on a Redis call): past it the client is
+/// answered anyway, and other nodes' events reach it once the link is up.
+const WATCH_TIMEOUT: std::time::Duration = weir_realtime::redis::REDIS_TIMEOUT;
+
 /// A subscribe the connection checked and hands over.
 pub(super) struct Joining {
     pub route: Arc<PusherRoute>,
@@ -84,6 +89,11 @@ pub(super) async fn join(j: Joining, done: oneshot::Sender<bool>) {
         );
         let _ = done.send(false);
         return;
+    }
+    // With `[cluster]`: what other nodes trigger from now on reaches this
+    // one before the client is told it is subscribed.
+    if !route.topics.wait_watched(&j.core, WATCH_TIMEOUT).await {
+        tracing::debug!(channel = name, "pusher: the topic's Redis subscription is late");
     }
     if !j.state.active() {
         // The client left while the subscribe waited on Redis.

@@ -84,6 +84,11 @@ impl RedisBroker {
     /// `within`: what is published from then on reaches this node.
     pub async fn wait_subscribed(&self, scope: &str, channel: &str, within: Duration) -> bool {
         let name = realtime_channel(&format!("{scope}{channel}"));
+        self.wait_active(name, within).await
+    }
+
+    /// Waits until the Redis channel `name` is subscribed, or `within` passed.
+    pub(super) async fn wait_active(&self, name: String, within: Duration) -> bool {
         let mut changes = self.active_changed.subscribe();
         let wait = async {
             loop {

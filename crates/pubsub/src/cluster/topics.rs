@@ -53,6 +53,15 @@ impl Broker for RedisBroker {
         }
     }
 
+    fn wait_watched<'a>(
+        &'a self,
+        namespace: &'a str,
+        topic: &'a str,
+        within: Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
+        Box::pin(self.wait_active(channel(namespace, topic), within))
+    }
+
     fn stats(&self) -> Option<ClusterStats> {
         Some(ClusterStats {
             connected: self.connected.load(Ordering::Acquire),
