@@ -2,6 +2,8 @@
 //! byte-level cases that a well-behaved client library refuses to produce.
 #![allow(dead_code)]
 
+pub mod redis;
+
 use futures_util::{SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
