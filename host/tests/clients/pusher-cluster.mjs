@@ -121,7 +121,8 @@ async function presence() {
   const removed = collect(chA, 'pusher:member_removed');
   const bob = client(B, 'bob');
   const chB = await subscribed(bob, 'presence-room');
-  assert.equal(chB.members.count, 2, 'bob on B sees alice on A');
+  const members = chB.members.count;
+  assert.equal(members, 2, 'bob on B sees alice on A');
   assert.deepEqual(chB.members.get('alice').info, { name: 'ALICE' });
   await until(() => added.length === 1, "bob's member_added on A");
   assert.equal(added[0].id, 'bob');
@@ -144,7 +145,7 @@ async function presence() {
   await until(() => removed.length === 1, "bob's member_removed on A");
   assert.equal(removed[0].id, 'bob');
   alice.disconnect();
-  return { members: chB.members.count, added: added.length, removed: removed.length };
+  return { members, added: added.length, removed: removed.length };
 }
 
 /** Channel queries from either node count both; a channel stays occupied
