@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::redis::{free_port, have_redis, redis_cluster, Redis};
+use common::redis::{await_cluster_ok, free_port, have_redis, redis_cluster, Redis};
 use common::{client, metric, next, WeirProcess, Ws, STEP};
 use futures_util::{SinkExt, StreamExt};
 use std::path::PathBuf;

@@ -97,7 +97,11 @@ async fn a_trigger_through_node_b_reaches_a_subscriber_on_node_a() {
         return;
     };
     let out = scenario(&a, &b, "events").await;
-    assert_eq!((out["events"].clone(), out["client_events"].clone()), (1.into(), 1.into()), "{out}");
+    assert_eq!(
+        (out["events"].clone(), out["client_events"].clone()),
+        (1.into(), 1.into()),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,7 +111,11 @@ async fn presence_members_span_both_nodes_once_per_user() {
     };
     let out = scenario(&a, &b, "presence").await;
     assert_eq!(out["members"], 2, "{out}");
-    assert_eq!((out["added"].clone(), out["removed"].clone()), (1.into(), 1.into()), "{out}");
+    assert_eq!(
+        (out["added"].clone(), out["removed"].clone()),
+        (1.into(), 1.into()),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -402,7 +402,12 @@ impl RedisBroker {
             .and_then(|c| subscribed.get(c))
             .and_then(|(namespace, topic)| Some((namespace.strip_prefix(REALTIME_MARK)?, topic)))
         {
-            let sink = self.realtime.read().expect("cluster lock").get(scope).cloned();
+            let sink = self
+                .realtime
+                .read()
+                .expect("cluster lock")
+                .get(scope)
+                .cloned();
             if let Some(sink) = sink.and_then(|s| s.upgrade()) {
                 self.received.fetch_add(1, Ordering::Relaxed);
                 sink.receive(topic, Bytes::from(payload));

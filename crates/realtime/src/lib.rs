@@ -212,7 +212,9 @@ impl Realtime {
     /// framed by `framer`; attaching the same namespace again does nothing.
     pub fn attach(&self, topics: &Arc<Topics>, framer: Arc<dyn Framer>) {
         if let Some(cluster) = self.cluster() {
-            cluster.broker.realtime_adapter(topics.name(), cluster.scope());
+            cluster
+                .broker
+                .realtime_adapter(topics.name(), cluster.scope());
         }
         let mut adapters = self.adapters.write().expect("adapters lock");
         if !adapters.iter().any(|a| Arc::ptr_eq(&a.topics, topics)) {

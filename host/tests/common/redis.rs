@@ -127,7 +127,7 @@ pub async fn redis_cluster() -> Vec<Redis> {
 }
 
 /// Every node reports cluster_state:ok.
-async fn await_cluster_ok(nodes: &[Redis]) {
+pub async fn await_cluster_ok(nodes: &[Redis]) {
     let deadline = tokio::time::Instant::now() + STEP;
     loop {
         let ok = nodes.iter().all(|n| {
@@ -146,4 +146,3 @@ async fn await_cluster_ok(nodes: &[Redis]) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
-

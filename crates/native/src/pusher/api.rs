@@ -15,11 +15,11 @@
 use super::{App, PusherRoute};
 use http::{Method, StatusCode};
 use std::collections::BTreeMap;
-use weir_realtime::{RealtimeError, UserCommand};
 use weir_pusher::api::{self, ApiLimits, ChannelCounts, Trigger};
 use weir_pusher::http_api::{self, SignedRequest, DEFAULT_TIMESTAMP_WINDOW_SECS};
 use weir_pusher::{codes, server, Channel};
 use weir_reactor::kind::{HttpAnswer, HttpRequest};
+use weir_realtime::{RealtimeError, UserCommand};
 
 /// Refusal bodies are JSON `{"error": ...}`, as the libraries print them.
 fn refuse(status: u16, why: impl std::fmt::Display) -> HttpAnswer {
@@ -265,7 +265,11 @@ async fn counts(
 }
 
 /// `GET /channels`: occupied channels, optionally by prefix, with counts.
-async fn channels(route: &PusherRoute, app: &App, query: &str) -> Result<HttpAnswer, RealtimeError> {
+async fn channels(
+    route: &PusherRoute,
+    app: &App,
+    query: &str,
+) -> Result<HttpAnswer, RealtimeError> {
     let prefix = param(query, "filter_by_prefix").unwrap_or_default();
     let info = param(query, "info").unwrap_or_default();
     if info.split(',').any(|a| a.trim() == "user_count") && !prefix.starts_with("presence-") {

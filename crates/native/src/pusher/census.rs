@@ -63,6 +63,10 @@ struct Tally {
     users: HashMap<String, usize>,
 }
 
+/// A channel this node holds: its name, subscriptions and connections per
+/// user, as a renewal writes them.
+type Held = (String, usize, Vec<(String, usize)>);
+
 /// The route's census (see the module head).
 pub struct Census {
     /// This node's counts, by core channel name: every subscription of
@@ -216,7 +220,7 @@ impl Census {
     }
 
     /// This node's channels and counts, for a renewal.
-    fn snapshot(&self) -> Vec<(String, usize, Vec<(String, usize)>)> {
+    fn snapshot(&self) -> Vec<Held> {
         let tallies = self.here.lock().expect("census lock");
         tallies
             .iter()
@@ -458,7 +462,11 @@ mod tests {
             }
         );
         assert!(join(Some("u2")).member_added);
-        let (subs, users) = census.tally("r0:presence-a").now_or_never().unwrap().unwrap();
+        let (subs, users) = census
+            .tally("r0:presence-a")
+            .now_or_never()
+            .unwrap()
+            .unwrap();
         assert_eq!((subs, users.len()), (3, 2));
         assert_eq!(leave(Some("u1")), Left::default());
         assert!(leave(Some("u1")).member_removed);

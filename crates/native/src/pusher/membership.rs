@@ -93,7 +93,10 @@ pub(super) async fn join(j: Joining, done: oneshot::Sender<bool>) {
     // With `[cluster]`: what other nodes trigger from now on reaches this
     // one before the client is told it is subscribed.
     if !route.topics.wait_watched(&j.core, WATCH_TIMEOUT).await {
-        tracing::debug!(channel = name, "pusher: the topic's Redis subscription is late");
+        tracing::debug!(
+            channel = name,
+            "pusher: the topic's Redis subscription is late"
+        );
     }
     if !j.state.active() {
         // The client left while the subscribe waited on Redis.
