@@ -8,15 +8,19 @@
 //! count both; a channel is occupied while a subscriber remains on any
 //! node and vacated after the last anywhere; `terminate_connections`
 //! through B closes the user's connection on A; a cache channel's event
-//! kept through A is replayed on B. Every scenario again on a three-master
+//! kept through A is replayed on B; a killed node's subscribers stop
+//! counting once its lease ends. Every scenario again on a three-master
 //! Redis Cluster.
 
 mod common;
 
 use common::redis::{have_redis, redis_cluster, Redis};
-use common::{await_metric, WeirProcess};
+use common::{await_metric, client, WeirProcess, STEP};
+use futures_util::{SinkExt, StreamExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::Message;
 
 const ROUTES: &str = r#"
 [[route]]
@@ -144,6 +148,31 @@ async fn a_cache_channels_event_is_replayed_on_the_other_node() {
     };
     let out = scenario(&a, &b, "cache").await;
     assert_eq!(out["replayed"], 2, "{out}");
+}
+
+/// A node killed (no leave reaches Redis) with a subscriber: the channel
+/// stays occupied on the other node's API until the dead node's lease
+/// ends, then is vacated there (counts never outlive their node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_nodes_subscribers_stop_counting_after_its_lease() {
+    let Some((_redis, a, mut b)) = standalone().await else {
+        return;
+    };
+    let mut ws = client(&b.url("/app/key1?protocol=7")).await;
+    let subscribe = r#"{"event":"pusher:subscribe","data":{"channel":"room"}}"#;
+    ws.send(Message::text(subscribe)).await.unwrap();
+    loop {
+        let msg = timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+        if msg.to_text().unwrap().contains("subscription_succeeded") {
+            break;
+        }
+    }
+    let out = scenario(&a, &b, "occupied").await;
+    assert_eq!(out["subscription_count"], 1, "{out}");
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let out = scenario(&a, &b, "vacated").await;
+    assert_eq!(out["vacated"], true, "{out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

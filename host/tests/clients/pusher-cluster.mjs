@@ -213,15 +213,32 @@ async function cache() {
   return { replayed: replay.eur };
 }
 
+/** Node A's API counts `room` (subscribed on node B by the test). */
+async function occupied() {
+  const one = await query(A, '/channels/room', { info: 'subscription_count' });
+  assert.equal(one.occupied, true);
+  return { occupied: one.occupied, subscription_count: one.subscription_count };
+}
+
+/** Node B was killed with a subscriber of `room`: node A's API stops
+ * counting it once B's lease ends (30 s after its last renewal). */
+async function vacated() {
+  const start = Date.now();
+  await until(async () => !(await query(A, '/channels/room')).occupied, 'the lease of the killed node', 45000);
+  const list = await query(A, '/channels');
+  assert.deepEqual(Object.keys(list.channels), []);
+  return { vacated: true, after_ms: Date.now() - start };
+}
+
 async function all() {
   const out = {};
   for (const [name, run] of Object.entries(scenarios)) {
-    if (name !== 'all') out[name] = await run();
+    if (!['all', 'occupied', 'vacated'].includes(name)) out[name] = await run();
   }
   return out;
 }
 
-const scenarios = { events, presence, occupancy, terminate, cache, all };
+const scenarios = { events, presence, occupancy, terminate, cache, all, occupied, vacated };
 
 const timer = setTimeout(() => {
   console.error('scenario timed out');
