@@ -227,6 +227,7 @@ impl Pusher {
         let (done, joined) = oneshot::channel();
         let joining = Joining {
             route: self.route().clone(),
+            app: self.app,
             channel: req.channel.clone(),
             core: core.clone(),
             conn: self.id,
@@ -264,6 +265,7 @@ impl Pusher {
             .leave(&sub.core, &route.topics, self.id, &sub.member, &sub.state);
         route.run(membership::leave(
             route.clone(),
+            self.app,
             sub.channel,
             sub.core,
             self.id,

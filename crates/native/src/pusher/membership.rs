@@ -31,6 +31,8 @@ const WATCH_TIMEOUT: std::time::Duration = weir_realtime::redis::REDIS_TIMEOUT;
 /// A subscribe the connection checked and hands over.
 pub(super) struct Joining {
     pub route: Arc<PusherRoute>,
+    /// The app's index in the route.
+    pub app: usize,
     pub channel: Channel,
     /// The core's name of the channel.
     pub core: String,
@@ -104,7 +106,7 @@ pub(super) async fn join(j: Joining, done: oneshot::Sender<bool>) {
         return;
     }
     let user = j.channel.is_presence().then_some(j.member.user.as_str());
-    let counted = route.census.joined(&j.core, user).await;
+    let counted = route.joined(&route.apps[j.app], &j.channel, user).await;
     if j.channel.is_presence() {
         let members = route
             .realtime
@@ -172,6 +174,7 @@ async fn replay_cache(route: &PusherRoute, name: &str, core: &str, outbound: &Ou
 /// left in the channel on any node.
 pub(super) async fn leave(
     route: Arc<PusherRoute>,
+    app: usize,
     channel: Channel,
     core: String,
     conn: ConnId,
@@ -182,7 +185,7 @@ pub(super) async fn leave(
         return;
     }
     let user = channel.is_presence().then_some(member.user.as_str());
-    let left = route.census.left(&core, user).await;
+    let left = route.left(&route.apps[app], &channel, user).await;
     if left.member_removed {
         let removed = server::member_removed(channel.name(), &member.user);
         to_others(&route, &core, &removed, conn);

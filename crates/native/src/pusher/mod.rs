@@ -197,6 +197,24 @@ impl PusherRoute {
         self.apps.iter().find(|a| a.config.id == id)
     }
 
+    /// One subscription more in `app`'s `channel` (by `user` on a presence
+    /// channel), and what it changed on every node: the first subscription
+    /// anywhere occupies the channel, a user's first connection anywhere
+    /// adds the member. Where webhooks `channel_occupied` and
+    /// `member_added` are decided ([`membership`] calls it once per
+    /// subscription that joined).
+    pub async fn joined(&self, app: &App, channel: &Channel, user: Option<&str>) -> census::Joined {
+        self.census.joined(&app.core_name(channel), user).await
+    }
+
+    /// One subscription fewer (one [`joined`](Self::joined) counted): the
+    /// last subscription anywhere vacates the channel, a user's last
+    /// connection anywhere removes the member (`channel_vacated`,
+    /// `member_removed`).
+    pub async fn left(&self, app: &App, channel: &Channel, user: Option<&str>) -> census::Left {
+        self.census.left(&app.core_name(channel), user).await
+    }
+
     /// The key a signed-in user's connections are under in the core's
     /// clients: the app's index, `:`, the user id.
     pub fn user_key(&self, app: usize, user: &str) -> String {
