@@ -31,8 +31,9 @@ use weir_ws::frame::OpCode;
 /// fast failure detection) is not outlived by its pong wait.
 pub const PONG_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `pusher:subscription_error` types: a refused signature or user (what
-/// pusher-js emits itself when its auth endpoint fails), and a limit.
+/// `pusher:subscription_error` type of a refused signature or user (what
+/// pusher-js emits itself when its auth endpoint fails); a limit's is
+/// [`LIMIT`].
 const AUTH: &str = "AuthError";
 
 /// One of the connection's subscriptions.
