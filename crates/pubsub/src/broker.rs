@@ -19,6 +19,18 @@ pub trait Broker: Send + Sync {
     fn unwatch(&self, namespace: &Arc<str>, topic: &str);
     /// A local publish of `frames` (whole server frames) to `topic`.
     fn publish(&self, namespace: &Arc<str>, topic: &Arc<str>, frames: &Bytes);
+    /// Resolves once other nodes' publishes to `topic` (watched) reach this
+    /// node, false if that did not happen within `within`; at once where
+    /// nothing crosses nodes. What a subscribe waits for before it tells a
+    /// client it is subscribed.
+    fn wait_watched<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _topic: &'a str,
+        _within: std::time::Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
+        Box::pin(std::future::ready(true))
+    }
     /// The link's figures for `/metrics` (None: no link).
     fn stats(&self) -> Option<super::cluster::ClusterStats> {
         None

@@ -60,6 +60,9 @@ const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 /// Marks a weir message (the first byte of the payload).
 const TAG: u8 = b'w';
 const HEADER_BYTES: usize = 9;
+/// What the namespace of a wanted real-time channel starts with (then the
+/// core's scope): no route path or `topics` name can, it starts with NUL.
+const REALTIME_MARK: &str = "\0realtime";
 
 /// The real-time core's end of the link: the channels it watches
 /// ([`RedisBroker::watch_realtime`]) are handed to it as they come, every
@@ -113,9 +116,9 @@ pub struct RedisBroker {
     namespaces: RwLock<HashMap<Arc<str>, Weak<Topics>>>,
     connected: AtomicBool,
     subscribed: AtomicUsize,
-    /// The real-time core's control channel (Redis name), when watched: not
-    /// a topic, so not counted in `subscribed`.
-    control: std::sync::OnceLock<String>,
+    /// The real-time cores' control channels (Redis names), once watched:
+    /// not topics, so not counted in `subscribed`.
+    control: Mutex<HashSet<String>>,
     sent: AtomicU64,
     received: AtomicU64,
     lost: AtomicU64,
@@ -126,15 +129,16 @@ pub struct RedisBroker {
     /// Bytes of received messages not yet handled ([`BoundedPushes`]).
     received_queued: Arc<AtomicUsize>,
     received_dropped: Arc<AtomicU64>,
-    /// The namespace name the real-time core's channels are wanted under
-    /// (no route path or `topics` name can be it: it starts with NUL).
-    realtime_namespace: Arc<str>,
-    realtime: RwLock<Option<Weak<dyn RealtimeSink>>>,
-    /// Why each real-time channel is watched: the core's subscribes and the
-    /// adapters' topics with local subscribers, counted.
+    /// The real-time cores, by scope: the gateway's (scope "") and those a
+    /// route keeps for itself (a pusher route's), whose channels are named
+    /// in Redis with their scope first so cores never share a channel.
+    realtime: RwLock<HashMap<Arc<str>, Weak<dyn RealtimeSink>>>,
+    /// Why each real-time channel (Redis name) is watched: the cores'
+    /// subscribes and the adapters' topics with local subscribers, counted.
     realtime_watch: Mutex<HashMap<String, usize>>,
-    /// Topic namespaces whose topics are real-time channels (adapters).
-    realtime_adapters: RwLock<Vec<Arc<str>>>,
+    /// Topic namespaces whose topics are real-time channels (adapters), and
+    /// the scope of the core they belong to.
+    realtime_adapters: RwLock<Vec<(Arc<str>, Arc<str>)>>,
     /// Redis channels subscribed now, and a count that moves whenever the
     /// set does (what [`wait_subscribed`](Self::wait_subscribed) watches).
     active: Mutex<HashSet<String>>,
@@ -154,7 +158,7 @@ impl RedisBroker {
             namespaces: RwLock::default(),
             connected: AtomicBool::new(false),
             subscribed: AtomicUsize::new(0),
-            control: std::sync::OnceLock::new(),
+            control: Mutex::default(),
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
             lost: AtomicU64::new(0),
@@ -163,8 +167,7 @@ impl RedisBroker {
             queued_bytes: AtomicUsize::new(0),
             received_queued: Arc::default(),
             received_dropped: Arc::default(),
-            realtime_namespace: Arc::from("\0realtime"),
-            realtime: RwLock::new(None),
+            realtime: RwLock::default(),
             realtime_watch: Mutex::default(),
             realtime_adapters: RwLock::default(),
             active: Mutex::default(),
@@ -253,8 +256,14 @@ impl RedisBroker {
         if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
             return e.to_string();
         }
-        let sink = self.realtime.read().expect("cluster lock").clone();
-        if let Some(sink) = sink.and_then(|s| s.upgrade()) {
+        let sinks: Vec<_> = self
+            .realtime
+            .read()
+            .expect("cluster lock")
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for sink in sinks {
             sink.link_up();
         }
         let mut batch = Vec::with_capacity(PUBLISH_BATCH);
@@ -347,10 +356,13 @@ impl RedisBroker {
         *subscribed = wanted;
         let control = self
             .control
-            .get()
-            .is_some_and(|c| subscribed.contains_key(c));
+            .lock()
+            .expect("cluster lock")
+            .iter()
+            .filter(|c| subscribed.contains_key(*c))
+            .count();
         self.subscribed
-            .store(subscribed.len() - usize::from(control), Ordering::Release);
+            .store(subscribed.len() - control, Ordering::Release);
         self.set_active(|active| {
             active.retain(|c| !remove.contains(c));
             active.extend(add);
@@ -385,12 +397,17 @@ impl RedisBroker {
         else {
             return;
         };
-        if let Some((_, topic)) = std::str::from_utf8(&channel)
+        if let Some((scope, topic)) = std::str::from_utf8(&channel)
             .ok()
             .and_then(|c| subscribed.get(c))
-            .filter(|(namespace, _)| Arc::ptr_eq(namespace, &self.realtime_namespace))
+            .and_then(|(namespace, topic)| Some((namespace.strip_prefix(REALTIME_MARK)?, topic)))
         {
-            let sink = self.realtime.read().expect("cluster lock").clone();
+            let sink = self
+                .realtime
+                .read()
+                .expect("cluster lock")
+                .get(scope)
+                .cloned();
             if let Some(sink) = sink.and_then(|s| s.upgrade()) {
                 self.received.fetch_add(1, Ordering::Relaxed);
                 sink.receive(topic, Bytes::from(payload));

@@ -285,6 +285,12 @@ pub struct Topics {
 }
 
 impl Topics {
+    /// Resolves once other nodes' publishes to `topic` (which has a local
+    /// subscriber) reach this node (false: not within `within`).
+    pub async fn wait_watched(&self, topic: &str, within: std::time::Duration) -> bool {
+        self.broker.wait_watched(&self.name, topic, within).await
+    }
+
     pub fn new(name: &str, fanout: Arc<Fanout>, broker: Arc<dyn Broker>) -> Arc<Topics> {
         let topics = Arc::new(Topics {
             name: name.into(),

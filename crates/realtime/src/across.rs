@@ -12,7 +12,7 @@ impl Realtime {
     pub(crate) fn release(&self, cluster: &Cluster, channel: &str, state: &mut ChannelState) {
         state.subscribers = state.subscribers.saturating_sub(1);
         if state.subscribers == 0 {
-            cluster.broker.unwatch_realtime(channel);
+            cluster.broker.unwatch_realtime(cluster.scope(), channel);
             state.forget_copy();
         }
     }
@@ -37,7 +37,7 @@ impl Realtime {
             let mut state = state.lock().expect("channel lock");
             state.subscribers += 1;
             if state.subscribers == 1 {
-                cluster.broker.watch_realtime(&req.channel);
+                cluster.broker.watch_realtime(cluster.scope(), &req.channel);
             }
         }
         let result = self
@@ -80,7 +80,7 @@ impl Realtime {
         let channel = req.channel.as_str();
         if !cluster
             .broker
-            .wait_subscribed(channel, redis::REDIS_TIMEOUT)
+            .wait_subscribed(cluster.scope(), channel, redis::REDIS_TIMEOUT)
             .await
         {
             return Err(RealtimeError::Unavailable);

@@ -141,18 +141,31 @@ impl Realtime {
         let runtime = store.runtime().clone();
         let realtime = Arc::new(Realtime::with(namespaces, Some(Cluster { store, broker })));
         let sink: Weak<dyn RealtimeSink> = Arc::downgrade(&realtime) as Weak<dyn RealtimeSink>;
-        realtime
-            .cluster()
-            .expect("clustered")
-            .broker
-            .attach_realtime(sink);
+        let cluster = realtime.cluster().expect("clustered");
+        cluster.broker.attach_realtime(cluster.scope(), sink);
         runtime.spawn(refresh_presence(Arc::downgrade(&realtime)));
-        realtime
-            .cluster()
-            .expect("clustered")
+        cluster
             .broker
-            .watch_control(control_channel());
+            .watch_control(cluster.scope(), control_channel());
         realtime
+    }
+
+    /// A core of its own for a route (a pusher route's), with `namespaces`:
+    /// on one node a new core; with `[cluster]` one on the same Redis
+    /// connection and link whose channels, presence and control channel are
+    /// named in `scope` (which no channel of another core may start with),
+    /// so its clients and this core's never meet.
+    pub fn sibling(&self, namespaces: Namespaces, scope: &str) -> Arc<Realtime> {
+        match self.cluster() {
+            None => Realtime::new(namespaces),
+            Some(c) => Realtime::clustered(namespaces, c.store.scoped(scope), c.broker.clone()),
+        }
+    }
+
+    /// The Redis store, with `[cluster]`: an adapter's own scripts run on
+    /// it ([`RedisStore::script`]), in the core's scope.
+    pub fn store(&self) -> Option<&Arc<RedisStore>> {
+        self.cluster().map(|c| &c.store)
     }
 
     /// Runs `command` on `user`'s connections (only `client`'s, when
@@ -200,7 +213,9 @@ impl Realtime {
     /// framed by `framer`; attaching the same namespace again does nothing.
     pub fn attach(&self, topics: &Arc<Topics>, framer: Arc<dyn Framer>) {
         if let Some(cluster) = self.cluster() {
-            cluster.broker.realtime_adapter(topics.name());
+            cluster
+                .broker
+                .realtime_adapter(topics.name(), cluster.scope());
         }
         let mut adapters = self.adapters.write().expect("adapters lock");
         if !adapters.iter().any(|a| Arc::ptr_eq(&a.topics, topics)) {

@@ -82,6 +82,11 @@ impl Subscription {
         self.0.load(Ordering::Acquire) == FAILED
     }
 
+    /// Joined and not ended since.
+    pub fn active(&self) -> bool {
+        self.0.load(Ordering::Acquire) == ACTIVE
+    }
+
     pub(crate) fn activate(&self) -> bool {
         self.0
             .compare_exchange(PENDING, ACTIVE, Ordering::AcqRel, Ordering::Acquire)
@@ -120,6 +125,13 @@ pub type Reply = Box<dyn FnOnce(&Subscribed) -> Bytes + Send>;
 pub(crate) struct Cluster {
     pub(crate) store: Arc<RedisStore>,
     pub(crate) broker: Arc<RedisBroker>,
+}
+
+impl Cluster {
+    /// The scope the core's channels are named in (the store's).
+    pub(crate) fn scope(&self) -> &str {
+        self.store.scope()
+    }
 }
 
 /// A client joining a channel through an adapter.

@@ -53,12 +53,16 @@ enum Conn {
 /// What the core asks of Redis.
 pub struct RedisStore {
     config: ClusterConfig,
-    conn: tokio::sync::Mutex<Option<Conn>>,
+    /// Shared by the stores of every scope (one connection per process).
+    conn: Arc<tokio::sync::Mutex<Option<Conn>>>,
+    /// Put before every channel name in Redis: "" for the gateway's core,
+    /// a route's own for a core it keeps ([`scoped`](Self::scoped)).
+    scope: String,
     /// Where the core's Redis work runs (connections' tasks, presence
     /// refresh, and the client commands that wait on Redis).
     runtime: tokio::runtime::Handle,
     /// The last failure, for the log (one line per outage, not per call).
-    failing: Mutex<Option<Instant>>,
+    failing: Arc<Mutex<Option<Instant>>>,
 }
 
 /// One channel's keys.
@@ -111,10 +115,55 @@ impl RedisStore {
             .spawn(move || runtime.block_on(std::future::pending::<()>()))?;
         Ok(Arc::new(RedisStore {
             config,
-            conn: tokio::sync::Mutex::new(None),
+            conn: Arc::default(),
+            scope: String::new(),
             runtime: handle,
-            failing: Mutex::new(None),
+            failing: Arc::default(),
         }))
+    }
+
+    /// The same store (connection, runtime) naming channels in `scope`:
+    /// a route's own core, whose channels never meet the gateway's.
+    pub fn scoped(&self, scope: &str) -> Arc<RedisStore> {
+        Arc::new(RedisStore {
+            config: self.config.clone(),
+            conn: self.conn.clone(),
+            scope: scope.to_string(),
+            runtime: self.runtime.clone(),
+            failing: self.failing.clone(),
+        })
+    }
+
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    fn keys(&self, channel: &str) -> Keys {
+        Keys::of(&format!("{}{channel}", self.scope))
+    }
+
+    /// A key of `channel` beside the store's own (`…:{channel}:<suffix>`),
+    /// on the same Redis Cluster shard: for an adapter's scripts
+    /// ([`script`](Self::script)).
+    pub fn channel_key(&self, channel: &str, suffix: &str) -> String {
+        format!("{}:{suffix}", self.keys(channel).channel)
+    }
+
+    /// Runs an adapter's Lua `script` on `keys` with `args` (one shard: the
+    /// keys must share a channel's hash tag, [`channel_key`](Self::channel_key)),
+    /// bounded by [`REDIS_TIMEOUT`] like every call here.
+    pub async fn script<T: redis::FromRedisValue>(
+        &self,
+        script: &str,
+        keys: &[String],
+        args: &[Vec<u8>],
+    ) -> Result<T, RealtimeError> {
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let mut call = eval(script, &keys);
+        for arg in args {
+            call.arg(arg.as_slice());
+        }
+        self.invoke(call).await
     }
 
     pub fn runtime(&self) -> &tokio::runtime::Handle {
@@ -198,7 +247,7 @@ impl RedisStore {
         history: Option<(usize, Duration)>,
         idempotency_key: Option<&str>,
     ) -> Result<StreamPosition, RealtimeError> {
-        let keys = Keys::of(channel);
+        let keys = self.keys(channel);
         let idem = format!("{}:i:{}", keys.channel, idempotency_key.unwrap_or_default());
         let (size, ttl) = history.unwrap_or((0, Duration::ZERO));
         let mut script = eval(PUBLISH, &[&keys.meta, &keys.stream, &idem]);
@@ -220,7 +269,7 @@ impl RedisStore {
     pub async fn join_leave(&self, channel: &str, info: &ClientInfo, join: bool) {
         // A script, so a Redis Cluster routes it by the channel's keys.
         const SEND: &str = "redis.call(ARGV[1], KEYS[1], ARGV[2]) return 1";
-        let keys = Keys::of(channel);
+        let keys = self.keys(channel);
         let mut payload = vec![if join { b'j' } else { b'l' }];
         payload.extend_from_slice(&encode_info(info));
         let mut call = eval(SEND, &[&keys.channel]);
@@ -232,7 +281,7 @@ impl RedisStore {
     /// channel: commands for users' connections wherever they are).
     pub async fn send(&self, channel: &str, payload: &[u8]) -> Result<(), RealtimeError> {
         const SEND: &str = "redis.call(ARGV[1], KEYS[1], ARGV[2]) return 1";
-        let keys = Keys::of(channel);
+        let keys = self.keys(channel);
         let mut call = eval(SEND, &[&keys.channel]);
         call.arg(self.publish_command()).arg(payload);
         self.invoke::<i64>(call).await.map(|_| ())
@@ -255,7 +304,7 @@ impl RedisStore {
         reverse: bool,
         ttl: Duration,
     ) -> Result<Read, RealtimeError> {
-        let keys = Keys::of(channel);
+        let keys = self.keys(channel);
         let since: i64 = match from {
             ReadFrom::After(offset) => offset.min(i64::MAX as u64 - 1) as i64,
             ReadFrom::PositionOnly => -2,
@@ -275,7 +324,7 @@ impl RedisStore {
     /// Forgets `channel`'s publications; its position stays.
     pub async fn history_remove(&self, channel: &str) -> Result<(), RealtimeError> {
         const DEL: &str = "redis.call('del', KEYS[1]) return 1";
-        let keys = Keys::of(channel);
+        let keys = self.keys(channel);
         let call = eval(DEL, &[&keys.stream]);
         self.invoke::<i64>(call).await.map(|_| ())
     }
@@ -291,7 +340,7 @@ impl RedisStore {
         if members.is_empty() {
             return Ok(true);
         }
-        let keys = Keys::of(channel);
+        let keys = self.keys(channel);
         let now = unix_secs();
         let mut script = eval(PRESENCE_ADD, &[&keys.presence, &keys.expiry]);
         script
@@ -307,7 +356,7 @@ impl RedisStore {
     }
 
     pub(crate) async fn presence_remove(&self, channel: &str, client: &str) {
-        let keys = Keys::of(channel);
+        let keys = self.keys(channel);
         let mut script = eval(PRESENCE_REMOVE, &[&keys.presence, &keys.expiry]);
         script.arg(client);
         let _: Result<i64, _> = self.invoke(script).await;
@@ -315,7 +364,7 @@ impl RedisStore {
 
     /// Every member of `channel` whose node still refreshes it.
     pub async fn presence(&self, channel: &str) -> Result<Vec<Arc<ClientInfo>>, RealtimeError> {
-        let keys = Keys::of(channel);
+        let keys = self.keys(channel);
         let mut script = eval(PRESENCE_GET, &[&keys.presence, &keys.expiry]);
         script.arg(unix_secs());
         let flat: Vec<Vec<u8>> = self.invoke(script).await?;

@@ -4,6 +4,7 @@
 
 mod node;
 pub use node::*;
+pub mod redis;
 
 use futures_util::{SinkExt, StreamExt};
 use std::net::SocketAddr;

@@ -4,18 +4,22 @@
 //! `users/{id}/terminate_connections`. Every request is verified with
 //! `weir_pusher::http_api::verify_request` against the app its path names
 //! (401 or 400 as that says); bodies come read whole and bounded by the
-//! server (`WorkerRoute::http_body_limit`). Answers cover this node's
-//! connections: with `[cluster]`, a trigger reaches other nodes' subscribers
-//! of non-cache channels through the route's topics, but queries count
-//! and terminate only here.
+//! server (`WorkerRoute::http_body_limit`). Answers cover every node: a
+//! trigger reaches other nodes' subscribers through the route's topics (a
+//! cache channel's through the core, which keeps it in Redis), queries
+//! count from the route's [`Census`](super::census::Census) and
+//! `terminate_connections` is a user command of the core, which crosses
+//! nodes on its control channel. With `[cluster]` a query waits on Redis
+//! on the core's runtime; one Redis does not answer is a 503.
 
 use super::{App, PusherRoute};
 use http::{Method, StatusCode};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use weir_pusher::api::{self, ApiLimits, ChannelCounts, Trigger};
 use weir_pusher::http_api::{self, SignedRequest, DEFAULT_TIMESTAMP_WINDOW_SECS};
 use weir_pusher::{codes, server, Channel};
 use weir_reactor::kind::{HttpAnswer, HttpRequest};
+use weir_realtime::{RealtimeError, UserCommand};
 
 /// Refusal bodies are JSON `{"error": ...}`, as the libraries print them.
 fn refuse(status: u16, why: impl std::fmt::Display) -> HttpAnswer {
@@ -78,8 +82,13 @@ fn call_of(method: &Method, rest: &[&str]) -> Result<Call, HttpAnswer> {
     Ok(call)
 }
 
+/// The answer when the cluster's store does not answer a query.
+fn unavailable() -> HttpAnswer {
+    refuse(503, "the cluster's store (Redis) did not answer; try again")
+}
+
 /// Answers one HTTP API request.
-pub fn answer(route: &PusherRoute, req: &HttpRequest<'_>) -> HttpAnswer {
+pub async fn answer(route: &PusherRoute, req: &HttpRequest<'_>) -> HttpAnswer {
     let path = req.uri.path();
     let Some((_, after)) = path.split_once("/apps/") else {
         return refuse(404, "no such HTTP API endpoint");
@@ -117,16 +126,17 @@ pub fn answer(route: &PusherRoute, req: &HttpRequest<'_>) -> HttpAnswer {
             Ok(trigger) => {
                 let info = trigger.info.clone();
                 trigger_one(route, app, &trigger);
-                match info {
-                    None => ok(serde_json::json!({})),
-                    Some(info) => ok(api::ChannelsResponse {
-                        channels: trigger
-                            .channels
-                            .iter()
-                            .map(|c| (c.name().to_string(), counts(route, app, c, &info)))
-                            .collect(),
-                    }),
+                let Some(info) = info else {
+                    return ok(serde_json::json!({}));
+                };
+                let mut channels = BTreeMap::new();
+                for c in &trigger.channels {
+                    match counts(route, app, c, &info).await {
+                        Ok(counts) => channels.insert(c.name().to_string(), counts),
+                        Err(_) => return unavailable(),
+                    };
                 }
+                ok(api::ChannelsResponse { channels })
             }
             Err(e) => refuse(e.status(), e),
         },
@@ -138,19 +148,24 @@ pub fn answer(route: &PusherRoute, req: &HttpRequest<'_>) -> HttpAnswer {
                 if batch.iter().all(|t| t.info.is_none()) {
                     return ok(serde_json::json!({}));
                 }
-                ok(api::BatchResponse {
-                    batch: batch
-                        .iter()
-                        .map(|t| match (&t.info, t.channels.first()) {
-                            (Some(info), Some(c)) => counts(route, app, c, info),
-                            _ => ChannelCounts::default(),
-                        })
-                        .collect(),
-                })
+                let mut answers = Vec::with_capacity(batch.len());
+                for t in &batch {
+                    let counted = match (&t.info, t.channels.first()) {
+                        (Some(info), Some(c)) => counts(route, app, c, info).await,
+                        _ => Ok(ChannelCounts::default()),
+                    };
+                    match counted {
+                        Ok(counted) => answers.push(counted),
+                        Err(_) => return unavailable(),
+                    }
+                }
+                ok(api::BatchResponse { batch: answers })
             }
             Err(e) => refuse(e.status(), e),
         },
-        Call::Channels => channels(route, app, req.uri.query().unwrap_or("")),
+        Call::Channels => channels(route, app, req.uri.query().unwrap_or(""))
+            .await
+            .unwrap_or_else(|_| unavailable()),
         Call::Channel(name) => {
             let Ok(channel) = Channel::parse(&name) else {
                 return refuse(400, "not a channel name");
@@ -159,10 +174,12 @@ pub fn answer(route: &PusherRoute, req: &HttpRequest<'_>) -> HttpAnswer {
             if info.split(',').any(|a| a.trim() == "user_count") && !channel.is_presence() {
                 return refuse(400, "user_count is only for presence channels");
             }
-            let (subs, _) = occupancy(route, app, &channel);
+            let Ok((subs, users)) = tally(route, app, &channel).await else {
+                return unavailable();
+            };
             ok(api::ChannelResponse {
                 occupied: subs > 0,
-                counts: counts(route, app, &channel, &info),
+                counts: counts_of(&channel, &info, subs, users.len() as u64),
             })
         }
         Call::Users(name) => {
@@ -172,25 +189,24 @@ pub fn answer(route: &PusherRoute, req: &HttpRequest<'_>) -> HttpAnswer {
             if !channel.is_presence() {
                 return refuse(400, "users are only listed for presence channels");
             }
-            let users = presence_users(route, app, &channel);
+            let Ok((_, users)) = tally(route, app, &channel).await else {
+                return unavailable();
+            };
             ok(api::UsersResponse {
                 users: users.into_iter().map(|id| api::UserId { id }).collect(),
             })
         }
         Call::Terminate(user) => {
-            let conns = route
-                .users
-                .lock()
-                .expect("users lock")
-                .remove(&(app.index, user))
-                .unwrap_or_default();
-            let error = server::error("terminated by the app", Some(codes::UNAUTHORIZED));
-            let frame = weir_ws::encode::frame(weir_ws::frame::OpCode::Text, error.as_bytes());
-            for (_, outbound) in conns {
-                outbound.send_frames(&frame);
-                outbound.close(codes::UNAUTHORIZED, "terminated by the app");
+            let command = UserCommand::Disconnect {
+                code: codes::UNAUTHORIZED,
+                reason: "terminated by the app".into(),
+            };
+            let key = route.user_key(app.index, &user);
+            let call = route.realtime.clone().user_command(key, None, command);
+            match route.ask(call).await {
+                Some(Ok(())) => ok(serde_json::json!({})),
+                _ => unavailable(),
             }
-            ok(serde_json::json!({}))
         }
     }
 }
@@ -216,62 +232,59 @@ fn param(query: &str, key: &str) -> Option<String> {
         .map(|(_, v)| v)
 }
 
-/// (subscriptions, distinct presence users) of `channel` on this node.
-fn occupancy(route: &PusherRoute, app: &App, channel: &Channel) -> (u64, u64) {
-    let core = app.core_name(channel);
-    let subs = route
-        .realtime
-        .channels()
-        .into_iter()
-        .find(|(name, _)| *name == core)
-        .map_or(0, |(_, n)| n as u64);
-    let users = if channel.is_presence() {
-        presence_users(route, app, channel).len() as u64
-    } else {
-        0
-    };
-    (subs, users)
-}
-
-fn presence_users(route: &PusherRoute, app: &App, channel: &Channel) -> Vec<String> {
-    use futures_util::FutureExt;
-    let members = route
-        .realtime
-        .clone()
-        .presence(app.core_name(channel))
-        .now_or_never()
-        .expect("a route's own core answers at once")
-        .unwrap_or_default();
-    let mut seen = HashSet::new();
-    members
-        .iter()
-        .filter(|m| seen.insert(m.user.as_str()))
-        .map(|m| m.user.clone())
-        .collect()
+/// (subscriptions, presence users) of `channel`, on every node.
+async fn tally(
+    route: &PusherRoute,
+    app: &App,
+    channel: &Channel,
+) -> Result<(u64, Vec<String>), RealtimeError> {
+    let (census, core) = (route.census.clone(), app.core_name(channel));
+    route
+        .ask(async move { census.tally(&core).await })
+        .await
+        .unwrap_or(Err(RealtimeError::Unavailable))
 }
 
 /// The counts `info` (comma-separated attributes) asks for.
-fn counts(route: &PusherRoute, app: &App, channel: &Channel, info: &str) -> ChannelCounts {
+fn counts_of(channel: &Channel, info: &str, subs: u64, users: u64) -> ChannelCounts {
     let wants = |attr: &str| info.split(',').any(|a| a.trim() == attr);
-    let (subs, users) = occupancy(route, app, channel);
     ChannelCounts {
         user_count: (wants("user_count") && channel.is_presence()).then_some(users),
         subscription_count: wants("subscription_count").then_some(subs),
     }
 }
 
+async fn counts(
+    route: &PusherRoute,
+    app: &App,
+    channel: &Channel,
+    info: &str,
+) -> Result<ChannelCounts, RealtimeError> {
+    let (subs, users) = tally(route, app, channel).await?;
+    Ok(counts_of(channel, info, subs, users.len() as u64))
+}
+
 /// `GET /channels`: occupied channels, optionally by prefix, with counts.
-fn channels(route: &PusherRoute, app: &App, query: &str) -> HttpAnswer {
+async fn channels(
+    route: &PusherRoute,
+    app: &App,
+    query: &str,
+) -> Result<HttpAnswer, RealtimeError> {
     let prefix = param(query, "filter_by_prefix").unwrap_or_default();
     let info = param(query, "info").unwrap_or_default();
     if info.split(',').any(|a| a.trim() == "user_count") && !prefix.starts_with("presence-") {
-        return refuse(
+        return Ok(refuse(
             400,
             "info=user_count needs filter_by_prefix=presence- (as Pusher's API)",
-        );
+        ));
     }
+    let census = route.census.clone();
+    let listed = route
+        .ask(async move { census.occupied().await })
+        .await
+        .unwrap_or(Err(RealtimeError::Unavailable))?;
     let mut out = BTreeMap::new();
-    for (core, _) in route.realtime.channels() {
+    for core in listed {
         let Some(name) = app.pusher_name(&core) else {
             continue;
         };
@@ -281,7 +294,14 @@ fn channels(route: &PusherRoute, app: &App, query: &str) -> HttpAnswer {
         let Ok(channel) = Channel::parse(name) else {
             continue;
         };
-        out.insert(name.to_string(), counts(route, app, &channel, &info));
+        // Listed by a node's lease; counted now (it may have emptied).
+        let (subs, users) = tally(route, app, &channel).await?;
+        if subs > 0 {
+            out.insert(
+                name.to_string(),
+                counts_of(&channel, &info, subs, users.len() as u64),
+            );
+        }
     }
-    ok(api::ChannelsResponse { channels: out })
+    Ok(ok(api::ChannelsResponse { channels: out }))
 }

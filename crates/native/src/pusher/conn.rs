@@ -5,14 +5,14 @@
 //! silence the server sends `pusher:ping` and closes with 4201 when no
 //! message comes back within [`PONG_TIMEOUT`].
 
+use super::membership::{self, Joining, LIMIT};
 use super::{App, PusherRoute};
 use bytes::Bytes;
-use futures_util::FutureExt;
-use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 use weir_pusher::auth::{self, PresenceMember, SigninUser};
 use weir_pusher::client::{ClientEvent, ClientMessage, MessageError, Subscribe};
 use weir_pusher::connect::ConnectError;
@@ -22,7 +22,7 @@ use weir_reactor::buffer::Output;
 use weir_reactor::decode::DataPiece;
 use weir_reactor::outbound::Outbound;
 use weir_reactor::registry::ConnId;
-use weir_realtime::{ClientInfo, HistoryQuery, RealtimeError, Subscription};
+use weir_realtime::{ClientInfo, Subscription};
 use weir_ws::encode;
 use weir_ws::frame::OpCode;
 
@@ -31,10 +31,10 @@ use weir_ws::frame::OpCode;
 /// fast failure detection) is not outlived by its pong wait.
 pub const PONG_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// `pusher:subscription_error` types: a refused signature or user (what
-/// pusher-js emits itself when its auth endpoint fails), and a limit.
+/// `pusher:subscription_error` type of a refused signature or user (what
+/// pusher-js emits itself when its auth endpoint fails); a limit's is
+/// [`LIMIT`].
 const AUTH: &str = "AuthError";
-const LIMIT: &str = "LimitReached";
 
 /// One of the connection's subscriptions.
 struct Sub {
@@ -43,6 +43,8 @@ struct Sub {
     core: String,
     member: Arc<ClientInfo>,
     state: Arc<Subscription>,
+    /// Whether the join was counted ([`membership::join`]).
+    joined: oneshot::Receiver<bool>,
 }
 
 /// The behaviour of one connection on a pusher route.
@@ -164,9 +166,12 @@ impl Pusher {
 
     fn subscribe(&mut self, req: Subscribe) {
         let name = req.channel.name().to_string();
-        if self.subs.contains_key(&name) {
+        match self.subs.get(&name) {
+            // Refused before: it may be asked again.
+            Some(sub) if sub.state.failed() => drop(self.subs.remove(&name)),
             // pusher-js never subscribes twice; answer as if it were new.
-            return self.send(&server::subscription_succeeded(&name));
+            Some(_) => return self.send(&server::subscription_succeeded(&name)),
+            None => {}
         }
         let app = self.app();
         if self.subs.len() >= app.config.max_channels_per_connection {
@@ -220,42 +225,20 @@ impl Pusher {
         let member = Arc::new(member);
         let core = app.core_name(&req.channel);
         let state = Arc::new(Subscription::default());
-        let route = self.route().clone();
-        let joined = route
-            .realtime
-            .clone()
-            .subscribe(
-                weir_realtime::Subscribe {
-                    channel: core.clone(),
-                    topics: route.topics.clone(),
-                    conn: self.id,
-                    outbound: self.outbound().clone(),
-                    member: member.clone(),
-                    recoverable: false,
-                    recover: None,
-                    subscription: state.clone(),
-                },
-                false,
-                // Answered below, once the presence list can be read.
-                Box::new(|_| Bytes::new()),
-            )
-            .now_or_never()
-            .expect("a route's own core answers at once");
-        if let Err(e) = joined {
-            let why = match e {
-                RealtimeError::Presence(_) => "the presence channel is full (max_presence_members)",
-                RealtimeError::TooManyChannels => "too many channels on this node (max_channels)",
-                _ => "subscription refused",
-            };
-            return self.subscription_error(&name, LIMIT, why, 400);
-        }
-        if req.channel.is_presence() {
-            self.presence_succeeded(&req.channel, &core, &member);
-        } else {
-            self.send(&server::subscription_succeeded(&name));
-        }
-        if req.channel.is_cache() {
-            self.replay_cache(&name, &core);
+        let (done, joined) = oneshot::channel();
+        let joining = Joining {
+            route: self.route().clone(),
+            app: self.app,
+            channel: req.channel.clone(),
+            core: core.clone(),
+            conn: self.id,
+            outbound: self.outbound().clone(),
+            member: member.clone(),
+            state: state.clone(),
+        };
+        self.route().run(membership::join(joining, done));
+        if state.failed() {
+            return;
         }
         self.subs.insert(
             name,
@@ -264,76 +247,9 @@ impl Pusher {
                 core,
                 member,
                 state,
+                joined,
             },
         );
-    }
-
-    /// `subscription_succeeded` with the members (each user once), and
-    /// `member_added` to the others when this is the user's first
-    /// connection in the channel.
-    fn presence_succeeded(&self, channel: &Channel, core: &str, me: &ClientInfo) {
-        let route = self.route();
-        let members = route
-            .realtime
-            .clone()
-            .presence(core.to_string())
-            .now_or_never()
-            .expect("a route's own core answers at once")
-            .unwrap_or_default();
-        let mut seen = std::collections::HashSet::new();
-        let mut list = Vec::new();
-        let mut mine = 0;
-        for m in &members {
-            if m.user == me.user {
-                mine += 1;
-            }
-            if seen.insert(m.user.as_str()) {
-                list.push(server::Member {
-                    user_id: &m.user,
-                    user_info: info_of(m),
-                });
-            }
-        }
-        self.send(&server::presence_subscription_succeeded(
-            channel.name(),
-            &list,
-        ));
-        if mine == 1 {
-            let added = server::member_added(
-                channel.name(),
-                server::Member {
-                    user_id: &me.user,
-                    user_info: info_of(me),
-                },
-            );
-            let frame = Bytes::from(encode::frame(OpCode::Text, added.as_bytes()));
-            route.topics.publish(core, &frame, Some(self.id));
-        }
-    }
-
-    /// A cache channel's last event, or `pusher:cache_miss`.
-    fn replay_cache(&self, name: &str, core: &str) {
-        let last = self
-            .route()
-            .realtime
-            .clone()
-            .history(
-                core.to_string(),
-                HistoryQuery {
-                    limit: Some(1),
-                    since: None,
-                    reverse: true,
-                },
-            )
-            .now_or_never()
-            .expect("a route's own core answers at once");
-        match last {
-            Ok((pubs, _)) if !pubs.is_empty() => {
-                self.outbound()
-                    .send_frames(&encode::frame(OpCode::Text, &pubs[0].data));
-            }
-            _ => self.send(&server::cache_miss(name)),
-        }
     }
 
     fn unsubscribe(&mut self, name: &str) {
@@ -342,28 +258,21 @@ impl Pusher {
         }
     }
 
-    /// Leaves the core's channel; on a presence channel, `member_removed`
-    /// to the others when the user has no connection left in it.
+    /// Leaves the core's channel, then uncounts it ([`membership::leave`]).
     fn leave(&self, sub: Sub) {
         let route = self.route();
         route
             .realtime
             .leave(&sub.core, &route.topics, self.id, &sub.member, &sub.state);
-        if !sub.channel.is_presence() {
-            return;
-        }
-        let members = route
-            .realtime
-            .clone()
-            .presence(sub.core.clone())
-            .now_or_never()
-            .expect("a route's own core answers at once")
-            .unwrap_or_default();
-        if members.iter().all(|m| m.user != sub.member.user) {
-            let removed = server::member_removed(sub.channel.name(), &sub.member.user);
-            let frame = Bytes::from(encode::frame(OpCode::Text, removed.as_bytes()));
-            route.topics.publish(&sub.core, &frame, Some(self.id));
-        }
+        route.run(membership::leave(
+            route.clone(),
+            self.app,
+            sub.channel,
+            sub.core,
+            self.id,
+            sub.member,
+            sub.joined,
+        ));
     }
 
     fn signin(&mut self, auth_value: &str, user_data: &str) {
@@ -383,13 +292,14 @@ impl Pusher {
         if let Some(old) = self.user.take() {
             self.forget_user(&old);
         }
-        self.route()
-            .users
-            .lock()
-            .expect("users lock")
-            .entry((self.app, user.id.clone()))
-            .or_default()
-            .push((self.id, self.outbound().clone()));
+        let route = self.route();
+        route.realtime.clients.add(
+            &route.user_key(self.app, &user.id),
+            self.socket_id.as_str(),
+            self.id,
+            self.outbound(),
+            &route.inbox,
+        );
         self.user = Some(user.id);
         self.send(&server::signin_success(user_data));
         if user.watchlist_truncated {
@@ -401,14 +311,11 @@ impl Pusher {
     }
 
     fn forget_user(&self, user: &str) {
-        let mut users = self.route().users.lock().expect("users lock");
-        let key = (self.app, user.to_string());
-        if let Some(conns) = users.get_mut(&key) {
-            conns.retain(|(id, _)| *id != self.id);
-            if conns.is_empty() {
-                users.remove(&key);
-            }
-        }
+        let route = self.route();
+        route
+            .realtime
+            .clients
+            .remove(&route.user_key(self.app, user), self.id);
     }
 
     fn client_event(&mut self, event: ClientEvent) {
@@ -457,12 +364,6 @@ impl Pusher {
         self.pong_due
             .unwrap_or(self.last_heard + self.app().config.activity_timeout)
     }
-}
-
-/// A member's `user_info` as raw JSON (it was checked at subscribe).
-fn info_of(m: &ClientInfo) -> Option<&RawValue> {
-    let bytes = m.conn_info.as_deref()?;
-    serde_json::from_slice::<&RawValue>(bytes).ok()
 }
 
 impl Behaviour for Pusher {

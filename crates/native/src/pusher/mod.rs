@@ -12,10 +12,18 @@
 //! at most `max_presence_members`), `c3:cache-x` a cache channel (a
 //! history of one event). Two apps never share a channel.
 //!
-//! [`conn`] is one connection's behaviour, [`api`] the HTTP API.
+//! With `[cluster]` the core is clustered like the gateway's, in a scope
+//! of the route's own ([`core_scope`]): presence, cache channels' last
+//! event and user commands (`terminate_connections`) cross nodes through
+//! Redis, and [`census`] counts subscriptions and members on every node.
+//!
+//! [`conn`] is one connection's behaviour, [`membership`] a subscription's
+//! join and leave, [`census`] who is in each channel, [`api`] the HTTP API.
 
 pub mod api;
+pub mod census;
 pub mod conn;
+mod membership;
 
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -32,8 +40,8 @@ use weir_reactor::behaviour::LocalFuture;
 use weir_reactor::kind::{
     Accepted, HttpAnswer, HttpRequest, Refusal, RouteKind, Upgrade, WorkerRoute, WorkerSetup,
 };
-use weir_reactor::outbound::Outbound;
 use weir_reactor::registry::ConnId;
+use weir_realtime::clients::Inbox;
 use weir_realtime::{ClientInfo, Framer, Publication, Realtime};
 use weir_ws::encode;
 use weir_ws::frame::OpCode;
@@ -86,8 +94,13 @@ impl App {
     }
 }
 
-/// A signed-in user's connections on this node.
-pub type UserConns = Vec<(ConnId, Arc<Outbound>)>;
+/// The scope a pusher route's core names its channels in with
+/// `[cluster]` (`Realtime::sibling`): the same on every node (the route's
+/// path), and no channel of another core can start with it (the part
+/// before its first `:` is no namespace name: those have no `!`).
+pub fn core_scope(path: &str) -> String {
+    format!("pusher!:{path}:")
+}
 
 /// A pusher route, shared by workers.
 pub struct PusherRoute {
@@ -99,16 +112,26 @@ pub struct PusherRoute {
     /// Live connections by socket id: what a trigger's `socket_id`
     /// excludes. Entries are added at connect and removed at close.
     pub sockets: Mutex<HashMap<String, ConnId>>,
-    /// Signed-in users' connections, by app index and user id: what
-    /// `terminate_connections` closes.
-    pub users: Mutex<HashMap<(usize, String), UserConns>>,
+    /// Who is in each channel, on every node.
+    pub census: Arc<census::Census>,
+    /// Given to the core with each signed-in connection (its clients by
+    /// user are what `terminate_connections` closes, on every node); never
+    /// read: pusher connections take only disconnects.
+    pub inbox: Arc<Inbox>,
     /// Bodies of the HTTP API are read up to this.
     pub max_body: usize,
 }
 
 impl PusherRoute {
-    /// Reads each app's secret from the environment variable it names.
-    pub fn new(config: &PusherConfig, topics: &Arc<Topics>) -> Result<PusherRoute, String> {
+    /// Reads each app's secret from the environment variable it names;
+    /// the route's core is a sibling of the gateway's `gateway` core (so
+    /// across nodes when it is), scoped by the route's `path`.
+    pub fn new(
+        config: &PusherConfig,
+        topics: &Arc<Topics>,
+        gateway: &Realtime,
+        path: &str,
+    ) -> Result<PusherRoute, String> {
         let mut apps = Vec::with_capacity(config.apps.len());
         let mut namespaces = HashMap::new();
         for (index, app) in config.apps.iter().enumerate() {
@@ -148,15 +171,18 @@ impl PusherRoute {
                 connections: AtomicUsize::new(0),
             });
         }
-        let realtime = Realtime::new(Namespaces::new(namespaces));
+        let realtime = gateway.sibling(Namespaces::new(namespaces), &core_scope(path));
         realtime.attach(topics, Arc::new(EventFramer));
+        let census = census::Census::new(&realtime)
+            .map_err(|e| format!("no randomness for the cluster's node id: {e}"))?;
         let max_payload = apps.iter().map(|a| a.config.max_payload).max().unwrap_or(0);
         Ok(PusherRoute {
             apps,
             realtime,
             topics: topics.clone(),
             sockets: Mutex::default(),
-            users: Mutex::default(),
+            census,
+            inbox: Arc::default(),
             // A batch of events, each at most max_payload of data, whose
             // JSON escaping may double it, and the envelopes.
             max_body: (max_payload * 2 + 1024) * (weir_pusher::api::DEFAULT_MAX_BATCH_EVENTS + 1),
@@ -171,6 +197,54 @@ impl PusherRoute {
         self.apps.iter().find(|a| a.config.id == id)
     }
 
+    /// One subscription more in `app`'s `channel` (by `user` on a presence
+    /// channel), and what it changed on every node: the first subscription
+    /// anywhere occupies the channel, a user's first connection anywhere
+    /// adds the member. Where webhooks `channel_occupied` and
+    /// `member_added` are decided ([`membership`] calls it once per
+    /// subscription that joined).
+    pub async fn joined(&self, app: &App, channel: &Channel, user: Option<&str>) -> census::Joined {
+        self.census.joined(&app.core_name(channel), user).await
+    }
+
+    /// One subscription fewer (one [`joined`](Self::joined) counted): the
+    /// last subscription anywhere vacates the channel, a user's last
+    /// connection anywhere removes the member (`channel_vacated`,
+    /// `member_removed`).
+    pub async fn left(&self, app: &App, channel: &Channel, user: Option<&str>) -> census::Left {
+        self.census.left(&app.core_name(channel), user).await
+    }
+
+    /// The key a signed-in user's connections are under in the core's
+    /// clients: the app's index, `:`, the user id.
+    pub fn user_key(&self, app: usize, user: &str) -> String {
+        format!("{app}:{user}")
+    }
+
+    /// Runs `work` (a call on the core): inline on one node, where it
+    /// finishes at its first poll; with `[cluster]` on the core's runtime,
+    /// where it may wait on Redis.
+    pub fn run(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        use futures_util::FutureExt;
+        match self.realtime.runtime() {
+            Some(runtime) => drop(runtime.spawn(work)),
+            None => work
+                .now_or_never()
+                .expect("a core on one node answers at once"),
+        }
+    }
+
+    /// `work`'s answer, computed as [`run`](Self::run) does.
+    pub async fn ask<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Option<T> {
+        match self.realtime.runtime() {
+            Some(runtime) => runtime.spawn(work).await.ok(),
+            None => Some(work.await),
+        }
+    }
+
     /// Delivers a server event (`server::event` JSON) on `channel`: through
     /// the core for cache channels (which keep it for the next
     /// subscriber), straight to the topic for the others, skipping
@@ -182,11 +256,12 @@ impl PusherRoute {
                 .realtime
                 .clone()
                 .publish(core, Bytes::from(json), None, None);
-            use futures_util::FutureExt;
-            if let Some(Err(e)) = call.now_or_never() {
-                tracing::debug!(channel = channel.name(), error = %e, "cache event not kept");
-            }
-            return;
+            let name = channel.name().to_string();
+            return self.run(async move {
+                if let Err(e) = call.await {
+                    tracing::debug!(channel = name, error = %e, "cache event not kept");
+                }
+            });
         }
         let frame = Bytes::from(encode::frame(OpCode::Text, json.as_bytes()));
         self.topics.publish(&core, &frame, exclude);
@@ -282,7 +357,7 @@ impl WorkerRoute for PusherWorker {
     }
 
     fn http<'a>(&'a self, req: HttpRequest<'a>) -> LocalFuture<'a, HttpAnswer> {
-        Box::pin(std::future::ready(api::answer(&self.0, &req)))
+        Box::pin(async move { api::answer(&self.0, &req).await })
     }
 }
 

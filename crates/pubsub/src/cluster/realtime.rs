@@ -1,76 +1,94 @@
-//! What the real-time core asks of the cluster link: the channels it
-//! watches (its own Redis channel per real-time channel, and the control
-//! channel), and waiting until a watch is in place.
+//! What the real-time cores ask of the cluster link: the channels they
+//! watch (a Redis channel per real-time channel, and each core's control
+//! channel), and waiting until a watch is in place. A core has a scope
+//! ("" for the gateway's): its channels' Redis names start with it, so two
+//! cores never share a channel, and their messages go to that core alone.
 
 use super::*;
 
 impl RedisBroker {
-    /// The real-time core receives the channels it watches.
-    pub fn attach_realtime(&self, sink: Weak<dyn RealtimeSink>) {
-        *self.realtime.write().expect("cluster lock") = Some(sink);
+    /// The real-time core of `scope` receives the channels it watches (a
+    /// core attached again under the same scope replaces the earlier one).
+    pub fn attach_realtime(&self, scope: &str, sink: Weak<dyn RealtimeSink>) {
+        let mut cores = self.realtime.write().expect("cluster lock");
+        cores.retain(|_, s| s.strong_count() > 0);
+        cores.insert(scope.into(), sink);
     }
 
-    /// `namespace`'s topics are real-time channels: while one has local
-    /// subscribers, its channel's messages come to this node.
-    pub fn realtime_adapter(&self, namespace: &Arc<str>) {
+    /// `namespace`'s topics are real-time channels of the core of `scope`:
+    /// while one has local subscribers, its channel's messages come to
+    /// this node.
+    pub fn realtime_adapter(&self, namespace: &Arc<str>, scope: &str) {
         let mut adapters = self.realtime_adapters.write().expect("cluster lock");
-        if !adapters.contains(namespace) {
-            adapters.push(namespace.clone());
+        if !adapters.iter().any(|(n, _)| n == namespace) {
+            adapters.push((namespace.clone(), scope.into()));
         }
     }
 
-    pub(super) fn is_realtime_adapter(&self, namespace: &str) -> bool {
+    /// The scope of the core whose adapter `namespace` is, if it is one.
+    pub(super) fn adapter_scope(&self, namespace: &str) -> Option<Arc<str>> {
         self.realtime_adapters
             .read()
             .expect("cluster lock")
             .iter()
-            .any(|n| &**n == namespace)
+            .find(|(n, _)| &**n == namespace)
+            .map(|(_, scope)| scope.clone())
     }
 
-    /// Watches the real-time core's control channel for the life of the
-    /// process (not counted among the subscribed topics).
-    pub fn watch_control(&self, channel: &str) {
-        let _ = self.control.set(realtime_channel(channel));
-        self.watch_realtime(channel);
+    /// Watches a core's control channel for the life of the process (not
+    /// counted among the subscribed topics).
+    pub fn watch_control(&self, scope: &str, channel: &str) {
+        self.control
+            .lock()
+            .expect("cluster lock")
+            .insert(realtime_channel(&format!("{scope}{channel}")));
+        self.watch_realtime(scope, channel);
     }
 
-    /// The real-time core wants `channel`'s messages on this node (until
+    /// The core of `scope` wants `channel`'s messages on this node (until
     /// as many [`unwatch_realtime`](Self::unwatch_realtime) calls).
-    pub fn watch_realtime(&self, channel: &str) {
+    pub fn watch_realtime(&self, scope: &str, channel: &str) {
+        let name = realtime_channel(&format!("{scope}{channel}"));
         let mut watch = self.realtime_watch.lock().expect("cluster lock");
-        let count = watch.entry(channel.to_string()).or_insert(0);
+        let count = watch.entry(name.clone()).or_insert(0);
         *count += 1;
         if *count == 1 {
             let mut wanted = self.wanted.lock().expect("cluster lock");
             wanted.insert(
-                realtime_channel(channel),
-                (self.realtime_namespace.clone(), channel.into()),
+                name,
+                (Arc::from(format!("{REALTIME_MARK}{scope}")), channel.into()),
             );
             drop(wanted);
             self.wanted_changed.notify_one();
         }
     }
 
-    pub fn unwatch_realtime(&self, channel: &str) {
+    pub fn unwatch_realtime(&self, scope: &str, channel: &str) {
+        let name = realtime_channel(&format!("{scope}{channel}"));
         let mut watch = self.realtime_watch.lock().expect("cluster lock");
-        let Some(count) = watch.get_mut(channel) else {
+        let Some(count) = watch.get_mut(&name) else {
             return;
         };
         *count -= 1;
         if *count == 0 {
-            watch.remove(channel);
+            watch.remove(&name);
             let mut wanted = self.wanted.lock().expect("cluster lock");
-            wanted.remove(&realtime_channel(channel));
+            wanted.remove(&name);
             drop(wanted);
             self.wanted_changed.notify_one();
         }
     }
 
     /// Waits until Redis confirms this node's subscription to the real-time
-    /// `channel` (watched before), or fails after `within`: what is
-    /// published from then on reaches this node.
-    pub async fn wait_subscribed(&self, channel: &str, within: Duration) -> bool {
-        let name = realtime_channel(channel);
+    /// `channel` of the core of `scope` (watched before), or fails after
+    /// `within`: what is published from then on reaches this node.
+    pub async fn wait_subscribed(&self, scope: &str, channel: &str, within: Duration) -> bool {
+        let name = realtime_channel(&format!("{scope}{channel}"));
+        self.wait_active(name, within).await
+    }
+
+    /// Waits until the Redis channel `name` is subscribed, or `within` passed.
+    pub(super) async fn wait_active(&self, name: String, within: Duration) -> bool {
         let mut changes = self.active_changed.subscribe();
         let wait = async {
             loop {

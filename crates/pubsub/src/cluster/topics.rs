@@ -16,8 +16,8 @@ impl Broker for RedisBroker {
         wanted.insert(channel(namespace, topic), (namespace.clone(), topic.into()));
         drop(wanted);
         self.wanted_changed.notify_one();
-        if self.is_realtime_adapter(namespace) {
-            self.watch_realtime(topic);
+        if let Some(scope) = self.adapter_scope(namespace) {
+            self.watch_realtime(&scope, topic);
         }
     }
 
@@ -26,8 +26,8 @@ impl Broker for RedisBroker {
         wanted.remove(&channel(namespace, topic));
         drop(wanted);
         self.wanted_changed.notify_one();
-        if self.is_realtime_adapter(namespace) {
-            self.unwatch_realtime(topic);
+        if let Some(scope) = self.adapter_scope(namespace) {
+            self.unwatch_realtime(&scope, topic);
         }
     }
 
@@ -51,6 +51,15 @@ impl Broker for RedisBroker {
             self.dequeued(len);
             self.lose(1);
         }
+    }
+
+    fn wait_watched<'a>(
+        &'a self,
+        namespace: &'a str,
+        topic: &'a str,
+        within: Duration,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>> {
+        Box::pin(self.wait_active(channel(namespace, topic), within))
     }
 
     fn stats(&self) -> Option<ClusterStats> {

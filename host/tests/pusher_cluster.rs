@@ -1,0 +1,193 @@
+//! The pusher route across two `weir serve` nodes on one Redis (started
+//! here; scripts/redis.sh installs redis-server, and these tests say so
+//! loudly and pass only when it is absent), driven by pusher-cluster.mjs
+//! with the real `pusher-js` and `pusher` server library: a trigger through
+//! node B's API and a client event from B reach a subscriber on A; presence
+//! members span both nodes (member events once per user, removed only at
+//! the user's last connection anywhere); channel queries from either node
+//! count both; a channel is occupied while a subscriber remains on any
+//! node and vacated after the last anywhere; `terminate_connections`
+//! through B closes the user's connection on A; a cache channel's event
+//! kept through A is replayed on B; a killed node's subscribers stop
+//! counting once its lease ends. Every scenario again on a three-master
+//! Redis Cluster.
+
+mod common;
+
+use common::redis::{have_redis, redis_cluster, Redis};
+use common::{await_metric, client, WeirProcess, STEP};
+use futures_util::{SinkExt, StreamExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::Message;
+
+const ROUTES: &str = r#"
+[[route]]
+path = "/app/{key}"
+native = "pusher"
+
+[[route.apps]]
+id = "1"
+key = "key1"
+secret_env = "WEIR_TEST_PUSHER_CLUSTER_SECRET"
+client_events = true
+user_authentication = true
+"#;
+
+/// A node of the cluster `cluster` names (`redis = …` or `redis_cluster = […]`).
+async fn node(cluster: &str) -> WeirProcess {
+    // Every test sets the same value before its nodes read it.
+    std::env::set_var("WEIR_TEST_PUSHER_CLUSTER_SECRET", "secret1");
+    let routes = format!("{ROUTES}\n[cluster]\n{cluster}\n");
+    let weir = WeirProcess::start("workers = 2", &routes, "info", Stdio::null()).await;
+    await_metric(weir.addr, "weir_cluster_connected", 1).await;
+    weir
+}
+
+fn clients_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
+}
+
+/// Runs one scenario of pusher-cluster.mjs against nodes `a` and `b`; its
+/// JSON summary.
+async fn scenario(a: &WeirProcess, b: &WeirProcess, name: &str) -> serde_json::Value {
+    assert!(
+        clients_dir().join("node_modules/pusher-js").exists(),
+        "host/tests/clients/node_modules/pusher-js missing: run npm ci there"
+    );
+    let args = [
+        a.addr.ip().to_string(),
+        a.addr.port().to_string(),
+        b.addr.port().to_string(),
+        name.to_string(),
+    ];
+    let name = name.to_string();
+    tokio::task::spawn_blocking(move || {
+        let output = Command::new("node")
+            .arg("pusher-cluster.mjs")
+            .args(&args)
+            .current_dir(clients_dir())
+            .stdin(Stdio::null())
+            .output()
+            .expect("node");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{name}: {}\n{stdout}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_str(stdout.lines().last().unwrap_or("null")).unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// Two nodes on a standalone Redis, and the Redis (kept alive with them).
+async fn standalone() -> Option<(Redis, WeirProcess, WeirProcess)> {
+    if !have_redis() {
+        return None;
+    }
+    let redis = Redis::start(false).await;
+    let cluster = format!("redis = \"{}\"", redis.url());
+    let (a, b) = (node(&cluster).await, node(&cluster).await);
+    Some((redis, a, b))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_through_node_b_reaches_a_subscriber_on_node_a() {
+    let Some((_redis, a, b)) = standalone().await else {
+        return;
+    };
+    let out = scenario(&a, &b, "events").await;
+    assert_eq!(
+        (out["events"].clone(), out["client_events"].clone()),
+        (1.into(), 1.into()),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn presence_members_span_both_nodes_once_per_user() {
+    let Some((_redis, a, b)) = standalone().await else {
+        return;
+    };
+    let out = scenario(&a, &b, "presence").await;
+    assert_eq!(out["members"], 2, "{out}");
+    assert_eq!(
+        (out["added"].clone(), out["removed"].clone()),
+        (1.into(), 1.into()),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_is_vacated_only_when_its_last_subscriber_anywhere_leaves() {
+    let Some((_redis, a, b)) = standalone().await else {
+        return;
+    };
+    let out = scenario(&a, &b, "occupancy").await;
+    assert_eq!(out["occupied_while_one_left"], true, "{out}");
+    assert_eq!(out["vacated"], true, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminate_connections_through_b_closes_the_users_connection_on_a() {
+    let Some((_redis, a, b)) = standalone().await else {
+        return;
+    };
+    let out = scenario(&a, &b, "terminate").await;
+    assert_eq!(out["terminated"], true, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_channels_event_is_replayed_on_the_other_node() {
+    let Some((_redis, a, b)) = standalone().await else {
+        return;
+    };
+    let out = scenario(&a, &b, "cache").await;
+    assert_eq!(out["replayed"], 2, "{out}");
+}
+
+/// A node killed (no leave reaches Redis) with a subscriber: the channel
+/// stays occupied on the other node's API until the dead node's lease
+/// ends, then is vacated there (counts never outlive their node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_nodes_subscribers_stop_counting_after_its_lease() {
+    let Some((_redis, a, mut b)) = standalone().await else {
+        return;
+    };
+    let mut ws = client(&b.url("/app/key1?protocol=7")).await;
+    let subscribe = r#"{"event":"pusher:subscribe","data":{"channel":"room"}}"#;
+    ws.send(Message::text(subscribe)).await.unwrap();
+    loop {
+        let msg = timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+        if msg.to_text().unwrap().contains("subscription_succeeded") {
+            break;
+        }
+    }
+    let out = scenario(&a, &b, "occupied").await;
+    assert_eq!(out["subscription_count"], 1, "{out}");
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let out = scenario(&a, &b, "vacated").await;
+    assert_eq!(out["vacated"], true, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scenario_on_a_redis_cluster() {
+    if !have_redis() {
+        return;
+    }
+    let nodes = redis_cluster().await;
+    let urls: Vec<String> = nodes.iter().map(|n| format!("\"{}\"", n.url())).collect();
+    let cluster = format!("redis_cluster = [{}]", urls.join(", "));
+    let (a, b) = (node(&cluster).await, node(&cluster).await);
+    let out = scenario(&a, &b, "all").await;
+    assert_eq!(out["events"]["events"], 1, "{out}");
+    assert_eq!(out["presence"]["removed"], 1, "{out}");
+    assert_eq!(out["occupancy"]["vacated"], true, "{out}");
+    assert_eq!(out["terminate"]["terminated"], true, "{out}");
+    assert_eq!(out["cache"]["replayed"], 2, "{out}");
+}
