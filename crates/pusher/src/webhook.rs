@@ -14,6 +14,44 @@ pub const SIGNATURE_HEADER: &str = "X-Pusher-Signature";
 /// pusher-http-node only parses a webhook whose content type is exactly this.
 pub const CONTENT_TYPE: &str = "application/json";
 
+/// The kinds of webhook event, as a webhook's `events` list names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WebhookKind {
+    ChannelOccupied,
+    ChannelVacated,
+    MemberAdded,
+    MemberRemoved,
+    ClientEvent,
+    CacheMiss,
+}
+
+impl WebhookKind {
+    pub const ALL: [WebhookKind; 6] = [
+        WebhookKind::ChannelOccupied,
+        WebhookKind::ChannelVacated,
+        WebhookKind::MemberAdded,
+        WebhookKind::MemberRemoved,
+        WebhookKind::ClientEvent,
+        WebhookKind::CacheMiss,
+    ];
+
+    /// The `name` the event carries in a webhook body.
+    pub fn name(self) -> &'static str {
+        match self {
+            WebhookKind::ChannelOccupied => "channel_occupied",
+            WebhookKind::ChannelVacated => "channel_vacated",
+            WebhookKind::MemberAdded => "member_added",
+            WebhookKind::MemberRemoved => "member_removed",
+            WebhookKind::ClientEvent => "client_event",
+            WebhookKind::CacheMiss => "cache_miss",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<WebhookKind> {
+        WebhookKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
 /// One webhook event; `name` is the tag.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "name", rename_all = "snake_case")]
@@ -39,6 +77,19 @@ pub enum WebhookEvent<'a> {
     },
     /// A cache channel had nothing to replay to a new subscriber.
     CacheMiss { channel: &'a str },
+}
+
+impl WebhookEvent<'_> {
+    pub fn kind(&self) -> WebhookKind {
+        match self {
+            WebhookEvent::ChannelOccupied { .. } => WebhookKind::ChannelOccupied,
+            WebhookEvent::ChannelVacated { .. } => WebhookKind::ChannelVacated,
+            WebhookEvent::MemberAdded { .. } => WebhookKind::MemberAdded,
+            WebhookEvent::MemberRemoved { .. } => WebhookKind::MemberRemoved,
+            WebhookEvent::ClientEvent { .. } => WebhookKind::ClientEvent,
+            WebhookEvent::CacheMiss { .. } => WebhookKind::CacheMiss,
+        }
+    }
 }
 
 /// The webhook body.
@@ -111,6 +162,13 @@ mod tests {
             },
             WebhookEvent::CacheMiss { channel: "cache-a" },
         ];
+        for event in &events {
+            let kind = event.kind();
+            let json = serde_json::to_string(event).unwrap();
+            assert!(json.contains(&format!("\"name\":\"{}\"", kind.name())));
+            assert_eq!(WebhookKind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(WebhookKind::from_name("channel_existence"), None);
         let body = WebhookBody {
             time_ms: 1700000000000,
             events: &events,

@@ -321,6 +321,7 @@ mod tests {
                 max_channels_per_connection: 100,
                 max_payload: 10 * 1024,
                 activity_timeout: Duration::from_secs(120),
+                webhooks: Vec::new(),
             },
             secret: b"s".to_vec(),
             index,
