@@ -107,6 +107,26 @@ impl WebhookBody<'_> {
     }
 }
 
+/// A webhook body from events already serialised one by one (what a
+/// sender queues: each event's JSON, so its size is known when queued);
+/// the same bytes as [`WebhookBody::to_json`] of those events.
+pub fn body_of<'a>(time_ms: u64, events: impl IntoIterator<Item = &'a str>) -> String {
+    let mut body = format!("{{\"time_ms\":{time_ms},\"events\":[");
+    for (i, event) in events.into_iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(event);
+    }
+    body.push_str("]}");
+    body
+}
+
+/// One event's JSON, as [`body_of`] takes it.
+pub fn event_json(event: &WebhookEvent<'_>) -> String {
+    serde_json::to_string(event).expect("serialising to memory cannot fail")
+}
+
 /// The `X-Pusher-Signature` value for `body`.
 pub fn signature(app: &AppKey<'_>, body: &[u8]) -> String {
     hmac_sha256_hex(app.secret, &[body])
@@ -177,6 +197,11 @@ mod tests {
         assert_eq!(
             body,
             r#"{"time_ms":1700000000000,"events":[{"name":"channel_occupied","channel":"a"},{"name":"member_added","channel":"presence-a","user_id":"1"},{"name":"client_event","channel":"private-a","event":"client-x","data":"{\"t\":1}","socket_id":"1.2"},{"name":"cache_miss","channel":"cache-a"}]}"#
+        );
+        let one_by_one: Vec<String> = events.iter().map(event_json).collect();
+        assert_eq!(
+            body_of(1700000000000, one_by_one.iter().map(String::as_str)),
+            body
         );
         let app = AppKey {
             key: "k",

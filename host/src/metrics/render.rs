@@ -213,7 +213,37 @@ impl Snapshot {
             }
         }
         self.render_kv(&mut out);
+        self.render_kind_figures(&mut out);
         out
+    }
+
+    /// Route kinds' own families (`weir_pusher_…`), labels `route` first.
+    fn render_kind_figures(&self, out: &mut String) {
+        let mut names: Vec<&str> = Vec::new();
+        for f in self.routes.iter().flat_map(|r| &r.kind) {
+            if !names.contains(&f.name) {
+                names.push(f.name);
+            }
+        }
+        for name in names {
+            for (i, (route, f)) in self
+                .routes
+                .iter()
+                .flat_map(|r| r.kind.iter().map(move |f| (&r.route, f)))
+                .filter(|(_, f)| f.name == name)
+                .enumerate()
+            {
+                if i == 0 {
+                    let kind = if f.counter { "counter" } else { "gauge" };
+                    family(out, name, kind, f.help);
+                }
+                let _ = write!(out, "{name}{{route=\"{}\"", label(route));
+                for (key, value) in &f.labels {
+                    let _ = write!(out, ",{key}=\"{}\"", label(value));
+                }
+                let _ = writeln!(out, "}} {}", f.value);
+            }
+        }
     }
 
     /// The key-value families: refusals by route and reason, and each

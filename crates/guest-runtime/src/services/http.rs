@@ -153,7 +153,11 @@ impl RouteIo {
 }
 
 /// The guest's `http-error` for a failed exchange, naming the route's keys.
-fn guest_error(e: SendError, max: usize, timeout: std::time::Duration) -> (HttpErrorReason, String) {
+fn guest_error(
+    e: SendError,
+    max: usize,
+    timeout: std::time::Duration,
+) -> (HttpErrorReason, String) {
     match e {
         SendError::PrivateAddress(why) => (HttpErrorReason::Refused, why),
         SendError::Connect(why) => (HttpErrorReason::Connect, why),

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use weir_pusher::auth::{self, PresenceMember, SigninUser};
 use weir_pusher::client::{ClientEvent, ClientMessage, MessageError, Subscribe};
 use weir_pusher::connect::ConnectError;
+use weir_pusher::webhook::{WebhookEvent, WebhookKind};
 use weir_pusher::{codes, server, Channel, SocketId};
 use weir_reactor::behaviour::{Behaviour, Stop};
 use weir_reactor::buffer::Output;
@@ -132,6 +133,11 @@ impl Pusher {
     fn send(&self, json: &str) {
         self.outbound()
             .send_frames(&encode::frame(OpCode::Text, json.as_bytes()));
+        // A refused connection (no route) is not any app's.
+        if let Some(route) = &self.route {
+            let counters = &route.apps[self.app].counters;
+            counters.messages_out.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn error(&self, message: &str, code: u16) {
@@ -249,8 +255,10 @@ impl Pusher {
             };
             return self.subscription_error(&name, LIMIT, why, 400);
         }
+        let user = req.channel.is_presence().then_some(member.user.as_str());
+        let added = route.joined(self.app(), &req.channel, user);
         if req.channel.is_presence() {
-            self.presence_succeeded(&req.channel, &core, &member);
+            self.presence_succeeded(&req.channel, &core, &member, added);
         } else {
             self.send(&server::subscription_succeeded(&name));
         }
@@ -270,8 +278,8 @@ impl Pusher {
 
     /// `subscription_succeeded` with the members (each user once), and
     /// `member_added` to the others when this is the user's first
-    /// connection in the channel.
-    fn presence_succeeded(&self, channel: &Channel, core: &str, me: &ClientInfo) {
+    /// connection in the channel (`added`, as [`super::occupancy`] decides).
+    fn presence_succeeded(&self, channel: &Channel, core: &str, me: &ClientInfo, added: bool) {
         let route = self.route();
         let members = route
             .realtime
@@ -282,11 +290,7 @@ impl Pusher {
             .unwrap_or_default();
         let mut seen = std::collections::HashSet::new();
         let mut list = Vec::new();
-        let mut mine = 0;
         for m in &members {
-            if m.user == me.user {
-                mine += 1;
-            }
             if seen.insert(m.user.as_str()) {
                 list.push(server::Member {
                     user_id: &m.user,
@@ -298,7 +302,7 @@ impl Pusher {
             channel.name(),
             &list,
         ));
-        if mine == 1 {
+        if added {
             let added = server::member_added(
                 channel.name(),
                 server::Member {
@@ -308,6 +312,7 @@ impl Pusher {
             );
             let frame = Bytes::from(encode::frame(OpCode::Text, added.as_bytes()));
             route.topics.publish(core, &frame, Some(self.id));
+            route.count_fanout(self.app(), core, true);
         }
     }
 
@@ -332,7 +337,11 @@ impl Pusher {
                 self.outbound()
                     .send_frames(&encode::frame(OpCode::Text, &pubs[0].data));
             }
-            _ => self.send(&server::cache_miss(name)),
+            _ => {
+                self.send(&server::cache_miss(name));
+                let miss = WebhookEvent::CacheMiss { channel: name };
+                self.app().webhooks.push(&miss);
+            }
         }
     }
 
@@ -349,20 +358,13 @@ impl Pusher {
         route
             .realtime
             .leave(&sub.core, &route.topics, self.id, &sub.member, &sub.state);
-        if !sub.channel.is_presence() {
-            return;
-        }
-        let members = route
-            .realtime
-            .clone()
-            .presence(sub.core.clone())
-            .now_or_never()
-            .expect("a route's own core answers at once")
-            .unwrap_or_default();
-        if members.iter().all(|m| m.user != sub.member.user) {
+        let presence = sub.channel.is_presence();
+        let user = presence.then_some(sub.member.user.as_str());
+        if route.left(self.app(), &sub.channel, user) {
             let removed = server::member_removed(sub.channel.name(), &sub.member.user);
             let frame = Bytes::from(encode::frame(OpCode::Text, removed.as_bytes()));
             route.topics.publish(&sub.core, &frame, Some(self.id));
+            route.count_fanout(self.app(), &sub.core, true);
         }
     }
 
@@ -447,9 +449,20 @@ impl Pusher {
         let frame = Bytes::from(encode::frame(OpCode::Text, json.as_bytes()));
         // Never echoed to the sender; not kept by cache channels (the
         // core's delivery could not skip the sender).
-        self.route()
-            .topics
-            .publish(&sub.core, &frame, Some(self.id));
+        let route = self.route();
+        route.topics.publish(&sub.core, &frame, Some(self.id));
+        let app = self.app();
+        route.count_fanout(app, &sub.core, true);
+        app.counters.client_events.fetch_add(1, Ordering::Relaxed);
+        if app.webhooks.wants(WebhookKind::ClientEvent) {
+            app.webhooks.push(&WebhookEvent::ClientEvent {
+                channel: event.channel.name(),
+                event: &event.event,
+                data: &event.data_string(),
+                socket_id: self.socket_id.as_str(),
+                user_id,
+            });
+        }
     }
 
     /// The next moment the activity clock needs looking at.
@@ -540,6 +553,8 @@ impl Behaviour for Pusher {
         if !piece.message_end() {
             return;
         }
+        let counters = &self.app().counters;
+        counters.messages_in.fetch_add(1, Ordering::Relaxed);
         if std::mem::take(&mut self.oversized) {
             self.message.clear();
             let e = MessageError::MessageTooLarge;

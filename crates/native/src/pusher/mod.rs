@@ -12,10 +12,16 @@
 //! at most `max_presence_members`), `c3:cache-x` a cache channel (a
 //! history of one event). Two apps never share a channel.
 //!
-//! [`conn`] is one connection's behaviour, [`api`] the HTTP API.
+//! [`conn`] is one connection's behaviour, [`api`] the HTTP API,
+//! [`occupancy`] decides when channels are occupied or vacated and
+//! presence users added or removed, [`webhooks`] sends an app's events
+//! to its receivers, [`metrics`] counts per app.
 
 pub mod api;
 pub mod conn;
+pub mod metrics;
+pub mod occupancy;
+pub mod webhooks;
 
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -55,6 +61,10 @@ pub struct App {
     pub index: usize,
     /// Connections open now (bounded by `max_connections`: 4004).
     pub connections: AtomicUsize,
+    /// Messages, client events, API requests, webhooks.
+    pub counters: Arc<metrics::AppCounters>,
+    /// Where its events are POSTed (none without `webhooks`).
+    pub webhooks: webhooks::Webhooks,
 }
 
 impl App {
@@ -104,6 +114,8 @@ pub struct PusherRoute {
     pub users: Mutex<HashMap<(usize, String), UserConns>>,
     /// Bodies of the HTTP API are read up to this.
     pub max_body: usize,
+    /// Subscriptions and presence users per channel (see [`occupancy`]).
+    pub occupancy: occupancy::Occupancy,
 }
 
 impl PusherRoute {
@@ -141,11 +153,20 @@ impl PusherRoute {
             namespaces.insert(format!("r{index}"), presence.clone());
             namespaces.insert(format!("c{index}"), cache(&base));
             namespaces.insert(format!("rc{index}"), cache(&presence));
+            let counters = Arc::<metrics::AppCounters>::default();
+            let key = AppKey {
+                key: &app.key,
+                secret: secret.as_bytes(),
+            };
+            let webhooks = webhooks::Webhooks::start(&app.id, &key, &app.webhooks, &counters)
+                .map_err(|e| format!("line {}: {e}", app.line))?;
             apps.push(App {
                 config: app.clone(),
                 secret: secret.into_bytes(),
                 index,
                 connections: AtomicUsize::new(0),
+                counters,
+                webhooks,
             });
         }
         let realtime = Realtime::new(Namespaces::new(namespaces));
@@ -160,6 +181,7 @@ impl PusherRoute {
             // A batch of events, each at most max_payload of data, whose
             // JSON escaping may double it, and the envelopes.
             max_body: (max_payload * 2 + 1024) * (weir_pusher::api::DEFAULT_MAX_BATCH_EVENTS + 1),
+            occupancy: occupancy::Occupancy::default(),
         })
     }
 
@@ -181,15 +203,17 @@ impl PusherRoute {
             let call = self
                 .realtime
                 .clone()
-                .publish(core, Bytes::from(json), None, None);
+                .publish(core.clone(), Bytes::from(json), None, None);
             use futures_util::FutureExt;
             if let Some(Err(e)) = call.now_or_never() {
                 tracing::debug!(channel = channel.name(), error = %e, "cache event not kept");
             }
+            self.count_fanout(app, &core, false);
             return;
         }
         let frame = Bytes::from(encode::frame(OpCode::Text, json.as_bytes()));
         self.topics.publish(&core, &frame, exclude);
+        self.count_fanout(app, &core, exclude.is_some());
     }
 
     /// The connection a socket id names, if it is live on this node.
@@ -213,6 +237,10 @@ impl RouteKind for PusherKind {
     /// A route's apps and secrets are read when it is built: a reload that
     /// changes them says so (the route serves on as it was) rather than
     /// leaving the operator to believe the change took.
+    fn figures(&self) -> Vec<weir_reactor::kind::KindFigure> {
+        self.0.figures()
+    }
+
     fn reload(&self, behaviour: &weir_config::Behaviour) -> Result<(), String> {
         let weir_config::Behaviour::Native(weir_config::NativeKind::Pusher(config)) = behaviour
         else {
@@ -326,6 +354,8 @@ mod tests {
             secret: b"s".to_vec(),
             index,
             connections: AtomicUsize::new(0),
+            counters: Arc::default(),
+            webhooks: Default::default(),
         }
     }
 
