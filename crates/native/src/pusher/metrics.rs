@@ -134,6 +134,16 @@ impl PusherRoute {
                 open,
             ));
         }
+        for app in &self.apps {
+            out.push(figure(
+                "weir_pusher_webhook_queued_bytes",
+                false,
+                "Bytes of webhook events waiting to be sent (each webhook's queue holds at most its max_queue).",
+                &app.config.id,
+                None,
+                app.webhooks.queued_bytes() as u64,
+            ));
+        }
         for (name, help, value) in plain {
             for app in &self.apps {
                 out.push(figure(

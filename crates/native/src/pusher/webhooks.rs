@@ -136,6 +136,15 @@ impl Webhooks {
         self.targets.iter().any(|t| t.config.wants(kind))
     }
 
+    /// Bytes waiting in the app's webhook queues (each at most its
+    /// `max_queue`).
+    pub fn queued_bytes(&self) -> usize {
+        self.targets
+            .iter()
+            .map(|t| t.queue.lock().expect("webhook queue lock").bytes)
+            .sum()
+    }
+
     /// Queues `event` for each webhook that takes its kind; never waits.
     pub fn push(&self, event: &WebhookEvent<'_>) {
         let kind = event.kind();
