@@ -9,6 +9,7 @@
 
 mod common;
 
+use common::node::*;
 use common::*;
 use futures_util::{SinkExt, StreamExt};
 use std::path::{Path, PathBuf};

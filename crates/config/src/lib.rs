@@ -17,6 +17,7 @@ mod guest_route;
 mod parse;
 mod proxy;
 mod pusher;
+mod pusher_webhook;
 mod realtime;
 mod route_kinds;
 mod toml_error;
@@ -34,6 +35,7 @@ pub use pusher::{
     PusherApp, PusherConfig, DEFAULT_PUSHER_CLIENT_EVENTS_PER_SECOND,
     DEFAULT_PUSHER_MAX_CHANNELS_PER_CONNECTION, PUSHER_PATH_TAIL,
 };
+pub use pusher_webhook::{PusherWebhook, DEFAULT_WEBHOOK_MAX_QUEUE_BYTES, DEFAULT_WEBHOOK_TIMEOUT};
 pub use route_kinds::*;
 
 /// Largest message a client may send, assembled (RFC 6455 allows 2^63).

@@ -401,7 +401,7 @@ fn route(
 #[cfg(test)]
 mod tests {
     use super::super::toml_error::{
-        API_KEYS, NAMESPACE_KEYS, PUSHER_APP_KEYS, ROUTE_KEYS, SERVER_KEYS,
+        API_KEYS, NAMESPACE_KEYS, PUSHER_APP_KEYS, PUSHER_WEBHOOK_KEYS, ROUTE_KEYS, SERVER_KEYS,
     };
     use super::RawFile;
 
@@ -431,6 +431,10 @@ mod tests {
         assert_eq!(
             keys_serde_lists("[[route]]\n[[route.apps]]\nzzz = 1\n"),
             PUSHER_APP_KEYS
+        );
+        assert_eq!(
+            keys_serde_lists("[[route]]\n[[route.apps]]\n[[route.apps.webhooks]]\nzzz = 1\n"),
+            PUSHER_WEBHOOK_KEYS
         );
     }
 }

@@ -45,6 +45,8 @@ pub(super) struct RawPusherApp {
     max_channels_per_connection: Field,
     max_payload: Field,
     activity_timeout: Field,
+    /// `[[route.apps.webhooks]]` (`pusher_webhook.rs`).
+    webhooks: Option<Vec<Spanned<super::pusher_webhook::RawWebhook>>>,
 }
 
 /// A pusher route's apps.
@@ -84,6 +86,8 @@ pub struct PusherApp {
     /// client in `pusher:connection_established`, which pings on its own
     /// after the same silence).
     pub activity_timeout: Duration,
+    /// Where the app's events are POSTed (`[[route.apps.webhooks]]`).
+    pub webhooks: Vec<super::PusherWebhook>,
 }
 
 fn app_fields(raw: &RawPusherApp) -> [(&'static str, &Field); 11] {
@@ -164,6 +168,7 @@ fn app(src: &Source, spanned: &Spanned<RawPusherApp>) -> Result<PusherApp, Confi
         activity_timeout: Duration::from_secs(
             weir_pusher::server::DEFAULT_ACTIVITY_TIMEOUT_SECS.into(),
         ),
+        webhooks: super::pusher_webhook::webhooks(src, raw.webhooks.as_ref())?,
     };
     if let Some(item) = Item::of("client_events", &raw.client_events) {
         app.client_events = item.flag(src)?;

@@ -1689,3 +1689,80 @@ fn pusher_routes_refuse_bad_shapes_with_their_line() {
         &["only applies to pusher routes"],
     );
 }
+
+#[test]
+fn pusher_apps_take_webhooks() {
+    let text = format!(
+        "[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}\
+         [[route.apps.webhooks]]\nurl = \"http://127.0.0.1:9000/hooks?t=1\"\n\
+         events = [\"channel_vacated\", \"channel_occupied\"]\n\
+         [[route.apps.webhooks]]\nurl = \"https://app.example.com/h\"\nevents = [\"client_event\"]\n\
+         timeout = \"2s\"\nmax_queue = \"64KiB\"\n"
+    );
+    let config = parse(&text);
+    let Behaviour::Native(NativeKind::Pusher(pusher)) = &config.routes[0].behaviour else {
+        panic!("a pusher route");
+    };
+    let hooks = &pusher.apps[0].webhooks;
+    assert_eq!(hooks.len(), 2);
+    assert_eq!(hooks[0].url, "http://127.0.0.1:9000/hooks?t=1");
+    use weir_pusher::webhook::WebhookKind;
+    assert_eq!(
+        hooks[0].events,
+        [WebhookKind::ChannelVacated, WebhookKind::ChannelOccupied]
+    );
+    assert_eq!(
+        (hooks[0].timeout, hooks[0].max_queue),
+        (DEFAULT_WEBHOOK_TIMEOUT, DEFAULT_WEBHOOK_MAX_QUEUE_BYTES)
+    );
+    assert!(hooks[1].wants(WebhookKind::ClientEvent));
+    assert!(!hooks[1].wants(WebhookKind::CacheMiss));
+    assert_eq!(
+        (hooks[1].timeout, hooks[1].max_queue),
+        (Duration::from_secs(2), 64 << 10)
+    );
+}
+
+#[test]
+fn pusher_webhooks_refuse_bad_urls_and_event_names_with_their_line() {
+    let app = format!("[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}");
+    let hook = |body: &str| format!("{app}[[route.apps.webhooks]]\n{body}");
+    let events = "events = [\"channel_occupied\"]\n";
+    refused(
+        &hook(&format!("url = \"ftp://a/h\"\n{events}")),
+        9,
+        &["http or https"],
+    );
+    refused(
+        &hook(&format!("url = \"/hooks\"\n{events}")),
+        9,
+        &["http or https"],
+    );
+    refused(&hook(&format!("url = 7\n{events}")), 9, &["not a string"]);
+    refused(
+        &hook(&format!("url = \"not a url\"\n{events}")),
+        9,
+        &["not a URL"],
+    );
+    refused(
+        &hook(&format!("url = \"http://u:p@a/h\"\n{events}")),
+        9,
+        &["user information"],
+    );
+    refused(
+        &hook("url = \"http://a/h\"\nevents = [\"channel_occupied\", \"member_joined\"]\n"),
+        10,
+        &[
+            "\"member_joined\" is not a webhook event",
+            "\"member_added\"",
+        ],
+    );
+    refused(&hook("url = \"http://a/h\"\nevents = []\n"), 10, &["empty"]);
+    refused(&hook("url = \"http://a/h\"\n"), 8, &["no events"]);
+    refused(&hook(events), 8, &["no url"]);
+    refused(
+        &hook(&format!("url = \"http://a/h\"\n{events}secret = \"x\"\n")),
+        11,
+        &["\"secret\" in [[route.apps.webhooks]]", "max_queue"],
+    );
+}

@@ -109,7 +109,11 @@ pub(super) const PUSHER_APP_KEYS: &[&str] = &[
     "max_channels_per_connection",
     "max_payload",
     "activity_timeout",
+    "webhooks",
 ];
+
+/// Keys of a pusher app's `[[route.apps.webhooks]]` table.
+pub(super) const PUSHER_WEBHOOK_KEYS: &[&str] = &["url", "events", "timeout", "max_queue"];
 
 /// Keys of a `[[namespaces]]` table.
 pub(super) const NAMESPACE_KEYS: &[&str] = &[
@@ -237,6 +241,8 @@ fn unknown_key(src: &Source, span: Range<usize>, key: &str, message: &str) -> Co
         ("[admin]", ADMIN_KEYS.to_vec())
     } else if expected.contains("`key_env`") {
         ("[api]", API_KEYS.to_vec())
+    } else if expected.contains("`max_queue`") {
+        ("[[route.apps.webhooks]]", PUSHER_WEBHOOK_KEYS.to_vec())
     } else if expected.contains("`secret_env`") {
         ("[[route.apps]]", PUSHER_APP_KEYS.to_vec())
     } else if expected.contains("`history_size`") {

@@ -73,9 +73,9 @@ pub use runtime::error::{Fault, GuestError};
 pub use runtime::program::{check_routes, hex_sha256, Program};
 pub use runtime::runner::Runner;
 pub use services::http::check_outbound_ca;
-pub use services::https::OutboundCaError;
 pub use services::kv;
 pub use services::realtime::GuestRealtime;
+pub use weir_outbound::OutboundCaError;
 
 /// Identifies one WebSocket connection; unique per process, never 0 (0 marks
 /// "no connection" in a publish's exclusion field).

@@ -48,8 +48,7 @@ pub fn route_kind(
         ))),
         NativeKind::Proxy(config) => Arc::new(proxy::ProxyRoute::new(config)?),
         NativeKind::Pusher(config) => Arc::new(pusher::PusherKind(Arc::new(
-            pusher::PusherRoute::new(&config, topics, realtime, path)
-                .map_err(KindError::Pusher)?,
+            pusher::PusherRoute::new(&config, topics, realtime, path).map_err(KindError::Pusher)?,
         ))),
     })
 }

@@ -14,6 +14,44 @@ pub const SIGNATURE_HEADER: &str = "X-Pusher-Signature";
 /// pusher-http-node only parses a webhook whose content type is exactly this.
 pub const CONTENT_TYPE: &str = "application/json";
 
+/// The kinds of webhook event, as a webhook's `events` list names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WebhookKind {
+    ChannelOccupied,
+    ChannelVacated,
+    MemberAdded,
+    MemberRemoved,
+    ClientEvent,
+    CacheMiss,
+}
+
+impl WebhookKind {
+    pub const ALL: [WebhookKind; 6] = [
+        WebhookKind::ChannelOccupied,
+        WebhookKind::ChannelVacated,
+        WebhookKind::MemberAdded,
+        WebhookKind::MemberRemoved,
+        WebhookKind::ClientEvent,
+        WebhookKind::CacheMiss,
+    ];
+
+    /// The `name` the event carries in a webhook body.
+    pub fn name(self) -> &'static str {
+        match self {
+            WebhookKind::ChannelOccupied => "channel_occupied",
+            WebhookKind::ChannelVacated => "channel_vacated",
+            WebhookKind::MemberAdded => "member_added",
+            WebhookKind::MemberRemoved => "member_removed",
+            WebhookKind::ClientEvent => "client_event",
+            WebhookKind::CacheMiss => "cache_miss",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<WebhookKind> {
+        WebhookKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
 /// One webhook event; `name` is the tag.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "name", rename_all = "snake_case")]
@@ -41,6 +79,19 @@ pub enum WebhookEvent<'a> {
     CacheMiss { channel: &'a str },
 }
 
+impl WebhookEvent<'_> {
+    pub fn kind(&self) -> WebhookKind {
+        match self {
+            WebhookEvent::ChannelOccupied { .. } => WebhookKind::ChannelOccupied,
+            WebhookEvent::ChannelVacated { .. } => WebhookKind::ChannelVacated,
+            WebhookEvent::MemberAdded { .. } => WebhookKind::MemberAdded,
+            WebhookEvent::MemberRemoved { .. } => WebhookKind::MemberRemoved,
+            WebhookEvent::ClientEvent { .. } => WebhookKind::ClientEvent,
+            WebhookEvent::CacheMiss { .. } => WebhookKind::CacheMiss,
+        }
+    }
+}
+
 /// The webhook body.
 #[derive(Debug, Clone, Serialize)]
 pub struct WebhookBody<'a> {
@@ -54,6 +105,26 @@ impl WebhookBody<'_> {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("serialising to memory cannot fail")
     }
+}
+
+/// A webhook body from events already serialised one by one (what a
+/// sender queues: each event's JSON, so its size is known when queued);
+/// the same bytes as [`WebhookBody::to_json`] of those events.
+pub fn body_of<'a>(time_ms: u64, events: impl IntoIterator<Item = &'a str>) -> String {
+    let mut body = format!("{{\"time_ms\":{time_ms},\"events\":[");
+    for (i, event) in events.into_iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(event);
+    }
+    body.push_str("]}");
+    body
+}
+
+/// One event's JSON, as [`body_of`] takes it.
+pub fn event_json(event: &WebhookEvent<'_>) -> String {
+    serde_json::to_string(event).expect("serialising to memory cannot fail")
 }
 
 /// The `X-Pusher-Signature` value for `body`.
@@ -111,6 +182,13 @@ mod tests {
             },
             WebhookEvent::CacheMiss { channel: "cache-a" },
         ];
+        for event in &events {
+            let kind = event.kind();
+            let json = serde_json::to_string(event).unwrap();
+            assert!(json.contains(&format!("\"name\":\"{}\"", kind.name())));
+            assert_eq!(WebhookKind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(WebhookKind::from_name("channel_existence"), None);
         let body = WebhookBody {
             time_ms: 1700000000000,
             events: &events,
@@ -119,6 +197,11 @@ mod tests {
         assert_eq!(
             body,
             r#"{"time_ms":1700000000000,"events":[{"name":"channel_occupied","channel":"a"},{"name":"member_added","channel":"presence-a","user_id":"1"},{"name":"client_event","channel":"private-a","event":"client-x","data":"{\"t\":1}","socket_id":"1.2"},{"name":"cache_miss","channel":"cache-a"}]}"#
+        );
+        let one_by_one: Vec<String> = events.iter().map(event_json).collect();
+        assert_eq!(
+            body_of(1700000000000, one_by_one.iter().map(String::as_str)),
+            body
         );
         let app = AppKey {
             key: "k",

@@ -25,6 +25,26 @@ pub trait RouteKind: Send + Sync {
     fn reload(&self, _behaviour: &weir_config::Behaviour) -> Result<(), String> {
         Ok(())
     }
+
+    /// Figures the kind keeps of its own, for `/metrics` (a pusher
+    /// route's per-app counters); read at each scrape.
+    fn figures(&self) -> Vec<KindFigure> {
+        Vec::new()
+    }
+}
+
+/// One sample of a kind's own metric family; the server adds the `route`
+/// label and writes each family's HELP and TYPE once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindFigure {
+    /// The family (`weir_pusher_…`).
+    pub name: &'static str,
+    /// A counter (else a gauge).
+    pub counter: bool,
+    pub help: &'static str,
+    /// Labels besides `route`, in order.
+    pub labels: Vec<(&'static str, String)>,
+    pub value: u64,
 }
 
 /// A route kind on one worker: answers upgrades, and for the few kinds

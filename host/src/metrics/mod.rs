@@ -55,6 +55,8 @@ pub struct RouteFigures {
     pub route: String,
     pub conns: ConnTotals,
     pub guest: Option<GuestFigures>,
+    /// The kind's own figures (a pusher route's per-app counters).
+    pub kind: Vec<weir_reactor::kind::KindFigure>,
 }
 
 /// A guest route's versions and deploys.
@@ -217,6 +219,13 @@ mod tests {
                     deploys: 36,
                     failed_deploys: 37,
                 }),
+                kind: vec![weir_reactor::kind::KindFigure {
+                    name: "weir_pusher_client_events_total",
+                    counter: true,
+                    help: "Client events.",
+                    labels: vec![("app", "a\"1".into())],
+                    value: 44,
+                }],
             }],
         };
         let body = snap.clone().render();
@@ -279,6 +288,10 @@ mod tests {
             (r#"weir_kv_bytes{route="/say \"hi\""}"#, 7),
             (r#"weir_kv_queued_bytes{route="/say \"hi\""}"#, 8),
             (r#"weir_route_connections{route="/say \"hi\""}"#, 20),
+            (
+                r#"weir_pusher_client_events_total{route="/say \"hi\"",app="a\"1"}"#,
+                44,
+            ),
             (
                 r#"weir_route_connections_accepted_total{route="/say \"hi\""}"#,
                 30,

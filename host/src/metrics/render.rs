@@ -32,7 +32,8 @@ impl Collector for Snapshot {
         self.encode_gateway(&mut out)?;
         self.encode_routes(&mut out)?;
         self.encode_guest_routes(&mut out)?;
-        self.encode_kv(&mut out)
+        self.encode_kv(&mut out)?;
+        self.encode_kind_figures(&mut out)
     }
 }
 
@@ -230,6 +231,35 @@ impl Snapshot {
                 .iter()
                 .map(|d| (route(&d.route), value(d)));
             family(out, name, Counter, help, samples)?;
+        }
+        Ok(())
+    }
+
+    /// Route kinds' own families (`weir_pusher_…`), labels `route` first.
+    fn encode_kind_figures(&self, out: &mut DescriptorEncoder) -> fmt::Result {
+        let mut names: Vec<&str> = Vec::new();
+        for f in self.routes.iter().flat_map(|r| &r.kind) {
+            if !names.contains(&f.name) {
+                names.push(f.name);
+            }
+        }
+        for name in names {
+            let figures: Vec<(&String, &weir_reactor::kind::KindFigure)> = self
+                .routes
+                .iter()
+                .flat_map(|r| r.kind.iter().map(move |f| (&r.route, f)))
+                .filter(|(_, f)| f.name == name)
+                .collect();
+            let Some((_, first)) = figures.first() else {
+                continue;
+            };
+            let kind = if first.counter { Counter } else { Gauge };
+            let samples = figures.iter().map(|(r, f)| {
+                let mut labels = route(r);
+                labels.extend(f.labels.iter().cloned());
+                (labels, f.value)
+            });
+            family(out, name, kind, first.help, samples)?;
         }
         Ok(())
     }

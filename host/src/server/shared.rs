@@ -186,6 +186,7 @@ impl Shared {
                 .map(|(_, r)| crate::metrics::RouteFigures {
                     route: r.path.clone(),
                     conns: r.stats.sum(),
+                    kind: r.kind.figures(),
                     guest: r.guest.as_ref().map(|g| {
                         let (current, kept) = g.versions().list();
                         let (deploys, failed_deploys) = g.versions().deploy_counts();

@@ -2,8 +2,7 @@
 //! byte-level cases that a well-behaved client library refuses to produce.
 #![allow(dead_code)]
 
-mod node;
-pub use node::*;
+pub mod node;
 pub mod redis;
 
 use futures_util::{SinkExt, StreamExt};

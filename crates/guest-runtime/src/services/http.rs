@@ -1,56 +1,31 @@
 //! A guest route's outbound HTTP (`http-request`, and a deferred
-//! upgrade's request): checked against the route's policy, sent on the I/O
-//! thread through a pooled hyper client per set of trusted roots, the
-//! response read up to its limit, the outcome queued for the worker that
-//! asked.
+//! upgrade's request): checked against the route's policy, sent through
+//! `weir-outbound` (its thread, a pooled client per set of trusted roots,
+//! the response read up to its limit), the outcome queued for the worker
+//! that asked.
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use weir_abi::HttpErrorReason;
+use weir_outbound::SendError;
 
-use crate::services::https::{Connector, OutboundCaError, PrivateAddress};
-use crate::services::io::{io_thread, IoEvent, IoThread, Outcome, RouteIo};
+use crate::services::io::{IoEvent, Outcome, RouteIo};
 use crate::services::request::{build_request, check_request};
 use crate::ConnectionId;
 use weir_config::OutboundPolicy;
+use weir_outbound::OutboundCaError;
 
-/// The I/O thread's HTTP client (one per set of trusted roots).
-pub(super) type HttpClient = Client<Connector, Full<Bytes>>;
-
-/// Which client a route's requests go through: its `outbound_ca` (None:
-/// webpki-roots) and its `allow_private`.
-pub(super) type ClientKey = (Option<PathBuf>, bool);
-
-impl IoThread {
-    /// The client for `policy`, or why it cannot be made (an unreadable or
-    /// empty CA file).
-    pub(super) fn client(&self, policy: &OutboundPolicy) -> Result<HttpClient, OutboundCaError> {
-        let key = (policy.ca.clone(), policy.allow_private);
-        let mut clients = self.clients.lock().expect("clients lock");
-        if let Some(client) = clients.get(&key) {
-            return Ok(client.clone());
-        }
-        let connector = Connector::new(policy.ca.as_deref(), policy.allow_private)?;
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
-        clients.insert(key, client.clone());
-        Ok(client)
-    }
+/// The outbound client for `policy` (its `outbound_ca`, its `allow_private`).
+fn client(policy: &OutboundPolicy) -> Result<weir_outbound::HttpClient, OutboundCaError> {
+    weir_outbound::client(policy.ca.as_deref(), policy.allow_private)
 }
 
 /// Check that `policy`'s `outbound_ca` can be used (a route with a bad CA
 /// file is refused when the routes are built, not at its first request).
 pub fn check_outbound_ca(policy: &OutboundPolicy) -> Result<(), OutboundCaError> {
     match &policy.ca {
-        Some(_) => io_thread().client(policy).map(drop),
+        Some(_) => client(policy).map(drop),
         None => Ok(()),
     }
 }
@@ -133,8 +108,7 @@ impl RouteIo {
                 }
             }
         };
-        let io = io_thread();
-        let sendable = refusal.and_then(|request| match io.client(policy) {
+        let sendable = refusal.and_then(|request| match client(policy) {
             Ok(client) => Ok((request, client)),
             Err(why) => {
                 self.in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -150,14 +124,24 @@ impl RouteIo {
         };
         let (timeout, max) = (policy.timeout, policy.max_response);
         let me = self.clone();
-        io.handle.spawn(async move {
-            let outcome = match tokio::time::timeout(timeout, send(&client, request, max)).await {
-                Ok(outcome) => outcome,
-                Err(_) => Err((
-                    HttpErrorReason::Timeout,
-                    format!("no response within outbound_timeout ({timeout:?})"),
-                )),
-            };
+        weir_outbound::runtime().spawn(async move {
+            let outcome = weir_outbound::send(&client, request, max, timeout)
+                .await
+                .map(|response| {
+                    let mut head = String::new();
+                    for (name, value) in &response.headers {
+                        if let Ok(value) = value.to_str() {
+                            if !head.is_empty() {
+                                head.push('\n');
+                            }
+                            head.push_str(name.as_str());
+                            head.push_str(": ");
+                            head.push_str(value);
+                        }
+                    }
+                    (response.status.as_u16(), head, response.body)
+                })
+                .map_err(|e| guest_error(e, max, timeout));
             me.in_flight.fetch_sub(1, Ordering::AcqRel);
             let counter = match outcome {
                 Ok(_) => &me.counts.requests,
@@ -169,71 +153,22 @@ impl RouteIo {
     }
 }
 
-/// The connector's refusal of a resolved address, if that is why `err`
-/// happened (it comes wrapped in hyper's and the connector's errors).
-fn private_address<'e>(err: &'e (dyn std::error::Error + 'static)) -> Option<&'e PrivateAddress> {
-    let mut next = Some(err);
-    while let Some(err) = next {
-        if let Some(found) = err.downcast_ref::<PrivateAddress>() {
-            return Some(found);
-        }
-        next = match err.downcast_ref::<std::io::Error>() {
-            Some(io) => io
-                .get_ref()
-                .map(|e| e as &(dyn std::error::Error + 'static)),
-            None => err.source(),
-        };
-    }
-    None
-}
-
-/// Send `request`; status, head lines and a body of at most `max` bytes.
-async fn send(client: &HttpClient, request: http::Request<Full<Bytes>>, max: usize) -> Outcome {
-    let response = client
-        .request(request)
-        .await
-        .map_err(|e| match private_address(&e) {
-            Some(refused) => (HttpErrorReason::Refused, refused.to_string()),
-            None => (HttpErrorReason::Connect, format!("{e:#}")),
-        })?;
-    let too_large = || {
-        (
+/// The guest's `http-error` for a failed exchange, naming the route's keys.
+fn guest_error(
+    e: SendError,
+    max: usize,
+    timeout: std::time::Duration,
+) -> (HttpErrorReason, String) {
+    match e {
+        SendError::PrivateAddress(why) => (HttpErrorReason::Refused, why),
+        SendError::Connect(why) => (HttpErrorReason::Connect, why),
+        SendError::ResponseTooLarge(_) => (
             HttpErrorReason::TooLarge,
             format!("the response body is over outbound_max_response ({max} bytes)"),
-        )
-    };
-    let declared = response
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
-        return Err(too_large());
+        ),
+        SendError::Timeout(_) => (
+            HttpErrorReason::Timeout,
+            format!("no response within outbound_timeout ({timeout:?})"),
+        ),
     }
-    let status = response.status().as_u16();
-    let mut head = String::new();
-    for (name, value) in response.headers() {
-        if let Ok(value) = value.to_str() {
-            if !head.is_empty() {
-                head.push('\n');
-            }
-            head.push_str(name.as_str());
-            head.push_str(": ");
-            head.push_str(value);
-        }
-    }
-    let body = Limited::new(response.into_body(), max)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                too_large()
-            } else {
-                (
-                    HttpErrorReason::Connect,
-                    format!("reading the response: {e}"),
-                )
-            }
-        })?
-        .to_bytes();
-    Ok((status, head, body))
 }

@@ -1,11 +1,11 @@
 //! Guest I/O (weir:gateway 0.4.0): outbound HTTP (`http`) and timers
 //! (`timers`), asked for by commands and answered by events in a later
 //! batch, so a guest call never waits for the network. Requests and timers
-//! run on one process-wide thread (`weir-guest-io`, its own current-thread
+//! run on `weir-outbound`'s process-wide thread (its own current-thread
 //! tokio runtime, hyper's pooled HTTP/1 client); an answer is queued in the
 //! [`Inbox`] of the worker that should see it (the connection's worker, or
 //! for a route's own request or timer, the worker whose batch asked) and
-//! wakes that worker's scheduler. https goes through rustls (`https`), its
+//! wakes that worker's scheduler. https goes through rustls (`weir-outbound`'s connector), its
 //! servers checked against webpki-roots or the route's `outbound_ca`. A URL
 //! is checked as its server will read it (`request`: path normalised and
 //! matched on segment boundaries, no Host of the guest's choosing) and sent
@@ -15,13 +15,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
 use weir_abi::HttpErrorReason;
 
-use crate::services::http::{ClientKey, HttpClient};
 use crate::services::timers::Timers;
 use crate::ConnectionId;
 use weir_reactor::registry::worker_of;
@@ -130,35 +129,6 @@ impl Inbox {
         self.kv_errors.store(0, Ordering::Release);
         std::mem::take(&mut *events)
     }
-}
-
-/// The process's I/O thread: its runtime and HTTP clients.
-pub(super) struct IoThread {
-    pub(super) handle: tokio::runtime::Handle,
-    /// By trusted roots and `allow_private`, made on first use; each pools
-    /// its connections (so a connection checked under one route's
-    /// `allow_private` never serves a route without it).
-    pub(super) clients: Mutex<HashMap<ClientKey, HttpClient>>,
-}
-
-/// The I/O thread, started on first use.
-pub(super) fn io_thread() -> &'static IoThread {
-    static IO: OnceLock<IoThread> = OnceLock::new();
-    IO.get_or_init(|| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("the guest I/O runtime starts");
-        let handle = runtime.handle().clone();
-        std::thread::Builder::new()
-            .name("weir-guest-io".into())
-            .spawn(move || runtime.block_on(std::future::pending::<()>()))
-            .expect("the guest I/O thread starts");
-        IoThread {
-            handle,
-            clients: Mutex::default(),
-        }
-    })
 }
 
 /// One guest route's I/O: where its answers go, its requests in flight and

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::services::io::{io_thread, worker_for, IoEvent, RouteIo};
+use crate::services::io::{worker_for, IoEvent, RouteIo};
 use crate::ConnectionId;
 
 /// Timers one route may have pending at once: past it, a set-timer is
@@ -107,9 +107,7 @@ impl RouteIo {
         state.compact();
         if !state.running {
             state.running = true;
-            io_thread()
-                .handle
-                .spawn(fire_timers(self.timers.clone(), Arc::downgrade(self)));
+            weir_outbound::runtime().spawn(fire_timers(self.timers.clone(), Arc::downgrade(self)));
         } else if sooner {
             self.timers.wake.notify_one();
         }

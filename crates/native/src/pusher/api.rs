@@ -99,7 +99,20 @@ pub async fn answer(route: &PusherRoute, req: &HttpRequest<'_>) -> HttpAnswer {
     let Some(app) = route.app_by_id(id) else {
         return refuse(404, "no app has this id");
     };
-    let call = match call_of(req.method, &rest) {
+    let answer = answer_app(route, app, req, &rest).await;
+    app.counters.api_answered(answer.status.as_u16());
+    answer
+}
+
+/// Answers one request naming `app` (`rest`: its path after the app id).
+async fn answer_app(
+    route: &PusherRoute,
+    app: &App,
+    req: &HttpRequest<'_>,
+    rest: &[&str],
+) -> HttpAnswer {
+    let path = req.uri.path();
+    let call = match call_of(req.method, rest) {
         Ok(call) => call,
         Err(answer) => return answer,
     };

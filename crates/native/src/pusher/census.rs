@@ -190,6 +190,12 @@ impl Census {
         }
     }
 
+    /// `channel`'s subscriptions on this node.
+    pub fn subscriptions_here(&self, channel: &str) -> usize {
+        let tallies = self.here.lock().expect("census lock");
+        tallies.get(channel).map_or(0, |t| t.subscriptions)
+    }
+
     /// `channel`'s subscriptions and its users (presence channels), on
     /// every node.
     pub async fn tally(&self, channel: &str) -> Result<(u64, Vec<String>), RealtimeError> {

@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use weir_pusher::auth::{self, PresenceMember, SigninUser};
 use weir_pusher::client::{ClientEvent, ClientMessage, MessageError, Subscribe};
 use weir_pusher::connect::ConnectError;
+use weir_pusher::webhook::{WebhookEvent, WebhookKind};
 use weir_pusher::{codes, server, Channel, SocketId};
 use weir_reactor::behaviour::{Behaviour, Stop};
 use weir_reactor::buffer::Output;
@@ -134,6 +135,11 @@ impl Pusher {
     fn send(&self, json: &str) {
         self.outbound()
             .send_frames(&encode::frame(OpCode::Text, json.as_bytes()));
+        // A refused connection (no route) is not any app's.
+        if let Some(route) = &self.route {
+            let counters = &route.apps[self.app].counters;
+            counters.messages_out.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn error(&self, message: &str, code: u16) {
@@ -354,9 +360,20 @@ impl Pusher {
         let frame = Bytes::from(encode::frame(OpCode::Text, json.as_bytes()));
         // Never echoed to the sender; not kept by cache channels (the
         // core's delivery could not skip the sender).
-        self.route()
-            .topics
-            .publish(&sub.core, &frame, Some(self.id));
+        let route = self.route();
+        route.topics.publish(&sub.core, &frame, Some(self.id));
+        let app = self.app();
+        route.count_fanout(app, &sub.core, true);
+        app.counters.client_events.fetch_add(1, Ordering::Relaxed);
+        if app.webhooks.wants(WebhookKind::ClientEvent) {
+            app.webhooks.push(&WebhookEvent::ClientEvent {
+                channel: event.channel.name(),
+                event: &event.event,
+                data: &event.data_string(),
+                socket_id: self.socket_id.as_str(),
+                user_id,
+            });
+        }
     }
 
     /// The next moment the activity clock needs looking at.
@@ -441,6 +458,8 @@ impl Behaviour for Pusher {
         if !piece.message_end() {
             return;
         }
+        let counters = &self.app().counters;
+        counters.messages_in.fetch_add(1, Ordering::Relaxed);
         if std::mem::take(&mut self.oversized) {
             self.message.clear();
             let e = MessageError::MessageTooLarge;

@@ -7,12 +7,13 @@
 //! ([`PusherRoute::run`]), and a leave waits for its join's outcome, so
 //! counts never go below what was joined.
 
-use super::PusherRoute;
+use super::{App, PusherRoute};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use std::collections::HashSet;
 use std::sync::Arc;
 use tokio::sync::oneshot;
+use weir_pusher::webhook::WebhookEvent;
 use weir_pusher::{server, Channel};
 use weir_reactor::outbound::Outbound;
 use weir_reactor::registry::ConnId;
@@ -49,9 +50,10 @@ fn send(outbound: &Outbound, json: &str) {
 
 /// A member event (`member_added`, `member_removed`) to the channel's
 /// other subscribers, on every node (through the route's topics).
-fn to_others(route: &PusherRoute, core: &str, json: &str, conn: ConnId) {
+fn to_others(route: &PusherRoute, app: &App, core: &str, json: &str, conn: ConnId) {
     let frame = Bytes::from(encode::frame(OpCode::Text, json.as_bytes()));
     route.topics.publish(core, &frame, Some(conn));
+    route.count_fanout(app, core, true);
 }
 
 /// Joins, counts and answers; `done` says whether the subscription was
@@ -138,19 +140,25 @@ pub(super) async fn join(j: Joining, done: oneshot::Sender<bool>) {
                 user_id: &j.member.user,
                 user_info: info_of(&j.member),
             };
-            to_others(route, &j.core, &server::member_added(name, me), j.conn);
+            to_others(
+                route,
+                &route.apps[j.app],
+                &j.core,
+                &server::member_added(name, me),
+                j.conn,
+            );
         }
     } else {
         send(&j.outbound, &server::subscription_succeeded(name));
     }
     if j.channel.is_cache() {
-        replay_cache(route, name, &j.core, &j.outbound).await;
+        replay_cache(route, &route.apps[j.app], name, &j.core, &j.outbound).await;
     }
     let _ = done.send(true);
 }
 
 /// A cache channel's last event, or `pusher:cache_miss`.
-async fn replay_cache(route: &PusherRoute, name: &str, core: &str, outbound: &Outbound) {
+async fn replay_cache(route: &PusherRoute, app: &App, name: &str, core: &str, outbound: &Outbound) {
     let query = HistoryQuery {
         limit: Some(1),
         since: None,
@@ -165,7 +173,11 @@ async fn replay_cache(route: &PusherRoute, name: &str, core: &str, outbound: &Ou
         Ok((pubs, _)) if !pubs.is_empty() => {
             outbound.send_frames(&encode::frame(OpCode::Text, &pubs[0].data));
         }
-        _ => send(outbound, &server::cache_miss(name)),
+        _ => {
+            send(outbound, &server::cache_miss(name));
+            app.webhooks
+                .push(&WebhookEvent::CacheMiss { channel: name });
+        }
     }
 }
 
@@ -188,7 +200,7 @@ pub(super) async fn leave(
     let left = route.left(&route.apps[app], &channel, user).await;
     if left.member_removed {
         let removed = server::member_removed(channel.name(), &member.user);
-        to_others(&route, &core, &removed, conn);
+        to_others(&route, &route.apps[app], &core, &removed, conn);
     }
 }
 

@@ -18,12 +18,17 @@
 //! Redis, and [`census`] counts subscriptions and members on every node.
 //!
 //! [`conn`] is one connection's behaviour, [`membership`] a subscription's
-//! join and leave, [`census`] who is in each channel, [`api`] the HTTP API.
+//! join and leave, [`census`] who is in each channel (and so when
+//! channels are occupied or vacated and presence users added or removed),
+//! [`api`] the HTTP API, [`webhooks`] sends an app's events to its
+//! receivers, [`metrics`] counts per app.
 
 pub mod api;
 pub mod census;
 pub mod conn;
 mod membership;
+pub mod metrics;
+pub mod webhooks;
 
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -35,6 +40,7 @@ use weir_config::namespace::{NamespaceOptions, Namespaces};
 use weir_config::{PusherApp, PusherConfig};
 use weir_pubsub::Topics;
 use weir_pusher::connect::{parse_connect_request, ConnectError};
+use weir_pusher::webhook::WebhookEvent;
 use weir_pusher::{AppKey, Channel};
 use weir_reactor::behaviour::LocalFuture;
 use weir_reactor::kind::{
@@ -63,6 +69,10 @@ pub struct App {
     pub index: usize,
     /// Connections open now (bounded by `max_connections`: 4004).
     pub connections: AtomicUsize,
+    /// Messages, client events, API requests, webhooks.
+    pub counters: Arc<metrics::AppCounters>,
+    /// Where its events are POSTed (none without `webhooks`).
+    pub webhooks: webhooks::Webhooks,
 }
 
 impl App {
@@ -164,11 +174,20 @@ impl PusherRoute {
             namespaces.insert(format!("r{index}"), presence.clone());
             namespaces.insert(format!("c{index}"), cache(&base));
             namespaces.insert(format!("rc{index}"), cache(&presence));
+            let counters = Arc::<metrics::AppCounters>::default();
+            let key = AppKey {
+                key: &app.key,
+                secret: secret.as_bytes(),
+            };
+            let webhooks = webhooks::Webhooks::start(&app.id, &key, &app.webhooks, &counters)
+                .map_err(|e| format!("line {}: {e}", app.line))?;
             apps.push(App {
                 config: app.clone(),
                 secret: secret.into_bytes(),
                 index,
                 connections: AtomicUsize::new(0),
+                counters,
+                webhooks,
             });
         }
         let realtime = gateway.sibling(Namespaces::new(namespaces), &core_scope(path));
@@ -204,7 +223,19 @@ impl PusherRoute {
     /// `member_added` are decided ([`membership`] calls it once per
     /// subscription that joined).
     pub async fn joined(&self, app: &App, channel: &Channel, user: Option<&str>) -> census::Joined {
-        self.census.joined(&app.core_name(channel), user).await
+        let joined = self.census.joined(&app.core_name(channel), user).await;
+        let name = channel.name();
+        if joined.occupied {
+            app.webhooks
+                .push(&WebhookEvent::ChannelOccupied { channel: name });
+        }
+        if let (true, Some(user_id)) = (joined.member_added, user) {
+            app.webhooks.push(&WebhookEvent::MemberAdded {
+                channel: name,
+                user_id,
+            });
+        }
+        joined
     }
 
     /// One subscription fewer (one [`joined`](Self::joined) counted): the
@@ -212,7 +243,32 @@ impl PusherRoute {
     /// connection anywhere removes the member (`channel_vacated`,
     /// `member_removed`).
     pub async fn left(&self, app: &App, channel: &Channel, user: Option<&str>) -> census::Left {
-        self.census.left(&app.core_name(channel), user).await
+        let left = self.census.left(&app.core_name(channel), user).await;
+        let name = channel.name();
+        if let (true, Some(user_id)) = (left.member_removed, user) {
+            app.webhooks.push(&WebhookEvent::MemberRemoved {
+                channel: name,
+                user_id,
+            });
+        }
+        if left.vacated {
+            app.webhooks
+                .push(&WebhookEvent::ChannelVacated { channel: name });
+        }
+        left
+    }
+
+    /// Counts frames queued toward `app`'s subscribers of `core` on this
+    /// node by one event published there (all of them but `exclude`).
+    pub fn count_fanout(&self, app: &App, core: &str, excluded: bool) {
+        // An excluded socket not subscribed here makes this one short.
+        let n = self
+            .census
+            .subscriptions_here(core)
+            .saturating_sub(usize::from(excluded));
+        app.counters
+            .messages_out
+            .fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// The key a signed-in user's connections are under in the core's
@@ -255,8 +311,9 @@ impl PusherRoute {
             let call = self
                 .realtime
                 .clone()
-                .publish(core, Bytes::from(json), None, None);
+                .publish(core.clone(), Bytes::from(json), None, None);
             let name = channel.name().to_string();
+            self.count_fanout(app, &core, false);
             return self.run(async move {
                 if let Err(e) = call.await {
                     tracing::debug!(channel = name, error = %e, "cache event not kept");
@@ -265,6 +322,7 @@ impl PusherRoute {
         }
         let frame = Bytes::from(encode::frame(OpCode::Text, json.as_bytes()));
         self.topics.publish(&core, &frame, exclude);
+        self.count_fanout(app, &core, exclude.is_some());
     }
 
     /// The connection a socket id names, if it is live on this node.
@@ -288,6 +346,10 @@ impl RouteKind for PusherKind {
     /// A route's apps and secrets are read when it is built: a reload that
     /// changes them says so (the route serves on as it was) rather than
     /// leaving the operator to believe the change took.
+    fn figures(&self) -> Vec<weir_reactor::kind::KindFigure> {
+        self.0.figures()
+    }
+
     fn reload(&self, behaviour: &weir_config::Behaviour) -> Result<(), String> {
         let weir_config::Behaviour::Native(weir_config::NativeKind::Pusher(config)) = behaviour
         else {
@@ -396,10 +458,13 @@ mod tests {
                 max_channels_per_connection: 100,
                 max_payload: 10 * 1024,
                 activity_timeout: Duration::from_secs(120),
+                webhooks: Vec::new(),
             },
             secret: b"s".to_vec(),
             index,
             connections: AtomicUsize::new(0),
+            counters: Arc::default(),
+            webhooks: Default::default(),
         }
     }
 

@@ -1,4 +1,4 @@
-//! The guest I/O client's connector: plain TCP for `http://`, rustls (ring,
+//! The outbound client's connector: plain TCP for `http://`, rustls (ring,
 //! TLS 1.3 and 1.2, HTTP/1.1 by ALPN) over it for `https://`, the server's
 //! certificate checked against a route's `outbound_ca` or webpki-roots
 //! (the same settings as the proxy's `wss://` upstreams). hyper's pool
@@ -27,7 +27,7 @@ use tokio_rustls::TlsConnector;
 
 /// Opens a connection for the client: TCP, then TLS for `https`.
 #[derive(Clone)]
-pub(super) struct Connector {
+pub struct Connector {
     tcp: HttpConnector<CheckedResolver>,
     tls: TlsConnector,
 }
@@ -36,10 +36,7 @@ impl Connector {
     /// A connector whose https servers are checked against `ca` (PEM), or
     /// webpki-roots without one; host names may resolve to non-global
     /// addresses only with `allow_private`.
-    pub(super) fn new(
-        ca: Option<&Path>,
-        allow_private: bool,
-    ) -> Result<Connector, OutboundCaError> {
+    pub fn new(ca: Option<&Path>, allow_private: bool) -> Result<Connector, OutboundCaError> {
         let config = weir_config::tls::client_config(ca)?;
         let mut tcp = HttpConnector::new_with_resolver(CheckedResolver { allow_private });
         // Small requests and answers: no Nagle delay on either side.
@@ -59,13 +56,13 @@ impl Connector {
 pub struct OutboundCaError(#[from] weir_config::tls::CaError);
 
 /// A host name that resolved to an address off the public internet, on a
-/// route without `allow_private` (the guest sees `refused`).
+/// route without `allow_private` (a guest sees `refused`).
 #[derive(Debug, thiserror::Error)]
 #[error(
     "{name} resolves to {address}, which is not a global address; \
      set allow_private = true on the route to allow it"
 )]
-pub(crate) struct PrivateAddress {
+pub struct PrivateAddress {
     name: String,
     address: IpAddr,
 }
@@ -75,7 +72,7 @@ pub(crate) struct PrivateAddress {
 /// hyper connects only to the addresses returned, so a second answer
 /// (DNS rebinding) never reaches a socket.
 #[derive(Clone)]
-pub(super) struct CheckedResolver {
+pub struct CheckedResolver {
     /// Non-global addresses are allowed too (the route's `allow_private`).
     allow_private: bool,
 }
@@ -117,7 +114,7 @@ impl tower_service::Service<Name> for CheckedResolver {
 }
 
 /// A connection to an origin, plain or TLS.
-pub(super) enum Stream {
+pub enum Stream {
     Plain(TokioIo<TcpStream>),
     Tls(Box<TokioIo<TlsStream<TcpStream>>>),
 }
