@@ -259,21 +259,8 @@ impl Routes {
             {
                 let mut hooks = std::collections::HashMap::new();
                 for ns in self.namespace_guests.clone() {
-                    let guest = self.guest_route(index, route, &ns.guest, &topics, registry)?;
-                    if guest.program().is_v3() {
-                        return Err(RouteError::Route {
-                            path: route.path.clone(),
-                            line: ns.line,
-                            reason: format!(
-                                "the namespace guest {} is a weir:gateway 0.3.0 component; it \
-                                 needs 0.4.0 (rebuild it with the current SDK)",
-                                ns.guest.wasm.display()
-                            ),
-                        });
-                    }
-                    let calls = Arc::new(weir_realtime::verdict::RtCalls::default());
-                    let guest = Arc::new(guest.with_rt_calls(calls.clone()));
-                    let guest = Arc::new(weir_guest_runtime::GuestKind(guest));
+                    let (guest, calls) =
+                        self.attached_guest(index, route, &ns.guest, ns.line, &topics, registry)?;
                     hooks.insert(
                         ns.namespace,
                         weir_native::centrifugo::hook::NamespaceHook { guest, calls },
@@ -293,6 +280,30 @@ impl Routes {
                 Arc::new(weir_native::centrifugo::CentrifugoKind(Arc::new(
                     centrifugo,
                 )))
+            }
+            Behaviour::Native(NativeKind::Pusher(config))
+                if config.apps.iter().any(|app| app.guest.is_some()) =>
+            {
+                let mut hooks = Vec::with_capacity(config.apps.len());
+                for app in &config.apps {
+                    let hook = match &app.guest {
+                        Some(guest) => {
+                            let (guest, calls) =
+                                self.attached_guest(index, route, guest, app.line, &topics, registry)?;
+                            Some(weir_native::pusher::hook::AppHook { guest, calls })
+                        }
+                        None => None,
+                    };
+                    hooks.push(hook);
+                }
+                let pusher = weir_native::pusher::PusherRoute::new(config, &topics)
+                    .map_err(|reason| RouteError::Route {
+                        path: route.path.clone(),
+                        line: route.line,
+                        reason,
+                    })?
+                    .with_hooks(hooks);
+                Arc::new(weir_native::pusher::PusherKind(Arc::new(pusher)))
             }
             Behaviour::Native(native) => {
                 weir_native::route_kind(native.clone(), &route.path, &topics, &self.realtime)
@@ -324,6 +335,41 @@ impl Routes {
 }
 
 impl Routes {
+    /// A guest attached to a native kind (a namespace's, a Pusher app's,
+    /// declared at `line`): its guest route, answering questions through
+    /// the returned calls; its other commands are ignored.
+    fn attached_guest(
+        &mut self,
+        index: usize,
+        route: &weir_config::RouteConfig,
+        config: &GuestConfig,
+        line: usize,
+        topics: &Arc<Topics>,
+        registry: &Arc<Registry>,
+    ) -> Result<
+        (
+            Arc<dyn weir_reactor::attached::AttachedGuest>,
+            Arc<weir_realtime::verdict::RtCalls>,
+        ),
+        RouteError,
+    > {
+        let guest = self.guest_route(index, route, config, topics, registry)?;
+        if guest.program().is_v3() {
+            return Err(RouteError::Route {
+                path: route.path.clone(),
+                line,
+                reason: format!(
+                    "the guest {} is a weir:gateway 0.3.0 component; an attached guest \
+                     needs 0.4.0 (rebuild it with the current SDK)",
+                    config.wasm.display()
+                ),
+            });
+        }
+        let calls = Arc::new(weir_realtime::verdict::RtCalls::default());
+        let guest = Arc::new(guest.with_rt_calls(calls.clone()));
+        Ok((Arc::new(weir_guest_runtime::GuestKind(guest)), calls))
+    }
+
     /// The guest route of `route` at `index` running `guest` (a guest
     /// route's component, or a proxy route's filter): compiled here.
     fn guest_route(

@@ -45,17 +45,21 @@ pub(super) struct RawPusherApp {
     max_channels_per_connection: Field,
     max_payload: Field,
     activity_timeout: Field,
+    guest: Field,
+    timeout: Field,
+    memory: Field,
+    instances: Field,
 }
 
 /// A pusher route's apps.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PusherConfig {
     pub apps: Vec<PusherApp>,
 }
 
 /// One app: what its clients connect with (`key`), what the HTTP API names
 /// (`id`), and its limits.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PusherApp {
     /// Named in `/apps/{id}/…` HTTP API paths.
     pub id: String,
@@ -84,9 +88,13 @@ pub struct PusherApp {
     /// client in `pusher:connection_established`, which pings on its own
     /// after the same silence).
     pub activity_timeout: Duration,
+    /// The app's guest (`guest = "x.wasm"` with `timeout`, `memory`,
+    /// `instances`): asked about each of the app's connections,
+    /// subscriptions and client events (`native/pusher/hook.rs`).
+    pub guest: Option<GuestConfig>,
 }
 
-fn app_fields(raw: &RawPusherApp) -> [(&'static str, &Field); 11] {
+fn app_fields(raw: &RawPusherApp) -> [(&'static str, &Field); 15] {
     [
         ("id", &raw.id),
         ("key", &raw.key),
@@ -102,6 +110,10 @@ fn app_fields(raw: &RawPusherApp) -> [(&'static str, &Field); 11] {
         ),
         ("max_payload", &raw.max_payload),
         ("activity_timeout", &raw.activity_timeout),
+        ("guest", &raw.guest),
+        ("timeout", &raw.timeout),
+        ("memory", &raw.memory),
+        ("instances", &raw.instances),
     ]
 }
 
@@ -137,7 +149,11 @@ fn env_name(src: &Source, item: &Item) -> Result<String, ConfigError> {
     Ok(name.to_string())
 }
 
-fn app(src: &Source, spanned: &Spanned<RawPusherApp>) -> Result<PusherApp, ConfigError> {
+fn app(
+    src: &Source,
+    spanned: &Spanned<RawPusherApp>,
+    origin_dir: &std::path::Path,
+) -> Result<PusherApp, ConfigError> {
     let raw = spanned.get_ref();
     let required = |key: &'static str, example: &str| {
         src.error(
@@ -164,7 +180,15 @@ fn app(src: &Source, spanned: &Spanned<RawPusherApp>) -> Result<PusherApp, Confi
         activity_timeout: Duration::from_secs(
             weir_pusher::server::DEFAULT_ACTIVITY_TIMEOUT_SECS.into(),
         ),
+        guest: None,
     };
+    let keys = super::realtime::AttachedGuestKeys {
+        guest: &raw.guest,
+        timeout: &raw.timeout,
+        memory: &raw.memory,
+        instances: &raw.instances,
+    };
+    app.guest = super::realtime::attached_guest(src, &keys, origin_dir)?;
     if let Some(item) = Item::of("client_events", &raw.client_events) {
         app.client_events = item.flag(src)?;
     }
@@ -208,6 +232,7 @@ pub(super) fn pusher_config(
     raw: &RawRoute,
     native: &Item,
     path: &str,
+    origin_dir: &std::path::Path,
 ) -> Result<PusherConfig, ConfigError> {
     if !path.ends_with(PUSHER_PATH_TAIL) {
         return Err(native.fail(
@@ -241,7 +266,7 @@ pub(super) fn pusher_config(
     let (mut ids, mut keys) = (HashSet::new(), HashSet::new());
     let mut out = Vec::with_capacity(apps.len());
     for spanned in apps {
-        let app = app(src, spanned)?;
+        let app = app(src, spanned, origin_dir)?;
         let raw = spanned.get_ref();
         if !ids.insert(app.id.clone()) {
             let item = Item::of("id", &raw.id).expect("checked");

@@ -12,10 +12,12 @@
 //! at most `max_presence_members`), `c3:cache-x` a cache channel (a
 //! history of one event). Two apps never share a channel.
 //!
-//! [`conn`] is one connection's behaviour, [`api`] the HTTP API.
+//! [`conn`] is one connection's behaviour, [`api`] the HTTP API,
+//! [`hook`] an app's guest.
 
 pub mod api;
 pub mod conn;
+pub mod hook;
 
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -104,6 +106,8 @@ pub struct PusherRoute {
     pub users: Mutex<HashMap<(usize, String), UserConns>>,
     /// Bodies of the HTTP API are read up to this.
     pub max_body: usize,
+    /// Each app's guest, by app index (None: the app has none).
+    pub hooks: Vec<Option<hook::AppHook>>,
 }
 
 impl PusherRoute {
@@ -160,7 +164,14 @@ impl PusherRoute {
             // A batch of events, each at most max_payload of data, whose
             // JSON escaping may double it, and the envelopes.
             max_body: (max_payload * 2 + 1024) * (weir_pusher::api::DEFAULT_MAX_BATCH_EVENTS + 1),
+            hooks: Vec::new(),
         })
+    }
+
+    /// The apps' guests, by app index (the route table compiles them).
+    pub fn with_hooks(mut self, hooks: Vec<Option<hook::AppHook>>) -> Self {
+        self.hooks = hooks;
+        self
     }
 
     pub fn app_by_key(&self, key: &str) -> Option<&App> {
@@ -206,8 +217,14 @@ impl PusherRoute {
 pub struct PusherKind(pub Arc<PusherRoute>);
 
 impl RouteKind for PusherKind {
-    fn on_worker(&self, _: &WorkerSetup) -> Rc<dyn WorkerRoute> {
-        Rc::new(PusherWorker(self.0.clone()))
+    fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute> {
+        let hooks = self
+            .0
+            .hooks
+            .iter()
+            .map(|h| h.as_ref().map(|h| Rc::new(h.on_worker(worker))))
+            .collect();
+        Rc::new(PusherWorker(self.0.clone(), hooks))
     }
 
     /// A route's apps and secrets are read when it is built: a reload that
@@ -239,7 +256,21 @@ impl RouteKind for PusherKind {
     }
 }
 
-struct PusherWorker(Arc<PusherRoute>);
+/// The route on one worker, with its apps' guests' slots there (by app
+/// index).
+struct PusherWorker(Arc<PusherRoute>, Vec<Option<Rc<hook::WorkerHook>>>);
+
+impl PusherWorker {
+    /// A connection of app `index`, with what its guest is asked at open.
+    fn connection(&self, index: usize, up: &Upgrade<'_>) -> Result<conn::Pusher, getrandom::Error> {
+        let hook = self.1.get(index).cloned().flatten();
+        let upgrade = match hook {
+            Some(_) => (up.uri.to_string(), hook::header_lines(up.headers)),
+            None => Default::default(),
+        };
+        conn::Pusher::new(self.0.clone(), index, hook, upgrade)
+    }
+}
 
 impl WorkerRoute for PusherWorker {
     /// Every upgrade is accepted: a refusal (unknown key, protocol, over
@@ -263,7 +294,7 @@ impl WorkerRoute for PusherWorker {
                             });
                     match taken {
                         Err(_) => refused(ConnectError::OverConnectionQuota),
-                        Ok(_) => match conn::Pusher::new(route.clone(), index) {
+                        Ok(_) => match self.connection(index, &up) {
                             Ok(conn) => Ok(Accepted::with(conn)),
                             Err(_) => {
                                 app.connections.fetch_sub(1, Ordering::AcqRel);
@@ -321,6 +352,7 @@ mod tests {
                 max_channels_per_connection: 100,
                 max_payload: 10 * 1024,
                 activity_timeout: Duration::from_secs(120),
+                guest: None,
             },
             secret: b"s".to_vec(),
             index,
