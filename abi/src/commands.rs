@@ -543,12 +543,16 @@ mod tests {
                 Command::RtSubscribeVerdict {
                     conn: 5,
                     call: 9,
-                    code: 0
+                    code: 0,
+                    authorise: false,
+                    payload: ""
                 },
                 Command::RtSubscribeVerdict {
                     conn: 5,
                     call: 9,
-                    code: 4403
+                    code: 4403,
+                    authorise: false,
+                    payload: ""
                 },
                 Command::RtPublishVerdict {
                     conn: 5,
@@ -578,14 +582,14 @@ mod tests {
             parse(
                 &[verdict(
                     CommandKind::RtSubscribeVerdict,
-                    1,
+                    2,
                     0,
                     (0, 8),
                     (0, 0)
                 )],
                 &data
             ),
-            Err(AbiError::ReservedByteSet { index: 0, value: 1 })
+            Err(AbiError::ReservedByteSet { index: 0, value: 2 })
         );
         assert_eq!(
             parse(

@@ -420,7 +420,10 @@ mod tests {
         assert_eq!(EventKind::from_byte(10), Some(EventKind::History));
         assert_eq!(EventKind::from_byte(12), Some(EventKind::RtSubscribe));
         assert_eq!(EventKind::from_byte(13), Some(EventKind::RtPublish));
-        assert_eq!(EventKind::from_byte(14), None);
+        assert_eq!(EventKind::from_byte(14), Some(EventKind::PusherConnect));
+        assert_eq!(EventKind::from_byte(15), Some(EventKind::PusherSubscribe));
+        assert_eq!(EventKind::from_byte(16), Some(EventKind::PusherClientEvent));
+        assert_eq!(EventKind::from_byte(17), None);
         let commands = [
             CommandKind::SendText,
             CommandKind::SendBinary,
