@@ -289,7 +289,6 @@ mod buf;
 #[cfg(feature = "alloc")]
 pub use buf::CommandBuf;
 
-
 #[cfg(test)]
 mod tests {
     extern crate std;

@@ -137,7 +137,6 @@ event_codes! {
     }
 }
 
-
 /// The leading 8-byte tag of `bytes` and what follows it.
 pub fn split_tag(bytes: &[u8]) -> Option<(u64, &[u8])> {
     let (tag, rest) = bytes.split_first_chunk::<8>()?;

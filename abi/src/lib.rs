@@ -170,9 +170,9 @@ pub use header::{
     EVENT_HEADER_BYTES, LAST_V3_COMMAND_KIND,
 };
 pub use io::{HistoryAnswer, HttpErrorReason, KvErrorReason, Member, Members, ReadErrorReason};
+pub use pusher::SignatureCheck;
 #[cfg(feature = "alloc")]
 pub use realtime::encode_rt_request;
-pub use pusher::SignatureCheck;
 pub use realtime::{split_rt_request, RtRequest, RtVerdict};
 
 /// Connection id as the ABI carries it: unique per gateway process, never 0

@@ -95,8 +95,8 @@
 //!   [`log`]; both are rate-limited per route.
 
 mod conn;
-mod io;
 mod hook;
+mod io;
 pub mod pusher;
 pub mod realtime;
 mod request;
@@ -105,8 +105,8 @@ mod state;
 pub mod testing;
 
 pub use conn::{Conn, Context};
-pub use io::{HttpError, HttpRequest, HttpResponse, HttpResult, Tag};
 pub use hook::{PubDecision, PublishRequest, SubDecision, SubscribeRequest};
+pub use io::{HttpError, HttpRequest, HttpResponse, HttpResult, Tag};
 pub use pusher::{
     ChannelDecision, ChannelRequest, ClientEventRequest, ConnectDecision, ConnectRequest,
     SignatureCheck,

@@ -305,7 +305,13 @@ impl<H: Handler> TestRoute<H> {
     ///
     /// # Panics
     /// If no history read with `tag` is pending.
-    pub fn answer_history(&mut self, tag: Tag, offset: u64, epoch: &str, publications: &[(u64, &str)]) {
+    pub fn answer_history(
+        &mut self,
+        tag: Tag,
+        offset: u64,
+        epoch: &str,
+        publications: &[(u64, &str)],
+    ) {
         let read = self.take_read(tag, true);
         let mut bytes = Vec::new();
         let pubs = publications.iter().map(|(o, d)| (*o, d.as_bytes()));
@@ -586,7 +592,14 @@ impl<H: Handler> TestRoute<H> {
     /// it from the answer.
     pub fn pusher_connect(&mut self, req: &ConnectRequest<'_>) -> ConnectDecision {
         let kind = EventKind::PusherConnect;
-        match self.ask(kind, req.target, req.socket_id, "", req.headers.as_bytes(), b"") {
+        match self.ask(
+            kind,
+            req.target,
+            req.socket_id,
+            "",
+            req.headers.as_bytes(),
+            b"",
+        ) {
             RtAnswer::Subscribe(_, 0, _, _) => ConnectDecision::Allow,
             RtAnswer::Subscribe(_, code, _, message) => ConnectDecision::Refuse(code, message),
             other => panic!("a connect was answered with {other:?}"),
@@ -1269,11 +1282,19 @@ mod tests {
         let reads = route.reads();
         assert_eq!(reads.len(), 3);
         assert_eq!(
-            (reads[0].conn, reads[0].channel.as_str(), reads[0].limit, reads[0].reverse),
+            (
+                reads[0].conn,
+                reads[0].channel.as_str(),
+                reads[0].limit,
+                reads[0].reverse
+            ),
             (a, "chat:room", Some(2), true)
         );
         assert_eq!((reads[1].conn, reads[1].limit), (a, None));
-        assert_eq!((reads[2].conn, reads[2].limit, reads[2].reverse), (0, Some(0), false));
+        assert_eq!(
+            (reads[2].conn, reads[2].limit, reads[2].reverse),
+            (0, Some(0), false)
+        );
         route.answer_history(reads[0].tag, 9, "ep", &[(9, "\"b\""), (8, "{}")]);
         route.answer_presence(reads[1].tag, &[("c1", "u1", "{\"n\":1}"), ("c2", "", "")]);
         assert_eq!(

@@ -288,8 +288,8 @@ impl Routes {
                 for app in &config.apps {
                     let hook = match &app.guest {
                         Some(guest) => {
-                            let (guest, calls) =
-                                self.attached_guest(index, route, guest, app.line, &topics, registry)?;
+                            let (guest, calls) = self
+                                .attached_guest(index, route, guest, app.line, &topics, registry)?;
                             Some(weir_native::pusher::hook::AppHook { guest, calls })
                         }
                         None => None,

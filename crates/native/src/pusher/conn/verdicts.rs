@@ -150,7 +150,9 @@ impl Pusher {
         }
         match asked {
             Asked::Connect => self.on_connect_verdict(answer),
-            Asked::Subscribe { req, signature } => self.on_subscribe_verdict(req, signature, answer),
+            Asked::Subscribe { req, signature } => {
+                self.on_subscribe_verdict(req, signature, answer)
+            }
             Asked::ClientEvent(event) => self.on_event_verdict(event, answer),
         }
     }
@@ -165,7 +167,10 @@ impl Pusher {
                 } else {
                     codes::UNAUTHORIZED
                 };
-                (code, text_or(&message, "connection refused by the app's guest"))
+                (
+                    code,
+                    text_or(&message, "connection refused by the app's guest"),
+                )
             }
             // The guest could not decide: pusher-js tries again in a second.
             _ => (
