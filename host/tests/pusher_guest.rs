@@ -5,7 +5,8 @@
 //! authorises from a JWT with no auth endpoint (members as the token names
 //! them), a channel prefix it refuses, client events it rewrites and drops
 //! as another client sees them, a connection it refuses, a guest that
-//! traps (the subscription is refused, the connection stays), and another
+//! traps or passes its deadline (the subscription is refused, the
+//! connection stays), and another
 //! app of the same route untouched by this app's guest. Needs
 //! `scripts/build-guests.sh` and `npm ci` in host/tests/clients.
 
@@ -139,10 +140,11 @@ async fn the_guest_refuses_a_connection() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_trapping_guest_refuses_the_subscription_and_the_connection_stays() {
+async fn a_trapping_or_slow_guest_refuses_the_subscription_and_the_connection_stays() {
     let gw = gateway();
     let out = scenario(&gw, "trap").await;
     assert_eq!(out["status"], 500, "{out}");
+    assert_eq!(out["slow"], 500, "{out}");
     assert_eq!(out["same_socket"], true, "{out}");
     gw.stop();
 }

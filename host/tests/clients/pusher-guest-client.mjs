@@ -202,13 +202,17 @@ async function suspended() {
   return { code: code(err) };
 }
 
-/** The guest traps on a subscribe: refused with an error, the connection
- * stays up and subscribes again. */
+/** The guest traps on a subscribe, then passes its deadline on another:
+ * each refused with an error, the connection stays up and subscribes
+ * again. */
 async function trap() {
   const p = await connected(client('g', { token: jwt({ channels: ['private-ok'] }) }));
   const socket = p.connection.socket_id;
   const err = await once(p.subscribe('private-trap-1'), 'pusher:subscription_error');
   assert.equal(err.status, 500, JSON.stringify(err));
+  // One that spins past the guest's deadline: refused the same way.
+  const slow = await once(p.subscribe('private-slow-1'), 'pusher:subscription_error');
+  assert.equal(slow.status, 500, JSON.stringify(slow));
   const ch = await subscribed(p, 'private-ok');
   assert.equal(p.connection.state, 'connected');
   assert.equal(p.connection.socket_id, socket, 'the connection was replaced');
@@ -216,7 +220,7 @@ async function trap() {
   await server().trigger('private-ok', 'n', 1);
   await until(() => got.length === 1, 'an event after the trap');
   p.disconnect();
-  return { status: err.status, same_socket: true };
+  return { status: err.status, slow: slow.status, same_socket: true };
 }
 
 /** App "p" on the same route has no guest: a JWT is no signature there,
