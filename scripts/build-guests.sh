@@ -23,7 +23,7 @@ examples="$root/examples"
 out="$examples/wasm"
 target_dir="${CARGO_TARGET_DIR:+$CARGO_TARGET_DIR/wasm}"
 target_dir="${target_dir:-$examples/target}"
-names=(echo json binary chat auth counter shout presence ticker remote-auth moderate faulty wrong-world big-memory io-probe fetch-echo state-v1 state-v2 state-v3 rt-probe)
+names=(echo json binary chat auth counter shout presence ticker remote-auth moderate faulty wrong-world big-memory io-probe fetch-echo state-v1 state-v2 state-v3 rt-probe pusher-gate)
 # 64 KiB shadow stack: keep in step with examples/.cargo/config.toml (RUSTFLAGS
 # set here replaces that file's rustflags).
 stack_flag="-C link-arg=-zstack-size=65536"

@@ -8,6 +8,7 @@ use crate::header::{
     checked_str, is_utf8, range, split_headers, CommandHeader, CommandKind, Direction,
 };
 use crate::header::{COMMAND_HEADER_BYTES as N, COMMAND_HEADER_BYTES};
+use crate::pusher::RT_AUTHORISE;
 use crate::realtime::{RtVerdict, RT_DROP, RT_PASS, RT_REPLACE};
 use crate::ConnectionId;
 
@@ -90,10 +91,16 @@ pub enum Command<'a> {
     /// Packed only, a real-time namespace's guest: the answer to the
     /// rt-subscribe `call` of `conn`: `code` 0 allows, any other refuses
     /// with that Centrifugo error code.
+    /// For a Pusher app's guest (pusher-connect, pusher-subscribe):
+    /// `authorise` (byte 9 [`RT_AUTHORISE`]) says the guest answered a
+    /// subscription's authorisation itself, with `payload` the presence
+    /// channel data (or empty); with a refusal, `payload` is its message.
     RtSubscribeVerdict {
         conn: ConnectionId,
         call: u64,
         code: u16,
+        authorise: bool,
+        payload: &'a str,
     },
     /// Packed only: the answer to the rt-publish `call` of `conn`.
     RtPublishVerdict {
@@ -155,6 +162,7 @@ fn check(index: usize, c: &CommandHeader, data: &[u8]) -> Result<CommandKind, Ab
             Direction::from_byte(c.reserved).is_some()
         }
         Some(CommandKind::RtPublishVerdict) => c.reserved <= RT_DROP,
+        Some(CommandKind::RtSubscribeVerdict) => c.reserved <= RT_AUTHORISE,
         _ => c.reserved == 0,
     };
     if !reserved_ok {
@@ -182,7 +190,10 @@ fn check(index: usize, c: &CommandHeader, data: &[u8]) -> Result<CommandKind, Ab
         kind: c.kind,
     })?;
     match kind {
-        CommandKind::SendText | CommandKind::PublishText | CommandKind::ForwardText
+        CommandKind::SendText
+        | CommandKind::PublishText
+        | CommandKind::ForwardText
+        | CommandKind::RtSubscribeVerdict
             if !is_utf8(payload) =>
         {
             return Err(AbiError::TextNotUtf8 { index })
@@ -270,236 +281,13 @@ impl<'a> IntoIterator for &CommandList<'a> {
     }
 }
 
-/// Iterator over a [`CommandList`]; yields one [`Command`] per header.
-#[derive(Debug, Clone)]
-pub struct CommandIter<'a> {
-    headers: core::slice::Iter<'a, [u8; N]>,
-    data: &'a [u8],
-}
-
-impl<'a> CommandIter<'a> {
-    /// A header that passed [`check`] against `self.data`, as a command.
-    fn view(&self, c: &CommandHeader) -> Command<'a> {
-        let data = self.data;
-        let bytes = |offset: u32, len: u32| {
-            let start = offset as usize;
-            // In range: checked by parse_commands.
-            &data[start..start + len as usize]
-        };
-        let payload = bytes(c.offset, c.len);
-        // SAFETY: `check` accepted this header, so its topic is UTF-8 for
-        // every kind that reads it here, and `data` is unchanged since
-        // (borrowed immutably, or private to a CommandBuf).
-        let topic = || unsafe { checked_str(bytes(c.topic_offset, c.topic_len)) };
-        let conn = c.conn;
-        match CommandKind::from_byte(c.kind) {
-            Some(CommandKind::SendText) => Command::Send {
-                conn,
-                text: true,
-                payload,
-            },
-            Some(CommandKind::SendBinary) => Command::Send {
-                conn,
-                text: false,
-                payload,
-            },
-            Some(CommandKind::Close) => Command::Close {
-                conn,
-                code: if sendable_close_code(c.code) {
-                    c.code
-                } else {
-                    FALLBACK_CLOSE_CODE
-                },
-                // SAFETY: as for the topic: `check` found the reason UTF-8.
-                reason: short_reason(unsafe { checked_str(payload) }),
-            },
-            Some(kind @ (CommandKind::PublishText | CommandKind::PublishBinary)) => {
-                Command::Publish {
-                    topic: topic(),
-                    text: kind == CommandKind::PublishText,
-                    payload,
-                    exclude: (conn != 0).then_some(conn),
-                }
-            }
-            Some(CommandKind::Subscribe) => Command::Subscribe {
-                conn,
-                topic: topic(),
-            },
-            Some(CommandKind::Unsubscribe) => Command::Unsubscribe {
-                conn,
-                topic: topic(),
-            },
-            Some(CommandKind::SetAttachment) => Command::SetAttachment {
-                conn,
-                attachment: payload,
-            },
-            Some(kind) => {
-                let meta = bytes(c.topic_offset, c.topic_len);
-                let u64_at = |at: usize| {
-                    let mut n = [0u8; 8];
-                    n.copy_from_slice(&meta[at..at + 8]);
-                    u64::from_le_bytes(n)
-                };
-                // Lengths checked by parse_commands (`check`).
-                match kind {
-                    CommandKind::HttpRequest => Command::HttpRequest {
-                        conn,
-                        tag: u64_at(0),
-                        // SAFETY: `check` found the head UTF-8.
-                        head: unsafe { checked_str(&meta[8..]) },
-                        body: payload,
-                    },
-                    CommandKind::SetTimer => Command::SetTimer {
-                        conn,
-                        tag: u64_at(0),
-                        delay_ms: u64_at(8),
-                    },
-                    CommandKind::CancelTimer => Command::CancelTimer {
-                        conn,
-                        tag: u64_at(0),
-                    },
-                    CommandKind::KvSet => Command::KvSet {
-                        key: &meta[8..],
-                        value: payload,
-                        ttl_ms: u64_at(0),
-                    },
-                    CommandKind::KvDelete => Command::KvDelete { key: meta },
-                    CommandKind::ForwardText | CommandKind::ForwardBinary => Command::Forward {
-                        conn,
-                        direction: match Direction::from_byte(c.reserved) {
-                            Some(direction) => direction,
-                            None => unreachable!("checked by parse_commands"),
-                        },
-                        text: kind == CommandKind::ForwardText,
-                        payload,
-                    },
-                    CommandKind::RtSubscribeVerdict => Command::RtSubscribeVerdict {
-                        conn,
-                        call: u64_at(0),
-                        code: c.code,
-                    },
-                    CommandKind::RtPublishVerdict => Command::RtPublishVerdict {
-                        conn,
-                        call: u64_at(0),
-                        verdict: match c.reserved {
-                            RT_PASS => RtVerdict::Pass,
-                            RT_REPLACE => RtVerdict::Replace(payload),
-                            _ => RtVerdict::Drop(c.code),
-                        },
-                    },
-                    CommandKind::HistoryRead => match crate::io::split_history_read(meta) {
-                        Some((tag, limit, reverse, channel)) => Command::HistoryRead {
-                            conn,
-                            tag,
-                            limit,
-                            reverse,
-                            channel,
-                        },
-                        None => unreachable!("checked by parse_commands"),
-                    },
-                    CommandKind::PresenceRead => match crate::io::split_presence_read(meta) {
-                        Some((tag, channel)) => Command::PresenceRead { conn, tag, channel },
-                        None => unreachable!("checked by parse_commands"),
-                    },
-                    _ => unreachable!("every earlier kind is matched above"),
-                }
-            }
-            None => unreachable!("parse_commands refused unknown kinds"),
-        }
-    }
-}
-
-impl<'a> Iterator for CommandIter<'a> {
-    type Item = Command<'a>;
-
-    fn next(&mut self) -> Option<Command<'a>> {
-        let h = self.headers.next()?;
-        Some(self.view(&CommandHeader::decode(h)))
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.headers.size_hint()
-    }
-}
-
-impl ExactSizeIterator for CommandIter<'_> {}
+mod iter;
+pub use iter::CommandIter;
 
 #[cfg(feature = "alloc")]
-pub use owned::CommandBuf;
-
+mod buf;
 #[cfg(feature = "alloc")]
-mod owned {
-    use alloc::vec::Vec;
-
-    use super::*;
-
-    /// A validated answer that owns the guest's two buffers, so the host can
-    /// keep it (and walk it) without parsing again. The buffers are private:
-    /// the only change allowed after the parse is
-    /// [`replace_with_close`](CommandBuf::replace_with_close), which keeps
-    /// the answer valid.
-    #[derive(Debug, Clone, Default)]
-    pub struct CommandBuf {
-        headers: Vec<u8>,
-        data: Vec<u8>,
-        set_attachments: usize,
-    }
-
-    impl CommandBuf {
-        /// An answer with no commands.
-        pub fn new() -> Self {
-            Self::default()
-        }
-
-        /// Check `headers` and `data` as [`parse_commands`] does and keep them.
-        pub fn parse(headers: Vec<u8>, data: Vec<u8>) -> Result<Self, AbiError> {
-            let set_attachments = parse_commands(&headers, &data)?.set_attachments;
-            Ok(CommandBuf {
-                headers,
-                data,
-                set_attachments,
-            })
-        }
-
-        /// The checked commands (no second check: the buffers have not
-        /// changed since [`parse`](Self::parse)).
-        pub fn list(&self) -> CommandList<'_> {
-            let (headers, rest) = self.headers.as_chunks::<N>();
-            debug_assert!(rest.is_empty(), "parse checked whole headers");
-            CommandList {
-                headers,
-                data: &self.data,
-                set_attachments: self.set_attachments,
-            }
-        }
-
-        /// Turn command `index` into `close(conn, code)` with no reason
-        /// (the host does this to an attachment over its route's cap: it
-        /// costs that connection, not the batch). `code` is made sendable
-        /// like any guest close code.
-        ///
-        /// # Panics
-        ///
-        /// If `index` is not below [`CommandList::len`].
-        pub fn replace_with_close(&mut self, index: usize, code: u16) {
-            let at = index * COMMAND_HEADER_BYTES;
-            let slot: &mut [u8; N] = (&mut self.headers[at..at + COMMAND_HEADER_BYTES])
-                .try_into()
-                .expect("a slice of exactly one header");
-            let old = CommandHeader::decode(slot);
-            if old.kind == CommandKind::SetAttachment as u8 {
-                self.set_attachments -= 1;
-            }
-            *slot = CommandHeader {
-                conn: old.conn,
-                kind: CommandKind::Close as u8,
-                code,
-                ..CommandHeader::default()
-            }
-            .encode();
-        }
-    }
-}
+pub use buf::CommandBuf;
 
 #[cfg(test)]
 mod tests {
@@ -754,12 +542,16 @@ mod tests {
                 Command::RtSubscribeVerdict {
                     conn: 5,
                     call: 9,
-                    code: 0
+                    code: 0,
+                    authorise: false,
+                    payload: ""
                 },
                 Command::RtSubscribeVerdict {
                     conn: 5,
                     call: 9,
-                    code: 4403
+                    code: 4403,
+                    authorise: false,
+                    payload: ""
                 },
                 Command::RtPublishVerdict {
                     conn: 5,
@@ -789,14 +581,14 @@ mod tests {
             parse(
                 &[verdict(
                     CommandKind::RtSubscribeVerdict,
-                    1,
+                    2,
                     0,
                     (0, 8),
                     (0, 0)
                 )],
                 &data
             ),
-            Err(AbiError::ReservedByteSet { index: 0, value: 1 })
+            Err(AbiError::ReservedByteSet { index: 0, value: 2 })
         );
         assert_eq!(
             parse(

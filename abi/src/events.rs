@@ -13,7 +13,15 @@ use crate::header::{
 use crate::header::{EVENT_HEADER_BYTES as N, EVENT_HEADER_BYTES};
 use crate::io::{split_history, split_http_response, split_presence, split_tag};
 use crate::io::{HistoryAnswer, Members};
+use crate::pusher::{split_subscribe_rest, SignatureCheck};
 use crate::realtime::{split_rt_request, RtRequest};
+
+/// A pusher-subscribe's bytes: the request, the signature check, the `auth`.
+fn split_pusher_subscribe(bytes: &[u8]) -> Option<(RtRequest<'_>, SignatureCheck, &str)> {
+    let (req, rest) = split_rt_request(bytes)?;
+    let (check, auth) = split_subscribe_rest(rest)?;
+    Some((req, check, auth))
+}
 use crate::{ConnInfo, ConnectionId};
 
 /// One event of a batch, borrowed from its [`EventList`].
@@ -81,6 +89,29 @@ pub enum Event<'a> {
     },
     /// Packed only: the client publishes `data` (JSON) into `req.channel`.
     RtPublish {
+        conn: ConnectionId,
+        req: RtRequest<'a>,
+        data: &'a [u8],
+    },
+    /// Packed only, a Pusher app's guest: connection `conn` (socket id
+    /// `req.client`) opens with request target `req.channel` and the
+    /// upgrade's headers in `req.info` (`name: value` lines).
+    PusherConnect {
+        conn: ConnectionId,
+        req: RtRequest<'a>,
+    },
+    /// Packed only: a client subscribes to `req.channel`, with the
+    /// `channel_data` it sent in `req.info`, its `auth`, and what weir's
+    /// signature check made of it.
+    PusherSubscribe {
+        conn: ConnectionId,
+        req: RtRequest<'a>,
+        check: SignatureCheck,
+        auth: &'a str,
+    },
+    /// Packed only: a client event `req.info` (its name) with `data`
+    /// (JSON) on `req.channel`.
+    PusherClientEvent {
         conn: ConnectionId,
         req: RtRequest<'a>,
         data: &'a [u8],
@@ -159,6 +190,14 @@ pub fn parse_events<'a>(events: &'a [u8], data: &'a [u8]) -> Result<EventList<'a
             Some(EventKind::RtSubscribe | EventKind::RtPublish)
                 if split_rt_request(bytes).is_none() =>
             {
+                return Err(AbiError::IoEventMalformed { index })
+            }
+            Some(EventKind::PusherConnect | EventKind::PusherClientEvent)
+                if split_rt_request(bytes).is_none() =>
+            {
+                return Err(AbiError::IoEventMalformed { index })
+            }
+            Some(EventKind::PusherSubscribe) if split_pusher_subscribe(bytes).is_none() => {
                 return Err(AbiError::IoEventMalformed { index })
             }
             Some(EventKind::History) if split_history(e.code, bytes).is_none() => {
@@ -287,6 +326,24 @@ impl<'a> Iterator for EventIter<'a> {
                         None => unreachable!("checked by parse_events"),
                     }
                 }
+                Some(kind @ (EventKind::PusherConnect | EventKind::PusherClientEvent)) => {
+                    match split_rt_request(bytes) {
+                        Some((req, _)) if kind == EventKind::PusherConnect => {
+                            Event::PusherConnect { conn, req }
+                        }
+                        Some((req, data)) => Event::PusherClientEvent { conn, req, data },
+                        None => unreachable!("checked by parse_events"),
+                    }
+                }
+                Some(EventKind::PusherSubscribe) => match split_pusher_subscribe(bytes) {
+                    Some((req, check, auth)) => Event::PusherSubscribe {
+                        conn,
+                        req,
+                        check,
+                        auth,
+                    },
+                    None => unreachable!("checked by parse_events"),
+                },
                 Some(EventKind::History) => match split_history(e.code, bytes) {
                     Some((tag, result)) => Event::History { conn, tag, result },
                     None => unreachable!("checked by parse_events"),

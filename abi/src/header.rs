@@ -53,6 +53,16 @@ pub enum EventKind {
     /// namespace (bytes: [`crate::realtime`], the publication last); the
     /// guest answers with [`CommandKind::RtPublishVerdict`].
     RtPublish = 13,
+    /// Packed layout only, a Pusher app's guest: a connection of the app
+    /// opens (bytes: [`crate::pusher`]); the guest answers with
+    /// [`CommandKind::RtSubscribeVerdict`].
+    PusherConnect = 14,
+    /// Packed layout only: a client of the app subscribes (bytes:
+    /// [`crate::pusher`]); answered with [`CommandKind::RtSubscribeVerdict`].
+    PusherSubscribe = 15,
+    /// Packed layout only: a client of the app sends a client event (bytes:
+    /// [`crate::pusher`]); answered with [`CommandKind::RtPublishVerdict`].
+    PusherClientEvent = 16,
 }
 
 /// Which way a proxied message travels: byte 9 of a proxy event and of a
@@ -96,6 +106,9 @@ impl EventKind {
             11 => EventKind::Presence,
             12 => EventKind::RtSubscribe,
             13 => EventKind::RtPublish,
+            14 => EventKind::PusherConnect,
+            15 => EventKind::PusherSubscribe,
+            16 => EventKind::PusherClientEvent,
             _ => return None,
         })
     }
@@ -407,7 +420,10 @@ mod tests {
         assert_eq!(EventKind::from_byte(10), Some(EventKind::History));
         assert_eq!(EventKind::from_byte(12), Some(EventKind::RtSubscribe));
         assert_eq!(EventKind::from_byte(13), Some(EventKind::RtPublish));
-        assert_eq!(EventKind::from_byte(14), None);
+        assert_eq!(EventKind::from_byte(14), Some(EventKind::PusherConnect));
+        assert_eq!(EventKind::from_byte(15), Some(EventKind::PusherSubscribe));
+        assert_eq!(EventKind::from_byte(16), Some(EventKind::PusherClientEvent));
+        assert_eq!(EventKind::from_byte(17), None);
         let commands = [
             CommandKind::SendText,
             CommandKind::SendBinary,

@@ -34,7 +34,9 @@
 //! | 8      | kind     | [`EventKind`]: open 0, text 1, binary 2, close 3;     |
 //! |        |          | 0.4.0: http-response 4, http-error 5, timer 6,        |
 //! |        |          | proxy-text 7, proxy-binary 8, kv-error 9, history 10, |
-//! |        |          | presence 11, rt-subscribe 12, rt-publish 13           |
+//! |        |          | presence 11, rt-subscribe 12, rt-publish 13,          |
+//! |        |          | pusher-connect 14, pusher-subscribe 15,               |
+//! |        |          | pusher-client-event 16                                |
 //! | 9      | reserved | 0; for proxy kinds the [`Direction`]: 0 client to     |
 //! |        |          | upstream, 1 upstream to client                        |
 //! | 10..12 | code     | close code for `close`, 0 otherwise, u16              |
@@ -99,6 +101,14 @@
 //! fails, is answered 100 (internal) by the host. Like the proxy kinds they
 //! travel in the packed layout only.
 //!
+//! A Pusher app with a `guest` (the pusher route) asks it about each of the
+//! app's connections (pusher-connect, 14), subscriptions (pusher-subscribe,
+//! 15) and client events (pusher-client-event, 16): the same request
+//! layout, fields as [`pusher`] gives them, answered with the same two
+//! verdicts; an rt-subscribe-verdict's byte 9 may be [`pusher::RT_AUTHORISE`]
+//! (1: the guest answered authorisation, the payload the presence channel
+//! data), and its payload (a refusal's message) must be UTF-8.
+//!
 //! # Rules a guest's answer must follow
 //!
 //! Every `offset`/`len` pair names `data[offset .. offset + len]` and must lie
@@ -108,11 +118,12 @@
 //!
 //! - the header buffer is not a whole number of headers \[`HeadersNotWhole`\],
 //! - a reserved byte is not 0 (a forward's direction not 0 or 1, an
-//!   rt-publish-verdict's decision not 0–2) \[`ReservedByteSet`\],
+//!   rt-publish-verdict's decision not 0–2, an rt-subscribe-verdict's not
+//!   0–1) \[`ReservedByteSet`\],
 //! - a range falls outside the data buffer \[`RangeOutOfBounds`\],
 //! - a kind is unknown \[`UnknownKind`\],
-//! - a text payload (send-text, publish-text, forward-text) is not UTF-8
-//!   \[`TextNotUtf8`\],
+//! - a text payload (send-text, publish-text, forward-text,
+//!   rt-subscribe-verdict) is not UTF-8 \[`TextNotUtf8`\],
 //! - a close reason is not UTF-8 \[`ReasonNotUtf8`\],
 //! - a publish, subscribe or unsubscribe has an empty topic \[`EmptyTopic`\]
 //!   or one that is not UTF-8 \[`TopicNotUtf8`\],
@@ -140,6 +151,7 @@ pub mod error;
 pub mod events;
 pub mod header;
 pub mod io;
+pub mod pusher;
 pub mod realtime;
 
 #[cfg(feature = "alloc")]
@@ -158,6 +170,7 @@ pub use header::{
     EVENT_HEADER_BYTES, LAST_V3_COMMAND_KIND,
 };
 pub use io::{HistoryAnswer, HttpErrorReason, KvErrorReason, Member, Members, ReadErrorReason};
+pub use pusher::SignatureCheck;
 #[cfg(feature = "alloc")]
 pub use realtime::encode_rt_request;
 pub use realtime::{split_rt_request, RtRequest, RtVerdict};

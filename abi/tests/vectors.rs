@@ -176,6 +176,20 @@ fn event_json(e: Event<'_>) -> Value {
         Event::RtPublish { conn, req, data } => json!({"kind": "rt-publish", "conn": conn,
             "call": req.call, "channel": req.channel, "client": req.client, "user": req.user,
             "info_hex": hex(req.info), "data_hex": hex(data)}),
+        Event::PusherConnect { conn, req } => json!({"kind": "pusher-connect", "conn": conn,
+            "call": req.call, "channel": req.channel, "client": req.client, "user": req.user,
+            "info_hex": hex(req.info)}),
+        Event::PusherSubscribe {
+            conn,
+            req,
+            check,
+            auth,
+        } => json!({"kind": "pusher-subscribe", "conn": conn, "call": req.call,
+            "channel": req.channel, "client": req.client, "user": req.user,
+            "info_hex": hex(req.info), "signature": check.as_str(), "auth": auth}),
+        Event::PusherClientEvent { conn, req, data } => json!({"kind": "pusher-client-event",
+            "conn": conn, "call": req.call, "channel": req.channel, "client": req.client,
+            "user": req.user, "info_hex": hex(req.info), "data_hex": hex(data)}),
         Event::History { conn, tag, result } => match result {
             Ok(h) => json!({"kind": "history", "conn": conn, "tag": tag, "offset": h.offset,
                 "epoch": h.epoch,
@@ -259,8 +273,20 @@ fn command_json(c: Command<'_>) -> Value {
             let kind = if t { "forward-text" } else { "forward-binary" };
             json!({"kind": kind, "conn": conn, "direction": direction as u8, key: value})
         }
-        Command::RtSubscribeVerdict { conn, call, code } => {
-            json!({"kind": "rt-subscribe-verdict", "conn": conn, "call": call, "code": code})
+        Command::RtSubscribeVerdict {
+            conn,
+            call,
+            code,
+            authorise,
+            payload,
+        } => {
+            let mut v = json!({"kind": "rt-subscribe-verdict", "conn": conn, "call": call,
+                "code": code});
+            if authorise || !payload.is_empty() {
+                v["authorise"] = json!(authorise);
+                v["payload"] = json!(payload);
+            }
+            v
         }
         Command::RtPublishVerdict {
             conn,
@@ -332,9 +358,9 @@ fn event_batches_match_the_vectors() {
 }
 
 /// The real-time commands: history-read and presence-read (15, 16; a
-/// realtime guest route's) and a namespace guest's verdicts (17, 18): the
-/// valid ones read back; a malformed meta, or a verdict byte that is not
-/// one, is refused.
+/// realtime guest route's) and a namespace or Pusher app guest's verdicts
+/// (17, 18): the valid ones read back; a malformed meta, a verdict byte
+/// that is not one, or a verdict message that is not UTF-8 is refused.
 #[test]
 fn realtime_reads_match_the_vectors() {
     let seen = run_vectors::<_, COMMAND_HEADER_BYTES>(
@@ -347,7 +373,7 @@ fn realtime_reads_match_the_vectors() {
     assert!(seen.iter().any(|s| s == "ReservedByteSet"), "{seen:?}");
     assert!(
         seen.iter()
-            .all(|s| s == "MetaMalformed" || s == "ReservedByteSet"),
+            .all(|s| s == "MetaMalformed" || s == "ReservedByteSet" || s == "TextNotUtf8"),
         "{seen:?}"
     );
 }

@@ -14,7 +14,8 @@ import struct
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 EVENT = {"open": 0, "text": 1, "binary": 2, "close": 3, "history": 10, "presence": 11,
-         "rt-subscribe": 12, "rt-publish": 13}
+         "rt-subscribe": 12, "rt-publish": 13, "pusher-connect": 14, "pusher-subscribe": 15,
+         "pusher-client-event": 16}
 COMMAND = {
     "send-text": 0,
     "send-binary": 1,
@@ -155,6 +156,14 @@ def events():
              b"ab", pack_event,
              events=[{"kind": "binary", "conn": 5, "payload_hex": "6162"}]),
     ]
+    pusher = (Batch()
+              .push(5, "pusher-connect", 0,
+                    rt_request(1, "/app/k?protocol=7", "1.2", "", b"host: a"))
+              .push(5, "pusher-subscribe", 0,
+                    rt_request(2, "presence-r", "1.2", "ann", b'{"user_id":"ann"}',
+                               bytes([2]) + b"k:x"))
+              .push(5, "pusher-client-event", 0,
+                    rt_request(3, "private-c", "1.2", "", b"client-m", b'"hi"')))
     realtime_valid = [
         case("rt-kinds",
              "a real-time namespace guest's questions (packed-only kinds 12 "
@@ -174,6 +183,25 @@ def events():
                  {"kind": "rt-publish", "conn": 4, "call": 10, "channel": "chat:room",
                   "client": "c-1", "user": "", "info_hex": "",
                   "data_hex": b'{"t":"hi"}'.hex()},
+             ]),
+        case("pusher-kinds",
+             "a Pusher app guest's questions (packed-only kinds 14, 15, 16), "
+             "an rt request each: connect (channel: the request target, "
+             "info: header lines), subscribe (info: channel_data; rest: the "
+             "signature check 0 none, 1 passed, 2 failed, then the auth), "
+             "client event (info: the event name; rest: its data)",
+             pusher.headers, pusher.data, pack_event,
+             events=[
+                 {"kind": "pusher-connect", "conn": 5, "call": 1,
+                  "channel": "/app/k?protocol=7", "client": "1.2", "user": "",
+                  "info_hex": b"host: a".hex()},
+                 {"kind": "pusher-subscribe", "conn": 5, "call": 2,
+                  "channel": "presence-r", "client": "1.2", "user": "ann",
+                  "info_hex": b'{"user_id":"ann"}'.hex(), "signature": "failed",
+                  "auth": "k:x"},
+                 {"kind": "pusher-client-event", "conn": 5, "call": 3,
+                  "channel": "private-c", "client": "1.2", "user": "",
+                  "info_hex": b"client-m".hex(), "data_hex": b'"hi"'.hex()},
              ]),
         case("realtime-reads",
              "history and presence answers (packed-only kinds 10 and 11): "
@@ -217,12 +245,17 @@ def events():
              [event_header(1, EVENT["history"], 0, 0, 34)],
              struct.pack("<QQ", 1, 1) + sized(b"") + struct.pack("<QI", 1, 9) + b"{}",
              pack_event, error="IoEventMalformed", index=0),
+        case("pusher-subscribe-check-unknown",
+             "a pusher-subscribe whose signature check byte is 3 (0-2 only)",
+             [event_header(1, EVENT["pusher-subscribe"], 0, 0, 27)],
+             rt_request(2, "p", "s", "", b"", bytes([3])),
+             pack_event, error="IoEventMalformed", index=0),
     ]
     invalid[0]["headers_hex"] = "00" * 19
     del invalid[0]["headers"]  # not whole headers: nothing to decode
     return ({"about": "event batches, host to guest; see README.md",
              "valid": valid, "invalid": invalid},
-            {"about": "real-time kinds (history and presence answers of realtime guest routes, a namespace guest's rt-subscribe and rt-publish), read by the Rust tests only; see README.md",
+            {"about": "real-time kinds (history and presence answers of realtime guest routes, a namespace guest's rt-subscribe and rt-publish, a Pusher app guest's questions), read by the Rust tests only; see README.md",
              "valid": realtime_valid, "invalid": realtime_invalid})
 
 
@@ -305,6 +338,21 @@ def commands():
                  {"kind": "rt-publish-verdict", "conn": 4, "call": 9, "verdict": "drop",
                   "code": 103},
              ]),
+        case("pusher-verdicts",
+             "a Pusher app guest's rt-subscribe-verdicts: byte 9 1 authorises "
+             "(payload: the presence channel data), a refusal's payload is "
+             "its message (UTF-8)",
+             [command_header(4, COMMAND["rt-subscribe-verdict"], 0, topic=(0, 8),
+                             payload=(8, 15), reserved=1),
+              command_header(4, COMMAND["rt-subscribe-verdict"], 403, topic=(0, 8),
+                             payload=(23, 2))],
+             struct.pack("<Q", 9) + b'{"user_id":"a"}' + b"no", pack_command,
+             commands=[
+                 {"kind": "rt-subscribe-verdict", "conn": 4, "call": 9, "code": 0,
+                  "authorise": True, "payload": '{"user_id":"a"}'},
+                 {"kind": "rt-subscribe-verdict", "conn": 4, "call": 9, "code": 403,
+                  "authorise": False, "payload": "no"},
+             ]),
         case("realtime-reads",
              "history-read (meta: tag, limit u32, reverse u8, channel) and "
              "presence-read (meta: tag, channel), packed-only kinds 15 and 16",
@@ -362,6 +410,15 @@ def commands():
         case("rt-verdict-decision-unknown", "an rt-publish-verdict whose byte 9 is 3",
              [command_header(4, COMMAND["rt-publish-verdict"], topic=(0, 8), reserved=3)],
              struct.pack("<Q", 9), pack_command, error="ReservedByteSet", index=0),
+        case("rt-subscribe-verdict-decision-unknown",
+             "an rt-subscribe-verdict whose byte 9 is 2 (0 allow, 1 authorise)",
+             [command_header(4, COMMAND["rt-subscribe-verdict"], topic=(0, 8), reserved=2)],
+             struct.pack("<Q", 9), pack_command, error="ReservedByteSet", index=0),
+        case("rt-subscribe-verdict-not-utf8",
+             "an rt-subscribe-verdict whose payload (a message) is not UTF-8",
+             [command_header(4, COMMAND["rt-subscribe-verdict"], 403, topic=(0, 8),
+                             payload=(8, 1))],
+             struct.pack("<Q", 9) + bytes([0xff]), pack_command, error="TextNotUtf8", index=0),
         case("rt-verdict-call-short", "an rt-subscribe-verdict with 7 bytes of meta",
              [command_header(4, COMMAND["rt-subscribe-verdict"], topic=(0, 7))],
              struct.pack("<Q", 9), pack_command, error="MetaMalformed", index=0),
@@ -378,7 +435,7 @@ def commands():
     ]
     return ({"about": "guest answers, guest to host; see README.md",
              "valid": valid, "invalid": invalid},
-            {"about": "real-time kinds (history-read and presence-read of realtime guest routes, a namespace guest's rt-subscribe, rt-publish and verdicts), read by the Rust tests only; see README.md",
+            {"about": "real-time kinds (history-read and presence-read of realtime guest routes, a namespace guest's rt-subscribe, rt-publish and verdicts, a Pusher app guest's verdicts), read by the Rust tests only; see README.md",
              "valid": realtime_valid, "invalid": realtime_invalid})
 
 

@@ -255,4 +255,39 @@ pub trait Handler: Default + 'static {
         let _ = req;
         PubDecision::Pass
     }
+
+    /// A Pusher app's guest (`guest = "x.wasm"` on a pusher route's
+    /// `[[route.apps]]` entry): a connection of the app opens;
+    /// `pusher:connection_established` waits for the answer. Default: allow.
+    fn on_pusher_connect(&mut self, req: &ConnectRequest<'_>) -> ConnectDecision {
+        let _ = req;
+        ConnectDecision::Allow
+    }
+
+    /// A Pusher app's guest: a client subscribes. Allow leaves private and
+    /// presence channels to weir's signature check; authorise subscribes
+    /// whatever the signature (the guest checked the client's `auth`
+    /// itself, e.g. a JWT). Default: allow.
+    ///
+    /// ```no_run
+    /// # use weir_guest::{ChannelDecision, ChannelRequest};
+    /// fn on_pusher_subscribe(req: &ChannelRequest) -> ChannelDecision {
+    ///     if req.channel.starts_with("private-admin-") {
+    ///         ChannelDecision::Refuse(403, "admins only".into())
+    ///     } else {
+    ///         ChannelDecision::Allow
+    ///     }
+    /// }
+    /// ```
+    fn on_pusher_subscribe(&mut self, req: &ChannelRequest<'_>) -> ChannelDecision {
+        let _ = req;
+        ChannelDecision::Allow
+    }
+
+    /// A Pusher app's guest: a client event; only what the answer passes
+    /// reaches the channel's other subscribers. Default: pass.
+    fn on_pusher_client_event(&mut self, req: &ClientEventRequest<'_>) -> PubDecision {
+        let _ = req;
+        PubDecision::Pass
+    }
 }

@@ -98,6 +98,7 @@ mod conn;
 mod handler;
 mod hook;
 mod io;
+pub mod pusher;
 pub mod realtime;
 mod request;
 mod runtime;
@@ -108,6 +109,10 @@ pub use conn::{Conn, Context};
 pub use handler::Handler;
 pub use hook::{PubDecision, PublishRequest, SubDecision, SubscribeRequest};
 pub use io::{HttpError, HttpRequest, HttpResponse, HttpResult, Tag};
+pub use pusher::{
+    ChannelDecision, ChannelRequest, ClientEventRequest, ConnectDecision, ConnectRequest,
+    SignatureCheck,
+};
 pub use realtime::{HistoryResult, PresenceResult, ReadError, ReadErrorReason};
 pub use request::{Request, Upgrade};
 /// What [`Migrate::migrate`] reads an older version's state as.

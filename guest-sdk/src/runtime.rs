@@ -10,8 +10,8 @@ use weir_abi::{Event, ProxyMessage, COMMAND_HEADER_BYTES, EVENT_HEADER_BYTES};
 
 use crate::conn::{Context, Entry};
 use crate::{
-    Conn, ConnState, ConnectionId, Handler, Level, Message, PublishRequest, Request,
-    SubscribeRequest, Upgrade, Verdict,
+    ChannelRequest, ClientEventRequest, Conn, ConnState, ConnectRequest, ConnectionId, Handler,
+    Level, Message, PublishRequest, Request, SubscribeRequest, Upgrade, Verdict,
 };
 
 /// Connection ids are handed out sequentially, so a multiplicative hash is
@@ -303,6 +303,25 @@ impl<H: Handler> Runtime<H> {
                 }
                 Event::RtPublish { conn, req, data } => {
                     let decision = handler.on_client_publish(&PublishRequest::from_abi(&req, data));
+                    ctx.publish_verdict(conn, req.call, &decision);
+                }
+                Event::PusherConnect { conn, req } => {
+                    let decision = handler.on_pusher_connect(&ConnectRequest::from_abi(&req));
+                    ctx.connect_verdict(conn, req.call, &decision);
+                }
+                Event::PusherSubscribe {
+                    conn,
+                    req,
+                    check,
+                    auth,
+                } => {
+                    let channel = ChannelRequest::from_abi(&req, check, auth);
+                    let decision = handler.on_pusher_subscribe(&channel);
+                    ctx.channel_verdict(conn, req.call, &decision);
+                }
+                Event::PusherClientEvent { conn, req, data } => {
+                    let event = ClientEventRequest::from_abi(&req, data);
+                    let decision = handler.on_pusher_client_event(&event);
                     ctx.publish_verdict(conn, req.call, &decision);
                 }
             }

@@ -90,6 +90,7 @@ use weir_abi::{
 
 use crate::runtime::{Runtime, UpgradeAnswer};
 use crate::{
+    ChannelDecision, ChannelRequest, ClientEventRequest, ConnectDecision, ConnectRequest,
     ConnectionId, Direction, Handler, HttpError, HttpResponse, Message, PubDecision,
     PublishRequest, Request, SubDecision, SubscribeRequest, Tag,
 };
@@ -193,7 +194,8 @@ pub struct TestRoute<H: Handler> {
 /// ABI ([`TestRoute::subscribe`], [`TestRoute::client_publish`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum RtAnswer {
-    Subscribe(u64, SubDecision),
+    /// An rt-subscribe-verdict: call, code, authorise, payload.
+    Subscribe(u64, u16, bool, String),
     Publish(u64, PubDecision),
 }
 

@@ -47,12 +47,13 @@ pub enum RouteReason {
         .0.display()
     )]
     OldFilter(std::path::PathBuf),
+    /// A namespace's or a pusher app's guest built for the old world.
     #[error(
-        "the namespace guest {} is a weir:gateway 0.3.0 component; it needs 0.4.0 \
-         (rebuild it with the current SDK)",
+        "the guest {} is a weir:gateway 0.3.0 component; an attached guest (a namespace's, \
+         a pusher app's) needs 0.4.0 (rebuild it with the current SDK)",
         .0.display()
     )]
-    OldNamespaceGuest(std::path::PathBuf),
+    OldAttachedGuest(std::path::PathBuf),
     #[error(transparent)]
     Kind(#[from] weir_native::KindError),
     #[error(transparent)]
@@ -286,17 +287,8 @@ impl Routes {
             {
                 let mut hooks = std::collections::HashMap::new();
                 for ns in self.namespace_guests.clone() {
-                    let guest = self.guest_route(index, route, &ns.guest, &topics, registry)?;
-                    if guest.program().is_v3() {
-                        return Err(RouteError::Route {
-                            path: route.path.clone(),
-                            line: ns.line,
-                            reason: Box::new(RouteReason::OldNamespaceGuest(ns.guest.wasm.clone())),
-                        });
-                    }
-                    let calls = Arc::new(weir_realtime::verdict::RtCalls::default());
-                    let guest = Arc::new(guest.with_rt_calls(calls.clone()));
-                    let guest = Arc::new(weir_guest_runtime::GuestKind(guest));
+                    let (guest, calls) =
+                        self.attached_guest(index, route, &ns.guest, ns.line, &topics, registry)?;
                     hooks.insert(
                         ns.namespace,
                         weir_native::centrifugo::hook::NamespaceHook { guest, calls },
@@ -312,6 +304,32 @@ impl Routes {
                 Arc::new(weir_native::centrifugo::CentrifugoKind(Arc::new(
                     centrifugo,
                 )))
+            }
+            Behaviour::Native(NativeKind::Pusher(config))
+                if config.apps.iter().any(|app| app.guest.is_some()) =>
+            {
+                let mut hooks = Vec::with_capacity(config.apps.len());
+                for app in &config.apps {
+                    let hook = match &app.guest {
+                        Some(guest) => {
+                            let (guest, calls) = self
+                                .attached_guest(index, route, guest, app.line, &topics, registry)?;
+                            Some(weir_native::pusher::hook::AppHook { guest, calls })
+                        }
+                        None => None,
+                    };
+                    hooks.push(hook);
+                }
+                let pusher = weir_native::pusher::PusherRoute::new(
+                    config,
+                    &topics,
+                    &self.realtime,
+                    &route.path,
+                )
+                .map_err(weir_native::KindError::Pusher)
+                .map_err(refused(&route.path, route.line))?
+                .with_hooks(hooks);
+                Arc::new(weir_native::pusher::PusherKind(Arc::new(pusher)))
             }
             Behaviour::Native(native) => {
                 weir_native::route_kind(native.clone(), &route.path, &topics, &self.realtime)
@@ -339,6 +357,37 @@ impl Routes {
 }
 
 impl Routes {
+    /// A guest attached to a native kind (a namespace's, a Pusher app's,
+    /// declared at `line`): its guest route, answering questions through
+    /// the returned calls; its other commands are ignored.
+    fn attached_guest(
+        &mut self,
+        index: usize,
+        route: &weir_config::RouteConfig,
+        config: &GuestConfig,
+        line: usize,
+        topics: &Arc<Topics>,
+        registry: &Arc<Registry>,
+    ) -> Result<
+        (
+            Arc<dyn weir_reactor::attached::AttachedGuest>,
+            Arc<weir_realtime::verdict::RtCalls>,
+        ),
+        RouteError,
+    > {
+        let guest = self.guest_route(index, route, config, topics, registry)?;
+        if guest.program().is_v3() {
+            return Err(RouteError::Route {
+                path: route.path.clone(),
+                line,
+                reason: Box::new(RouteReason::OldAttachedGuest(config.wasm.clone())),
+            });
+        }
+        let calls = Arc::new(weir_realtime::verdict::RtCalls::default());
+        let guest = Arc::new(guest.with_rt_calls(calls.clone()));
+        Ok((Arc::new(weir_guest_runtime::GuestKind(guest)), calls))
+    }
+
     /// The guest route of `route` at `index` running `guest` (a guest
     /// route's component, or a proxy route's filter): compiled here.
     fn guest_route(

@@ -313,7 +313,7 @@ fn route(
                     super::realtime::centrifugo_config(src, raw, origin_dir)?,
                 )),
                 "pusher" => NativeKind::Pusher(std::sync::Arc::new(
-                    super::pusher::pusher_config(src, raw, &native, &path)?,
+                    super::pusher::pusher_config(src, raw, &native, &path, origin_dir)?,
                 )),
                 _ => {
                     return Err(native.fail(

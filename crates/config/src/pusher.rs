@@ -47,17 +47,21 @@ pub(super) struct RawPusherApp {
     activity_timeout: Field,
     /// `[[route.apps.webhooks]]` (`pusher_webhook.rs`).
     webhooks: Option<Vec<Spanned<super::pusher_webhook::RawWebhook>>>,
+    guest: Field,
+    timeout: Field,
+    memory: Field,
+    instances: Field,
 }
 
 /// A pusher route's apps.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PusherConfig {
     pub apps: Vec<PusherApp>,
 }
 
 /// One app: what its clients connect with (`key`), what the HTTP API names
 /// (`id`), and its limits.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PusherApp {
     /// Named in `/apps/{id}/…` HTTP API paths.
     pub id: String,
@@ -88,9 +92,13 @@ pub struct PusherApp {
     pub activity_timeout: Duration,
     /// Where the app's events are POSTed (`[[route.apps.webhooks]]`).
     pub webhooks: Vec<super::PusherWebhook>,
+    /// The app's guest (`guest = "x.wasm"` with `timeout`, `memory`,
+    /// `instances`): asked about each of the app's connections,
+    /// subscriptions and client events (`native/pusher/hook.rs`).
+    pub guest: Option<GuestConfig>,
 }
 
-fn app_fields(raw: &RawPusherApp) -> [(&'static str, &Field); 11] {
+fn app_fields(raw: &RawPusherApp) -> [(&'static str, &Field); 15] {
     [
         ("id", &raw.id),
         ("key", &raw.key),
@@ -106,6 +114,10 @@ fn app_fields(raw: &RawPusherApp) -> [(&'static str, &Field); 11] {
         ),
         ("max_payload", &raw.max_payload),
         ("activity_timeout", &raw.activity_timeout),
+        ("guest", &raw.guest),
+        ("timeout", &raw.timeout),
+        ("memory", &raw.memory),
+        ("instances", &raw.instances),
     ]
 }
 
@@ -141,7 +153,11 @@ fn env_name(src: &Source, item: &Item) -> Result<String, ConfigError> {
     Ok(name.to_string())
 }
 
-fn app(src: &Source, spanned: &Spanned<RawPusherApp>) -> Result<PusherApp, ConfigError> {
+fn app(
+    src: &Source,
+    spanned: &Spanned<RawPusherApp>,
+    origin_dir: &std::path::Path,
+) -> Result<PusherApp, ConfigError> {
     let raw = spanned.get_ref();
     let required = |key: &'static str, example: &str| {
         src.error(
@@ -169,7 +185,15 @@ fn app(src: &Source, spanned: &Spanned<RawPusherApp>) -> Result<PusherApp, Confi
             weir_pusher::server::DEFAULT_ACTIVITY_TIMEOUT_SECS.into(),
         ),
         webhooks: super::pusher_webhook::webhooks(src, raw.webhooks.as_ref())?,
+        guest: None,
     };
+    let keys = super::realtime::AttachedGuestKeys {
+        guest: &raw.guest,
+        timeout: &raw.timeout,
+        memory: &raw.memory,
+        instances: &raw.instances,
+    };
+    app.guest = super::realtime::attached_guest(src, &keys, origin_dir)?;
     if let Some(item) = Item::of("client_events", &raw.client_events) {
         app.client_events = item.flag(src)?;
     }
@@ -213,6 +237,7 @@ pub(super) fn pusher_config(
     raw: &RawRoute,
     native: &Item,
     path: &str,
+    origin_dir: &std::path::Path,
 ) -> Result<PusherConfig, ConfigError> {
     if !path.ends_with(PUSHER_PATH_TAIL) {
         return Err(native.fail(
@@ -246,7 +271,7 @@ pub(super) fn pusher_config(
     let (mut ids, mut keys) = (HashSet::new(), HashSet::new());
     let mut out = Vec::with_capacity(apps.len());
     for spanned in apps {
-        let app = app(src, spanned)?;
+        let app = app(src, spanned, origin_dir)?;
         let raw = spanned.get_ref();
         if !ids.insert(app.id.clone()) {
             let item = Item::of("id", &raw.id).expect("checked");

@@ -107,11 +107,37 @@ fn namespace_guest(
     raw: &RawNamespace,
     origin_dir: &std::path::Path,
 ) -> Result<Option<GuestConfig>, ConfigError> {
+    let keys = AttachedGuestKeys {
+        guest: &raw.guest,
+        timeout: &raw.timeout,
+        memory: &raw.memory,
+        instances: &raw.instances,
+    };
+    attached_guest(src, &keys, origin_dir)
+}
+
+/// The keys of a guest attached to a native kind's table (a namespace, a
+/// pusher app): `guest` and its limits.
+pub(super) struct AttachedGuestKeys<'a> {
+    pub guest: &'a Field,
+    pub timeout: &'a Field,
+    pub memory: &'a Field,
+    pub instances: &'a Field,
+}
+
+/// An attached guest's component and limits (`timeout`, `memory`,
+/// `instances`; the rest of a guest route's keys are a guest route's
+/// defaults); None without `guest`, an error for a limit without one.
+pub(super) fn attached_guest(
+    src: &Source,
+    raw: &AttachedGuestKeys,
+    origin_dir: &std::path::Path,
+) -> Result<Option<GuestConfig>, ConfigError> {
     use super::guest::{GUEST_MEMORY_RANGE, MAX_GUEST_TIMEOUT};
-    let Some(item) = Item::of("guest", &raw.guest) else {
-        let limit = Item::of("timeout", &raw.timeout)
-            .or(Item::of("memory", &raw.memory))
-            .or(Item::of("instances", &raw.instances));
+    let Some(item) = Item::of("guest", raw.guest) else {
+        let limit = Item::of("timeout", raw.timeout)
+            .or(Item::of("memory", raw.memory))
+            .or(Item::of("instances", raw.instances));
         return match limit {
             Some(item) => Err(item.fail(
                 src,
@@ -128,13 +154,13 @@ fn namespace_guest(
         ));
     }
     let mut config = GuestConfig::defaults(origin_dir.join(file));
-    if let Some(item) = Item::of("timeout", &raw.timeout) {
+    if let Some(item) = Item::of("timeout", raw.timeout) {
         config.timeout = item.duration(src, Duration::from_millis(1), MAX_GUEST_TIMEOUT)?;
     }
-    if let Some(item) = Item::of("memory", &raw.memory) {
+    if let Some(item) = Item::of("memory", raw.memory) {
         config.memory = item.size(src, GUEST_MEMORY_RANGE.0, GUEST_MEMORY_RANGE.1)?;
     }
-    if let Some(item) = Item::of("instances", &raw.instances) {
+    if let Some(item) = Item::of("instances", raw.instances) {
         config.instances = item.count(src, 1, 1_000_000)? as usize;
     }
     Ok(Some(config))

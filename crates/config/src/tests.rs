@@ -1766,3 +1766,29 @@ fn pusher_webhooks_refuse_bad_urls_and_event_names_with_their_line() {
         &["\"secret\" in [[route.apps.webhooks]]", "max_queue"],
     );
 }
+
+/// An app's guest: its component relative to the file, its limits; a
+/// limit without a guest is refused at its line.
+#[test]
+fn pusher_apps_take_a_guest_with_its_limits() {
+    let text = format!(
+        "[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}\
+         guest = \"hooks/gate.wasm\"\ntimeout = \"250ms\"\nmemory = \"32MiB\"\ninstances = 3\n\
+         [[route.apps]]\nid = \"2\"\nkey = \"k2\"\nsecret_env = \"S2\"\n"
+    );
+    let config = parse(&text);
+    let Behaviour::Native(NativeKind::Pusher(pusher)) = &config.routes[0].behaviour else {
+        panic!("a pusher route");
+    };
+    let guest = pusher.apps[0].guest.as_ref().expect("app 1's guest");
+    assert!(guest.wasm.ends_with("hooks/gate.wasm"));
+    assert_eq!(guest.timeout, Duration::from_millis(250));
+    assert_eq!(guest.memory, 32 << 20);
+    assert_eq!(guest.instances, 3);
+    assert!(pusher.apps[1].guest.is_none());
+    refused(
+        &format!("[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}timeout = \"1s\"\n"),
+        8,
+        &["a guest's limit without a guest"],
+    );
+}

@@ -1,8 +1,10 @@
-//! A namespace guest's verdicts (rt-subscribe, rt-publish): each question
-//! a connection asks carries a call id; the guest's verdict command names
-//! it and reaches the waiting connection here. Shared by the adapter that
-//! asks (the centrifugo route) and the guest route that answers, which
-//! meet in this layer rather than naming each other.
+//! An attached guest's verdicts (a namespace guest's rt-subscribe and
+//! rt-publish, a Pusher app guest's connect, subscribe and client event):
+//! each question a connection asks carries a call id; the guest's verdict
+//! command names it and reaches the waiting connection here. Shared by the
+//! adapters that ask (the centrifugo and pusher routes) and the guest
+//! route that answers, which meet in this layer rather than naming each
+//! other.
 
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -16,8 +18,12 @@ use weir_abi::RtVerdict;
 pub enum RtAnswer {
     /// rt-subscribe: code 0.
     Allow,
-    /// rt-subscribe: the Centrifugo error code the client gets.
-    Refuse(u16),
+    /// A Pusher subscribe the guest authorised itself: the presence
+    /// channel data to use (empty: the client's own).
+    Authorise(Bytes),
+    /// rt-subscribe: the error code the client gets (Centrifugo's, or
+    /// Pusher's), and the guest's message (may be empty).
+    Refuse(u16, Bytes),
     /// rt-publish: publish the data received.
     Pass,
     /// rt-publish: publish this instead.
@@ -48,12 +54,14 @@ impl RtCalls {
 
     /// A verdict command: the waiting connection gets it (a second verdict
     /// for one call, or one for no call, is ignored).
-    pub fn answer_subscribe(&self, call: u64, code: u16) {
+    pub fn answer_subscribe(&self, call: u64, code: u16, authorise: bool, payload: &str) {
+        let payload = || Bytes::copy_from_slice(payload.as_bytes());
         self.send(
             call,
-            match code {
-                0 => RtAnswer::Allow,
-                code => RtAnswer::Refuse(code),
+            match (code, authorise) {
+                (0, false) => RtAnswer::Allow,
+                (0, true) => RtAnswer::Authorise(payload()),
+                (code, _) => RtAnswer::Refuse(code, payload()),
             },
         );
     }
@@ -98,11 +106,11 @@ mod tests {
         let (a, mut got_a) = calls.ask();
         let (b, mut got_b) = calls.ask();
         let (c, mut got_c) = calls.ask();
-        calls.answer_subscribe(a, 0);
+        calls.answer_subscribe(a, 0, false, "");
         calls.answer_publish(b, RtVerdict::Replace(b"{}"));
         calls.settle([a, b, c].into_iter());
-        calls.answer_subscribe(c, 0);
-        calls.answer_subscribe(99, 0);
+        calls.answer_subscribe(c, 0, false, "");
+        calls.answer_subscribe(99, 0, false, "");
         assert_eq!(got_a.try_recv(), Ok(RtAnswer::Allow));
         assert_eq!(
             got_b.try_recv(),

@@ -133,12 +133,15 @@ impl<H: Handler> TestRoute<H> {
                     c.forwarded.push_back((direction, received(text, payload)));
                 }
             }
-            Command::RtSubscribeVerdict { call, code, .. } => {
-                let d = match code {
-                    0 => SubDecision::Allow,
-                    code => SubDecision::Refuse(code),
-                };
-                self.rt_verdicts.push(RtAnswer::Subscribe(call, d));
+            Command::RtSubscribeVerdict {
+                call,
+                code,
+                authorise,
+                payload,
+                ..
+            } => {
+                let answer = RtAnswer::Subscribe(call, code, authorise, payload.to_string());
+                self.rt_verdicts.push(answer);
             }
             Command::RtPublishVerdict { call, verdict, .. } => {
                 let d = match verdict {

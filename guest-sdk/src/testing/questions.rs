@@ -20,8 +20,55 @@ impl<H: Handler> TestRoute<H> {
             req.info,
             b"",
         ) {
-            RtAnswer::Subscribe(_, d) => d,
+            RtAnswer::Subscribe(_, 0, _, _) => SubDecision::Allow,
+            RtAnswer::Subscribe(_, code, _, _) => SubDecision::Refuse(code),
             other => panic!("a subscribe was answered with {other:?}"),
+        }
+    }
+
+    /// Asks the handler, as a Pusher app's guest, about a connection
+    /// ([`Handler::on_pusher_connect`]); the decision as the gateway reads
+    /// it from the answer.
+    pub fn pusher_connect(&mut self, req: &ConnectRequest<'_>) -> ConnectDecision {
+        let kind = EventKind::PusherConnect;
+        match self.ask(
+            kind,
+            req.target,
+            req.socket_id,
+            "",
+            req.headers.as_bytes(),
+            b"",
+        ) {
+            RtAnswer::Subscribe(_, 0, _, _) => ConnectDecision::Allow,
+            RtAnswer::Subscribe(_, code, _, message) => ConnectDecision::Refuse(code, message),
+            other => panic!("a connect was answered with {other:?}"),
+        }
+    }
+
+    /// Asks the handler, as a Pusher app's guest, about a subscribe
+    /// ([`Handler::on_pusher_subscribe`]).
+    pub fn pusher_subscribe(&mut self, req: &ChannelRequest<'_>) -> ChannelDecision {
+        let mut rest = Vec::new();
+        weir_abi::pusher::encode_subscribe_rest(&mut rest, req.signature, req.auth);
+        let info = req.channel_data.as_bytes();
+        let kind = EventKind::PusherSubscribe;
+        match self.ask(kind, req.channel, req.socket_id, req.user, info, &rest) {
+            RtAnswer::Subscribe(_, 0, false, _) => ChannelDecision::Allow,
+            RtAnswer::Subscribe(_, 0, true, data) => {
+                ChannelDecision::Authorise((!data.is_empty()).then_some(data))
+            }
+            RtAnswer::Subscribe(_, code, _, message) => ChannelDecision::Refuse(code, message),
+            other => panic!("a subscribe was answered with {other:?}"),
+        }
+    }
+
+    /// Gives the handler, as a Pusher app's guest, a client event
+    /// ([`Handler::on_pusher_client_event`]).
+    pub fn pusher_client_event(&mut self, req: &ClientEventRequest<'_>) -> PubDecision {
+        let (kind, event) = (EventKind::PusherClientEvent, req.event.as_bytes());
+        match self.ask(kind, req.channel, req.socket_id, req.user, event, req.data) {
+            RtAnswer::Publish(_, d) => d,
+            other => panic!("a client event was answered with {other:?}"),
         }
     }
 
@@ -68,7 +115,7 @@ impl<H: Handler> TestRoute<H> {
         assert_eq!(answers.len(), 1, "one verdict per question: {answers:?}");
         let answer = answers.into_iter().next().expect("one");
         let call = match &answer {
-            RtAnswer::Subscribe(call, _) | RtAnswer::Publish(call, _) => *call,
+            RtAnswer::Subscribe(call, ..) | RtAnswer::Publish(call, _) => *call,
         };
         assert_eq!(call, CALL, "the verdict names the question's call");
         answer

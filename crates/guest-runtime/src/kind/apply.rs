@@ -61,9 +61,13 @@ impl GuestRoute {
         for command in commands.iter() {
             if let Some(calls) = &self.rt_calls {
                 match command {
-                    Command::RtSubscribeVerdict { call, code, .. } => {
-                        calls.answer_subscribe(call, code)
-                    }
+                    Command::RtSubscribeVerdict {
+                        call,
+                        code,
+                        authorise,
+                        payload,
+                        ..
+                    } => calls.answer_subscribe(call, code, authorise, payload),
                     Command::RtPublishVerdict { call, verdict, .. } => {
                         calls.answer_publish(call, verdict)
                     }

@@ -246,11 +246,21 @@ impl Batch {
         self.push(conn, kind, 0, bytes);
     }
 
-    /// The call ids of the batch's real-time questions.
+    /// The call ids of the batch's questions for an attached guest (a
+    /// namespace's, a Pusher app's).
     pub(crate) fn rt_calls(&self) -> impl Iterator<Item = u64> + '_ {
         let (headers, _) = self.raw.events.as_chunks::<EVENT_HEADER_BYTES>();
         headers.iter().map(EventHeader::decode).filter_map(|h| {
-            let rt = h.kind == EventKind::RtSubscribe as u8 || h.kind == EventKind::RtPublish as u8;
+            let rt = matches!(
+                EventKind::from_byte(h.kind),
+                Some(
+                    EventKind::RtSubscribe
+                        | EventKind::RtPublish
+                        | EventKind::PusherConnect
+                        | EventKind::PusherSubscribe
+                        | EventKind::PusherClientEvent
+                )
+            );
             let at = h.offset as usize;
             let call = self.raw.data.get(at..at + 8)?;
             rt.then(|| u64::from_le_bytes(call.try_into().expect("8 bytes")))

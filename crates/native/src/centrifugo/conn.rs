@@ -411,7 +411,7 @@ fn client_id() -> String {
 /// and up).
 fn refusal(answer: RtAnswer) -> ErrorReply {
     match answer {
-        RtAnswer::Refuse(code) | RtAnswer::Drop(code) => match code {
+        RtAnswer::Refuse(code, _) | RtAnswer::Drop(code) => match code {
             0 | 103 => p::PERMISSION_DENIED,
             100 => p::INTERNAL,
             code => ErrorReply {

@@ -3,17 +3,23 @@
 //! `max_payload`), answers and events out through the connection's
 //! outbound queue, and the activity clock: after `activity_timeout` of
 //! silence the server sends `pusher:ping` and closes with 4201 when no
-//! message comes back within [`PONG_TIMEOUT`].
+//! message comes back within [`PONG_TIMEOUT`]. An app with a guest is
+//! asked at each decision (connect, subscribe, client event) and the
+//! connection waits for its verdict (`conn/verdicts.rs`).
+
+mod verdicts;
 
 use super::membership::{self, Joining, LIMIT};
+use super::hook::{self, EventQuestion, SubscribeQuestion, WorkerHook};
 use super::{App, PusherRoute};
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
-use weir_pusher::auth::{self, PresenceMember, SigninUser};
+use weir_pusher::auth::{self, AuthError, PresenceMember, SigninUser};
 use weir_pusher::client::{ClientEvent, ClientMessage, MessageError, Subscribe};
 use weir_pusher::connect::ConnectError;
 use weir_pusher::webhook::{WebhookEvent, WebhookKind};
@@ -72,11 +78,27 @@ pub struct Pusher {
     pong_due: Option<Instant>,
     /// Client events sent in the current one-second window.
     events_window: (Instant, u32),
+    /// The app's guest on this worker, if the app has one.
+    hook: Option<Rc<WorkerHook>>,
+    /// The upgrade's request target and header lines, for the guest's
+    /// connect question (taken at open).
+    upgrade: (String, String),
+    /// The question the guest is deciding; reads wait meanwhile.
+    waiting: Option<verdicts::Waiting>,
+    /// Messages read while it decides.
+    held: verdicts::Held,
 }
 
 impl Pusher {
-    /// A connection of app `app` (Err: no randomness for a socket id).
-    pub fn new(route: Arc<PusherRoute>, app: usize) -> Result<Pusher, getrandom::Error> {
+    /// A connection of app `app` (Err: no randomness for a socket id);
+    /// `hook` is the app's guest, asked about the upgrade (request target,
+    /// header lines) at open.
+    pub fn new(
+        route: Arc<PusherRoute>,
+        app: usize,
+        hook: Option<Rc<WorkerHook>>,
+        upgrade: (String, String),
+    ) -> Result<Pusher, getrandom::Error> {
         let socket_id = SocketId::generate()?;
         let now = Instant::now();
         Ok(Pusher {
@@ -94,6 +116,10 @@ impl Pusher {
             last_heard: now,
             pong_due: None,
             events_window: (now, 0),
+            hook,
+            upgrade,
+            waiting: None,
+            held: verdicts::Held::default(),
         })
     }
 
@@ -116,6 +142,10 @@ impl Pusher {
             last_heard: now,
             pong_due: None,
             events_window: (now, 0),
+            hook: None,
+            upgrade: Default::default(),
+            waiting: None,
+            held: verdicts::Held::default(),
         }
     }
 
@@ -153,6 +183,12 @@ impl Pusher {
 
     fn on_message(&mut self) {
         let message = std::mem::take(&mut self.message);
+        if self.waiting.is_some() {
+            self.hold(&message);
+            self.message = message;
+            self.message.clear();
+            return;
+        }
         let max = self.app().config.max_payload;
         let parsed = std::str::from_utf8(&message)
             .map_err(|_| MessageError::MessageNotJsonObject)
@@ -192,23 +228,41 @@ impl Pusher {
             if self.user.as_deref() != Some(owner) {
                 return self.subscription_error(&name, AUTH, "not signed in as this user", 403);
             }
-        } else if req.channel.needs_auth() {
-            let checked = auth::verify_channel(
+        }
+        let signature = match req.channel.needs_auth() && req.channel.user_id().is_none() {
+            true => auth::verify_channel(
                 &app.key(),
                 self.socket_id.as_str(),
                 &name,
                 req.channel_data.as_deref(),
                 req.auth.as_deref(),
-            );
-            if let Err(e) = checked {
-                // pusher-js shows a failed subscription as its
-                // subscription_error event; the error names the cause.
-                self.subscription_error(&name, AUTH, &e.to_string(), 401);
-                return self.error(&e.to_string(), e.code());
-            }
+            ),
+            false => Ok(()),
+        };
+        if let Some(hook) = self.hook.clone() {
+            return self.ask_subscribe(&hook, req, signature);
         }
+        match signature {
+            Ok(()) => self.join(req, None),
+            Err(e) => self.auth_failed(&name, e),
+        }
+    }
+
+    /// pusher-js shows a failed subscription as its subscription_error
+    /// event; the error names the cause.
+    fn auth_failed(&self, name: &str, e: AuthError) {
+        self.subscription_error(name, AUTH, &e.to_string(), 401);
+        self.error(&e.to_string(), e.code());
+    }
+
+    /// Joins the channel for an allowed subscribe; `channel_data`, when
+    /// given, replaces the client's (a guest that answered authorisation).
+    fn join(&mut self, req: Subscribe, channel_data: Option<String>) {
+        let name = req.channel.name().to_string();
+        let app = self.app();
+        let channel_data = channel_data.or(req.channel_data);
         let member = if req.channel.is_presence() {
-            match PresenceMember::parse(req.channel_data.as_deref()) {
+            match PresenceMember::parse(channel_data.as_deref()) {
                 Ok(m) => ClientInfo {
                     client: self.socket_id.as_str().to_string(),
                     user: m.user_id,
@@ -352,11 +406,26 @@ impl Pusher {
             );
         }
         *count += 1;
+        if let Some(hook) = self.hook.clone() {
+            let user = match sub.channel.is_presence() {
+                true => sub.member.user.clone(),
+                false => self.user.clone().unwrap_or_default(),
+            };
+            return self.ask_client_event(&hook, event, &user);
+        }
+        self.relay_event(event.channel.name(), &event.event, &event.data);
+    }
+
+    /// Sends a client event to the channel's other subscribers.
+    fn relay_event(&self, channel: &str, event: &str, data: &RawValue) {
+        let Some(sub) = self.subs.get(channel) else {
+            return;
+        };
         let user_id = sub
             .channel
             .is_presence()
             .then_some(sub.member.user.as_str());
-        let json = server::client_event(&event.event, event.channel.name(), &event.data, user_id);
+        let json = server::client_event(event, channel, data, user_id);
         let frame = Bytes::from(encode::frame(OpCode::Text, json.as_bytes()));
         // Never echoed to the sender; not kept by cache channels (the
         // core's delivery could not skip the sender).
@@ -374,6 +443,12 @@ impl Pusher {
                 user_id,
             });
         }
+    }
+
+    /// `pusher:connection_established` with the socket id.
+    fn established(&self) {
+        let timeout = self.app().config.activity_timeout.as_secs() as u32;
+        self.send(&server::connection_established(&self.socket_id, timeout));
     }
 
     /// The next moment the activity clock needs looking at.
@@ -402,17 +477,24 @@ impl Behaviour for Pusher {
             .lock()
             .expect("sockets lock")
             .insert(self.socket_id.as_str().to_string(), id);
-        let timeout = self.app().config.activity_timeout.as_secs() as u32;
-        self.send(&server::connection_established(&self.socket_id, timeout));
+        match self.hook.clone() {
+            Some(hook) => self.ask_connect(&hook),
+            None => self.established(),
+        }
     }
 
-    /// Not read while a worker's fan-out backlog is over its budget.
+    /// Not read while a worker's fan-out backlog is over its budget, or
+    /// while the app's guest decides (`conn/verdicts.rs`).
     #[inline]
     fn reads_blocked(&self, _own: &Outbound) -> bool {
-        self.route.as_ref().is_some_and(|r| r.topics.congested())
+        self.route.as_ref().is_some_and(|r| r.topics.congested()) || self.guest_blocks()
     }
 
     async fn unblocked(&mut self, _own: &Outbound) -> Result<(), Stop> {
+        if self.guest_blocks() {
+            self.wait_guest().await;
+            return Ok(());
+        }
         if let Some(route) = &self.route {
             route.topics.fanout().wait_drained().await;
         }

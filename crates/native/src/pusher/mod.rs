@@ -21,11 +21,12 @@
 //! join and leave, [`census`] who is in each channel (and so when
 //! channels are occupied or vacated and presence users added or removed),
 //! [`api`] the HTTP API, [`webhooks`] sends an app's events to its
-//! receivers, [`metrics`] counts per app.
+//! receivers, [`metrics`] counts per app, [`hook`] an app's guest.
 
 pub mod api;
 pub mod census;
 pub mod conn;
+pub mod hook;
 mod membership;
 pub mod metrics;
 pub mod webhooks;
@@ -130,6 +131,8 @@ pub struct PusherRoute {
     pub inbox: Arc<Inbox>,
     /// Bodies of the HTTP API are read up to this.
     pub max_body: usize,
+    /// Each app's guest, by app index (None: the app has none).
+    pub hooks: Vec<Option<hook::AppHook>>,
 }
 
 impl PusherRoute {
@@ -205,7 +208,14 @@ impl PusherRoute {
             // A batch of events, each at most max_payload of data, whose
             // JSON escaping may double it, and the envelopes.
             max_body: (max_payload * 2 + 1024) * (weir_pusher::api::DEFAULT_MAX_BATCH_EVENTS + 1),
+            hooks: Vec::new(),
         })
+    }
+
+    /// The apps' guests, by app index (the route table compiles them).
+    pub fn with_hooks(mut self, hooks: Vec<Option<hook::AppHook>>) -> Self {
+        self.hooks = hooks;
+        self
     }
 
     pub fn app_by_key(&self, key: &str) -> Option<&App> {
@@ -339,8 +349,14 @@ impl PusherRoute {
 pub struct PusherKind(pub Arc<PusherRoute>);
 
 impl RouteKind for PusherKind {
-    fn on_worker(&self, _: &WorkerSetup) -> Rc<dyn WorkerRoute> {
-        Rc::new(PusherWorker(self.0.clone()))
+    fn on_worker(&self, worker: &WorkerSetup) -> Rc<dyn WorkerRoute> {
+        let hooks = self
+            .0
+            .hooks
+            .iter()
+            .map(|h| h.as_ref().map(|h| Rc::new(h.on_worker(worker))))
+            .collect();
+        Rc::new(PusherWorker(self.0.clone(), hooks))
     }
 
     /// A route's apps and secrets are read when it is built: a reload that
@@ -376,7 +392,21 @@ impl RouteKind for PusherKind {
     }
 }
 
-struct PusherWorker(Arc<PusherRoute>);
+/// The route on one worker, with its apps' guests' slots there (by app
+/// index).
+struct PusherWorker(Arc<PusherRoute>, Vec<Option<Rc<hook::WorkerHook>>>);
+
+impl PusherWorker {
+    /// A connection of app `index`, with what its guest is asked at open.
+    fn connection(&self, index: usize, up: &Upgrade<'_>) -> Result<conn::Pusher, getrandom::Error> {
+        let hook = self.1.get(index).cloned().flatten();
+        let upgrade = match hook {
+            Some(_) => (up.uri.to_string(), hook::header_lines(up.headers)),
+            None => Default::default(),
+        };
+        conn::Pusher::new(self.0.clone(), index, hook, upgrade)
+    }
+}
 
 impl WorkerRoute for PusherWorker {
     /// Every upgrade is accepted: a refusal (unknown key, protocol, over
@@ -400,7 +430,7 @@ impl WorkerRoute for PusherWorker {
                             });
                     match taken {
                         Err(_) => refused(ConnectError::OverConnectionQuota),
-                        Ok(_) => match conn::Pusher::new(route.clone(), index) {
+                        Ok(_) => match self.connection(index, &up) {
                             Ok(conn) => Ok(Accepted::with(conn)),
                             Err(_) => {
                                 app.connections.fetch_sub(1, Ordering::AcqRel);
@@ -459,6 +489,7 @@ mod tests {
                 max_payload: 10 * 1024,
                 activity_timeout: Duration::from_secs(120),
                 webhooks: Vec::new(),
+                guest: None,
             },
             secret: b"s".to_vec(),
             index,
