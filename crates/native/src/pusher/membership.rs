@@ -11,6 +11,7 @@ use super::{App, PusherRoute};
 use bytes::Bytes;
 use serde_json::value::RawValue;
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 use weir_pusher::webhook::WebhookEvent;
@@ -43,9 +44,10 @@ pub(super) struct Joining {
     pub state: Arc<Subscription>,
 }
 
-/// Sends one message (a JSON text) to the client.
-fn send(outbound: &Outbound, json: &str) {
+/// Sends one message (a JSON text) to the client, counted as `app`'s.
+fn send(app: &App, outbound: &Outbound, json: &str) {
     outbound.send_frames(&encode::frame(OpCode::Text, json.as_bytes()));
+    app.counters.messages_out.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A member event (`member_added`, `member_removed`) to the channel's
@@ -88,6 +90,7 @@ pub(super) async fn join(j: Joining, done: oneshot::Sender<bool>) {
             _ => "subscription refused",
         };
         send(
+            &route.apps[j.app],
             &j.outbound,
             &server::subscription_error(name, LIMIT, why, 400),
         );
@@ -132,6 +135,7 @@ pub(super) async fn join(j: Joining, done: oneshot::Sender<bool>) {
             });
         }
         send(
+            &route.apps[j.app],
             &j.outbound,
             &server::presence_subscription_succeeded(name, &list),
         );
@@ -149,7 +153,11 @@ pub(super) async fn join(j: Joining, done: oneshot::Sender<bool>) {
             );
         }
     } else {
-        send(&j.outbound, &server::subscription_succeeded(name));
+        send(
+            &route.apps[j.app],
+            &j.outbound,
+            &server::subscription_succeeded(name),
+        );
     }
     if j.channel.is_cache() {
         replay_cache(route, &route.apps[j.app], name, &j.core, &j.outbound).await;
@@ -172,9 +180,10 @@ async fn replay_cache(route: &PusherRoute, app: &App, name: &str, core: &str, ou
     match last {
         Ok((pubs, _)) if !pubs.is_empty() => {
             outbound.send_frames(&encode::frame(OpCode::Text, &pubs[0].data));
+            app.counters.messages_out.fetch_add(1, Ordering::Relaxed);
         }
         _ => {
-            send(outbound, &server::cache_miss(name));
+            send(app, outbound, &server::cache_miss(name));
             app.webhooks
                 .push(&WebhookEvent::CacheMiss { channel: name });
         }
