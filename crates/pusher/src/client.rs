@@ -71,10 +71,16 @@ impl ClientEvent {
     /// string as itself, anything else as its JSON text. For webhooks;
     /// `server::client_event` does the same without this allocation.
     pub fn data_string(&self) -> std::borrow::Cow<'_, str> {
-        match as_string(&self.data) {
-            Some(s) => std::borrow::Cow::Owned(s),
-            None => std::borrow::Cow::Borrowed(self.data.get()),
-        }
+        data_string(&self.data)
+    }
+}
+
+/// [`ClientEvent::data_string`] of any event data (a guest may have
+/// replaced the client's).
+pub fn data_string(data: &RawValue) -> std::borrow::Cow<'_, str> {
+    match as_string(data) {
+        Some(s) => std::borrow::Cow::Owned(s),
+        None => std::borrow::Cow::Borrowed(data.get()),
     }
 }
 

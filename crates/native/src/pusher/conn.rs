@@ -9,10 +9,11 @@
 
 mod verdicts;
 
-use super::membership::{self, Joining, LIMIT};
 use super::hook::{self, EventQuestion, SubscribeQuestion, WorkerHook};
+use super::membership::{self, Joining, LIMIT};
 use super::{App, PusherRoute};
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
@@ -436,9 +437,9 @@ impl Pusher {
         app.counters.client_events.fetch_add(1, Ordering::Relaxed);
         if app.webhooks.wants(WebhookKind::ClientEvent) {
             app.webhooks.push(&WebhookEvent::ClientEvent {
-                channel: event.channel.name(),
-                event: &event.event,
-                data: &event.data_string(),
+                channel,
+                event,
+                data: &weir_pusher::client::data_string(data),
                 socket_id: self.socket_id.as_str(),
                 user_id,
             });
