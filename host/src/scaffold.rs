@@ -67,6 +67,10 @@ const SDK_FILES: &[(&str, &str)] = &[
         include_str!("../../guest-sdk/src/testing.rs"),
     ),
     (
+        "guest-sdk/src/pusher.rs",
+        include_str!("../../guest-sdk/src/pusher.rs"),
+    ),
+    (
         "guest-sdk/src/handler.rs",
         include_str!("../../guest-sdk/src/handler.rs"),
     ),
@@ -104,6 +108,19 @@ const SDK_FILES: &[(&str, &str)] = &[
     ("abi/src/events.rs", include_str!("../../abi/src/events.rs")),
     ("abi/src/header.rs", include_str!("../../abi/src/header.rs")),
     ("abi/src/io.rs", include_str!("../../abi/src/io.rs")),
+    (
+        "abi/src/commands/buf.rs",
+        include_str!("../../abi/src/commands/buf.rs"),
+    ),
+    (
+        "abi/src/commands/iter.rs",
+        include_str!("../../abi/src/commands/iter.rs"),
+    ),
+    (
+        "abi/src/io/reads.rs",
+        include_str!("../../abi/src/io/reads.rs"),
+    ),
+    ("abi/src/pusher.rs", include_str!("../../abi/src/pusher.rs")),
     (
         "abi/src/realtime.rs",
         include_str!("../../abi/src/realtime.rs"),
