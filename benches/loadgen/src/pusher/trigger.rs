@@ -10,9 +10,12 @@ use tokio::net::TcpStream;
 /// Largest response head or body taken (a trigger's answer is `{}`).
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 
-/// One HTTP API connection for one app.
+/// One HTTP API connection for one app, opened again when the server
+/// closes it (a server may answer `Connection: close`, or close an idle
+/// keep-alive connection).
 pub struct Trigger {
-    tcp: TcpStream,
+    addr: SocketAddr,
+    tcp: Option<TcpStream>,
     host: String,
     app_id: String,
     key: String,
@@ -27,12 +30,9 @@ impl Trigger {
         key: &str,
         secret: &[u8],
     ) -> Result<Self, String> {
-        let tcp = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("HTTP API connect {addr}: {e}"))?;
-        tcp.set_nodelay(true).ok();
         Ok(Trigger {
-            tcp,
+            addr,
+            tcp: Some(open(addr).await?),
             host: addr.to_string(),
             app_id: app_id.into(),
             key: key.into(),
@@ -62,20 +62,53 @@ impl Trigger {
             self.host,
             body.len()
         );
-        self.tcp
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| format!("HTTP API write: {e}"))?;
-        let (status, answer) = self.read_response().await?;
+        // A kept-alive connection the server closed meanwhile fails before
+        // any answer: the request goes again once on a fresh connection.
+        let (status, answer, close) = match self.exchange(request.as_bytes()).await {
+            Ok(r) => r,
+            Err(Failure::Other(e)) => return Err(e),
+            Err(Failure::Stale) => {
+                self.tcp = Some(open(self.addr).await?);
+                self.buf.clear();
+                self.exchange(request.as_bytes())
+                    .await
+                    .map_err(|e| match e {
+                        Failure::Stale => "HTTP API connection closed before an answer".to_string(),
+                        Failure::Other(e) => e,
+                    })?
+            }
+        };
+        if close {
+            self.tcp = Some(open(self.addr).await?);
+            self.buf.clear();
+        }
         if status != 200 {
             return Err(format!("trigger answered {status}: {answer}"));
         }
         Ok(())
     }
 
-    /// Reads one response (Content-Length framed): its status and body.
-    async fn read_response(&mut self) -> Result<(u16, String), String> {
+    /// Writes a request and reads its response; Stale if the connection
+    /// was closed before any byte of an answer.
+    async fn exchange(&mut self, request: &[u8]) -> Result<(u16, String, bool), Failure> {
+        let tcp = self.tcp.as_mut().ok_or(Failure::Stale)?;
+        if tcp.write_all(request).await.is_err() {
+            return Err(Failure::Stale);
+        }
+        self.read_response().await.map_err(|e| {
+            if self.buf.is_empty() {
+                Failure::Stale
+            } else {
+                Failure::Other(e)
+            }
+        })
+    }
+
+    /// Reads one response (Content-Length framed): its status, its body,
+    /// and whether the server closes the connection after it.
+    async fn read_response(&mut self) -> Result<(u16, String, bool), String> {
         let mut chunk = [0u8; 4096];
+        let tcp = self.tcp.as_mut().ok_or("no connection")?;
         loop {
             if let Some(end) = crate::ws::head_end(&self.buf) {
                 let head = String::from_utf8_lossy(&self.buf[..end]).into_owned();
@@ -98,13 +131,17 @@ impl Trigger {
                 if self.buf.len() >= end + len {
                     let body = String::from_utf8_lossy(&self.buf[end..end + len]).into_owned();
                     self.buf.drain(..end + len);
-                    return Ok((status, body));
+                    let close = head.lines().any(|l| {
+                        l.split_once(':').is_some_and(|(k, v)| {
+                            k.eq_ignore_ascii_case("connection") && v.trim().eq_ignore_ascii_case("close")
+                        })
+                    });
+                    return Ok((status, body, close));
                 }
             } else if self.buf.len() > MAX_RESPONSE_BYTES {
                 return Err("response head over 64 KiB".into());
             }
-            let n = self
-                .tcp
+            let n = tcp
                 .read(&mut chunk)
                 .await
                 .map_err(|e| format!("HTTP API read: {e}"))?;
@@ -114,4 +151,19 @@ impl Trigger {
             self.buf.extend_from_slice(&chunk[..n]);
         }
     }
+}
+
+/// Why an exchange failed: the kept-alive connection was closed before an
+/// answer began (worth one retry on a fresh one), or anything else.
+enum Failure {
+    Stale,
+    Other(String),
+}
+
+async fn open(addr: SocketAddr) -> Result<TcpStream, String> {
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("HTTP API connect {addr}: {e}"))?;
+    tcp.set_nodelay(true).ok();
+    Ok(tcp)
 }
