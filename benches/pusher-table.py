@@ -2,7 +2,7 @@
 """pusher-table.py RAW.jsonl: the markdown table of benches/pusher.sh.
 
 One row per setup and figure: each server's median over its ok runs (with
-the range), how many runs were ok, and the ratio weir ÷ sockudo taken per
+the range), how many runs were ok, and the ratio weir ÷ each peer taken per
 run (both ok in that run), as a median and a range. Lower is better for
 every figure but deliveries/s.
 """
@@ -20,7 +20,6 @@ FIGURES = [
     ("storm", "subscribed_secs", "presence storm: s until the last subscription_succeeded", 2),
     ("storm", "server_cpu_s", "presence storm: server CPU s", 2),
 ]
-SERVERS = ["weir", "sockudo"]
 
 
 def fmt(x, d):
@@ -38,29 +37,43 @@ def main(path):
     rows = [json.loads(l) for l in open(path) if l.strip()]
     by = {(r["setup"], r["scenario"], r["server"], r["run"]): r for r in rows}
     setups = list(dict.fromkeys(r["setup"] for r in rows))
+    servers = ["weir"] + [s for s in dict.fromkeys(r["server"] for r in rows) if s != "weir"]
+    peers = servers[1:]
     runs = sorted({r["run"] for r in rows})
     print()
-    print("| figure | setup | weir median (range) | sockudo median (range) | ok runs weir / sockudo | weir ÷ sockudo per run: median (range) |")
-    print("|---|---|---|---|---|---|")
+    print("| figure | setup | " + " | ".join(f"{s} median (range)" for s in servers)
+          + " | ok runs " + " / ".join(servers) + " | "
+          + " | ".join(f"weir ÷ {p} per run: median (range)" for p in peers) + " |")
+    print("|---|---|" + "---|" * (len(servers) + 1 + len(peers)))
     for scen, key, label, d in FIGURES:
         for setup in setups:
-            vals, oks, ratios = {}, {}, []
-            for s in SERVERS:
+            vals, oks = {}, {}
+            for s in servers:
                 rs = [by.get((setup, scen, s, n)) for n in runs]
                 rs = [r for r in rs if r is not None]
-                if not rs:
-                    continue
                 ok = [r for r in rs if r.get("ok") and r.get(key) is not None]
                 vals[s] = [r[key] for r in ok]
                 oks[s] = f"{len(ok)}/{len(rs)}"
-            if not vals:
+            if not any(by.get((setup, scen, s, n)) for s in servers for n in runs):
                 continue
-            for n in runs:
-                a, b = by.get((setup, scen, "weir", n)), by.get((setup, scen, "sockudo", n))
-                if a and b and a.get("ok") and b.get("ok") and a.get(key) and b.get(key):
-                    ratios.append(a[key] / b[key])
-            print(f"| {label} | {setup} | {spread(vals.get('weir', []), d)} | {spread(vals.get('sockudo', []), d)} | "
-                  f"{oks.get('weir', '0/0')} / {oks.get('sockudo', '0/0')} | {spread(ratios, 2)} |")
+            ratios = {}
+            for p in peers:
+                ratios[p] = []
+                for n in runs:
+                    a, b = by.get((setup, scen, "weir", n)), by.get((setup, scen, p, n))
+                    if a and b and a.get("ok") and b.get("ok") and a.get(key) and b.get(key):
+                        ratios[p].append(a[key] / b[key])
+            print(f"| {label} | {setup} | " + " | ".join(spread(vals[s], d) for s in servers)
+                  + " | " + " / ".join(oks[s] for s in servers) + " | "
+                  + " | ".join(spread(ratios[p], 2) for p in peers) + " |")
+    failed = [r for r in rows if not r.get("ok")]
+    if failed:
+        print()
+        print("Failed measurements (no figure in the table):")
+        for r in failed:
+            what = {k: r.get(k) for k in ("subscribed", "complete", "missing_members", "lost", "wrong", "secs", "server_cpu_s") if k in r}
+            errs = "; ".join(r.get("errors") or [])[:300]
+            print(f"- run {r['run']} {r['setup']} {r['scenario']} {r['server']}: {json.dumps(what)} {errs}")
 
 
 if __name__ == "__main__":

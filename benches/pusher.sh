@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # benches/pusher.sh — issue 38's Pusher benchmarks: weir's `pusher` route
 # against sockudo (benches/peers/sockudo.sh installs it at a pinned
-# version), the same client (weir-load's pusher-* modes) against both:
+# version) and, with --servers weir,sockudo,soketi, soketi (peers/soketi.sh),
+# the same client (weir-load's pusher-* modes) against each:
 #   fanout   one event triggered through the signed HTTP API
 #            (POST /apps/{id}/events) into -c subscribers of one channel,
 #            -p events ahead of the slowest: server CPU per delivered event
@@ -13,19 +14,20 @@
 #            once: wall time and server CPU until every client knows every
 #            member (a fresh server each time)
 # Each in two setups: "memory" (weir alone; sockudo's local adapter) and
-# "redis" (weir with [cluster] on Redis; sockudo's Redis adapter and cache),
+# "redis" (weir with [cluster] on Redis; sockudo's Redis adapter and cache;
+# soketi's Redis adapter),
 # one Redis started here on a free port. Every delivery is verified by the
 # client; a run with a loss or an error counts as failed.
 #
 # Each run measures every server once per scenario, in an order that
 # alternates between runs; the table gives medians over runs and the
-# per-run ratio weir ÷ sockudo (median, and its range). Servers (and Redis)
+# per-run ratio weir ÷ each peer (median, and its range). Servers (and Redis)
 # on CPU 0, weir-load on CPU 1; server CPU is utime+stime from /proc.
 #
 # Usage: benches/pusher.sh [--runs 5] [-c 1000] [-p 16] [-s 64] [--members 100]
 #                          [--idle 10000] [--storm 5000] [--warmup 2s] [--duration 4s]
 #                          [--no-redis] [--only fanout,client,idle,storm]
-#                          [--heavy-runs 3] [--storm-cap 90s]
+#                          [--heavy-runs 3] [--storm-cap 90s] [--servers weir,sockudo]
 # --heavy-runs: runs of idle and storm (the longest scenarios; the first
 # runs of the loop); --storm-cap: how long a storm may take before the
 # clients that do not yet know every member count as failed.
@@ -39,6 +41,8 @@ target="${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}"
 weir="${WEIR_BIN:-$target/release/weir}"
 load="${WEIR_LOAD:-$target/release/weir-load}"
 sockudo="${SOCKUDO_BIN:-$target/sockudo-bin/bin/sockudo}"
+soketi="${SOKETI_DIR:-$target/soketi}/node_modules/@soketi/soketi/bin/server.js"
+servers="weir,sockudo"
 runs=5 conns=1000 window=16 size=64 members=100 idle=10000 storm=5000
 warmup=2s duration=4s redis=1 only="fanout,client,idle,storm" heavy_runs=3 storm_cap=90s
 while [ $# -gt 0 ]; do
@@ -56,11 +60,20 @@ while [ $# -gt 0 ]; do
     --only) only="$2"; shift 2 ;;
     --heavy-runs) heavy_runs="$2"; shift 2 ;;
     --storm-cap) storm_cap="$2"; shift 2 ;;
+    --servers) servers="$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 [ -x "$weir" ] && [ -x "$load" ] || { echo "build first: cargo build --release -p weir -p weir-load" >&2; exit 1; }
-[ -x "$sockudo" ] || { echo "no sockudo at $sockudo: run benches/peers/sockudo.sh" >&2; exit 1; }
+IFS=, read -r -a server_list <<<"$servers"
+for s in "${server_list[@]}"; do
+  case "$s" in
+    weir) ;;
+    sockudo) [ -x "$sockudo" ] || { echo "no sockudo at $sockudo: run benches/peers/sockudo.sh" >&2; exit 1; } ;;
+    soketi) [ -f "$soketi" ] || { echo "no soketi at $soketi: run benches/peers/soketi.sh" >&2; exit 1; } ;;
+    *) echo "unknown server $s (weir, sockudo, soketi)" >&2; exit 2 ;;
+  esac
+done
 
 dir="$(mktemp -d /tmp/weir-pusher-bench.XXXXXX)"
 raw="$dir/raw.jsonl"
@@ -168,6 +181,18 @@ start() {
       sockudo_config "$dir/sockudo-$2.toml" "$port" "$rp"
       ( cd "$dir" && exec taskset -c 0 "$sockudo" --config "$dir/sockudo-$2.toml" ) >>"$dir/sockudo.log" 2>&1 &
       ;;
+    soketi)
+      # The same app and limits through its environment; its /usage and
+      # metrics listener on a port of its own.
+      ( export SOKETI_HOST=127.0.0.1 SOKETI_PORT="$port" SOKETI_METRICS_SERVER_PORT="$(free_port)" \
+          SOKETI_DEFAULT_APP_ID=bench SOKETI_DEFAULT_APP_KEY=bench-key \
+          SOKETI_DEFAULT_APP_SECRET="$PUSHER_APP_SECRET" SOKETI_DEFAULT_APP_ENABLE_CLIENT_MESSAGES=true \
+          SOKETI_PRESENCE_MAX_MEMBERS=20000
+        if [ -n "$rp" ]; then
+          export SOKETI_ADAPTER_DRIVER=redis SOKETI_DB_REDIS_HOST=127.0.0.1 SOKETI_DB_REDIS_PORT="$rp"
+        fi
+        exec taskset -c 0 node "$soketi" start ) >>"$dir/soketi.log" 2>&1 &
+      ;;
   esac
   pid=$!; pids+=("$pid")
   wait_port "$port"
@@ -207,10 +232,11 @@ if [ "$redis" = 1 ]; then
   setups+=(redis)
 fi
 
-echo "sockudo $("$sockudo" --version 2>/dev/null | head -1 || echo '?'); $runs runs; fanout -c $conns -p $window -s $size; client events: $members members -p $window; idle $idle; storm $storm"
+echo "servers $servers; sockudo $("$sockudo" --version 2>/dev/null | head -1 || echo '?'); $runs runs; fanout -c $conns -p $window -s $size; client events: $members members -p $window; idle $idle; storm $storm"
 for run in $(seq "$runs"); do
-  order=(weir sockudo)
-  [ $((run % 2)) -eq 0 ] && order=(sockudo weir)
+  # Rotate the order by one server per run.
+  k=$(( (run - 1) % ${#server_list[@]} ))
+  order=("${server_list[@]:k}" "${server_list[@]:0:k}")
   for setup in "${setups[@]}"; do
     echo "run $run ($setup)" >&2
     for server in "${order[@]}"; do
