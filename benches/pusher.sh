@@ -28,6 +28,11 @@
 #                          [--idle 10000] [--storm 5000] [--warmup 2s] [--duration 4s]
 #                          [--no-redis] [--only fanout,client,idle,storm]
 #                          [--heavy-runs 3] [--storm-cap 90s] [--servers weir,sockudo]
+#                          [--client-window 4]
+# --client-window: client events a member sends ahead of the slowest other
+# member. Each receiver then has (members − 1) × this in flight: sockudo
+# drops what does not fit its per-socket buffer of 1,000 messages (at 16,
+# 1,584 in flight, it lost events), so the default keeps it at 396.
 # --heavy-runs: runs of idle and storm (the longest scenarios; the first
 # runs of the loop); --storm-cap: how long a storm may take before the
 # clients that do not yet know every member count as failed.
@@ -44,7 +49,7 @@ sockudo="${SOCKUDO_BIN:-$target/sockudo-bin/bin/sockudo}"
 soketi="${SOKETI_DIR:-$target/soketi}/node_modules/@soketi/soketi/bin/server.js"
 servers="weir,sockudo"
 runs=5 conns=1000 window=16 size=64 members=100 idle=10000 storm=5000
-warmup=2s duration=4s redis=1 only="fanout,client,idle,storm" heavy_runs=3 storm_cap=90s
+warmup=2s duration=4s redis=1 only="fanout,client,idle,storm" heavy_runs=3 storm_cap=90s client_window=4
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;
@@ -61,6 +66,7 @@ while [ $# -gt 0 ]; do
     --heavy-runs) heavy_runs="$2"; shift 2 ;;
     --storm-cap) storm_cap="$2"; shift 2 ;;
     --servers) servers="$2"; shift 2 ;;
+    --client-window) client_window="$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -129,6 +135,7 @@ sockudo_config() {
 host = "127.0.0.1"
 port = $2
 debug = false
+shutdown_grace_period = 0
 
 [app_manager]
 driver = "memory"
@@ -232,7 +239,7 @@ if [ "$redis" = 1 ]; then
   setups+=(redis)
 fi
 
-echo "servers $servers; sockudo $("$sockudo" --version 2>/dev/null | head -1 || echo '?'); $runs runs; fanout -c $conns -p $window -s $size; client events: $members members -p $window; idle $idle; storm $storm"
+echo "servers $servers; sockudo $("$sockudo" --version 2>/dev/null | head -1 || echo '?'); $runs runs; fanout -c $conns -p $window -s $size; client events: $members members -p $client_window; idle $idle; storm $storm"
 for run in $(seq "$runs"); do
   # Rotate the order by one server per run.
   k=$(( (run - 1) % ${#server_list[@]} ))
@@ -244,7 +251,7 @@ for run in $(seq "$runs"); do
         start "$server" "$setup"
         wants fanout && measure "$server" "$setup" fanout pusher-fanout -c "$conns" -p "$window" -s "$size" \
           --warmup "$warmup" --duration "$duration" --channel "bench-$run"
-        wants client && measure "$server" "$setup" client pusher-client-events -c "$members" -p "$window" -s "$size" \
+        wants client && measure "$server" "$setup" client pusher-client-events -c "$members" -p "$client_window" -s "$size" \
           --warmup "$warmup" --duration "$duration" --channel "presence-ce-$run"
         stop
       fi

@@ -55,6 +55,7 @@ pub async fn run(o: Rc<Options>) -> Result<Value, String> {
         }),
     )
     .await?;
+    tokio::time::sleep(super::SETTLE).await;
     let st = Rc::new(State {
         phase: Cell::new(WARMUP),
         next: (0..c)

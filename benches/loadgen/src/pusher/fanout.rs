@@ -51,6 +51,7 @@ pub async fn run(o: Rc<Options>) -> Result<Value, String> {
         }),
     )
     .await?;
+    tokio::time::sleep(super::SETTLE).await;
     let st = Rc::new(State {
         phase: Cell::new(WARMUP),
         received: (0..c).map(|_| Cell::new(0)).collect(),

@@ -31,6 +31,13 @@ use std::time::{Duration, Instant};
 /// server's accept backlog is not what is measured.
 pub const OPEN_AT_ONCE: usize = 256;
 
+/// How long fanout and client-events wait between the last confirmed
+/// subscription and the first event: a server may confirm a subscription
+/// (sockudo 5.2 does) before its broadcasts reach the new subscriber, and
+/// an event sent in between would count as lost though nothing is wrong
+/// with the steady state measured.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
 /// How long the scenarios wait after the measured window for deliveries
 /// still on their way before counting the rest as lost.
 pub const DRAIN: Duration = Duration::from_secs(15);
