@@ -6,7 +6,7 @@
 //! handshake), `stream` (TCP, or TLS driven by hand for `wss://`), `engine`
 //! (the measuring epoll loop), `api` (the server-API publisher of
 //! `api-fanout`: HTTP/1.1 `POST /api/publish`), `connect`, `idle`, `storm` and `deflate` (their own
-//! loops; `deflate`: echo with permessage-deflate), `over_h2` (WebSockets on
+//! loops; `deflate`: echo with permessage-deflate), `pusher` (the Pusher Channels modes, on tokio), `over_h2` (WebSockets on
 //! HTTP/2 streams, RFC 8441, on tokio), `hist` (latency histogram), `sys`
 //! (epoll, pinning, CPU clocks, the server's RSS and open fds), `units`
 //! (sizes and durations on the command line).
@@ -26,6 +26,7 @@ pub mod hist;
 pub mod idle;
 pub mod over_h2;
 pub mod payload;
+pub mod pusher;
 pub mod rooms;
 pub mod storm;
 pub mod stream;

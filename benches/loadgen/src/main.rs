@@ -11,7 +11,7 @@ use weir_load::engine::{self, Control, Load, ThreadResult, DONE, MEASURE};
 use weir_load::payload::{Expect, Source, Template};
 use weir_load::stream::{self as tls, Trust};
 use weir_load::units::{parse_duration, parse_size};
-use weir_load::{api, connect, heartbeat, idle, over_h2, rooms, storm, sys, ws};
+use weir_load::{api, connect, heartbeat, idle, over_h2, pusher, rooms, storm, sys, ws};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -50,6 +50,19 @@ enum Mode {
     /// POSTing /api/publish to --api for --channel, -p messages ahead of
     /// the slowest subscriber. Every subscriber gets every message, in order.
     ApiFanout,
+    /// Pusher: C subscribers of one channel (--channel) on a Pusher server
+    /// (--url ws://host:port), events triggered through its signed HTTP API
+    /// -p ahead of the slowest subscriber; server CPU per delivered event.
+    PusherFanout,
+    /// Pusher: C members of a presence channel each send client events to
+    /// the others, -p ahead; server CPU per client event and per delivery.
+    PusherClientEvents,
+    /// Pusher: C idle connections subscribed to channels of --room-size;
+    /// server RSS growth per connection.
+    PusherIdle,
+    /// Pusher: C connected clients subscribe to one presence channel at
+    /// once; time and server CPU until every one knows every member.
+    PusherStorm,
 }
 
 impl Mode {
@@ -68,6 +81,10 @@ impl Mode {
             Mode::Deflate => "deflate",
             Mode::DeflateFanout => "deflate-fanout",
             Mode::ApiFanout => "api-fanout",
+            Mode::PusherFanout => "pusher-fanout",
+            Mode::PusherClientEvents => "pusher-client-events",
+            Mode::PusherIdle => "pusher-idle",
+            Mode::PusherStorm => "pusher-storm",
         }
     }
 
@@ -185,6 +202,13 @@ struct Args {
     /// idle, heartbeat, storm: connect from this many loopback addresses (127.0.0.1, .2, …).
     #[arg(long, default_value_t = 1)]
     sources: usize,
+    /// pusher-*: the app's id (named in the HTTP API's paths).
+    #[arg(long, default_value = "bench")]
+    app_id: String,
+    /// pusher-*: the app's key (named in the connection URL); the app's
+    /// secret is read from $PUSHER_APP_SECRET.
+    #[arg(long, default_value = "bench-key")]
+    app_key: String,
 }
 
 /// CPU clocks and wall time over the measured window.
@@ -245,11 +269,73 @@ fn main() -> ExitCode {
     }
 }
 
+fn pusher_scenario(mode: Mode) -> Option<pusher::Scenario> {
+    match mode {
+        Mode::PusherFanout => Some(pusher::Scenario::Fanout),
+        Mode::PusherClientEvents => Some(pusher::Scenario::ClientEvents),
+        Mode::PusherIdle => Some(pusher::Scenario::Idle),
+        Mode::PusherStorm => Some(pusher::Scenario::Storm),
+        _ => None,
+    }
+}
+
+/// The pusher-* modes: their own client (`weir_load::pusher`), one RESULT line.
+fn run_pusher(a: &Args, scenario: pusher::Scenario) -> Result<bool, String> {
+    let url = a
+        .url
+        .as_deref()
+        .ok_or("pusher modes need --url ws://HOST:PORT (the server's listener)")?;
+    let target = Target::parse(url)?;
+    if target.secure {
+        return Err("pusher modes speak ws:// only".into());
+    }
+    let presence = matches!(
+        scenario,
+        pusher::Scenario::ClientEvents | pusher::Scenario::Storm
+    );
+    if presence != a.channel.starts_with("presence-") {
+        return Err(format!(
+            "--channel {:?}: {} needs a {}channel",
+            a.channel,
+            a.mode.name(),
+            if presence {
+                "presence-"
+            } else {
+                "public (not presence-) "
+            }
+        ));
+    }
+    let secret = std::env::var("PUSHER_APP_SECRET")
+        .map_err(|_| "set PUSHER_APP_SECRET to the app's secret")?;
+    let opts = pusher::Options {
+        addr: target.resolve()?,
+        app_id: a.app_id.clone(),
+        key: a.app_key.clone(),
+        secret,
+        connections: a.connections.max(1),
+        window: a.pipeline.unwrap_or(16) as u64,
+        size: a.size,
+        rate: a.rate,
+        warmup: a.warmup,
+        duration: a.duration,
+        server_pids: a.server_pid.clone(),
+        room_size: a.room_size,
+        channel: a.channel.clone(),
+    };
+    let report = pusher::run(scenario, opts)?;
+    let ok = report["ok"].as_bool().unwrap_or(false);
+    println!("RESULT {report}");
+    Ok(ok)
+}
+
 /// Returns Ok(false) when the run found wrong answers or failed connections.
 fn run(a: &Args) -> Result<bool, String> {
     sys::raise_nofile();
     if let Some(list) = &a.pin {
         sys::pin(&sys::parse_cpu_list(list)?).map_err(|e| format!("sched_setaffinity: {e}"))?;
+    }
+    if let Some(scenario) = pusher_scenario(a.mode) {
+        return run_pusher(a, scenario);
     }
     let url = a
         .url
@@ -586,7 +672,11 @@ fn run(a: &Args) -> Result<bool, String> {
         | Mode::Storm
         | Mode::Rooms
         | Mode::Deflate
-        | Mode::DeflateFanout => {}
+        | Mode::DeflateFanout
+        | Mode::PusherFanout
+        | Mode::PusherClientEvents
+        | Mode::PusherIdle
+        | Mode::PusherStorm => {}
     }
     let setup_secs = setup.elapsed().as_secs_f64();
 
