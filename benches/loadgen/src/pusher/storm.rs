@@ -33,7 +33,10 @@ pub fn user_indices(text: &[u8]) -> impl Iterator<Item = usize> + '_ {
         if text[i] != b'u' || text[i - 1] != b'"' {
             return None;
         }
-        let digits = text[i + 1..].iter().take_while(|b| b.is_ascii_digit()).count();
+        let digits = text[i + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
         let end = i + 1 + digits;
         if digits == 0 || !matches!(text.get(end), Some(b'"') | Some(b'\\')) {
             return None;

@@ -133,7 +133,8 @@ impl Trigger {
                     self.buf.drain(..end + len);
                     let close = head.lines().any(|l| {
                         l.split_once(':').is_some_and(|(k, v)| {
-                            k.eq_ignore_ascii_case("connection") && v.trim().eq_ignore_ascii_case("close")
+                            k.eq_ignore_ascii_case("connection")
+                                && v.trim().eq_ignore_ascii_case("close")
                         })
                     });
                     return Ok((status, body, close));
