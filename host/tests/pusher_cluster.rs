@@ -208,21 +208,23 @@ async fn webhook_receiver() -> (u16, Got) {
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let into = into.clone();
-            let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let into = into.clone();
-                async move {
-                    let body = req.into_body().collect().await?.to_bytes();
-                    let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                    let mut got = into.lock().unwrap();
-                    for e in json["events"].as_array().unwrap() {
-                        let field = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-                        got.push((field("name"), field("channel"), field("user_id")));
+            let service =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let into = into.clone();
+                    async move {
+                        let body = req.into_body().collect().await?.to_bytes();
+                        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                        let mut got = into.lock().unwrap();
+                        for e in json["events"].as_array().unwrap() {
+                            let field = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                            got.push((field("name"), field("channel"), field("user_id")));
+                        }
+                        Ok::<_, hyper::Error>(hyper::Response::new(http_body_util::Empty::<
+                            bytes::Bytes,
+                        >::new(
+                        )))
                     }
-                    Ok::<_, hyper::Error>(hyper::Response::new(
-                        http_body_util::Empty::<bytes::Bytes>::new(),
-                    ))
-                }
-            });
+                });
             tokio::spawn(async move {
                 let io = hyper_util::rt::TokioIo::new(tcp);
                 let _ = hyper::server::conn::http1::Builder::new()
