@@ -82,6 +82,11 @@ impl Subscription {
         self.0.load(Ordering::Acquire) == FAILED
     }
 
+    /// Ended by a leave (or by an adapter undoing its join).
+    pub fn cancelled(&self) -> bool {
+        self.0.load(Ordering::Acquire) == CANCELLED
+    }
+
     /// Joined and not ended since.
     pub fn active(&self) -> bool {
         self.0.load(Ordering::Acquire) == ACTIVE

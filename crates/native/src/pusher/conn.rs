@@ -212,8 +212,10 @@ impl Pusher {
     fn subscribe(&mut self, req: Subscribe) {
         let name = req.channel.name().to_string();
         match self.subs.get(&name) {
-            // Refused before: it may be asked again.
-            Some(sub) if sub.state.failed() => drop(self.subs.remove(&name)),
+            // Refused or undone before: it may be asked again.
+            Some(sub) if sub.state.failed() || sub.state.cancelled() => {
+                drop(self.subs.remove(&name))
+            }
             // pusher-js never subscribes twice; answer as if it were new.
             Some(_) => return self.send(&server::subscription_succeeded(&name)),
             None => {}

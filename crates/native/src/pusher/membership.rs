@@ -58,11 +58,27 @@ fn to_others(route: &PusherRoute, app: &App, core: &str, json: &str, conn: ConnI
     route.count_fanout(app, core, true);
 }
 
+/// Subscribes on Redis at once per route (with `[cluster]`). A subscribe
+/// is a few Redis calls, a presence one reads the channel's members: a
+/// storm of thousands at once would queue them all in Redis, past the
+/// deadline of each call ([`weir_realtime::redis::REDIS_TIMEOUT`]), so the
+/// rest wait for a turn here.
+pub const JOINS_IN_FLIGHT: usize = 32;
+
+/// Reads of a presence channel's members a subscribe makes before it gives
+/// up (each bounded by the Redis deadline).
+const PRESENCE_READS: usize = 3;
+
 /// Joins, counts and answers; `done` says whether the subscription was
 /// counted (what its leave then undoes).
 pub(super) async fn join(j: Joining, done: oneshot::Sender<bool>) {
     let route = &j.route;
     let name = j.channel.name();
+    // On one node the join runs inline and never waits here.
+    let _turn = match route.realtime.runtime() {
+        Some(_) => Some(route.joins.acquire().await.expect("never closed")),
+        None => None,
+    };
     let joined = route
         .realtime
         .clone()
@@ -113,12 +129,26 @@ pub(super) async fn join(j: Joining, done: oneshot::Sender<bool>) {
     let user = j.channel.is_presence().then_some(j.member.user.as_str());
     let counted = route.joined(&route.apps[j.app], &j.channel, user).await;
     if j.channel.is_presence() {
-        let members = route
-            .realtime
-            .clone()
-            .presence(j.core.clone())
-            .await
-            .unwrap_or_default();
+        let Some(members) = presence(route, &j.core).await else {
+            // A list without the members would be a wrong answer:
+            // refused instead, and the join undone.
+            send(
+                &route.apps[j.app],
+                &j.outbound,
+                &server::subscription_error(
+                    name,
+                    LIMIT,
+                    "the cluster's store did not answer; try again",
+                    503,
+                ),
+            );
+            route
+                .realtime
+                .leave(&j.core, &route.topics, j.conn, &j.member, &j.state);
+            route.left(&route.apps[j.app], &j.channel, user).await;
+            let _ = done.send(false);
+            return;
+        };
         let mut seen = HashSet::new();
         let mut list: Vec<server::Member> = members
             .iter()
@@ -163,6 +193,18 @@ pub(super) async fn join(j: Joining, done: oneshot::Sender<bool>) {
         replay_cache(route, &route.apps[j.app], name, &j.core, &j.outbound).await;
     }
     let _ = done.send(true);
+}
+
+/// A presence channel's members, read again after a failed read; None
+/// when every read failed.
+async fn presence(route: &PusherRoute, core: &str) -> Option<Vec<Arc<ClientInfo>>> {
+    for _ in 0..PRESENCE_READS {
+        match route.realtime.clone().presence(core.to_string()).await {
+            Ok(members) => return Some(members),
+            Err(e) => tracing::debug!(channel = core, error = %e, "pusher: presence read failed"),
+        }
+    }
+    None
 }
 
 /// A cache channel's last event, or `pusher:cache_miss`.

@@ -133,6 +133,10 @@ pub struct PusherRoute {
     pub max_body: usize,
     /// Each app's guest, by app index (None: the app has none).
     pub hooks: Vec<Option<hook::AppHook>>,
+    /// Joins in flight on Redis at once (with `[cluster]`,
+    /// [`membership::JOINS_IN_FLIGHT`]): the rest wait here, not in
+    /// Redis's queue where their calls would pass their deadline.
+    pub joins: tokio::sync::Semaphore,
 }
 
 impl PusherRoute {
@@ -209,6 +213,7 @@ impl PusherRoute {
             // JSON escaping may double it, and the envelopes.
             max_body: (max_payload * 2 + 1024) * (weir_pusher::api::DEFAULT_MAX_BATCH_EVENTS + 1),
             hooks: Vec::new(),
+            joins: tokio::sync::Semaphore::new(membership::JOINS_IN_FLIGHT),
         })
     }
 
