@@ -326,7 +326,7 @@ impl Routes {
                     &self.realtime,
                     &route.path,
                 )
-                .map_err(weir_native::KindError::Pusher)
+                .map_err(weir_native::KindError::from)
                 .map_err(refused(&route.path, route.line))?
                 .with_hooks(hooks);
                 Arc::new(weir_native::pusher::PusherKind(Arc::new(pusher)))

@@ -48,7 +48,7 @@ pub fn route_kind(
         ))),
         NativeKind::Proxy(config) => Arc::new(proxy::ProxyRoute::new(config)?),
         NativeKind::Pusher(config) => Arc::new(pusher::PusherKind(Arc::new(
-            pusher::PusherRoute::new(&config, topics, realtime, path).map_err(KindError::Pusher)?,
+            pusher::PusherRoute::new(&config, topics, realtime, path)?,
         ))),
     })
 }
@@ -60,9 +60,8 @@ pub enum KindError {
     UpstreamCa(#[from] weir_config::tls::CaError),
     #[error(transparent)]
     TokenKeys(#[from] centrifugo::KeysError),
-    /// A pusher route's apps (the pusher module words the reason).
-    #[error("{0}")]
-    Pusher(String),
+    #[error(transparent)]
+    Pusher(#[from] pusher::PusherError),
 }
 
 /// `native = "echo"`: nothing shared, every upgrade accepted.

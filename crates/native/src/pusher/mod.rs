@@ -139,6 +139,27 @@ pub struct PusherRoute {
     pub joins: tokio::sync::Semaphore,
 }
 
+/// Why a pusher route's apps cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum PusherError {
+    #[error(
+        "line {line}: the environment variable {var} (secret_env of app \"{app}\") is not set \
+         or empty; export the app's secret there"
+    )]
+    Secret {
+        line: usize,
+        var: String,
+        app: String,
+    },
+    #[error("line {line}: {source}")]
+    Webhook {
+        line: usize,
+        source: webhooks::WebhookError,
+    },
+    #[error("no randomness for the cluster's node id: {0}")]
+    Random(getrandom::Error),
+}
+
 impl PusherRoute {
     /// Reads each app's secret from the environment variable it names;
     /// the route's core is a sibling of the gateway's `gateway` core (so
@@ -148,18 +169,18 @@ impl PusherRoute {
         topics: &Arc<Topics>,
         gateway: &Realtime,
         path: &str,
-    ) -> Result<PusherRoute, String> {
+    ) -> Result<PusherRoute, PusherError> {
         let mut apps = Vec::with_capacity(config.apps.len());
         let mut namespaces = HashMap::new();
         for (index, app) in config.apps.iter().enumerate() {
             let name = &app.secret_env;
             let secret = std::env::var(name).ok().filter(|s| !s.is_empty());
             let Some(secret) = secret else {
-                return Err(format!(
-                    "line {}: the environment variable {name} (secret_env of app \"{}\") is \
-                     not set or empty; export the app's secret there",
-                    app.line, app.id
-                ));
+                return Err(PusherError::Secret {
+                    line: app.line,
+                    var: name.clone(),
+                    app: app.id.clone(),
+                });
             };
             let base = NamespaceOptions {
                 max_channels: MAX_CHANNELS_PER_APP_KIND,
@@ -187,7 +208,10 @@ impl PusherRoute {
                 secret: secret.as_bytes(),
             };
             let webhooks = webhooks::Webhooks::start(&app.id, &key, &app.webhooks, &counters)
-                .map_err(|e| format!("line {}: {e}", app.line))?;
+                .map_err(|source| PusherError::Webhook {
+                    line: app.line,
+                    source,
+                })?;
             apps.push(App {
                 config: app.clone(),
                 secret: secret.into_bytes(),
@@ -199,8 +223,7 @@ impl PusherRoute {
         }
         let realtime = gateway.sibling(Namespaces::new(namespaces), &core_scope(path));
         realtime.attach(topics, Arc::new(EventFramer));
-        let census = census::Census::new(&realtime)
-            .map_err(|e| format!("no randomness for the cluster's node id: {e}"))?;
+        let census = census::Census::new(&realtime).map_err(PusherError::Random)?;
         let max_payload = apps.iter().map(|a| a.config.max_payload).max().unwrap_or(0);
         Ok(PusherRoute {
             apps,

@@ -95,6 +95,18 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Why an app's webhooks cannot be sent.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("webhook url {url}: {source}")]
+    Url {
+        url: String,
+        source: http::uri::InvalidUri,
+    },
+    #[error(transparent)]
+    Client(#[from] weir_outbound::OutboundCaError),
+}
+
 impl Webhooks {
     /// Starts a sender per webhook of the app (Err: a URL the client
     /// cannot take, which the config check should have refused).
@@ -103,16 +115,16 @@ impl Webhooks {
         key: &AppKey<'_>,
         hooks: &[PusherWebhook],
         counters: &Arc<AppCounters>,
-    ) -> Result<Webhooks, String> {
+    ) -> Result<Webhooks, WebhookError> {
         let mut targets = Vec::with_capacity(hooks.len());
         for hook in hooks {
-            let uri: http::Uri = hook
-                .url
-                .parse()
-                .map_err(|e| format!("webhook url {}: {e}", hook.url))?;
+            let uri: http::Uri = hook.url.parse().map_err(|e| WebhookError::Url {
+                url: hook.url.clone(),
+                source: e,
+            })?;
             // The operator named this URL: it may be on a private network
             // (the app server beside the gateway).
-            let client = weir_outbound::client(None, true).map_err(|e| e.to_string())?;
+            let client = weir_outbound::client(None, true)?;
             let target = Arc::new(Target {
                 config: hook.clone(),
                 uri,
