@@ -110,6 +110,10 @@ pub(super) const PUSHER_APP_KEYS: &[&str] = &[
     "max_payload",
     "activity_timeout",
     "webhooks",
+    "guest",
+    "timeout",
+    "memory",
+    "instances",
 ];
 
 /// Keys of a pusher app's `[[route.apps.webhooks]]` table.
