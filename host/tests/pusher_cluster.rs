@@ -16,11 +16,11 @@
 
 mod common;
 
+use common::node::{node_summary, require_client};
 use common::redis::{have_redis, redis_cluster, Redis};
 use common::{await_metric, client, WeirProcess, STEP};
 use futures_util::{SinkExt, StreamExt};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
 
@@ -47,17 +47,10 @@ async fn node(cluster: &str) -> WeirProcess {
     weir
 }
 
-fn clients_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
-}
-
 /// Runs one scenario of pusher-cluster.mjs against nodes `a` and `b`; its
 /// JSON summary.
 async fn scenario(a: &WeirProcess, b: &WeirProcess, name: &str) -> serde_json::Value {
-    assert!(
-        clients_dir().join("node_modules/pusher-js").exists(),
-        "host/tests/clients/node_modules/pusher-js missing: run npm ci there"
-    );
+    require_client("pusher-js");
     let args = [
         a.addr.ip().to_string(),
         a.addr.port().to_string(),
@@ -66,21 +59,9 @@ async fn scenario(a: &WeirProcess, b: &WeirProcess, name: &str) -> serde_json::V
     ];
     let name = name.to_string();
     tokio::task::spawn_blocking(move || {
-        let output = Command::new("node")
-            .arg("pusher-cluster.mjs")
-            .args(&args)
-            .current_dir(clients_dir())
-            .stdin(Stdio::null())
-            .output()
-            .expect("node");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{name}: {}\n{stdout}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_str(stdout.lines().last().unwrap_or("null")).unwrap()
+        let mut argv = vec!["pusher-cluster.mjs"];
+        argv.extend(args.iter().map(String::as_str));
+        node_summary(&name, &argv)
     })
     .await
     .unwrap()

@@ -12,9 +12,9 @@
 
 mod common;
 
+use common::node::{node_summary, require_client};
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 fn example_wasm(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -72,33 +72,13 @@ guest = "{gate}"
     Gateway::start(config)
 }
 
-fn clients_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients")
-}
-
-/// Runs one scenario of pusher-guest-client.mjs against `gw`; its summary.
+/// Runs one scenario of pusher-guest-client.mjs against `gw`; its JSON summary.
 async fn scenario(gw: &Gateway, name: &str) -> serde_json::Value {
-    assert!(
-        clients_dir().join("node_modules/pusher-js").exists(),
-        "host/tests/clients/node_modules/pusher-js missing: run npm ci there"
-    );
+    require_client("pusher-js");
     let (host, port) = (gw.addr.ip().to_string(), gw.addr.port().to_string());
     let name = name.to_string();
     tokio::task::spawn_blocking(move || {
-        let output = Command::new("node")
-            .args(["pusher-guest-client.mjs", &host, &port, &name])
-            .current_dir(clients_dir())
-            .stdin(Stdio::null())
-            .output()
-            .expect("node");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{name}: {}\n{stdout}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_str(stdout.lines().last().unwrap_or("null")).unwrap()
+        node_summary(&name, &["pusher-guest-client.mjs", &host, &port, &name])
     })
     .await
     .unwrap()
