@@ -186,6 +186,22 @@ pub struct ServerConfig {
     pub allowed_hosts: Option<Vec<String>>,
     /// Streams one HTTP/2 connection may have open (`h2_max_streams`).
     pub h2_max_streams: u32,
+    /// Which loop serves upgraded connections (`io`).
+    pub io: Io,
+}
+
+/// `[server] io`: the loop that serves upgraded connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Io {
+    /// One tokio task per connection (the default).
+    #[default]
+    Tasks,
+    /// Each worker's plane: connections in a slab, woken by the worker's
+    /// own epoll instance, no task per connection. Plain TCP connections
+    /// of the echo, relay, pubsub and guest kinds run there; TLS, HTTP/2
+    /// streams and kinds with work beside their socket (proxy,
+    /// centrifugo, pusher) stay on tasks.
+    Epoll,
 }
 
 /// `[admin]`: the admin listener, separate from the public one.
@@ -255,6 +271,7 @@ impl Default for ServerConfig {
             tls: None,
             allowed_hosts: None,
             h2_max_streams: DEFAULT_H2_MAX_STREAMS,
+            io: Io::default(),
         }
     }
 }

@@ -96,6 +96,7 @@ struct RawServer {
     tls: Field,
     allowed_hosts: Field,
     h2_max_streams: Field,
+    io: Field,
 }
 
 #[derive(Deserialize)]

@@ -33,6 +33,7 @@ pub(super) const SERVER_KEYS: &[&str] = &[
     "tls",
     "allowed_hosts",
     "h2_max_streams",
+    "io",
 ];
 
 /// Keys of a `[[route]]`, in the order the messages list them.
@@ -223,6 +224,7 @@ fn example(key: &str) -> String {
         "public_metrics" => "false",
         "allowed_hosts" => r#"["gw.example.com", "*.example.com"]"#,
         "h2_max_streams" => "100",
+        "io" => r#""epoll""#,
         "token_env" => r#""WEIR_ADMIN_TOKEN""#,
         "tls" => r#"{ cert = "certs/fullchain.pem", key = "certs/key.pem" }"#,
         "path" => r#""/echo""#,

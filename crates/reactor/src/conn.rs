@@ -71,12 +71,15 @@ pub struct ConnEnv {
     /// Held until the connection ends: its place under the connection
     /// limits (the server's; for HTTP/2, shared by the connection's streams).
     pub live: Rc<dyn std::any::Any>,
+    /// The worker's plane (`[server] io = "epoll"`): a plain TCP connection
+    /// of a kind with no work beside its socket runs there, not as a task.
+    pub plane: Option<Rc<crate::plane::Plane>>,
 }
 
 const SHUTDOWN_REASON: &str = "server shutting down";
 
 /// How the loop goes on after an event.
-enum Flow {
+pub(crate) enum Flow {
     Continue,
     /// The connection is over; the socket may be dropped.
     Done,
@@ -95,24 +98,24 @@ impl From<Stop> for Flow {
     }
 }
 
-struct Conn<T> {
-    env: ConnEnv,
-    stream: T,
-    decoder: Decoder,
+pub(crate) struct Conn<T> {
+    pub(crate) env: ConnEnv,
+    pub(crate) stream: T,
+    pub(crate) decoder: Decoder,
     /// Held only while bytes are in flight (idle connections hold none).
-    buf: Option<Box<[u8]>>,
+    pub(crate) buf: Option<Box<[u8]>>,
     /// Unprocessed bytes are `buf[start..end]`.
-    start: usize,
-    end: usize,
-    out: Output,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    pub(crate) out: Output,
     /// A ping went out after a silent period; a read clears it.
-    ping_sent: bool,
+    pub(crate) ping_sent: bool,
     /// The last read carried a piece of a streamed (large) frame: the next
     /// read takes a large buffer from the start.
-    large_frames: bool,
+    pub(crate) large_frames: bool,
     /// The close code the connection ends with, for the route's counters:
     /// the client's, or the one the server sends; 1006 while none.
-    close_code: u16,
+    pub(crate) close_code: u16,
     /// permessage-deflate's inbound side (None: not negotiated).
     inflate: Option<Box<Inflating>>,
 }
@@ -129,67 +132,85 @@ pub fn run<B: Behaviour, T: Transport>(
     env: ConnEnv,
     mut behaviour: B,
 ) -> impl std::future::Future<Output = ()> {
-    let mut decoder = Decoder::new(env.limits.max_message, STREAM_ABOVE_BYTES);
-    let (mut out, mut inflate) = (Output::default(), None);
-    if let Some(n) = &env.deflate {
-        decoder.allow_compression();
-        if B::COMPRESSES_REPLIES {
-            out = Output::compressing(Deflater::new(n));
-        }
-        inflate = Some(Box::new(Inflating {
-            inflater: Inflater::new(n),
-            message: Vec::new(),
-        }));
-    }
-    let mut c = Conn {
-        decoder,
-        inflate,
-        env,
-        stream,
-        buf: None,
-        start: HEADROOM_BYTES,
-        end: HEADROOM_BYTES,
-        out,
-        ping_sent: false,
-        large_frames: false,
-        close_code: close::ABNORMAL,
-    };
+    let mut c = Conn::new::<B>(stream, env);
     async move {
-        let (id, outbound) = (c.env.id, c.env.outbound.clone());
-        c.counters().accepted.add_owned(1);
-        c.env
-            .registry
-            .insert(id, c.env.route, outbound.clone(), c.env.peer);
-        behaviour.on_open(id, &outbound);
-        c.env
-            .idle
-            .watch(outbound.clone(), c.env.limits.idle_timeout);
-        if B::DIRECT_WRITES {
-            if let Some(socket) = c.stream.direct_socket() {
-                outbound.enable_direct(socket);
-            }
-        }
+        c.open(&mut behaviour);
         let flow = c.drive(prefix, &mut behaviour).await;
         match flow {
             Flow::Close(code, reason) if !behaviour.mid_frame() => {
                 c.close_code = code;
                 c.close_and_linger(code, &reason).await
             }
-            _ => outbound.end_direct(),
+            _ => c.env.outbound.end_direct(),
         }
-        c.counters().closed_with(c.close_code);
-        behaviour.on_close(id);
-        c.env.registry.remove(id);
-        outbound.consumer_gone();
-        if let Some(buf) = c.buf.take() {
-            c.env.pool.give(buf);
-        }
+        c.finish(&mut behaviour);
     }
 }
 
 impl<T: Transport> Conn<T> {
+    /// A connection's state before its first read.
+    pub(crate) fn new<B: Behaviour>(stream: T, env: ConnEnv) -> Conn<T> {
+        let mut decoder = Decoder::new(env.limits.max_message, STREAM_ABOVE_BYTES);
+        let (mut out, mut inflate) = (Output::default(), None);
+        if let Some(n) = &env.deflate {
+            decoder.allow_compression();
+            if B::COMPRESSES_REPLIES {
+                out = Output::compressing(Deflater::new(n));
+            }
+            inflate = Some(Box::new(Inflating {
+                inflater: Inflater::new(n),
+                message: Vec::new(),
+            }));
+        }
+        Conn {
+            decoder,
+            inflate,
+            env,
+            stream,
+            buf: None,
+            start: HEADROOM_BYTES,
+            end: HEADROOM_BYTES,
+            out,
+            ping_sent: false,
+            large_frames: false,
+            close_code: close::ABNORMAL,
+        }
+    }
+
+    /// The connection is live: counted, in the registry, opened to its
+    /// behaviour, under the idle wheel, and open to direct writes.
+    pub(crate) fn open<B: Behaviour>(&mut self, behaviour: &mut B) {
+        let (id, outbound) = (self.env.id, self.env.outbound.clone());
+        self.counters().accepted.add_owned(1);
+        self.env
+            .registry
+            .insert(id, self.env.route, outbound.clone(), self.env.peer);
+        behaviour.on_open(id, &outbound);
+        self.env
+            .idle
+            .watch(outbound.clone(), self.env.limits.idle_timeout);
+        if B::DIRECT_WRITES {
+            if let Some(socket) = self.stream.direct_socket() {
+                outbound.enable_direct(socket);
+            }
+        }
+    }
+
+    /// The connection ended (its close, if any, written): counted, closed
+    /// to its behaviour, out of the registry, its queue refused.
+    pub(crate) fn finish<B: Behaviour>(&mut self, behaviour: &mut B) {
+        let id = self.env.id;
+        self.counters().closed_with(self.close_code);
+        behaviour.on_close(id);
+        self.env.registry.remove(id);
+        self.env.outbound.consumer_gone();
+        if let Some(buf) = self.buf.take() {
+            self.env.pool.give(buf);
+        }
+    }
+
     /// This worker's shard of the route's counters.
-    fn counters(&self) -> &ConnCounters {
+    pub(crate) fn counters(&self) -> &ConnCounters {
         self.env.stats.worker(worker_of(self.env.id))
     }
 
@@ -334,7 +355,7 @@ impl<T: Transport> Conn<T> {
     /// next one into a large buffer from its first byte halves the reads and
     /// writes of a 128 KiB echo (one each instead of two) and saves a fifth
     /// of its CPU. Other connections keep the small buffer.
-    fn wants_large_buffer(&self) -> bool {
+    pub(crate) fn wants_large_buffer(&self) -> bool {
         self.large_frames || self.decoder.streamed_remaining() > STREAM_ABOVE_BYTES as u64
     }
 
@@ -355,6 +376,55 @@ impl<T: Transport> Conn<T> {
 
     /// Decodes `buf[start..end]`, replies, writes, and keeps the leftover.
     async fn process<B: Behaviour>(&mut self, behaviour: &mut B) -> Flow {
+        let (flow, pos) = self.decode_batch(behaviour);
+        let stall_limit = self.env.limits.idle_timeout;
+        let outbound = &self.env.outbound;
+        let buf = self.buf.as_mut().expect("process runs on a buffer");
+        let (stream, out) = (&mut self.stream, &mut self.out);
+        // A producer may be writing into this socket too: take the turn,
+        // and finish a frame it began first.
+        let direct = outbound.direct() && !out.is_empty();
+        let turn = direct.then(|| outbound.write_turn());
+        let mut written = Ok(());
+        if let Some(rest) = direct.then(|| outbound.take_remainder()).flatten() {
+            // A direct write's remainder (relay, guests): rare, boxed.
+            written = Box::pin(write_all(stream, &rest, stall_limit)).await;
+            outbound.written(rest.len());
+        }
+        if written.is_ok() {
+            let buf: &[u8] = buf;
+            written = unless_stalled_poll(stall_limit, |cx| {
+                out.poll_flush(&mut stream.writer(), buf, cx)
+            })
+            .await;
+        }
+        drop(turn);
+        if written.is_err() {
+            return Flow::Done;
+        }
+        self.keep_leftover(pos);
+        flow
+    }
+
+    /// Keeps what the decoder could not use yet (`buf[pos..end]`) at the
+    /// front of the buffer, or gives the buffer back when nothing is left.
+    pub(crate) fn keep_leftover(&mut self, pos: usize) {
+        let end = self.end;
+        let left = end - pos;
+        if left == 0 {
+            self.env.pool.give(self.buf.take().expect("buffer in use"));
+        } else if pos != HEADROOM_BYTES {
+            let buf = self.buf.as_mut().expect("buffer in use");
+            buf.copy_within(pos..end, HEADROOM_BYTES);
+        }
+        self.start = HEADROOM_BYTES;
+        self.end = HEADROOM_BYTES + left;
+    }
+
+    /// Decodes `buf[start..end]` and hands every piece to the behaviour,
+    /// its replies gathered in `out` (not yet written): the read's flow,
+    /// and where decoding stopped.
+    pub(crate) fn decode_batch<B: Behaviour>(&mut self, behaviour: &mut B) -> (Flow, usize) {
         let buf = self.buf.as_mut().expect("process runs on a buffer");
         let mut pos = self.start;
         let end = self.end;
@@ -423,44 +493,12 @@ impl<T: Transport> Conn<T> {
                 flow = stop.into();
             }
         }
-        let stall_limit = self.env.limits.idle_timeout;
-        let outbound = &self.env.outbound;
-        let (stream, out) = (&mut self.stream, &mut self.out);
-        // A producer may be writing into this socket too: take the turn,
-        // and finish a frame it began first.
-        let direct = outbound.direct() && !out.is_empty();
-        let _turn = direct.then(|| outbound.write_turn());
-        let mut written = Ok(());
-        if let Some(rest) = direct.then(|| outbound.take_remainder()).flatten() {
-            // A direct write's remainder (relay, guests): rare, boxed.
-            written = Box::pin(write_all(stream, &rest, stall_limit)).await;
-            outbound.written(rest.len());
-        }
-        if written.is_ok() {
-            let buf: &[u8] = buf;
-            written = unless_stalled_poll(stall_limit, |cx| {
-                out.poll_flush(&mut stream.writer(), buf, cx)
-            })
-            .await;
-        }
-        if written.is_err() {
-            return Flow::Done;
-        }
-        // Keep what the decoder could not use yet at the front of the buffer.
-        let left = end - pos;
-        if left == 0 {
-            self.env.pool.give(self.buf.take().expect("buffer in use"));
-        } else if pos != HEADROOM_BYTES {
-            buf.copy_within(pos..end, HEADROOM_BYTES);
-        }
-        self.start = HEADROOM_BYTES;
-        self.end = HEADROOM_BYTES + left;
-        flow
+        (flow, pos)
     }
 }
 
 /// The close a protocol violation earns (RFC 6455 §7.4.1).
-fn failure(e: ProtocolError) -> Flow {
+pub(crate) fn failure(e: ProtocolError) -> Flow {
     tracing::debug!(error = %e, "closing connection on protocol error");
     Flow::Close(e.close_code(), e.to_string())
 }

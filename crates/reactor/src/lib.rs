@@ -22,6 +22,7 @@ pub mod decode;
 pub mod idle;
 pub mod kind;
 pub mod outbound;
+pub mod plane;
 pub mod registry;
 pub mod socket;
 pub mod start;

@@ -29,7 +29,7 @@ use bytes::Bytes;
 use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{OnceLock, Weak};
 use std::task::Poll;
 use sync::{spin_loop, AtomicBool, AtomicU32, AtomicU8, AtomicUsize, AtomicWaker, Mutex};
 use tokio::net::TcpStream;
@@ -55,8 +55,10 @@ impl Drop for WriteTurn<'_> {
 /// non-blocking send of what it takes now. `Outbound` is generic over it
 /// only so the loom model (`model.rs`) can put a socket in its place that
 /// records the bytes and cuts writes short; every queue of the gateway is
-/// an `Outbound<TcpStream>`, whose calls are [`send_now`] and
-/// [`send_vectored_now`], inlined.
+/// an `Outbound<dyn DirectSocket + Send + Sync>`: the socket is tokio's
+/// (a connection on its own task) or std's (a connection on the worker's
+/// plane, `reactor::plane`), and either's calls are [`send_now`] and
+/// [`send_vectored_now`].
 pub trait DirectSocket {
     /// Sends as much of `bytes` as the socket takes now (0 on any error).
     fn send_now(&self, bytes: &[u8]) -> usize;
@@ -76,6 +78,21 @@ impl DirectSocket for TcpStream {
     }
 }
 
+impl DirectSocket for std::net::TcpStream {
+    #[inline]
+    fn send_now(&self, bytes: &[u8]) -> usize {
+        send_now(self, bytes)
+    }
+
+    #[inline]
+    fn send_vectored_now(&self, parts: &[IoSlice<'_>]) -> usize {
+        send_vectored_now(self, parts)
+    }
+}
+
+/// The socket of any connection, as its queue's producers see it.
+pub type AnySocket = dyn DirectSocket + Send + Sync;
+
 /// What other connections or the guest runner ask a connection to write.
 pub enum OutMsg {
     /// One or more complete server frames.
@@ -89,7 +106,7 @@ pub enum OutMsg {
 
 /// Shared through `Arc` between the connection (the only consumer) and its
 /// producers. `S` is the socket direct writes go to ([`DirectSocket`]).
-pub struct Outbound<S = TcpStream> {
+pub struct Outbound<S: ?Sized = AnySocket> {
     queue: Mutex<VecDeque<OutMsg>>,
     /// Messages queued, or taken by the consumer and not yet written
     /// (`delivered` counts those off): the consumer polls this on every turn
@@ -136,7 +153,7 @@ impl Outbound {
     }
 }
 
-impl<S: DirectSocket> Outbound<S> {
+impl<S: DirectSocket + ?Sized> Outbound<S> {
     fn with_budget(budget: usize) -> Outbound<S> {
         Outbound {
             queue: Mutex::new(VecDeque::new()),
@@ -305,6 +322,23 @@ impl<S: DirectSocket> Outbound<S> {
         self.queued.load(Ordering::Relaxed) > self.budget
     }
 
+    /// [`ready`](Self::ready) without a future: true when something is
+    /// queued or the idle wheel woke the consumer; else `waker` is woken
+    /// when either happens (the plane's connections, `reactor::plane`).
+    pub fn ready_or_register(&self, waker: &std::task::Waker) -> bool {
+        let ready = || !self.is_empty() || self.idle_due.load(Ordering::Acquire);
+        if ready() {
+            return true;
+        }
+        self.consumer.register(waker);
+        ready()
+    }
+
+    /// Registers the consumer's waker without a look at the queue.
+    pub fn register_consumer(&self, waker: &std::task::Waker) {
+        self.consumer.register(waker);
+    }
+
     /// Waits until something is queued, or the idle wheel woke the
     /// consumer (`take_idle_due`); the consumer then takes messages with
     /// `try_recv` (under the write turn when direct writes are on).
@@ -385,7 +419,7 @@ impl<S: DirectSocket> Outbound<S> {
 mod tests {
     use super::*;
     use crate::socket::Socket;
-    use std::sync::Arc;
+    use std::sync::{Arc, Weak};
 
     /// A connected loopback pair: the gateway's side as a shared tokio
     /// socket, the client's as a blocking std stream.
@@ -405,7 +439,7 @@ mod tests {
         use std::io::Read;
         let (tx, mut rx) = socket_pair();
         let out = Outbound::new(usize::MAX);
-        out.enable_direct(&tx);
+        out.enable_direct(Arc::downgrade(&tx) as Weak<AnySocket>);
         let big: Vec<u8> = (0..64 << 20).map(|i| (i % 251) as u8).collect();
         assert!(out.send_direct(&big));
         out.close(1001, "after the frame");
@@ -438,7 +472,7 @@ mod tests {
         let (tx, _old_client) = socket_pair();
         let old_fd = tx.as_raw_fd();
         let out = Outbound::new(usize::MAX);
-        out.enable_direct(&tx);
+        out.enable_direct(Arc::downgrade(&tx) as Weak<AnySocket>);
         drop(tx);
         let (reused, mut new_client) = socket_pair();
         assert!(out.send_direct(b"for the old client only"));

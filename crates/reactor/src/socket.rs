@@ -47,13 +47,16 @@ pub fn read_drained(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize
 /// One non-blocking `send` of as much of `bytes` as the socket takes now
 /// (socket2 sends with `MSG_NOSIGNAL`); 0 on any error: the connection's own
 /// next write or read reports it.
-pub(crate) fn send_now(stream: &TcpStream, bytes: &[u8]) -> usize {
+pub(crate) fn send_now(stream: &impl std::os::fd::AsFd, bytes: &[u8]) -> usize {
     (&*SockRef::from(stream)).write(bytes).unwrap_or(0)
 }
 
 /// [`send_now`] for several buffers in one `sendmsg`; returns the bytes
 /// taken (0 on any error).
-pub(crate) fn send_vectored_now(stream: &TcpStream, parts: &[std::io::IoSlice<'_>]) -> usize {
+pub(crate) fn send_vectored_now(
+    stream: &impl std::os::fd::AsFd,
+    parts: &[std::io::IoSlice<'_>],
+) -> usize {
     (&*SockRef::from(stream)).write_vectored(parts).unwrap_or(0)
 }
 
@@ -91,8 +94,7 @@ pub fn shutdown_write(stream: &TcpStream) {
 
 /// The client closed its side (or the connection is gone), by the kernel's
 /// TCP state.
-pub(crate) fn peer_hung_up(stream: &TcpStream) -> bool {
-    use std::os::fd::AsRawFd;
+pub(crate) fn peer_hung_up(stream: &impl std::os::fd::AsRawFd) -> bool {
     // SAFETY: an all-zero tcp_info is valid; getsockopt writes at most `len`
     // bytes into it, and the descriptor belongs to `stream`, borrowed here.
     unsafe {

@@ -3,7 +3,9 @@
 //! knowing its kind, until the upgrade completes and it spawns the loop
 //! (`conn::run`) over the transport the server took back. Apart from
 //! `behaviour` so that the trait a kind implements does not import the loop
-//! that runs it (`conn` → `behaviour`, `start` → both).
+//! that runs it (`conn` → `behaviour`, `start` → both). On a worker with a
+//! plane (`reactor::plane`), a plain TCP connection whose kind has no work
+//! beside its socket becomes a slot of the plane instead of a task.
 
 use super::behaviour::Behaviour;
 use super::conn::{run, ConnEnv};
@@ -24,9 +26,15 @@ pub trait Start {
 }
 
 impl<B: Behaviour> Start for B {
-    fn spawn(self: Box<Self>, io: Io, prefix: bytes::Bytes, env: ConnEnv, span: tracing::Span) {
+    fn spawn(self: Box<Self>, io: Io, prefix: bytes::Bytes, mut env: ConnEnv, span: tracing::Span) {
         let behaviour = *self;
+        let plane = env.plane.take().filter(|_| !B::HAS_BESIDE);
         match io {
+            Io::Tcp(tcp) if plane.is_some() => {
+                let plane = plane.expect("checked");
+                let _entered = span.enter();
+                plane.adopt(tcp, prefix, env, behaviour);
+            }
             Io::Tcp(tcp) => {
                 let conn = run(Tcp(Arc::new(tcp)), prefix, env, behaviour);
                 tokio::task::spawn_local(conn.instrument(span));

@@ -22,7 +22,9 @@
 //!
 //! [`Io`] is what the server hands a behaviour after the upgrade.
 
+use super::outbound::AnySocket;
 use super::socket::{self, Socket, Writer};
+use std::sync::{Arc, Weak};
 use rustls::ServerConnection;
 use std::future::Future;
 use std::io::{ErrorKind, IoSlice, Read, Write};
@@ -68,7 +70,7 @@ pub trait Transport: Sized + 'static {
     fn hung_up(&self) -> bool;
 
     /// The socket producers may write into directly (TCP only).
-    fn direct_socket(&self) -> Option<&Socket> {
+    fn direct_socket(&self) -> Option<Weak<AnySocket>> {
         None
     }
 }
@@ -112,8 +114,8 @@ impl Transport for Tcp {
         socket::peer_hung_up(&self.0)
     }
 
-    fn direct_socket(&self) -> Option<&Socket> {
-        Some(&self.0)
+    fn direct_socket(&self) -> Option<Weak<AnySocket>> {
+        Some(Arc::downgrade(&self.0) as Weak<AnySocket>)
     }
 }
 

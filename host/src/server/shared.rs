@@ -40,6 +40,8 @@ pub(super) struct Front {
     /// How long an HTTP/2 connection may stay without a stream once it has
     /// had one: the server's `idle_timeout`.
     pub(super) h2_idle_timeout: Duration,
+    /// `[server] io`: the loop upgraded connections run on.
+    pub(super) io: weir_config::Io,
 }
 
 /// What the front refused or failed, for `/metrics` and the log.
@@ -126,6 +128,7 @@ impl Shared {
                 hosts: public_hosts(config),
                 h2_max_streams: config.server.h2_max_streams,
                 h2_idle_timeout: config.server.limits.idle_timeout,
+                io: config.server.io,
             },
             counts: Counts {
                 upgrades: AtomicU64::new(0),

@@ -196,6 +196,7 @@ pub(super) async fn upgrade(
         deflate,
         idle: worker.idle.clone(),
         live: Rc::new(place),
+        plane: worker.plane.clone(),
     };
     shared.counts.upgrades.fetch_add(1, Ordering::Relaxed);
     let upgrade = hyper::upgrade::on(&mut req);

@@ -17,6 +17,7 @@ use weir_guest_runtime::Scheduler;
 use weir_reactor::buffer::BufPool;
 use weir_reactor::idle::IdleWheel;
 use weir_reactor::kind::{WorkerRoute, WorkerSetup};
+use weir_reactor::plane::Plane;
 use weir_reactor::registry::conn_id;
 
 /// Pause after a failed accept (e.g. out of file descriptors) so the worker
@@ -32,6 +33,8 @@ pub(super) struct Worker {
     pub pool: Rc<BufPool>,
     /// The idle deadlines of this worker's connections.
     pub idle: Rc<IdleWheel>,
+    /// The worker's plane (`[server] io = "epoll"`).
+    pub plane: Option<Rc<Plane>>,
     /// Each route on this worker, by route index (routes a reload added
     /// are set up here at their first request).
     routes: RefCell<Vec<Rc<dyn WorkerRoute>>>,
@@ -82,7 +85,21 @@ pub(super) fn run(
     let scheduler = guests.clone();
     let idle = Rc::new(IdleWheel::default());
     local.spawn_local(idle.clone().run());
+    let io = shared.front.io;
     let mut main = local.spawn_local(async move {
+        let plane = match io {
+            weir_config::Io::Tasks => None,
+            weir_config::Io::Epoll => match Plane::new() {
+                Ok(plane) => {
+                    tokio::task::spawn_local(plane.clone().run());
+                    Some(plane)
+                }
+                Err(e) => {
+                    warn!(error = %e, "epoll plane unavailable; connections run as tasks");
+                    None
+                }
+            },
+        };
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
             Err(e) => {
@@ -96,6 +113,7 @@ pub(super) fn run(
             index,
             pool: Rc::new(BufPool::new(shared.pools[index].clone())),
             idle,
+            plane,
             opened: Cell::new(0),
             shared,
         });

@@ -31,6 +31,9 @@ pub struct Gateway {
 impl Gateway {
     pub fn start(mut config: Config) -> Gateway {
         config.server.listen = "127.0.0.1:0".parse().unwrap();
+        if let Some(io) = test_io() {
+            config.server.io = io;
+        }
         let server = Server::bind(config).expect("bind");
         let addr = server.local_addr();
         let api = server.api_addr();
@@ -293,6 +296,17 @@ pub fn second_handle(stream: &TcpStream) -> TcpStream {
     TcpStream::from_std(std).unwrap()
 }
 
+/// The loop the tests' gateways run connections on: `WEIR_TEST_IO=epoll`
+/// runs every gateway a test starts on the workers' planes (CI runs the
+/// connection-level tests both ways); unset, each config's own.
+pub fn test_io() -> Option<weir_config::Io> {
+    match std::env::var("WEIR_TEST_IO").ok()?.as_str() {
+        "epoll" => Some(weir_config::Io::Epoll),
+        "tasks" => Some(weir_config::Io::Tasks),
+        other => panic!("WEIR_TEST_IO={other}: write epoll or tasks"),
+    }
+}
+
 /// A real `weir serve` child process on a free loopback port, with the
 /// routes file written by the test; killed when dropped if still running.
 pub struct WeirProcess {
@@ -318,9 +332,13 @@ impl WeirProcess {
         let dir = std::env::temp_dir().join(format!("weir-process-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("routes.toml");
+        let io = match test_io() {
+            Some(weir_config::Io::Epoll) if !server_keys.contains("io =") => "io = \"epoll\"\n",
+            _ => "",
+        };
         std::fs::write(
             &file,
-            format!("[server]\nlisten = \"127.0.0.1:{port}\"\n{server_keys}\n\n{routes}\n"),
+            format!("[server]\nlisten = \"127.0.0.1:{port}\"\n{io}{server_keys}\n\n{routes}\n"),
         )
         .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_weir"))

@@ -185,6 +185,18 @@ pub(super) fn server(
     if let Some(item) = Item::of("h2_max_streams", &raw.h2_max_streams) {
         server.h2_max_streams = item.count(src, 1, MAX_H2_STREAMS as u64)? as u32;
     }
+    if let Some(item) = Item::of("io", &raw.io) {
+        server.io = match &*item.string(src, r#""epoll""#)? {
+            "tasks" => crate::Io::Tasks,
+            "epoll" => crate::Io::Epoll,
+            other => {
+                return Err(item.fail(
+                    src,
+                    format!(r#""{other}" is not an I/O loop; write "tasks" or "epoll""#),
+                ))
+            }
+        };
+    }
     if let Some(item) = Item::of("tls", &raw.tls) {
         server.tls = Some(tls_files(src, &item, origin_dir)?);
     }

@@ -6,11 +6,11 @@
 
 use super::*;
 
-impl<S: DirectSocket> Outbound<S> {
+impl<S: DirectSocket + ?Sized> Outbound<S> {
     /// Lets producers write straight into `socket`, the consumer's.
     /// (A [`Socket`](super::socket::Socket) in the gateway.)
-    pub(crate) fn enable_direct(&self, socket: &Arc<S>) {
-        let _ = self.socket.set(Arc::downgrade(socket));
+    pub(crate) fn enable_direct(&self, socket: Weak<S>) {
+        let _ = self.socket.set(socket);
         self.direct.store(true, Ordering::Release);
     }
 
@@ -60,6 +60,18 @@ impl<S: DirectSocket> Outbound<S> {
             spin_loop();
         }
         WriteTurn(&self.turn)
+    }
+
+    /// Consumer: takes the write turn and keeps it past this call (a
+    /// plane connection whose write waits for the socket holds it across
+    /// loop turns); [`release_turn`](Self::release_turn) gives it back.
+    pub(crate) fn hold_turn(&self) {
+        std::mem::forget(self.write_turn());
+    }
+
+    /// Consumer: gives back a turn taken by [`hold_turn`](Self::hold_turn).
+    pub(crate) fn release_turn(&self) {
+        self.turn.store(FREE, Ordering::Release);
     }
 
     /// Consumer, holding the write turn: the rest of a frame a direct write

@@ -302,7 +302,7 @@ fn explore(cut: bool, ending: Ending, producers: &[&[Op]]) {
     builder.check(move || {
         let wire = Arc::new(Wire::new(cut));
         let out = Arc::new(Outbound::<Wire>::with_budget(1 << 20));
-        out.enable_direct(&wire);
+        out.enable_direct(Arc::downgrade(&wire));
         let done = Arc::new(AtomicBool::new(false));
         let consumer = {
             let (out, wire, done) = (out.clone(), wire.clone(), done.clone());

@@ -1,0 +1,708 @@
+//! One connection on the plane: the task loop's rules (`reactor/conn.rs`)
+//! as steps the plane calls on each event, over the same `Conn` state,
+//! decoder and behaviour hooks. A write is attempted at once; when the
+//! socket is full, what is left waits in the connection (`Writing`) for
+//! its next write readiness, and nothing else of the connection happens
+//! meanwhile (as the task loop awaits its write). Reads stop while the
+//! behaviour says so: the behaviour is then lent to a small task that
+//! awaits `Behaviour::unblocked` and hands it back (`lend`), while the
+//! connection keeps writing what its producers queue.
+
+use super::{give_back, Cause, Key, Next, Plane, PlaneConn};
+use crate::behaviour::{Behaviour, Stop};
+use crate::conn::{Conn, ConnEnv, Flow, CLOSE_DRAIN_MAX_BYTES};
+use crate::idle::IdleWheel;
+use crate::outbound::{AnySocket, OutMsg};
+use crate::transport::Transport;
+use bytes::Bytes;
+use socket2::SockRef;
+use std::any::Any;
+use std::future::Future;
+use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Waker};
+use tokio::io::AsyncWrite;
+use weir_ws::close;
+use weir_ws::encode;
+use weir_ws::frame::OpCode;
+
+/// Messages a delivery takes from the queue at once (as the task loop).
+const OUTBOUND_BATCH: usize = 64;
+/// Reads one step makes before it lets other connections have a turn.
+const READS_PER_STEP: usize = 4;
+/// Reads a draining connection makes before its 1001 (as the task loop).
+const DRAIN_READS: u8 = 16;
+/// Parts handed to one `sendmsg`.
+const MAX_PARTS: usize = 64;
+const SHUTDOWN_REASON: &str = "server shutting down";
+
+/// A plane connection's socket: std's, non-blocking, in the plane's epoll.
+pub(crate) struct PlaneTcp(pub Arc<std::net::TcpStream>);
+
+impl Transport for PlaneTcp {
+    type Writer<'a> = PlaneWriter<'a>;
+
+    /// Never awaited: the plane's epoll says when.
+    fn readable(&mut self) -> impl Future<Output = std::io::Result<()>> {
+        std::future::pending()
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        (&*self.0).read(buf)
+    }
+
+    fn writer(&mut self) -> PlaneWriter<'_> {
+        PlaneWriter(&self.0)
+    }
+
+    fn shutdown_write(&mut self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Write);
+    }
+
+    fn data_waiting(&mut self) -> impl Future<Output = bool> {
+        std::future::pending()
+    }
+
+    fn hung_up(&self) -> bool {
+        crate::socket::peer_hung_up(&*self.0)
+    }
+
+    fn direct_socket(&self) -> Option<Weak<AnySocket>> {
+        Some(Arc::downgrade(&self.0) as Weak<AnySocket>)
+    }
+}
+
+/// Writes that report a full socket as `Pending` without a waker: the
+/// plane's edge-triggered epoll wakes the connection when it drains.
+pub(crate) struct PlaneWriter<'a>(&'a std::net::TcpStream);
+
+fn pending_if_full<T>(r: std::io::Result<T>) -> Poll<std::io::Result<T>> {
+    match r {
+        Err(e) if e.kind() == ErrorKind::WouldBlock => Poll::Pending,
+        other => Poll::Ready(other),
+    }
+}
+
+impl AsyncWrite for PlaneWriter<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        pending_if_full((&*SockRef::from(self.0)).write(buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        pending_if_full((&*SockRef::from(self.0)).write_vectored(bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum State {
+    Open,
+    /// The behaviour is lent to a task waiting for reads to be allowed.
+    Lent,
+    /// The close is out: reading and discarding until the client's EOF.
+    Lingering,
+}
+
+/// What to do once a waiting write is out.
+enum Done {
+    /// A read's batch: keep the leftover from `pos`, then act on `flow`.
+    Batch { pos: usize, flow: Flow },
+    /// Queued messages: `taken` of them, `total` bytes; then `flow`.
+    Deliver {
+        taken: usize,
+        total: usize,
+        flow: Flow,
+    },
+    /// The idle ping.
+    Ping,
+    /// The close frame: FIN, then the linger.
+    CloseFrame,
+}
+
+/// A write that waits for the socket, and what follows it.
+struct Writing {
+    /// Written first, in order: `parts[0]` from byte `sent`.
+    parts: Vec<Bytes>,
+    sent: usize,
+    /// A direct write's remainder at the front of `parts`: its bytes.
+    remainder: usize,
+    /// Then the batch's replies in `out` (the receive buffer is held).
+    batch: bool,
+    done: Done,
+    /// The write turn is held (direct writes are on).
+    turn: bool,
+    /// The idle wheel's tick when the write first waited.
+    since: Option<u32>,
+}
+
+/// What only some connections need, some of the time: boxed, so an idle
+/// connection does not carry it.
+#[derive(Default)]
+struct Rare {
+    prefix: Option<Bytes>,
+    writing: Option<Writing>,
+    /// Dropped to call a lent behaviour back.
+    cancel: Option<tokio::sync::oneshot::Sender<()>>,
+    /// What to do once the lent behaviour is back.
+    after_lend: Option<Flow>,
+    discarded: usize,
+}
+
+pub(crate) struct Entry<B> {
+    c: Conn<PlaneTcp>,
+    behaviour: Option<B>,
+    key: Key,
+    waker: Waker,
+    rare: Option<Box<Rare>>,
+    state: State,
+    /// Readable by the last edge and not read dry since.
+    readable: bool,
+    /// The client's side is closed (or the socket failed).
+    hup: bool,
+    /// Reads left before a draining connection's 1001 (0: not draining).
+    draining: u8,
+}
+
+impl<B: Behaviour> Entry<B> {
+    /// An opened connection (counted, registered, its behaviour opened).
+    pub(crate) fn new(
+        stream: PlaneTcp,
+        env: ConnEnv,
+        mut behaviour: B,
+        key: Key,
+        waker: Waker,
+        prefix: Bytes,
+    ) -> Entry<B> {
+        let mut c = Conn::new::<B>(stream, env);
+        c.open(&mut behaviour);
+        let rare = (!prefix.is_empty()).then(|| {
+            Box::new(Rare {
+                prefix: Some(prefix),
+                ..Rare::default()
+            })
+        });
+        Entry {
+            c,
+            behaviour: Some(behaviour),
+            key,
+            waker,
+            rare,
+            state: State::Open,
+            readable: true,
+            hup: false,
+            draining: 0,
+        }
+    }
+
+    fn rare(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Frees what only a moment needed.
+    fn tidy(&mut self) {
+        if let Some(r) = &self.rare {
+            if r.prefix.is_none()
+                && r.writing.is_none()
+                && r.cancel.is_none()
+                && r.after_lend.is_none()
+                && self.state != State::Lingering
+            {
+                self.rare = None;
+            }
+        }
+    }
+
+    /// The behaviour came back from its lend.
+    pub(crate) fn returned(&mut self, behaviour: B, result: Result<(), Stop>) {
+        self.behaviour = Some(behaviour);
+        self.state = State::Open;
+        let rare = self.rare();
+        rare.cancel = None;
+        if let Err(stop) = result {
+            if rare.after_lend.is_none() {
+                rare.after_lend = Some(stop.into());
+            }
+        }
+    }
+
+    /// Ends the connection (its close, if any, already out).
+    fn end(&mut self) -> Next {
+        if let Some(w) = self.rare.as_mut().and_then(|r| r.writing.take()) {
+            if w.turn {
+                self.c.env.outbound.release_turn();
+            }
+        }
+        self.c.env.outbound.end_direct();
+        let mut behaviour = self.behaviour.take().expect("not lent");
+        self.c.finish(&mut behaviour);
+        Next::Remove
+    }
+
+    /// Acts on a flow: None to go on stepping, or what the plane does.
+    fn act(&mut self, plane: &Rc<Plane>, flow: Flow) -> Option<Next> {
+        match flow {
+            Flow::Continue => None,
+            Flow::Done if self.state == State::Lent => self.call_back(Flow::Done),
+            Flow::Done => Some(self.end()),
+            Flow::Close(..) if self.state == State::Lent => self.call_back(flow),
+            Flow::Close(code, reason) => {
+                let behaviour = self.behaviour.as_ref().expect("not lent");
+                if behaviour.mid_frame() {
+                    return Some(self.end());
+                }
+                self.c.close_code = code;
+                // No direct writes after the close frame.
+                self.c.env.outbound.end_direct();
+                let frame = Bytes::from(encode::close_frame(code, &reason));
+                self.write(vec![frame], false, Done::CloseFrame, false);
+                let _ = plane;
+                None
+            }
+            Flow::Drain if self.state == State::Lent => {
+                // Nothing was read while blocked: nothing to answer.
+                self.call_back(Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()))
+            }
+            Flow::Drain => {
+                let behaviour = self.behaviour.as_ref().expect("not lent");
+                if behaviour.answers_before_drain() {
+                    self.draining = DRAIN_READS;
+                    self.readable = true;
+                    None
+                } else {
+                    self.act(
+                        plane,
+                        Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()),
+                    )
+                }
+            }
+        }
+    }
+
+    /// Calls the lent behaviour back; `flow` is acted on when it returns.
+    fn call_back(&mut self, flow: Flow) -> Option<Next> {
+        let rare = self.rare();
+        if rare.after_lend.is_none() {
+            rare.after_lend = Some(flow);
+        }
+        rare.cancel = None;
+        Some(Next::Keep)
+    }
+
+    /// Starts a write: `parts` (after a direct write's remainder), then the
+    /// batch's replies if `batch`; `done` once all is out.
+    fn write(&mut self, mut parts: Vec<Bytes>, batch: bool, done: Done, held: bool) {
+        let outbound = &self.c.env.outbound;
+        let turn = held || outbound.direct();
+        if turn && !held {
+            outbound.hold_turn();
+        }
+        let mut remainder = 0;
+        if matches!(done, Done::Deliver { .. }) {
+            outbound.clear_remainder();
+        } else if let Some(rest) = outbound.take_remainder() {
+            remainder = rest.len();
+            parts.insert(0, rest);
+        }
+        self.rare().writing = Some(Writing {
+            parts,
+            sent: 0,
+            remainder,
+            batch,
+            done,
+            turn,
+            since: None,
+        });
+    }
+
+    /// Pushes the waiting write on: Ok(true) once all is out.
+    fn push_write(&mut self) -> std::io::Result<bool> {
+        let Some(w) = self.rare.as_mut().and_then(|r| r.writing.as_mut()) else {
+            return Ok(true);
+        };
+        let socket = SockRef::from(&*self.c.stream.0);
+        while !w.parts.is_empty() {
+            let mut slices = [IoSlice::new(&[]); MAX_PARTS];
+            let n = w.parts.len().min(MAX_PARTS);
+            slices[0] = IoSlice::new(&w.parts[0][w.sent..]);
+            for (i, part) in w.parts[1..n].iter().enumerate() {
+                slices[i + 1] = IoSlice::new(part);
+            }
+            let mut wrote = match (&*socket).write_vectored(&slices[..n]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(wrote) => wrote,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            while wrote > 0 {
+                let left = w.parts[0].len() - w.sent;
+                if wrote < left {
+                    w.sent += wrote;
+                    break;
+                }
+                wrote -= left;
+                w.parts.remove(0);
+                w.sent = 0;
+            }
+        }
+        if w.batch {
+            let buf = self.c.buf.as_deref().expect("a batch holds its buffer");
+            let mut writer = self.c.stream.writer();
+            let mut cx = Context::from_waker(Waker::noop());
+            match self.c.out.poll_flush(&mut writer, buf, &mut cx) {
+                Poll::Ready(Ok(())) => w.batch = false,
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    /// The waiting write is out: its accounting, and what follows.
+    fn written(&mut self, plane: &Rc<Plane>) -> Option<Next> {
+        let w = self.rare().writing.take().expect("a write");
+        let outbound = &self.c.env.outbound;
+        if w.remainder > 0 {
+            outbound.written(w.remainder);
+        }
+        if w.turn {
+            outbound.release_turn();
+        }
+        match w.done {
+            Done::Batch { pos, flow } => {
+                self.c.keep_leftover(pos);
+                self.act(plane, flow)
+            }
+            Done::Deliver { taken, total, flow } => {
+                outbound.written(total);
+                outbound.delivered(taken);
+                self.act(plane, flow)
+            }
+            Done::Ping => None,
+            Done::CloseFrame => {
+                self.c.stream.shutdown_write();
+                if self.c.decoder.peer_closed() || self.hup {
+                    // The client's close came first: it sends nothing more.
+                    return Some(self.end());
+                }
+                self.state = State::Lingering;
+                self.readable = true;
+                plane.linger(self.key);
+                None
+            }
+        }
+    }
+
+    /// Writes what producers queued (as the task loop's `deliver`).
+    fn deliver(&mut self) {
+        let outbound = self.c.env.outbound.clone();
+        // Taken under the write turn (see `write`), so a direct write
+        // cannot overtake them.
+        let turn = outbound.direct();
+        if turn {
+            outbound.hold_turn();
+        }
+        let mut frames = Vec::new();
+        let mut flow = Flow::Continue;
+        let mut taken = 0;
+        while frames.len() < OUTBOUND_BATCH {
+            let Some(msg) = outbound.try_recv() else {
+                break;
+            };
+            taken += 1;
+            match msg {
+                OutMsg::Frames(f) => frames.push(f),
+                OutMsg::Close(code, reason) => {
+                    flow = Flow::Close(code, reason);
+                    break;
+                }
+                OutMsg::Drain => {
+                    flow = Flow::Drain;
+                    break;
+                }
+            }
+        }
+        let total = frames.iter().map(Bytes::len).sum();
+        self.write(frames, false, Done::Deliver { taken, total, flow }, turn);
+    }
+
+    /// The idle wheel woke it: a ping after one silent period, a close
+    /// after the second (as the task loop's `idle_check`).
+    fn idle_check(&mut self) -> Flow {
+        let idle = &self.c.env.idle;
+        let silent = idle.now().wrapping_sub(self.c.env.outbound.last_read());
+        if silent < IdleWheel::ticks(self.c.env.limits.idle_timeout) {
+            return Flow::Continue;
+        }
+        if self.c.ping_sent {
+            return Flow::Close(close::GOING_AWAY, "idle timeout".into());
+        }
+        self.c.ping_sent = true;
+        let ping = Bytes::from(encode::frame(OpCode::Ping, b""));
+        self.write(vec![ping], false, Done::Ping, false);
+        Flow::Continue
+    }
+
+    /// Lends the behaviour to a task that waits until reads may go on.
+    fn lend(&mut self, plane: &Rc<Plane>) {
+        let mut behaviour = self.behaviour.take().expect("not lent");
+        let outbound = self.c.env.outbound.clone();
+        let (cancel, called_back) = tokio::sync::oneshot::channel::<()>();
+        self.rare().cancel = Some(cancel);
+        self.state = State::Lent;
+        let (plane, key) = (plane.clone(), self.key);
+        tokio::task::spawn_local(async move {
+            let result = tokio::select! {
+                r = behaviour.unblocked(&outbound) => r,
+                _ = called_back => Err(Stop::Gone),
+            };
+            give_back(&plane, key, behaviour, result);
+        });
+    }
+
+    /// One read and its batch; None to go on stepping.
+    fn read(&mut self, plane: &Rc<Plane>) -> Option<Next> {
+        let large = self.c.wants_large_buffer();
+        let pool = self.c.env.pool.clone();
+        let buf = self.c.buf.get_or_insert_with(|| pool.take(large));
+        if let Some(prefix) = self.rare.as_mut().and_then(|r| r.prefix.take()) {
+            let room = buf.len() - self.c.end;
+            let take = prefix.len().min(room);
+            buf[self.c.end..self.c.end + take].copy_from_slice(&prefix[..take]);
+            self.c.end += take;
+            if take < prefix.len() {
+                self.rare().prefix = Some(prefix.slice(take..));
+            }
+        } else {
+            let room = buf.len() - self.c.end;
+            match (&*self.c.stream.0).read(&mut buf[self.c.end..]) {
+                Ok(0) => return Some(self.end()),
+                Ok(n) => {
+                    // A short read drained the socket.
+                    self.readable = n == room;
+                    self.c.end += n;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.readable = false;
+                    if self.c.end == self.c.start {
+                        let buf = self.c.buf.take().expect("taken above");
+                        self.c.env.pool.give(buf);
+                    }
+                    if self.draining > 0 {
+                        let flow = Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into());
+                        return self.act(plane, flow);
+                    }
+                    return Some(Next::Keep);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => return None,
+                Err(_) => return Some(self.end()),
+            }
+            self.c.env.outbound.touch(self.c.env.idle.now());
+            self.c.ping_sent = false;
+        }
+        let behaviour = self.behaviour.as_mut().expect("not lent");
+        let (flow, pos) = self.c.decode_batch(behaviour);
+        if self.c.out.is_empty() {
+            // Nothing to write (a direct write's remainder goes out with
+            // the queue it heads, `deliver`).
+            self.c.keep_leftover(pos);
+            return self.act(plane, flow);
+        }
+        self.write(Vec::new(), true, Done::Batch { pos, flow }, false);
+        None
+    }
+
+    /// Reads and discards until the client's EOF after the close.
+    fn discard(&mut self) -> Next {
+        let pool = self.c.env.pool.clone();
+        let buf = self.c.buf.get_or_insert_with(|| pool.take(false));
+        loop {
+            match (&*self.c.stream.0).read(&mut buf[..]) {
+                Ok(0) => return self.end(),
+                Ok(n) => {
+                    let rare = self.rare.get_or_insert_with(Box::default);
+                    rare.discarded += n;
+                    if rare.discarded >= CLOSE_DRAIN_MAX_BYTES {
+                        return self.end();
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Next::Keep,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return self.end(),
+            }
+        }
+    }
+
+    fn run(&mut self, plane: &Rc<Plane>) -> Next {
+        let mut reads = 0;
+        loop {
+            if self.rare.as_ref().is_some_and(|r| r.writing.is_some()) {
+                match self.push_write() {
+                    Err(_) => {
+                        // The client is gone: no close can reach it.
+                        if self.state == State::Lent {
+                            return self.call_back(Flow::Done).expect("kept");
+                        }
+                        return self.end();
+                    }
+                    Ok(true) => match self.written(plane) {
+                        Some(next) => return next,
+                        None => continue,
+                    },
+                    Ok(false) => return self.stalled(),
+                }
+            }
+            match self.state {
+                State::Lingering => return self.discard(),
+                State::Lent => {
+                    if self.hup {
+                        return self.call_back(Flow::Done).expect("kept");
+                    }
+                    let outbound = &self.c.env.outbound;
+                    if outbound.ready_or_register(&self.waker) {
+                        // Reads are blocked: nothing to time out yet.
+                        outbound.take_idle_due();
+                        self.deliver();
+                        continue;
+                    }
+                    return Next::Keep;
+                }
+                State::Open => {}
+            }
+            if let Some(flow) = self.rare.as_mut().and_then(|r| r.after_lend.take()) {
+                if let Some(next) = self.act(plane, flow) {
+                    return next;
+                }
+                continue;
+            }
+            let outbound = &self.c.env.outbound;
+            if outbound.ready_or_register(&self.waker) {
+                if outbound.take_idle_due() {
+                    let flow = self.idle_check();
+                    if let Some(next) = self.act(plane, flow) {
+                        return next;
+                    }
+                } else {
+                    self.deliver();
+                }
+                continue;
+            }
+            let behaviour = self.behaviour.as_ref().expect("not lent");
+            if behaviour.reads_blocked(outbound) {
+                if self.hup {
+                    return self.end();
+                }
+                self.lend(plane);
+                return Next::Keep;
+            }
+            let prefix = self.rare.as_ref().is_some_and(|r| r.prefix.is_some());
+            if !self.readable && !prefix {
+                if self.draining > 0 {
+                    let flow = Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into());
+                    if let Some(next) = self.act(plane, flow) {
+                        return next;
+                    }
+                    continue;
+                }
+                self.tidy();
+                return Next::Keep;
+            }
+            if reads == READS_PER_STEP {
+                return Next::Again;
+            }
+            reads += 1;
+            if self.draining > 0 {
+                self.draining -= 1;
+                if self.draining == 0 {
+                    let flow = Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into());
+                    if let Some(next) = self.act(plane, flow) {
+                        return next;
+                    }
+                    continue;
+                }
+            }
+            if let Some(next) = self.read(plane) {
+                return next;
+            }
+        }
+    }
+
+    /// A write waits for the socket. If the idle wheel finds it still
+    /// waiting a whole `idle_timeout` later, the client has stopped
+    /// reading: the connection is dropped (as the task loop's stall limit).
+    fn stalled(&mut self) -> Next {
+        let now = self.c.env.idle.now();
+        let limit = IdleWheel::ticks(self.c.env.limits.idle_timeout);
+        let due = self.c.env.outbound.take_idle_due();
+        let w = self
+            .rare
+            .as_mut()
+            .and_then(|r| r.writing.as_mut())
+            .expect("a write");
+        let since = *w.since.get_or_insert(now);
+        if due && now.wrapping_sub(since) >= limit {
+            tracing::debug!("client stopped reading; dropping the connection");
+            if self.state == State::Lent {
+                return self.call_back(Flow::Done).expect("kept");
+            }
+            return self.end();
+        }
+        // Woken again by the socket's write readiness or the wheel.
+        self.c.env.outbound.register_consumer(&self.waker);
+        Next::Keep
+    }
+}
+
+impl<B: Behaviour> PlaneConn for Entry<B> {
+    fn step(&mut self, plane: &Rc<Plane>, cause: Cause) -> Next {
+        match cause {
+            Cause::Io { read, hup, .. } => {
+                self.readable |= read;
+                self.hup |= hup;
+            }
+            Cause::Again => self.readable = true,
+            Cause::Woken => {}
+            Cause::LingerOver => {
+                if self.state == State::Lingering {
+                    return self.end();
+                }
+                return Next::Keep;
+            }
+        }
+        if self.state == State::Lent && self.behaviour.is_some() {
+            // Came back between the wake and this step.
+            self.state = State::Open;
+        }
+        self.run(plane)
+    }
+
+    fn socket_fd(&self) -> RawFd {
+        self.c.stream.0.as_raw_fd()
+    }
+
+    fn as_any(&mut self) -> &mut dyn Any {
+        self
+    }
+}
