@@ -54,7 +54,9 @@
 # `guest` scenario needs one with /plain, /json and /binary, default
 # examples/routes.toml), WEIR_BASE_BIN and WEIR_BASE_ROUTES (the same for
 # weir-base; WEIR_BASE_ROUTES defaults to WEIR_ROUTES: set it when the two
-# builds need guests built for different ABIs).
+# builds need guests built for different ABIs), WEIR_IO and WEIR_BASE_IO
+# (`weir serve --io`: tasks or epoll, e.g. one binary as both servers,
+# WEIR_BASE_BIN=$WEIR_BIN WEIR_BASE_IO=epoll, to compare the two loops).
 set -euo pipefail
 
 # Run from a private copy: bash reads a script as it goes, so editing this
@@ -230,7 +232,10 @@ start_server() {
     [ -n "${routes_now:-}" ] && routes="$routes_now"
     [ "$server_tls" = 1 ] && routes="$tls_dir/routes.toml"
     [ -f "$routes" ] && file=("$routes")
-    taskset -c 0 "$bin" serve "${file[@]}" --listen "127.0.0.1:$port" --workers 1 >>"$log" 2>&1 &
+    local io="${WEIR_IO:-}" io_arg=()
+    [ "$name" = weir-base ] && io="${WEIR_BASE_IO:-}"
+    [ -n "$io" ] && io_arg=(--io "$io")
+    taskset -c 0 "$bin" serve "${file[@]}" --listen "127.0.0.1:$port" --workers 1 "${io_arg[@]}" >>"$log" 2>&1 &
   elif [ "$server_tls" = 1 ]; then
     TLS_CERT="$tls_dir/cert.pem" TLS_KEY="$tls_dir/key.pem" \
       taskset -c 0 "$here/peers/run.sh" "$name-tls" "$port" >>"$log" 2>&1 &

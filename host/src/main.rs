@@ -52,6 +52,11 @@ enum Command {
         /// [default: the file's workers, else one per core]
         #[arg(long, value_name = "N")]
         workers: Option<usize>,
+        /// The loop connections run on: tasks (one tokio task each) or
+        /// epoll (each worker's plane); overrides [server] io
+        /// [default: the file's io, else tasks]
+        #[arg(long, value_name = "LOOP", value_parser = ["tasks", "epoll"])]
+        io: Option<String>,
     },
     /// Validate a routes file and compile its guest components: prints
     /// "ok: N routes" or the error with its line, and exits non-zero on error.
@@ -139,7 +144,8 @@ fn main() -> ExitCode {
             file,
             listen,
             workers,
-        } => serve(file, listen, workers),
+            io,
+        } => serve(file, listen, workers, io.as_deref()),
         Command::Check { file } => check(file),
         Command::New { name, dir, lang } => new_project(&dir, &name, &lang),
         Command::Build { dir } => weir::scaffold::build_project(&dir).map(|path| {
@@ -174,6 +180,7 @@ fn serve(
     file: Option<PathBuf>,
     listen: Option<SocketAddr>,
     workers: Option<usize>,
+    io: Option<&str>,
 ) -> anyhow::Result<()> {
     let mut config = match &file {
         Some(path) => Config::load(path)?,
@@ -188,6 +195,11 @@ fn serve(
             0 => config::default_workers(),
             n => n,
         };
+    }
+    match io {
+        Some("epoll") => config.server.io = config::Io::Epoll,
+        Some(_) => config.server.io = config::Io::Tasks,
+        None => {}
     }
     let routes = config.routes.len();
     // Before the listeners exist: a SIGHUP sent as soon as the port answers

@@ -63,8 +63,9 @@ fn gen_of(key: Key) -> u32 {
 /// What woke a connection.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Cause {
-    /// The socket: readable (or at its end), writable, hung up.
-    Io { read: bool, write: bool, hup: bool },
+    /// The socket: readable (or at its end), hung up; or only writable
+    /// (a waiting write goes on with any event).
+    Io { read: bool, hup: bool },
     /// Its queue has something, or the idle wheel looked at it.
     Woken,
     /// It read a full buffer: more may wait (epoll is edge-triggered).
@@ -131,15 +132,33 @@ pub struct Plane {
     woken: Arc<Woken>,
     /// Keys to read again in the next turn.
     again: RefCell<Vec<Key>>,
+    /// A turn's events and wakes, kept between turns (no allocation per
+    /// turn).
+    scratch: RefCell<(Vec<(Key, Cause)>, Vec<Key>)>,
     /// Connections whose close is out, in the order their linger ends.
     lingering: RefCell<VecDeque<(Instant, Key)>>,
     /// Connections in the slab.
     open: Cell<usize>,
+    stats: Arc<PlaneStats>,
+}
+
+/// What a worker's plane holds, for `/metrics`: written by the plane's
+/// worker only (a load and a store), read by whoever renders.
+#[derive(Default, Debug)]
+pub struct PlaneStats {
+    connections: std::sync::atomic::AtomicUsize,
+}
+
+impl PlaneStats {
+    /// Connections the plane serves now.
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Plane {
     /// The plane of the calling worker; fails where epoll cannot be set up.
-    pub fn new() -> std::io::Result<Rc<Plane>> {
+    pub fn new(stats: Arc<PlaneStats>) -> std::io::Result<Rc<Plane>> {
         let poll = Poll::new()?;
         let registry = poll.registry().try_clone()?;
         // SAFETY: `Poll` owns its epoll descriptor for its whole life and
@@ -153,14 +172,22 @@ impl Plane {
             free: RefCell::new(Vec::new()),
             woken: Arc::new(Woken::default()),
             again: RefCell::new(Vec::new()),
+            scratch: RefCell::new((Vec::new(), Vec::new())),
             lingering: RefCell::new(VecDeque::new()),
             open: Cell::new(0),
+            stats,
         }))
     }
 
     /// Connections the plane holds.
     pub fn open(&self) -> usize {
         self.open.get()
+    }
+
+    fn set_open(&self, open: usize) {
+        self.open.set(open);
+        let stats = &self.stats.connections;
+        stats.store(open, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Takes over an upgraded TCP connection: its socket leaves tokio for
@@ -201,7 +228,7 @@ impl Plane {
         }));
         let entry = Entry::new(PlaneTcp(Arc::new(std)), env, behaviour, key, waker, prefix);
         let mut boxed: Box<dyn PlaneConn> = Box::new(entry);
-        self.open.set(self.open.get() + 1);
+        self.set_open(self.open.get() + 1);
         // Its first step: opened, then the prefix and whatever the socket
         // already holds.
         let next = boxed.step(self, Cause::Again);
@@ -282,7 +309,7 @@ impl Plane {
                     let fd = conn.socket_fd();
                     let _ = self.registry.deregister(&mut SourceFd(&fd));
                     self.release(index);
-                    self.open.set(self.open.get() - 1);
+                    self.set_open(self.open.get() - 1);
                     // Dropped last: the socket closes once producers that
                     // are writing into it let go.
                     drop(conn);
@@ -308,7 +335,7 @@ impl Plane {
     /// again, the lingers that ran out. True when anything was done.
     fn turn(self: &Rc<Self>, cx: &mut Context<'_>) -> bool {
         let mut worked = false;
-        let mut ready = Vec::new();
+        let (mut ready, mut woken) = std::mem::take(&mut *self.scratch.borrow_mut());
         {
             let mut poll = self.poll.borrow_mut();
             let mut events = self.events.borrow_mut();
@@ -324,7 +351,6 @@ impl Plane {
                     ev.token().0 as Key,
                     Cause::Io {
                         read: ev.is_readable() || ev.is_read_closed() || ev.is_error(),
-                        write: ev.is_writable() || ev.is_write_closed(),
                         hup: ev.is_read_closed() || ev.is_error(),
                     },
                 ));
@@ -337,14 +363,17 @@ impl Plane {
             }
         }
         worked |= !ready.is_empty();
-        for (key, cause) in ready {
+        for &(key, cause) in &ready {
             self.step(key, cause);
         }
-        let woken = std::mem::take(&mut *self.woken.keys.lock().expect("wake list"));
+        std::mem::swap(&mut woken, &mut *self.woken.keys.lock().expect("wake list"));
         worked |= !woken.is_empty();
-        for key in woken {
+        for &key in &woken {
             self.step(key, Cause::Woken);
         }
+        ready.clear();
+        woken.clear();
+        *self.scratch.borrow_mut() = (ready, woken);
         let again = std::mem::take(&mut *self.again.borrow_mut());
         worked |= !again.is_empty();
         for key in again {

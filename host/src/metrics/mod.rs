@@ -32,6 +32,8 @@ pub struct Snapshot {
     pub outbound_queued_bytes_max: usize,
     pub receive_buffer_bytes_held: usize,
     pub receive_buffer_bytes_pooled: usize,
+    /// WebSocket connections on the workers' planes (`[server] io`).
+    pub plane_connections: usize,
     pub draining: bool,
     /// The allocator's own figures; `None` where it gives none (not glibc).
     pub heap: Option<Heap>,
@@ -156,6 +158,7 @@ mod tests {
             outbound_queued_bytes_max: 9,
             receive_buffer_bytes_held: 10,
             receive_buffer_bytes_pooled: 11,
+            plane_connections: 77,
             draining: true,
             heap: Some(Heap {
                 in_use: 12,
@@ -242,6 +245,7 @@ mod tests {
             ("weir_outbound_queued_bytes_max", 9),
             ("weir_receive_buffer_bytes_held", 10),
             ("weir_receive_buffer_bytes_pooled", 11),
+            ("weir_plane_connections", 77),
             ("weir_draining", 1),
             ("weir_heap_bytes_in_use", 12),
             ("weir_heap_bytes_free_retained", 13),

@@ -79,7 +79,7 @@ fn route(route: &str) -> Labels {
 impl Snapshot {
     /// The gateway-wide families, and the Redis link's when there is one.
     fn encode_gateway(&self, out: &mut DescriptorEncoder) -> fmt::Result {
-        let figures: [(&str, MetricType, &str, u64); 16] = [
+        let figures: [(&str, MetricType, &str, u64); 17] = [
             ("weir_websocket_connections", Gauge, "WebSocket connections open now.", self.websocket_connections as u64),
             ("weir_tcp_connections", Gauge, "TCP connections open now, before and after their upgrade.", self.tcp_connections as u64),
             ("weir_upgrades_total", Counter, "Upgrade requests answered with 101.", self.upgrades),
@@ -92,6 +92,7 @@ impl Snapshot {
             ("weir_outbound_queued_bytes_max", Gauge, "The most bytes queued toward any one client.", self.outbound_queued_bytes_max as u64),
             ("weir_receive_buffer_bytes_held", Gauge, "Bytes of receive buffers held by connections with bytes in flight.", self.receive_buffer_bytes_held as u64),
             ("weir_receive_buffer_bytes_pooled", Gauge, "Bytes of free receive buffers kept for reuse.", self.receive_buffer_bytes_pooled as u64),
+            ("weir_plane_connections", Gauge, "WebSocket connections served by the workers' planes ([server] io = \"epoll\"), not as tasks of their own.", self.plane_connections as u64),
             ("weir_draining", Gauge, "1 while the gateway is shutting down.", u64::from(self.draining)),
             ("weir_log_lines_lost_total", Counter, "Gateway log lines dropped because stderr was not taking them fast enough.", self.log_lines_lost),
             ("weir_pubsub_dropped_total", Counter, "Published messages not delivered to subscribers over their outbound_budget (slow_subscriber = \"drop\").", self.pubsub_dropped),

@@ -13,6 +13,8 @@ pub(super) struct Shared {
     pub(super) registry: Arc<Registry>,
     /// Each worker's receive-buffer pool, by worker index.
     pub(super) pools: Vec<Arc<PoolStats>>,
+    /// Each worker's plane figures (`[server] io = "epoll"`).
+    pub(super) planes: Vec<Arc<weir_reactor::plane::PlaneStats>>,
     /// What the public listener's HTTP front reads for every request.
     pub(super) front: Front,
     /// Refusals and failures: counted for `/metrics`, summarised for the log.
@@ -110,6 +112,7 @@ impl Shared {
             routes: arc_swap::ArcSwap::from_pointee(Routes::build(config, &registry)?),
             registry,
             pools: (0..workers).map(|_| Arc::default()).collect(),
+            planes: (0..workers).map(|_| Arc::default()).collect(),
             front: Front {
                 handshake_timeout: config.server.handshake_timeout,
                 admission: Admission::new(cap, config.server.max_connections_per_ip),
@@ -178,6 +181,7 @@ impl Shared {
             outbound_queued_bytes_max: queues.max_queued_bytes,
             receive_buffer_bytes_held: self.pools.iter().map(|p| p.held_bytes()).sum(),
             receive_buffer_bytes_pooled: self.pools.iter().map(|p| p.pooled_bytes()).sum(),
+            plane_connections: self.planes.iter().map(|p| p.connections()).sum(),
             draining: self.drain.draining.load(Ordering::Relaxed),
             heap: crate::metrics::Heap::read(),
             log_lines_lost: crate::logging::lost_lines(),

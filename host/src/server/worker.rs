@@ -85,11 +85,11 @@ pub(super) fn run(
     let scheduler = guests.clone();
     let idle = Rc::new(IdleWheel::default());
     local.spawn_local(idle.clone().run());
-    let io = shared.front.io;
+    let (io, plane_stats) = (shared.front.io, shared.planes[index].clone());
     let mut main = local.spawn_local(async move {
         let plane = match io {
             weir_config::Io::Tasks => None,
-            weir_config::Io::Epoll => match Plane::new() {
+            weir_config::Io::Epoll => match Plane::new(plane_stats) {
                 Ok(plane) => {
                     tokio::task::spawn_local(plane.clone().run());
                     Some(plane)

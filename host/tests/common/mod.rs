@@ -30,10 +30,16 @@ pub struct Gateway {
 
 impl Gateway {
     pub fn start(mut config: Config) -> Gateway {
-        config.server.listen = "127.0.0.1:0".parse().unwrap();
         if let Some(io) = test_io() {
             config.server.io = io;
         }
+        Gateway::start_exact(config)
+    }
+
+    /// [`start`](Self::start) on the config's own `[server] io`, whatever
+    /// `WEIR_TEST_IO` says.
+    pub fn start_exact(mut config: Config) -> Gateway {
+        config.server.listen = "127.0.0.1:0".parse().unwrap();
         let server = Server::bind(config).expect("bind");
         let addr = server.local_addr();
         let api = server.api_addr();
