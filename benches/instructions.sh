@@ -26,7 +26,8 @@
 #          a native proxy in front of WEIR_BIN's echo run without valgrind,
 #          counted per echo through it. weir builds only for these)
 #          [--short 3] [--long 9]          (seconds of load)
-# Environment: WEIR_BIN, WEIR_BASE_BIN (another weir build), UWS_CPP_BIN
+# Environment: WEIR_BIN, WEIR_BASE_BIN (another weir build), WEIR_IO and
+# WEIR_BASE_IO (`weir serve --io`: tasks or epoll), UWS_CPP_BIN
 # (benches/peers/build-uws-cpp.sh), WEIR_LOAD, CARGO_TARGET_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -109,10 +110,10 @@ server_cmd() {
   [[ $2 != wss* ]] || routes=$work/routes-tls.toml
   [[ $2 != proxy* ]] || routes=$work/routes-proxy.toml
   case "$1" in
-    weir) echo "$weir_bin serve $routes --workers 1 --listen 127.0.0.1:$port" ;;
+    weir) echo "$weir_bin serve $routes --workers 1 --listen 127.0.0.1:$port${WEIR_IO:+ --io $WEIR_IO}" ;;
     weir-base)
       [ -n "${WEIR_BASE_BIN:-}" ] || { echo "weir-base needs WEIR_BASE_BIN" >&2; return 2; }
-      echo "$WEIR_BASE_BIN serve $routes --workers 1 --listen 127.0.0.1:$port" ;;
+      echo "$WEIR_BASE_BIN serve $routes --workers 1 --listen 127.0.0.1:$port${WEIR_BASE_IO:+ --io $WEIR_BASE_IO}" ;;
     uws-cpp)
       [ -x "$uws_cpp" ] || { echo "uws-cpp not built (benches/peers/build-uws-cpp.sh)" >&2; return 2; }
       [[ $2 == echo* ]] || { echo "uws-cpp serves only the echo scenarios" >&2; return 2; }

@@ -334,6 +334,12 @@ impl<S: DirectSocket + ?Sized> Outbound<S> {
         ready()
     }
 
+    /// Something is queued, or the idle wheel woke the consumer.
+    #[inline]
+    pub fn is_ready(&self) -> bool {
+        !self.is_empty() || self.idle_due.load(Ordering::Acquire)
+    }
+
     /// Registers the consumer's waker without a look at the queue.
     pub fn register_consumer(&self, waker: &std::task::Waker) {
         self.consumer.register(waker);

@@ -74,6 +74,12 @@ impl<S: DirectSocket + ?Sized> Outbound<S> {
         self.turn.store(FREE, Ordering::Release);
     }
 
+    /// Consumer, holding the write turn: a direct write left the rest of
+    /// a frame at the head of the queue.
+    pub(crate) fn has_remainder(&self) -> bool {
+        self.remainder.load(Ordering::Acquire)
+    }
+
     /// Consumer, holding the write turn: the rest of a frame a direct write
     /// began, which must go out before anything else (None if there is none).
     pub(crate) fn take_remainder(&self) -> Option<Bytes> {

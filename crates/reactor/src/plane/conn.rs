@@ -183,6 +183,10 @@ pub(crate) struct Entry<B> {
     hup: bool,
     /// Reads left before a draining connection's 1001 (0: not draining).
     draining: u8,
+    /// The waker is registered in the queue and no wake has taken it
+    /// since (a wake always ends in a `Woken` step): a look at the queue
+    /// needs no new registration.
+    armed: bool,
 }
 
 impl<B: Behaviour> Entry<B> {
@@ -213,6 +217,7 @@ impl<B: Behaviour> Entry<B> {
             readable: true,
             hup: false,
             draining: 0,
+            armed: false,
         }
     }
 
@@ -530,8 +535,49 @@ impl<B: Behaviour> Entry<B> {
             self.c.keep_leftover(pos);
             return self.act(plane, flow);
         }
-        self.write(Vec::new(), true, Done::Batch { pos, flow }, false);
-        None
+        let outbound = &self.c.env.outbound;
+        let turn = outbound.direct();
+        if turn {
+            outbound.hold_turn();
+            if outbound.has_remainder() {
+                // A producer's frame to finish first: the slow path.
+                self.write(Vec::new(), true, Done::Batch { pos, flow }, true);
+                return None;
+            }
+        }
+        // The usual case: the socket takes the batch now, and nothing is
+        // allocated for it.
+        let buf = self.c.buf.as_deref().expect("a batch holds its buffer");
+        let mut writer = self.c.stream.writer();
+        let mut cx = Context::from_waker(Waker::noop());
+        match self.c.out.poll_flush(&mut writer, buf, &mut cx) {
+            Poll::Ready(Ok(())) => {
+                if turn {
+                    self.c.env.outbound.release_turn();
+                }
+                self.c.keep_leftover(pos);
+                self.act(plane, flow)
+            }
+            Poll::Ready(Err(_)) => {
+                if turn {
+                    self.c.env.outbound.release_turn();
+                }
+                Some(self.end())
+            }
+            Poll::Pending => {
+                // The rest when the socket drains; the turn stays held.
+                self.rare().writing = Some(Writing {
+                    parts: Vec::new(),
+                    sent: 0,
+                    remainder: 0,
+                    batch: true,
+                    done: Done::Batch { pos, flow },
+                    turn,
+                    since: None,
+                });
+                None
+            }
+        }
     }
 
     /// Reads and discards until the client's EOF after the close.
@@ -568,6 +614,10 @@ impl<B: Behaviour> Entry<B> {
                         return self.end();
                     }
                     Ok(true) => match self.written(plane) {
+                        Some(Next::Keep) => {
+                            self.tidy();
+                            return Next::Keep;
+                        }
                         Some(next) => return next,
                         None => continue,
                     },
@@ -580,8 +630,8 @@ impl<B: Behaviour> Entry<B> {
                     if self.hup {
                         return self.call_back(Flow::Done).expect("kept");
                     }
-                    let outbound = &self.c.env.outbound;
-                    if outbound.ready_or_register(&self.waker) {
+                    if self.queue_ready() {
+                        let outbound = &self.c.env.outbound;
                         // Reads are blocked: nothing to time out yet.
                         outbound.take_idle_due();
                         self.deliver();
@@ -597,9 +647,8 @@ impl<B: Behaviour> Entry<B> {
                 }
                 continue;
             }
-            let outbound = &self.c.env.outbound;
-            if outbound.ready_or_register(&self.waker) {
-                if outbound.take_idle_due() {
+            if self.queue_ready() {
+                if self.c.env.outbound.take_idle_due() {
                     let flow = self.idle_check();
                     if let Some(next) = self.act(plane, flow) {
                         return next;
@@ -610,7 +659,7 @@ impl<B: Behaviour> Entry<B> {
                 continue;
             }
             let behaviour = self.behaviour.as_ref().expect("not lent");
-            if behaviour.reads_blocked(outbound) {
+            if behaviour.reads_blocked(&self.c.env.outbound) {
                 if self.hup {
                     return self.end();
                 }
@@ -649,6 +698,19 @@ impl<B: Behaviour> Entry<B> {
         }
     }
 
+    /// Something is queued, or the idle wheel looked; else the waker is
+    /// registered (once per wake, see `armed`).
+    #[inline]
+    fn queue_ready(&mut self) -> bool {
+        let outbound = &self.c.env.outbound;
+        if self.armed {
+            return outbound.is_ready();
+        }
+        let ready = outbound.ready_or_register(&self.waker);
+        self.armed = !ready;
+        ready
+    }
+
     /// A write waits for the socket. If the idle wheel finds it still
     /// waiting a whole `idle_timeout` later, the client has stopped
     /// reading: the connection is dropped (as the task loop's stall limit).
@@ -671,6 +733,7 @@ impl<B: Behaviour> Entry<B> {
         }
         // Woken again by the socket's write readiness or the wheel.
         self.c.env.outbound.register_consumer(&self.waker);
+        self.armed = true;
         Next::Keep
     }
 }
@@ -683,7 +746,7 @@ impl<B: Behaviour> PlaneConn for Entry<B> {
                 self.hup |= hup;
             }
             Cause::Again => self.readable = true,
-            Cause::Woken => {}
+            Cause::Woken => self.armed = false,
             Cause::LingerOver => {
                 if self.state == State::Lingering {
                     return self.end();
