@@ -9,6 +9,8 @@
 # Environment:
 #   AUTOBAHN_TLS=1                    the same cases over wss://: weir serves
 #                                     TLS with a certificate made here (openssl)
+#   AUTOBAHN_IO=epoll                 weir serves on its workers' planes
+#                                     (`weir serve --io epoll`), not tasks
 #   AUTOBAHN_URL=ws://host:port/path  test that server instead of starting weir
 #   PYTHON27=/path/to/python2.7       interpreter for the virtualenv
 #   AUTOBAHN_OUT=dir                  report directory [default: target/autobahn]
@@ -17,8 +19,11 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 TLS=${AUTOBAHN_TLS:-0}
+IO=${AUTOBAHN_IO:-}
 if [ "$TLS" = 1 ]; then
     OUT=${AUTOBAHN_OUT:-$TARGET_DIR/autobahn-wss}
+elif [ -n "$IO" ]; then
+    OUT=${AUTOBAHN_OUT:-$TARGET_DIR/autobahn-$IO}
 else
     OUT=${AUTOBAHN_OUT:-$TARGET_DIR/autobahn}
 fi
@@ -167,9 +172,9 @@ else
         "$TARGET_DIR/release/weir" serve "$OUT/routes.toml" >"$OUT/server.log" 2>&1 &
     else
         URL=ws://127.0.0.1:$PORT/echo
-        AGENT=weir
+        AGENT=weir${IO:+-$IO}
         "$TARGET_DIR/release/weir" serve "$ROOT/scripts/autobahn-routes.toml" --listen "127.0.0.1:$PORT" \
-            >"$OUT/server.log" 2>&1 &
+            ${IO:+--io "$IO"} >"$OUT/server.log" 2>&1 &
     fi
     SERVER_PID=$!
     wait_for_port "$PORT" "$SERVER_PID" || {

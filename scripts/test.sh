@@ -76,6 +76,12 @@ fi
 
 cargo test --release --workspace
 
+# The connection-level tests again with every gateway on its workers'
+# planes (`[server] io = "epoll"`, crates/reactor/src/plane.rs).
+WEIR_TEST_IO=epoll cargo test --release -p weir --test plane --test native --test abuse \
+    --test pubsub --test deflate --test batching --test guest_routes --test isolation \
+    --test guest_faults --test guest_io --test scale --test process
+
 # The guest SDK (its harness, its doc examples) and every example's own
 # harness tests, natively: they are separate workspaces.
 cargo test --manifest-path guest-sdk/Cargo.toml --features serde
@@ -99,6 +105,8 @@ if [ "${WEIR_SKIP_AUTOBAHN:-0}" = 1 ]; then
     echo "test.sh: WEIR_SKIP_AUTOBAHN=1: Autobahn|Testsuite skipped" >&2
 else
     bash scripts/autobahn.sh
-    # The same cases over wss:// (weir's TLS termination).
+    # The same cases on the workers' planes (`weir serve --io epoll`), and
+    # over wss:// (weir's TLS termination).
+    AUTOBAHN_IO=epoll bash scripts/autobahn.sh
     AUTOBAHN_TLS=1 bash scripts/autobahn.sh
 fi
