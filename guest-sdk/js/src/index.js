@@ -960,12 +960,13 @@ export function createHandler(app, host, kv) {
   installGlobals();
   setReportError((e) => log(Level.ERROR, `a microtask threw: ${describe(e)}`));
   let rt = null;
+  // Bound at each call: one module serves every handler made in a process
+  // (the test harness runs several).
   const runtime = () => {
-    if (rt === null) {
-      rt = new Runtime(app, host, kv);
-      liveRuntime = rt;
-      io.bindRuntime(rt);
-    }
+    if (rt === null) rt = new Runtime(app, host, kv);
+    liveRuntime = rt;
+    hostImport = host;
+    io.bindRuntime(rt);
     return rt;
   };
   return {

@@ -9,9 +9,13 @@
 //
 //   function f(a) { return __weirAsync(function* () { const r = (yield fetch(u)); return r.status; }, this, arguments); }
 //
-// and every `Promise` the module names becomes `__weirPromise`: both are
-// globals the SDK installs (src/promise.js's runAsync and WeirPromise), so
-// reactions run in the SDK's queue, drained inside each guest call. The
+// and every `Promise` the module names becomes `__weirPromise` (and
+// `fetch`, `setTimeout`, `clearTimeout`, `setInterval`, `clearInterval`,
+// `queueMicrotask`, `Response`, `Headers` their `__weir` forms): globals
+// the SDK installs (src/index.js), so reactions run in the SDK's queue,
+// drained inside each guest call, and the same module runs under node's
+// test runner with the SDK's timers and fetch rather than node's. A name
+// the module imports or declares at its top level is left alone. The
 // rewrite edits the source text at the positions acorn reports and leaves
 // everything else byte for byte.
 //
@@ -20,6 +24,38 @@
 // `arguments` inside an async arrow function names the generator's own.
 
 import * as acorn from "acorn";
+
+/** Globals a handler names that the SDK provides (src/index.js GLOBALS). */
+export const RENAMED = ["Promise", "fetch", "setTimeout", "clearTimeout", "setInterval", "clearInterval", "queueMicrotask", "Response", "Headers"];
+
+/** What src/transform.mjs calls global `name` (src/index.js weirGlobal). */
+export function weirName(name) {
+  return `__weir${name[0].toUpperCase()}${name.slice(1)}`;
+}
+
+/** Names the module binds at its top level (imports and declarations). */
+function topLevelNames(ast) {
+  const out = new Set();
+  const pattern = (p) => {
+    if (!p) return;
+    if (p.type === "Identifier") out.add(p.name);
+    else if (p.type === "ObjectPattern") for (const q of p.properties) pattern(q.type === "RestElement" ? q.argument : q.value);
+    else if (p.type === "ArrayPattern") for (const q of p.elements) pattern(q && q.type === "RestElement" ? q.argument : q);
+    else if (p.type === "AssignmentPattern") pattern(p.left);
+  };
+  for (let node of ast.body) {
+    if (node.type === "ImportDeclaration") {
+      for (const spec of node.specifiers) out.add(spec.local.name);
+      continue;
+    }
+    if ((node.type === "ExportNamedDeclaration" || node.type === "ExportDefaultDeclaration") && node.declaration) {
+      node = node.declaration;
+    }
+    if ((node.type === "FunctionDeclaration" || node.type === "ClassDeclaration") && node.id) out.add(node.id.name);
+    if (node.type === "VariableDeclaration") for (const d of node.declarations) pattern(d.id);
+  }
+  return out;
+}
 
 /** Parse `source` (an ES module) and rewrite it; returns the new text. */
 export function transformModule(source, file = "module") {
@@ -30,6 +66,8 @@ export function transformModule(source, file = "module") {
     throw new SyntaxError(`${file}: ${e.message}`);
   }
   const edits = [];
+  const bound = topLevelNames(ast);
+  const renames = new Set(RENAMED.filter((n) => !bound.has(n)));
   const fail = (node, what) => {
     const { line, column } = acorn.getLineInfo(source, node.start);
     throw new SyntaxError(`${file}:${line}:${column + 1}: ${what} is not supported in a weir handler`);
@@ -68,7 +106,7 @@ export function transformModule(source, file = "module") {
         if (asyncFn !== null) fail(node, "`super` inside an async method");
         break;
       case "Identifier":
-        if (node.name === "Promise") renamePromise(node, parent, depth);
+        if (renames.has(node.name)) rename(node, parent, depth);
         break;
       default:
         break;
@@ -80,7 +118,8 @@ export function transformModule(source, file = "module") {
     }
   };
 
-  const renamePromise = (node, parent, depth) => {
+  const rename = (node, parent, depth) => {
+    const to = weirName(node.name);
     if (parent) {
       if (parent.type === "MemberExpression" && parent.property === node && !parent.computed) return;
       if (
@@ -89,7 +128,7 @@ export function transformModule(source, file = "module") {
         !parent.computed
       ) {
         if (parent.type === "Property" && parent.shorthand) {
-          edits.push({ pos: node.start, end: node.end, text: "Promise: __weirPromise", depth, prefix: true });
+          edits.push({ pos: node.start, end: node.end, text: `${node.name}: ${to}`, depth, prefix: true });
         }
         return;
       }
@@ -104,7 +143,7 @@ export function transformModule(source, file = "module") {
         return;
       }
     }
-    edits.push({ pos: node.start, end: node.end, text: "__weirPromise", depth, prefix: true });
+    edits.push({ pos: node.start, end: node.end, text: to, depth, prefix: true });
   };
 
   const rewriteAsync = (fn, parent, depth) => {
