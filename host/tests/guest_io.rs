@@ -405,9 +405,10 @@ async fn deferred_upgrades_accept_reject_and_time_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_0_3_0_guest_still_runs_beside_0_4_0() {
-    // The JS examples are built against weir:gateway 0.3.0.
-    let wasm =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/js-echo.wasm");
+    // The JS echo example built for weir:gateway 0.3.0 (build.mjs --world
+    // 0.3.0, scripts/build-guests.sh).
+    let wasm = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/wasm/js-echo-v3.wasm");
     assert!(wasm.exists(), "run scripts/build-guests.sh first");
     let io =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/io-probe.wasm");
