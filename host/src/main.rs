@@ -243,8 +243,14 @@ fn new_project(parent: &std::path::Path, name: &str, lang: &str) -> anyhow::Resu
     println!("created {shown}: a guest handler served at /{name}");
     println!("next:");
     println!("  cd {shown}");
-    if lang == weir::scaffold::Lang::Rust {
-        println!("  cargo test                       # its tests, natively");
+    match lang {
+        weir::scaffold::Lang::Rust => {
+            println!("  cargo test                       # its tests, natively")
+        }
+        weir::scaffold::Lang::Js => {
+            println!("  node --test                      # its tests, natively (after weir build installs the SDK)")
+        }
+        weir::scaffold::Lang::Python => {}
     }
     println!("  weir build                       # dist/{name}.wasm");
     println!(
