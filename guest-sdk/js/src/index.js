@@ -710,6 +710,7 @@ class Runtime {
       const info = bytes ? parseConnInfo(bytes) : null;
       conn = new Conn(id, info || NO_INFO, this);
       this.conns.set(id, conn);
+      io.saltTags(id);
     }
     return conn;
   }
@@ -835,6 +836,7 @@ class Runtime {
         if (info === null) throw new AbiError("ConnInfoMalformed", i);
         const conn = new Conn(id, info, this);
         this.conns.set(id, conn);
+        io.saltTags(id);
         if (app.onOpen) {
           const saved = swapContext(conn);
           try {

@@ -47,19 +47,38 @@ function active(what) {
   return rt;
 }
 
-let nextTag = 0;
+let counter = 0;
+let salt = -1;
+
+/** 2026-01-01T00:00:00Z in Unix milliseconds: tags count from there. */
+const TAG_EPOCH_MS = 1767225600000;
 
 /**
- * A tag for a request or timer: unique in the route while the gateway
- * runs. Seeded from the clock (milliseconds × 1024, below 2^53 until the
- * year 2248), so a fresh instance does not reuse its predecessor's.
+ * Note the worker a connection id names (the gateway's ids are
+ * worker << 40 | sequence), so instances of one route on different
+ * workers issue different tags even in the same millisecond, where
+ * Math.random cannot tell them apart (every instance starts from the same
+ * build-time snapshot of QuickJS, its generator included).
+ */
+export function saltTags(connId) {
+  if (salt < 0 && connId > 0) salt = Math.floor(connId / 2 ** 40) % 64;
+}
+
+/**
+ * A tag for a request or timer, unique in the route while the gateway
+ * runs: (counter × 64 + worker), the counter seeded from the clock at 64
+ * per millisecond since 2026 (below 2^53 until 2095), so a fresh instance
+ * starts past its predecessor's tags unless that one issued more than 64 a
+ * millisecond, and two workers' instances never meet (up to 64 workers; a
+ * route timer is the gateway's by (route, tag)).
  */
 export function newTag() {
-  if (nextTag === 0) {
-    const now = typeof Date === "function" ? Date.now() : 0;
-    nextTag = Math.max(1, Math.floor(now) * 1024 + Math.floor(Math.random() * 1024));
+  if (counter === 0) {
+    const now = typeof Date === "function" ? Date.now() : TAG_EPOCH_MS;
+    counter = Math.max(1, (Math.floor(now) - TAG_EPOCH_MS) * 64);
+    if (salt < 0) salt = Math.floor(Math.random() * 64);
   }
-  return nextTag++;
+  return counter++ * 64 + salt;
 }
 
 // ---------------------------------------------------------------- HTTP
