@@ -243,16 +243,13 @@ fn new_project(parent: &std::path::Path, name: &str, lang: &str) -> anyhow::Resu
     println!("created {shown}: a guest handler served at /{name}");
     println!("next:");
     println!("  cd {shown}");
-    match lang {
-        weir::scaffold::Lang::Rust => {
-            println!("  cargo test                       # its tests, natively")
-        }
-        weir::scaffold::Lang::Js => {
-            println!("  node --test                      # its tests, natively (after weir build installs the SDK)")
-        }
-        weir::scaffold::Lang::Python => {}
+    if lang == weir::scaffold::Lang::Rust {
+        println!("  cargo test                       # its tests, natively");
     }
     println!("  weir build                       # dist/{name}.wasm");
+    if lang == weir::scaffold::Lang::Js {
+        println!("  node --test                      # its tests, natively (weir build installed the SDK)");
+    }
     println!(
         "  weir serve routes.toml           # ws://{}/{name}",
         weir::scaffold::SCAFFOLD_LISTEN
