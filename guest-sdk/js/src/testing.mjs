@@ -35,7 +35,7 @@
 // Scope: one route, one instance, batches of one event; topics are the
 // route's own.
 
-import { register } from "node:module";
+import * as nodeModule from "node:module";
 import { pathToFileURL } from "node:url";
 import * as abi from "./abi.js";
 import { createHandler } from "./index.js";
@@ -47,7 +47,10 @@ let hooked = false;
 
 function hook() {
   if (!hooked) {
-    register(new URL("./loader.mjs", import.meta.url));
+    if (typeof nodeModule.register !== "function") {
+      throw new Error(`the weir harness needs Node.js 20.6 or later (module.register); this is ${process.version}`);
+    }
+    nodeModule.register(new URL("./loader.mjs", import.meta.url));
     hooked = true;
   }
 }
