@@ -269,7 +269,9 @@ async fn js_and_python_projects_new_build_and_serve() {
         assert_eq!(next(&mut ws).await, Message::binary(vec![7, 8]));
         if lang == "js" {
             // An awaited timer: what follows the await runs in a later batch.
-            ws.send(Message::text("later 30")).await.unwrap();
+            // A second apart, so a client descheduled between its two sends
+            // on a busy machine still sees "now" answered first.
+            ws.send(Message::text("later 1000")).await.unwrap();
             ws.send(Message::text("now")).await.unwrap();
             assert_eq!(next(&mut ws).await, Message::text("#3 now"));
             assert_eq!(next(&mut ws).await, Message::text("later"));
