@@ -17,7 +17,7 @@
 // them again per route (outbound_max_concurrent, its timer cap).
 
 import { encodeUtf8, decodeUtf8, toBytes, headerLines, HTTP_ERROR_REASONS, KV_ERROR_REASONS } from "./abi.js";
-import { WeirPromise, currentContext, withContext } from "./promise.js";
+import { WeirPromise, currentContext } from "./promise.js";
 
 /**
  * Requests one instance may have waiting: the gateway's default
@@ -347,4 +347,3 @@ export function kvReasonOf(code) {
   return KV_ERROR_REASONS[code] ?? "unknown";
 }
 
-export { withContext };
