@@ -69,6 +69,8 @@ import {
   queueMicrotask,
   setReportError,
   outcome,
+  context,
+  microtasks,
 } from "./promise.js";
 import * as io from "./io.js";
 
@@ -818,17 +820,20 @@ class Runtime {
         } else {
           msg = data.subarray(offset, end);
         }
-        const saved = swapContext(conn);
+        // The hot path: the context swapped and the queue checked without
+        // a call (calls are what QuickJS pays most for).
+        const saved = context.conn;
+        context.conn = conn;
         try {
           const r = app.onMessage(conn, msg);
           if (r !== undefined) this.watch(conn, "onMessage", r);
         } catch (e) {
-          swapContext(saved);
+          context.conn = saved;
           this.failed(conn, "onMessage", e);
           continue;
         }
-        swapContext(saved);
-        if (hasMicrotasks()) this.drain();
+        context.conn = saved;
+        if (microtasks.length !== 0) this.drain();
         if (conn.state !== undefined || conn._saved !== "") this.settle(conn);
         if (this.asyncRan) touched.push(conn);
       } else if (kind === EventKind.OPEN) {

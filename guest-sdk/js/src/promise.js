@@ -20,36 +20,45 @@ const PENDING = 0;
 const FULFILLED = 1;
 const REJECTED = 2;
 
-/** Queued microtasks: [job, argument] pairs, run in order by drainMicrotasks. */
-let queue = [];
+/**
+ * Queued microtasks: [job, argument] pairs, run in order by
+ * drainMicrotasks; empty (length 0) whenever none waits, so the runtime's
+ * hot path checks `microtasks.length` without a call.
+ */
+export const microtasks = [];
+const queue = microtasks;
 let head = 0;
 
-/** The connection (a Conn) whose work is running, or null for the route's. */
-let current = null;
+/**
+ * The running context: `conn` is the Conn whose work is running, or null
+ * for the route's. An object, so the runtime swaps it without a call per
+ * message.
+ */
+export const context = { conn: null };
 
 /** Rejected promises nobody has handled yet (reported after a drain). */
 const unhandled = new Set();
 
 /** The running context: a Conn, or null for the route. */
 export function currentContext() {
-  return current;
+  return context.conn;
 }
 
 /** Make `ctx` the running context; returns the one it replaces. */
 export function swapContext(ctx) {
-  const saved = current;
-  current = ctx;
+  const saved = context.conn;
+  context.conn = ctx;
   return saved;
 }
 
 /** Run `fn()` with `ctx` as the running context. */
 export function withContext(ctx, fn, arg) {
-  const saved = current;
-  current = ctx;
+  const saved = context.conn;
+  context.conn = ctx;
   try {
     return fn(arg);
   } finally {
-    current = saved;
+    context.conn = saved;
   }
 }
 
@@ -91,7 +100,7 @@ function enqueue(job, arg) {
 /** `queueMicrotask(fn)`: run `fn` at the next drain, in the current context. */
 export function queueMicrotask(fn) {
   if (typeof fn !== "function") throw new TypeError("queueMicrotask needs a function");
-  const ctx = current;
+  const ctx = context.conn;
   enqueue(runMicrotask, { fn, ctx });
 }
 
@@ -105,20 +114,20 @@ export function setReportError(f) {
 }
 
 function runMicrotask(task) {
-  const saved = current;
-  current = task.ctx;
+  const saved = context.conn;
+  context.conn = task.ctx;
   try {
     task.fn();
   } catch (e) {
     reportError(e);
   } finally {
-    current = saved;
+    context.conn = saved;
   }
 }
 
 function runReaction(r) {
-  const saved = current;
-  current = r.ctx;
+  const saved = context.conn;
+  context.conn = r.ctx;
   const p = r.source;
   const handler = p._state === FULFILLED ? r.onFulfilled : r.onRejected;
   try {
@@ -131,7 +140,7 @@ function runReaction(r) {
   } catch (e) {
     r.reject(e);
   } finally {
-    current = saved;
+    context.conn = saved;
   }
 }
 
@@ -152,15 +161,15 @@ function settle(p, state, value) {
 }
 
 function adopt(job) {
-  const saved = current;
-  current = job.ctx;
+  const saved = context.conn;
+  context.conn = job.ctx;
   const [resolve, reject] = resolvers(job.promise);
   try {
     job.then.call(job.thenable, resolve, reject);
   } catch (e) {
     reject(e);
   } finally {
-    current = saved;
+    context.conn = saved;
   }
 }
 
@@ -183,7 +192,7 @@ function resolvers(p) {
         return;
       }
       if (typeof then === "function") {
-        enqueue(adopt, { promise: p, thenable: x, then, ctx: current });
+        enqueue(adopt, { promise: p, thenable: x, then, ctx: context.conn });
         return;
       }
     }
@@ -223,7 +232,7 @@ export class WeirPromise {
       resolve = a;
       reject = b;
     });
-    const r = { onFulfilled, onRejected, resolve, reject, ctx: current, source: this };
+    const r = { onFulfilled, onRejected, resolve, reject, ctx: context.conn, source: this };
     if (this._state === PENDING) {
       this._reactions.push(r);
     } else {
@@ -346,12 +355,12 @@ export function outcome(p) {
  * context the call started in; returns a WeirPromise of the result.
  */
 export function runAsync(gen, self, args) {
-  const ctx = current;
+  const ctx = context.conn;
   return new WeirPromise((resolve, reject) => {
     const it = gen.apply(self, args);
     const step = (method, arg) => {
-      const saved = current;
-      current = ctx;
+      const saved = context.conn;
+      context.conn = ctx;
       let r;
       try {
         r = method === 0 ? it.next(arg) : it.throw(arg);
@@ -359,17 +368,17 @@ export function runAsync(gen, self, args) {
         reject(e);
         return;
       } finally {
-        current = saved;
+        context.conn = saved;
       }
       if (r.done) {
         resolve(r.value);
       } else {
-        const saved2 = current;
-        current = ctx;
+        const saved2 = context.conn;
+        context.conn = ctx;
         try {
           WeirPromise.resolve(r.value).then(onValue, onError);
         } finally {
-          current = saved2;
+          context.conn = saved2;
         }
       }
     };
