@@ -95,7 +95,7 @@ fresh() {
 sdk_js="$root/guest-sdk/js"
 sdk_py="$root/guest-sdk/python"
 wit="$root/wit"
-# The JS and Python SDKs build against weir:gateway 0.3.0.
+# The Python SDK builds against weir:gateway 0.3.0, the JS one 0.4.0.
 wit_v3="$root/wit/0.3.0"
 
 # JavaScript: componentize-qjs from npm, exactly as package-lock.json pins it.
@@ -109,11 +109,17 @@ fi
 js_built=0
 for src in "$examples"/js/*.js "$examples"/js/fixtures/*.js; do
     name="js-$(basename "$src" .js)"
-    if ! fresh "$out/$name.wasm" "$src" "$sdk_js/src" "$sdk_js/build.mjs" "$wit_v3" "$js_stamp"; then
+    if ! fresh "$out/$name.wasm" "$src" "$sdk_js/src" "$sdk_js/build.mjs" "$wit/weir.wit" "$js_stamp"; then
         node "$sdk_js/build.mjs" "$src" -o "$out/$name.wasm" >/dev/null
         js_built=$((js_built + 1))
     fi
 done
+# The echo example for weir:gateway 0.3.0 too: host/tests/guest_io.rs checks
+# that the gateway still runs a component built before I/O.
+if ! fresh "$out/js-echo-v3.wasm" "$examples/js/echo.js" "$sdk_js/src" "$sdk_js/build.mjs" "$wit_v3" "$js_stamp"; then
+    node "$sdk_js/build.mjs" "$examples/js/echo.js" --world 0.3.0 -o "$out/js-echo-v3.wasm" >/dev/null
+    js_built=$((js_built + 1))
+fi
 # The wrong-world fixture is built against its own WIT, without the SDK.
 ww="$examples/js/fixtures/wrong-world"
 if ! fresh "$out/js-wrong-world.wasm" "$ww" "$js_stamp"; then

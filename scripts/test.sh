@@ -89,10 +89,10 @@ cargo test --manifest-path examples/Cargo.toml --workspace
 
 # The JS and Python SDKs natively: their codecs against the shared ABI
 # vectors (abi/vectors/, as abi/tests/vectors.rs does for Rust) and their
-# runtimes. build-guests.sh above made sure node and python3 are there.
-node guest-sdk/js/test/vectors.mjs
-node guest-sdk/js/test/runtime.mjs
-node guest-sdk/js/test/runtime-base64.mjs
+# runtimes; for JS also its I/O and the rewrite under node's test runner,
+# and every JS example under the SDK's harness (guest-sdk/js/src/testing.mjs).
+# build-guests.sh above made sure node and python3 are there.
+node --test guest-sdk/js/test/ examples/js/test/
 python3 -m unittest discover -s guest-sdk/python/tests
 
 # The outbound queue's write turn under every interleaving loom explores

@@ -13,6 +13,8 @@ const EVENTS: &str = include_str!("../vectors/events.json");
 const COMMANDS: &str = include_str!("../vectors/commands.json");
 const REALTIME_EVENTS: &str = include_str!("../vectors/realtime-events.json");
 const REALTIME_COMMANDS: &str = include_str!("../vectors/realtime-commands.json");
+const IO_EVENTS: &str = include_str!("../vectors/io-events.json");
+const IO_COMMANDS: &str = include_str!("../vectors/io-commands.json");
 
 fn unhex(s: &str) -> Vec<u8> {
     assert!(s.len().is_multiple_of(2), "odd hex {s}");
@@ -347,7 +349,7 @@ fn run_vectors<H: PartialEq + std::fmt::Debug, const N: usize>(
 
 #[test]
 fn event_batches_match_the_vectors() {
-    for file in [EVENTS, REALTIME_EVENTS] {
+    for file in [EVENTS, REALTIME_EVENTS, IO_EVENTS] {
         run_vectors::<_, EVENT_HEADER_BYTES>(
             file,
             "events",
@@ -376,6 +378,21 @@ fn realtime_reads_match_the_vectors() {
             .all(|s| s == "MetaMalformed" || s == "ReservedByteSet" || s == "TextNotUtf8"),
         "{seen:?}"
     );
+}
+
+/// weir:gateway 0.4.0's I/O commands (8–12), as the JavaScript SDK is held
+/// to them too (guest-sdk/js/test/vectors.mjs): the valid ones read back,
+/// every malformed meta is refused.
+#[test]
+fn io_commands_match_the_vectors() {
+    let seen = run_vectors::<_, COMMAND_HEADER_BYTES>(
+        IO_COMMANDS,
+        "commands",
+        (command_header, CommandHeader::encode, CommandHeader::decode),
+        |h, d| Ok(parse_commands(h, d)?.iter().map(command_json).collect()),
+    );
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    assert!(seen.iter().all(|s| s == "MetaMalformed"), "{seen:?}");
 }
 
 #[test]

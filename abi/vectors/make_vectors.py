@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes events.json and commands.json next to this file.
+"""Writes events.json, commands.json (and the io- and realtime- files) next
+to this file.
 
 A second implementation of the layout (struct.pack, independent of the Rust
 code), so the vectors check weir-abi rather than echo it. The expected
@@ -13,7 +14,8 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-EVENT = {"open": 0, "text": 1, "binary": 2, "close": 3, "history": 10, "presence": 11,
+EVENT = {"open": 0, "text": 1, "binary": 2, "close": 3, "http-response": 4, "http-error": 5,
+         "timer": 6, "kv-error": 9, "history": 10, "presence": 11,
          "rt-subscribe": 12, "rt-publish": 13, "pusher-connect": 14, "pusher-subscribe": 15,
          "pusher-client-event": 16}
 COMMAND = {
@@ -25,6 +27,11 @@ COMMAND = {
     "subscribe": 5,
     "unsubscribe": 6,
     "set-attachment": 7,
+    "http-request": 8,
+    "set-timer": 9,
+    "cancel-timer": 10,
+    "kv-set": 11,
+    "kv-delete": 12,
     "history-read": 15,
     "presence-read": 16,
     "rt-subscribe-verdict": 17,
@@ -439,6 +446,99 @@ def commands():
              "valid": realtime_valid, "invalid": realtime_invalid})
 
 
+def io():
+    """weir:gateway 0.4.0's I/O kinds (abi/src/io.rs): events 4-6 and 9,
+    commands 8-12, packed as the gateway and the SDKs pack them."""
+    head = b"content-type: text/plain"
+    b = (Batch()
+         .push(1, "http-response", 200, struct.pack("<QI", BIG_CONN, len(head)) + head + b"hi")
+         .push(0, "http-error", 2, struct.pack("<Q", 8) + b"timed out")
+         .push(1, "timer", 0, struct.pack("<Q", 9))
+         .push(0, "kv-error", 2, b"k"))
+    events_valid = [
+        case("io-kinds",
+             "an http-response (tag, head length, head, body; code the "
+             "status), an http-error (tag, message; code the reason), a "
+             "timer (tag) and a kv-error (code the reason, bytes the key)",
+             b.headers, b.data, pack_event,
+             events=[
+                 {"kind": "http-response", "conn": 1, "tag": BIG_CONN, "status": 200,
+                  "head": "content-type: text/plain", "body_hex": b"hi".hex()},
+                 {"kind": "http-error", "conn": 0, "tag": 8, "reason": 2, "message": "timed out"},
+                 {"kind": "timer", "conn": 1, "tag": 9},
+                 {"kind": "kv-error", "conn": 0, "reason": 2, "key_hex": b"k".hex()},
+             ]),
+    ]
+    bad_head = struct.pack("<QI", 1, 50) + b"short"
+    events_invalid = [
+        case("http-response-head-past-end", "the head's length runs past the event's bytes",
+             [event_header(1, EVENT["http-response"], 200, 0, len(bad_head))], bad_head, pack_event,
+             error="IoEventMalformed", index=0),
+        case("timer-not-a-tag", "a timer's bytes are 8 (its tag)",
+             [event_header(1, EVENT["text"], 0, 0, 2), event_header(1, EVENT["timer"], 0, 2, 7)],
+             b"ok" + bytes(7), pack_event, error="IoEventMalformed", index=1),
+        case("http-error-not-utf8", "an http-error's message is UTF-8",
+             [event_header(1, EVENT["http-error"], 3, 0, 9)], struct.pack("<Q", 1) + b"\xff",
+             pack_event, error="IoEventMalformed", index=0),
+    ]
+
+    data = b""
+    headers = []
+
+    def put(x):
+        nonlocal data
+        r = (len(data), len(x))
+        data += x
+        return r
+
+    req_head = b"POST http://h:1/x\ncontent-type: text/plain"
+    meta = put(struct.pack("<Q", 7) + req_head)
+    headers.append(command_header(3, COMMAND["http-request"], 0, meta, put(b"hi")))
+    headers.append(command_header(0, COMMAND["set-timer"], 0, put(struct.pack("<QQ", 8, 1500))))
+    headers.append(command_header(3, COMMAND["cancel-timer"], 0, put(struct.pack("<Q", 8))))
+    meta = put(struct.pack("<Q", 60000) + b"k")
+    headers.append(command_header(0, COMMAND["kv-set"], 0, meta, put(b"v")))
+    headers.append(command_header(0, COMMAND["kv-delete"], 0, put(b"k")))
+    commands_valid = [
+        case("io-kinds",
+             "one I/O command of each kind as weir-guest and the JS SDK pack "
+             "them: the fixed fields in the topic range (meta), the body or "
+             "value as the payload",
+             headers, data, pack_command,
+             commands=[
+                 {"kind": "http-request", "conn": 3, "tag": 7, "head": req_head.decode(),
+                  "body_hex": b"hi".hex()},
+                 {"kind": "set-timer", "conn": 0, "tag": 8, "delay_ms": 1500},
+                 {"kind": "cancel-timer", "conn": 3, "tag": 8},
+                 {"kind": "kv-set", "key_hex": b"k".hex(), "value_hex": b"v".hex(), "ttl_ms": 60000},
+                 {"kind": "kv-delete", "key_hex": b"k".hex()},
+             ]),
+    ]
+
+    def meta_case(name, about, kind, meta_bytes):
+        return case(name, about, [command_header(1, COMMAND[kind], 0, (0, len(meta_bytes)))],
+                    meta_bytes, pack_command, error="MetaMalformed", index=0)
+
+    commands_invalid = [
+        meta_case("http-request-no-tag", "an http-request's meta starts with an 8-byte tag",
+                  "http-request", bytes(7)),
+        meta_case("http-request-head-not-utf8", "an http-request's head is UTF-8",
+                  "http-request", bytes(8) + b"GET \xff"),
+        meta_case("set-timer-short", "a set-timer's meta is tag and delay, 16 bytes",
+                  "set-timer", bytes(15)),
+        meta_case("cancel-timer-long", "a cancel-timer's meta is the tag, 8 bytes",
+                  "cancel-timer", bytes(9)),
+        meta_case("kv-set-no-key", "a kv-set's meta is the ttl and a key of one byte or more",
+                  "kv-set", bytes(8)),
+        meta_case("kv-delete-no-key", "a kv-delete's meta is the key, not empty",
+                  "kv-delete", b""),
+    ]
+    about = ("weir:gateway 0.4.0's I/O kinds (outbound HTTP, timers, key-value; "
+             "layouts in abi/src/io.rs), read by the Rust and JavaScript tests; see README.md")
+    return ({"about": about, "valid": events_valid, "invalid": events_invalid},
+            {"about": about, "valid": commands_valid, "invalid": commands_invalid})
+
+
 def write(name, doc):
     with open(os.path.join(HERE, name), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2, ensure_ascii=False)
@@ -452,3 +552,6 @@ if __name__ == "__main__":
     write("commands.json", commands_doc)
     write("realtime-events.json", realtime_events)
     write("realtime-commands.json", realtime_commands)
+    io_events, io_commands = io()
+    write("io-events.json", io_events)
+    write("io-commands.json", io_commands)

@@ -259,6 +259,9 @@ fn new_project(parent: &std::path::Path, name: &str, lang: &str) -> anyhow::Resu
         println!("  cargo test                       # its tests, natively");
     }
     println!("  weir build                       # dist/{name}.wasm");
+    if lang == weir::scaffold::Lang::Js {
+        println!("  node --test                      # its tests, natively (weir build installed the SDK)");
+    }
     println!(
         "  weir serve routes.toml           # ws://{}/{name}",
         weir::scaffold::SCAFFOLD_LISTEN

@@ -13,7 +13,8 @@
 //!
 //! `weir new NAME --lang js|python` writes the JavaScript or Python SDK
 //! (guest-sdk/js, guest-sdk/python, with the WIT) into `weir-sdk/` and a
-//! starter `handler.js` / `handler.py` instead; `weir build` then installs
+//! starter `handler.js` (with `handler.test.mjs`, for `node --test`) /
+//! `handler.py` instead; `weir build` then installs
 //! the SDK's pinned toolchain into `weir-sdk/` on first use (npm or pip)
 //! and runs its build script.
 
@@ -150,7 +151,27 @@ const JS_SDK_FILES: &[(&str, &str)] = &[
         include_str!("../../guest-sdk/js/src/index.js"),
     ),
     ("src/abi.js", include_str!("../../guest-sdk/js/src/abi.js")),
-    ("wit/weir.wit", include_str!("../../wit/0.3.0/weir.wit")),
+    ("src/io.js", include_str!("../../guest-sdk/js/src/io.js")),
+    (
+        "src/promise.js",
+        include_str!("../../guest-sdk/js/src/promise.js"),
+    ),
+    // Node only: the build's rewrite and the test harness.
+    (
+        "src/transform.mjs",
+        include_str!("../../guest-sdk/js/src/transform.mjs"),
+    ),
+    (
+        "src/testing.mjs",
+        include_str!("../../guest-sdk/js/src/testing.mjs"),
+    ),
+    (
+        "src/loader.mjs",
+        include_str!("../../guest-sdk/js/src/loader.mjs"),
+    ),
+    ("wit/weir.wit", include_str!("../../wit/weir.wit")),
+    // For `build.mjs --world 0.3.0`.
+    ("wit/0.3.0/weir.wit", include_str!("../../wit/0.3.0/weir.wit")),
 ];
 
 /// The Python SDK, under `weir-sdk/` of a `weir new --lang python` project.
@@ -363,6 +384,9 @@ fn script_project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
         .map(|(path, text)| (format!("weir-sdk/{path}"), text.to_string()))
         .collect();
     files.push((handler.into(), starter.replace("NAME", name)));
+    if lang == Lang::Js {
+        files.push(("handler.test.mjs".into(), JS_STARTER_TESTS.replace("NAME", name)));
+    }
     files.push((".gitignore".into(), ignore.into()));
     files.push((
         "routes.toml".into(),
@@ -380,12 +404,18 @@ fn script_project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
     } else {
         "Python"
     };
+    let tests = if lang == Lang::Js {
+        "node --test             # handler.test.mjs: the handler under the SDK's harness (weir-sdk/src/testing.mjs)\n    "
+    } else {
+        ""
+    };
     files.push((
         "README.md".into(),
         format!(
             "# {name}\n\n\
              A weir WebSocket handler in {language}.\n\n    \
              weir build              # dist/{name}.wasm (installs the SDK's toolchain into weir-sdk/ once)\n    \
+             {tests}\
              weir serve routes.toml  # serves it at ws://{SCAFFOLD_LISTEN}/{name}\n\n\
              The handler is `{handler}`; the SDK it uses is in `weir-sdk/` (written by\n\
              `weir new`, matching the gateway's ABI), documented in weir-sdk/README.md.\n"
@@ -396,24 +426,76 @@ fn script_project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
 
 const JS_STARTER: &str = r##"// NAME: a weir WebSocket handler. Greets each connection, then answers
 // every text message with its number on this connection and the text
-// ("#1 hello"); binary messages are echoed. The count is the connection's
-// state: the SDK saves it after each change, so it survives the gateway
-// replacing the instance. API: weir-sdk/README.md.
+// ("#1 hello"); binary messages are echoed; `later N` answers "later"
+// after N milliseconds (a timer the gateway holds: the hook awaits it).
+// The count is the connection's state: the SDK saves it after each
+// change, so it survives the gateway replacing the instance. Hooks may be
+// async and use fetch, setTimeout and the key-value store (`import { kv }
+// from "weir-guest"`). API: weir-sdk/README.md; tests: handler.test.mjs.
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export default {
   onOpen(conn) {
     conn.state = 0;
     conn.sendText("welcome to NAME");
   },
-  onMessage(conn, msg) {
+  async onMessage(conn, msg) {
     if (typeof msg !== "string") {
       conn.send(msg);
+      return;
+    }
+    const later = /^later (\d+)$/.exec(msg);
+    if (later) {
+      await sleep(Number(later[1]));
+      conn.sendText("later");
       return;
     }
     conn.state += 1;
     conn.sendText(`#${conn.state} ${msg}`);
   },
 };
+"##;
+
+const JS_STARTER_TESTS: &str = r##"// Run with `node --test` (after `weir build`, which installs the SDK's
+// toolchain): the handler runs natively under the SDK's harness, which
+// plays the gateway (weir-sdk/src/testing.mjs: connect, send, read what was
+// sent, fire timers, answer requests, inspect the key-value store).
+
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { TestRoute } from "./weir-sdk/src/testing.mjs";
+
+const handler = new URL("./handler.js", import.meta.url);
+
+test("greets, then numbers each text message", async () => {
+  const route = await TestRoute.load(handler, "/NAME");
+  const c = route.connect("/NAME");
+  route.sendText(c, "hello");
+  route.sendBinary(c, new Uint8Array([7, 8]));
+  assert.deepEqual(route.received(c), ["welcome to NAME", "#1 hello", new Uint8Array([7, 8])]);
+});
+
+test("the count survives the gateway replacing the instance", async () => {
+  const route = await TestRoute.load(handler, "/NAME");
+  const c = route.connect("/NAME");
+  route.sendText(c, "a");
+  await route.replaceInstance();
+  route.sendText(c, "b");
+  assert.deepEqual(route.texts(c), ["welcome to NAME", "#1 a", "#2 b"]);
+});
+
+test("later N answers after its timer fires", async () => {
+  const route = await TestRoute.load(handler, "/NAME");
+  const c = route.connect("/NAME");
+  route.texts(c);
+  route.sendText(c, "later 500");
+  assert.deepEqual(route.texts(c), []);
+  route.advance(499);
+  assert.deepEqual(route.texts(c), []);
+  route.advance(1);
+  assert.deepEqual(route.texts(c), ["later"]);
+});
 "##;
 
 const PYTHON_STARTER: &str = r##""""NAME: a weir WebSocket handler. Greets each connection, then answers
@@ -589,13 +671,16 @@ fn build_script_project(dir: &Path, lang: Lang) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(&dist).with_context(|| format!("cannot create {}", dist.display()))?;
     let out = dist.join(format!("{name}.wasm"));
     if lang == Lang::Js {
-        if !sdk.join("node_modules/.bin/componentize-qjs").exists() {
+        // acorn came with 0.4.0's rewrite: an older install lacks it.
+        if !sdk.join("node_modules/.bin/componentize-qjs").exists()
+            || !sdk.join("node_modules/acorn").exists()
+        {
             eprintln!("weir build: installing the SDK's toolchain (npm ci in weir-sdk/)");
             let mut npm = Command::new("npm");
             npm.current_dir(&sdk)
                 .args(["ci", "--no-audit", "--no-fund", "--prefer-offline"])
                 .stdout(Stdio::null());
-            run_tool(npm, "npm ci", "install Node.js 18 or later with npm")?;
+            run_tool(npm, "npm ci", "install Node.js 20.6 or later with npm")?;
         }
         let mut node = Command::new("node");
         node.current_dir(&dir)
@@ -607,7 +692,7 @@ fn build_script_project(dir: &Path, lang: Lang) -> anyhow::Result<PathBuf> {
         run_tool(
             node,
             "the JS build (weir-sdk/build.mjs)",
-            "install Node.js 18 or later",
+            "install Node.js 20.6 or later",
         )?;
     } else {
         let venv = sdk.join(".venv");

@@ -278,12 +278,13 @@ fn json_logs_are_one_object_per_line() {
 }
 
 /// Issue 36: `weir check` said `ok` for `allow_outbound` and `kv` on a
-/// component that cannot use them (a JavaScript guest on the 0.3.0 world).
-/// It still passes (the route serves), with a warning naming the settings,
-/// the component and the world.
+/// component that cannot use them (a JavaScript guest on the 0.3.0 world:
+/// the echo example built with `build.mjs --world 0.3.0`). It still passes
+/// (the route serves), with a warning naming the settings, the component
+/// and the world.
 #[test]
 fn check_warns_when_a_route_sets_io_its_component_cannot_use() {
-    let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/js-echo.wasm");
+    let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/js-echo-v3.wasm");
     assert!(wasm.exists(), "run scripts/build-guests.sh first");
     let file = routes_file(
         "io-on-v3.toml",
@@ -303,7 +304,7 @@ fn check_warns_when_a_route_sets_io_its_component_cannot_use() {
     assert!(out.status.success(), "{stderr}");
     assert!(
         stderr.contains("allow_outbound and kv set on the route")
-            && stderr.contains("js-echo.wasm")
+            && stderr.contains("js-echo-v3.wasm")
             && stderr.contains("weir:gateway@0.3.0"),
         "{stderr}"
     );

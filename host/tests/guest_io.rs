@@ -4,7 +4,9 @@
 //! delaying other batches, timer precision, the key-value store across a
 //! restart, deferred upgrades (accept, reject, timeout). The guest is the
 //! `io-probe` fixture (examples/fixtures/io-probe), and `fetch-echo`
-//! (examples/fixtures/fetch-echo, the guest of benches/guest-io.py).
+//! (examples/fixtures/fetch-echo, the guest of benches/guest-io.py); the
+//! JavaScript SDK's I/O (await fetch, timers, kv, an awaited upgrade) is
+//! its own io-probe, examples/js/fixtures/io-probe.js.
 
 mod common;
 
@@ -405,9 +407,10 @@ async fn deferred_upgrades_accept_reject_and_time_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_0_3_0_guest_still_runs_beside_0_4_0() {
-    // The JS examples are built against weir:gateway 0.3.0.
-    let wasm =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/js-echo.wasm");
+    // The JS echo example built for weir:gateway 0.3.0 (build.mjs --world
+    // 0.3.0, scripts/build-guests.sh).
+    let wasm = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/wasm/js-echo-v3.wasm");
     assert!(wasm.exists(), "run scripts/build-guests.sh first");
     let io =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/io-probe.wasm");
@@ -714,4 +717,118 @@ async fn the_guest_cannot_choose_host_or_reach_private_addresses_by_name() {
         text(&mut ws).await,
         format!("d 200 seen /api/x localhost:{port}")
     );
+}
+
+/// Polls `get-kv KEY` until the answer is `want` (writes land after their
+/// batch), bounded by [`STEP`].
+async fn await_kv(ws: &mut Ws, key: &str, want: &str) {
+    let deadline = Instant::now() + STEP;
+    loop {
+        send_text(ws, &format!("get-kv {key}")).await;
+        let got = text(ws).await;
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "get-kv {key}: {got}, never {want}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Issue 39: a JavaScript guest (examples/js/fixtures/io-probe.js, built
+/// by build.mjs for weir:gateway 0.4.0) served by the real gateway:
+/// `await fetch` (GET, POST with a header and body, a policy refusal,
+/// twenty in flight answered out of order), a Promise around setTimeout,
+/// cleared timers, a route timer reaching every connection, the key-value
+/// store with a ttl, state changed after an await, and an upgrade decided
+/// by an awaited fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_javascript_guest_fetches_sleeps_and_keeps_values() {
+    let backend = Backend::start().await;
+    let wasm = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/wasm/js-io-probe.wasm");
+    assert!(wasm.exists(), "run scripts/build-guests.sh first");
+    let state = std::env::temp_dir().join(format!("weir-js-io-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let routes = format!(
+        "[[route]]\npath = \"/io\"\nguest = \"{}\"\nkv = \"route\"\n\
+         allow_outbound = [\"http://{}/\"]\n",
+        wasm.display(),
+        backend.addr
+    );
+    let server = format!("workers = 1\nstate_dir = \"{}\"", state.display());
+    let weir = WeirProcess::start(&server, &routes, "warn", Stdio::null()).await;
+    let mut ws = client(&weir.url("/io")).await;
+
+    send_text(&mut ws, &format!("get a {}", backend.url("/echo?i=5"))).await;
+    assert_eq!(text(&mut ws).await, "a 200 5");
+    send_text(&mut ws, &format!("post b {} hello there", backend.url("/post"))).await;
+    assert_eq!(text(&mut ws).await, "b 200 hello there");
+    send_text(&mut ws, "get c http://127.0.0.1:1/x").await;
+    assert_eq!(text(&mut ws).await, "c error refused");
+    // Twenty awaiting at once; the backend answers them out of order.
+    for i in 0..20 {
+        send_text(&mut ws, &format!("get k{i} {}", backend.url(&format!("/echo?i={i}")))).await;
+    }
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        let answer = text(&mut ws).await;
+        let parts: Vec<&str> = answer.split(' ').collect();
+        assert_eq!(parts.len(), 3, "{answer}");
+        assert_eq!((parts[0], parts[1]), (&*format!("k{}", parts[2]), "200"), "{answer}");
+        seen.push(parts[2].parse::<u32>().unwrap());
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..20).collect::<Vec<_>>());
+
+    // setTimeout: not before its time.
+    let started = Instant::now();
+    send_text(&mut ws, "timer 50").await;
+    assert_eq!(text(&mut ws).await, "timer");
+    assert!(started.elapsed() >= Duration::from_millis(50), "{:?}", started.elapsed());
+    // Cleared timers never fire; the next message is the later timer's.
+    send_text(&mut ws, "cancelled 10 20").await;
+    send_text(&mut ws, "timer 60").await;
+    assert_eq!(text(&mut ws).await, "timer");
+    // A route timer publishes to every connection.
+    let mut other = client(&weir.url("/io")).await;
+    send_text(&mut ws, "route-timer 20").await;
+    assert_eq!(text(&mut ws).await, "route-timer");
+    assert_eq!(text(&mut other).await, "route-timer");
+
+    // The key-value store, with a ttl.
+    send_text(&mut ws, "get-kv room").await;
+    assert_eq!(text(&mut ws).await, "room?");
+    send_text(&mut ws, "set room lobby").await;
+    await_kv(&mut ws, "room", "room=lobby").await;
+    send_text(&mut ws, "set-ttl 200 brief here").await;
+    await_kv(&mut ws, "brief", "brief=here").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    send_text(&mut ws, "get-kv brief").await;
+    assert_eq!(text(&mut ws).await, "brief?");
+    send_text(&mut ws, "del room").await;
+    await_kv(&mut ws, "room", "room?").await;
+
+    // State changed after an await is the connection's.
+    send_text(&mut ws, "count").await;
+    send_text(&mut ws, "count").await;
+    assert_eq!(text(&mut ws).await, "1");
+    assert_eq!(text(&mut ws).await, "2");
+
+    // onUpgrade awaits one fetch: the gateway defers the upgrade on it.
+    let status = |r: Result<_, tokio_tungstenite::tungstenite::Error>| match r {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => resp.status().as_u16(),
+        Ok(_) => 101,
+        Err(e) => panic!("{e}"),
+    };
+    let url = |q: &str| weir.url(&format!("/io?auth={}", backend.url(q)));
+    let mut authed = client(&url("/auth?token=good")).await;
+    send_text(&mut authed, "hello").await;
+    assert_eq!(text(&mut authed).await, "hello");
+    let refused = tokio_tungstenite::connect_async(url("/auth?token=bad")).await;
+    assert_eq!(status(refused.map(|_| ())), 403);
+    let other = weir.url("/io?auth=http://127.0.0.1:1/auth");
+    let refused = tokio_tungstenite::connect_async(other).await;
+    assert_eq!(status(refused.map(|_| ())), 503);
+    drop((ws, authed, weir));
+    let _ = std::fs::remove_dir_all(&state);
 }

@@ -222,7 +222,8 @@ async fn new_build_serve_and_a_client_outside_the_repository() {
 /// The same path in JavaScript and Python: `weir new --lang js|python`,
 /// `weir build` (which installs the SDK's pinned toolchain into the
 /// project's weir-sdk/ on first use), `weir serve`, and a client that gets
-/// the starter's greeting, numbered texts and echoed binary.
+/// the starter's greeting, numbered texts and echoed binary; for
+/// JavaScript also the starter's `node --test` tests and its awaited timer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_and_python_projects_new_build_and_serve() {
     let parent = std::env::temp_dir().join(format!("weir-new-lang-test-{}", std::process::id()));
@@ -243,6 +244,14 @@ async fn js_and_python_projects_new_build_and_serve() {
         let component = project.join(format!("dist/{name}.wasm"));
         assert_eq!(built.trim(), component.display().to_string());
         assert_eq!(&std::fs::read(&component).unwrap()[..4], b"\0asm");
+        if lang == "js" {
+            // The starter's own tests, under node's test runner and the
+            // SDK's harness (weir build installed the SDK's packages).
+            let mut tests = std::process::Command::new("node");
+            tests.arg("--test").current_dir(&project);
+            let said = run(tests, "node --test", Duration::from_secs(120));
+            assert!(said.contains("# pass 3") && said.contains("# fail 0"), "{said}");
+        }
 
         // A Python component compiles for several seconds on first load.
         let (serving, port) =
@@ -258,6 +267,15 @@ async fn js_and_python_projects_new_build_and_serve() {
         assert_eq!(next(&mut ws).await, Message::text("#2 again"));
         ws.send(Message::binary(vec![7, 8])).await.unwrap();
         assert_eq!(next(&mut ws).await, Message::binary(vec![7, 8]));
+        if lang == "js" {
+            // An awaited timer: what follows the await runs in a later batch.
+            // A second apart, so a client descheduled between its two sends
+            // on a busy machine still sees "now" answered first.
+            ws.send(Message::text("later 1000")).await.unwrap();
+            ws.send(Message::text("now")).await.unwrap();
+            assert_eq!(next(&mut ws).await, Message::text("#3 now"));
+            assert_eq!(next(&mut ws).await, Message::text("later"));
+        }
         drop(serving);
     }
     std::fs::remove_dir_all(&parent).unwrap();

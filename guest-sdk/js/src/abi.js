@@ -17,8 +17,20 @@ export const MAX_CLOSE_REASON_BYTES = 123;
 /** The close code that replaces one an endpoint may not send. */
 export const FALLBACK_CLOSE_CODE = 1011;
 
-/** Event kinds: the case indices of the WIT enum `event-kind`. */
-export const EventKind = Object.freeze({ OPEN: 0, TEXT: 1, BINARY: 2, CLOSE: 3 });
+/**
+ * Event kinds: the case indices of the WIT enum `event-kind` (0.4.0's I/O
+ * answers 4–6), and kv-error 9, which travels in the packed layout only.
+ */
+export const EventKind = Object.freeze({
+  OPEN: 0,
+  TEXT: 1,
+  BINARY: 2,
+  CLOSE: 3,
+  HTTP_RESPONSE: 4,
+  HTTP_ERROR: 5,
+  TIMER: 6,
+  KV_ERROR: 9,
+});
 
 /** Command kinds: the case indices of the WIT enum `command-kind`. */
 export const CommandKind = Object.freeze({
@@ -30,6 +42,30 @@ export const CommandKind = Object.freeze({
   SUBSCRIBE: 5,
   UNSUBSCRIBE: 6,
   SET_ATTACHMENT: 7,
+  HTTP_REQUEST: 8,
+  SET_TIMER: 9,
+  CANCEL_TIMER: 10,
+  KV_SET: 11,
+  KV_DELETE: 12,
+});
+
+/** The code of an http-error event, as one word (abi/src/io.rs HttpErrorReason). */
+export const HTTP_ERROR_REASONS = Object.freeze({
+  1: "refused",
+  2: "timeout",
+  3: "connect",
+  4: "too-large",
+  5: "busy",
+  6: "invalid",
+});
+
+/** The code of a kv-error event, as one word (abi/src/io.rs KvErrorReason). */
+export const KV_ERROR_REASONS = Object.freeze({
+  1: "max-bytes",
+  2: "max-keys",
+  3: "queue-full",
+  4: "too-large",
+  5: "no-store",
 });
 
 const TWO_32 = 4294967296;
@@ -421,6 +457,78 @@ export function encodeConnInfo(target, params, attachment = new Uint8Array(0)) {
   return out;
 }
 
+// ---------------------------------------------------------------- I/O
+
+// weir:gateway 0.4.0's I/O layouts (abi/src/io.rs). A command keeps its
+// fixed fields in the header's topic range ("meta"); an event's bytes
+// start with the tag (u64) it answers.
+
+/** An http-response event's bytes: { tag, head, body } or null when malformed. */
+export function splitHttpResponse(b, start = 0, end = b.length) {
+  if (end - start < 12) return null;
+  const tag = u64(b, start);
+  const len = u32(b, start + 8);
+  if (len > end - start - 12) return null;
+  const head = decodeUtf8(b, start + 12, start + 12 + len);
+  if (head === null) return null;
+  return { tag, head, body: b.subarray(start + 12 + len, end) };
+}
+
+/** An http-error event's bytes: { tag, message } or null when malformed. */
+export function splitHttpError(b, start = 0, end = b.length) {
+  if (end - start < 8) return null;
+  const message = decodeUtf8(b, start + 8, end);
+  return message === null ? null : { tag: u64(b, start), message };
+}
+
+/** A head's `name: value` lines as [name, value] pairs (abi/src/io.rs HeaderLines). */
+export function headerLines(head) {
+  const out = [];
+  for (const line of head.split("\n")) {
+    if (line === "") continue;
+    const colon = line.indexOf(":");
+    out.push(colon < 0 ? [line.trim(), ""] : [line.slice(0, colon).trim(), line.slice(colon + 1).trim()]);
+  }
+  return out;
+}
+
+/** A request head's method, URL and headers, or null without `METHOD URL`. */
+export function splitRequestHead(head) {
+  const nl = head.indexOf("\n");
+  const first = nl < 0 ? head : head.slice(0, nl);
+  const sp = first.indexOf(" ");
+  if (sp <= 0 || sp === first.length - 1) return null;
+  return { method: first.slice(0, sp), url: first.slice(sp + 1), headers: headerLines(nl < 0 ? "" : head.slice(nl + 1)) };
+}
+
+/** An http-response event's bytes for `tag`, header pairs and `body` (what the gateway sends). */
+export function encodeHttpResponse(tag, headers, body) {
+  const head = encodeUtf8(headers.map(([n, v]) => `${n}: ${v}`).join("\n"));
+  const b = toBytes(body);
+  const out = new Uint8Array(12 + head.length + b.length);
+  putU64(out, 0, tag);
+  putU32(out, 8, head.length);
+  out.set(head, 12);
+  out.set(b, 12 + head.length);
+  return out;
+}
+
+/** An http-error event's bytes: `tag`, then `message`. */
+export function encodeHttpError(tag, message) {
+  const m = encodeUtf8(message);
+  const out = new Uint8Array(8 + m.length);
+  putU64(out, 0, tag);
+  out.set(m, 8);
+  return out;
+}
+
+/** A timer event's bytes: its tag. */
+export function encodeTag(tag) {
+  const out = new Uint8Array(8);
+  putU64(out, 0, tag);
+  return out;
+}
+
 // ---------------------------------------------------------------- events
 
 /**
@@ -478,6 +586,25 @@ export function decodeEvents(headers, data) {
         out.push({ kind: "close", conn: h.conn, code: h.code, reason });
         break;
       }
+      case EventKind.HTTP_RESPONSE: {
+        const r = splitHttpResponse(data, h.offset, end);
+        if (r === null) throw new AbiError("IoEventMalformed", i);
+        out.push({ kind: "http-response", conn: h.conn, tag: r.tag, status: h.code, head: r.head, body: r.body });
+        break;
+      }
+      case EventKind.HTTP_ERROR: {
+        const r = splitHttpError(data, h.offset, end);
+        if (r === null) throw new AbiError("IoEventMalformed", i);
+        out.push({ kind: "http-error", conn: h.conn, tag: r.tag, reason: h.code, message: r.message });
+        break;
+      }
+      case EventKind.TIMER:
+        if (h.len !== 8) throw new AbiError("IoEventMalformed", i);
+        out.push({ kind: "timer", conn: h.conn, tag: u64(data, h.offset) });
+        break;
+      case EventKind.KV_ERROR:
+        out.push({ kind: "kv-error", conn: h.conn, reason: h.code, key: data.subarray(h.offset, end) });
+        break;
       default:
         break;
     }
@@ -683,6 +810,64 @@ export class CommandWriter {
     this.push(conn, CommandKind.UNSUBSCRIBE, 0, this.lastOffset, len, 0, 0);
   }
 
+  /** Append a little-endian u64 to the data. */
+  putU64(v) {
+    this.reserveData(8);
+    putU64(this.data, this.dlen, v);
+    this.dlen += 8;
+  }
+
+  /**
+   * Send an HTTP request for `conn` (0: the route): meta = `tag`, then the
+   * head (`METHOD URL`, then `name: value` lines); payload = `body`.
+   * Header names and values must not hold line breaks (checked by fetch).
+   */
+  httpRequest(conn, tag, method, url, headers, body) {
+    const start = this.dlen;
+    this.putU64(tag);
+    let head = `${method} ${url}`;
+    for (const [n, v] of headers) head += `\n${n}: ${v}`;
+    this.putData(head);
+    const metaLen = this.dlen - start;
+    const len = this.putData(toBytes(body));
+    this.push(conn, CommandKind.HTTP_REQUEST, 0, start, metaLen, this.lastOffset, len);
+  }
+
+  /** Start timer `tag` for `conn` (0: the route), due in `ms` milliseconds. */
+  setTimer(conn, tag, ms) {
+    const start = this.dlen;
+    this.putU64(tag);
+    this.putU64(ms);
+    this.push(conn, CommandKind.SET_TIMER, 0, start, 16, 0, 0);
+  }
+
+  /** Cancel timer `tag` of `conn` (0: the route). */
+  cancelTimer(conn, tag) {
+    const start = this.dlen;
+    this.putU64(tag);
+    this.push(conn, CommandKind.CANCEL_TIMER, 0, start, 8, 0, 0);
+  }
+
+  /** Store `value` under `key` (bytes or strings) for `ttlMs` (0: none). */
+  kvSet(key, value, ttlMs = 0) {
+    const k = toBytes(key);
+    if (k.length === 0) throw new TypeError("a key-value key cannot be empty");
+    const start = this.dlen;
+    this.putU64(ttlMs);
+    this.putData(k);
+    const metaLen = this.dlen - start;
+    const len = this.putData(toBytes(value));
+    this.push(0, CommandKind.KV_SET, 0, start, metaLen, this.lastOffset, len);
+  }
+
+  /** Remove `key` from the route's store. */
+  kvDelete(key) {
+    const k = toBytes(key);
+    if (k.length === 0) throw new TypeError("a key-value key cannot be empty");
+    const len = this.putData(k);
+    this.push(0, CommandKind.KV_DELETE, 0, this.lastOffset, len, 0, 0);
+  }
+
   /** Store `bytes` (or a string, as UTF-8) as `conn`'s attachment (empty clears it). */
   setAttachment(conn, bytes) {
     const len = this.putData(typeof bytes === "string" ? bytes : toBytes(bytes));
@@ -732,7 +917,7 @@ export function decodeCommands(headers, data) {
     if (c.reserved !== 0) throw new AbiError("ReservedByteSet", i, `value ${c.reserved}`);
     if (c.offset + c.len > data.length) throw new AbiError("RangeOutOfBounds", i, "payload");
     if (c.topic_offset + c.topic_len > data.length) throw new AbiError("RangeOutOfBounds", i, "topic");
-    if (c.kind > CommandKind.SET_ATTACHMENT) throw new AbiError("UnknownKind", i, `kind ${c.kind}`);
+    if (c.kind > CommandKind.KV_DELETE) throw new AbiError("UnknownKind", i, `kind ${c.kind}`);
     const pEnd = c.offset + c.len;
     const text = c.kind === CommandKind.SEND_TEXT || c.kind === CommandKind.PUBLISH_TEXT;
     let payloadText = null;
@@ -740,6 +925,15 @@ export function decodeCommands(headers, data) {
       payloadText = decodeUtf8(data, c.offset, pEnd);
       if (payloadText === null) throw new AbiError(text ? "TextNotUtf8" : "ReasonNotUtf8", i);
     }
+    const mStart = c.topic_offset;
+    const mLen = c.topic_len;
+    let metaOk = true;
+    if (c.kind === CommandKind.HTTP_REQUEST) metaOk = mLen >= 8 && isUtf8(data, mStart + 8, mStart + mLen);
+    else if (c.kind === CommandKind.SET_TIMER) metaOk = mLen === 16;
+    else if (c.kind === CommandKind.CANCEL_TIMER) metaOk = mLen === 8;
+    else if (c.kind === CommandKind.KV_SET) metaOk = mLen > 8;
+    else if (c.kind === CommandKind.KV_DELETE) metaOk = mLen > 0;
+    if (!metaOk) throw new AbiError("MetaMalformed", i);
     let topic = null;
     if (TOPIC_KINDS.has(c.kind)) {
       if (c.topic_len === 0) throw new AbiError("EmptyTopic", i);
@@ -774,8 +968,29 @@ export function decodeCommands(headers, data) {
       case CommandKind.UNSUBSCRIBE:
         out.push({ kind: "unsubscribe", conn: c.conn, topic });
         break;
-      default:
+      case CommandKind.SET_ATTACHMENT:
         out.push({ kind: "set-attachment", conn: c.conn, attachment: payload });
+        break;
+      case CommandKind.HTTP_REQUEST:
+        out.push({
+          kind: "http-request",
+          conn: c.conn,
+          tag: u64(data, mStart),
+          head: decodeUtf8(data, mStart + 8, mStart + mLen),
+          body: payload,
+        });
+        break;
+      case CommandKind.SET_TIMER:
+        out.push({ kind: "set-timer", conn: c.conn, tag: u64(data, mStart), delay_ms: u64(data, mStart + 8) });
+        break;
+      case CommandKind.CANCEL_TIMER:
+        out.push({ kind: "cancel-timer", conn: c.conn, tag: u64(data, mStart) });
+        break;
+      case CommandKind.KV_SET:
+        out.push({ kind: "kv-set", key: data.subarray(mStart + 8, mStart + mLen), value: payload, ttl_ms: u64(data, mStart) });
+        break;
+      default:
+        out.push({ kind: "kv-delete", key: data.subarray(mStart, mStart + mLen) });
         break;
     }
   }

@@ -17,6 +17,16 @@
 //   connection state and/or a subprotocol the client offered.
 // - onOpen(conn), onMessage(conn, msg), onClose(conn, code, reason): `msg`
 //   is a string for a text message and a Uint8Array for a binary one.
+// - onTimer(conn, tag): a timer set with conn.setTimer (or route.setTimer,
+//   then `conn` is `route`) without a callback, or whose callback this
+//   instance no longer has (it replaced the one that set it).
+// - onKvError(route, key, reason): a kv.set or kv.delete the gateway refused.
+//
+// Any hook may be `async` (weir:gateway 0.4.0): `await fetch(...)`, a
+// Promise around setTimeout, `conn.setTimer`. What follows an await runs
+// when the event it waits for arrives, in a later batch: the SDK's
+// microtasks (src/promise.js) run after each event of a batch, inside the
+// gateway's call. src/io.js has fetch, timers and kv.
 //
 // `conn.state` is the connection's state: any JSON value. After each hook
 // the SDK compares its JSON with what it saved last and, when it changed,
@@ -26,10 +36,11 @@
 //
 // A hook that throws closes only its connection with 1011 (the error is
 // logged with its stack); the instance and the batch's other connections
-// go on. Out of memory and the route's deadline end the whole batch
-// instead (its connections get 1011, a fresh instance takes over), as for
-// a Rust guest. `this` in a hook is the handler object, one per instance:
-// keep nothing there that must be shared or durable.
+// go on; so does an async hook whose promise rejects. Out of memory and
+// the route's deadline end the whole batch instead (its connections get
+// 1011, a fresh instance takes over), as for a Rust guest. `this` in a
+// hook is the handler object, one per instance: keep nothing there that
+// must be shared or durable.
 
 import {
   EVENT_HEADER_BYTES,
@@ -44,9 +55,41 @@ import {
   parseConnInfo,
   AbiError,
   LITTLE_ENDIAN,
+  readU64,
+  splitHttpResponse,
+  splitHttpError,
 } from "./abi.js";
+import {
+  WeirPromise,
+  runAsync,
+  drainMicrotasks,
+  hasMicrotasks,
+  takeUnhandled,
+  swapContext,
+  queueMicrotask,
+  setReportError,
+  outcome,
+  context,
+  microtasks,
+} from "./promise.js";
+import * as io from "./io.js";
 
 export { CommandWriter } from "./abi.js";
+export { WeirPromise } from "./promise.js";
+export {
+  fetch,
+  setTimeout,
+  clearTimeout,
+  setInterval,
+  clearInterval,
+  kv,
+  Headers,
+  Response,
+  FetchError,
+  MAX_PENDING_REQUESTS,
+  MAX_PENDING_TIMERS,
+} from "./io.js";
+export { queueMicrotask } from "./promise.js";
 
 /** `bytes` (a binary message) decoded as UTF-8, or null when it is not UTF-8. */
 export function utf8(bytes) {
@@ -72,6 +115,37 @@ let hostImport = null;
 /** Write a line to the gateway log (prefixed there with the route). */
 export function log(level, msg) {
   if (hostImport) hostImport.log(level, String(msg));
+}
+
+/**
+ * The globals a handler's code names: `__weir*` are what src/transform.mjs
+ * rewrites `Promise`, `fetch`, `setTimeout`... into (so the same code runs
+ * under node's test runner); the plain names too where the engine has none
+ * (QuickJS has no fetch or timers), for code the rewrite did not see.
+ */
+const GLOBALS = {
+  Promise: WeirPromise,
+  fetch: io.fetch,
+  setTimeout: io.setTimeout,
+  clearTimeout: io.clearTimeout,
+  setInterval: io.setInterval,
+  clearInterval: io.clearInterval,
+  queueMicrotask,
+  Response: io.Response,
+  Headers: io.Headers,
+};
+
+/** The name src/transform.mjs gives global `name`. */
+export function weirGlobal(name) {
+  return `__weir${name[0].toUpperCase()}${name.slice(1)}`;
+}
+
+function installGlobals() {
+  globalThis.__weirAsync = runAsync;
+  for (const [name, value] of Object.entries(GLOBALS)) {
+    globalThis[weirGlobal(name)] = value;
+    if (name !== "Promise" && typeof globalThis[name] === "undefined") globalThis[name] = value;
+  }
 }
 
 /** console.log/info/debug/warn/error for guests (QuickJS has none). */
@@ -243,6 +317,79 @@ export class Conn {
   broadcast(topic, msg) {
     this._w.publish(topic, msg, 0);
   }
+
+  /** `fetch(url, init)` for this connection (what fetch does inside its hooks). */
+  fetch(url, init) {
+    const saved = swapContext(this);
+    try {
+      return io.fetch(url, init);
+    } finally {
+      swapContext(saved);
+    }
+  }
+
+  /**
+   * A timer of this connection, due in `ms`: `callback(conn, tag)` runs
+   * then, or, without one (or in an instance that replaced this one), the
+   * handler's `onTimer(conn, tag)`. Ends with the connection. Returns its tag.
+   */
+  setTimer(ms, callback) {
+    return this._rt.timer(this, ms, callback ?? null, null, 0);
+  }
+
+  /** Cancel this connection's timer `tag`. */
+  cancelTimer(tag) {
+    this._rt.cancel(tag);
+  }
+}
+
+/**
+ * The route: what a hook may do that is about no one connection. Its
+ * requests and timers outlive every connection (a route timer outlives the
+ * instance too: a fresh one gets it through `onTimer(route, tag)`).
+ */
+export const route = Object.freeze({
+  /** True: `onTimer` and `onKvError` get this as their first argument. */
+  isRoute: true,
+  /** Deliver `msg` to every subscriber of `topic`. */
+  publish(topic, msg) {
+    live("route.publish").writer.publish(topic, msg, 0);
+  },
+  /** Send `msg` to connection `id` (a string as text, bytes as binary). */
+  send(id, msg) {
+    live("route.send").writer.send(id, msg);
+  },
+  /** Close connection `id`. */
+  close(id, code = 1000, reason = "") {
+    live("route.close").writer.close(id, code, reason);
+  },
+  /** A route timer (see Conn.setTimer); returns its tag. */
+  setTimer(ms, callback) {
+    return live("route.setTimer").timer(null, ms, callback ?? null, null, 0);
+  },
+  cancelTimer(tag) {
+    live("route.cancelTimer").cancel(tag);
+  },
+  /** `fetch` for the route: its answer comes whatever connection closes. */
+  fetch(url, init) {
+    const saved = swapContext(null);
+    try {
+      return io.fetch(url, init);
+    } finally {
+      swapContext(saved);
+    }
+  },
+  kv: io.kv,
+});
+
+let liveRuntime = null;
+
+function live(what) {
+  const rt = liveRuntime;
+  if (rt === null || !rt.inCall || rt.upgrading) {
+    throw new Error(`weir: ${what} is only possible while a hook runs (not in onUpgrade or at top level)`);
+  }
+  return rt;
 }
 
 const EMPTY = new Uint8Array(0);
@@ -256,37 +403,294 @@ function fatal(e) {
   return e instanceof Error && /out of memory/i.test(String(e.message));
 }
 
+/** What an http-request entry and a timer entry are, in Runtime.pending. */
+const FETCH = 1;
+const TIMER = 2;
+
 /** The handler behind a component instance: its hooks and its connections. */
 class Runtime {
-  constructor(app, host) {
+  constructor(app, host, kv) {
     this.app = typeof app === "function" ? new app() : app;
     this.host = host;
+    this.kvImport = kv || null;
     this.conns = new Map();
     this.writer = new CommandWriter();
-    this.warnedAsync = false;
+    /** Inside a guest call (a batch or an upgrade): I/O may be asked for. */
+    this.inCall = false;
+    /** Inside onUpgrade: only one fetch, no commands. */
+    this.upgrading = false;
+    /** The fetch an upgrade made, waiting to become its `defer`. */
+    this.upgradeFetch = null;
+    /** Deferred upgrades by tag: the hook's promise and its fetch's settlers. */
+    this.deferred = new Map();
+    /** Requests and timers waiting, by tag. */
+    this.pending = new Map();
+    this.requests = 0;
+    this.timers = 0;
+    /** Some microtask ran in this batch: settle every connection it had. */
+    this.asyncRan = false;
+    this.batchConns = [];
+    this.warnedNative = false;
   }
 
-  upgrade(raw) {
-    const app = this.app;
-    let answer;
+  kvGet(key) {
+    return this.kvImport ? this.kvImport.get(key) : null;
+  }
+
+  // ------------------------------------------------------------ I/O
+
+  /** Send `req` for `ctx` (a Conn, or null for the route); a WeirPromise of its Response. */
+  request(ctx, req) {
+    if (this.upgrading) {
+      if (this.upgradeFetch !== null) {
+        return WeirPromise.reject(new io.FetchError("busy", "onUpgrade may make one request (the upgrade's defer)"));
+      }
+      const { promise, resolve, reject } = WeirPromise.withResolvers();
+      this.upgradeFetch = { tag: io.newTag(), req, resolve, reject };
+      return promise;
+    }
+    if (this.requests >= io.MAX_PENDING_REQUESTS) {
+      return WeirPromise.reject(new io.FetchError("busy", `${io.MAX_PENDING_REQUESTS} requests already waiting`));
+    }
+    const tag = io.newTag();
+    this.writer.httpRequest(ctx === null ? 0 : ctx.id, tag, req.method, req.url, req.headers, req.body);
+    const { promise, resolve, reject } = WeirPromise.withResolvers();
+    this.pending.set(tag, { kind: FETCH, ctx, resolve, reject, url: req.url });
+    this.requests++;
+    if (ctx !== null) (ctx._io || (ctx._io = new Set())).add(tag);
+    return promise;
+  }
+
+  /**
+   * Start a timer for `ctx` due in `ms`: `fn` runs then (with `args`, or
+   * with (conn, tag) when `args` is null); `every` > 0 re-arms it. Returns its tag.
+   */
+  timer(ctx, ms, fn, args, every) {
+    if (this.timers >= io.MAX_PENDING_TIMERS) {
+      throw new RangeError(`weir: ${io.MAX_PENDING_TIMERS} timers already waiting in this instance`);
+    }
+    const n = Number(ms);
+    const delay = Number.isFinite(n) && n > 0 ? Math.floor(n) : 0;
+    const tag = io.newTag();
+    this.writer.setTimer(ctx === null ? 0 : ctx.id, tag, delay);
+    this.pending.set(tag, { kind: TIMER, ctx, fn, args, every });
+    this.timers++;
+    if (ctx !== null) (ctx._io || (ctx._io = new Set())).add(tag);
+    return tag;
+  }
+
+  /** Cancel timer `tag` (an unknown or fired one is ignored). */
+  cancel(tag) {
+    const entry = this.pending.get(tag);
+    if (entry === undefined || entry.kind !== TIMER) return;
+    this.writer.cancelTimer(entry.ctx === null ? 0 : entry.ctx.id, tag);
+    this.forget(tag, entry);
+  }
+
+  forget(tag, entry) {
+    this.pending.delete(tag);
+    if (entry.kind === FETCH) this.requests--;
+    else this.timers--;
+    if (entry.ctx !== null && entry.ctx._io) entry.ctx._io.delete(tag);
+  }
+
+  /** `conn` closed: forget its requests and timers (the gateway drops their answers). */
+  dropIo(conn) {
+    if (!conn._io) return;
+    for (const tag of conn._io) {
+      const entry = this.pending.get(tag);
+      if (entry !== undefined) {
+        this.pending.delete(tag);
+        if (entry.kind === FETCH) this.requests--;
+        else this.timers--;
+      }
+    }
+    conn._io = null;
+  }
+
+  /** An http-response or http-error event: settle the fetch waiting for it. */
+  answered(id, tag, settleWith) {
+    const entry = this.pending.get(tag);
+    if (entry === undefined || entry.kind !== FETCH) {
+      log(Level.DEBUG, `answer to request ${tag}, which this instance did not send (it replaced the one that did); dropped`);
+      return;
+    }
+    this.forget(tag, entry);
+    const saved = swapContext(entry.ctx);
     try {
-      answer = app.onUpgrade ? app.onUpgrade(new Request(raw)) : undefined;
+      settleWith(entry);
+    } finally {
+      swapContext(saved);
+    }
+  }
+
+  /** A timer event: run its callback, or onTimer. */
+  fired(id, tag) {
+    const entry = this.pending.get(tag);
+    const target = id === 0 ? route : this.known(id);
+    if (target !== route && target._failed) return;
+    if (entry !== undefined && entry.kind === TIMER && entry.every > 0) {
+      this.writer.setTimer(id, tag, entry.every);
+    } else if (entry !== undefined) {
+      this.forget(tag, entry);
+    }
+    const saved = swapContext(id === 0 ? null : target);
+    try {
+      if (entry !== undefined && entry.kind === TIMER && entry.fn !== null) {
+        if (entry.args === null) entry.fn(target, tag);
+        else entry.fn(...entry.args);
+      } else if (this.app.onTimer) {
+        this.watch(target, "onTimer", this.app.onTimer(target, tag));
+      }
     } catch (e) {
-      if (fatal(e)) throw e;
-      log(Level.ERROR, `handler threw in onUpgrade: ${describe(e)}`);
+      if (target === route) this.routeFailed("a timer", e);
+      else this.failed(target, "a timer", e);
+    } finally {
+      swapContext(saved);
+    }
+  }
+
+  // ------------------------------------------------------------ hooks
+
+  /**
+   * A hook returned `r`: if it is a promise, a rejection fails `conn` (or
+   * is logged for the route) when it comes.
+   */
+  watch(conn, hook, r) {
+    if (r === undefined || r === null || typeof r.then !== "function") return;
+    if (r instanceof WeirPromise) {
+      this.asyncRan = true;
+      r.then(undefined, (e) => {
+        if (conn === route || conn === null) this.routeFailed(hook, e);
+        else this.failed(conn, hook, e);
+      });
+    } else if (!this.warnedNative) {
+      this.warnedNative = true;
+      log(
+        Level.WARN,
+        `${hook} returned a native Promise: what follows its first await never runs in the gateway ` +
+          "(build with guest-sdk/js/build.mjs, which makes async hooks run)",
+      );
+    }
+  }
+
+  routeFailed(what, e) {
+    if (fatal(e)) throw e;
+    log(Level.ERROR, `handler threw in ${what} (route): ${describe(e)}`);
+  }
+
+  /** Run microtasks, then report rejections nobody handled. */
+  drain() {
+    if (hasMicrotasks()) {
+      this.asyncRan = true;
+      drainMicrotasks();
+    }
+    const lost = takeUnhandled();
+    for (const e of lost) log(Level.ERROR, `unhandled promise rejection: ${describe(e)}`);
+  }
+
+  // ------------------------------------------------------------ upgrade
+
+  upgrade(raw) {
+    this.inCall = true;
+    this.upgrading = true;
+    this.upgradeFetch = null;
+    try {
+      const app = this.app;
+      let answer;
+      try {
+        answer = app.onUpgrade ? app.onUpgrade(new Request(raw)) : undefined;
+      } catch (e) {
+        if (fatal(e)) throw e;
+        log(Level.ERROR, `handler threw in onUpgrade: ${describe(e)}`);
+        return { tag: "reject", val: 500 };
+      }
+      if (answer instanceof WeirPromise) {
+        this.drain();
+        const o = outcome(answer);
+        if (o === undefined) return this.defer(answer);
+        if (!o.ok) {
+          if (fatal(o.value)) throw o.value;
+          log(Level.ERROR, `handler threw in onUpgrade: ${describe(o.value)}`);
+          return { tag: "reject", val: 500 };
+        }
+        answer = o.value;
+      } else if (answer !== undefined && answer !== null && typeof answer.then === "function") {
+        // A native async hook: its decision would come after the answer is
+        // due, and accepting a Promise would let an auth check through.
+        log(Level.ERROR, "onUpgrade returned a native Promise (not built by build.mjs); refused with 500");
+        return { tag: "reject", val: 500 };
+      }
+      return this.decide(answer);
+    } finally {
+      this.inCall = false;
+      this.upgrading = false;
+      this.upgradeFetch = null;
+    }
+  }
+
+  /** onUpgrade awaits: its one fetch becomes the upgrade's `defer`. */
+  defer(promise) {
+    const f = this.upgradeFetch;
+    if (f === null) {
+      log(Level.ERROR, "onUpgrade awaited something other than one fetch (a timer?); refused with 500");
       return { tag: "reject", val: 500 };
     }
+    promise.then(undefined, () => {}); // settled and read in resumeUpgrade
+    if (this.deferred.size >= io.MAX_PENDING_REQUESTS) {
+      // The gateway gave up on the oldest (handshake_timeout): forget it.
+      this.deferred.delete(this.deferred.keys().next().value);
+    }
+    this.deferred.set(f.tag, { promise, resolve: f.resolve, reject: f.reject, url: f.req.url });
+    const { method, url, headers, body } = f.req;
+    return { tag: "defer", val: { tag: f.tag, request: { method, url, headers, body } } };
+  }
+
+  resumeUpgrade(tag, raw, result) {
+    const t = Number(tag);
+    const d = this.deferred.get(t);
+    if (d === undefined) {
+      log(Level.ERROR, `resume of upgrade ${t}, which this instance did not defer (it was replaced); refused with 500`);
+      return { tag: "reject", val: 500 };
+    }
+    this.deferred.delete(t);
+    this.inCall = true;
+    this.upgrading = true;
+    this.upgradeFetch = null;
+    try {
+      if (result.tag === "response") {
+        const r = result.val;
+        d.resolve(new io.Response(r.body, { status: r.status, headers: r.headers, url: d.url }));
+      } else {
+        const [code, message] = result.val;
+        d.reject(io.fetchErrorOf(code, message));
+      }
+      this.drain();
+      const o = outcome(d.promise);
+      if (o === undefined) {
+        log(Level.ERROR, "onUpgrade awaited again after its request (one request per upgrade); refused with 500");
+        return { tag: "reject", val: 500 };
+      }
+      if (!o.ok) {
+        if (fatal(o.value)) throw o.value;
+        log(Level.ERROR, `handler threw in onUpgrade: ${describe(o.value)}`);
+        return { tag: "reject", val: 500 };
+      }
+      return this.decide(o.value);
+    } finally {
+      this.inCall = false;
+      this.upgrading = false;
+      this.upgradeFetch = null;
+    }
+  }
+
+  /** onUpgrade's answer as the WIT's upgrade-response. */
+  decide(answer) {
     if (answer === undefined || answer === null || answer === true) {
       return { tag: "accept", val: { protocol: null, attachment: EMPTY } };
     }
     if (answer === false) return { tag: "reject", val: 403 };
     if (typeof answer === "number") return { tag: "reject", val: answer };
-    if (typeof answer.then === "function") {
-      // An async hook: its decision would come after the answer is due,
-      // and accepting a Promise would let an auth check through.
-      log(Level.ERROR, "onUpgrade returned a Promise: hooks run synchronously (no async/await); refused with 500");
-      return { tag: "reject", val: 500 };
-    }
     const state = answer.state;
     let attachment = EMPTY;
     if (state !== undefined) {
@@ -308,6 +712,7 @@ class Runtime {
       const info = bytes ? parseConnInfo(bytes) : null;
       conn = new Conn(id, info || NO_INFO, this);
       this.conns.set(id, conn);
+      io.saltTags(id);
     }
     return conn;
   }
@@ -335,12 +740,25 @@ class Runtime {
   /** A hook threw: log it, close its connection with 1011. */
   failed(conn, hook, e) {
     if (fatal(e)) throw e;
+    if (conn._failed) return;
     conn._failed = true;
     log(Level.ERROR, `handler threw in ${hook} (connection ${conn.id}): ${describe(e)}`);
     this.writer.close(conn.id, 1011, "handler error");
   }
 
   handle(batch) {
+    this.inCall = true;
+    this.asyncRan = false;
+    try {
+      const out = this.run(batch);
+      return out;
+    } finally {
+      this.inCall = false;
+      this.batchConns.length = 0;
+    }
+  }
+
+  run(batch) {
     const headers = batch.events;
     const data = batch.data;
     const app = this.app;
@@ -369,6 +787,7 @@ class Runtime {
     // big batches: the string costs two bytes per byte.
     const bin = size <= BATCH_STRING_MAX_BYTES ? byteString(data) : null;
     const ascii = bin !== null && isAsciiByteString(bin);
+    const touched = this.batchConns;
     for (let i = 0; i < n; i++) {
       const at = i * EVENT_HEADER_BYTES;
       let id;
@@ -401,50 +820,120 @@ class Runtime {
         } else {
           msg = data.subarray(offset, end);
         }
+        // The hot path: the context swapped and the queue checked without
+        // a call (calls are what QuickJS pays most for).
+        const saved = context.conn;
+        context.conn = conn;
         try {
           const r = app.onMessage(conn, msg);
-          if (r !== undefined && !this.warnedAsync && typeof r.then === "function") {
-            this.warnedAsync = true;
-            log(Level.WARN, "onMessage returned a Promise: hooks run synchronously, so what follows an await never runs");
-          }
+          if (r !== undefined) this.watch(conn, "onMessage", r);
         } catch (e) {
+          context.conn = saved;
           this.failed(conn, "onMessage", e);
           continue;
         }
+        context.conn = saved;
+        if (microtasks.length !== 0) this.drain();
         if (conn.state !== undefined || conn._saved !== "") this.settle(conn);
+        if (this.asyncRan) touched.push(conn);
       } else if (kind === EventKind.OPEN) {
         const info = parseConnInfo(data, offset, end);
         if (info === null) throw new AbiError("ConnInfoMalformed", i);
         const conn = new Conn(id, info, this);
         this.conns.set(id, conn);
+        io.saltTags(id);
         if (app.onOpen) {
+          const saved = swapContext(conn);
           try {
-            app.onOpen(conn);
+            this.watch(conn, "onOpen", app.onOpen(conn));
           } catch (e) {
+            swapContext(saved);
             this.failed(conn, "onOpen", e);
             continue;
           }
+          swapContext(saved);
+          this.drain();
         }
         this.settle(conn);
+        touched.push(conn);
       } else if (kind === EventKind.CLOSE) {
         const conn = this.known(id);
         const reason = decodeUtf8Fast(data, offset, end);
         if (reason === null) throw new AbiError("ReasonNotUtf8", i);
         if (app.onClose) {
+          const saved = swapContext(conn);
           try {
-            app.onClose(conn, v.getUint16(at + 10, true), reason);
+            const r = app.onClose(conn, v.getUint16(at + 10, true), reason);
+            if (r !== undefined && r !== null && typeof r.then === "function") {
+              this.watch(route, "onClose", r);
+            }
           } catch (e) {
             if (fatal(e)) throw e;
             log(Level.ERROR, `handler threw in onClose (connection ${id}): ${describe(e)}`);
+          } finally {
+            swapContext(saved);
+          }
+          this.drain();
+        }
+        this.dropIo(conn);
+        conn._closed = true;
+        this.conns.delete(id);
+      } else if (kind >= EventKind.HTTP_RESPONSE && kind <= EventKind.TIMER) {
+        this.ioEvent(i, id, kind, v.getUint16(at + 10, true), data, offset, end);
+        this.drain();
+        if (id !== 0) {
+          const conn = this.conns.get(id);
+          if (conn !== undefined && !conn._closed) {
+            this.settle(conn);
+            touched.push(conn);
           }
         }
-        this.conns.delete(id);
+      } else if (kind === EventKind.KV_ERROR) {
+        if (app.onKvError) {
+          const key = data.slice(offset, end);
+          const reason = io.kvReasonOf(v.getUint16(at + 10, true));
+          const saved = swapContext(null);
+          try {
+            this.watch(route, "onKvError", app.onKvError(route, key, reason));
+          } catch (e) {
+            this.routeFailed("onKvError", e);
+          } finally {
+            swapContext(saved);
+          }
+          this.drain();
+        }
       }
       // Kinds this SDK does not know (a newer host) are skipped.
+    }
+    // A continuation that ran for one connection may have changed
+    // another's state: save every one this batch had (the gateway takes
+    // an attachment only for a connection in the batch).
+    if (this.asyncRan) {
+      for (const conn of touched) if (!conn._closed && !conn._failed) this.settle(conn);
     }
     w.srcText = null;
     w.srcBytes = null;
     return w.finish();
+  }
+
+  /** An http-response, http-error or timer event. */
+  ioEvent(i, id, kind, code, data, offset, end) {
+    if (id !== 0) {
+      const conn = this.conns.get(id) || this.known(id);
+      if (conn._failed) return;
+    }
+    if (kind === EventKind.TIMER) {
+      if (end - offset !== 8) throw new AbiError("IoEventMalformed", i);
+      this.fired(id, readU64(data, offset));
+    } else if (kind === EventKind.HTTP_RESPONSE) {
+      const r = splitHttpResponse(data, offset, end);
+      if (r === null) throw new AbiError("IoEventMalformed", i);
+      this.answered(id, r.tag, (entry) => entry.resolve(io.responseOf(code, r.head, r.body.slice(), entry.url)));
+    } else {
+      const r = splitHttpError(data, offset, end);
+      if (r === null) throw new AbiError("IoEventMalformed", i);
+      this.answered(id, r.tag, (entry) => entry.reject(io.fetchErrorOf(code, r.message)));
+    }
   }
 }
 
@@ -459,9 +948,11 @@ function describe(e) {
 /**
  * The `weir:gateway/handler` export for `app` (a handler object, or a
  * class to instantiate once per instance). `host` is the
- * `weir:gateway/host` import; build.mjs generates the call.
+ * `weir:gateway/host` import and `kv` the `weir:gateway/kv` one;
+ * build.mjs generates the call, the test harness (src/testing.mjs) makes
+ * its own.
  */
-export function createHandler(app, host) {
+export function createHandler(app, host, kv) {
   // Checked here, at build time (componentize-qjs runs the module then), so
   // a handler without hooks fails its build instead of every batch.
   const hooks = typeof app === "function" ? app.prototype : app;
@@ -473,10 +964,21 @@ export function createHandler(app, host) {
   }
   hostImport = host;
   installConsole();
+  installGlobals();
+  setReportError((e) => log(Level.ERROR, `a microtask threw: ${describe(e)}`));
   let rt = null;
-  const runtime = () => rt || (rt = new Runtime(app, host));
+  // Bound at each call: one module serves every handler made in a process
+  // (the test harness runs several).
+  const runtime = () => {
+    if (rt === null) rt = new Runtime(app, host, kv);
+    liveRuntime = rt;
+    hostImport = host;
+    io.bindRuntime(rt);
+    return rt;
+  };
   return {
     upgrade: (req) => runtime().upgrade(req),
+    resumeUpgrade: (tag, req, outcome) => runtime().resumeUpgrade(tag, req, outcome),
     handle: (batch) => runtime().handle(batch),
   };
 }

@@ -21,6 +21,9 @@ function asVector(item) {
   for (const [k, v] of Object.entries(item)) {
     if (k === "payload") out.payload_hex = hex(v);
     else if (k === "attachment") out.attachment_hex = hex(v);
+    else if (k === "body") out.body_hex = hex(v);
+    else if (k === "key") out.key_hex = hex(v);
+    else if (k === "value") out.value_hex = hex(v);
     else out[k] = v;
   }
   return out;
@@ -83,6 +86,19 @@ const commands = run(
   abi.writeCommandHeader,
   abi.decodeCommands,
 );
+// weir:gateway 0.4.0's I/O kinds, as abi/tests/vectors.rs reads them.
+const ioEvents = run("io-events.json", "events", abi.EVENT_HEADER_BYTES, abi.readEventHeader, abi.writeEventHeader, abi.decodeEvents);
+const ioCommands = run(
+  "io-commands.json",
+  "commands",
+  abi.COMMAND_HEADER_BYTES,
+  abi.readCommandHeader,
+  abi.writeCommandHeader,
+  abi.decodeCommands,
+);
+ok(ioEvents.seen.every((e) => e === "IoEventMalformed"), `${ioEvents.seen}`);
+ok(ioCommands.seen.length === 6 && ioCommands.seen.every((e) => e === "MetaMalformed"), `${ioCommands.seen}`);
+
 for (const variant of [
   "HeadersNotWhole",
   "ReservedByteSet",
@@ -112,6 +128,19 @@ const answer = w.finish();
 strictEqual(hex(answer.commands), everyKind.headers_hex, "writer: headers");
 strictEqual(hex(answer.data), everyKind.data_hex, "writer: data");
 
+// ...and the I/O commands the runtime writes (fetch, timers, kv) too.
+const ioKinds = load("io-commands.json").valid[0];
+strictEqual(ioKinds.name, "io-kinds");
+const wio = new abi.CommandWriter(28, 4);
+wio.httpRequest(3, 7, "POST", "http://h:1/x", [["content-type", "text/plain"]], abi.encodeUtf8("hi"));
+wio.setTimer(0, 8, 1500);
+wio.cancelTimer(3, 8);
+wio.kvSet("k", "v", 60000);
+wio.kvDelete("k");
+const ioAnswer = wio.finish();
+strictEqual(hex(ioAnswer.commands), ioKinds.headers_hex, "writer: I/O headers");
+strictEqual(hex(ioAnswer.data), ioKinds.data_hex, "writer: I/O data");
+
 // UTF-8 both ways, against node's own codec.
 for (const s of ["", "ascii", "héllo", "日本語", "😀 emoji", "a".repeat(10000) + "é"]) {
   const bytes = abi.encodeUtf8(s);
@@ -126,5 +155,5 @@ for (const bad of [[0xff], [0xc3], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0xf4, 0x90
 }
 
 console.log(
-  `vectors (js): ${events.checked} event cases, ${commands.checked} command cases, writer and UTF-8 ok`,
+  `vectors (js): ${events.checked + ioEvents.checked} event cases, ${commands.checked + ioCommands.checked} command cases, writer and UTF-8 ok`,
 );

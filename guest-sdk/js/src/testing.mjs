@@ -1,0 +1,553 @@
+// Test a JavaScript handler natively, under node's own test runner: no
+// gateway, no wasm. Node only (not part of a component).
+//
+// `TestRoute` stands in for one gateway route serving a handler module, as
+// the Rust SDK's `weir_guest::testing::TestRoute` does. It loads the module
+// through the same rewrite build.mjs applies (src/loader.mjs), turns what
+// clients do (upgrade, send, close) into the event batches the gateway
+// sends, one event per batch, runs them through the SDK's runtime (the
+// code the component runs), reads the answer with the ABI's validating
+// reader and applies it as the gateway would: messages land in each
+// client's inbox, publishes reach the route's subscribers, closes are
+// recorded (and, as a client answers a close, followed by the
+// connection's onClose), state is saved under `attachment_max`.
+//
+//   import { test } from "node:test";
+//   import assert from "node:assert/strict";
+//   import { TestRoute } from "weir-guest/testing"; // or its path
+//
+//   test("echo", async () => {
+//     const route = await TestRoute.load(new URL("./echo.js", import.meta.url), "/echo");
+//     const c = route.connect("/echo");
+//     route.sendText(c, "hi");
+//     assert.deepEqual(route.texts(c), ["hi"]);
+//   });
+//
+// I/O is played by the test: requests wait in `requests()` until the test
+// answers them (`respond`, `fail`); timers wait in `timers()` until the
+// test fires them (`fire`, or `advance(ms)` on the route's clock); the
+// key-value store is a Map the handler reads with kv.get and writes after
+// each batch (`kv`, `kvGet`, `kvSet`, `kvError`, `kvMaxKeys`). A deferred
+// upgrade is answered by `upgradeAnswering`. `replaceInstance()` starts a
+// fresh instance (module state reset, connections and their saved state
+// kept), as the gateway does after a fault, a recycle or a deploy.
+//
+// Scope: one route, one instance, batches of one event; topics are the
+// route's own.
+
+import * as nodeModule from "node:module";
+import { pathToFileURL } from "node:url";
+import * as abi from "./abi.js";
+import { createHandler } from "./index.js";
+
+/** The gateway's default `attachment_max` (64 KiB). */
+export const DEFAULT_ATTACHMENT_MAX = 64 * 1024;
+
+let hooked = false;
+
+function hook() {
+  if (!hooked) {
+    if (typeof nodeModule.register !== "function") {
+      throw new Error(`the weir harness needs Node.js 20.6 or later (module.register); this is ${process.version}`);
+    }
+    nodeModule.register(new URL("./loader.mjs", import.meta.url));
+    hooked = true;
+  }
+}
+
+let instances = 0;
+
+/** `[name, value]` pairs of `path` matched against `pattern`, or null. */
+export function matchRoute(pattern, path) {
+  const params = [];
+  const want = pattern.split("/");
+  const got = path.split("/");
+  for (let i = 0; ; i++) {
+    const w = want[i];
+    const g = got[i];
+    if (w === undefined && g === undefined) return params;
+    if (w === undefined || g === undefined) return null;
+    if (w.startsWith("{*") && w.endsWith("}")) {
+      params.push([w.slice(2, -1), got.slice(i).join("/")]);
+      return params;
+    }
+    if (w.startsWith("{") && w.endsWith("}")) {
+      if (g === "") return null;
+      params.push([w.slice(1, -1), g]);
+    } else if (w !== g) {
+      return null;
+    }
+  }
+}
+
+const te = (s) => abi.encodeUtf8(s);
+const td = (b) => abi.decodeUtf8(b);
+
+function keyString(key) {
+  return typeof key === "string" ? key : td(abi.toBytes(key)) ?? Buffer.from(key).toString("latin1");
+}
+
+/** A route serving one handler module, driven by the test. */
+export class TestRoute {
+  /**
+   * Load the handler module at `url` (a file URL or path) for a route at
+   * `pattern` (`/chat/{room}`). Options: `attachmentMax` (bytes),
+   * `kvMaxKeys`.
+   */
+  static async load(url, pattern, options = {}) {
+    hook();
+    const href = url instanceof URL ? url.href : String(url).startsWith("file:") ? String(url) : pathToFileURL(String(url)).href;
+    const route = new TestRoute(href, pattern, options);
+    await route.replaceInstance();
+    return route;
+  }
+
+  constructor(href, pattern, options) {
+    this.href = href;
+    this.pattern = pattern;
+    this.attachmentMax = options.attachmentMax ?? DEFAULT_ATTACHMENT_MAX;
+    this.kvMaxKeys = options.kvMaxKeys ?? null;
+    this.handler = null;
+    this.nextId = 1;
+    this.clients = new Map();
+    this.closing = [];
+    this.pendingRequests = [];
+    /** tag → { conn, tag, delayMs, due } */
+    this.pendingTimers = new Map();
+    /** The route's clock (ms), moved by advance(). */
+    this.now = 0;
+    /** key (string of its bytes, latin1) → { key, value, expires } */
+    this.store = new Map();
+    this.kvRefused = [];
+    /** Log lines the handler wrote: [level, message]. */
+    this.logs = [];
+  }
+
+  /**
+   * Drop the instance and start a fresh one from the module (its top-level
+   * state starts over), as the gateway does after a fault or every
+   * `recycle_after` batches: connections stay open; the new instance knows
+   * them only by what the gateway holds (target, parameters, saved state).
+   */
+  async replaceInstance() {
+    instances++;
+    const mod = await import(`${this.href}${this.href.includes("?") ? "&" : "?"}weir-instance=${instances}`);
+    if (mod.default === undefined) throw new TypeError(`${this.href} has no default export (the handler)`);
+    const host = {
+      log: (level, msg) => this.logs.push([level, msg]),
+      connection: (id) => {
+        const c = this.clients.get(id);
+        if (!c || c.gone) return null;
+        const info = new Uint8Array(c.info.length + c.attachment.length);
+        info.set(c.info, 0);
+        info.set(c.attachment, c.info.length);
+        return info;
+      },
+    };
+    const kv = { get: (key) => this.kvRead(key) };
+    this.handler = createHandler(mod.default, host, kv);
+  }
+
+  // ------------------------------------------------------------ clients
+
+  /** Upgrade `target` (path and query) without headers and open it; its id. Throws if refused. */
+  connect(target, headers = []) {
+    const r = this.upgrade({ target, headers });
+    if (r.status !== undefined) throw new Error(`upgrade of ${target} refused with ${r.status}`);
+    return r.id;
+  }
+
+  /**
+   * Ask the handler to upgrade `{ target, headers, remoteAddr }`; `{ id }`
+   * if it accepts (the connection is open), `{ status }` (the HTTP status
+   * the gateway would answer) if not. A deferred upgrade needs
+   * upgradeAnswering.
+   */
+  upgrade(req) {
+    return this.upgradeAnswering(req, null);
+  }
+
+  /**
+   * As upgrade; if the handler defers the upgrade on a request, `answer`
+   * plays the remote service: given the request ({ method, url, headers,
+   * body, text }), it returns `{ status, headers, body }` or `{ error }`
+   * (`refused`, `timeout`, `connect`, `too-large`, `busy`, `invalid`).
+   */
+  upgradeAnswering(req, answer) {
+    const target = req.target ?? req.path ?? "/";
+    const q = target.indexOf("?");
+    const path = q < 0 ? target : target.slice(0, q);
+    const query = q < 0 ? "" : target.slice(q + 1);
+    const params = matchRoute(this.pattern, path);
+    if (params === null) throw new Error(`${path} does not match route ${this.pattern}`);
+    const raw = {
+      path,
+      query,
+      headers: (req.headers ?? []).map(([n, v]) => [n.toLowerCase(), v]),
+      remoteAddr: req.remoteAddr ?? "127.0.0.1:50000",
+      params,
+    };
+    let decision = this.handler.upgrade(raw);
+    if (decision.tag === "defer") {
+      if (answer === null) throw new Error("the handler deferred the upgrade on a request; use upgradeAnswering");
+      const r = decision.val.request;
+      const sent = { conn: 0, tag: decision.val.tag, method: r.method, url: r.url, headers: r.headers, body: r.body, text: td(r.body) };
+      const a = answer(sent);
+      const codes = { refused: 1, timeout: 2, connect: 3, "too-large": 4, busy: 5, invalid: 6 };
+      const outcome =
+        a.error !== undefined
+          ? { tag: "error", val: [codes[a.error] ?? 6, a.message ?? a.error] }
+          : {
+              tag: "response",
+              val: {
+                status: a.status ?? 200,
+                headers: (a.headers ?? []).map(([n, v]) => [n.toLowerCase(), v]),
+                body: abi.toBytes(a.body ?? ""),
+              },
+            };
+      decision = this.handler.resumeUpgrade(decision.val.tag, raw, outcome);
+      if (decision.tag === "defer") return { status: 500 };
+    }
+    if (decision.tag === "reject") {
+      const s = decision.val;
+      return { status: s >= 400 && s <= 599 ? s : 403 };
+    }
+    const { protocol, attachment } = decision.val;
+    if (protocol !== null && protocol !== undefined) {
+      const offered = raw.headers
+        .filter(([n]) => n === "sec-websocket-protocol")
+        .flatMap(([, v]) => v.split(","))
+        .map((p) => p.trim());
+      if (!offered.includes(protocol)) return { status: 500 };
+    }
+    if (attachment.length > this.attachmentMax) return { status: 500 };
+    const id = this.nextId++;
+    const info = abi.encodeConnInfo(target, params);
+    this.clients.set(id, {
+      info,
+      attachment: Uint8Array.from(attachment),
+      topics: new Set(),
+      inbox: [],
+      closedByHandler: null,
+      gone: false,
+      protocol: protocol ?? null,
+    });
+    const open = new Uint8Array(info.length + attachment.length);
+    open.set(info, 0);
+    open.set(attachment, info.length);
+    this.run(id, abi.EventKind.OPEN, 0, open);
+    return { id, protocol: protocol ?? null };
+  }
+
+  /** The client sends `msg`: a string as text, bytes as binary. */
+  send(conn, msg) {
+    if (typeof msg === "string") this.sendText(conn, msg);
+    else this.sendBinary(conn, msg);
+  }
+
+  /** The client sends a text message. */
+  sendText(conn, text) {
+    this.live(conn);
+    this.run(conn, abi.EventKind.TEXT, 0, te(text));
+  }
+
+  /** The client sends a binary message. */
+  sendBinary(conn, bytes) {
+    this.live(conn);
+    this.run(conn, abi.EventKind.BINARY, 0, abi.toBytes(bytes));
+  }
+
+  /** The client closes (1005: no code, 1006: dropped); onClose runs. */
+  close(conn, code = 1000, reason = "") {
+    this.live(conn);
+    this.gone(conn);
+    this.run(conn, abi.EventKind.CLOSE, code, te(reason));
+  }
+
+  // ------------------------------------------------------------ what clients saw
+
+  /** Everything `conn` received since the last call, oldest first: strings and Uint8Arrays. */
+  received(conn) {
+    const c = this.client(conn);
+    const out = c.inbox;
+    c.inbox = [];
+    return out;
+  }
+
+  /** What `conn` received since the last call, all text (throws on a binary one). */
+  texts(conn) {
+    return this.received(conn).map((m) => {
+      if (typeof m !== "string") throw new Error(`connection ${conn} received a binary message`);
+      return m;
+    });
+  }
+
+  /** What `conn` received since the last call, each text parsed as JSON. */
+  json(conn) {
+    return this.texts(conn).map((t) => JSON.parse(t));
+  }
+
+  /** `{ code, reason }` the handler closed `conn` with, or null. */
+  closedWith(conn) {
+    return this.client(conn).closedByHandler;
+  }
+
+  /** Whether `conn` is open (neither side closed it). */
+  isOpen(conn) {
+    const c = this.clients.get(conn);
+    return c !== undefined && !c.gone && c.closedByHandler === null;
+  }
+
+  /** The topics `conn` is subscribed to, sorted. */
+  topics(conn) {
+    return [...this.client(conn).topics].sort();
+  }
+
+  /** The attachment the gateway holds for `conn` (its saved state), as text. */
+  attachment(conn) {
+    return td(this.client(conn).attachment);
+  }
+
+  /** `conn.state` as the gateway holds it (undefined when none was saved). */
+  state(conn) {
+    const a = this.attachment(conn);
+    return a === "" || a === null ? undefined : JSON.parse(a);
+  }
+
+  // ------------------------------------------------------------ HTTP
+
+  /** The requests the handler sent that are not answered yet: { conn, tag, method, url, headers, body, text }. */
+  requests() {
+    return this.pendingRequests.slice();
+  }
+
+  /** Answer pending request `tag` with `status`, `headers` ([name, value]) and `body`. */
+  respond(tag, status = 200, headers = [], body = "") {
+    const r = this.takeRequest(tag);
+    const lower = headers.map(([n, v]) => [n.toLowerCase(), v]);
+    this.run(r.conn, abi.EventKind.HTTP_RESPONSE, status, abi.encodeHttpResponse(tag, lower, abi.toBytes(body)));
+  }
+
+  /** Fail pending request `tag` with `reason` (refused, timeout, connect, too-large, busy, invalid). */
+  fail(tag, reason = "timeout", message = "") {
+    const r = this.takeRequest(tag);
+    const codes = { refused: 1, timeout: 2, connect: 3, "too-large": 4, busy: 5, invalid: 6 };
+    if (!(reason in codes)) throw new Error(`no http-error reason ${reason}`);
+    this.run(r.conn, abi.EventKind.HTTP_ERROR, codes[reason], abi.encodeHttpError(tag, message || reason));
+  }
+
+  takeRequest(tag) {
+    const at = this.pendingRequests.findIndex((r) => r.tag === tag);
+    if (at < 0) throw new Error(`no request with tag ${tag} is pending`);
+    return this.pendingRequests.splice(at, 1)[0];
+  }
+
+  // ------------------------------------------------------------ timers
+
+  /** Pending timers, soonest first: { conn (0: the route's), tag, delayMs, due }. */
+  timers() {
+    return [...this.pendingTimers.values()].sort((a, b) => a.due - b.due || a.tag - b.tag);
+  }
+
+  /** Fire pending timer `tag` now (its callback or onTimer runs). */
+  fire(tag) {
+    const t = this.pendingTimers.get(tag);
+    if (t === undefined) throw new Error(`no timer with tag ${tag} is pending`);
+    this.pendingTimers.delete(tag);
+    if (t.due > this.now) this.now = t.due;
+    this.run(t.conn, abi.EventKind.TIMER, 0, abi.encodeTag(tag));
+  }
+
+  /** Move the route's clock on by `ms`, firing every timer that comes due, in order. */
+  advance(ms) {
+    const until = this.now + ms;
+    for (;;) {
+      const next = this.timers()[0];
+      if (next === undefined || next.due > until) break;
+      this.fire(next.tag);
+    }
+    this.now = until;
+  }
+
+  // ------------------------------------------------------------ kv
+
+  kvRead(key) {
+    const e = this.store.get(Buffer.from(key).toString("latin1"));
+    if (e === undefined) return null;
+    if (e.expires !== 0 && e.expires <= this.now) return null;
+    return Uint8Array.from(e.value);
+  }
+
+  /** The value under `key` as text (null when absent or expired). */
+  kvGet(key) {
+    const v = this.kvRead(abi.toBytes(key));
+    return v === null ? null : td(v);
+  }
+
+  /** Put `value` under `key` directly (as if an earlier version wrote it). */
+  kvSet(key, value, ttlMs = 0) {
+    const k = abi.toBytes(key);
+    this.store.set(Buffer.from(k).toString("latin1"), {
+      key: Uint8Array.from(k),
+      value: Uint8Array.from(abi.toBytes(value)),
+      expires: ttlMs ? this.now + ttlMs : 0,
+    });
+  }
+
+  /** The live store as { key: value } text, with each key's ttl left in `expiresIn` when it has one. */
+  kv() {
+    const out = {};
+    for (const e of this.store.values()) {
+      if (e.expires !== 0 && e.expires <= this.now) continue;
+      out[keyString(e.key)] = td(e.value) ?? e.value;
+    }
+    return out;
+  }
+
+  /** When `key` expires on the route's clock (ms), 0 for never, null when absent. */
+  kvExpires(key) {
+    const e = this.store.get(Buffer.from(abi.toBytes(key)).toString("latin1"));
+    return e === undefined ? null : e.expires;
+  }
+
+  /** Tell the handler that a write of `key` was refused for `reason` (onKvError runs). */
+  kvError(key, reason = "max-bytes") {
+    const codes = { "max-bytes": 1, "max-keys": 2, "queue-full": 3, "too-large": 4, "no-store": 5 };
+    if (!(reason in codes)) throw new Error(`no kv-error reason ${reason}`);
+    this.run(0, abi.EventKind.KV_ERROR, codes[reason], abi.toBytes(key));
+  }
+
+  // ------------------------------------------------------------ the gateway's side
+
+  client(conn) {
+    const c = this.clients.get(conn);
+    if (c === undefined) throw new Error(`no connection ${conn}`);
+    return c;
+  }
+
+  live(conn) {
+    if (!this.isOpen(conn)) throw new Error(`connection ${conn} is not open`);
+  }
+
+  /** `conn` is gone: its timers and requests end with it (the gateway drops them). */
+  gone(conn) {
+    this.client(conn).gone = true;
+    for (const [tag, t] of this.pendingTimers) if (t.conn === conn) this.pendingTimers.delete(tag);
+    this.pendingRequests = this.pendingRequests.filter((r) => r.conn !== conn);
+  }
+
+  /** One batch of one event, its answer applied; closes the handler sent are then answered. */
+  run(conn, kind, code, bytes) {
+    const headers = new Uint8Array(abi.EVENT_HEADER_BYTES);
+    abi.writeEventHeader(headers, 0, { conn, kind, code, offset: 0, len: bytes.length });
+    const out = this.handler.handle({ events: headers, data: Uint8Array.from(bytes) });
+    // Copies: the SDK reuses its buffers for the next answer.
+    const commands = abi.decodeCommands(Uint8Array.from(out.commands), Uint8Array.from(out.data));
+    for (const c of commands) this.apply(conn, c);
+    this.afterBatch();
+    while (this.closing.length > 0) {
+      const [id, closeCode, reason] = this.closing.shift();
+      const c = this.clients.get(id);
+      if (c && !c.gone) {
+        this.gone(id);
+        this.run(id, abi.EventKind.CLOSE, closeCode, te(reason));
+      }
+    }
+  }
+
+  afterBatch() {
+    const refused = this.kvRefused;
+    this.kvRefused = [];
+    for (const [key, reason] of refused) this.kvError(key, reason);
+  }
+
+  open(conn) {
+    const c = this.clients.get(conn);
+    return c !== undefined && !c.gone && c.closedByHandler === null ? c : null;
+  }
+
+  apply(batchConn, c) {
+    switch (c.kind) {
+      case "send-text":
+      case "send-binary": {
+        const to = this.open(c.conn);
+        if (to) to.inbox.push(c.kind === "send-text" ? c.text : Uint8Array.from(c.payload));
+        break;
+      }
+      case "close": {
+        const to = this.open(c.conn);
+        if (to) {
+          to.closedByHandler = { code: c.code, reason: c.reason };
+          this.closing.push([c.conn, c.code, c.reason]);
+        }
+        break;
+      }
+      case "publish-text":
+      case "publish-binary":
+        for (const [id, to] of this.clients) {
+          if (!to.gone && to.closedByHandler === null && id !== c.exclude && to.topics.has(c.topic)) {
+            to.inbox.push(c.kind === "publish-text" ? c.text : Uint8Array.from(c.payload));
+          }
+        }
+        break;
+      case "subscribe": {
+        const to = this.open(c.conn);
+        if (to) to.topics.add(c.topic);
+        break;
+      }
+      case "unsubscribe": {
+        const to = this.open(c.conn);
+        if (to) to.topics.delete(c.topic);
+        break;
+      }
+      case "set-attachment": {
+        if (c.conn !== batchConn) {
+          // The gateway ignores (and logs) an attachment outside its batch.
+          this.logs.push(["warn", `attachment for ${c.conn} outside its batch ignored`]);
+          break;
+        }
+        const to = this.clients.get(c.conn);
+        if (!to || to.gone) break;
+        if (c.attachment.length > this.attachmentMax) {
+          if (to.closedByHandler === null) {
+            to.closedByHandler = { code: 1011, reason: "" };
+            this.closing.push([c.conn, 1011, ""]);
+          }
+          break;
+        }
+        to.attachment = Uint8Array.from(c.attachment);
+        break;
+      }
+      case "http-request": {
+        if (c.conn !== 0 && !this.open(c.conn)) break;
+        const head = abi.splitRequestHead(c.head);
+        if (head === null) throw new Error(`request head ${JSON.stringify(c.head)} has no METHOD URL`);
+        const body = Uint8Array.from(c.body);
+        this.pendingRequests.push({ conn: c.conn, tag: c.tag, ...head, body, text: td(body) });
+        break;
+      }
+      case "set-timer":
+        if (c.conn === 0 || this.open(c.conn)) {
+          this.pendingTimers.set(c.tag, { conn: c.conn, tag: c.tag, delayMs: c.delay_ms, due: this.now + c.delay_ms });
+        }
+        break;
+      case "cancel-timer": {
+        const t = this.pendingTimers.get(c.tag);
+        if (t && t.conn === c.conn) this.pendingTimers.delete(c.tag);
+        break;
+      }
+      case "kv-set": {
+        const k = Buffer.from(c.key).toString("latin1");
+        const full = this.kvMaxKeys !== null && this.store.size >= this.kvMaxKeys && !this.store.has(k);
+        if (full) this.kvRefused.push([Uint8Array.from(c.key), "max-keys"]);
+        else this.kvSet(c.key, c.value, c.ttl_ms);
+        break;
+      }
+      case "kv-delete":
+        this.store.delete(Buffer.from(c.key).toString("latin1"));
+        break;
+      default:
+        throw new Error(`the harness does not play ${c.kind}`);
+    }
+  }
+}
