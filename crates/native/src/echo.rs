@@ -80,4 +80,13 @@ mod tests {
         let size = future_size(run::<Echo, Tcp>);
         assert!(size <= 960, "run::<Echo, Tcp> is {size} bytes (was 880)");
     }
+
+    /// On the plane the connection is a boxed slot instead of a task and
+    /// its future: the same guard for it.
+    #[test]
+    fn an_echo_connections_plane_slot_stays_small() {
+        let size = weir_reactor::plane::slot_bytes::<Echo>();
+        eprintln!("plane slot for Echo: {size} bytes");
+        assert!(size <= 400, "the plane's Entry<Echo> is {size} bytes");
+    }
 }

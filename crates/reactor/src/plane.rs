@@ -440,6 +440,13 @@ impl Plane {
     }
 }
 
+/// The bytes one connection's slot boxes on the plane for behaviour `B`
+/// (what an open connection holds there besides its queue, registry entry
+/// and socket), for the tests that keep it small.
+pub fn slot_bytes<B: Behaviour>() -> usize {
+    std::mem::size_of::<Entry<B>>()
+}
+
 /// Hands `behaviour` back to the plane's connection `key` (its lend ended).
 pub(crate) fn give_back<B: Behaviour>(
     plane: &Rc<Plane>,
