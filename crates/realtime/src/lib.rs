@@ -37,6 +37,7 @@ pub mod verdict;
 mod across;
 mod here;
 mod model;
+mod roster;
 
 use across::{recovery_of, refresh_presence};
 use here::{Adapter, ChannelState, Channels};
@@ -52,6 +53,7 @@ use history::{HistoryError, Stream};
 use namespace::ChannelNameError;
 use presence::{Presence, PresenceError};
 use redis::{Message, ReadFrom, RedisStore};
+use roster::{Change, Roster};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -321,7 +323,11 @@ impl Realtime {
         };
         let mut state = state.lock().expect("channel lock");
         topics.unsubscribe(channel, conn);
-        state.presence.remove(&member.client);
+        if state.presence.remove(&member.client).is_some() {
+            state
+                .roster
+                .own(Change::Absent(member.client.as_str().into()));
+        }
         self.release(cluster, channel, &mut state);
         drop(state);
         let Ok(options) = self.namespaces.of(channel) else {
@@ -340,7 +346,8 @@ impl Realtime {
     }
 
     /// Who is in `channel` (namespaces with `presence` only); with
-    /// `[cluster]`, on every node.
+    /// `[cluster]`, on every node (from the node's copy while it has
+    /// subscribers there, see `roster.rs`).
     pub async fn presence(
         self: Arc<Self>,
         channel: String,
@@ -351,7 +358,7 @@ impl Realtime {
         if !self.namespaces.of(&channel)?.presence {
             return Err(RealtimeError::NotAvailable);
         }
-        cluster.store.presence(&channel).await
+        self.presence_across(cluster, &channel).await
     }
 
     pub async fn presence_stats(
