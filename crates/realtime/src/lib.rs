@@ -18,8 +18,11 @@
 //! node's own included, to the nodes that watch its channel; a node's
 //! stream is then its copy of the channel's recent publications, kept as
 //! they arrive, which joins a subscribe's Redis read to live delivery
-//! without a gap or a repeat (see [`Realtime::subscribe`]). A node that
-//! sees a channel's positions jump (messages lost between Redis and it, or
+//! without a gap or a repeat (see [`Realtime::subscribe`]). Likewise a
+//! node's roster (`roster.rs`) is its copy of a presence channel's
+//! members, kept from the presence changes Redis sends, which answers
+//! presence without reading the whole list each time. A node that sees a
+//! channel's positions jump (messages lost between Redis and it, or
 //! a new epoch) closes its positioned subscribers of the channel
 //! ([`Framer::discontinuity`]): they reconnect and recover, or are told
 //! they cannot.
