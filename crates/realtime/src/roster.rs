@@ -26,6 +26,12 @@ pub(crate) enum Change {
 /// start and its answer.
 static READS: AtomicU64 = AtomicU64::new(1);
 
+/// Changes a read in flight may log. A read answers within
+/// [`REDIS_TIMEOUT`](crate::redis::REDIS_TIMEOUT), so its log holds a few
+/// seconds of changes; a longer one is a read whose caller went away (a
+/// dropped call): it is given up, so the log does not grow for ever.
+const READ_LOG_MAX: usize = 1 << 16;
+
 /// One channel's members as this node knows them.
 #[derive(Debug, Default)]
 pub(crate) struct Roster {
@@ -93,7 +99,11 @@ impl Roster {
     /// for a read in flight.
     pub(crate) fn apply(&mut self, change: Change) {
         if let Some((_, log)) = &mut self.reading {
-            log.push(change.clone());
+            if log.len() < READ_LOG_MAX {
+                log.push(change.clone());
+            } else {
+                self.reading = None;
+            }
         }
         if self.seeded {
             self.apply_to_members(change);
@@ -204,5 +214,17 @@ mod tests {
             "an overlapping read's answer is not installed twice"
         );
         assert_eq!(clients(&mut roster, 0), ["a"]);
+    }
+
+    /// A read whose caller went away does not log changes for ever.
+    #[test]
+    fn an_abandoned_read_is_given_up() {
+        let mut roster = Roster::default();
+        let id = roster.begin_read();
+        for i in 0..=READ_LOG_MAX {
+            roster.apply(Change::Present(member(&i.to_string()), 100));
+        }
+        assert!(roster.reading.is_none());
+        assert!(roster.install(id, Vec::new()).is_err());
     }
 }
