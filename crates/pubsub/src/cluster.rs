@@ -73,6 +73,9 @@ pub trait RealtimeSink: Send + Sync {
     /// The link is up (again) and subscribed to every watched channel:
     /// what was published while it was down never arrives.
     fn link_up(&self);
+    /// The link is down: until it is up again, nothing published reaches
+    /// this node.
+    fn link_down(&self) {}
 }
 
 /// The link's figures for `/metrics`.
@@ -215,6 +218,9 @@ impl RedisBroker {
                     self.connected.store(false, Ordering::Release);
                     self.subscribed.store(0, Ordering::Release);
                     self.set_active(|active| active.clear());
+                    for sink in self.realtime_sinks() {
+                        sink.link_down();
+                    }
                     self.link_failures.fetch_add(1, Ordering::Relaxed);
                     lost_before = self.lost.load(Ordering::Relaxed);
                     warn!(error = %why, "cluster: Redis link lost; local delivery goes on, \
@@ -244,6 +250,16 @@ impl RedisBroker {
         }
     }
 
+    /// The real-time cores still alive.
+    fn realtime_sinks(&self) -> Vec<Arc<dyn RealtimeSink>> {
+        self.realtime
+            .read()
+            .expect("cluster lock")
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
     /// Runs one link until it fails: publishes go out in pipelines, other
     /// nodes' messages come in, and subscriptions follow the wanted set.
     async fn serve(
@@ -256,14 +272,7 @@ impl RedisBroker {
         if let Err(e) = timed(self.follow_wanted(link, &mut subscribed)).await {
             return e.to_string();
         }
-        let sinks: Vec<_> = self
-            .realtime
-            .read()
-            .expect("cluster lock")
-            .values()
-            .filter_map(Weak::upgrade)
-            .collect();
-        for sink in sinks {
+        for sink in self.realtime_sinks() {
             sink.link_up();
         }
         let mut batch = Vec::with_capacity(PUBLISH_BATCH);

@@ -1,8 +1,9 @@
 //! A channel across nodes (`[cluster]`): Redis holds its positions,
 //! history and presence; a node joins Redis's copy to live delivery
-//! without a gap or a repeat, takes other nodes' publications, joins and
-//! leaves as they arrive, and closes its positioned subscribers when a
-//! channel's positions jump.
+//! without a gap or a repeat, takes other nodes' publications, joins,
+//! leaves and presence changes as they arrive (the last into its copy of
+//! the members), and closes its positioned subscribers when a channel's
+//! positions jump.
 
 use super::*;
 
@@ -172,6 +173,10 @@ impl Realtime {
             );
             if options.presence {
                 let _ = locked.presence.add(req.member.clone(), 0);
+                let until = redis::unix_secs() + redis::PRESENCE_TTL.as_secs();
+                locked
+                    .roster
+                    .own(Change::Present(req.member.clone(), until));
             }
             return Ok(true);
         }
@@ -188,6 +193,72 @@ impl Realtime {
         }
     }
 
+    /// Who is in `channel` across nodes. While this node has subscribers
+    /// there, from its copy ([`Roster`]), seeded by one read: the read is
+    /// sent once the channel's watch is in place, so every change after it
+    /// reaches the copy, and the changes that arrived meanwhile are
+    /// replayed over it. Otherwise (or while the link is down) read from
+    /// Redis.
+    pub(crate) async fn presence_across(
+        &self,
+        cluster: &Cluster,
+        channel: &str,
+    ) -> Result<Vec<Arc<ClientInfo>>, RealtimeError> {
+        let members_of = |read: Vec<(Arc<ClientInfo>, u64)>| -> Vec<Arc<ClientInfo>> {
+            read.into_iter().map(|(m, _)| m).collect()
+        };
+        let Some(state) = self.existing(channel) else {
+            return Ok(members_of(cluster.store.presence(channel).await?));
+        };
+        let id = {
+            let mut locked = state.lock().expect("channel lock");
+            if locked.subscribers == 0 {
+                None
+            } else if let Some(members) = locked.roster.members(redis::unix_secs()) {
+                return Ok(members);
+            } else {
+                Some(locked.roster.begin_read())
+            }
+        };
+        let Some(id) = id else {
+            return Ok(members_of(cluster.store.presence(channel).await?));
+        };
+        if !cluster
+            .broker
+            .wait_subscribed(cluster.scope(), channel, redis::REDIS_TIMEOUT)
+            .await
+        {
+            return Ok(members_of(cluster.store.presence(channel).await?));
+        }
+        let read = cluster.store.presence(channel).await?;
+        let mut locked = state.lock().expect("channel lock");
+        let now = redis::unix_secs();
+        Ok(match locked.roster.install(id, read) {
+            Ok(()) => locked.roster.members(now).unwrap_or_default(),
+            // Another read was installed first (its copy is as new), or
+            // the copy was reset meanwhile (this read is the answer).
+            Err(read) => locked
+                .roster
+                .members(now)
+                .unwrap_or_else(|| members_of(read)),
+        })
+    }
+
+    /// Presence changes from Redis for `channel`, into its copy while this
+    /// node has subscribers there.
+    fn roster_changed(&self, channel: &str, changes: impl IntoIterator<Item = Change>) {
+        let Some(state) = self.existing(channel) else {
+            return;
+        };
+        let mut state = state.lock().expect("channel lock");
+        if state.subscribers == 0 {
+            return;
+        }
+        for change in changes {
+            state.roster.apply(change);
+        }
+    }
+
     /// A message from Redis for a channel this node watches (with
     /// `[cluster]`): publications are kept in the node's stream and
     /// delivered at their positions, in the order Redis gave them.
@@ -195,6 +266,18 @@ impl Realtime {
         let (position, publication) = match message {
             Message::Join(info) => return self.join_leave(channel, &info, true),
             Message::Leave(info) => return self.join_leave(channel, &info, false),
+            Message::Present(members) => {
+                let until = redis::unix_secs() + redis::PRESENCE_TTL.as_secs();
+                return self.roster_changed(
+                    channel,
+                    members
+                        .into_iter()
+                        .map(|m| Change::Present(Arc::new(m), until)),
+                );
+            }
+            Message::Absent(client) => {
+                return self.roster_changed(channel, [Change::Absent(client.into())])
+            }
             Message::Publication {
                 position,
                 publication,
@@ -287,6 +370,24 @@ impl RealtimeSink for Realtime {
                 self.discontinuity(&name);
                 state.forget_copy();
             }
+            state.roster.reset();
+        }
+    }
+
+    /// Presence changes published while the link is down never arrive:
+    /// the members' copies are forgotten (presence reads go to Redis until
+    /// a copy is seeded again, after the link is back).
+    fn link_down(&self) {
+        let channels: Vec<Arc<Mutex<ChannelState>>> = self
+            .channels
+            .lock()
+            .expect("channels lock")
+            .states
+            .values()
+            .cloned()
+            .collect();
+        for state in channels {
+            state.lock().expect("channel lock").roster.reset();
         }
     }
 }
@@ -351,3 +452,6 @@ pub(crate) async fn refresh_presence(realtime: Weak<Realtime>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

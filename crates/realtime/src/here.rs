@@ -14,6 +14,9 @@ pub(crate) struct ChannelState {
     pub(crate) seeded: bool,
     /// This node's members (with `[cluster]`, the ones it refreshes).
     pub(crate) presence: Presence,
+    /// With `[cluster]`, while the channel is watched: every node's
+    /// members as this node follows them (presence namespaces only).
+    pub(crate) roster: Roster,
     /// Subscribers in every adapter: a channel with any is never swept.
     pub(crate) subscribers: usize,
     /// Recent publishes' idempotency keys and their positions.
@@ -21,11 +24,13 @@ pub(crate) struct ChannelState {
 }
 
 impl ChannelState {
-    /// With `[cluster]`: the node's copy of the stream no longer follows
-    /// Redis (nobody here needs it, or what it missed is unknown).
+    /// With `[cluster]`: the node's copies of the stream and the members
+    /// no longer follow Redis (nobody here needs them, or what they missed
+    /// is unknown).
     pub(crate) fn forget_copy(&mut self) {
         self.seeded = false;
         self.stream.clear();
+        self.roster.reset();
     }
 }
 

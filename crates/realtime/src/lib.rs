@@ -18,8 +18,11 @@
 //! node's own included, to the nodes that watch its channel; a node's
 //! stream is then its copy of the channel's recent publications, kept as
 //! they arrive, which joins a subscribe's Redis read to live delivery
-//! without a gap or a repeat (see [`Realtime::subscribe`]). A node that
-//! sees a channel's positions jump (messages lost between Redis and it, or
+//! without a gap or a repeat (see [`Realtime::subscribe`]). Likewise a
+//! node's roster (`roster.rs`) is its copy of a presence channel's
+//! members, kept from the presence changes Redis sends, which answers
+//! presence without reading the whole list each time. A node that sees a
+//! channel's positions jump (messages lost between Redis and it, or
 //! a new epoch) closes its positioned subscribers of the channel
 //! ([`Framer::discontinuity`]): they reconnect and recover, or are told
 //! they cannot.
@@ -37,6 +40,7 @@ pub mod verdict;
 mod across;
 mod here;
 mod model;
+mod roster;
 
 use across::{recovery_of, refresh_presence};
 use here::{Adapter, ChannelState, Channels};
@@ -52,6 +56,7 @@ use history::{HistoryError, Stream};
 use namespace::ChannelNameError;
 use presence::{Presence, PresenceError};
 use redis::{Message, ReadFrom, RedisStore};
+use roster::{Change, Roster};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -321,7 +326,11 @@ impl Realtime {
         };
         let mut state = state.lock().expect("channel lock");
         topics.unsubscribe(channel, conn);
-        state.presence.remove(&member.client);
+        if state.presence.remove(&member.client).is_some() {
+            state
+                .roster
+                .own(Change::Absent(member.client.as_str().into()));
+        }
         self.release(cluster, channel, &mut state);
         drop(state);
         let Ok(options) = self.namespaces.of(channel) else {
@@ -340,7 +349,8 @@ impl Realtime {
     }
 
     /// Who is in `channel` (namespaces with `presence` only); with
-    /// `[cluster]`, on every node.
+    /// `[cluster]`, on every node (from the node's copy while it has
+    /// subscribers there, see `roster.rs`).
     pub async fn presence(
         self: Arc<Self>,
         channel: String,
@@ -351,7 +361,7 @@ impl Realtime {
         if !self.namespaces.of(&channel)?.presence {
             return Err(RealtimeError::NotAvailable);
         }
-        cluster.store.presence(&channel).await
+        self.presence_across(cluster, &channel).await
     }
 
     pub async fn presence_stats(

@@ -10,7 +10,9 @@
 //! - `weir:rt:{ch}:p` and `:z`, presence: a hash of members by client id
 //!   and a sorted set of when each expires. Each node writes its members
 //!   again every [`PRESENCE_REFRESH`]; a member its node stopped refreshing
-//!   (the node died) is gone [`PRESENCE_TTL`] later;
+//!   (the node died) is gone [`PRESENCE_TTL`] later. Each add, refresh and
+//!   remove is also sent to the nodes that watch the channel, which keep
+//!   a copy of the members (`roster.rs`);
 //! - `weir:rt:{ch}:i:<key>`, a publish's idempotency key.
 //!
 //! A publish is one script: next offset, XADD, and the message to every
@@ -28,6 +30,7 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisResult, Value};
 use scripts::{PRESENCE_ADD, PRESENCE_GET, PRESENCE_REMOVE, PUBLISH, READ};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use weir_config::ClusterConfig;
@@ -63,6 +66,9 @@ pub struct RedisStore {
     runtime: tokio::runtime::Handle,
     /// The last failure, for the log (one line per outage, not per call).
     failing: Arc<Mutex<Option<Instant>>>,
+    /// Whole member lists read ([`presence`](Self::presence)): a join
+    /// answered from the node's copy reads none (the tests count them).
+    presence_reads: AtomicU64,
 }
 
 /// One channel's keys.
@@ -119,6 +125,7 @@ impl RedisStore {
             scope: String::new(),
             runtime: handle,
             failing: Arc::default(),
+            presence_reads: AtomicU64::new(0),
         }))
     }
 
@@ -131,6 +138,7 @@ impl RedisStore {
             scope: scope.to_string(),
             runtime: self.runtime.clone(),
             failing: self.failing.clone(),
+            presence_reads: AtomicU64::new(0),
         })
     }
 
@@ -329,8 +337,8 @@ impl RedisStore {
         self.invoke::<i64>(call).await.map(|_| ())
     }
 
-    /// Adds (or refreshes) `members` of `channel`; false when a new member
-    /// would pass `max` (0: no cap).
+    /// Adds (or refreshes) `members` of `channel`, and tells the nodes that
+    /// watch it; false when a new member would pass `max` (0: no cap).
     pub(crate) async fn presence_add(
         &self,
         channel: &str,
@@ -347,7 +355,9 @@ impl RedisStore {
             .arg(now)
             .arg(now + PRESENCE_TTL.as_secs())
             .arg(max)
-            .arg(PRESENCE_TTL.as_secs() * 2);
+            .arg(PRESENCE_TTL.as_secs() * 2)
+            .arg(self.publish_command())
+            .arg(&keys.channel);
         for m in members {
             script.arg(&m.client).arg(encode_info(m));
         }
@@ -358,20 +368,37 @@ impl RedisStore {
     pub(crate) async fn presence_remove(&self, channel: &str, client: &str) {
         let keys = self.keys(channel);
         let mut script = eval(PRESENCE_REMOVE, &[&keys.presence, &keys.expiry]);
-        script.arg(client);
+        script
+            .arg(client)
+            .arg(self.publish_command())
+            .arg(&keys.channel);
         let _: Result<i64, _> = self.invoke(script).await;
     }
 
-    /// Every member of `channel` whose node still refreshes it.
-    pub async fn presence(&self, channel: &str) -> Result<Vec<Arc<ClientInfo>>, RealtimeError> {
+    /// Every member of `channel` whose node still refreshes it, with the
+    /// unix second its entry expires unless written again.
+    pub async fn presence(
+        &self,
+        channel: &str,
+    ) -> Result<Vec<(Arc<ClientInfo>, u64)>, RealtimeError> {
+        self.presence_reads.fetch_add(1, Ordering::Relaxed);
         let keys = self.keys(channel);
         let mut script = eval(PRESENCE_GET, &[&keys.presence, &keys.expiry]);
         script.arg(unix_secs());
         let flat: Vec<Vec<u8>> = self.invoke(script).await?;
         Ok(flat
-            .chunks(2)
-            .filter_map(|pair| decode_info(pair.get(1)?).map(Arc::new))
+            .chunks(3)
+            .filter_map(|entry| {
+                let info = decode_info(entry.get(1)?)?;
+                let until: f64 = std::str::from_utf8(entry.get(2)?).ok()?.parse().ok()?;
+                Some((Arc::new(info), until as u64))
+            })
             .collect())
+    }
+
+    /// How many whole member lists this store read so far.
+    pub fn presence_reads(&self) -> u64 {
+        self.presence_reads.load(Ordering::Relaxed)
     }
 }
 
@@ -388,7 +415,7 @@ fn eval(script: &str, keys: &[&str]) -> redis::Cmd {
     cmd
 }
 
-fn unix_secs() -> u64 {
+pub(crate) fn unix_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -432,5 +459,22 @@ mod tests {
             )),
             Some(Message::Join(i)) if i == info
         ));
+        // A presence add's message: infos one after another.
+        let other = ClientInfo {
+            client: "c:2".into(),
+            user: "7".into(),
+            conn_info: None,
+            chan_info: Some(Bytes::from_static(b"{}")),
+        };
+        let added = [b"a".as_slice(), &encode_info(&info), &encode_info(&other)].concat();
+        assert!(matches!(
+            decode_message(&Bytes::from(added)),
+            Some(Message::Present(m)) if m == [info.clone(), other]
+        ));
+        assert!(matches!(
+            decode_message(&Bytes::from_static(b"rc:1")),
+            Some(Message::Absent(c)) if c == "c:1"
+        ));
+        assert!(decode_message(&Bytes::from_static(b"a3:abc")).is_none());
     }
 }

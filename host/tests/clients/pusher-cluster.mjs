@@ -144,8 +144,20 @@ async function presence() {
   bob2.disconnect();
   await until(() => removed.length === 1, "bob's member_removed on A");
   assert.equal(removed[0].id, 'bob');
-  alice.disconnect();
-  return { members, added: added.length, removed: removed.length };
+  // A answers joins from its copy of the members, which follows B: bea,
+  // who joined on B, is in a new member's list on A; bob, gone from both
+  // nodes, is not.
+  const bea = client(B, 'bea');
+  await subscribed(bea, 'presence-room');
+  await until(() => added.length === 2, "bea's member_added on A");
+  const carol = client(A, 'carol');
+  const chC = await subscribed(carol, 'presence-room');
+  const listed = [];
+  chC.members.each((m) => listed.push(m.id));
+  assert.deepEqual(listed.sort(), ['alice', 'bea', 'carol'], "carol's list on A");
+  const out = { members, added: added.length, removed: removed.length };
+  for (const c of [alice, bea, carol]) c.disconnect();
+  return out;
 }
 
 /** Channel queries from either node count both; a channel stays occupied

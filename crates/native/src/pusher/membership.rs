@@ -59,14 +59,16 @@ fn to_others(route: &PusherRoute, app: &App, core: &str, json: &str, conn: ConnI
 }
 
 /// Subscribes on Redis at once per route (with `[cluster]`). A subscribe
-/// is a few Redis calls, a presence one reads the channel's members: a
-/// storm of thousands at once would queue them all in Redis, past the
-/// deadline of each call ([`weir_realtime::redis::REDIS_TIMEOUT`]), so the
-/// rest wait for a turn here.
+/// is a few Redis calls (a presence one's member list comes from the
+/// core's copy, read from Redis once per node): a storm of thousands at
+/// once would queue them all in Redis, past the deadline of each call
+/// ([`weir_realtime::redis::REDIS_TIMEOUT`]), so the rest wait for a turn
+/// here.
 pub const JOINS_IN_FLIGHT: usize = 32;
 
-/// Reads of a presence channel's members a subscribe makes before it gives
-/// up (each bounded by the Redis deadline).
+/// Tries at a presence channel's members a subscribe makes before it gives
+/// up (each bounded by the Redis deadline; only a read from Redis, the
+/// seed of the core's copy, can fail).
 const PRESENCE_READS: usize = 3;
 
 /// Joins, counts and answers; `done` says whether the subscription was

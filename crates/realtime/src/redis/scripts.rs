@@ -1,7 +1,7 @@
 //! The Lua scripts the store runs, each one atomic on the shard that holds
 //! its channel (the keys share the channel's hash tag): publish (offset,
 //! history, message), read (top, epoch, entries), presence add, get and
-//! remove.
+//! remove (add and remove tell the nodes that watch the channel).
 
 pub(super) const PUBLISH: &str = r#"
 local size = tonumber(ARGV[3])
@@ -56,42 +56,50 @@ end
 return {top, epoch, entries}
 "#;
 
-/// Drops expired members, then adds or refreshes ARGV[5..] (client, info
-/// pairs) unless a new one would pass ARGV[3] members (0 if none may be
-/// added). Answers 1, or 0 when full.
+/// Drops expired members, then adds or refreshes ARGV[7..] (client, info
+/// pairs) unless a new one would pass ARGV[3] members (0: no cap), and
+/// tells every node watching the channel (`a` and the infos, with ARGV[5]
+/// into ARGV[6]) so their copies follow. Answers 1, or 0 when full.
 pub(super) const PRESENCE_ADD: &str = r#"
 local gone = redis.call('zrangebyscore', KEYS[2], '-inf', ARGV[1])
 for _, c in ipairs(gone) do redis.call('hdel', KEYS[1], c) end
 redis.call('zremrangebyscore', KEYS[2], '-inf', ARGV[1])
 local max = tonumber(ARGV[3])
-for i = 5, #ARGV, 2 do
+local infos = {'a'}
+for i = 7, #ARGV, 2 do
   if max > 0 and redis.call('hexists', KEYS[1], ARGV[i]) == 0 and redis.call('hlen', KEYS[1]) >= max then
     return 0
   end
   redis.call('hset', KEYS[1], ARGV[i], ARGV[i + 1])
   redis.call('zadd', KEYS[2], ARGV[2], ARGV[i])
+  infos[#infos + 1] = ARGV[i + 1]
 end
 redis.call('expire', KEYS[1], ARGV[4])
 redis.call('expire', KEYS[2], ARGV[4])
+redis.call(ARGV[5], ARGV[6], table.concat(infos))
 return 1
 "#;
 
-/// Members not expired: a flat list of client, info.
+/// Members not expired: a flat list of client, info, expiry (unix seconds).
 pub(super) const PRESENCE_GET: &str = r#"
-local live = redis.call('zrangebyscore', KEYS[2], '(' .. ARGV[1], '+inf')
+local live = redis.call('zrangebyscore', KEYS[2], '(' .. ARGV[1], '+inf', 'WITHSCORES')
 local out = {}
-for _, c in ipairs(live) do
-  local info = redis.call('hget', KEYS[1], c)
+for i = 1, #live, 2 do
+  local info = redis.call('hget', KEYS[1], live[i])
   if info then
-    out[#out + 1] = c
+    out[#out + 1] = live[i]
     out[#out + 1] = info
+    out[#out + 1] = live[i + 1]
   end
 end
 return out
 "#;
 
+/// Removes client ARGV[1] and tells every node watching the channel (`r`
+/// and the client id, with ARGV[2] into ARGV[3]).
 pub(super) const PRESENCE_REMOVE: &str = r#"
 redis.call('hdel', KEYS[1], ARGV[1])
 redis.call('zrem', KEYS[2], ARGV[1])
+redis.call(ARGV[2], ARGV[3], 'r' .. ARGV[1])
 return 1
 "#;

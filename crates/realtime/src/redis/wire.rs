@@ -53,10 +53,17 @@ pub enum Message {
     },
     Join(ClientInfo),
     Leave(ClientInfo),
+    /// Members added or refreshed in the channel's presence (by a join or
+    /// a node's refresh, [`PRESENCE_ADD`]).
+    Present(Vec<ClientInfo>),
+    /// A client removed from the channel's presence ([`PRESENCE_REMOVE`]).
+    Absent(String),
 }
 
 /// Reads a message published by [`PUBLISH`] (`p<offset>;<epoch>;<info
-/// length>;<info><data>`) or by [`RedisStore::join_leave`].
+/// length>;<info><data>`), by [`RedisStore::join_leave`] (`j` or `l` and
+/// an info), by [`PRESENCE_ADD`] (`a` and infos one after another) or by
+/// [`PRESENCE_REMOVE`] (`r` and a client id).
 pub(crate) fn decode_message(payload: &Bytes) -> Option<Message> {
     let (&kind, rest) = payload.split_first()?;
     match kind {
@@ -91,6 +98,17 @@ pub(crate) fn decode_message(payload: &Bytes) -> Option<Message> {
         }
         b'j' => Some(Message::Join(decode_info(rest)?)),
         b'l' => Some(Message::Leave(decode_info(rest)?)),
+        b'a' => {
+            let mut members = Vec::new();
+            let mut raw = rest;
+            while !raw.is_empty() {
+                let (info, after) = decode_info_prefix(raw)?;
+                members.push(info);
+                raw = after;
+            }
+            Some(Message::Present(members))
+        }
+        b'r' => Some(Message::Absent(String::from_utf8(rest.to_vec()).ok()?)),
         _ => None,
     }
 }
@@ -113,7 +131,12 @@ pub(crate) fn encode_info(info: &ClientInfo) -> Vec<u8> {
     out
 }
 
-pub(crate) fn decode_info(mut raw: &[u8]) -> Option<ClientInfo> {
+pub(crate) fn decode_info(raw: &[u8]) -> Option<ClientInfo> {
+    decode_info_prefix(raw).map(|(info, _)| info)
+}
+
+/// The info at the start of `raw`, and what follows it.
+fn decode_info_prefix(mut raw: &[u8]) -> Option<(ClientInfo, &[u8])> {
     let mut field = || -> Option<Option<Vec<u8>>> {
         let colon = raw.iter().position(|&b| b == b':')?;
         let len = &raw[..colon];
@@ -131,10 +154,13 @@ pub(crate) fn decode_info(mut raw: &[u8]) -> Option<ClientInfo> {
     let user = String::from_utf8(field()??).ok()?;
     let conn_info = field()?.map(Bytes::from);
     let chan_info = field()?.map(Bytes::from);
-    Some(ClientInfo {
-        client,
-        user,
-        conn_info,
-        chan_info,
-    })
+    Some((
+        ClientInfo {
+            client,
+            user,
+            conn_info,
+            chan_info,
+        },
+        raw,
+    ))
 }
