@@ -171,7 +171,10 @@ const JS_SDK_FILES: &[(&str, &str)] = &[
     ),
     ("wit/weir.wit", include_str!("../../wit/weir.wit")),
     // For `build.mjs --world 0.3.0`.
-    ("wit/0.3.0/weir.wit", include_str!("../../wit/0.3.0/weir.wit")),
+    (
+        "wit/0.3.0/weir.wit",
+        include_str!("../../wit/0.3.0/weir.wit"),
+    ),
 ];
 
 /// The Python SDK, under `weir-sdk/` of a `weir new --lang python` project.
@@ -385,7 +388,10 @@ fn script_project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
         .collect();
     files.push((handler.into(), starter.replace("NAME", name)));
     if lang == Lang::Js {
-        files.push(("handler.test.mjs".into(), JS_STARTER_TESTS.replace("NAME", name)));
+        files.push((
+            "handler.test.mjs".into(),
+            JS_STARTER_TESTS.replace("NAME", name),
+        ));
     }
     files.push((".gitignore".into(), ignore.into()));
     files.push((

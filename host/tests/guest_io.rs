@@ -729,7 +729,10 @@ async fn await_kv(ws: &mut Ws, key: &str, want: &str) {
         if got == want {
             return;
         }
-        assert!(Instant::now() < deadline, "get-kv {key}: {got}, never {want}");
+        assert!(
+            Instant::now() < deadline,
+            "get-kv {key}: {got}, never {want}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -761,20 +764,32 @@ async fn a_javascript_guest_fetches_sleeps_and_keeps_values() {
 
     send_text(&mut ws, &format!("get a {}", backend.url("/echo?i=5"))).await;
     assert_eq!(text(&mut ws).await, "a 200 5");
-    send_text(&mut ws, &format!("post b {} hello there", backend.url("/post"))).await;
+    send_text(
+        &mut ws,
+        &format!("post b {} hello there", backend.url("/post")),
+    )
+    .await;
     assert_eq!(text(&mut ws).await, "b 200 hello there");
     send_text(&mut ws, "get c http://127.0.0.1:1/x").await;
     assert_eq!(text(&mut ws).await, "c error refused");
     // Twenty awaiting at once; the backend answers them out of order.
     for i in 0..20 {
-        send_text(&mut ws, &format!("get k{i} {}", backend.url(&format!("/echo?i={i}")))).await;
+        send_text(
+            &mut ws,
+            &format!("get k{i} {}", backend.url(&format!("/echo?i={i}"))),
+        )
+        .await;
     }
     let mut seen = Vec::new();
     for _ in 0..20 {
         let answer = text(&mut ws).await;
         let parts: Vec<&str> = answer.split(' ').collect();
         assert_eq!(parts.len(), 3, "{answer}");
-        assert_eq!((parts[0], parts[1]), (&*format!("k{}", parts[2]), "200"), "{answer}");
+        assert_eq!(
+            (parts[0], parts[1]),
+            (&*format!("k{}", parts[2]), "200"),
+            "{answer}"
+        );
         seen.push(parts[2].parse::<u32>().unwrap());
     }
     seen.sort_unstable();
@@ -784,7 +799,11 @@ async fn a_javascript_guest_fetches_sleeps_and_keeps_values() {
     let started = Instant::now();
     send_text(&mut ws, "timer 50").await;
     assert_eq!(text(&mut ws).await, "timer");
-    assert!(started.elapsed() >= Duration::from_millis(50), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(50),
+        "{:?}",
+        started.elapsed()
+    );
     // Cleared timers never fire; the next message is the later timer's.
     send_text(&mut ws, "cancelled 10 20").await;
     send_text(&mut ws, "timer 60").await;

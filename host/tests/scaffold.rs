@@ -250,7 +250,10 @@ async fn js_and_python_projects_new_build_and_serve() {
             let mut tests = std::process::Command::new("node");
             tests.arg("--test").current_dir(&project);
             let said = run(tests, "node --test", Duration::from_secs(120));
-            assert!(said.contains("# pass 3") && said.contains("# fail 0"), "{said}");
+            assert!(
+                said.contains("# pass 3") && said.contains("# fail 0"),
+                "{said}"
+            );
         }
 
         // A Python component compiles for several seconds on first load.

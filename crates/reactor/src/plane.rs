@@ -91,6 +91,9 @@ pub(crate) trait PlaneConn: Any {
     fn as_any(&mut self) -> &mut dyn Any;
 }
 
+/// A turn's kernel events and wakes (see `Plane::scratch`).
+type Scratch = (Vec<(Key, Cause)>, Vec<Key>);
+
 struct Slot {
     gen: u32,
     conn: Option<Box<dyn PlaneConn>>,
@@ -134,7 +137,7 @@ pub struct Plane {
     again: RefCell<Vec<Key>>,
     /// A turn's events and wakes, kept between turns (no allocation per
     /// turn).
-    scratch: RefCell<(Vec<(Key, Cause)>, Vec<Key>)>,
+    scratch: RefCell<Scratch>,
     /// Connections whose close is out, in the order their linger ends.
     lingering: RefCell<VecDeque<(Instant, Key)>>,
     /// Connections in the slab.
@@ -425,7 +428,8 @@ impl Plane {
                     return std::task::Poll::Ready(());
                 }
                 if let Some(&(at, _)) = self.lingering.borrow().front() {
-                    let timer = linger_timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+                    let timer =
+                        linger_timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
                     if timer.deadline() != at {
                         timer.as_mut().reset(at);
                     }

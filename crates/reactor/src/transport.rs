@@ -24,11 +24,11 @@
 
 use super::outbound::AnySocket;
 use super::socket::{self, Socket, Writer};
-use std::sync::{Arc, Weak};
 use rustls::ServerConnection;
 use std::future::Future;
 use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::pin::Pin;
+use std::sync::{Arc, Weak};
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncWrite, Interest};
 use tokio::net::TcpStream;

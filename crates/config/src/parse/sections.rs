@@ -186,7 +186,7 @@ pub(super) fn server(
         server.h2_max_streams = item.count(src, 1, MAX_H2_STREAMS as u64)? as u32;
     }
     if let Some(item) = Item::of("io", &raw.io) {
-        server.io = match &*item.string(src, r#""epoll""#)? {
+        server.io = match item.string(src, r#""epoll""#)? {
             "tasks" => crate::Io::Tasks,
             "epoll" => crate::Io::Epoll,
             other => {
