@@ -37,7 +37,8 @@
 #   --freq HZ         perf sampling frequency (default 10000)
 #   --top N           symbols in the perf report (default 25)
 # Environment: as compare.sh (CARGO_TARGET_DIR, WEIR_BIN, WEIR_ROUTES,
-# WEIR_BASE_BIN, WEIR_BASE_ROUTES, WEIR_LOAD, UWS_CPP_BIN).
+# WEIR_BASE_BIN, WEIR_BASE_ROUTES, WEIR_IO and WEIR_BASE_IO (`weir serve
+# --io`), WEIR_LOAD, UWS_CPP_BIN).
 # Example: the issue-25 split at 64 B × 50 × 1:
 #   WEIR_ROUTES=/tmp/r.toml WEIR_BASE_BIN=/path/weir-base bash benches/profile.sh \
 #     --load "echo -c 50 -p 1 -s 64" --rounds 5
@@ -117,8 +118,8 @@ free_port() {
 start_server() {
   local name="$1" port="$2"
   case "$name" in
-    weir) taskset -c "$server_cpus" "$weir_bin" serve "$weir_routes" --listen "127.0.0.1:$port" --workers "$workers" >>"$log" 2>&1 & ;;
-    weir-base) taskset -c "$server_cpus" "$weir_base_bin" serve "$weir_base_routes" --listen "127.0.0.1:$port" --workers "$workers" >>"$log" 2>&1 & ;;
+    weir) taskset -c "$server_cpus" "$weir_bin" serve "$weir_routes" --listen "127.0.0.1:$port" --workers "$workers" ${WEIR_IO:+--io "$WEIR_IO"} >>"$log" 2>&1 & ;;
+    weir-base) taskset -c "$server_cpus" "$weir_base_bin" serve "$weir_base_routes" --listen "127.0.0.1:$port" --workers "$workers" ${WEIR_BASE_IO:+--io "$WEIR_BASE_IO"} >>"$log" 2>&1 & ;;
     uws-cpp) taskset -c "$server_cpus" "$uws_cpp_bin" "$port" "$workers" >>"$log" 2>&1 & ;;
   esac
   server_pid=$!
