@@ -8,6 +8,7 @@ mod inflate;
 mod outgoing;
 
 use inflate::{inflate_piece, Inflating};
+pub(crate) use outgoing::take_queued;
 use outgoing::write_all;
 
 use super::behaviour::{Behaviour, Stop};

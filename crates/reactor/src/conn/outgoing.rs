@@ -13,26 +13,7 @@ impl<T: Transport> Conn<T> {
         // a producer cannot overtake them.
         let _turn = outbound.direct().then(|| outbound.write_turn());
         outbound.clear_remainder();
-        let mut frames = Vec::new();
-        let mut closing = None;
-        let mut taken = 0;
-        while frames.len() < OUTBOUND_BATCH {
-            let Some(msg) = outbound.try_recv() else {
-                break;
-            };
-            taken += 1;
-            match msg {
-                OutMsg::Frames(f) => frames.push(f),
-                OutMsg::Close(code, reason) => {
-                    closing = Some(Flow::Close(code, reason));
-                    break;
-                }
-                OutMsg::Drain => {
-                    closing = Some(Flow::Drain);
-                    break;
-                }
-            }
-        }
+        let (frames, taken, closing) = take_queued(outbound);
         let total: usize = frames.iter().map(|f| f.len()).sum();
         let stall_limit = self.env.limits.idle_timeout;
         let stream = &mut self.stream;
@@ -53,10 +34,9 @@ impl<T: Transport> Conn<T> {
         }
         outbound.written(total);
         outbound.delivered(taken);
-        match (written, closing) {
-            (Err(_), _) => Flow::Done,
-            (Ok(()), Some(flow)) => flow,
-            (Ok(()), None) => Flow::Continue,
+        match written {
+            Err(_) => Flow::Done,
+            Ok(()) => closing,
         }
     }
 
@@ -113,6 +93,26 @@ impl<T: Transport> Conn<T> {
             }
         }
     }
+}
+
+/// Takes up to [`OUTBOUND_BATCH`] queued messages (the consumer holds the
+/// write turn when direct writes are on): their frames, how many were
+/// taken, and what follows them (a queued close or drain ends the batch).
+pub(crate) fn take_queued(outbound: &Outbound) -> (Vec<bytes::Bytes>, usize, Flow) {
+    let mut frames = Vec::new();
+    let mut taken = 0;
+    while frames.len() < OUTBOUND_BATCH {
+        let Some(msg) = outbound.try_recv() else {
+            break;
+        };
+        taken += 1;
+        match msg {
+            OutMsg::Frames(f) => frames.push(f),
+            OutMsg::Close(code, reason) => return (frames, taken, Flow::Close(code, reason)),
+            OutMsg::Drain => return (frames, taken, Flow::Drain),
+        }
+    }
+    (frames, taken, Flow::Continue)
 }
 
 /// Writes and flushes `bytes`; gives up if the socket takes none of them

@@ -10,9 +10,9 @@
 
 use super::{give_back, Cause, Key, Next, Plane, PlaneConn};
 use crate::behaviour::{Behaviour, Stop};
-use crate::conn::{Conn, ConnEnv, Flow, CLOSE_DRAIN_MAX_BYTES};
+use crate::conn::{take_queued, Conn, ConnEnv, Flow, CLOSE_DRAIN_MAX_BYTES};
 use crate::idle::IdleWheel;
-use crate::outbound::{AnySocket, OutMsg};
+use crate::outbound::AnySocket;
 use crate::transport::Transport;
 use bytes::Bytes;
 use socket2::SockRef;
@@ -29,8 +29,6 @@ use weir_ws::close;
 use weir_ws::encode;
 use weir_ws::frame::OpCode;
 
-/// Messages a delivery takes from the queue at once (as the task loop).
-const OUTBOUND_BATCH: usize = 64;
 /// Reads one step makes before it lets other connections have a turn.
 const READS_PER_STEP: usize = 4;
 /// Reads a draining connection makes before its 1001 (as the task loop).
@@ -429,26 +427,7 @@ impl<B: Behaviour> Entry<B> {
         if turn {
             outbound.hold_turn();
         }
-        let mut frames = Vec::new();
-        let mut flow = Flow::Continue;
-        let mut taken = 0;
-        while frames.len() < OUTBOUND_BATCH {
-            let Some(msg) = outbound.try_recv() else {
-                break;
-            };
-            taken += 1;
-            match msg {
-                OutMsg::Frames(f) => frames.push(f),
-                OutMsg::Close(code, reason) => {
-                    flow = Flow::Close(code, reason);
-                    break;
-                }
-                OutMsg::Drain => {
-                    flow = Flow::Drain;
-                    break;
-                }
-            }
-        }
+        let (frames, taken, flow) = take_queued(&outbound);
         let total = frames.iter().map(Bytes::len).sum();
         self.write(frames, false, Done::Deliver { taken, total, flow }, turn);
     }
