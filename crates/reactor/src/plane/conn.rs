@@ -419,7 +419,9 @@ impl<B: Behaviour> Entry<B> {
     }
 
     /// Writes what producers queued (as the task loop's `deliver`).
-    fn deliver(&mut self) {
+    /// The frames go out in one `sendmsg` when the socket takes them
+    /// all (nothing allocated); else the rest waits as a `Writing`.
+    fn deliver(&mut self, plane: &Rc<Plane>) -> Option<Next> {
         let outbound = self.c.env.outbound.clone();
         // Taken under the write turn (see `write`), so a direct write
         // cannot overtake them.
@@ -428,8 +430,59 @@ impl<B: Behaviour> Entry<B> {
             outbound.hold_turn();
         }
         let (frames, taken, flow) = take_queued(&outbound);
-        let total = frames.iter().map(Bytes::len).sum();
+        let total: usize = frames.iter().map(Bytes::len).sum();
+        if frames.len() <= MAX_PARTS {
+            // A remainder among them is written in its place.
+            outbound.clear_remainder();
+            let mut slices = [IoSlice::new(&[]); MAX_PARTS];
+            for (slot, f) in slices.iter_mut().zip(&frames) {
+                *slot = IoSlice::new(f);
+            }
+            let wrote = match total {
+                0 => Ok(0),
+                _ => (&*SockRef::from(&*self.c.stream.0)).write_vectored(&slices[..frames.len()]),
+            };
+            match wrote {
+                Ok(n) if n == total => {
+                    if turn {
+                        outbound.release_turn();
+                    }
+                    outbound.written(total);
+                    outbound.delivered(taken);
+                    return self.act(plane, flow);
+                }
+                Ok(n) => {
+                    // Cut short: the rest waits for the socket.
+                    let (mut rest, mut skip) = (Vec::with_capacity(frames.len()), n);
+                    for f in frames {
+                        if skip >= f.len() {
+                            skip -= f.len();
+                            continue;
+                        }
+                        rest.push(f.slice(skip..));
+                        skip = 0;
+                    }
+                    // `written(total)` counts every byte once it is all out.
+                    self.write(rest, false, Done::Deliver { taken, total, flow }, turn);
+                    return None;
+                }
+                Err(e)
+                    if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    if turn {
+                        outbound.release_turn();
+                    }
+                    outbound.written(total);
+                    outbound.delivered(taken);
+                    return match self.state {
+                        State::Lent => self.call_back(Flow::Done),
+                        _ => Some(self.end()),
+                    };
+                }
+            }
+        }
         self.write(frames, false, Done::Deliver { taken, total, flow }, turn);
+        None
     }
 
     /// The idle wheel woke it: a ping after one silent period, a close
@@ -613,7 +666,9 @@ impl<B: Behaviour> Entry<B> {
                         let outbound = &self.c.env.outbound;
                         // Reads are blocked: nothing to time out yet.
                         outbound.take_idle_due();
-                        self.deliver();
+                        if let Some(next) = self.deliver(plane) {
+                            return next;
+                        }
                         continue;
                     }
                     return Next::Keep;
@@ -632,8 +687,8 @@ impl<B: Behaviour> Entry<B> {
                     if let Some(next) = self.act(plane, flow) {
                         return next;
                     }
-                } else {
-                    self.deliver();
+                } else if let Some(next) = self.deliver(plane) {
+                    return next;
                 }
                 continue;
             }
