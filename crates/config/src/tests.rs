@@ -804,6 +804,8 @@ fn examples_routes_file_parses() {
             "/js/json",
             "/js/chat/{room}",
             "/js/counter",
+            "/js/ticker",
+            "/js/remote-auth",
             "/py/plain",
             "/py/json",
             "/py/chat/{room}",
