@@ -27,7 +27,7 @@ use conn::{Entry, PlaneTcp};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use std::any::Any;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
@@ -140,8 +140,6 @@ pub struct Plane {
     scratch: RefCell<Scratch>,
     /// Connections whose close is out, in the order their linger ends.
     lingering: RefCell<VecDeque<(Instant, Key)>>,
-    /// Connections in the slab.
-    open: Cell<usize>,
     stats: Arc<PlaneStats>,
 }
 
@@ -177,20 +175,19 @@ impl Plane {
             again: RefCell::new(Vec::new()),
             scratch: RefCell::new((Vec::new(), Vec::new())),
             lingering: RefCell::new(VecDeque::new()),
-            open: Cell::new(0),
             stats,
         }))
     }
 
-    /// Connections the plane holds.
-    pub fn open(&self) -> usize {
-        self.open.get()
-    }
-
-    fn set_open(&self, open: usize) {
-        self.open.set(open);
+    /// Counts a connection in (+1) or out (-1) for `/metrics`: only this
+    /// worker writes its count, so a load and a store do.
+    fn count(&self, delta: isize) {
         let stats = &self.stats.connections;
-        stats.store(open, std::sync::atomic::Ordering::Relaxed);
+        let open = stats.load(std::sync::atomic::Ordering::Relaxed);
+        stats.store(
+            open.wrapping_add_signed(delta),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// Takes over an upgraded TCP connection: its socket leaves tokio for
@@ -231,7 +228,7 @@ impl Plane {
         }));
         let entry = Entry::new(PlaneTcp(Arc::new(std)), env, behaviour, key, waker, prefix);
         let mut boxed: Box<dyn PlaneConn> = Box::new(entry);
-        self.set_open(self.open.get() + 1);
+        self.count(1);
         // Its first step: opened, then the prefix and whatever the socket
         // already holds.
         let next = boxed.step(self, Cause::Again);
@@ -312,7 +309,7 @@ impl Plane {
                     let fd = conn.socket_fd();
                     let _ = self.registry.deregister(&mut SourceFd(&fd));
                     self.release(index);
-                    self.set_open(self.open.get() - 1);
+                    self.count(-1);
                     // Dropped last: the socket closes once producers that
                     // are writing into it let go.
                     drop(conn);
@@ -458,17 +455,11 @@ pub(crate) fn give_back<B: Behaviour>(
     behaviour: B,
     result: Result<(), crate::behaviour::Stop>,
 ) {
-    let mut behaviour = Some(behaviour);
+    // The connection is there: it cannot end while its behaviour is lent.
     plane.with_conn(key, |conn| {
         if let Some(entry) = conn.downcast_mut::<Entry<B>>() {
-            entry.returned(behaviour.take().expect("once"), result);
+            entry.returned(behaviour, result);
         }
     });
-    if let Some(mut orphan) = behaviour {
-        // The connection is not there (cannot happen: it waits for its
-        // behaviour before it ends); end the behaviour anyway.
-        orphan.on_close(0);
-    } else {
-        plane.wake(key);
-    }
+    plane.wake(key);
 }

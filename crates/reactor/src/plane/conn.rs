@@ -264,7 +264,7 @@ impl<B: Behaviour> Entry<B> {
     }
 
     /// Acts on a flow: None to go on stepping, or what the plane does.
-    fn act(&mut self, plane: &Rc<Plane>, flow: Flow) -> Option<Next> {
+    fn act(&mut self, flow: Flow) -> Option<Next> {
         match flow {
             Flow::Continue => None,
             Flow::Done if self.state == State::Lent => self.call_back(Flow::Done),
@@ -280,7 +280,6 @@ impl<B: Behaviour> Entry<B> {
                 self.c.env.outbound.end_direct();
                 let frame = Bytes::from(encode::close_frame(code, &reason));
                 self.write(vec![frame], false, Done::CloseFrame, false);
-                let _ = plane;
                 None
             }
             Flow::Drain if self.state == State::Lent => {
@@ -294,10 +293,7 @@ impl<B: Behaviour> Entry<B> {
                     self.readable = true;
                     None
                 } else {
-                    self.act(
-                        plane,
-                        Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()),
-                    )
+                    self.act(Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()))
                 }
             }
         }
@@ -396,12 +392,12 @@ impl<B: Behaviour> Entry<B> {
         match w.done {
             Done::Batch { pos, flow } => {
                 self.c.keep_leftover(pos);
-                self.act(plane, flow)
+                self.act(flow)
             }
             Done::Deliver { taken, total, flow } => {
                 outbound.written(total);
                 outbound.delivered(taken);
-                self.act(plane, flow)
+                self.act(flow)
             }
             Done::Ping => None,
             Done::CloseFrame => {
@@ -421,7 +417,7 @@ impl<B: Behaviour> Entry<B> {
     /// Writes what producers queued (as the task loop's `deliver`).
     /// The frames go out in one `sendmsg` when the socket takes them
     /// all (nothing allocated); else the rest waits as a `Writing`.
-    fn deliver(&mut self, plane: &Rc<Plane>) -> Option<Next> {
+    fn deliver(&mut self) -> Option<Next> {
         let outbound = self.c.env.outbound.clone();
         // Taken under the write turn (see `write`), so a direct write
         // cannot overtake them.
@@ -449,7 +445,7 @@ impl<B: Behaviour> Entry<B> {
                     }
                     outbound.written(total);
                     outbound.delivered(taken);
-                    return self.act(plane, flow);
+                    return self.act(flow);
                 }
                 Ok(n) => {
                     // Cut short: the rest waits for the socket.
@@ -520,7 +516,7 @@ impl<B: Behaviour> Entry<B> {
     }
 
     /// One read and its batch; None to go on stepping.
-    fn read(&mut self, plane: &Rc<Plane>) -> Option<Next> {
+    fn read(&mut self) -> Option<Next> {
         let large = self.c.wants_large_buffer();
         let pool = self.c.env.pool.clone();
         let buf = self.c.buf.get_or_insert_with(|| pool.take(large));
@@ -549,7 +545,7 @@ impl<B: Behaviour> Entry<B> {
                     }
                     if self.draining > 0 {
                         let flow = Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into());
-                        return self.act(plane, flow);
+                        return self.act(flow);
                     }
                     return Some(Next::Keep);
                 }
@@ -565,7 +561,7 @@ impl<B: Behaviour> Entry<B> {
             // Nothing to write (a direct write's remainder goes out with
             // the queue it heads, `deliver`).
             self.c.keep_leftover(pos);
-            return self.act(plane, flow);
+            return self.act(flow);
         }
         let outbound = &self.c.env.outbound;
         let turn = outbound.direct();
@@ -588,7 +584,7 @@ impl<B: Behaviour> Entry<B> {
                     self.c.env.outbound.release_turn();
                 }
                 self.c.keep_leftover(pos);
-                self.act(plane, flow)
+                self.act(flow)
             }
             Poll::Ready(Err(_)) => {
                 if turn {
@@ -666,7 +662,7 @@ impl<B: Behaviour> Entry<B> {
                         let outbound = &self.c.env.outbound;
                         // Reads are blocked: nothing to time out yet.
                         outbound.take_idle_due();
-                        if let Some(next) = self.deliver(plane) {
+                        if let Some(next) = self.deliver() {
                             return next;
                         }
                         continue;
@@ -676,7 +672,7 @@ impl<B: Behaviour> Entry<B> {
                 State::Open => {}
             }
             if let Some(flow) = self.rare.as_mut().and_then(|r| r.after_lend.take()) {
-                if let Some(next) = self.act(plane, flow) {
+                if let Some(next) = self.act(flow) {
                     return next;
                 }
                 continue;
@@ -684,10 +680,10 @@ impl<B: Behaviour> Entry<B> {
             if self.queue_ready() {
                 if self.c.env.outbound.take_idle_due() {
                     let flow = self.idle_check();
-                    if let Some(next) = self.act(plane, flow) {
+                    if let Some(next) = self.act(flow) {
                         return next;
                     }
-                } else if let Some(next) = self.deliver(plane) {
+                } else if let Some(next) = self.deliver() {
                     return next;
                 }
                 continue;
@@ -704,7 +700,7 @@ impl<B: Behaviour> Entry<B> {
             if !self.readable && !prefix {
                 if self.draining > 0 {
                     let flow = Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into());
-                    if let Some(next) = self.act(plane, flow) {
+                    if let Some(next) = self.act(flow) {
                         return next;
                     }
                     continue;
@@ -720,13 +716,13 @@ impl<B: Behaviour> Entry<B> {
                 self.draining -= 1;
                 if self.draining == 0 {
                     let flow = Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into());
-                    if let Some(next) = self.act(plane, flow) {
+                    if let Some(next) = self.act(flow) {
                         return next;
                     }
                     continue;
                 }
             }
-            if let Some(next) = self.read(plane) {
+            if let Some(next) = self.read() {
                 return next;
             }
         }
@@ -787,10 +783,6 @@ impl<B: Behaviour> PlaneConn for Entry<B> {
                 }
                 return Next::Keep;
             }
-        }
-        if self.state == State::Lent && self.behaviour.is_some() {
-            // Came back between the wake and this step.
-            self.state = State::Open;
         }
         self.run(plane)
     }
