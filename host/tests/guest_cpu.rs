@@ -329,3 +329,82 @@ async fn stopping_does_not_wait_out_a_share_pause() {
         started.elapsed()
     );
 }
+
+/// A call the scheduler stopped is not a slow call (issue 40): a route
+/// whose calls take 1 ms of CPU stays on the worker while the whole
+/// gateway is stopped (SIGSTOP) for 30 ms again and again, each stop
+/// stretching the call it lands in past every wall-time slice; calls that
+/// really compute for 15 ms still move it. The gateway runs as a process
+/// of its own so the test can stop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempted_call_does_not_move_its_route() {
+    let _serial = SERIAL.lock().await;
+    let dir = std::env::temp_dir().join(format!("weir-preempted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log_path = dir.join("stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let routes = format!(
+        "[[route]]\npath = \"/faulty\"\nguest = \"{}\"\ntimeout = \"2s\"\n",
+        guest_support::wasm("faulty").display()
+    );
+    let weir = common::WeirProcess::start(
+        "workers = 1",
+        &routes,
+        "info,weir_guest_runtime=debug",
+        log.into(),
+    )
+    .await;
+    let moved = || {
+        std::fs::read_to_string(&log_path)
+            .unwrap()
+            .contains("move to the guest thread")
+    };
+    let mut ws = common::client(&weir.url("/faulty")).await;
+
+    // Calls of 1 ms back to back while the gateway is stopped 15 times.
+    let pid = weir.child.id() as libc::pid_t;
+    let stopper = tokio::spawn(async move {
+        for _ in 0..15 {
+            // SAFETY: kill(2) on the child this test started.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+    });
+    let mut calls = 0u32;
+    while !stopper.is_finished() {
+        ws.send(Message::text("spin 1")).await.unwrap();
+        let reply = timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(reply, Message::text("spun"));
+        calls += 1;
+    }
+    stopper.await.unwrap();
+    assert!(
+        calls >= 50,
+        "only {calls} calls while the gateway was stopped"
+    );
+    assert!(
+        !moved(),
+        "a call stretched by stops moved the route ({calls} calls)"
+    );
+
+    // The control: calls that compute for 15 ms move it (the first alone
+    // when the thread had the core for 10 ms of it, else the second: the
+    // spin is timed in wall time, and this machine is shared).
+    let mut spins = 0;
+    while !moved() {
+        assert!(
+            spins < 10,
+            "{spins} calls of 15 ms did not move the route: {}",
+            std::fs::read_to_string(&log_path).unwrap()
+        );
+        ws.send(Message::text("spin 15")).await.unwrap();
+        let reply = timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(reply, Message::text("spun"));
+        spins += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(weir);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -279,6 +279,7 @@ impl GuestSlot {
         // Taken out for the turn, so nothing the guest's commands do on
         // this thread meets a borrow.
         let mut spare = std::mem::take(&mut *self.pending.spare.borrow_mut());
+        crate::kind::offload::mark_turn();
         let turn = self.with_runner(|r| {
             run_turn(&self.route, r, self.worker, work, &mut spare, |took| {
                 self.offload.passed_slice(took, &self.route.path)
