@@ -19,7 +19,15 @@
 #     run without perf (sampling costs the server CPU of its own, charged as
 #     system time, so the total under perf is not used). The table uses
 #     this split when it is there.
+#   - system calls (on by default when perf can count tracepoints here):
+#     during the perf run, `perf stat` counts the server's system calls
+#     (raw_syscalls:sys_enter) and among them the waits (epoll_wait,
+#     epoll_pwait, io_uring_enter), reads (read, recvfrom, recvmsg) and
+#     writes (write, writev, sendto, sendmsg) over the same window, divided
+#     by the messages weir-load counted in it (its rate × the window).
+#     --no-syscalls turns it off; without perf it is not measured.
 # Printed per server: medians over rounds of user, system and total µs/msg,
+# system calls per message,
 # and the medians of per-round ratios (other ÷ first server); then, from
 # the last round's samples, the top user-space symbols of each server.
 #
@@ -36,6 +44,7 @@
 #   --perf | --no-perf   perf sampling (default: when perf works)
 #   --freq HZ         perf sampling frequency (default 10000)
 #   --top N           symbols in the perf report (default 25)
+#   --no-syscalls     no system call counts
 # Environment: as compare.sh (CARGO_TARGET_DIR, WEIR_BIN, WEIR_ROUTES,
 # WEIR_BASE_BIN, WEIR_BASE_ROUTES, WEIR_IO and WEIR_BASE_IO (`weir serve
 # --io`), WEIR_LOAD, UWS_CPP_BIN).
@@ -62,6 +71,7 @@ rounds=3
 warmup=1
 duration=4
 perf_on=auto
+syscalls_on=1
 freq=10000
 top=25
 while [ $# -gt 0 ]; do
@@ -74,6 +84,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup="${2%s}"; shift 2 ;;
     --duration) duration="${2%s}"; shift 2 ;;
     --perf) perf_on=1; shift ;;
+    --no-syscalls) syscalls_on=0; shift ;;
     --no-perf) perf_on=0; shift ;;
     --top) top="$2"; shift 2 ;;
     --freq) freq="$2"; shift 2 ;;
@@ -85,6 +96,14 @@ done
 if [ "$perf_on" = auto ]; then
   perf_on=0
   command -v perf >/dev/null && perf stat -e cpu-clock -o /dev/null -- true >/dev/null 2>&1 && perf_on=1
+fi
+# The system calls counted, as perf's tracepoints: all, then by kind.
+syscall_events=(raw_syscalls:sys_enter
+  syscalls:sys_enter_epoll_wait syscalls:sys_enter_epoll_pwait syscalls:sys_enter_io_uring_enter
+  syscalls:sys_enter_read syscalls:sys_enter_recvfrom syscalls:sys_enter_recvmsg
+  syscalls:sys_enter_write syscalls:sys_enter_writev syscalls:sys_enter_sendto syscalls:sys_enter_sendmsg)
+if [ "$perf_on" != 1 ] || ! perf stat -x, $(printf -- '-e %s ' "${syscall_events[@]}") -o /dev/null -- true >/dev/null 2>&1; then
+  syscalls_on=0
 fi
 
 list=()
@@ -152,7 +171,7 @@ mode="${largs[0]}"; largs=("${largs[@]:1}")
 # perf's samples, or null).
 once() {
   local srv="$1" with_perf="$2" port a b
-  once_out='{"ok":false}'; once_ticks='"0 0","0 0"'; once_user=null
+  once_out='{"ok":false}'; once_ticks='"0 0","0 0"'; once_user=null; once_calls=null
   # The measured window starts after the connections are up and the warmup
   # is over; a 10% margin of the window on each side keeps the sample in it.
   # (Sleeps computed before the load starts: python3 can take 0.5 s to start
@@ -168,9 +187,16 @@ once() {
   sleep "$lead"
   a="$(ticks "$server_pid")"
   if [ "$with_perf" = 1 ]; then
-    rm -f "$work/$srv.perf"
+    rm -f "$work/$srv.perf" "$work/$srv.calls"
+    local spid=
+    if [ "$syscalls_on" = 1 ]; then
+      perf stat -x, $(printf -- '-e %s ' "${syscall_events[@]}") -p "$server_pid" \
+        -o "$work/$srv.calls" -- sleep "$inside" >>"$log" 2>&1 &
+      spid=$!
+    fi
     perf record -q -e cpu-clock -F "$freq" -p "$server_pid" -o "$work/$srv.perf" -- \
       sleep "$inside" >>"$log" 2>&1 || true
+    [ -z "$spid" ] || wait "$spid" || true
   else
     sleep "$inside"
   fi
@@ -180,6 +206,17 @@ once() {
   once_out="$(grep '^RESULT ' "$work/load.out" | tail -n1 | sed 's/^RESULT //')"
   [ -n "$once_out" ] || once_out='{"ok":false}'
   once_ticks="\"$a\",\"$b\""
+  if [ "$with_perf" = 1 ] && [ -s "$work/$srv.calls" ]; then
+    # {"all": n, "wait": n, "read": n, "write": n, "secs": window} (counts
+    # over the window; divided by messages in the report).
+    once_calls="$(awk -F, -v secs="$inside" '
+      $3 ~ /raw_syscalls:sys_enter/ { all = $1 }
+      $3 ~ /epoll_wait|epoll_pwait|io_uring_enter/ { wait += $1 }
+      $3 ~ /sys_enter_(read|recvfrom|recvmsg)$/ { rd += $1 }
+      $3 ~ /sys_enter_(write|writev|sendto|sendmsg)$/ { wr += $1 }
+      END { printf "{\"all\":%d,\"wait\":%d,\"read\":%d,\"write\":%d,\"secs\":%s}", all, wait, rd, wr, secs }' \
+      "$work/$srv.calls")"
+  fi
   if [ "$with_perf" = 1 ] && [ -f "$work/$srv.perf" ]; then
     # Samples in user space ([.]) and in the kernel ([k]), by symbol.
     once_user="$(perf report -q -i "$work/$srv.perf" --no-children --sort sym -F overhead,sym 2>/dev/null \
@@ -193,14 +230,14 @@ once() {
 # time), then, with perf, the user share from a second fresh run; a JSON
 # line into $raw.
 run() {
-  local srv="$1" round="$2" out ticks user=null perf_r=null
+  local srv="$1" round="$2" out ticks user=null perf_r=null calls=null
   once "$srv" 0
   out="$once_out"; ticks="$once_ticks"
   if [ "$perf_on" = 1 ]; then
     once "$srv" 1
-    user="$once_user"; perf_r="$once_out"
+    user="$once_user"; perf_r="$once_out"; calls="$once_calls"
   fi
-  echo "{\"server\":\"$srv\",\"round\":$round,\"ticks\":[$ticks],\"perf_user\":$user,\"r\":$out,\"under_perf\":$perf_r}" >>"$raw"
+  echo "{\"server\":\"$srv\",\"round\":$round,\"ticks\":[$ticks],\"perf_user\":$user,\"r\":$out,\"under_perf\":$perf_r,\"calls\":$calls}" >>"$raw"
   python3 - "$raw" <<'PY'
 import json, sys
 x = json.loads(open(sys.argv[1]).read().splitlines()[-1])
@@ -215,8 +252,14 @@ pu = x["perf_user"]
 up = (x.get("under_perf") or {}).get("server_cpu_ns_per_msg")
 perf = "" if pu is None else (f", perf: user {tot * pu:.3f}, system {tot * (1 - pu):.3f}"
                               f" (share of samples {pu:.3f}; total under perf {up / 1000 if up else 0:.3f})")
+c, upr = x.get("calls"), x.get("under_perf") or {}
+calls = ""
+if c and upr.get("msgs_per_s"):
+    n = upr["msgs_per_s"] * c["secs"]
+    calls = (f"; system calls per message {c['all'] / n:.2f} (waits {c['wait'] / n:.3f},"
+             f" reads {c['read'] / n:.2f}, writes {c['write'] / n:.2f})")
 print(f"  {x['server']:<10} round {x['round']}: {r['msgs_per_s']:,.0f} msg/s, total {tot:.3f} µs/msg; "
-      f"/proc: user {tot * share:.3f}, system {tot * (1 - share):.3f} ({du}+{ds} ticks){perf}")
+      f"/proc: user {tot * share:.3f}, system {tot * (1 - share):.3f} ({du}+{ds} ticks){perf}{calls}")
 PY
 }
 
@@ -236,6 +279,7 @@ import json, sys, statistics
 raw, first = sys.argv[1], sys.argv[2]
 rows = [json.loads(l) for l in open(raw) if l.strip()]
 split = {}   # (server, round) -> (user, sys, total) µs/msg
+calls = {}   # server -> [(all, wait, read, write) per message, a round each]
 order = []
 src = "/proc ticks"
 for x in rows:
@@ -250,13 +294,17 @@ for x in rows:
     else:
         src = "perf samples"
     split[(x["server"], x["round"])] = (tot * share, tot * (1 - share), tot)
+    c, upr = x.get("calls"), x.get("under_perf") or {}
+    if c and upr.get("msgs_per_s"):
+        n = upr["msgs_per_s"] * c["secs"]
+        calls.setdefault(x["server"], []).append(tuple(c[k] / n for k in ("all", "wait", "read", "write")))
     if x["server"] not in order:
         order.append(x["server"])
 med = lambda v: statistics.median(v) if v else None
 f = lambda v, d=3: "–" if v is None else f"{v:.{d}f}"
 print(f"user/system split from {src}; total from /proc (weir-load)")
-print(f"| server | rounds | user µs/msg | system µs/msg | total µs/msg | user ÷ {first} | total ÷ {first} |")
-print("|---|---|---|---|---|---|---|")
+print(f"| server | rounds | user µs/msg | system µs/msg | total µs/msg | user ÷ {first} | total ÷ {first} | system calls/msg (waits, reads, writes) |")
+print("|---|---|---|---|---|---|---|---|")
 for s in order:
     mine = [v for (srv, _), v in split.items() if srv == s]
     ru, rt = [], []
@@ -264,8 +312,11 @@ for s in order:
         b = split.get((first, rnd))
         if srv == s and b and b[0] and b[2]:
             ru.append(v[0] / b[0]); rt.append(v[2] / b[2])
+    cs = calls.get(s, [])
+    sc = "–" if not cs else (f"{med([c[0] for c in cs]):.2f} ({med([c[1] for c in cs]):.3f},"
+                             f" {med([c[2] for c in cs]):.2f}, {med([c[3] for c in cs]):.2f})")
     print(f"| {s} | {len(mine)} | {f(med([v[0] for v in mine]))} | {f(med([v[1] for v in mine]))} | "
-          f"{f(med([v[2] for v in mine]))} | {f(med(ru), 2)} | {f(med(rt), 2)} |")
+          f"{f(med([v[2] for v in mine]))} | {f(med(ru), 2)} | {f(med(rt), 2)} | {sc} |")
 PY
 
 if [ "$perf_on" = 1 ]; then
