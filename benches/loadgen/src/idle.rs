@@ -37,7 +37,12 @@ pub struct IdleOptions {
 #[derive(Default)]
 struct DataSink {
     messages: usize,
-    control: bool,
+    /// Pings to answer: the server may ping a connection before its one
+    /// message is read back, when connecting them all took longer than
+    /// its idle timeout.
+    pings: Vec<Vec<u8>>,
+    /// Any other control frame (a close) before the message.
+    other: bool,
 }
 
 impl Sink for DataSink {
@@ -45,8 +50,12 @@ impl Sink for DataSink {
     fn end(&mut self, _: u8, _: u64) {
         self.messages += 1;
     }
-    fn control(&mut self, _: u8, _: &[u8]) {
-        self.control = true;
+    fn control(&mut self, op: u8, p: &[u8]) {
+        if op == OP_PING {
+            self.pings.push(p.to_vec());
+        } else {
+            self.other = true;
+        }
     }
 }
 
@@ -137,7 +146,16 @@ fn exchange(conns: &mut [Stream], errors: &mut Vec<String>) {
                 .max(Duration::from_millis(1));
             s.socket().set_read_timeout(Some(left)).ok();
             match s.read(&mut buf) {
-                Ok(n) if n > 0 && parser.feed(&buf[..n], &mut sink).is_ok() && !sink.control => {}
+                Ok(n) if n > 0 && parser.feed(&buf[..n], &mut sink).is_ok() && !sink.other => {
+                    for ping in sink.pings.drain(..) {
+                        let pong = ws::client_frame(OP_PONG, &ping, MASK_KEY);
+                        if let Err(e) = s.write_all(&pong) {
+                            if errors.len() < 20 {
+                                errors.push(format!("conn {i}: pong: {e}"));
+                            }
+                        }
+                    }
+                }
                 _ => {
                     if errors.len() < 20 {
                         errors.push(format!("conn {i}: no message back"));
