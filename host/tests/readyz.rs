@@ -1,4 +1,4 @@
-//! `/readyz`, the readiness probe (deploy/kubernetes/weir.yaml): 200 only
+//! `/readyz`, the readiness probe (deploy/kubernetes/deployment.yaml): 200 only
 //! once every guest route's component is compiled, 503 while draining
 //! (SIGTERM); a route drained from the admin API leaves the gateway ready.
 //! Real `weir serve` processes over loopback.
