@@ -101,12 +101,11 @@ podman_start() {
 
 ran=
 if { [ -z "$mode" ] || [ "$mode" = podman ]; } && command -v podman >/dev/null 2>&1; then
-    image="localhost/weir-release-test:$version"
+    # The archive's reference, weir:VERSION, is loaded as localhost/weir:VERSION.
+    image="localhost/weir:$version"
     podman rmi -f "$image" >/dev/null 2>&1 || true
     loaded=$(podman load -q -i "$archive" 2>&1) || { echo "release-test: podman load: $loaded" >&2; exit 1; }
-    # "Loaded image: NAME"; tag it with a name of this run.
-    podman tag "${loaded##*: }" "$image"
-    podman rmi "${loaded##*: }" >/dev/null 2>&1 || true
+    [ "$loaded" = "Loaded image: $image" ] || { echo "release-test: podman load: $loaded" >&2; exit 1; }
     if podman_start || { command -v runc >/dev/null 2>&1 && podman_start --runtime runc; }; then
         echo "release-test: podman run $image ${args[*]} (logs: podman logs)"
         probe_and_stop || { cat "$work/podman.log" >&2; exit 1; }
@@ -123,7 +122,7 @@ if [ -z "$ran" ]; then
     }
     mkdir "$work/layout"
     tar -C "$work/layout" -xf "$archive"
-    umoci unpack --rootless --image "$work/layout:$version" "$work/bundle" >/dev/null
+    umoci unpack --rootless --image "$work/layout:weir:$version" "$work/bundle" >/dev/null
     rootfs="$work/bundle/rootfs"
     config="$work/bundle/config.json"
     # The image's entrypoint, user and environment, from its runtime config.

@@ -160,6 +160,10 @@ umoci config --image "$layout:$version" \
     --config.label "org.opencontainers.image.version=$version" \
     --config.label "org.opencontainers.image.licenses=Apache-2.0" \
     --created "$created" --history.created "$created"
+# One reference, weir:VERSION: `podman load` names the image after it
+# (localhost/weir:VERSION).
+umoci tag --image "$layout:$version" "weir:$version"
+umoci rm --image "$layout:$version"
 umoci gc --layout "$layout"
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
     -C "$layout" -cf "$dist/weir-$version-oci.tar" .
