@@ -50,6 +50,8 @@ command -v umoci >/dev/null 2>&1 || missing+=(umoci)
 command -v file >/dev/null 2>&1 || missing+=(file)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
+# The unit's ExecReload names /bin/kill (verify wants it executable).
+[ -x /bin/kill ] || missing+=(procps)
 [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
 if ! rustup target list --installed | grep -qx "$triple"; then
     rustup target add "$triple"
@@ -113,8 +115,10 @@ sdroot=$(mktemp -d)
 trap 'rm -rf "$sdroot"' EXIT
 mkdir -p "$sdroot/usr/local/bin" "$sdroot/bin" "$sdroot/etc/systemd/system" "$sdroot/usr/lib/systemd"
 cp "$bin" "$sdroot/usr/local/bin/weir"
-cp "$(command -v kill)" "$sdroot/bin/kill"
-cp -a /usr/lib/systemd/system "$sdroot/usr/lib/systemd/"
+cp /bin/kill "$sdroot/bin/kill"
+units=/usr/lib/systemd/system
+[ -d "$units" ] || units=/lib/systemd/system
+cp -a "$units" "$sdroot/usr/lib/systemd/system"
 cp deploy/systemd/weir.service "$sdroot/etc/systemd/system/"
 verify=$(systemd-analyze verify --root="$sdroot" "$sdroot/etc/systemd/system/weir.service" 2>&1) ||
     fail "systemd-analyze verify failed: $verify"
