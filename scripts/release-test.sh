@@ -57,7 +57,7 @@ fi
 
 # Waits for the probe, then SIGTERM to $pid: its exit status must be 0.
 probe_and_stop() {
-    python3 scripts/release_probe.py "$addr" "$ready_seconds" "${paths[@]}"
+    python3 scripts/release_probe.py "$addr" "$ready_seconds" "$pid" "${paths[@]}"
     kill -TERM "$pid"
     local status=0
     wait "$pid" || status=$?
@@ -135,7 +135,7 @@ print(p["args"][0], "{}:{}".format(p["user"]["uid"], p["user"]["gid"]), env.get(
     if [ "$(id -u)" -eq 0 ]; then
         echo "release-test: podman unavailable; chroot $rootfs --userspec=$user $entrypoint ${args[*]}"
         env -i WEIR_CACHE_DIR="$env_cache" RUST_LOG=info \
-            chroot --userspec="$user" "$rootfs" "$entrypoint" "${args[@]}" &
+            "$(command -v chroot)" --userspec="$user" "$rootfs" "$entrypoint" "${args[@]}" &
     else
         echo "release-test: podman unavailable, not root: $rootfs$entrypoint in place"
         env -i WEIR_CACHE_DIR="$work/cache" RUST_LOG=info \

@@ -49,6 +49,7 @@ command -v musl-gcc >/dev/null 2>&1 || missing+=(musl-tools)
 command -v umoci >/dev/null 2>&1 || missing+=(umoci)
 command -v file >/dev/null 2>&1 || missing+=(file)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v strip >/dev/null 2>&1 || missing+=(binutils)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 # The unit's ExecReload names /bin/kill (verify wants it executable).
 [ -x /bin/kill ] || missing+=(procps)
@@ -92,7 +93,12 @@ step "static: $kind; ldd: $(echo "$libs" | head -1 | sed 's/^[[:space:]]*//')"
 rm -rf "${dist:?}/$name" "$dist/oci" "$dist/$name.tar.gz" "$dist/weir-$version-oci.tar" "$dist/SHA256SUMS"
 stage="$dist/$name"
 mkdir -p "$stage/wasm"
-install -m 0755 "$bin" "$stage/weir"
+# Without the DWARF line tables the release profile keeps (a 202 MB
+# binary becomes 46 MB): panics and profilers still name functions (the
+# symbol table stays), not lines.
+strip --strip-debug -o "$stage/weir" "$bin"
+chmod 0755 "$stage/weir"
+bin="$stage/weir"
 install -m 0644 deploy/routes.toml "$stage/routes.toml"
 for g in "${guests[@]}"; do
     install -m 0644 "examples/$g" "$stage/$g"

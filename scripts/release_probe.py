@@ -3,7 +3,9 @@ library only, nothing of weir's): waits for GET /readyz to say 200, then
 upgrades to each WebSocket path given and checks that a text message comes
 back unchanged.
 
-    python3 release_probe.py HOST:PORT DEADLINE_SECONDS PATH...
+    python3 release_probe.py HOST:PORT DEADLINE_SECONDS SERVER_PID PATH...
+
+It gives up at once when SERVER_PID (the process serving) has exited.
 """
 
 import base64
@@ -42,10 +44,22 @@ def read_head(s):
     return status, headers, rest
 
 
-def readyz(addr, deadline):
+def running(pid):
+    """Whether `pid` runs (an exited child its parent has not reaped yet
+    is a zombie: state Z)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def readyz(addr, deadline, pid):
     """GET /readyz until 200 (or the deadline); its body."""
     last = "nothing listened"
     while time.monotonic() < deadline:
+        if not running(pid):
+            raise AssertionError(f"the server (pid {pid}) exited; last: {last}")
         try:
             s = connect(addr)
         except OSError as e:
@@ -123,9 +137,9 @@ def echo(addr, path):
 
 
 def main():
-    addr, seconds, paths = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+    addr, seconds, pid, paths = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
     started = time.monotonic()
-    body = readyz(addr, started + seconds)
+    body = readyz(addr, started + seconds, pid)
     print(f"release_probe: /readyz 200 {body.strip()!r} after {time.monotonic() - started:.1f} s")
     for path in paths:
         echo(addr, path)
