@@ -114,10 +114,10 @@ fn port_of(container: &Value, port: &Value) -> u64 {
 fn the_configmap_holds_the_shipped_routes_file_and_its_components_exist() {
     let manifests = manifests();
     let (text, config) = shipped_routes();
-    assert_eq!(
-        manifests["ConfigMap"]["data"]["routes.toml"].as_str(),
-        Some(text.as_str()),
-        "deploy/kubernetes/configmap.yaml's routes.toml differs from deploy/routes.toml"
+    assert!(
+        manifests["ConfigMap"]["data"]["routes.toml"].as_str() == Some(text.as_str()),
+        "deploy/kubernetes/configmap.yaml's routes.toml differs from deploy/routes.toml \
+         (indent the file by four spaces under `routes.toml: |`)"
     );
     let mut guests = 0;
     for route in &config.routes {
