@@ -34,8 +34,11 @@ name="weir-$version-x86_64-linux-musl"
 dist="$root/dist"
 target_dir="${WEIR_RELEASE_TARGET_DIR:-${CARGO_TARGET_DIR:-$root/target}/musl}"
 # Timestamps in the archives: the last commit's, so two builds of one
-# commit make the same tarball layout.
-export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
+# commit make the same tarball layout. Not exported: cc-rs and wasmtime's
+# build scripts rerun when SOURCE_DATE_EPOCH changes, and with it every
+# crate above ring and wasmtime (8 minutes here for each new commit).
+epoch="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
+unset SOURCE_DATE_EPOCH
 
 apt_install() {
     local sudo=""
@@ -134,7 +137,7 @@ exposure=$(systemd-analyze security --offline=true --root="$sdroot" \
 step "unit verified; ${exposure#→ }"
 
 step "tarball"
-tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
     -C "$dist" -czf "$dist/$name.tar.gz" "$name"
 
 step "OCI image (umoci)"
@@ -156,7 +159,7 @@ done
 install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
 # The only writable place the image has: the component cache goes there.
 install -d -m 1777 "$rootfs/tmp"
-created="$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)"
+created="$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)"
 umoci repack --image "$layout:$version" --history.created "$created" \
     --history.created_by "scripts/release.sh" "$bundle/b"
 umoci config --image "$layout:$version" \
@@ -175,7 +178,7 @@ umoci config --image "$layout:$version" \
 umoci tag --image "$layout:$version" "weir:$version"
 umoci rm --image "$layout:$version"
 umoci gc --layout "$layout"
-tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" \
+tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
     -C "$layout" -cf "$dist/weir-$version-oci.tar" .
 
 (cd "$dist" && sha256sum "$name.tar.gz" "weir-$version-oci.tar" >SHA256SUMS)
