@@ -57,7 +57,8 @@ impl Drop for Reap {
 }
 
 /// Polled from the moment the process starts, with the compile cache off
-/// (so the JavaScript guest really compiles, for seconds): `/readyz` is
+/// (so both guests really compile, the JavaScript one for a second or
+/// more): `/readyz` is
 /// never answered before the guests are compiled, and its first answer is
 /// 200 with both guest routes upgrading and echoing right then. It answers
 /// any Host name (the kubelet probes by address), where a route answers
