@@ -84,7 +84,7 @@ podman_start() {
     # Running, or failed to start (then podman exits within seconds).
     for _ in $(seq 1 100); do
         if ! kill -0 "$pid" 2>/dev/null; then
-            echo "release-test: podman run ${runtime[*]} failed: $(tail -3 "$work/podman.log")"
+            echo "release-test: podman run${runtime[*]:+ ${runtime[*]}} failed: $(tail -3 "$work/podman.log")"
             pid=
             return 1
         fi
@@ -93,7 +93,7 @@ podman_start() {
         fi
         sleep 0.1
     done
-    echo "release-test: podman run ${runtime[*]}: the container did not start: $(tail -3 "$work/podman.log")"
+    echo "release-test: podman run${runtime[*]:+ ${runtime[*]}}: the container did not start: $(tail -3 "$work/podman.log")"
     kill -KILL "$pid" 2>/dev/null || true
     pid=
     return 1
@@ -107,7 +107,7 @@ if { [ -z "$mode" ] || [ "$mode" = podman ]; } && command -v podman >/dev/null 2
     loaded=$(podman load -q -i "$archive" 2>&1) || { echo "release-test: podman load: $loaded" >&2; exit 1; }
     [ "$loaded" = "Loaded image: $image" ] || { echo "release-test: podman load: $loaded" >&2; exit 1; }
     if podman_start || { command -v runc >/dev/null 2>&1 && podman_start --runtime runc; }; then
-        echo "release-test: podman run $image ${args[*]} (logs: podman logs)"
+        echo "release-test: podman run $image ${args[*]} (its log is printed if the check fails)"
         probe_and_stop || { cat "$work/podman.log" >&2; exit 1; }
         ran=podman
     elif [ "$mode" = podman ]; then
