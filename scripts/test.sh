@@ -110,8 +110,10 @@ RUSTFLAGS="--cfg weir_loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" 
 # second full build in a target dir of its own (no lock shared with the
 # builds above or Autobahn's), so it runs in the background while
 # Autobahn's passes run, and its log is printed when it is waited for.
-# Measured on this 2-core machine (shared with other builds, load 6-9):
-# the cold musl build alone took 24m41s; see README "Installing".
+# Measured on a 2-core machine shared with other builds (load 6-9): the
+# cold musl build took 24m41s, a rebuild from ring and wasmtime up 7m01s,
+# release.sh with nothing to rebuild 16 s, release-test.sh 30-40 s (README,
+# "Installing").
 # WEIR_SKIP_RELEASE=1 skips it.
 release_pid=
 release_log=
