@@ -7,7 +7,10 @@
 # missing (scripts/redis.sh), the Node/Python clients of the
 # permessage-deflate tests (host/tests/clients), the ws package for the
 # proxy tests' Node upstream and the pusher example's npm packages. Set
-# WEIR_SKIP_AUTOBAHN=1 to skip the last step.
+# WEIR_SKIP_AUTOBAHN=1 to skip the Autobahn step. Beside Autobahn, the
+# release artifacts are built and the image started (scripts/release.sh,
+# release-test.sh; they install musl-tools, umoci, podman when missing);
+# WEIR_SKIP_RELEASE=1 skips that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -101,6 +104,40 @@ python3 -m unittest discover -s guest-sdk/python/tests
 RUSTFLAGS="--cfg weir_loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
     cargo test --release -p weir-reactor --lib outbound::model
 
+# The release artifacts (scripts/release.sh: the static musl binary, the
+# tarball, the OCI image, the systemd unit checked by systemd-analyze) and
+# the image started once (scripts/release-test.sh). The musl build is a
+# second full build in a target dir of its own (no lock shared with the
+# builds above or Autobahn's), so it runs in the background while
+# Autobahn's passes run, and its log is printed when it is waited for.
+# Measured on a 2-core machine shared with other builds (load 6-9): the
+# cold musl build took 24m41s, a rebuild from ring and wasmtime up 7m01s,
+# release.sh with nothing to rebuild 16 s, release-test.sh 30-40 s (README,
+# "Installing").
+# WEIR_SKIP_RELEASE=1 skips it.
+release_pid=
+release_log=
+if [ "${WEIR_SKIP_RELEASE:-0}" = 1 ]; then
+    echo "test.sh: WEIR_SKIP_RELEASE=1: release artifacts skipped" >&2
+else
+    release_log=$(mktemp)
+    # A process group of its own (setsid), so a failure below stops it all;
+    # nice 10, so Autobahn's timing-sensitive cases get the CPU first and
+    # the build takes what they leave.
+    setsid nice -n 10 bash -c '
+        started=$SECONDS
+        if WEIR_RELEASE_SKIP_GUESTS=1 bash scripts/release.sh && bash scripts/release-test.sh; then
+            status=0
+        else
+            status=$?
+        fi
+        echo "test.sh: release.sh + release-test.sh took $((SECONDS - started)) s (exit $status)"
+        exit $status
+    ' >"$release_log" 2>&1 &
+    release_pid=$!
+    trap '[ -z "$release_pid" ] || kill -- -"$release_pid" 2>/dev/null || true' EXIT
+fi
+
 if [ "${WEIR_SKIP_AUTOBAHN:-0}" = 1 ]; then
     echo "test.sh: WEIR_SKIP_AUTOBAHN=1: Autobahn|Testsuite skipped" >&2
 else
@@ -109,4 +146,14 @@ else
     # over wss:// (weir's TLS termination).
     AUTOBAHN_IO=epoll bash scripts/autobahn.sh
     AUTOBAHN_TLS=1 bash scripts/autobahn.sh
+fi
+
+if [ -n "$release_pid" ]; then
+    release_status=0
+    wait "$release_pid" || release_status=$?
+    release_pid=
+    echo "==> scripts/release.sh, scripts/release-test.sh (ran beside Autobahn):"
+    cat "$release_log"
+    rm -f "$release_log"
+    [ "$release_status" = 0 ] || { echo "test.sh: the release artifacts failed (exit $release_status)" >&2; exit 1; }
 fi

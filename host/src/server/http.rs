@@ -2,10 +2,10 @@
 //! `[server] tls` is set: HTTP/1.1, or HTTP/2 when ALPN chose `h2` (or a
 //! plaintext client sent the HTTP/2 preface: h2c with prior knowledge).
 //! Host-name refusals (421, `weir_config::hosts`; 400 for two `Host` headers or
-//! a bare-LF head, `head_scan`), `/healthz`, `/metrics`, admission and
-//! drain refusals (a place per WebSocket, and the deadline of a connection
-//! that carries none, `live`), and the route match; a matched request's
-//! handshake and handoff are `upgrade.rs`'s.
+//! a bare-LF head, `head_scan`), `/healthz`, `/readyz`, `/metrics`,
+//! admission and drain refusals (a place per WebSocket, and the deadline of
+//! a connection that carries none, `live`), and the route match; a matched
+//! request's handshake and handoff are `upgrade.rs`'s.
 
 use super::head_scan::{HeadScan, HeadState};
 use super::live::{serve_until, Busy, Live};
@@ -277,8 +277,9 @@ pub(super) fn unavailable(body: &'static str) -> Response<Full<Bytes>> {
 }
 
 /// The answer to a request that names its host twice (400), or a host the
-/// gateway does not answer to (421, `allowed_hosts`; `/healthz` is
-/// exempt: load balancers probe by address and it tells nothing).
+/// gateway does not answer to (421, `allowed_hosts`; `/healthz` and
+/// `/readyz` are exempt: load balancers and the kubelet probe by address,
+/// and they tell nothing).
 fn refuse_names(
     req: &Request<Incoming>,
     hosts: &weir_config::hosts::AllowedHosts,
@@ -291,7 +292,7 @@ fn refuse_names(
             .insert(header::CONNECTION, HeaderValue::from_static("close"));
         return Some(resp);
     }
-    if req.uri().path() == "/healthz" || hosts.allows(weir_config::hosts::request_authority(req)) {
+    if is_probe(req.uri().path()) || hosts.allows(weir_config::hosts::request_authority(req)) {
         return None;
     }
     debug!(%peer, host = ?weir_config::hosts::request_authority(req), "refused: host not in allowed_hosts");
@@ -342,8 +343,25 @@ async fn handle_request(
     upgrade(req, peer, &worker, matched, place).await
 }
 
+/// The paths a load balancer or an orchestrator probes.
+fn is_probe(path: &str) -> bool {
+    path == "/healthz" || path == "/readyz"
+}
+
 /// What the gateway answers before any route: a host name it does not
-/// answer to, `/metrics` when public, the drain's 503, `/healthz`.
+/// answer to, `/metrics` when public, the drain's 503, `/healthz` and
+/// `/readyz`.
+///
+/// `/healthz` says the process answers; `/readyz` says it should be sent
+/// new clients: every guest route's component is compiled and it is not
+/// draining. The first half holds whenever the listener answers at all:
+/// `Server::bind` compiles every guest (and trial-starts it) before the
+/// listeners exist, and a deploy or reload swaps a route's program only
+/// once the new one compiled, the old one serving meanwhile. So what
+/// changes at run time is the drain (SIGTERM), where both answer 503. A
+/// route drained from the admin API does not make the gateway unready: it
+/// refuses that route's upgrades only, and taking the whole node out of a
+/// load balancer would move every other route's clients too.
 fn answer_itself(
     req: &Request<Incoming>,
     peer: SocketAddr,
@@ -362,8 +380,8 @@ fn answer_itself(
         return Some(resp);
     }
     if shared.drain.draining.load(Ordering::Acquire) {
-        let body = if path == "/healthz" {
-            "draining\n"
+        let body = if is_probe(path) {
+            "draining: not taking new connections\n"
         } else {
             shared
                 .counts
@@ -373,7 +391,11 @@ fn answer_itself(
         };
         return Some(unavailable(body));
     }
-    (path == "/healthz").then(|| text(StatusCode::OK, "ok\n"))
+    match path {
+        "/healthz" => Some(text(StatusCode::OK, "ok\n")),
+        "/readyz" => Some(text(StatusCode::OK, "ready\n")),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@
 //! so the connection loop runs with no layer in between; a WebSocket over
 //! HTTP/2 stays a stream of hyper's connection (`reactor::transport`).
 //!
-//! Shutdown drains: every request gets 503 (`/healthz` too, so a load
-//! balancer stops sending clients), idle HTTP connections are closed, every
+//! Shutdown drains: every request gets 503 (`/healthz` and `/readyz` too,
+//! so a load balancer stops sending clients), idle HTTP connections are closed, every
 //! WebSocket connection is sent a 1001 close, and the workers wait for the
 //! close handshakes up to `drain_timeout` before they stop.
 
