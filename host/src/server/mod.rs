@@ -13,7 +13,8 @@
 //!
 //! Shutdown drains: every request gets 503 (`/healthz` too, so a load
 //! balancer stops sending clients), idle HTTP connections are closed, every
-//! WebSocket connection is sent a 1001 close, and the workers wait for the
+//! WebSocket connection is sent a 1012 close, in slices spread over
+//! `drain_timeout` (`worker::drain_paced`), and the workers wait for the
 //! close handshakes up to `drain_timeout` before they stop.
 
 mod admin;
