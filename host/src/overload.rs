@@ -203,12 +203,18 @@ mod tests {
         assert_eq!(rates.tracked(), MAX_TRACKED_ADDRESSES);
         // Two seconds later every bucket has refilled: one sweep empties it.
         let later = t0 + Duration::from_secs(3);
-        for n in 0..(MAX_TRACKED_ADDRESSES as u32) {
-            rates.check(ip(100_000 + n), 1, later).unwrap();
+        let at = |n: u32| later + Duration::from_micros(u64::from(n));
+        let max = MAX_TRACKED_ADDRESSES as u32;
+        for n in 0..max {
+            rates.check(ip(100_000 + n), 1, at(n)).unwrap();
         }
-        rates.check(ip(999_999), 1, later).unwrap();
-        assert!(rates.tracked() <= MAX_TRACKED_ADDRESSES);
-        assert!(rates.check(ip(100_000), 1, later).is_err(), "kept: still limited");
+        assert_eq!(rates.tracked(), max as usize, "the refilled ones were forgotten");
+        // Full of limited addresses: the one closest to refilled goes.
+        rates.check(ip(999_999), 1, at(max)).unwrap();
+        assert_eq!(rates.tracked(), max as usize);
+        assert!(rates.check(ip(100_000), 1, at(max)).is_ok(), "forgotten");
+        let last = ip(100_000 + max - 1);
+        assert!(rates.check(last, 1, at(max)).is_err(), "kept: still limited");
     }
 
     #[test]

@@ -172,7 +172,11 @@ impl<T: Transport> Conn<T> {
                 message: Vec::new(),
             }));
         }
-        let rate = ConnRate::new(&env.limits.rates, std::time::Instant::now()).map(Box::new);
+        let rates = &env.limits.rates;
+        let rate = match rates.limits_messages() {
+            true => ConnRate::new(rates, std::time::Instant::now()).map(Box::new),
+            false => None,
+        };
         Conn {
             decoder,
             inflate,
@@ -548,7 +552,8 @@ impl<T: Transport> Conn<T> {
                 Over::Messages => overload::MESSAGE_RATE_CLOSED,
                 Over::Bytes => overload::BYTE_RATE_CLOSED,
             };
-            self.counters().overload[index].add_owned(1);
+            let counters = self.env.stats.worker(worker_of(self.env.id));
+            counters.overload[index].add_owned(1);
         }
         if let Err(stop) = behaviour.end_of_read_in(&buf[..]) {
             if matches!(flow, Flow::Continue) {

@@ -142,7 +142,6 @@ pub(super) fn run(
         tokio::task::yield_now().await;
         drain_paced(&worker, &listener, &shutdown, window).await;
     });
-    });
     // The worker leaves the runtime to run guests (see guest/kind/slot.rs): it
     // returns from block_on when guest work is pending, after the other
     // ready tasks had a turn to add their events to the batch.
