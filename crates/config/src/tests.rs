@@ -1860,6 +1860,6 @@ fn rate_limit_values_are_checked() {
     refused(
         "[[route]]\npath = \"/e\"\nnative = \"echo\"\nmax_upgrade_rate = 5\n",
         4,
-        &["belongs under [server]"],
+        &["unknown key \"max_upgrade_rate\"", "max_upgrade_rate_per_ip"],
     );
 }

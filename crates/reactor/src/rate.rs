@@ -349,7 +349,8 @@ mod tests {
         due = g.check(due, now + 100_000_000).expect("one interval later");
         assert!(g.check(due, now + 100_000_000).is_err());
         assert!(!g.is_full(due, now + 200_000_000));
-        assert!(g.is_full(due, now + 300_000_000));
+        assert!(!g.is_full(due, now + 300_000_000));
+        assert!(g.is_full(due, now + 400_000_000));
     }
 
     /// Many connections are spread over the window, a few close at once.
