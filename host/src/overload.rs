@@ -208,13 +208,20 @@ mod tests {
         for n in 0..max {
             rates.check(ip(100_000 + n), 1, at(n)).unwrap();
         }
-        assert_eq!(rates.tracked(), max as usize, "the refilled ones were forgotten");
+        assert_eq!(
+            rates.tracked(),
+            max as usize,
+            "the refilled ones were forgotten"
+        );
         // Full of limited addresses: the one closest to refilled goes.
         rates.check(ip(999_999), 1, at(max)).unwrap();
         assert_eq!(rates.tracked(), max as usize);
         assert!(rates.check(ip(100_000), 1, at(max)).is_ok(), "forgotten");
         let last = ip(100_000 + max - 1);
-        assert!(rates.check(last, 1, at(max)).is_err(), "kept: still limited");
+        assert!(
+            rates.check(last, 1, at(max)).is_err(),
+            "kept: still limited"
+        );
     }
 
     #[test]
@@ -235,8 +242,11 @@ mod tests {
         assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
         assert_eq!(retry_after_secs(Duration::from_secs(1)), 1);
         assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
-        let seen: std::collections::HashSet<u64> = (0..200).map(|_| jittered_retry_after()).collect();
-        assert!(seen.iter().all(|s| (1..=DRAIN_RETRY_AFTER_MAX_SECS).contains(s)));
+        let seen: std::collections::HashSet<u64> =
+            (0..200).map(|_| jittered_retry_after()).collect();
+        assert!(seen
+            .iter()
+            .all(|s| (1..=DRAIN_RETRY_AFTER_MAX_SECS).contains(s)));
         assert!(seen.len() > 3, "not jittered: {seen:?}");
     }
 }

@@ -24,7 +24,12 @@ fn echo_config(rates: weir_config::Rates) -> Config {
     config
 }
 
-fn rates(upgrades_per_ip: u32, messages: u32, bytes: u64, exceeded: RateExceeded) -> weir_config::Rates {
+fn rates(
+    upgrades_per_ip: u32,
+    messages: u32,
+    bytes: u64,
+    exceeded: RateExceeded,
+) -> weir_config::Rates {
     weir_config::Rates {
         upgrades_per_ip,
         messages,
@@ -73,7 +78,11 @@ async fn upgrades_past_the_per_address_rate_get_429_until_the_bucket_refills() {
     };
     refusals += 2;
     assert!(open.len() >= 4, "refused after {} upgrades", open.len());
-    assert_eq!((status, retry), (429, 1), "one interval (250 ms) rounds up to 1 s");
+    assert_eq!(
+        (status, retry),
+        (429, 1),
+        "one interval (250 ms) rounds up to 1 s"
+    );
     // The relay route has no rate: the same address still gets in there.
     let _other = client(&gw.url("/relay")).await;
     // After a refill the address gets in again, and is refused again.
@@ -149,7 +158,12 @@ async fn upgrades_past_the_gateway_rate_get_503_with_a_retry_after() {
 /// Sends `count` messages of `size` bytes at once, then (after `pause`,
 /// long enough for the buckets to refill) a marker; returns how many
 /// echoes came back before the marker's.
-async fn echoes_before_marker(ws: &mut common::Ws, count: usize, size: usize, pause: Duration) -> usize {
+async fn echoes_before_marker(
+    ws: &mut common::Ws,
+    count: usize,
+    size: usize,
+    pause: Duration,
+) -> usize {
     for i in 0..count {
         let mut payload = vec![b'x'; size];
         payload[..4].copy_from_slice(&(i as u32).to_be_bytes());
@@ -176,11 +190,18 @@ async fn messages_past_the_rate_are_dropped_and_counted_and_the_connection_stays
     let gw = Gateway::start(echo_config(rates(0, 5, 0, RateExceeded::Drop)));
     let mut ws = client(&gw.url("/echo")).await;
     let echoed = echoes_before_marker(&mut ws, 20, 16, Duration::from_millis(1200)).await;
-    assert!((5..=6).contains(&echoed), "a second's worth (5) passes, got {echoed}");
+    assert!(
+        (5..=6).contains(&echoed),
+        "a second's worth (5) passes, got {echoed}"
+    );
     let dropped = overload_metric("/echo", "message_rate_dropped");
     assert_eq!(common::metric(gw.addr, &dropped).await, 20 - echoed as u64);
     // Echo counts out only what it sent on.
-    let out = common::metric(gw.addr, r#"weir_route_native_messages_out_total{route="/echo"}"#).await;
+    let out = common::metric(
+        gw.addr,
+        r#"weir_route_native_messages_out_total{route="/echo"}"#,
+    )
+    .await;
     assert_eq!(out, echoed as u64 + 1);
     gw.stop();
 }
@@ -223,18 +244,30 @@ async fn messages_and_bytes_past_the_rate_close_1008_in_close_mode() {
         ws.feed(Message::text("m")).await.unwrap();
     }
     ws.flush().await.unwrap();
-    assert_eq!(close_of(&mut ws).await, (1008, "message rate exceeded".to_string()));
+    assert_eq!(
+        close_of(&mut ws).await,
+        (1008, "message rate exceeded".to_string())
+    );
 
     let mut ws = client(&gw.url("/relay")).await;
     for _ in 0..4 {
         ws.feed(Message::binary(vec![0u8; 600])).await.unwrap();
     }
     ws.flush().await.unwrap();
-    assert_eq!(close_of(&mut ws).await, (1008, "byte rate exceeded".to_string()));
+    assert_eq!(
+        close_of(&mut ws).await,
+        (1008, "byte rate exceeded".to_string())
+    );
 
     let closed = |r, reason| overload_metric(r, reason);
-    assert_eq!(common::metric(gw.addr, &closed("/echo", "message_rate_closed")).await, 1);
-    assert_eq!(common::metric(gw.addr, &closed("/relay", "byte_rate_closed")).await, 1);
+    assert_eq!(
+        common::metric(gw.addr, &closed("/echo", "message_rate_closed")).await,
+        1
+    );
+    assert_eq!(
+        common::metric(gw.addr, &closed("/relay", "byte_rate_closed")).await,
+        1
+    );
     // Counted when the close handshake ends.
     drop(ws);
     let closes = r#"weir_route_closes_total{route="/echo",code="1008"}"#;
@@ -277,7 +310,10 @@ fn assert_spread(closes: &[(Instant, u16, String)], code: u16, reason: &str) -> 
         closes.len()
     );
     let spread = last - first;
-    assert!(spread >= Duration::from_millis(300), "closes spread over {spread:?} only");
+    assert!(
+        spread >= Duration::from_millis(300),
+        "closes spread over {spread:?} only"
+    );
     spread
 }
 
@@ -354,7 +390,9 @@ async fn a_route_drain_closes_in_slices_with_1001_and_a_reason() {
     assert_spread(&closes, 1001, "route drained");
     // The relay route's connection was not closed (its partner never came,
     // so it is still waiting: nothing arrives).
-    assert!(timeout(Duration::from_millis(100), other.next()).await.is_err());
+    assert!(timeout(Duration::from_millis(100), other.next())
+        .await
+        .is_err());
     let drained = format!(r#"weir_route_overload_total{{route="/echo",reason="route_drained"}}"#);
     assert_eq!(common::metric(addr, &drained).await, 1);
     stop.send(true).unwrap();

@@ -75,7 +75,11 @@ fn watch(mut share: Share, b: &Target, sources: usize, deadline: Instant) -> Sha
     for (i, s) in share.conns.iter().enumerate() {
         let Some(s) = s else { continue };
         epoll
-            .add(s.socket().as_raw_fd(), i as u64, sys::IN | sys::RDHUP | sys::ET)
+            .add(
+                s.socket().as_raw_fd(),
+                i as u64,
+                sys::IN | sys::RDHUP | sys::ET,
+            )
             .expect("epoll add");
     }
     let mut parsers: Vec<Parser> = (0..share.conns.len()).map(|_| Parser::default()).collect();
@@ -195,7 +199,10 @@ pub fn run(
             std::thread::spawn(move || watch(share, &b, sources, deadline))
         })
         .collect();
-    let shares: Vec<Share> = handles.into_iter().map(|h| h.join().expect("thread")).collect();
+    let shares: Vec<Share> = handles
+        .into_iter()
+        .map(|h| h.join().expect("thread"))
+        .collect();
     let mut closes: Vec<(Instant, u16)> = Vec::new();
     let mut reconnects: Vec<Instant> = Vec::new();
     for s in &shares {

@@ -417,7 +417,11 @@ fn run(a: &Args) -> Result<bool, String> {
             .ok_or("failover needs --failover-url ws://HOST:PORT/PATH (node B)")?;
         let b = Target::parse(b)?;
         let r = failover::run(&target, &b, c, a.sources, threads, a.duration);
-        let codes: Vec<String> = r.codes.iter().map(|(c, n)| format!("\"{c}\":{n}")).collect();
+        let codes: Vec<String> = r
+            .codes
+            .iter()
+            .map(|(c, n)| format!("\"{c}\":{n}"))
+            .collect();
         println!(
             "failover: {} opened, {} closed by A (codes {:?}) over {:?}, {} reconnected to B over {:?}; \
              peak {} reconnects in 100 ms ({}/s), {} in 1 s",

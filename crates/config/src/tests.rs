@@ -1860,6 +1860,9 @@ fn rate_limit_values_are_checked() {
     refused(
         "[[route]]\npath = \"/e\"\nnative = \"echo\"\nmax_upgrade_rate = 5\n",
         4,
-        &["unknown key \"max_upgrade_rate\"", "max_upgrade_rate_per_ip"],
+        &[
+            "unknown key \"max_upgrade_rate\"",
+            "max_upgrade_rate_per_ip",
+        ],
     );
 }

@@ -366,8 +366,14 @@ mod tests {
             .collect();
         assert_eq!(slices.len(), 70);
         assert_eq!(slices.iter().sum::<usize>(), 10_000);
-        assert!(slices.iter().all(|&n| (142..=143).contains(&n)), "{slices:?}");
-        assert_eq!(drain_window(Duration::from_secs(10)), Duration::from_secs(7));
+        assert!(
+            slices.iter().all(|&n| (142..=143).contains(&n)),
+            "{slices:?}"
+        );
+        assert_eq!(
+            drain_window(Duration::from_secs(10)),
+            Duration::from_secs(7)
+        );
         assert_eq!(drain_window(Duration::from_secs(2)), Duration::from_secs(1));
     }
 }

@@ -292,14 +292,23 @@ mod tests {
         assert!(reg.begin_shutdown());
         assert!(!reg.begin_shutdown());
         reg.drain_ids(&ids[..1]);
-        assert!(matches!(outs[0].try_recv(), Some(crate::outbound::OutMsg::Drain)));
+        assert!(matches!(
+            outs[0].try_recv(),
+            Some(crate::outbound::OutMsg::Drain)
+        ));
         assert!(outs[2].try_recv().is_none(), "not in this slice");
         reg.close_ids(&[conn_id(1, 4), conn_id(1, 2)], 1, 1001, "route drained");
-        assert!(matches!(outs[3].try_recv(), Some(crate::outbound::OutMsg::Close(1001, _))));
+        assert!(matches!(
+            outs[3].try_recv(),
+            Some(crate::outbound::OutMsg::Close(1001, _))
+        ));
         assert!(outs[1].try_recv().is_none(), "another route's");
         let late = Arc::new(Outbound::new(1024));
         reg.insert(conn_id(0, 9), 0, late.clone(), LOCAL);
-        assert!(matches!(late.try_recv(), Some(crate::outbound::OutMsg::Drain)));
+        assert!(matches!(
+            late.try_recv(),
+            Some(crate::outbound::OutMsg::Drain)
+        ));
     }
 
     #[test]

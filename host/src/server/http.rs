@@ -268,7 +268,11 @@ pub(super) fn text(status: StatusCode, body: &'static str) -> Response<Full<Byte
 
 /// 503 with Retry-After; the connection closes after it.
 pub(super) fn unavailable(body: &'static str) -> Response<Full<Bytes>> {
-    refuse_for(StatusCode::SERVICE_UNAVAILABLE, body, RETRY_AFTER_SECS.into())
+    refuse_for(
+        StatusCode::SERVICE_UNAVAILABLE,
+        body,
+        RETRY_AFTER_SECS.into(),
+    )
 }
 
 /// `status` (503, 429) with `Retry-After: secs`; the connection closes

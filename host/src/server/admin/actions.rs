@@ -12,8 +12,8 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 use tracing::info;
-use weir_reactor::rate::{drain_window, Pace};
 use weir_guest_runtime::{Inherited, Program};
+use weir_reactor::rate::{drain_window, Pace};
 
 /// The query parameter that lets a deploy or rollback reset the state of
 /// connections the new version cannot read (`weir deploy --reset-state`).
