@@ -393,7 +393,7 @@ async fn a_route_drain_closes_in_slices_with_1001_and_a_reason() {
     assert!(timeout(Duration::from_millis(100), other.next())
         .await
         .is_err());
-    let drained = format!(r#"weir_route_overload_total{{route="/echo",reason="route_drained"}}"#);
+    let drained = overload_metric("/echo", "route_drained");
     assert_eq!(common::metric(addr, &drained).await, 1);
     stop.send(true).unwrap();
     tokio::task::spawn_blocking(move || thread.join().unwrap())
