@@ -83,7 +83,7 @@ cargo test --release --workspace
 # planes (`[server] io = "epoll"`, crates/reactor/src/plane.rs).
 WEIR_TEST_IO=epoll cargo test --release -p weir --test plane --test native --test abuse \
     --test pubsub --test deflate --test batching --test guest_routes --test isolation \
-    --test guest_faults --test guest_io --test scale --test process
+    --test guest_faults --test guest_io --test scale --test process --test overload
 
 # The guest SDK (its harness, its doc examples) and every example's own
 # harness tests, natively: they are separate workspaces.

@@ -27,7 +27,9 @@
 //! - [`routes`] — the route table: the one place that names every kind and
 //!   joins a native kind to its attached guest.
 //! - [`admission`] — global and per-IP limits on WebSockets and connections
-//!   still in their handshake (503 past them).
+//!   still in their handshake (503 past them); [`overload`] — upgrades
+//!   per second per client address (429) and for the whole gateway (503),
+//!   and the jittered `Retry-After` of a drain's refusals.
 //! - [`metrics`] — `GET /metrics` in the Prometheus text format.
 //! - [`logging`] — the gateway's log, written by a thread of its own.
 //! - [`scaffold`] — `weir new` / `weir build`: guest projects, with the SDK
@@ -41,6 +43,7 @@ pub mod admission;
 pub mod client;
 pub mod logging;
 pub mod metrics;
+pub mod overload;
 pub mod routes;
 pub mod scaffold;
 pub mod server;

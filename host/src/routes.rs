@@ -93,6 +93,9 @@ pub struct Route {
     /// Drained from the admin API: upgrades are answered 503 until it is
     /// resumed.
     draining: AtomicBool,
+    /// Upgrades per client address (`max_upgrade_rate_per_ip`); empty
+    /// (and unallocated) while the route sets no such rate.
+    pub upgrade_rates: crate::overload::AddressRates,
 }
 
 impl Route {
@@ -351,6 +354,7 @@ impl Routes {
             topics,
             api_path: api_path(route),
             draining: AtomicBool::new(false),
+            upgrade_rates: Default::default(),
         }));
         Ok(index)
     }

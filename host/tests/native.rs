@@ -301,16 +301,16 @@ async fn clients_that_stop_reading_are_not_read_from() {
     gw.stop();
 }
 
-/// Shutdown closes open connections with 1001.
+/// Shutdown closes open connections with 1012 (service restart).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_closes_with_going_away() {
+async fn shutdown_closes_with_service_restart() {
     let gw = Gateway::default_routes();
     let mut raw = Raw::connect(gw.addr, "/echo").await;
     raw.send(&frame(0x81, b"before")).await;
     assert_eq!(raw.next_frame().await.unwrap().1, b"before");
     let stopper = std::thread::spawn(move || gw.stop());
-    assert_eq!(raw.close_code().await, Some(1001));
-    raw.send(&frame(0x88, &1001u16.to_be_bytes())).await;
+    assert_eq!(raw.close_code().await, Some(1012));
+    raw.send(&frame(0x88, &1000u16.to_be_bytes())).await;
     stopper.join().unwrap();
 }
 

@@ -77,7 +77,7 @@ const UPGRADE: &str = "GET /echo HTTP/1.1\r\nHost: localhost\r\nUpgrade: websock
                        Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
 
 /// SIGTERM drains: replies to messages already sent still arrive, every
-/// connection gets a 1001 close, /healthz and new upgrades get 503 while the
+/// connection gets a 1012 close (at once: a few are not paced), /healthz and new upgrades get 503 while the
 /// close handshakes finish, and the process exits 0 as soon as the last
 /// connection is gone — well before the drain timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +113,7 @@ async fn sigterm_drains_connections_then_exits_0() {
         assert_eq!((first, payload), (0x82, i.to_be_bytes().to_vec()));
     }
     for c in polite.iter_mut().chain([&mut pair.0, &mut pair.1]) {
-        assert_eq!(c.close_code().await, Some(1001));
+        assert_eq!(c.close_code().await, Some(1012));
     }
     // Still draining (the relay pair has not answered yet): 503s.
     let (status, text) = http(
@@ -143,7 +143,7 @@ async fn sigterm_drains_connections_then_exits_0() {
     );
 }
 
-/// A client that never answers (it does not even read, so the 1001 cannot
+/// A client that never answers (it does not even read, so the 1012 cannot
 /// be written) holds the exit only until `drain_timeout`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_timeout_bounds_the_wait_for_stuck_clients() {

@@ -118,7 +118,7 @@ async fn readyz_is_200_once_every_guest_is_compiled() {
 }
 
 /// After SIGTERM, while a client holds the drain open (it has not answered
-/// its 1001 yet), `/readyz` and `/healthz` answer 503 with a reason and
+/// its 1012 yet), `/readyz` and `/healthz` answer 503 with a reason and
 /// Retry-After; the process still exits 0 once the client closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_is_503_while_draining() {
@@ -134,7 +134,7 @@ async fn readyz_is_503_while_draining() {
     let mut held = Raw::connect(weir.addr, "/echo").await;
 
     sigterm(&weir.child);
-    assert_eq!(held.close_code().await, Some(1001));
+    assert_eq!(held.close_code().await, Some(1012));
     for path in ["/readyz", "/healthz"] {
         let (status, text) = get(weir.addr, path, "localhost").await.unwrap();
         assert_eq!(status, 503, "{path}: {text}");
@@ -147,7 +147,7 @@ async fn readyz_is_503_while_draining() {
             "{path}: {text}"
         );
     }
-    held.send(&frame(0x88, &1001u16.to_be_bytes())).await;
+    held.send(&frame(0x88, &1012u16.to_be_bytes())).await;
     let deadline = Instant::now() + STEP;
     let status = loop {
         if let Some(status) = weir.child.try_wait().unwrap() {

@@ -21,6 +21,7 @@ pub mod conn;
 pub mod connect;
 pub mod deflate;
 pub mod engine;
+pub mod failover;
 pub mod heartbeat;
 pub mod hist;
 pub mod idle;

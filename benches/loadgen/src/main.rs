@@ -11,7 +11,7 @@ use weir_load::engine::{self, Control, Load, ThreadResult, DONE, MEASURE};
 use weir_load::payload::{Expect, Source, Template};
 use weir_load::stream::{self as tls, Trust};
 use weir_load::units::{parse_duration, parse_size};
-use weir_load::{api, connect, heartbeat, idle, over_h2, pusher, rooms, storm, sys, ws};
+use weir_load::{api, connect, failover, heartbeat, idle, over_h2, pusher, rooms, storm, sys, ws};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Mode {
@@ -63,6 +63,10 @@ enum Mode {
     /// Pusher: C connected clients subscribe to one presence channel at
     /// once; time and server CPU until every one knows every member.
     PusherStorm,
+    /// C idle connections to --url (node A); each one A closes reconnects
+    /// at once to --failover-url (node B). The peak reconnects per second
+    /// B answers (a drain of A, driven from outside: `FAILOVER_READY`).
+    Failover,
 }
 
 impl Mode {
@@ -85,6 +89,7 @@ impl Mode {
             Mode::PusherClientEvents => "pusher-client-events",
             Mode::PusherIdle => "pusher-idle",
             Mode::PusherStorm => "pusher-storm",
+            Mode::Failover => "failover",
         }
     }
 
@@ -202,6 +207,9 @@ struct Args {
     /// idle, heartbeat, storm: connect from this many loopback addresses (127.0.0.1, .2, …).
     #[arg(long, default_value_t = 1)]
     sources: usize,
+    /// failover: where a connection node A closed reconnects (node B).
+    #[arg(long)]
+    failover_url: Option<String>,
     /// pusher-*: the app's id (named in the HTTP API's paths).
     #[arg(long, default_value = "bench")]
     app_id: String,
@@ -398,6 +406,43 @@ fn run(a: &Args) -> Result<bool, String> {
             json_num(r.rss_before_kib.map(|v| v as f64)),
             json_num(r.rss_after_kib.map(|v| v as f64)),
             json_num(per_conn),
+        );
+        return Ok(ok);
+    }
+
+    if a.mode == Mode::Failover {
+        let b = a
+            .failover_url
+            .as_deref()
+            .ok_or("failover needs --failover-url ws://HOST:PORT/PATH (node B)")?;
+        let b = Target::parse(b)?;
+        let r = failover::run(&target, &b, c, a.sources, threads, a.duration);
+        let codes: Vec<String> = r
+            .codes
+            .iter()
+            .map(|(c, n)| format!("\"{c}\":{n}"))
+            .collect();
+        println!(
+            "failover: {} opened, {} closed by A (codes {:?}) over {:?}, {} reconnected to B over {:?}; \
+             peak {} reconnects in 100 ms ({}/s), {} in 1 s",
+            r.opened, r.closed, r.codes, r.closes_span, r.reconnected, r.reconnects_span,
+            r.peak_100ms, r.peak_100ms * 10, r.peak_1s
+        );
+        for e in &r.errors {
+            println!("  error: {e}");
+        }
+        let ok = r.opened == c && r.closed == c && r.reconnected == c;
+        println!(
+            "RESULT {{\"mode\":\"failover\",\"connections\":{},\"closed\":{},\"reconnected\":{},\"close_codes\":{{{}}},\"closes_span_ms\":{},\"reconnects_span_ms\":{},\"peak_per_100ms\":{},\"peak_per_s_100ms\":{},\"peak_per_1s\":{},\"ok\":{ok}}}",
+            r.opened,
+            r.closed,
+            r.reconnected,
+            codes.join(","),
+            r.closes_span.as_millis(),
+            r.reconnects_span.as_millis(),
+            r.peak_100ms,
+            r.peak_100ms * 10,
+            r.peak_1s,
         );
         return Ok(ok);
     }
@@ -668,6 +713,7 @@ fn run(a: &Args) -> Result<bool, String> {
         }
         Mode::Connect
         | Mode::Idle
+        | Mode::Failover
         | Mode::Heartbeat
         | Mode::Storm
         | Mode::Rooms

@@ -152,6 +152,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Per-client-IP connection limit (0 = none); over it, HTTP 503.
     pub max_connections_per_ip: usize,
+    /// Upgrades per second the whole gateway takes (0 = no cap); past it,
+    /// 503 with `Retry-After`, answered before the upgrade's work.
+    pub max_upgrade_rate: u32,
     /// Where precompiled guest components are cached; None = the guest
     /// runner's default. Relative paths resolve against the routes file.
     pub cache_dir: Option<PathBuf>,
@@ -236,6 +239,43 @@ pub struct Limits {
     pub compression: weir_ws::deflate::Compression,
     /// Refuse upgrades without an `Origin` (non-browser clients).
     pub require_origin: bool,
+    /// Overload controls (`max_upgrade_rate_per_ip`, `max_message_rate`,
+    /// `max_byte_rate`, `rate_exceeded`); all off by default.
+    pub rates: Rates,
+}
+
+/// A route's rate limits (see docs/architecture.md, "Overload controls").
+/// 0 turns a limit off; each bucket holds one second of its rate, so a
+/// client may burst that much at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rates {
+    /// Upgrades per second from one client address (IPv6 by /64) on this
+    /// route; past it, 429 with `Retry-After`.
+    pub upgrades_per_ip: u32,
+    /// Data messages per second one connection may send.
+    pub messages: u32,
+    /// Payload bytes per second one connection may send (as received:
+    /// compressed bytes when compressed).
+    pub bytes: u64,
+    /// What happens to a message over either rate.
+    pub exceeded: RateExceeded,
+}
+
+impl Rates {
+    /// Whether a connection's messages are limited at all.
+    pub fn limits_messages(&self) -> bool {
+        self.messages > 0 || self.bytes > 0
+    }
+}
+
+/// `rate_exceeded`: what a connection's message over its rate gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RateExceeded {
+    /// Discarded and counted; the connection stays open.
+    #[default]
+    Drop,
+    /// The connection is closed with 1008.
+    Close,
 }
 
 impl Default for Limits {
@@ -248,6 +288,7 @@ impl Default for Limits {
             origins: Vec::new(),
             compression: weir_ws::deflate::Compression::default(),
             require_origin: false,
+            rates: Rates::default(),
         }
     }
 }
@@ -262,6 +303,7 @@ impl Default for ServerConfig {
             limits: Limits::default(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_ip: DEFAULT_MAX_CONNECTIONS_PER_IP,
+            max_upgrade_rate: 0,
             cache_dir: None,
             state_dir: None,
             reuse_port: false,

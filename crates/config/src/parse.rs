@@ -2,7 +2,7 @@
 //! (unknown keys are refused), then every value is checked here against its
 //! line in the file, and the paths are checked together with matchit.
 
-/// The ten limit keys `[server]` and a route both take, in the order
+/// The fourteen limit keys `[server]` and a route both take, in the order
 /// [`limits`] reads them: written once for both raw sections.
 macro_rules! limit_fields {
     ($raw:expr) => {
@@ -17,6 +17,10 @@ macro_rules! limit_fields {
             &$raw.compression_min,
             &$raw.compression_context,
             &$raw.compression_level,
+            &$raw.max_upgrade_rate_per_ip,
+            &$raw.max_message_rate,
+            &$raw.max_byte_rate,
+            &$raw.rate_exceeded,
         ]
     };
 }
@@ -85,9 +89,14 @@ struct RawServer {
     compression_context: Field,
     compression_level: Field,
     require_origin: Field,
+    max_upgrade_rate_per_ip: Field,
+    max_message_rate: Field,
+    max_byte_rate: Field,
+    rate_exceeded: Field,
     trusted_proxies: Field,
     max_connections: Field,
     max_connections_per_ip: Field,
+    max_upgrade_rate: Field,
     cache_dir: Field,
     state_dir: Field,
     reuse_port: Field,
@@ -115,6 +124,10 @@ pub(super) struct RawRoute {
     pub(super) compression_context: Field,
     pub(super) compression_level: Field,
     pub(super) require_origin: Field,
+    pub(super) max_upgrade_rate_per_ip: Field,
+    pub(super) max_message_rate: Field,
+    pub(super) max_byte_rate: Field,
+    pub(super) rate_exceeded: Field,
     pub(super) isolation: Field,
     pub(super) memory: Field,
     pub(super) timeout: Field,
@@ -160,6 +173,10 @@ pub(super) struct RawRoute {
     pub(super) apps: Option<Vec<Spanned<super::pusher::RawPusherApp>>>,
 }
 
+/// Highest upgrade or message rate (per second) worth configuring.
+pub(super) const MAX_RATE: u64 = 10_000_000;
+/// Highest byte rate (per second) worth configuring.
+const MAX_BYTE_RATE: u64 = 1 << 40;
 /// Largest message the gateway will assemble.
 const MAX_MESSAGE_CEILING_BYTES: u64 = 1 << 30;
 /// Longest idle timeout or outbound wait worth configuring.
@@ -230,7 +247,7 @@ pub(super) fn parse(text: &str, origin_dir: &Path) -> Result<Config, ConfigError
 fn limits(
     src: &Source,
     base: &Limits,
-    [max_message, outbound_budget, idle_timeout, subprotocols, origins, require_origin, compression, compression_min, compression_context, compression_level]: [&Field; 10],
+    [max_message, outbound_budget, idle_timeout, subprotocols, origins, require_origin, compression, compression_min, compression_context, compression_level, upgrade_rate_per_ip, message_rate, byte_rate, rate_exceeded]: [&Field; 14],
 ) -> Result<Limits, ConfigError> {
     let mut limits = base.clone();
     if let Some(item) = Item::of("max_message", max_message) {
@@ -280,6 +297,27 @@ fn limits(
     }
     if let Some(item) = Item::of("require_origin", require_origin) {
         limits.require_origin = item.flag(src)?;
+    }
+    if let Some(item) = Item::of("max_upgrade_rate_per_ip", upgrade_rate_per_ip) {
+        limits.rates.upgrades_per_ip = item.count(src, 0, MAX_RATE)? as u32;
+    }
+    if let Some(item) = Item::of("max_message_rate", message_rate) {
+        limits.rates.messages = item.count(src, 0, MAX_RATE)? as u32;
+    }
+    if let Some(item) = Item::of("max_byte_rate", byte_rate) {
+        limits.rates.bytes = item.size(src, 0, MAX_BYTE_RATE)? as u64;
+    }
+    if let Some(item) = Item::of("rate_exceeded", rate_exceeded) {
+        limits.rates.exceeded = match item.string(src, r#""drop" or "close""#)? {
+            "drop" => RateExceeded::Drop,
+            "close" => RateExceeded::Close,
+            _ => {
+                return Err(item.fail(
+                    src,
+                    r#"write rate_exceeded = "drop" (discard the message and count it) or "close" (close the connection with 1008)"#,
+                ))
+            }
+        };
     }
     Ok(limits)
 }

@@ -105,6 +105,7 @@ native = "relay"
             origins: Vec::new(),
             compression: Default::default(),
             require_origin: false,
+            rates: Default::default(),
         }
     );
 
@@ -1792,5 +1793,76 @@ fn pusher_apps_take_a_guest_with_its_limits() {
         &format!("[[route]]\npath = \"/app/{{key}}\"\nnative = \"pusher\"\n{PUSHER_APP}timeout = \"1s\"\n"),
         8,
         &["a guest's limit without a guest"],
+    );
+}
+
+/// Overload controls: `[server]` gives defaults, a route overrides one
+/// key and keeps the others; the global cap is `[server]`'s only.
+#[test]
+fn rate_limits_default_from_the_server_and_override_per_route() {
+    let config = parse(
+        r#"
+[server]
+max_upgrade_rate = 500
+max_upgrade_rate_per_ip = 5
+max_message_rate = 100
+max_byte_rate = "64KiB"
+
+[[route]]
+path = "/echo"
+native = "echo"
+rate_exceeded = "close"
+max_message_rate = 10
+
+[[route]]
+path = "/free"
+native = "echo"
+max_upgrade_rate_per_ip = 0
+"#,
+    );
+    assert_eq!(config.server.max_upgrade_rate, 500);
+    let echo = config.routes[0].limits.rates;
+    assert_eq!(
+        echo,
+        Rates {
+            upgrades_per_ip: 5,
+            messages: 10,
+            bytes: 64 << 10,
+            exceeded: RateExceeded::Close,
+        }
+    );
+    let free = config.routes[1].limits.rates;
+    assert_eq!(free.upgrades_per_ip, 0);
+    assert_eq!(free.messages, 100);
+    assert_eq!(free.exceeded, RateExceeded::Drop);
+    assert!(free.limits_messages());
+    assert!(!Rates::default().limits_messages());
+}
+
+#[test]
+fn rate_limit_values_are_checked() {
+    let e = refused(
+        "[[route]]\npath = \"/e\"\nnative = \"echo\"\nrate_exceeded = \"kick\"\n",
+        4,
+        &["rate_exceeded = \"drop\"", "1008"],
+    );
+    assert!(e.message.contains("line 4"), "{}", e.message);
+    refused(
+        "[[route]]\npath = \"/e\"\nnative = \"echo\"\nmax_message_rate = -1\n",
+        4,
+        &["whole number"],
+    );
+    refused(
+        "[[route]]\npath = \"/e\"\nnative = \"echo\"\nmax_byte_rate = \"1MB\"\n",
+        4,
+        &["MiB"],
+    );
+    refused(
+        "[[route]]\npath = \"/e\"\nnative = \"echo\"\nmax_upgrade_rate = 5\n",
+        4,
+        &[
+            "unknown key \"max_upgrade_rate\"",
+            "max_upgrade_rate_per_ip",
+        ],
     );
 }

@@ -19,10 +19,11 @@ use super::buffer::{
 use super::decode::{Decoder, Piece};
 use super::idle::IdleWheel;
 use super::outbound::{OutMsg, Outbound};
+use super::rate::{Admit, ConnRate, Over};
 use super::socket::unless_stalled_poll;
 use super::transport::Transport;
 use crate::registry::{worker_of, Registry};
-use crate::stats::{ConnCounters, RouteStats};
+use crate::stats::{overload, ConnCounters, RouteStats};
 use std::io::{ErrorKind, IoSlice};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -77,7 +78,12 @@ pub struct ConnEnv {
     pub plane: Option<Rc<crate::plane::Plane>>,
 }
 
-const SHUTDOWN_REASON: &str = "server shutting down";
+/// The close every connection gets when the gateway shuts down: 1012
+/// (service restart), so clients reconnect, to another node or to this
+/// one once it is back (the paced drain spreads these over
+/// `drain_timeout`; see `rate::Pace`).
+pub(crate) const SHUTDOWN_CODE: u16 = close::SERVICE_RESTART;
+pub(crate) const SHUTDOWN_REASON: &str = "server restarting";
 
 /// How the loop goes on after an event.
 pub(crate) enum Flow {
@@ -119,6 +125,9 @@ pub(crate) struct Conn<T> {
     pub(crate) close_code: u16,
     /// permessage-deflate's inbound side (None: not negotiated).
     inflate: Option<Box<Inflating>>,
+    /// The route's message and byte rates (None: the route sets none, and
+    /// the loop never looks past this Option, once per batch).
+    rate: Option<Box<ConnRate>>,
 }
 
 /// Runs a connection after the 101 until it closes. `prefix` holds bytes
@@ -163,9 +172,15 @@ impl<T: Transport> Conn<T> {
                 message: Vec::new(),
             }));
         }
+        let rates = &env.limits.rates;
+        let rate = match rates.limits_messages() {
+            true => ConnRate::new(rates, std::time::Instant::now()).map(Box::new),
+            false => None,
+        };
         Conn {
             decoder,
             inflate,
+            rate,
             env,
             stream,
             buf: None,
@@ -225,7 +240,7 @@ impl<T: Transport> Conn<T> {
             match Box::pin(self.wait_unblocked(behaviour)).await {
                 Flow::Continue => {}
                 // Nothing was read while blocked: nothing to answer.
-                Flow::Drain => return Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()),
+                Flow::Drain => return Flow::Close(SHUTDOWN_CODE, SHUTDOWN_REASON.into()),
                 flow => return flow,
             }
         }
@@ -267,7 +282,7 @@ impl<T: Transport> Conn<T> {
                 Flow::Drain if behaviour.answers_before_drain() => {
                     return Box::pin(self.read_rest(behaviour)).await
                 }
-                Flow::Drain => return Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()),
+                Flow::Drain => return Flow::Close(SHUTDOWN_CODE, SHUTDOWN_REASON.into()),
                 flow => return flow,
             }
         }
@@ -347,7 +362,7 @@ impl<T: Transport> Conn<T> {
                 flow => return flow,
             }
         }
-        Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into())
+        Flow::Close(SHUTDOWN_CODE, SHUTDOWN_REASON.into())
     }
 
     /// Which receive buffer the next read takes when none is held: the
@@ -426,26 +441,58 @@ impl<T: Transport> Conn<T> {
     /// its replies gathered in `out` (not yet written): the read's flow,
     /// and where decoding stopped.
     pub(crate) fn decode_batch<B: Behaviour>(&mut self, behaviour: &mut B) -> (Flow, usize) {
+        // The rates are looked at once per batch: a connection without any
+        // runs the loop with a gate that always passes (compiled away).
+        match self.rate.take() {
+            None => self.decode_gated(behaviour, &mut Open),
+            Some(mut rate) => {
+                rate.refill(std::time::Instant::now());
+                let done = self.decode_gated(behaviour, &mut *rate);
+                self.rate = Some(rate);
+                done
+            }
+        }
+    }
+
+    /// [`decode_batch`](Self::decode_batch) with each data piece judged by
+    /// `gate` first: passed, dropped (counted) or closing the connection.
+    fn decode_gated<B: Behaviour, G: Gate>(
+        &mut self,
+        behaviour: &mut B,
+        gate: &mut G,
+    ) -> (Flow, usize) {
         let buf = self.buf.as_mut().expect("process runs on a buffer");
         let mut pos = self.start;
         let end = self.end;
         let mut flow = Flow::Continue;
         let mut large_frames = false;
         let (mut messages, mut bytes) = (0u64, 0u64);
+        let mut closed_over = None;
         loop {
             match self.decoder.next(buf, &mut pos, end) {
                 Ok(Some(Piece::Data(piece))) => {
                     large_frames |= piece.frame_len > STREAM_ABOVE_BYTES as u64;
                     messages += u64::from(piece.message_end());
                     bytes += piece.payload.len() as u64;
+                    let deliver = match gate.admit(&piece) {
+                        Admit::Pass => true,
+                        Admit::Drop => false,
+                        Admit::Close(over) => {
+                            closed_over = Some(over);
+                            flow = Flow::Close(close::POLICY_VIOLATION, over.reason().into());
+                            break;
+                        }
+                    };
                     if !piece.compressed {
-                        behaviour.on_data(buf, &piece, &mut self.out);
+                        if deliver {
+                            behaviour.on_data(buf, &piece, &mut self.out);
+                        }
                     } else if let Err(e) = inflate_piece(
                         self.inflate.as_mut().expect("RSV1 only when negotiated"),
                         &buf[piece.payload.clone()],
                         &piece,
                         self.env.limits.max_message,
-                        behaviour,
+                        deliver.then_some(&mut *behaviour),
                         &mut self.out,
                     ) {
                         flow = failure(e);
@@ -484,10 +531,29 @@ impl<T: Transport> Conn<T> {
             let counters = self.env.stats.worker(worker_of(self.env.id));
             counters.messages_in.add_owned(messages);
             counters.bytes_in.add_owned(bytes);
+            let (dropped, dropped_bytes) = gate.take_dropped();
             if B::SENDS_EACH_MESSAGE_ON {
-                counters.messages_out.add_owned(messages);
-                counters.bytes_out.add_owned(bytes);
+                let dropped_messages = dropped[0] + dropped[1];
+                counters
+                    .messages_out
+                    .add_owned(messages.saturating_sub(dropped_messages));
+                counters
+                    .bytes_out
+                    .add_owned(bytes.saturating_sub(dropped_bytes));
             }
+            if dropped != [0, 0] {
+                let o = &counters.overload;
+                o[overload::MESSAGE_RATE_DROPPED].add_owned(dropped[0]);
+                o[overload::BYTE_RATE_DROPPED].add_owned(dropped[1]);
+            }
+        }
+        if let Some(over) = closed_over {
+            let index = match over {
+                Over::Messages => overload::MESSAGE_RATE_CLOSED,
+                Over::Bytes => overload::BYTE_RATE_CLOSED,
+            };
+            let counters = self.env.stats.worker(worker_of(self.env.id));
+            counters.overload[index].add_owned(1);
         }
         if let Err(stop) = behaviour.end_of_read_in(&buf[..]) {
             if matches!(flow, Flow::Continue) {
@@ -495,6 +561,40 @@ impl<T: Transport> Conn<T> {
             }
         }
         (flow, pos)
+    }
+}
+
+/// What the loop asks of a connection's rates for each data piece.
+pub(crate) trait Gate {
+    fn admit(&mut self, piece: &crate::decode::DataPiece) -> Admit;
+    /// Messages dropped since the last call (over the message rate, over
+    /// the byte rate) and their payload bytes.
+    fn take_dropped(&mut self) -> ([u64; 2], u64);
+}
+
+/// No rates: every piece passes.
+struct Open;
+
+impl Gate for Open {
+    #[inline(always)]
+    fn admit(&mut self, _: &crate::decode::DataPiece) -> Admit {
+        Admit::Pass
+    }
+
+    #[inline(always)]
+    fn take_dropped(&mut self) -> ([u64; 2], u64) {
+        ([0; 2], 0)
+    }
+}
+
+impl Gate for ConnRate {
+    #[inline]
+    fn admit(&mut self, piece: &crate::decode::DataPiece) -> Admit {
+        ConnRate::admit(self, piece)
+    }
+
+    fn take_dropped(&mut self) -> ([u64; 2], u64) {
+        ConnRate::take_dropped(self)
     }
 }
 

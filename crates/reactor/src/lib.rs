@@ -6,7 +6,8 @@
 //! connections and guests write into, `socket` says who may touch a
 //! connection's socket, `transport` is what the loop reads and writes (TCP,
 //! TLS or an HTTP/2 stream), `conn` is the loop itself, `idle` the
-//! per-worker wheel of idle deadlines.
+//! per-worker wheel of idle deadlines, `rate` a connection's message
+//! rates and the paced drain's slices.
 //!
 //! Beside the loop: `registry`, the one map of live connections; `stats`,
 //! per-route and per-guest-version counters kept per worker; `kind`, the
@@ -23,6 +24,7 @@ pub mod idle;
 pub mod kind;
 pub mod outbound;
 pub mod plane;
+pub mod rate;
 pub mod registry;
 pub mod socket;
 pub mod start;

@@ -83,6 +83,11 @@ impl Registry {
             .expect("registry lock")
     }
 
+    /// Workers the registry has a shard for.
+    pub fn workers(&self) -> usize {
+        self.shards.len()
+    }
+
     /// A connection opened on `route`.
     pub fn insert(&self, id: ConnId, route: usize, outbound: Arc<Outbound>, ip: IpAddr) {
         let mut shard = self.shard(id);
@@ -150,15 +155,57 @@ impl Registry {
         entry.topics.len() != before
     }
 
-    /// Asks every open connection, and every one that opens later, to close
-    /// with 1001. Only the first call does anything.
+    /// Asks every open connection, and every one that opens later, to
+    /// close with 1012 at once. Only the first call does anything.
     pub fn close_all(&self) {
-        if self.closing.swap(true, Ordering::AcqRel) {
-            return;
+        if self.begin_shutdown() {
+            for worker in 0..self.shards.len() {
+                self.drain_ids(&self.ids_on(worker, None));
+            }
         }
+    }
+
+    /// Shutdown began: every connection that opens from now on is drained
+    /// at once (the ones open now are closed by the caller, in slices:
+    /// [`drain_ids`](Self::drain_ids)). True for the first call.
+    pub fn begin_shutdown(&self) -> bool {
+        // Each shard's lock orders this against `insert`'s check.
+        let first = !self.closing.swap(true, Ordering::AcqRel);
         for shard in &self.shards {
-            for entry in shard.lock().expect("registry lock").values() {
-                entry.outbound.drain();
+            drop(shard.lock().expect("registry lock"));
+        }
+        first
+    }
+
+    /// The ids of `worker`'s open connections (of route `route` only, when
+    /// given), for a paced drain to close a slice at a time.
+    pub fn ids_on(&self, worker: usize, route: Option<usize>) -> Vec<ConnId> {
+        let shard = self.shards[worker % self.shards.len()]
+            .lock()
+            .expect("registry lock");
+        shard
+            .iter()
+            .filter(|(_, e)| route.is_none_or(|r| e.route == r))
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// The shutdown's drain for each of `ids` still open (answer what the
+    /// client sent, then 1012).
+    pub fn drain_ids(&self, ids: &[ConnId]) {
+        for &id in ids {
+            if let Some(e) = self.shard(id).get(&id) {
+                e.outbound.drain();
+            }
+        }
+    }
+
+    /// Closes each of `ids` still open on `route` with `code` and `reason`
+    /// (after what is queued for it).
+    pub fn close_ids(&self, ids: &[ConnId], route: usize, code: u16, reason: &str) {
+        for &id in ids {
+            if let Some(e) = self.shard(id).get(&id).filter(|e| e.route == route) {
+                e.outbound.close(code, reason);
             }
         }
     }
@@ -227,6 +274,41 @@ mod tests {
         assert_eq!(reg.take_topics(id), vec![Box::<str>::from("lobby")]);
         reg.remove(id);
         assert!(reg.outbound(id, 0).is_none());
+    }
+
+    /// A paced drain: ids listed per worker and route, closed a slice at
+    /// a time; a connection opening after the drain began is drained at once.
+    #[test]
+    fn a_paced_drain_closes_the_ids_it_is_given() {
+        let reg = Registry::new(2);
+        let outs: Vec<_> = (1..=4).map(|_| Arc::new(Outbound::new(1024))).collect();
+        for (i, out) in outs.iter().enumerate() {
+            reg.insert(conn_id(i % 2, i as u64 + 1), i / 2, out.clone(), LOCAL);
+        }
+        let mut ids = reg.ids_on(0, None);
+        ids.sort();
+        assert_eq!(ids, vec![conn_id(0, 1), conn_id(0, 3)]);
+        assert_eq!(reg.ids_on(1, Some(1)), vec![conn_id(1, 4)]);
+        assert!(reg.begin_shutdown());
+        assert!(!reg.begin_shutdown());
+        reg.drain_ids(&ids[..1]);
+        assert!(matches!(
+            outs[0].try_recv(),
+            Some(crate::outbound::OutMsg::Drain)
+        ));
+        assert!(outs[2].try_recv().is_none(), "not in this slice");
+        reg.close_ids(&[conn_id(1, 4), conn_id(1, 2)], 1, 1001, "route drained");
+        assert!(matches!(
+            outs[3].try_recv(),
+            Some(crate::outbound::OutMsg::Close(1001, _))
+        ));
+        assert!(outs[1].try_recv().is_none(), "another route's");
+        let late = Arc::new(Outbound::new(1024));
+        reg.insert(conn_id(0, 9), 0, late.clone(), LOCAL);
+        assert!(matches!(
+            late.try_recv(),
+            Some(crate::outbound::OutMsg::Drain)
+        ));
     }
 
     #[test]

@@ -15,9 +15,38 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// Close codes counted on their own; the rest go under "other". 1005 is a
 /// client's close without a code; 1006, a connection that ended without a
 /// close frame either way.
-pub const CLOSE_CODES: [u16; 12] = [
-    1000, 1001, 1002, 1003, 1005, 1006, 1007, 1008, 1009, 1011, 1013, 1014,
+pub const CLOSE_CODES: [u16; 13] = [
+    1000, 1001, 1002, 1003, 1005, 1006, 1007, 1008, 1009, 1011, 1012, 1013, 1014,
 ];
+
+/// What the overload controls refused on a route, as `/metrics` labels it
+/// (`weir_route_overload_total{reason}`); indexes of
+/// [`ConnCounters::overload`].
+pub const OVERLOAD_REASONS: [&str; 7] = [
+    "upgrade_rate_per_ip",
+    "upgrade_rate_global",
+    "route_drained",
+    "message_rate_dropped",
+    "byte_rate_dropped",
+    "message_rate_closed",
+    "byte_rate_closed",
+];
+
+/// Indexes into [`OVERLOAD_REASONS`].
+pub mod overload {
+    /// Upgrades answered 429 over the route's `max_upgrade_rate_per_ip`.
+    pub const UPGRADE_RATE_PER_IP: usize = 0;
+    /// Upgrades answered 503 over `[server] max_upgrade_rate`.
+    pub const UPGRADE_RATE_GLOBAL: usize = 1;
+    /// Upgrades answered 503 while the route is drained.
+    pub const ROUTE_DRAINED: usize = 2;
+    /// Messages dropped over `max_message_rate`, `max_byte_rate`.
+    pub const MESSAGE_RATE_DROPPED: usize = 3;
+    pub const BYTE_RATE_DROPPED: usize = 4;
+    /// Connections closed 1008 over `max_message_rate`, `max_byte_rate`.
+    pub const MESSAGE_RATE_CLOSED: usize = 5;
+    pub const BYTE_RATE_CLOSED: usize = 6;
+}
 
 /// Upper bounds (µs) of the guest call duration histogram: from a bare
 /// call (~1 µs) to the longest default deadline (100 ms).
@@ -94,6 +123,8 @@ pub struct ConnCounters {
     pub bytes_out: Counter,
     /// Upgrades refused for their `Origin` (never labelled by origin).
     pub refused_origin: Counter,
+    /// Refusals of the overload controls, by [`OVERLOAD_REASONS`] index.
+    pub overload: [Counter; OVERLOAD_REASONS.len()],
     /// By [`CLOSE_CODES`] index; the last one is "other".
     pub closes: [Counter; CLOSE_CODES.len() + 1],
 }
@@ -141,6 +172,9 @@ impl RouteStats {
             t.messages_out += w.messages_out.get();
             t.bytes_out += w.bytes_out.get();
             t.refused_origin += w.refused_origin.get();
+            for (sum, c) in t.overload.iter_mut().zip(&w.overload) {
+                *sum += c.get();
+            }
             for (sum, c) in t.closes.iter_mut().zip(&w.closes) {
                 *sum += c.get();
             }
@@ -159,6 +193,7 @@ pub struct ConnTotals {
     pub messages_out: u64,
     pub bytes_out: u64,
     pub refused_origin: u64,
+    pub overload: [u64; OVERLOAD_REASONS.len()],
     pub closes: [u64; CLOSE_CODES.len() + 1],
 }
 

@@ -10,6 +10,9 @@ pub const INVALID_PAYLOAD: u16 = 1007;
 pub const POLICY_VIOLATION: u16 = 1008;
 pub const MESSAGE_TOO_BIG: u16 = 1009;
 pub const INTERNAL_ERROR: u16 = 1011;
+/// The server is restarting (IANA registry): sent to every connection a
+/// shutting-down gateway closes, so clients reconnect (with back-off).
+pub const SERVICE_RESTART: u16 = 1012;
 pub const TRY_AGAIN_LATER: u16 = 1013;
 /// A gateway's upstream failed (RFC 6455 §7.4.1, IANA registry): the proxy
 /// route's upstream went away mid-session.

@@ -9,6 +9,7 @@ mod render;
 
 use weir_reactor::stats::{
     ConnTotals, GuestTotals, BATCH_EVENTS_BUCKETS, CALL_MICROS_BUCKETS, CLOSE_CODES, FAULT_CAUSES,
+    OVERLOAD_REASONS,
 };
 
 /// `Content-Type` of the text exposition format (version 0.0.4).
@@ -201,7 +202,8 @@ mod tests {
                     messages_out: 41,
                     bytes_out: 42,
                     refused_origin: 43,
-                    closes: [0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+                    overload: [45, 46, 47, 48, 49, 50, 51],
+                    closes: [0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
                 },
                 guest: Some(GuestFigures {
                     serving: 2,
@@ -321,6 +323,14 @@ mod tests {
             (
                 r#"weir_route_closes_total{route="/say \"hi\"",code="other"}"#,
                 1,
+            ),
+            (
+                r#"weir_route_overload_total{route="/say \"hi\"",reason="upgrade_rate_per_ip"}"#,
+                45,
+            ),
+            (
+                r#"weir_route_overload_total{route="/say \"hi\"",reason="byte_rate_closed"}"#,
+                51,
             ),
             (r#"weir_guest_version{route="/say \"hi\""}"#, 2),
             (r#"weir_guest_deploys_total{route="/say \"hi\""}"#, 36),

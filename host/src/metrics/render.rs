@@ -202,6 +202,18 @@ impl Snapshot {
             })
         });
         family(out, "weir_route_closes_total", Counter, "Connections ended, by close code (1006: without a close frame; other: any code not listed).", closes)?;
+        let overload = self.routes.iter().flat_map(|r| {
+            OVERLOAD_REASONS
+                .iter()
+                .zip(r.conns.overload)
+                .map(|(reason, n)| {
+                    (
+                        vec![("route", r.route.clone()), ("reason", reason.to_string())],
+                        n,
+                    )
+                })
+        });
+        family(out, "weir_route_overload_total", Counter, "Refusals of the overload controls, by reason: upgrades answered 429 over max_upgrade_rate_per_ip, 503 over max_upgrade_rate or while the route is drained; messages dropped, or connections closed 1008, over max_message_rate or max_byte_rate.", overload)?;
         let guests: Vec<(&str, &GuestFigures)> = self
             .routes
             .iter()

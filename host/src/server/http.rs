@@ -268,12 +268,33 @@ pub(super) fn text(status: StatusCode, body: &'static str) -> Response<Full<Byte
 
 /// 503 with Retry-After; the connection closes after it.
 pub(super) fn unavailable(body: &'static str) -> Response<Full<Bytes>> {
-    let mut resp = text(StatusCode::SERVICE_UNAVAILABLE, body);
+    refuse_for(
+        StatusCode::SERVICE_UNAVAILABLE,
+        body,
+        RETRY_AFTER_SECS.into(),
+    )
+}
+
+/// `status` (503, 429) with `Retry-After: secs`; the connection closes
+/// after it.
+pub(super) fn refuse_for(
+    status: StatusCode,
+    body: &'static str,
+    secs: u64,
+) -> Response<Full<Bytes>> {
+    let mut resp = text(status, body);
     resp.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     resp
+}
+
+/// A refusal while draining: 503 with a jittered `Retry-After`, so the
+/// clients refused together do not retry together.
+fn drained(body: &'static str) -> Response<Full<Bytes>> {
+    let secs = crate::overload::jittered_retry_after();
+    refuse_for(StatusCode::SERVICE_UNAVAILABLE, body, secs)
 }
 
 /// The answer to a request that names its host twice (400), or a host the
@@ -334,7 +355,9 @@ async fn handle_request(
         return text(StatusCode::NOT_FOUND, super::NO_ROUTE_BODY);
     };
     if matched.route.draining() {
-        return unavailable("this route is drained; retry later\n");
+        let counters = matched.route.stats.worker(worker.index);
+        counters.overload[weir_reactor::stats::overload::ROUTE_DRAINED].add_owned(1);
+        return drained("this route is drained; retry later\n");
     }
     let req = match plain_request(req, peer, &worker, &matched).await {
         Ok(answer) => return answer,
@@ -389,7 +412,7 @@ fn answer_itself(
                 .fetch_add(1, Ordering::Relaxed);
             "shutting down; retry later\n"
         };
-        return Some(unavailable(body));
+        return Some(drained(body));
     }
     match path {
         "/healthz" => Some(text(StatusCode::OK, "ok\n")),

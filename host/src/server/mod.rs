@@ -12,8 +12,9 @@
 //! HTTP/2 stays a stream of hyper's connection (`reactor::transport`).
 //!
 //! Shutdown drains: every request gets 503 (`/healthz` and `/readyz` too,
-//! so a load balancer stops sending clients), idle HTTP connections are closed, every
-//! WebSocket connection is sent a 1001 close, and the workers wait for the
+//! so a load balancer stops sending clients), idle HTTP connections are
+//! closed, every WebSocket connection is sent a 1012 close, in slices spread
+//! over `drain_timeout` (`worker::drain_paced`), and the workers wait for the
 //! close handshakes up to `drain_timeout` before they stop.
 
 mod admin;

@@ -44,6 +44,8 @@ pub(super) struct Front {
     pub(super) h2_idle_timeout: Duration,
     /// `[server] io`: the loop upgraded connections run on.
     pub(super) io: weir_config::Io,
+    /// `[server] max_upgrade_rate`: the gateway's upgrades per second.
+    pub(super) upgrade_rate: Option<crate::overload::GlobalRate>,
 }
 
 /// What the front refused or failed, for `/metrics` and the log.
@@ -61,6 +63,9 @@ pub(super) struct Counts {
     pub(super) origin_refusals: Summary,
     /// TLS handshakes that failed or timed out.
     pub(super) tls_handshake_failures: AtomicU64,
+    /// Summaries of upgrades refused over an upgrade rate, for the log
+    /// (counted per route: `weir_route_overload_total`).
+    pub(super) rate_refusals: Summary,
 }
 
 /// The drain: set once at shutdown, waited on by every worker.
@@ -132,6 +137,7 @@ impl Shared {
                 h2_max_streams: config.server.h2_max_streams,
                 h2_idle_timeout: config.server.limits.idle_timeout,
                 io: config.server.io,
+                upgrade_rate: crate::overload::GlobalRate::new(config.server.max_upgrade_rate),
             },
             counts: Counts {
                 upgrades: AtomicU64::new(0),
@@ -142,6 +148,7 @@ impl Shared {
                 refused_origin: AtomicU64::new(0),
                 origin_refusals: Summary::new(SUMMARY_EVERY),
                 tls_handshake_failures: AtomicU64::new(0),
+                rate_refusals: Summary::new(SUMMARY_EVERY),
             },
             drain: Drain {
                 draining: AtomicBool::new(false),

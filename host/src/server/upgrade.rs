@@ -144,6 +144,9 @@ pub(super) async fn upgrade(
             Err(resp) => return *resp,
         }
     };
+    if let Some(refusal) = refuse_over_rate(peer, worker, &route, &limits) {
+        return refusal;
+    }
     if let Some(refusal) = refuse_origin(&req, peer, worker, &route, &limits) {
         return refusal;
     }
@@ -242,6 +245,49 @@ pub(super) async fn upgrade(
         );
     }
     resp
+}
+
+/// An upgrade over the route's rate for its client address (429), or over
+/// the gateway's (503), each with `Retry-After`. Checked after the
+/// handshake's own checks and before the origin's and the route kind's
+/// work, so what a flood costs is reading its request heads.
+fn refuse_over_rate(
+    peer: SocketAddr,
+    worker: &Worker,
+    route: &Route,
+    limits: &weir_config::Limits,
+) -> Option<Response<Full<Bytes>>> {
+    use crate::overload::{jittered_retry_after, retry_after_secs};
+    use weir_reactor::stats::overload;
+    let shared = &worker.shared;
+    let now = std::time::Instant::now();
+    let per_ip = limits.rates.upgrades_per_ip;
+    let refused = match route.upgrade_rates.check(peer.ip(), per_ip, now) {
+        Err(wait) => Some((
+            overload::UPGRADE_RATE_PER_IP,
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many upgrades from this address; retry later (max_upgrade_rate_per_ip)\n",
+            // The one client over its rate: told exactly when.
+            retry_after_secs(wait),
+        )),
+        Ok(()) => match shared.front.upgrade_rate.as_ref().map(|cap| cap.check(now)) {
+            Some(Err(_)) => Some((
+                overload::UPGRADE_RATE_GLOBAL,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the gateway is taking too many upgrades; retry later (max_upgrade_rate)\n",
+                // Everyone refused in a burst: spread their returns.
+                jittered_retry_after(),
+            )),
+            _ => None,
+        },
+    };
+    let (reason, status, body, secs) = refused?;
+    route.stats.worker(worker.index).overload[reason].add_owned(1);
+    if let Some((n, secs)) = shared.counts.rate_refusals.note() {
+        warn!(route = %route.path, last = %weir_reactor::stats::OVERLOAD_REASONS[reason],
+            "refused {n} upgrades in the last {secs} s over an upgrade rate (max_upgrade_rate_per_ip, max_upgrade_rate)");
+    }
+    Some(super::http::refuse_for(status, body, secs))
 }
 
 /// A browser page the route does not allow (same-origin unless the

@@ -1,5 +1,5 @@
-//! One worker thread: its runtime, its listener's accept loop, the drain
-//! at shutdown, and the turns it gives its guests outside the runtime (or
+//! One worker thread: its runtime, its listener's accept loop, the paced
+//! drain at shutdown, and the turns it gives its guests outside the runtime (or
 //! hands to its guest thread, see `guest/kind/slot.rs`).
 
 use super::http::serve_http;
@@ -12,12 +12,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 use tracing::{info, warn};
 use weir_guest_runtime::Scheduler;
 use weir_reactor::buffer::BufPool;
 use weir_reactor::idle::IdleWheel;
 use weir_reactor::kind::{WorkerRoute, WorkerSetup};
 use weir_reactor::plane::Plane;
+use weir_reactor::rate::Pace;
 use weir_reactor::registry::conn_id;
 
 /// Pause after a failed accept (e.g. out of file descriptors) so the worker
@@ -125,34 +127,20 @@ pub(super) fn run(
             }
         }
         let shared = &worker.shared;
+        let window = weir_reactor::rate::drain_window(shared.drain.drain_timeout);
         if !shared.drain.draining.swap(true, Ordering::AcqRel) {
             info!(
                 connections = shared.registry.stats().connections,
                 timeout = ?shared.drain.drain_timeout,
-                "draining: new requests get 503, open connections are closed with 1001"
+                ?window,
+                "draining: new requests get 503, open connections are closed with 1012 in slices over the window"
             );
         }
         // Batches of messages already read go to their guests first, so
-        // their replies are queued before the 1001.
+        // their replies are queued before the 1012.
         scheduler.wake();
         tokio::task::yield_now().await;
-        shared.registry.close_all();
-        // The listener stays open while draining: health checks and new
-        // clients get a 503 rather than a refused connection.
-        let deadline = tokio::time::Instant::now() + shared.drain.drain_timeout;
-        while shared.drain.tcp_open.load(Ordering::Acquire) > 0 {
-            if tokio::time::Instant::now() >= deadline {
-                warn!(
-                    remaining = shared.drain.tcp_open.load(Ordering::Acquire),
-                    "drain timeout: dropping the connections still open"
-                );
-                break;
-            }
-            tokio::select! {
-                accepted = listener.accept() => accept(accepted, &worker, &shutdown).await,
-                _ = tokio::time::sleep(DRAIN_POLL) => {}
-            }
-        }
+        drain_paced(&worker, &listener, &shutdown, window).await;
     });
     // The worker leaves the runtime to run guests (see guest/kind/slot.rs): it
     // returns from block_on when guest work is pending, after the other
@@ -172,6 +160,54 @@ pub(super) fn run(
     }
     // Lets the guest thread finish its queue, then joins it.
     guests.stop();
+}
+
+/// The shutdown's drain on one worker: its open WebSockets are closed
+/// (1012) in slices spread over `window` ([`Pace`]: a few close at once,
+/// many are spread so their clients do not all reconnect at the same
+/// moment), while the listener stays open so health checks and new clients
+/// get a 503 rather than a refused connection; it ends when every
+/// connection of the gateway has closed, or at `drain_timeout`.
+async fn drain_paced(
+    worker: &Rc<Worker>,
+    listener: &TcpListener,
+    shutdown: &Shutdown,
+    window: Duration,
+) {
+    let shared = &worker.shared;
+    shared.registry.begin_shutdown();
+    let ids = shared.registry.ids_on(worker.index, None);
+    let mut pace = Pace::new(ids.len(), window);
+    let start = Instant::now();
+    let deadline = start + shared.drain.drain_timeout;
+    let (mut next_slice, mut closed) = (start, 0);
+    loop {
+        let now = Instant::now();
+        if !pace.done() && now >= next_slice {
+            let n = pace.next_slice();
+            shared.registry.drain_ids(&ids[closed..closed + n]);
+            closed += n;
+            next_slice += Pace::SLICE;
+        }
+        if pace.done() && shared.drain.tcp_open.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if now >= deadline {
+            warn!(
+                remaining = shared.drain.tcp_open.load(Ordering::Acquire),
+                "drain timeout: dropping the connections still open"
+            );
+            return;
+        }
+        let wake = match pace.done() {
+            true => now + DRAIN_POLL,
+            false => next_slice.min(now + DRAIN_POLL),
+        };
+        tokio::select! {
+            accepted = listener.accept() => accept(accepted, worker, shutdown).await,
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+    }
 }
 
 /// Starts serving an accepted connection, or backs off after a failed accept.

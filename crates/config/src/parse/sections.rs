@@ -156,6 +156,9 @@ pub(super) fn server(
     if let Some(item) = Item::of("max_connections_per_ip", &raw.max_connections_per_ip) {
         server.max_connections_per_ip = item.count(src, 0, u32::MAX as u64)? as usize;
     }
+    if let Some(item) = Item::of("max_upgrade_rate", &raw.max_upgrade_rate) {
+        server.max_upgrade_rate = item.count(src, 0, MAX_RATE)? as u32;
+    }
     if let Some(item) = Item::of("cache_dir", &raw.cache_dir) {
         let dir = item.string(src, r#""/var/cache/weir""#)?;
         if dir.is_empty() {

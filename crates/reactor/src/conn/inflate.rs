@@ -18,7 +18,8 @@ pub(super) struct Inflating {
 
 /// Inflates a piece of a compressed message (RFC 7692 §7.2.2); at the
 /// message's end, checks its UTF-8 and hands the whole inflated message
-/// to the behaviour as one piece. Fails with `MessageTooBig` the moment
+/// to the behaviour as one piece (or to none: a message dropped over its
+/// rate is still inflated, so the stream's context stays whole). Fails with `MessageTooBig` the moment
 /// the message would pass `max_message`, before inflating more. Kept out
 /// of line: the loop over uncompressed pieces stays tight.
 #[inline(never)]
@@ -27,7 +28,7 @@ pub(super) fn inflate_piece<B: Behaviour>(
     input: &[u8],
     piece: &DataPiece,
     max_message: usize,
-    behaviour: &mut B,
+    behaviour: Option<&mut B>,
     out: &mut Output,
 ) -> Result<(), ProtocolError> {
     let Inflating { inflater, message } = inflating;
@@ -50,7 +51,9 @@ pub(super) fn inflate_piece<B: Behaviour>(
         payload: 0..len,
         compressed: true,
     };
-    behaviour.on_data(message, &whole, out);
+    if let Some(behaviour) = behaviour {
+        behaviour.on_data(message, &whole, out);
+    }
     // Freed, not kept: an idle connection holds no message buffer.
     *message = Vec::new();
     Ok(())

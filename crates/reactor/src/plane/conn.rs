@@ -10,7 +10,9 @@
 
 use super::{give_back, Cause, Key, Next, Plane, PlaneConn};
 use crate::behaviour::{Behaviour, Stop};
-use crate::conn::{take_queued, Conn, ConnEnv, Flow, CLOSE_DRAIN_MAX_BYTES};
+use crate::conn::{
+    take_queued, Conn, ConnEnv, Flow, CLOSE_DRAIN_MAX_BYTES, SHUTDOWN_CODE, SHUTDOWN_REASON,
+};
 use crate::idle::IdleWheel;
 use crate::outbound::AnySocket;
 use crate::transport::Transport;
@@ -31,11 +33,10 @@ use weir_ws::frame::OpCode;
 
 /// Reads one step makes before it lets other connections have a turn.
 const READS_PER_STEP: usize = 4;
-/// Reads a draining connection makes before its 1001 (as the task loop).
+/// Reads a draining connection makes before its 1012 (as the task loop).
 const DRAIN_READS: u8 = 16;
 /// Parts handed to one `sendmsg`.
 const MAX_PARTS: usize = 64;
-const SHUTDOWN_REASON: &str = "server shutting down";
 
 /// A plane connection's socket: std's, non-blocking, in the plane's epoll.
 pub(crate) struct PlaneTcp(pub Arc<std::net::TcpStream>);
@@ -284,7 +285,7 @@ impl<B: Behaviour> Entry<B> {
             }
             Flow::Drain if self.state == State::Lent => {
                 // Nothing was read while blocked: nothing to answer.
-                self.call_back(Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()))
+                self.call_back(Flow::Close(SHUTDOWN_CODE, SHUTDOWN_REASON.into()))
             }
             Flow::Drain => {
                 let behaviour = self.behaviour.as_ref().expect("not lent");
@@ -293,7 +294,7 @@ impl<B: Behaviour> Entry<B> {
                     self.readable = true;
                     None
                 } else {
-                    self.act(Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into()))
+                    self.act(Flow::Close(SHUTDOWN_CODE, SHUTDOWN_REASON.into()))
                 }
             }
         }
@@ -544,7 +545,7 @@ impl<B: Behaviour> Entry<B> {
                         self.c.env.pool.give(buf);
                     }
                     if self.draining > 0 {
-                        let flow = Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into());
+                        let flow = Flow::Close(SHUTDOWN_CODE, SHUTDOWN_REASON.into());
                         return self.act(flow);
                     }
                     return Some(Next::Keep);
@@ -699,7 +700,7 @@ impl<B: Behaviour> Entry<B> {
             let prefix = self.rare.as_ref().is_some_and(|r| r.prefix.is_some());
             if !self.readable && !prefix {
                 if self.draining > 0 {
-                    let flow = Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into());
+                    let flow = Flow::Close(SHUTDOWN_CODE, SHUTDOWN_REASON.into());
                     if let Some(next) = self.act(flow) {
                         return next;
                     }
@@ -715,7 +716,7 @@ impl<B: Behaviour> Entry<B> {
             if self.draining > 0 {
                 self.draining -= 1;
                 if self.draining == 0 {
-                    let flow = Flow::Close(close::GOING_AWAY, SHUTDOWN_REASON.into());
+                    let flow = Flow::Close(SHUTDOWN_CODE, SHUTDOWN_REASON.into());
                     if let Some(next) = self.act(flow) {
                         return next;
                     }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 use tracing::info;
 use weir_guest_runtime::{Inherited, Program};
+use weir_reactor::rate::{drain_window, Pace};
 
 /// The query parameter that lets a deploy or rollback reset the state of
 /// connections the new version cannot read (`weir deploy --reset-state`).
@@ -115,13 +116,15 @@ pub(super) async fn route_action(
 
 /// Reason of the 1001 a drained route's connections get.
 pub const DRAINED_REASON: &str = "route drained";
-/// When a drain closes the route's connections again, after the first
-/// sweep.
+/// When a drain closes the route's connections again, after the paced
+/// closes: upgrades that passed the draining check just before the flag
+/// was set register their connections right after their 101.
 const DRAIN_SWEEPS: [Duration; 2] = [Duration::from_millis(100), Duration::from_secs(1)];
 
-/// `POST /routes/{path}/drain`: upgrades to the route are refused (503)
-/// and its open connections closed with 1001; `/resume` takes upgrades
-/// again.
+/// `POST /routes/{path}/drain`: upgrades to the route are refused (503,
+/// `Retry-After` jittered) and its open connections closed with 1001 in
+/// slices over the drain window (see [`drain_route_paced`]); `/resume`
+/// takes upgrades again and stops the closes not yet made.
 fn drain(route: &str, draining: bool, changes: &Changes) -> Response<Full<Bytes>> {
     let shared = &changes.shared;
     let table = shared.routes.load();
@@ -132,25 +135,9 @@ fn drain(route: &str, draining: bool, changes: &Changes) -> Response<Full<Bytes>
     let open = r.stats.sum();
     let closing = open.accepted.saturating_sub(open.closed);
     if draining {
-        shared
-            .registry
-            .close_route(index, weir_ws::close::GOING_AWAY, DRAINED_REASON);
-        // An upgrade that passed the draining check just before the flag
-        // was set registers its connection right after its 101: sweep again
-        // once those are in the registry.
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            for wait in DRAIN_SWEEPS {
-                tokio::time::sleep(wait).await;
-                let table = shared.routes.load();
-                if table.routes.get(index).is_some_and(|r| r.draining()) {
-                    shared
-                        .registry
-                        .close_route(index, weir_ws::close::GOING_AWAY, DRAINED_REASON);
-                }
-            }
-        });
-        info!(route, connections = closing, "route drained");
+        let window = drain_window(shared.drain.drain_timeout);
+        tokio::spawn(drain_route_paced(shared.clone(), index, window));
+        info!(route, connections = closing, ?window, "route drained");
     } else {
         info!(route, "route resumed");
     }
@@ -158,6 +145,44 @@ fn drain(route: &str, draining: bool, changes: &Changes) -> Response<Full<Bytes>
         StatusCode::OK,
         json!({ "route": route, "draining": draining, "closing": if draining { closing } else { 0 } }),
     )
+}
+
+/// Closes route `index`'s open connections with 1001 a slice at a time
+/// over `window` ([`Pace`]), so their clients do not all come back at once;
+/// stops if the route is resumed. Then sweeps for connections that raced
+/// the flag.
+async fn drain_route_paced(shared: Arc<Shared>, index: usize, window: Duration) {
+    let still_drained = |shared: &Shared| {
+        let table = shared.routes.load();
+        table.routes.get(index).is_some_and(|r| r.draining())
+    };
+    let registry = &shared.registry;
+    let ids: Vec<_> = (0..registry.workers())
+        .flat_map(|w| registry.ids_on(w, Some(index)))
+        .collect();
+    let mut pace = Pace::new(ids.len(), window);
+    let (mut next, mut closed) = (tokio::time::Instant::now(), 0);
+    while !pace.done() {
+        if !still_drained(&shared) {
+            return;
+        }
+        let n = pace.next_slice();
+        registry.close_ids(
+            &ids[closed..closed + n],
+            index,
+            weir_ws::close::GOING_AWAY,
+            DRAINED_REASON,
+        );
+        closed += n;
+        next += Pace::SLICE;
+        tokio::time::sleep_until(next).await;
+    }
+    for wait in DRAIN_SWEEPS {
+        tokio::time::sleep(wait).await;
+        if still_drained(&shared) {
+            registry.close_route(index, weir_ws::close::GOING_AWAY, DRAINED_REASON);
+        }
+    }
 }
 
 /// `GET /routes`: every route, with its guest versions.

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use weir_reactor::stats::{CLOSE_CODES, FAULT_CAUSES};
+use weir_reactor::stats::{CLOSE_CODES, FAULT_CAUSES, OVERLOAD_REASONS};
 
 /// How often the sampler runs.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
@@ -151,6 +151,13 @@ pub fn overview(shared: &Shared, history: &History) -> Value {
             .filter(|(_, n)| *n != 0)
             .map(|(code, n)| (code, json!(n)))
             .collect();
+        // The overload controls' refusals, by reason (only those seen).
+        let overload: Map<String, Value> = OVERLOAD_REASONS
+            .iter()
+            .zip(c.overload)
+            .filter(|(_, n)| *n != 0)
+            .map(|(reason, n)| (reason.to_string(), json!(n)))
+            .collect();
         let mut entry = json!({
             "path": path,
             "behaviour": r.behaviour,
@@ -169,6 +176,7 @@ pub fn overview(shared: &Shared, history: &History) -> Value {
                 "bytes_out": rate(counts.bytes_out, before.bytes_out, secs),
             },
             "closes": closes,
+            "overload": overload,
         });
         if let Some(guest) = &r.guest {
             let (current, kept) = guest.versions().list();

@@ -47,17 +47,9 @@ pub struct Limited {
     pub retry_after_secs: u64,
 }
 
-/// The key an address is counted under: IPv4 (also IPv4-mapped IPv6) as
-/// is, IPv6 by its /64, since one host is usually given a whole /64.
-pub fn client_key(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => ip,
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
-        },
-    }
-}
+/// The key an address is counted under (IPv6 by its /64): the same as
+/// the upgrade rates'.
+pub use crate::overload::client_key;
 
 fn describe(key: IpAddr) -> String {
     match key {

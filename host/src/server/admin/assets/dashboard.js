@@ -58,10 +58,10 @@ function button(label, onClick) {
 function makeRow(route) {
   const tr = document.createElement("tr");
   tr.dataset.route = route.path;
-  for (const cls of ["path", "behaviour", "version", "conns", "min", "mout", "bin", "bout", "p99", "faults", "closes", "actions"]) {
+  for (const cls of ["path", "behaviour", "version", "conns", "min", "mout", "bin", "bout", "p99", "faults", "overload", "closes", "actions"]) {
     const td = document.createElement("td");
     td.className = cls;
-    if (cls === "faults" || cls === "closes") td.classList.add("small");
+    if (cls === "faults" || cls === "overload" || cls === "closes") td.classList.add("small");
     tr.appendChild(td);
   }
   tr.querySelector(".path").textContent = route.path;
@@ -128,6 +128,7 @@ function render(data) {
     tr.querySelector(".p99").textContent = r.call_p99_us === undefined ? "—"
       : r.call_p99_us === null ? "no calls" : "≤ " + r.call_p99_us + " µs";
     tr.querySelector(".faults").textContent = r.faults === undefined ? "—" : pairs(r.faults);
+    tr.querySelector(".overload").textContent = pairs(r.overload);
     tr.querySelector(".closes").textContent = pairs(r.closes);
     const drainBtn = tr.querySelector("button.drain");
     drainBtn.textContent = r.draining ? "resume" : "drain";
