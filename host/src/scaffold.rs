@@ -200,7 +200,10 @@ const PYTHON_SDK_FILES: &[(&str, &str)] = &[
         "weir_guest/runtime.py",
         include_str!("../../guest-sdk/python/weir_guest/runtime.py"),
     ),
-    ("weir_guest/io.py", include_str!("../../guest-sdk/python/weir_guest/io.py")),
+    (
+        "weir_guest/io.py",
+        include_str!("../../guest-sdk/python/weir_guest/io.py"),
+    ),
     // Native only: the test harness.
     (
         "weir_guest/testing.py",

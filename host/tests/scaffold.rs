@@ -264,7 +264,10 @@ async fn js_and_python_projects_new_build_and_serve() {
                 .args(["-c", "python3 -m unittest 2>&1"])
                 .current_dir(&project);
             let said = run(tests, "python3 -m unittest", Duration::from_secs(120));
-            assert!(said.contains("Ran 3 tests") && said.contains("OK"), "{said}");
+            assert!(
+                said.contains("Ran 3 tests") && said.contains("OK"),
+                "{said}"
+            );
         }
 
         // A Python component compiles for several seconds on first load.
