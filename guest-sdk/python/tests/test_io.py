@@ -63,6 +63,15 @@ class Io(unittest.TestCase):
         r.send_text(other, "echo")
         self.assertEqual(r.texts(other), ["echo"])
 
+    def test_a_failure_nobody_awaited_is_logged_and_the_connection_goes_on(self):
+        r = self.route
+        r.send_text(self.c, "unawaited")
+        r.fail(r.requests()[0].tag, "connect")
+        self.assertTrue(r.is_open(self.c))
+        self.assertEqual(r.texts(self.c), ["ok"])
+        self.assertTrue(any("nobody awaited it: FetchError" in m for lvl, m in r.logs
+                            if lvl == "error"), r.logs)
+
     def test_awaiting_asyncio_fails_its_connection_with_a_reason(self):
         r = self.route
         r.send_text(self.c, "asyncio")

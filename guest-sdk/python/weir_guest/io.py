@@ -68,7 +68,7 @@ class Future:
     """The outcome of something that finishes in a later batch (a response,
     a timer): `await` it in an `async def` hook, or `add_done_callback`."""
 
-    __slots__ = ("_state", "_value", "_callbacks", "_ctx", "__weakref__")
+    __slots__ = ("_state", "_value", "_callbacks", "_ctx", "_seen", "__weakref__")
 
     def __init__(self):
         self._state = _PENDING
@@ -76,6 +76,14 @@ class Future:
         self._callbacks = []
         rt = _rt
         self._ctx = rt.ctx if rt is not None else None
+        # Someone awaited it or asked for its outcome: a failure is theirs.
+        self._seen = False
+
+    def __del__(self):
+        # A failure nobody awaited (a fetch not awaited that failed) would
+        # otherwise vanish: log it, as asyncio and the JS SDK do.
+        if self._state == _FAILED and not self._seen:
+            _unobserved(self._value)
 
     def done(self):
         """Whether it has a result or an exception."""
@@ -83,6 +91,7 @@ class Future:
 
     def result(self):
         """The result; raises the exception if it failed (or RuntimeError if pending)."""
+        self._seen = True
         if self._state == _DONE:
             return self._value
         if self._state == _FAILED:
@@ -91,10 +100,12 @@ class Future:
 
     def exception(self):
         """The exception it failed with, or None."""
+        self._seen = True
         return self._value if self._state == _FAILED else None
 
     def add_done_callback(self, fn):
         """Call `fn(future)` once it is done (after the current event)."""
+        self._seen = True
         if self._state != _PENDING:
             _ready.append((fn, self))
         else:
@@ -122,6 +133,14 @@ class Future:
         if self._state == _PENDING:
             yield self
         return self.result()
+
+
+def _unobserved(exc):
+    try:
+        from . import log, ERROR
+        log(ERROR, f"a Future failed and nobody awaited it: {type(exc).__name__}: {exc}")
+    except Exception:  # noqa: S110 - at interpreter exit, nothing to log to
+        pass
 
 
 class Task(Future):

@@ -40,6 +40,9 @@ class Handler(weir_guest.Handler):
                 await fetch("http://api/down")
             except FetchError as e:
                 conn.send_text(f"error {e.reason} {e.message}")
+        elif word == "unawaited":
+            fetch("http://api/nobody")  # not awaited
+            conn.send_text("ok")
         elif word == "raise-later":
             await sleep(0)
             raise ValueError("later")
