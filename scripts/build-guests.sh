@@ -95,7 +95,8 @@ fresh() {
 sdk_js="$root/guest-sdk/js"
 sdk_py="$root/guest-sdk/python"
 wit="$root/wit"
-# The Python SDK builds against weir:gateway 0.3.0, the JS one 0.4.0.
+# Both SDKs build against weir:gateway 0.4.0 (wit/weir.wit); 0.3.0 for
+# the -v3 components the tests of the older world use.
 wit_v3="$root/wit/0.3.0"
 
 # JavaScript: componentize-qjs from npm, exactly as package-lock.json pins it.
@@ -145,7 +146,7 @@ py_pids=()
 py_built=0
 for src in "$examples"/python/*.py "$examples"/python/fixtures/*.py; do
     name="py-$(basename "$src" .py)"
-    if ! fresh "$out/$name.wasm" "$src" "$sdk_py/weir_guest" "$sdk_py/build.py" "$wit_v3" "$py_stamp"; then
+    if ! fresh "$out/$name.wasm" "$src" "$sdk_py/weir_guest" "$sdk_py/build.py" "$wit/weir.wit" "$py_stamp"; then
         python3 "$sdk_py/build.py" "$src" -o "$out/$name.wasm" &
         py_pids+=($!)
         py_built=$((py_built + 1))
@@ -155,6 +156,13 @@ for src in "$examples"/python/*.py "$examples"/python/fixtures/*.py; do
         fi
     fi
 done
+# The echo example for weir:gateway 0.3.0 too: host/tests/cli.rs checks
+# that `weir check` warns of I/O settings on a 0.3.0 Python component.
+if ! fresh "$out/py-echo-v3.wasm" "$examples/python/echo.py" "$sdk_py/weir_guest" "$sdk_py/build.py" "$wit_v3" "$py_stamp"; then
+    python3 "$sdk_py/build.py" "$examples/python/echo.py" --world 0.3.0 -o "$out/py-echo-v3.wasm" &
+    py_pids+=($!)
+    py_built=$((py_built + 1))
+fi
 ww="$examples/python/fixtures/wrong-world"
 if ! fresh "$out/py-wrong-world.wasm" "$ww" "$py_stamp"; then
     (cd "$ww" && "$sdk_py/.venv/bin/componentize-py" -d wrong.wit -w wrong componentize app \

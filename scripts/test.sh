@@ -92,11 +92,13 @@ cargo test --manifest-path examples/Cargo.toml --workspace
 
 # The JS and Python SDKs natively: their codecs against the shared ABI
 # vectors (abi/vectors/, as abi/tests/vectors.rs does for Rust) and their
-# runtimes; for JS also its I/O and the rewrite under node's test runner,
-# and every JS example under the SDK's harness (guest-sdk/js/src/testing.mjs).
+# runtimes and I/O (for JS also the rewrite, under node's test runner;
+# for Python under unittest), and every JS and Python example under its
+# SDK's harness (guest-sdk/js/src/testing.mjs, weir_guest.testing).
 # build-guests.sh above made sure node and python3 are there.
 node --test guest-sdk/js/test/ examples/js/test/
 python3 -m unittest discover -s guest-sdk/python/tests
+python3 -m unittest discover -s examples/python/tests
 
 # The outbound queue's write turn under every interleaving loom explores
 # (crates/reactor/src/outbound/model.rs, ~40 s warm). The cfg changes every

@@ -8,9 +8,14 @@ on_upgrade/on_open/on_message/on_close, see weir_guest/__init__.py). This
 script writes a small entry module that exports it as
 `weir:gateway/handler` through weir_guest.runtime.export, then runs
 componentize-py (pinned in requirements-build.txt; scripts/build-guests.sh
-installs it into guest-sdk/python/.venv) against wit/weir.wit.
+installs it into guest-sdk/python/.venv) against wit/weir.wit
+(weir:gateway 0.4.0: outbound HTTP, timers, the key-value store, deferred
+upgrades).
 
-Options: -o OUT (default: app.wasm next to app.py).
+Options: -o OUT (default: app.wasm next to app.py); -p DIR (a folder of
+modules the handler imports, repeatable); --world 0.3.0 for a component of
+the world before I/O (no kv import, no resume-upgrade: what a gateway
+without 0.4.0 runs, and what the tests of `weir check`'s warning use).
 """
 
 import argparse
@@ -22,10 +27,17 @@ import sys
 import tempfile
 
 HERE = pathlib.Path(__file__).resolve().parent
-# The WIT next to the SDK (a project made by `weir new --lang python`), else
-# the repository's weir:gateway 0.3.0 (this SDK has no I/O yet; the gateway
-# runs 0.3.0 components beside 0.4.0 ones).
-WIT = HERE / "wit" if (HERE / "wit").is_dir() else HERE.parent.parent / "wit" / "0.3.0"
+
+
+def wit_for(world):
+    """The folder of the WIT next to the SDK (a project made by `weir new
+    --lang python`), else the repository's: weir:gateway 0.4.0 (wit/) or
+    0.3.0 (wit/0.3.0/)."""
+    sub = "0.3.0" if world == "0.3.0" else ""
+    local = HERE / "wit" / sub
+    if (local / "weir.wit").is_file():
+        return local
+    return HERE.parent.parent / "wit" / sub
 
 
 def componentize_py():
@@ -46,6 +58,8 @@ def main():
     ap.add_argument("-o", "--output", help="the component to write")
     ap.add_argument("-p", "--path", action="append", default=[],
                     help="a folder of modules the handler imports (repeatable)")
+    ap.add_argument("--world", default="0.4.0", choices=["0.4.0", "0.3.0"],
+                    help="the weir:gateway world to build for (default 0.4.0)")
     args = ap.parse_args()
     app = pathlib.Path(args.app).resolve()
     if not app.is_file() or app.suffix != ".py":
@@ -60,7 +74,7 @@ def main():
             f.write("import weir_app\n"
                     "from weir_guest.runtime import export\n"
                     "Handler = export(getattr(weir_app, 'Handler', None))\n")
-        cmd = [tool, "-d", str(WIT), "-w", "gateway-handler", "componentize",
+        cmd = [tool, "-d", str(wit_for(args.world)), "-w", "gateway-handler", "componentize",
                "-p", work, "-p", str(HERE)]
         for extra in args.path:
             cmd += ["-p", str(pathlib.Path(extra).resolve())]

@@ -200,7 +200,21 @@ const PYTHON_SDK_FILES: &[(&str, &str)] = &[
         "weir_guest/runtime.py",
         include_str!("../../guest-sdk/python/weir_guest/runtime.py"),
     ),
-    ("wit/weir.wit", include_str!("../../wit/0.3.0/weir.wit")),
+    (
+        "weir_guest/io.py",
+        include_str!("../../guest-sdk/python/weir_guest/io.py"),
+    ),
+    // Native only: the test harness.
+    (
+        "weir_guest/testing.py",
+        include_str!("../../guest-sdk/python/weir_guest/testing.py"),
+    ),
+    ("wit/weir.wit", include_str!("../../wit/weir.wit")),
+    // For `build.py --world 0.3.0`.
+    (
+        "wit/0.3.0/weir.wit",
+        include_str!("../../wit/0.3.0/weir.wit"),
+    ),
 ];
 
 /// The language of a guest project (`weir new --lang`).
@@ -392,6 +406,11 @@ fn script_project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
             "handler.test.mjs".into(),
             JS_STARTER_TESTS.replace("NAME", name),
         ));
+    } else {
+        files.push((
+            "test_handler.py".into(),
+            PYTHON_STARTER_TESTS.replace("NAME", name),
+        ));
     }
     files.push((".gitignore".into(), ignore.into()));
     files.push((
@@ -413,7 +432,7 @@ fn script_project_files(name: &str, lang: Lang) -> Vec<(String, String)> {
     let tests = if lang == Lang::Js {
         "node --test             # handler.test.mjs: the handler under the SDK's harness (weir-sdk/src/testing.mjs)\n    "
     } else {
-        ""
+        "python3 -m unittest     # test_handler.py: the handler under the SDK's harness (weir-sdk/weir_guest/testing.py)\n    "
     };
     files.push((
         "README.md".into(),
@@ -506,9 +525,12 @@ test("later N answers after its timer fires", async () => {
 
 const PYTHON_STARTER: &str = r##""""NAME: a weir WebSocket handler. Greets each connection, then answers
 every text message with its number on this connection and the text
-("#1 hello"); binary messages are echoed. The count is the connection's
-state: the SDK saves it after each change, so it survives the gateway
-replacing the instance. API: weir-sdk/README.md."""
+("#1 hello"); binary messages are echoed; `later N` answers "later" after
+N milliseconds (a timer the gateway holds: the hook awaits it). The count
+is the connection's state: the SDK saves it after each change, so it
+survives the gateway replacing the instance. Hooks may be `async def` and
+use fetch, sleep, timers and the key-value store (`from weir_guest import
+fetch, kv`). API: weir-sdk/README.md; tests: test_handler.py."""
 
 import weir_guest
 
@@ -518,12 +540,66 @@ class Handler(weir_guest.Handler):
         conn.state = 0
         conn.send_text("welcome to NAME")
 
-    def on_message(self, conn, msg):
+    async def on_message(self, conn, msg):
         if not isinstance(msg, str):
             conn.send(msg)
             return
+        word, _, arg = msg.partition(" ")
+        if word == "later" and arg.isdigit():
+            await weir_guest.sleep(int(arg) / 1000)
+            conn.send_text("later")
+            return
         conn.state += 1
         conn.send_text(f"#{conn.state} {msg}")
+"##;
+
+const PYTHON_STARTER_TESTS: &str = r##""""Run with `python3 -m unittest`: the handler runs natively under the
+SDK's harness, which plays the gateway (weir-sdk/weir_guest/testing.py:
+connect, send, read what was sent, fire timers, answer requests, inspect
+the key-value store)."""
+
+import pathlib
+import sys
+import unittest
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "weir-sdk"))
+
+from weir_guest.testing import TestRoute  # noqa: E402
+
+HANDLER = HERE / "handler.py"
+
+
+class HandlerTest(unittest.TestCase):
+    def test_greets_then_numbers_each_text_message(self):
+        route = TestRoute.load(HANDLER, "/NAME")
+        c = route.connect("/NAME")
+        route.send_text(c, "hello")
+        route.send_binary(c, b"\x07\x08")
+        self.assertEqual(route.received(c), ["welcome to NAME", "#1 hello", b"\x07\x08"])
+
+    def test_the_count_survives_the_gateway_replacing_the_instance(self):
+        route = TestRoute.load(HANDLER, "/NAME")
+        c = route.connect("/NAME")
+        route.send_text(c, "a")
+        route.replace_instance()
+        route.send_text(c, "b")
+        self.assertEqual(route.texts(c), ["welcome to NAME", "#1 a", "#2 b"])
+
+    def test_later_n_answers_after_its_timer_fires(self):
+        route = TestRoute.load(HANDLER, "/NAME")
+        c = route.connect("/NAME")
+        route.texts(c)
+        route.send_text(c, "later 500")
+        self.assertEqual(route.texts(c), [])
+        route.advance(0.499)
+        self.assertEqual(route.texts(c), [])
+        route.advance(0.001)
+        self.assertEqual(route.texts(c), ["later"])
+
+
+if __name__ == "__main__":
+    unittest.main()
 "##;
 
 fn project_manifest(name: &str) -> String {

@@ -281,33 +281,39 @@ fn json_logs_are_one_object_per_line() {
 /// component that cannot use them (a JavaScript guest on the 0.3.0 world:
 /// the echo example built with `build.mjs --world 0.3.0`). It still passes
 /// (the route serves), with a warning naming the settings, the component
-/// and the world.
+/// and the world. The check reads the component's world, whatever its
+/// language (issue 39): the Python echo built with `build.py --world
+/// 0.3.0` gets the same warning.
 #[test]
 fn check_warns_when_a_route_sets_io_its_component_cannot_use() {
-    let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/wasm/js-echo-v3.wasm");
-    assert!(wasm.exists(), "run scripts/build-guests.sh first");
-    let file = routes_file(
-        "io-on-v3.toml",
-        &format!(
-            "[[route]]\npath = \"/js\"\nguest = \"{}\"\nkv = \"route\"\n\
-             allow_outbound = [\"http://127.0.0.1:9/\"]\n",
-            wasm.display()
-        ),
-    );
-    let out = weir()
-        .arg("check")
-        .arg(&file)
-        .env("WEIR_CACHE_DIR", "")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("allow_outbound and kv set on the route")
-            && stderr.contains("js-echo-v3.wasm")
-            && stderr.contains("weir:gateway@0.3.0"),
-        "{stderr}"
-    );
+    for name in ["js-echo-v3.wasm", "py-echo-v3.wasm"] {
+        let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/wasm")
+            .join(name);
+        assert!(wasm.exists(), "run scripts/build-guests.sh first");
+        let file = routes_file(
+            &format!("io-on-{name}.toml"),
+            &format!(
+                "[[route]]\npath = \"/v3\"\nguest = \"{}\"\nkv = \"route\"\n\
+                 allow_outbound = [\"http://127.0.0.1:9/\"]\n",
+                wasm.display()
+            ),
+        );
+        let out = weir()
+            .arg("check")
+            .arg(&file)
+            .env("WEIR_CACHE_DIR", "")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {stderr}");
+        assert!(
+            stderr.contains("allow_outbound and kv set on the route")
+                && stderr.contains(name)
+                && stderr.contains("weir:gateway@0.3.0"),
+            "{name}: {stderr}"
+        );
+    }
 }
 
 /// The realtime example (Centrifugo's protocol and API) is a file `weir

@@ -746,11 +746,28 @@ async fn await_kv(ws: &mut Ws, key: &str, want: &str) {
 /// by an awaited fetch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_javascript_guest_fetches_sleeps_and_keeps_values() {
+    script_guest_fetches_sleeps_and_keeps_values("js-io-probe.wasm").await;
+}
+
+/// Issue 39: the same for a Python guest (examples/python/fixtures/
+/// io-probe.py, built by guest-sdk/python/build.py for weir:gateway
+/// 0.4.0): `await fetch`, `await sleep`, cancelled timers, a route timer,
+/// kv with a ttl, state changed after an await, and an `async def
+/// on_upgrade` that awaits one fetch (a deferred upgrade).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_guest_fetches_sleeps_and_keeps_values() {
+    script_guest_fetches_sleeps_and_keeps_values("py-io-probe.wasm").await;
+}
+
+/// The io-probe commands against the fixture `name` in examples/wasm (the
+/// JavaScript and Python ones answer alike).
+async fn script_guest_fetches_sleeps_and_keeps_values(name: &str) {
     let backend = Backend::start().await;
     let wasm = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/wasm/js-io-probe.wasm");
+        .join("../examples/wasm")
+        .join(name);
     assert!(wasm.exists(), "run scripts/build-guests.sh first");
-    let state = std::env::temp_dir().join(format!("weir-js-io-{}", std::process::id()));
+    let state = std::env::temp_dir().join(format!("weir-{name}-io-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     let routes = format!(
         "[[route]]\npath = \"/io\"\nguest = \"{}\"\nkv = \"route\"\n\

@@ -222,8 +222,9 @@ async fn new_build_serve_and_a_client_outside_the_repository() {
 /// The same path in JavaScript and Python: `weir new --lang js|python`,
 /// `weir build` (which installs the SDK's pinned toolchain into the
 /// project's weir-sdk/ on first use), `weir serve`, and a client that gets
-/// the starter's greeting, numbered texts and echoed binary; for
-/// JavaScript also the starter's `node --test` tests and its awaited timer.
+/// the starter's greeting, numbered texts, echoed binary and awaited timer;
+/// and the starter's own tests under the SDK's harness (`node --test`,
+/// `python3 -m unittest`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_and_python_projects_new_build_and_serve() {
     let parent = std::env::temp_dir().join(format!("weir-new-lang-test-{}", std::process::id()));
@@ -254,6 +255,19 @@ async fn js_and_python_projects_new_build_and_serve() {
                 said.contains("# pass 3") && said.contains("# fail 0"),
                 "{said}"
             );
+        } else {
+            // The same under unittest and weir_guest.testing (nothing to
+            // install: the harness is plain Python).
+            // unittest reports on stderr.
+            let mut tests = std::process::Command::new("sh");
+            tests
+                .args(["-c", "python3 -m unittest 2>&1"])
+                .current_dir(&project);
+            let said = run(tests, "python3 -m unittest", Duration::from_secs(120));
+            assert!(
+                said.contains("Ran 3 tests") && said.contains("OK"),
+                "{said}"
+            );
         }
 
         // A Python component compiles for several seconds on first load.
@@ -270,15 +284,13 @@ async fn js_and_python_projects_new_build_and_serve() {
         assert_eq!(next(&mut ws).await, Message::text("#2 again"));
         ws.send(Message::binary(vec![7, 8])).await.unwrap();
         assert_eq!(next(&mut ws).await, Message::binary(vec![7, 8]));
-        if lang == "js" {
-            // An awaited timer: what follows the await runs in a later batch.
-            // A second apart, so a client descheduled between its two sends
-            // on a busy machine still sees "now" answered first.
-            ws.send(Message::text("later 1000")).await.unwrap();
-            ws.send(Message::text("now")).await.unwrap();
-            assert_eq!(next(&mut ws).await, Message::text("#3 now"));
-            assert_eq!(next(&mut ws).await, Message::text("later"));
-        }
+        // An awaited timer: what follows the await runs in a later batch.
+        // A second apart, so a client descheduled between its two sends on
+        // a busy machine still sees "now" answered first.
+        ws.send(Message::text("later 1000")).await.unwrap();
+        ws.send(Message::text("now")).await.unwrap();
+        assert_eq!(next(&mut ws).await, Message::text("#3 now"));
+        assert_eq!(next(&mut ws).await, Message::text("later"));
         drop(serving);
     }
     std::fs::remove_dir_all(&parent).unwrap();

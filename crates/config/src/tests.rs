@@ -811,6 +811,8 @@ fn examples_routes_file_parses() {
             "/py/json",
             "/py/chat/{room}",
             "/py/counter",
+            "/py/ticker",
+            "/py/remote-auth",
             "/presence/{room}",
             "/ticker",
             "/remote-auth"

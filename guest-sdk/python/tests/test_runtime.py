@@ -128,7 +128,16 @@ class RuntimeTests(unittest.TestCase):
             async def on_upgrade(self, req):
                 return 401
 
+        # An async on_upgrade that decides without awaiting answers at once.
         self.assertEqual(Runtime(Async(), self.known.get).upgrade(weir_guest.Request("/p")),
+                         ("reject", 401))
+
+        class Generator(weir_guest.Handler):
+            def on_upgrade(self, req):
+                yield 401
+
+        # Anything that is not a decision is refused, not taken for an accept.
+        self.assertEqual(Runtime(Generator(), self.known.get).upgrade(weir_guest.Request("/p")),
                          ("reject", 500))
 
         class Unjson(weir_guest.Handler):

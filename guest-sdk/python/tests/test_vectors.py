@@ -29,10 +29,8 @@ def as_vector(item):
     """A decoded event or command as the vectors spell it (bytes as hex)."""
     out = {}
     for k, v in item.items():
-        if k == "payload":
-            out["payload_hex"] = v.hex()
-        elif k == "attachment":
-            out["attachment_hex"] = v.hex()
+        if k in ("payload", "attachment", "body", "key", "value"):
+            out[k + "_hex"] = v.hex()
         else:
             out[k] = v
     return out
@@ -75,6 +73,41 @@ class Vectors(unittest.TestCase):
         for variant in ("HeadersNotWhole", "ReservedByteSet", "RangeOutOfBounds", "UnknownKind",
                         "TextNotUtf8", "ReasonNotUtf8", "EmptyTopic", "TopicNotUtf8"):
             self.assertIn(variant, seen, f"no command vector for {variant}")
+
+    def test_io_event_batches_match_the_vectors(self):
+        seen = self.run_file("io-events.json", "events", abi.EVENT_HEADER_BYTES,
+                             abi.read_event_header, abi.pack_event_header, abi.decode_events)
+        self.assertEqual(set(seen), {"IoEventMalformed"})
+
+    def test_io_command_answers_match_the_vectors(self):
+        seen = self.run_file("io-commands.json", "commands", abi.COMMAND_HEADER_BYTES,
+                             abi.read_command_header, abi.pack_command_header,
+                             abi.decode_commands)
+        self.assertEqual(seen, ["MetaMalformed"] * 6)
+
+    def test_the_writer_packs_the_io_kinds_as_the_vectors_say(self):
+        case = load("io-commands.json")["valid"][0]
+        self.assertEqual(case["name"], "io-kinds")
+        w = abi.CommandWriter()
+        w.http_request(3, 7, "POST", "http://h:1/x", [("content-type", "text/plain")], b"hi")
+        w.set_timer(0, 8, 1500)
+        w.cancel_timer(3, 8)
+        w.kv_set("k", "v", 60000)
+        w.kv_delete("k")
+        commands, data = w.finish()
+        self.assertEqual(commands.hex(), case["headers_hex"])
+        self.assertEqual(data.hex(), case["data_hex"])
+
+    def test_the_io_event_encoders_read_back(self):
+        raw = abi.encode_http_response(5, [("content-type", "text/plain"), ("x", "a: b")], b"ok")
+        self.assertEqual(abi.split_http_response(raw), (5, "content-type: text/plain\nx: a: b",
+                                                        b"ok"))
+        self.assertEqual(abi.header_lines("content-type: text/plain\nx: a: b"),
+                         [("content-type", "text/plain"), ("x", "a: b")])
+        self.assertEqual(abi.split_http_error(abi.encode_http_error(6, "déjà")), (6, "déjà"))
+        self.assertEqual(abi.split_request_head("GET http://h/x\na: 1"),
+                         ("GET", "http://h/x", [("a", "1")]))
+        self.assertIsNone(abi.split_request_head("GET"))
 
     def test_the_writer_packs_every_kind_as_the_vectors_say(self):
         case = load("commands.json")["valid"][0]

@@ -19,6 +19,16 @@ Hooks (all optional but on_message):
   connection state and/or a subprotocol the client offered.
 - on_open(conn), on_message(conn, msg), on_close(conn, code, reason): `msg`
   is a str for a text message and bytes for a binary one.
+- on_timer(conn, tag): a timer set with conn.set_timer (or route.set_timer,
+  then `conn` is `route`) without a callback, or whose callback this
+  instance no longer has (it replaced the one that set it).
+- on_kv_error(route, key, reason): a kv.set or kv.delete the gateway refused.
+
+Any hook may be `async def` (weir:gateway 0.4.0): `await fetch(...)`,
+`await sleep(seconds)`, `await gather(...)`. What follows an await runs
+when the event it waits for arrives, in a later batch, inside the
+gateway's call (weir_guest/io.py). An `async def on_upgrade` may await one
+fetch: the gateway defers the upgrade on it.
 
 `conn.state` is the connection's state: any JSON value. After each hook the
 SDK compares its JSON with what it saved last and, when it changed, stores
@@ -37,11 +47,17 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from . import abi
+from . import io as _io
+from .io import (  # noqa: F401 - the SDK's API
+    MAX_PENDING_REQUESTS, MAX_PENDING_TIMERS, FetchError, Future, Headers, Response, Task,
+    cancel_timer, create_task, fetch, gather, kv, route, set_timer, sleep)
 
 _pack_command = abi.COMMAND_HEADER.pack
 
 __all__ = ["Handler", "Conn", "Request", "Accept", "log", "ERROR", "WARN", "INFO", "DEBUG",
-           "TRACE"]
+           "TRACE", "fetch", "sleep", "gather", "create_task", "set_timer", "cancel_timer",
+           "kv", "route", "Response", "Headers", "FetchError", "Future", "Task",
+           "MAX_PENDING_REQUESTS", "MAX_PENDING_TIMERS"]
 
 # Log levels (mapped to the WIT `level` enum by the runtime).
 ERROR, WARN, INFO, DEBUG, TRACE = "error", "warn", "info", "debug", "trace"
@@ -119,7 +135,9 @@ class Conn:
     parameters, its state, and everything a handler can do to it. One object
     per connection for its whole life in an instance."""
 
-    __slots__ = ("id", "target", "params", "state", "_saved", "_w", "_failed")
+    __slots__ = ("id", "target", "params", "state", "_saved", "_w", "_failed", "_rt", "_io",
+                 "_closed")
+    is_route = False
 
     def __init__(self, conn_id, info, runtime):
         self.id = conn_id
@@ -135,6 +153,10 @@ class Conn:
         # send_text write into it directly (a Python call less per message).
         self._w = runtime.writer
         self._failed = False
+        self._rt = runtime
+        # Tags of this connection's pending requests and timers (None: none yet).
+        self._io = None
+        self._closed = False
         if info.attachment:
             import json
             try:
@@ -213,6 +235,29 @@ class Conn:
         """Deliver `msg` to every subscriber of `topic`, this connection included."""
         self._w.publish(topic, msg, None)
 
+    def fetch(self, url, method="GET", headers=None, body=None, *, json=None):
+        """`weir_guest.fetch` for this connection (what fetch does inside its
+        hooks): its answer is dropped if the connection closes first."""
+        rt = self._rt
+        saved = rt.ctx
+        rt.ctx = self
+        try:
+            return _io.fetch(url, method, headers, body, json=json)
+        finally:
+            rt.ctx = saved
+
+    def set_timer(self, delay, callback=None):
+        """A timer of this connection, due in `delay` seconds:
+        `callback(conn, tag)` runs then (it may be `async def`), or, without
+        one (or in an instance that replaced this one), the handler's
+        `on_timer(conn, tag)`. Ends with the connection. Returns its tag."""
+        _io._active("set_timer")
+        return self._rt.timer(self, delay, callback, None)
+
+    def cancel_timer(self, tag):
+        """Cancel this connection's timer `tag`."""
+        _io.cancel_timer(tag)
+
 
 class Handler:
     """Base class of a handler: every hook but on_message has a default."""
@@ -229,3 +274,11 @@ class Handler:
 
     def on_close(self, conn, code, reason):
         """Nothing to do on close."""
+
+    def on_timer(self, conn, tag):
+        """A timer without a callback came due (`conn` is `route` for a
+        route's): nothing to do by default."""
+
+    def on_kv_error(self, route, key, reason):
+        """A key-value write was refused and not applied: logged by default."""
+        log(WARN, f"kv write of {bytes(key)!r} refused: {reason}")

@@ -19,8 +19,12 @@ MAX_CLOSE_REASON_BYTES = 123
 FALLBACK_CLOSE_CODE = 1011
 """The close code that replaces one an endpoint may not send."""
 
-# Event kinds: the case indices of the WIT enum `event-kind`.
+# Event kinds: the case indices of the WIT enum `event-kind` (0.4.0's I/O
+# answers 4-6 included), and kv-error 9, which travels in the packed layout
+# only (abi/src/lib.rs).
 OPEN, TEXT, BINARY, CLOSE = 0, 1, 2, 3
+HTTP_RESPONSE, HTTP_ERROR, TIMER = 4, 5, 6
+KV_ERROR = 9
 
 # Command kinds: the case indices of the WIT enum `command-kind`.
 SEND_TEXT = 0
@@ -31,12 +35,27 @@ PUBLISH_BINARY = 4
 SUBSCRIBE = 5
 UNSUBSCRIBE = 6
 SET_ATTACHMENT = 7
+HTTP_REQUEST = 8
+SET_TIMER = 9
+CANCEL_TIMER = 10
+KV_SET = 11
+KV_DELETE = 12
+
+HTTP_ERROR_REASONS = {1: "refused", 2: "timeout", 3: "connect", 4: "too-large", 5: "busy",
+                      6: "invalid"}
+"""The code of an http-error event as one word (abi/src/io.rs HttpErrorReason)."""
+KV_ERROR_REASONS = {1: "max-bytes", 2: "max-keys", 3: "queue-full", 4: "too-large",
+                    5: "no-store"}
+"""The code of a kv-error event as one word (abi/src/io.rs KvErrorReason)."""
 
 EVENT_HEADER = struct.Struct("<QBBHII")
 """conn, kind, reserved, code, offset, len."""
 COMMAND_HEADER = struct.Struct("<QBBHIIII")
 """conn, kind, reserved, code, topic offset, topic len, offset, len."""
 _U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_U64U32 = struct.Struct("<QI")
+_U64U64 = struct.Struct("<QQ")
 
 _TOPIC_KINDS = (PUBLISH_TEXT, PUBLISH_BINARY, SUBSCRIBE, UNSUBSCRIBE)
 
@@ -151,6 +170,79 @@ def encode_conn_info(target, params, attachment=b""):
     return bytes(out)
 
 
+# ------------------------------------------------------------------ I/O
+
+# weir:gateway 0.4.0's I/O layouts (abi/src/io.rs). A command keeps its
+# fixed fields in the header's topic range ("meta"); an event's bytes start
+# with the tag (u64) it answers.
+
+def split_http_response(b, start=0, end=None):
+    """An http-response event's bytes: (tag, head, body), or None when
+    malformed."""
+    if end is None:
+        end = len(b)
+    if end - start < 12:
+        return None
+    tag, n = _U64U32.unpack_from(b, start)
+    if n > end - start - 12:
+        return None
+    try:
+        head = bytes(b[start + 12:start + 12 + n]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return tag, head, bytes(b[start + 12 + n:end])
+
+
+def split_http_error(b, start=0, end=None):
+    """An http-error event's bytes: (tag, message), or None when malformed."""
+    if end is None:
+        end = len(b)
+    if end - start < 8:
+        return None
+    try:
+        message = bytes(b[start + 8:end]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return _U64.unpack_from(b, start)[0], message
+
+
+def header_lines(head):
+    """A head's `name: value` lines as (name, value) pairs."""
+    out = []
+    for line in head.split("\n"):
+        if not line:
+            continue
+        name, colon, value = line.partition(":")
+        out.append((name.strip(), value.strip() if colon else ""))
+    return out
+
+
+def split_request_head(head):
+    """A request head's (method, url, headers), or None without `METHOD URL`."""
+    first, _, rest = head.partition("\n")
+    method, sp, url = first.partition(" ")
+    if not sp or not method or not url:
+        return None
+    return method, url, header_lines(rest)
+
+
+def encode_http_response(tag, headers, body):
+    """An http-response event's bytes (what the gateway sends) for `tag`,
+    (name, value) pairs and `body`."""
+    head = "\n".join(f"{n}: {v}" for n, v in headers).encode("utf-8")
+    return _U64U32.pack(tag, len(head)) + head + _as_bytes(body)
+
+
+def encode_http_error(tag, message):
+    """An http-error event's bytes: `tag`, then `message`."""
+    return _U64.pack(tag) + message.encode("utf-8")
+
+
+def encode_tag(tag):
+    """A timer event's bytes: its tag."""
+    return _U64.pack(tag)
+
+
 # ------------------------------------------------------------------ events
 
 def check_event_ranges(headers, data):
@@ -194,6 +286,24 @@ def decode_events(headers, data):
             except UnicodeDecodeError:
                 raise AbiError("ReasonNotUtf8", i) from None
             out.append({"kind": "close", "conn": conn, "code": code, "reason": reason})
+        elif kind == HTTP_RESPONSE:
+            r = split_http_response(data, offset, offset + length)
+            if r is None:
+                raise AbiError("IoEventMalformed", i)
+            out.append({"kind": "http-response", "conn": conn, "tag": r[0], "status": code,
+                        "head": r[1], "body": r[2]})
+        elif kind == HTTP_ERROR:
+            r = split_http_error(data, offset, offset + length)
+            if r is None:
+                raise AbiError("IoEventMalformed", i)
+            out.append({"kind": "http-error", "conn": conn, "tag": r[0], "reason": code,
+                        "message": r[1]})
+        elif kind == TIMER:
+            if length != 8:
+                raise AbiError("IoEventMalformed", i)
+            out.append({"kind": "timer", "conn": conn, "tag": _U64.unpack_from(data, offset)[0]})
+        elif kind == KV_ERROR:
+            out.append({"kind": "kv-error", "conn": conn, "reason": code, "key": raw})
     return out
 
 
@@ -283,6 +393,38 @@ class CommandWriter:
         """Store `data` (bytes, or a str as UTF-8) as `conn`'s attachment."""
         self._push(conn, SET_ATTACHMENT, 0, (0, 0), self._put(_as_bytes(data)))
 
+    def http_request(self, conn, tag, method, url, headers, body):
+        """Send an HTTP request for `conn` (0: the route): meta = `tag`,
+        then the head (`METHOD URL`, then `name: value` lines); payload =
+        `body`. Names and values must not hold line breaks (fetch checks)."""
+        head = method + " " + url + "".join(f"\n{n}: {v}" for n, v in headers)
+        meta = self._put(_U64.pack(tag) + head.encode("utf-8"))
+        self._push(conn, HTTP_REQUEST, 0, meta, self._put(_as_bytes(body)))
+
+    def set_timer(self, conn, tag, ms):
+        """Start timer `tag` for `conn` (0: the route), due in `ms` milliseconds."""
+        self._push(conn, SET_TIMER, 0, self._put(_U64U64.pack(tag, ms)), (0, 0))
+
+    def cancel_timer(self, conn, tag):
+        """Cancel timer `tag` of `conn` (0: the route)."""
+        self._push(conn, CANCEL_TIMER, 0, self._put(_U64.pack(tag)), (0, 0))
+
+    def kv_set(self, key, value, ttl_ms=0):
+        """Store `value` under `key` (bytes, or str as UTF-8) for `ttl_ms`
+        milliseconds (0: until deleted)."""
+        key = _as_bytes(key)
+        if not key:
+            raise ValueError("a key-value key cannot be empty")
+        meta = self._put(_U64.pack(ttl_ms) + key)
+        self._push(0, KV_SET, 0, meta, self._put(_as_bytes(value)))
+
+    def kv_delete(self, key):
+        """Remove `key` from the route's store."""
+        key = _as_bytes(key)
+        if not key:
+            raise ValueError("a key-value key cannot be empty")
+        self._push(0, KV_DELETE, 0, self._put(key), (0, 0))
+
 
 def _short_reason(raw):
     if len(raw) <= MAX_CLOSE_REASON_BYTES:
@@ -310,7 +452,7 @@ def decode_commands(headers, data):
             raise AbiError("RangeOutOfBounds", i, "payload")
         if t_off + t_len > size:
             raise AbiError("RangeOutOfBounds", i, "topic")
-        if kind > SET_ATTACHMENT:
+        if kind > KV_DELETE:
             raise AbiError("UnknownKind", i, f"kind {kind}")
         payload = bytes(data[offset:offset + length])
         text = None
@@ -319,6 +461,21 @@ def decode_commands(headers, data):
                 text = payload.decode("utf-8")
             except UnicodeDecodeError:
                 raise AbiError("ReasonNotUtf8" if kind == CLOSE_CONN else "TextNotUtf8", i) from None
+        meta = bytes(data[t_off:t_off + t_len])
+        if kind == HTTP_REQUEST:
+            meta_ok = t_len >= 8 and _is_utf8(meta[8:])
+        elif kind == SET_TIMER:
+            meta_ok = t_len == 16
+        elif kind == CANCEL_TIMER:
+            meta_ok = t_len == 8
+        elif kind == KV_SET:
+            meta_ok = t_len > 8
+        elif kind == KV_DELETE:
+            meta_ok = t_len > 0
+        else:
+            meta_ok = True
+        if not meta_ok:
+            raise AbiError("MetaMalformed", i)
         topic = None
         if kind in _TOPIC_KINDS:
             if t_len == 0:
@@ -345,6 +502,27 @@ def decode_commands(headers, data):
             out.append({"kind": "subscribe", "conn": conn, "topic": topic})
         elif kind == UNSUBSCRIBE:
             out.append({"kind": "unsubscribe", "conn": conn, "topic": topic})
-        else:
+        elif kind == SET_ATTACHMENT:
             out.append({"kind": "set-attachment", "conn": conn, "attachment": payload})
+        elif kind == HTTP_REQUEST:
+            out.append({"kind": "http-request", "conn": conn, "tag": _U64.unpack_from(meta)[0],
+                        "head": meta[8:].decode("utf-8"), "body": payload})
+        elif kind == SET_TIMER:
+            tag, delay = _U64U64.unpack(meta)
+            out.append({"kind": "set-timer", "conn": conn, "tag": tag, "delay_ms": delay})
+        elif kind == CANCEL_TIMER:
+            out.append({"kind": "cancel-timer", "conn": conn, "tag": _U64.unpack(meta)[0]})
+        elif kind == KV_SET:
+            out.append({"kind": "kv-set", "key": meta[8:], "value": payload,
+                        "ttl_ms": _U64.unpack_from(meta)[0]})
+        else:
+            out.append({"kind": "kv-delete", "key": meta})
     return out
+
+
+def _is_utf8(b):
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -1,42 +1,362 @@
 """How a batch becomes hook calls: the same code runs in the component
 (through `export`, which build.py's entry module calls) and natively (tests
-pass their own host functions).
+and weir_guest.testing pass their own host functions).
+
+Async hooks: a hook that returns a coroutine (an `async def`) runs as a
+Task (weir_guest/io.py) up to its first await; the Futures it awaits are
+settled by the I/O events of later batches, and the callbacks they wake
+(a Task's next step, done-callbacks) run after each event, inside the
+gateway's call, until none is left.
 """
 
 import json
 import traceback
+from types import CoroutineType
 
 from . import abi
-from . import Accept, Conn, Request, log, ERROR
+from . import io
+from . import Accept, Conn, Request, log, ERROR, DEBUG
+from .io import Task, Future, route
 
 _EMPTY_INFO = abi.ConnInfo("", [], b"")
 _EVENT = abi.EVENT_HEADER
+_U64 = abi._U64
+
+# What a pending entry is waiting for.
+_FETCH, _TIMER = 1, 2
 
 
 def _dumps(state):
     return json.dumps(state, separators=(",", ":"))
 
 
-class Runtime:
-    """One instance's handler and what it knows of each connection."""
+class _Pending:
+    """A request or timer this instance waits for, by tag."""
 
-    def __init__(self, handler, connection):
+    __slots__ = ("kind", "ctx", "fn", "args", "fut", "url")
+
+    def __init__(self, kind, ctx, fn=None, args=None, fut=None, url=""):
+        self.kind = kind
+        self.ctx = ctx
+        self.fn = fn
+        self.args = args
+        self.fut = fut
+        self.url = url
+
+
+class Runtime:
+    """One instance's handler and what it knows of each connection, its
+    pending I/O and its deferred upgrades."""
+
+    def __init__(self, handler, connection, kv_get=None):
         self.handler = handler
         # The host's `connection` import: bytes of a connection's info, or None.
         self.connection = connection
+        # The host's `kv.get` import: bytes or None.
+        self.kv_import = kv_get
         self.conns = {}
         self.writer = abi.CommandWriter()
+        # Inside a guest call (a batch or an upgrade): I/O may be asked for.
+        self.in_call = False
+        # Inside on_upgrade: only one fetch, no commands.
+        self.upgrading = False
+        # The fetch an upgrade made, waiting to become its `defer`:
+        # (tag, request, future).
+        self.upgrade_fetch = None
+        # Deferred upgrades by tag: (task, future, url).
+        self.deferred = {}
+        # Requests and timers waiting, by tag.
+        self.pending = {}
+        self.requests = 0
+        self.timers = 0
+        # Whose work runs: a Conn, or None for the route.
+        self.ctx = None
+        # Some callback or task ran in this batch: settle every connection
+        # it had.
+        self.async_ran = False
+        self.batch_conns = []
+
+    def kv_get(self, key):
+        return self.kv_import(key) if self.kv_import is not None else None
+
+    # ------------------------------------------------------------ I/O
+
+    def request(self, ctx, req):
+        """Send `req` (method, url, headers, body) for `ctx` (a Conn, or
+        None for the route); a Future of its Response."""
+        fut = Future()
+        if self.upgrading:
+            if self.upgrade_fetch is not None:
+                fut.set_exception(io.FetchError(
+                    "busy", "on_upgrade may make one request (the upgrade's defer)"))
+            else:
+                self.upgrade_fetch = (io.new_tag(), req, fut)
+            return fut
+        if self.requests >= io.MAX_PENDING_REQUESTS:
+            fut.set_exception(io.FetchError(
+                "busy", f"{io.MAX_PENDING_REQUESTS} requests already waiting"))
+            return fut
+        tag = io.new_tag()
+        method, url, headers, body = req
+        self.writer.http_request(0 if ctx is None else ctx.id, tag, method, url, headers, body)
+        self.pending[tag] = _Pending(_FETCH, ctx, fut=fut, url=url)
+        self.requests += 1
+        if ctx is not None:
+            if ctx._io is None:
+                ctx._io = set()
+            ctx._io.add(tag)
+        return fut
+
+    def timer(self, ctx, delay, fn, args):
+        """Start a timer for `ctx` due in `delay` seconds: `fn(*args)` runs
+        then, or `fn(target, tag)` when `args` is None, or the handler's
+        on_timer when `fn` is None. Returns its tag."""
+        if self.timers >= io.MAX_PENDING_TIMERS:
+            raise RuntimeError(f"weir: {io.MAX_PENDING_TIMERS} timers already waiting in "
+                               "this instance")
+        tag = io.new_tag()
+        self.writer.set_timer(0 if ctx is None else ctx.id, tag, io.ms_of(delay))
+        self.pending[tag] = _Pending(_TIMER, ctx, fn, args)
+        self.timers += 1
+        if ctx is not None:
+            if ctx._io is None:
+                ctx._io = set()
+            ctx._io.add(tag)
+        return tag
+
+    def cancel(self, tag):
+        """Cancel timer `tag` (an unknown or fired one is ignored)."""
+        entry = self.pending.get(tag)
+        if entry is None or entry.kind != _TIMER:
+            return
+        self.writer.cancel_timer(0 if entry.ctx is None else entry.ctx.id, tag)
+        self._forget(tag, entry)
+
+    def _forget(self, tag, entry):
+        del self.pending[tag]
+        if entry.kind == _FETCH:
+            self.requests -= 1
+        else:
+            self.timers -= 1
+        if entry.ctx is not None and entry.ctx._io:
+            entry.ctx._io.discard(tag)
+
+    def _drop_io(self, conn):
+        """`conn` closed: forget its requests and timers (the gateway drops
+        their answers; what awaited them never resumes)."""
+        if not conn._io:
+            return
+        for tag in conn._io:
+            entry = self.pending.pop(tag, None)
+            if entry is not None:
+                if entry.kind == _FETCH:
+                    self.requests -= 1
+                else:
+                    self.timers -= 1
+        conn._io = None
+
+    def _answered(self, tag, settle):
+        entry = self.pending.get(tag)
+        if entry is None or entry.kind != _FETCH:
+            log(DEBUG, f"answer to request {tag}, which this instance did not send "
+                "(it replaced the one that did); dropped")
+            return
+        self._forget(tag, entry)
+        settle(entry)
+
+    def _fired(self, conn_id, tag):
+        entry = self.pending.get(tag)
+        target = route if conn_id == 0 else self._known(conn_id)
+        if target is not route and target._failed:
+            return
+        if entry is not None:
+            self._forget(tag, entry)
+        saved = self.ctx
+        self.ctx = None if target is route else target
+        try:
+            if entry is not None and entry.kind == _TIMER and entry.fn is not None:
+                if entry.args is None:
+                    r = entry.fn(target, tag)
+                else:
+                    r = entry.fn(*entry.args)
+            else:
+                r = self.handler.on_timer(target, tag)
+            if r is not None:
+                self._watch(target, "a timer", r)
+        except MemoryError:
+            raise
+        except Exception as e:
+            if target is route:
+                self._route_failed("a timer", e)
+            else:
+                self._failed(target, "a timer", e)
+        finally:
+            self.ctx = saved
+
+    def _io_event(self, i, conn_id, kind, code, data, offset, end):
+        """An http-response, http-error or timer event."""
+        if conn_id != 0:
+            conn = self.conns.get(conn_id) or self._known(conn_id)
+            if conn._failed:
+                return
+        if kind == abi.TIMER:
+            if end - offset != 8:
+                raise abi.AbiError("IoEventMalformed", i)
+            self._fired(conn_id, _U64.unpack_from(data, offset)[0])
+        elif kind == abi.HTTP_RESPONSE:
+            r = abi.split_http_response(data, offset, end)
+            if r is None:
+                raise abi.AbiError("IoEventMalformed", i)
+            tag, head, body = r
+            self._answered(tag, lambda e: e.fut.set_result(
+                io.response_of(code, head, body, e.url)))
+        else:
+            r = abi.split_http_error(data, offset, end)
+            if r is None:
+                raise abi.AbiError("IoEventMalformed", i)
+            tag, message = r
+            self._answered(tag, lambda e: e.fut.set_exception(io.fetch_error_of(code, message)))
+
+    # ------------------------------------------------------------ hooks
+
+    def _watch(self, conn, hook, r):
+        """A hook returned `r`: a coroutine runs as a Task of `conn` (route:
+        None), whose raise, when it comes, fails `conn` (or is logged for
+        the route)."""
+        if type(r) is not CoroutineType:
+            return
+        self.async_ran = True
+        task = Task(r, None if conn is route else conn)
+
+        def done(t):
+            exc = t.exception()
+            if exc is None:
+                return
+            if isinstance(exc, MemoryError):
+                raise exc
+            if conn is route or conn is None or conn._closed:
+                self._route_failed(hook, exc)
+            else:
+                self._failed(conn, hook, exc)
+
+        task.add_done_callback(done)
+
+    def _drain(self):
+        """Run every ready callback (tasks' next steps), until none is left.
+        A loop that never ends is stopped by the route's deadline."""
+        ready = io._ready
+        if not ready:
+            return
+        self.async_ran = True
+        saved = self.ctx
+        while ready:
+            fn, fut = ready.popleft()
+            self.ctx = fut._ctx
+            try:
+                fn(fut)
+            except MemoryError:
+                raise
+            except Exception as e:
+                log(ERROR, "a done-callback raised: " + _describe(e))
+        self.ctx = saved
+
+    def _route_failed(self, what, e):
+        log(ERROR, f"handler raised in {what} (route): " + _describe(e))
+
+    # ------------------------------------------------------------ upgrade
+
+    def _begin(self, upgrading):
+        io._rt = self
+        self.in_call = True
+        self.upgrading = upgrading
+        self.upgrade_fetch = None
+        self.ctx = None
+
+    def _end(self):
+        self.in_call = False
+        self.upgrading = False
+        self.upgrade_fetch = None
+        self.ctx = None
 
     def upgrade(self, req):
         """The handler's answer to an upgrade: ("accept", protocol,
-        attachment bytes) or ("reject", status)."""
+        attachment bytes), ("reject", status) or ("defer", tag, (method,
+        url, headers, body)) when an async on_upgrade awaits one fetch."""
+        self._begin(True)
         try:
-            answer = self.handler.on_upgrade(req)
-        except MemoryError:
-            raise
-        except Exception:
-            log(ERROR, "handler raised in on_upgrade: " + _one_line(traceback.format_exc()))
+            try:
+                answer = self.handler.on_upgrade(req)
+            except MemoryError:
+                raise
+            except Exception:
+                log(ERROR, "handler raised in on_upgrade: " + _one_line(traceback.format_exc()))
+                return ("reject", 500)
+            if type(answer) is CoroutineType:
+                task = Task(answer, None)
+                self._drain()
+                if not task.done():
+                    return self._defer(task)
+                answer = self._outcome(task)
+                if answer is _REFUSED:
+                    return ("reject", 500)
+            return self._decide(answer)
+        finally:
+            self._end()
+
+    def _outcome(self, task):
+        exc = task.exception()
+        if exc is None:
+            return task.result()
+        if isinstance(exc, MemoryError):
+            raise exc
+        log(ERROR, "handler raised in on_upgrade: " + _describe(exc))
+        return _REFUSED
+
+    def _defer(self, task):
+        """on_upgrade awaits: its one fetch becomes the upgrade's `defer`."""
+        f = self.upgrade_fetch
+        if f is None:
+            task._coro.close()
+            log(ERROR, "on_upgrade awaited something other than one fetch (a timer?); "
+                "refused with 500")
             return ("reject", 500)
+        tag, req, fut = f
+        if len(self.deferred) >= io.MAX_PENDING_REQUESTS:
+            # The gateway gave up on the oldest (handshake_timeout): forget it.
+            del self.deferred[next(iter(self.deferred))]
+        self.deferred[tag] = (task, fut, req[1])
+        return ("defer", tag, req)
+
+    def resume_upgrade(self, tag, outcome):
+        """The outcome of a deferred upgrade's request: ("response", status,
+        headers, body) or ("error", code, message); the decision as upgrade
+        answers it (a second await refuses with 500)."""
+        d = self.deferred.pop(tag, None)
+        if d is None:
+            log(ERROR, f"resume of upgrade {tag}, which this instance did not defer "
+                "(it was replaced); refused with 500")
+            return ("reject", 500)
+        task, fut, url = d
+        self._begin(True)
+        try:
+            if outcome[0] == "response":
+                fut.set_result(io.Response(outcome[1], outcome[2], outcome[3], url))
+            else:
+                fut.set_exception(io.fetch_error_of(outcome[1], outcome[2]))
+            self._drain()
+            if not task.done():
+                task._coro.close()
+                log(ERROR, "on_upgrade awaited again after its request (one request per "
+                    "upgrade); refused with 500")
+                return ("reject", 500)
+            answer = self._outcome(task)
+            if answer is _REFUSED:
+                return ("reject", 500)
+            return self._decide(answer)
+        finally:
+            self._end()
+
+    def _decide(self, answer):
         if answer is None or answer is True:
             return ("accept", None, b"")
         if answer is False:
@@ -50,13 +370,14 @@ class Runtime:
                 log(ERROR, f"on_upgrade's state is not JSON ({e}); refused with 500")
                 return ("reject", 500)
             return ("accept", answer.protocol, state)
-        # A coroutine (async def) included: its decision would come too
-        # late, and taking it for an accept would let an auth check through.
+        # Taking anything else for an accept could let an auth check through.
         if hasattr(answer, "close") and hasattr(answer, "send"):
             answer.close()
-        log(ERROR, f"on_upgrade returned {type(answer).__name__}: hooks run synchronously and "
-            "answer None, a status or Accept(...); refused with 500")
+        log(ERROR, f"on_upgrade returned {type(answer).__name__}: it answers None, a status "
+            "or Accept(...); refused with 500")
         return ("reject", 500)
+
+    # ------------------------------------------------------------ batches
 
     def _known(self, conn_id):
         conn = self.conns.get(conn_id)
@@ -65,6 +386,7 @@ class Runtime:
             info = abi.parse_conn_info(raw) if raw is not None else None
             conn = Conn(conn_id, info or _EMPTY_INFO, self)
             self.conns[conn_id] = conn
+            io.salt_tags(conn_id)
         return conn
 
     def _settle(self, conn):
@@ -75,27 +397,41 @@ class Runtime:
             return
         try:
             text = "" if state is None else _dumps(state)
-        except (TypeError, ValueError):
-            self._failed(conn, "saving conn.state")
+        except (TypeError, ValueError) as e:
+            self._failed(conn, "saving conn.state", e)
             return
         if text != conn._saved:
             self.writer.set_attachment(conn.id, text)
             conn._saved = text
 
-    def _failed(self, conn, hook):
+    def _failed(self, conn, hook, exc=None):
+        if conn._failed:
+            return
         conn._failed = True
-        log(ERROR, f"handler raised in {hook} (connection {conn.id}): "
-            + _one_line(traceback.format_exc()))
+        detail = _describe(exc) if exc is not None else _one_line(traceback.format_exc())
+        log(ERROR, f"handler raised in {hook} (connection {conn.id}): {detail}")
         self.writer.close(conn.id, 1011, "handler error")
 
     def handle(self, headers, data):
         """One hook call per event, one answer: (command headers, data)."""
+        self._begin(False)
+        self.async_ran = False
+        try:
+            return self._run(headers, data)
+        finally:
+            self._end()
+            self.batch_conns.clear()
+
+    def _run(self, headers, data):
         w = self.writer
         w.reset()
         handler = self.handler
         on_message = handler.on_message
         conns = self.conns
         size = len(data)
+        ready = io._ready
+        touched = self.batch_conns
+        async_ran = False
         # The host checked what it sends; a batch that still breaks the ABI
         # is a host bug, and failing the batch (1011 for its connections)
         # is the honest answer: the AbiError traps the instance. Each range
@@ -118,49 +454,121 @@ class Runtime:
                         raise abi.AbiError("TextNotUtf8", i) from None
                 else:
                     msg = data[offset:end]
+                # Whose work runs: what fetch or set_timer in the hook is for.
+                self.ctx = conn
                 try:
-                    on_message(conn, msg)
+                    r = on_message(conn, msg)
                 except MemoryError:
                     raise
                 except Exception:
                     self._failed(conn, "on_message")
                     continue
+                if r is not None:
+                    self._watch(conn, "on_message", r)
+                    async_ran = True
+                if ready:
+                    self._drain()
+                    async_ran = True
                 if conn.state is not None or conn._saved:
                     self._settle(conn)
-            elif kind == abi.OPEN:
-                info = abi.parse_conn_info(data, offset, offset + length)
+                if async_ran:
+                    touched.append(conn)
+                continue
+            if kind == abi.OPEN:
+                info = abi.parse_conn_info(data, offset, end)
                 if info is None:
                     raise abi.AbiError("ConnInfoMalformed", i)
                 conn = Conn(conn_id, info, self)
-                self.conns[conn_id] = conn
+                conns[conn_id] = conn
+                io.salt_tags(conn_id)
+                self.ctx = conn
                 try:
-                    handler.on_open(conn)
+                    r = handler.on_open(conn)
                 except MemoryError:
                     raise
                 except Exception:
                     self._failed(conn, "on_open")
                     continue
-                self._settle(conn)
+                if r is not None:
+                    self._watch(conn, "on_open", r)
+                self._drain()
+                if not conn._failed:
+                    self._settle(conn)
+                touched.append(conn)
             elif kind == abi.CLOSE:
                 conn = self._known(conn_id)
                 try:
-                    reason = data[offset:offset + length].decode("utf-8")
+                    reason = data[offset:end].decode("utf-8")
                 except UnicodeDecodeError:
                     raise abi.AbiError("ReasonNotUtf8", i) from None
+                self.ctx = conn
                 try:
-                    handler.on_close(conn, code, reason)
+                    r = handler.on_close(conn, code, reason)
+                    if r is not None:
+                        self._watch(route, "on_close", r)
                 except MemoryError:
                     raise
                 except Exception:
                     log(ERROR, f"handler raised in on_close (connection {conn_id}): "
                         + _one_line(traceback.format_exc()))
-                self.conns.pop(conn_id, None)
+                self._drain()
+                conn._closed = True
+                self._drop_io(conn)
+                conns.pop(conn_id, None)
+            elif abi.HTTP_RESPONSE <= kind <= abi.TIMER:
+                self.ctx = None
+                self._io_event(i, conn_id, kind, code, data, offset, end)
+                self._drain()
+                if conn_id != 0:
+                    conn = conns.get(conn_id)
+                    if conn is not None and not conn._closed and not conn._failed:
+                        self._settle(conn)
+                        touched.append(conn)
+            elif kind == abi.KV_ERROR:
+                key = bytes(data[offset:end])
+                self.ctx = None
+                try:
+                    r = handler.on_kv_error(route, key, io.kv_reason_of(code))
+                    if r is not None:
+                        self._watch(route, "on_kv_error", r)
+                except MemoryError:
+                    raise
+                except Exception as e:
+                    self._route_failed("on_kv_error", e)
+                self._drain()
             # Kinds this SDK does not know (a newer host) are skipped.
+            self.ctx = None
+            async_ran = async_ran or self.async_ran
+        # A continuation that ran for one connection may have changed
+        # another's state: save every one this batch had (the gateway takes
+        # an attachment only for a connection in the batch).
+        if async_ran or self.async_ran:
+            for conn in touched:
+                if not conn._closed and not conn._failed:
+                    self._settle(conn)
         return w.finish()
+
+
+_REFUSED = object()
 
 
 def _one_line(text):
     return " | ".join(line.strip() for line in text.strip().splitlines())
+
+
+def _describe(exc):
+    return _one_line("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+def check_handler_class(handler_class):
+    """Raise TypeError unless `handler_class` is a proper handler class."""
+    import weir_guest
+
+    if not isinstance(handler_class, type) or not callable(
+            getattr(handler_class, "on_message", None)) or (
+            handler_class.on_message is weir_guest.Handler.on_message):
+        raise TypeError("weir: the handler module must define class Handler(weir_guest.Handler)"
+                        " with on_message(self, conn, msg)")
 
 
 def export(handler_class):
@@ -170,13 +578,14 @@ def export(handler_class):
     a module without a handler fails its build instead of every batch."""
     import weir_guest
 
-    if not isinstance(handler_class, type) or not callable(
-            getattr(handler_class, "on_message", None)) or (
-            handler_class.on_message is weir_guest.Handler.on_message):
-        raise TypeError("weir: the handler module must define class Handler(weir_guest.Handler)"
-                        " with on_message(self, conn, msg)")
+    check_handler_class(handler_class)
     from wit_world import exports
     from wit_world.imports import host, types
+    try:  # weir:gateway 0.4.0; a build for 0.3.0 has no kv (build.py --world 0.3.0)
+        from wit_world.imports import kv
+        kv_get = kv.get
+    except ImportError:
+        kv_get = None
 
     levels = {"error": host.Level.ERROR, "warn": host.Level.WARN, "info": host.Level.INFO,
               "debug": host.Level.DEBUG, "trace": host.Level.TRACE}
@@ -186,20 +595,39 @@ def export(handler_class):
     def runtime():
         rt = state.get("rt")
         if rt is None:
-            rt = state["rt"] = Runtime(handler_class(), host.connection)
+            rt = state["rt"] = Runtime(handler_class(), host.connection, kv_get)
         return rt
+
+    def request_of(req):
+        return Request(req.path, req.query, req.headers, req.remote_addr, req.params)
+
+    def response(answer):
+        if answer[0] == "reject":
+            return types.UpgradeResponse_Reject(answer[1])
+        if answer[0] == "defer" and not hasattr(types, "UpgradeResponse_Defer"):
+            log(ERROR, "on_upgrade awaited a fetch, but this component was built for "
+                "weir:gateway 0.3.0 (no deferred upgrades); refused with 500")
+            return types.UpgradeResponse_Reject(500)
+        if answer[0] == "defer":
+            method, url, headers, body = answer[2]
+            return types.UpgradeResponse_Defer(types.DeferredUpgrade(
+                answer[1], types.HttpRequest(method, url, headers, body)))
+        return types.UpgradeResponse_Accept(types.Accept(answer[1], answer[2]))
 
     class Export(exports.Handler):
         def upgrade(self, req):
-            answer = runtime().upgrade(Request(req.path, req.query, req.headers,
-                                               req.remote_addr, req.params))
-            if answer[0] == "reject":
-                return types.UpgradeResponse_Reject(answer[1])
-            return types.UpgradeResponse_Accept(types.Accept(answer[1], answer[2]))
+            return response(runtime().upgrade(request_of(req)))
+
+        def resume_upgrade(self, tag, req, outcome):
+            if isinstance(outcome, types.HttpOutcome_Response):
+                r = outcome.value
+                got = ("response", r.status, r.headers, r.body)
+            else:
+                got = ("error", outcome.value[0], outcome.value[1])
+            return response(runtime().resume_upgrade(tag, got))
 
         def handle(self, events):
             commands, data = runtime().handle(events.events, events.data)
             return types.Commands(commands, data)
 
     return Export
-
