@@ -82,6 +82,13 @@ compression_context = "none"
 path = "/chat/{room}"
 guest = "CHAT"
 compression = "on"
+
+[[route]]
+path = "/echo-rated"
+native = "echo"
+compression = "on"
+compression_min = "0B"
+max_message_rate = 3
 "#;
 
 fn example(name: &str) -> String {
@@ -306,6 +313,43 @@ async fn compressed_echo_from_a_raw_client() {
     let (first, payload) = raw.next_frame().await.unwrap();
     assert_eq!(first, 0xC1);
     assert_eq!(z.inflate(&payload), msg);
+    raw.send(&frame(0x88, &1000u16.to_be_bytes())).await;
+    assert_eq!(raw.close_code().await, Some(1000));
+}
+
+/// Compressed messages dropped over `max_message_rate` are still inflated
+/// (not handed on): with context takeover the next message refers back to
+/// them, so skipping them would corrupt the stream and end the connection
+/// with 1007. Here the messages after the dropped ones repeat their text,
+/// which the client's compressor encodes as references into them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_messages_dropped_over_the_rate_keep_the_context_whole() {
+    let weir = weir().await;
+    let (mut raw, _, answered) =
+        upgrade(weir.addr, "/echo-rated", Some("permessage-deflate")).await;
+    assert_eq!(answered.as_deref(), Some("permessage-deflate"));
+    let mut z = ClientDeflate::new();
+    let msgs: Vec<Vec<u8>> = (0..8).map(|i| json(2000, i)).collect();
+    let mut burst = Vec::new();
+    for m in &msgs {
+        burst.extend(frame(0xC1, &z.deflate(m)));
+    }
+    raw.send(&burst).await;
+    // A second's worth (3) comes back; the other 5 were dropped.
+    for m in &msgs[..3] {
+        let (first, payload) = raw.next_frame().await.unwrap();
+        assert_eq!(first, 0xC1);
+        assert_eq!(&z.inflate(&payload), m);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    // Refers back to the dropped messages' text: must inflate right.
+    let again = msgs[7].clone();
+    raw.send(&frame(0xC1, &z.deflate(&again))).await;
+    let (first, payload) = raw.next_frame().await.unwrap();
+    assert_eq!(first, 0xC1, "not a close: the inflater kept up");
+    assert_eq!(z.inflate(&payload), again);
+    let dropped = r#"weir_route_overload_total{route="/echo-rated",reason="message_rate_dropped"}"#;
+    assert_eq!(common::metric(weir.addr, dropped).await, 5);
     raw.send(&frame(0x88, &1000u16.to_be_bytes())).await;
     assert_eq!(raw.close_code().await, Some(1000));
 }
