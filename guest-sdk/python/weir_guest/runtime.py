@@ -296,12 +296,17 @@ class Runtime:
                 self._drain()
                 if not task.done():
                     return self._defer(task)
-                answer = self._outcome(task)
-                if answer is _REFUSED:
-                    return ("reject", 500)
+                return self._decide_task(task)
             return self._decide(answer)
         finally:
             self._end()
+
+    def _decide_task(self, task):
+        """The decision of an on_upgrade that finished as `task`."""
+        answer = self._outcome(task)
+        if answer is _REFUSED:
+            return ("reject", 500)
+        return self._decide(answer)
 
     def _outcome(self, task):
         exc = task.exception()
@@ -349,10 +354,7 @@ class Runtime:
                 log(ERROR, "on_upgrade awaited again after its request (one request per "
                     "upgrade); refused with 500")
                 return ("reject", 500)
-            answer = self._outcome(task)
-            if answer is _REFUSED:
-                return ("reject", 500)
-            return self._decide(answer)
+            return self._decide_task(task)
         finally:
             self._end()
 
