@@ -80,17 +80,10 @@ fi
 cargo test --release --workspace
 
 # The connection-level tests again with every gateway on its workers'
-# planes (`[server] io = "epoll"`, crates/reactor/src/plane.rs). Skipped
-# on the plane, and only there: isolation.rs's relay churn
-# (`direct_writes_never_reach_another_client`), which finds a known plane
-# defect — in ~1 of 3 runs under load one relay client whose partner
-# dropped its TCP connection sees neither the 1001 nor the end of its
-# connection for 30 s, although the gateway logged both (docs/architecture.md,
-# "The plane", Limits). It runs on the task loop above, the default.
+# planes (`[server] io = "epoll"`, crates/reactor/src/plane.rs).
 WEIR_TEST_IO=epoll cargo test --release -p weir --test plane --test native --test abuse \
     --test pubsub --test deflate --test batching --test guest_routes --test isolation \
-    --test guest_faults --test guest_io --test scale --test process --test overload \
-    -- --skip direct_writes_never_reach_another_client
+    --test guest_faults --test guest_io --test scale --test process --test overload
 
 # The guest SDK (its harness, its doc examples) and every example's own
 # harness tests, natively: they are separate workspaces.

@@ -6,8 +6,9 @@
 
 mod common;
 
-use common::{await_metric, client, metric, next, Gateway, Raw};
+use common::{await_metric, client, frame, metric, next, Gateway, Raw};
 use futures_util::SinkExt;
+use tokio::io::AsyncWriteExt;
 use tokio_tungstenite::tungstenite::Message;
 use weir_config::{Config, Io};
 
@@ -63,6 +64,38 @@ async fn a_client_gone_while_its_reads_are_blocked_leaves_the_plane() {
     assert_eq!(next(&mut a).await, Message::binary(vec![7u8; 200_000]));
     await_metric(gw.addr, "weir_plane_connections", 2).await;
     a.close(None).await.unwrap();
+    await_metric(gw.addr, "weir_plane_connections", 0).await;
+    gw.stop();
+}
+
+/// Regression: a client's last data and its end arriving together (one
+/// segment: data, then FIN) are reported by one edge of the plane's
+/// epoll. The read that takes the data is short, which used to mean
+/// "drained": the end was never read, no new edge came for it, and the
+/// connection stayed open for its idle timeout (a relay partner waited
+/// 30 s for its 1001). The end is now read at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_end_that_comes_with_its_last_data_is_read() {
+    let gw = gateway(Io::Epoll);
+    for round in 0..10 {
+        let mut raw = Raw::connect(gw.addr, "/echo").await;
+        // Corked, the frame waits in the client's kernel and leaves with
+        // the FIN the shutdown sends.
+        socket2::SockRef::from(&raw.stream)
+            .set_tcp_cork(true)
+            .unwrap();
+        let words = format!("last words {round}");
+        raw.send(&frame(0x81, words.as_bytes())).await;
+        raw.stream.shutdown().await.unwrap();
+        let (first, payload) = raw.next_frame().await.expect("the echo");
+        assert_eq!((first, payload), (0x81, words.into_bytes()));
+        // Then the server's end: `next_frame` fails on a read timeout.
+        assert_eq!(
+            raw.next_frame().await,
+            None,
+            "{round}: a frame after the echo"
+        );
+    }
     await_metric(gw.addr, "weir_plane_connections", 0).await;
     gw.stop();
 }

@@ -534,8 +534,10 @@ impl<B: Behaviour> Entry<B> {
             match (&*self.c.stream.0).read(&mut buf[self.c.end..]) {
                 Ok(0) => return Some(self.end()),
                 Ok(n) => {
-                    // A short read drained the socket.
-                    self.readable = n == room;
+                    // A short read drained the socket, unless the client's
+                    // end came with the data: edge-triggered epoll reports
+                    // that end once, so it is read until its 0 (or error).
+                    self.readable = n == room || self.hup;
                     self.c.end += n;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
