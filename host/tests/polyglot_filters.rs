@@ -348,7 +348,12 @@ async fn reads_history_and_presence(lang: &str) {
     // Two publications of the server API and one of the centrifuge client,
     // each delivered to the probe's subscribed connection.
     for n in [1, 2] {
-        let at = api(&gw, "publish", json!({"channel": channel, "data": {"n": n}})).await;
+        let at = api(
+            &gw,
+            "publish",
+            json!({"channel": channel, "data": {"n": n}}),
+        )
+        .await;
         assert_eq!(at["result"]["offset"], n, "{at}");
         let got: Value = serde_json::from_str(&text(&mut ws).await).unwrap();
         assert_eq!(got, json!({"n": n}));
