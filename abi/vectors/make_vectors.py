@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes events.json, commands.json (and the io- and realtime- files) next
+"""Writes events.json, commands.json (and the io-, realtime- and proxy- files) next
 to this file.
 
 A second implementation of the layout (struct.pack, independent of the Rust
