@@ -104,7 +104,7 @@ class Verdict:
     def replace(msg):
         """Pass `msg` on in the message's place."""
         if not isinstance(msg, str):
-            msg = bytes(msg)
+            msg = bytes(memoryview(msg))  # bytes-like only (bytes(5) would be 5 zeros)
         return Verdict("replace", msg)
 
     @staticmethod
