@@ -414,7 +414,7 @@ export class TestRoute {
 
   takeRead(tag, kind) {
     const at = this.pendingReads.findIndex((r) => r.tag === tag && (kind === null || r.kind === kind));
-    if (at < 0) throw new Error(`no ${kind ?? ""} read with tag ${tag} is pending`.replace("  ", " "));
+    if (at < 0) throw new Error(`no ${kind === null ? "" : `${kind} `}read with tag ${tag} is pending`);
     return this.pendingReads.splice(at, 1)[0];
   }
 
