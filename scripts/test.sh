@@ -92,7 +92,8 @@ cargo test --manifest-path examples/Cargo.toml --workspace
 
 # The JS and Python SDKs natively: their codecs against the shared ABI
 # vectors (abi/vectors/, as abi/tests/vectors.rs does for Rust) and their
-# runtimes and I/O (for JS also the rewrite, under node's test runner;
+# runtimes, I/O, proxy filter hooks and realtime reads (for JS also the
+# rewrite, under node's test runner;
 # for Python under unittest), and every JS and Python example under its
 # SDK's harness (guest-sdk/js/src/testing.mjs, weir_guest.testing).
 # build-guests.sh above made sure node and python3 are there.

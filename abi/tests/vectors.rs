@@ -15,6 +15,8 @@ const REALTIME_EVENTS: &str = include_str!("../vectors/realtime-events.json");
 const REALTIME_COMMANDS: &str = include_str!("../vectors/realtime-commands.json");
 const IO_EVENTS: &str = include_str!("../vectors/io-events.json");
 const IO_COMMANDS: &str = include_str!("../vectors/io-commands.json");
+const PROXY_EVENTS: &str = include_str!("../vectors/proxy-events.json");
+const PROXY_COMMANDS: &str = include_str!("../vectors/proxy-commands.json");
 
 fn unhex(s: &str) -> Vec<u8> {
     assert!(s.len().is_multiple_of(2), "odd hex {s}");
@@ -349,7 +351,7 @@ fn run_vectors<H: PartialEq + std::fmt::Debug, const N: usize>(
 
 #[test]
 fn event_batches_match_the_vectors() {
-    for file in [EVENTS, REALTIME_EVENTS, IO_EVENTS] {
+    for file in [EVENTS, REALTIME_EVENTS, IO_EVENTS, PROXY_EVENTS] {
         run_vectors::<_, EVENT_HEADER_BYTES>(
             file,
             "events",
@@ -393,6 +395,20 @@ fn io_commands_match_the_vectors() {
     );
     assert_eq!(seen.len(), 6, "{seen:?}");
     assert!(seen.iter().all(|s| s == "MetaMalformed"), "{seen:?}");
+}
+
+/// A proxy filter's forwards (13, 14), as the JavaScript and Python SDKs
+/// are held to them too: the valid ones read back; a direction that is not
+/// 0 or 1, or a forward-text that is not UTF-8, is refused.
+#[test]
+fn proxy_forwards_match_the_vectors() {
+    let seen = run_vectors::<_, COMMAND_HEADER_BYTES>(
+        PROXY_COMMANDS,
+        "commands",
+        (command_header, CommandHeader::encode, CommandHeader::decode),
+        |h, d| Ok(parse_commands(h, d)?.iter().map(command_json).collect()),
+    );
+    assert_eq!(seen, ["ReservedByteSet", "TextNotUtf8"]);
 }
 
 #[test]

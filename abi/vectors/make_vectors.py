@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes events.json, commands.json (and the io- and realtime- files) next
+"""Writes events.json, commands.json (and the io-, realtime- and proxy- files) next
 to this file.
 
 A second implementation of the layout (struct.pack, independent of the Rust
@@ -15,7 +15,7 @@ import struct
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 EVENT = {"open": 0, "text": 1, "binary": 2, "close": 3, "http-response": 4, "http-error": 5,
-         "timer": 6, "kv-error": 9, "history": 10, "presence": 11,
+         "timer": 6, "proxy-text": 7, "proxy-binary": 8, "kv-error": 9, "history": 10, "presence": 11,
          "rt-subscribe": 12, "rt-publish": 13, "pusher-connect": 14, "pusher-subscribe": 15,
          "pusher-client-event": 16}
 COMMAND = {
@@ -32,6 +32,8 @@ COMMAND = {
     "cancel-timer": 10,
     "kv-set": 11,
     "kv-delete": 12,
+    "forward-text": 13,
+    "forward-binary": 14,
     "history-read": 15,
     "presence-read": 16,
     "rt-subscribe-verdict": 17,
@@ -539,6 +541,57 @@ def io():
             {"about": about, "valid": commands_valid, "invalid": commands_invalid})
 
 
+def proxy():
+    """A proxy route's filter kinds (abi/src/lib.rs): events proxy-text 7
+    and proxy-binary 8, commands forward-text 13 and forward-binary 14,
+    byte 9 of each header the direction (0 client to upstream, 1 upstream
+    to client)."""
+    events_valid = [
+        case("proxy-messages",
+             "a text message on its way to the upstream and a binary one on "
+             "its way to the client (byte 9: the direction)",
+             [event_header(3, EVENT["proxy-text"], 0, 0, 2),
+              event_header(3, EVENT["proxy-binary"], 0, 2, 1, reserved=1)],
+             b"up\xff", pack_event,
+             events=[
+                 {"kind": "proxy-text", "conn": 3, "direction": 0, "text": "up"},
+                 {"kind": "proxy-binary", "conn": 3, "direction": 1, "payload_hex": "ff"},
+             ]),
+    ]
+    events_invalid = [
+        case("proxy-direction-unknown", "a proxy event's byte 9 is 0 or 1",
+             [event_header(3, EVENT["proxy-binary"], 0, 0, 1, reserved=2)], b"\x01",
+             pack_event, error="ReservedByteSet", index=0),
+        case("proxy-text-not-utf8", "a proxy-text event's payload is UTF-8",
+             [event_header(3, EVENT["proxy-text"], 0, 0, 1)], b"\xff",
+             pack_event, error="TextNotUtf8", index=0),
+    ]
+    commands_valid = [
+        case("proxy-forwards",
+             "a filter passes a text message on toward the upstream and a "
+             "binary one toward the client (byte 9: the direction)",
+             [command_header(3, COMMAND["forward-text"], 0, (0, 0), (0, 2)),
+              command_header(3, COMMAND["forward-binary"], 0, (0, 0), (2, 1), reserved=1)],
+             b"up\xff", pack_command,
+             commands=[
+                 {"kind": "forward-text", "conn": 3, "direction": 0, "text": "up"},
+                 {"kind": "forward-binary", "conn": 3, "direction": 1, "payload_hex": "ff"},
+             ]),
+    ]
+    commands_invalid = [
+        case("forward-direction-unknown", "a forward's byte 9 is 0 or 1",
+             [command_header(3, COMMAND["forward-binary"], 0, (0, 0), (0, 1), reserved=2)],
+             b"\x01", pack_command, error="ReservedByteSet", index=0),
+        case("forward-text-not-utf8", "a forward-text's payload is UTF-8",
+             [command_header(3, COMMAND["forward-text"], 0, (0, 0), (0, 1))],
+             b"\xff", pack_command, error="TextNotUtf8", index=0),
+    ]
+    about = ("a proxy route filter's kinds (packed layout only; abi/src/lib.rs), read by "
+             "the Rust, JavaScript and Python tests; see README.md")
+    return ({"about": about, "valid": events_valid, "invalid": events_invalid},
+            {"about": about, "valid": commands_valid, "invalid": commands_invalid})
+
+
 def write(name, doc):
     with open(os.path.join(HERE, name), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2, ensure_ascii=False)
@@ -555,3 +608,6 @@ if __name__ == "__main__":
     io_events, io_commands = io()
     write("io-events.json", io_events)
     write("io-commands.json", io_commands)
+    proxy_events, proxy_commands = proxy()
+    write("proxy-events.json", proxy_events)
+    write("proxy-commands.json", proxy_commands)

@@ -19,7 +19,9 @@ export const FALLBACK_CLOSE_CODE = 1011;
 
 /**
  * Event kinds: the case indices of the WIT enum `event-kind` (0.4.0's I/O
- * answers 4–6), and kv-error 9, which travels in the packed layout only.
+ * answers 4–6), and those that travel in the packed layout only: a proxy
+ * filter's proxy-text 7 and proxy-binary 8 (byte 9: the direction),
+ * kv-error 9, and a realtime route's history 10 and presence 11.
  */
 export const EventKind = Object.freeze({
   OPEN: 0,
@@ -29,7 +31,11 @@ export const EventKind = Object.freeze({
   HTTP_RESPONSE: 4,
   HTTP_ERROR: 5,
   TIMER: 6,
+  PROXY_TEXT: 7,
+  PROXY_BINARY: 8,
   KV_ERROR: 9,
+  HISTORY: 10,
+  PRESENCE: 11,
 });
 
 /** Command kinds: the case indices of the WIT enum `command-kind`. */
@@ -47,7 +53,16 @@ export const CommandKind = Object.freeze({
   CANCEL_TIMER: 10,
   KV_SET: 11,
   KV_DELETE: 12,
+  // Packed layout only: a proxy filter's forwards (byte 9: the direction)
+  // and a realtime route's reads.
+  FORWARD_TEXT: 13,
+  FORWARD_BINARY: 14,
+  HISTORY_READ: 15,
+  PRESENCE_READ: 16,
 });
+
+/** Byte 9 of a proxy event and of a forward command (abi/src/header.rs Direction). */
+export const DIRECTIONS = Object.freeze(["to-upstream", "to-client"]);
 
 /** The code of an http-error event, as one word (abi/src/io.rs HttpErrorReason). */
 export const HTTP_ERROR_REASONS = Object.freeze({
@@ -66,6 +81,16 @@ export const KV_ERROR_REASONS = Object.freeze({
   3: "queue-full",
   4: "too-large",
   5: "no-store",
+});
+
+/** The code of a history or presence event, as one word (abi/src/io.rs ReadErrorReason). */
+export const READ_ERROR_REASONS = Object.freeze({
+  1: "bad-channel",
+  2: "history-off",
+  3: "presence-off",
+  4: "unavailable",
+  5: "busy",
+  6: "not-realtime",
 });
 
 const TWO_32 = 4294967296;
@@ -529,6 +554,130 @@ export function encodeTag(tag) {
   return out;
 }
 
+// The realtime reads (abi/src/io/reads.rs): history-read and presence-read
+// commands, answered by history and presence events whose code is 0 or a
+// read-error reason.
+
+/** A u32 length and that many bytes at `at`, UTF-8: [text, end] or null. */
+function sizedText(b, at, end) {
+  if (end - at < 4) return null;
+  const len = u32(b, at);
+  if (len > end - at - 4) return null;
+  const text = decodeUtf8(b, at + 4, at + 4 + len);
+  return text === null ? null : [text, at + 4 + len];
+}
+
+/**
+ * A history event's bytes: `{ tag, error }` (error: the code, 0 when the
+ * read succeeded) and, for code 0, `offset`, `epoch` and `publications`
+ * ([offset, data as JSON text] pairs); null when malformed.
+ */
+export function splitHistory(code, b, start = 0, end = b.length) {
+  if (end - start < 8) return null;
+  const tag = u64(b, start);
+  if (code !== 0) return { tag, error: code };
+  if (end - start < 16) return null;
+  const offset = u64(b, start + 8);
+  const epoch = sizedText(b, start + 16, end);
+  if (epoch === null) return null;
+  const publications = [];
+  let at = epoch[1];
+  while (at < end) {
+    if (end - at < 8) return null;
+    const o = u64(b, at);
+    const data = sizedText(b, at + 8, end);
+    if (data === null) return null;
+    publications.push([o, data[0]]);
+    at = data[1];
+  }
+  return { tag, error: 0, offset, epoch: epoch[0], publications };
+}
+
+/**
+ * A presence event's bytes: `{ tag, error }` and, for code 0, `members`
+ * (`{ client, user, conn_info }`, conn_info JSON text or ""); null when
+ * malformed.
+ */
+export function splitPresence(code, b, start = 0, end = b.length) {
+  if (end - start < 8) return null;
+  const tag = u64(b, start);
+  if (code !== 0) return { tag, error: code };
+  const members = [];
+  let at = start + 8;
+  while (at < end) {
+    const client = sizedText(b, at, end);
+    if (client === null) return null;
+    const user = sizedText(b, client[1], end);
+    if (user === null) return null;
+    const info = sizedText(b, user[1], end);
+    if (info === null) return null;
+    members.push({ client: client[0], user: user[0], conn_info: info[0] });
+    at = info[1];
+  }
+  return { tag, error: 0, members };
+}
+
+/** Concatenate byte arrays. */
+function concat(parts) {
+  let n = 0;
+  for (const p of parts) n += p.length;
+  const out = new Uint8Array(n);
+  n = 0;
+  for (const p of parts) {
+    out.set(p, n);
+    n += p.length;
+  }
+  return out;
+}
+
+function sized(bytes) {
+  const out = new Uint8Array(4 + bytes.length);
+  putU32(out, 0, bytes.length);
+  out.set(bytes, 4);
+  return out;
+}
+
+/** A successful history event's bytes (what the gateway sends): `tag`, the position, each [offset, JSON text]. */
+export function encodeHistory(tag, offset, epoch, publications) {
+  const head = new Uint8Array(16);
+  putU64(head, 0, tag);
+  putU64(head, 8, offset);
+  const parts = [head, sized(encodeUtf8(epoch))];
+  for (const [o, data] of publications) {
+    const at = new Uint8Array(8);
+    putU64(at, 0, o);
+    parts.push(at, sized(toBytes(data)));
+  }
+  return concat(parts);
+}
+
+/** A successful presence event's bytes: `tag`, then each member's client, user and conn info (JSON text or ""). */
+export function encodePresence(tag, members) {
+  const parts = [encodeTag(tag)];
+  for (const m of members) {
+    parts.push(sized(encodeUtf8(m.client)), sized(encodeUtf8(m.user ?? "")), sized(toBytes(m.conn_info ?? "")));
+  }
+  return concat(parts);
+}
+
+/** A history-read's meta: { tag, limit, reverse, channel }, or null when malformed. */
+export function splitHistoryRead(b, start, end) {
+  if (end - start < 14) return null;
+  const reverse = b[start + 12];
+  if (reverse > 1) return null;
+  const channel = decodeUtf8(b, start + 13, end);
+  if (channel === null) return null;
+  return { tag: u64(b, start), limit: u32(b, start + 8), reverse: reverse === 1, channel };
+}
+
+/** A presence-read's meta: { tag, channel }, or null when malformed. */
+export function splitPresenceRead(b, start, end) {
+  if (end - start < 9) return null;
+  const channel = decodeUtf8(b, start + 8, end);
+  if (channel === null) return null;
+  return { tag: u64(b, start), channel };
+}
+
 // ---------------------------------------------------------------- events
 
 /**
@@ -605,6 +754,32 @@ export function decodeEvents(headers, data) {
       case EventKind.KV_ERROR:
         out.push({ kind: "kv-error", conn: h.conn, reason: h.code, key: data.subarray(h.offset, end) });
         break;
+      case EventKind.PROXY_TEXT:
+      case EventKind.PROXY_BINARY: {
+        if (h.reserved > 1) throw new AbiError("ReservedByteSet", i, `value ${h.reserved}`);
+        if (h.kind === EventKind.PROXY_BINARY) {
+          out.push({ kind: "proxy-binary", conn: h.conn, direction: h.reserved, payload: data.subarray(h.offset, end) });
+          break;
+        }
+        const text = decodeUtf8(data, h.offset, end);
+        if (text === null) throw new AbiError("TextNotUtf8", i);
+        out.push({ kind: "proxy-text", conn: h.conn, direction: h.reserved, text });
+        break;
+      }
+      case EventKind.HISTORY: {
+        const r = splitHistory(h.code, data, h.offset, end);
+        if (r === null) throw new AbiError("IoEventMalformed", i);
+        if (r.error !== 0) out.push({ kind: "history", conn: h.conn, tag: r.tag, error: r.error });
+        else out.push({ kind: "history", conn: h.conn, tag: r.tag, offset: r.offset, epoch: r.epoch, publications: r.publications });
+        break;
+      }
+      case EventKind.PRESENCE: {
+        const r = splitPresence(h.code, data, h.offset, end);
+        if (r === null) throw new AbiError("IoEventMalformed", i);
+        if (r.error !== 0) out.push({ kind: "presence", conn: h.conn, tag: r.tag, error: r.error });
+        else out.push({ kind: "presence", conn: h.conn, tag: r.tag, members: r.members });
+        break;
+      }
       default:
         break;
     }
@@ -868,6 +1043,38 @@ export class CommandWriter {
     this.push(0, CommandKind.KV_DELETE, 0, this.lastOffset, len, 0, 0);
   }
 
+  /**
+   * Pass `msg` on through proxied connection `conn` in `direction` (0: to
+   * the upstream, 1: to the client): a string as text, bytes as binary.
+   */
+  forward(conn, direction, msg) {
+    const text = typeof msg === "string";
+    const len = this.putData(text ? msg : toBytes(msg));
+    this.push(conn, text ? CommandKind.FORWARD_TEXT : CommandKind.FORWARD_BINARY, 0, 0, 0, this.lastOffset, len);
+    // Byte 9, the direction (push writes it 0).
+    this.commands[this.clen - COMMAND_HEADER_BYTES + 9] = direction;
+  }
+
+  /** Read up to `limit` publications of `channel` for `conn` (0: the route), newest first when `reverse`. */
+  historyRead(conn, tag, limit, reverse, channel) {
+    const start = this.dlen;
+    this.putU64(tag);
+    this.reserveData(5);
+    putU32(this.data, this.dlen, limit);
+    this.data[this.dlen + 4] = reverse ? 1 : 0;
+    this.dlen += 5;
+    this.putData(String(channel));
+    this.push(conn, CommandKind.HISTORY_READ, 0, start, this.dlen - start, 0, 0);
+  }
+
+  /** Read `channel`'s presence for `conn` (0: the route). */
+  presenceRead(conn, tag, channel) {
+    const start = this.dlen;
+    this.putU64(tag);
+    this.putData(String(channel));
+    this.push(conn, CommandKind.PRESENCE_READ, 0, start, this.dlen - start, 0, 0);
+  }
+
   /** Store `bytes` (or a string, as UTF-8) as `conn`'s attachment (empty clears it). */
   setAttachment(conn, bytes) {
     const len = this.putData(typeof bytes === "string" ? bytes : toBytes(bytes));
@@ -914,12 +1121,18 @@ export function decodeCommands(headers, data) {
   const out = [];
   for (let i = 0; i < n; i++) {
     const c = readCommandHeader(headers, i * COMMAND_HEADER_BYTES);
-    if (c.reserved !== 0) throw new AbiError("ReservedByteSet", i, `value ${c.reserved}`);
+    const forward = c.kind === CommandKind.FORWARD_TEXT || c.kind === CommandKind.FORWARD_BINARY;
+    if (c.reserved !== 0 && !(forward && c.reserved === 1)) {
+      throw new AbiError("ReservedByteSet", i, `value ${c.reserved}`);
+    }
     if (c.offset + c.len > data.length) throw new AbiError("RangeOutOfBounds", i, "payload");
     if (c.topic_offset + c.topic_len > data.length) throw new AbiError("RangeOutOfBounds", i, "topic");
-    if (c.kind > CommandKind.KV_DELETE) throw new AbiError("UnknownKind", i, `kind ${c.kind}`);
+    // The real-time verdicts (17, 18) of a namespace's guest are the host's
+    // too, but no route this SDK serves answers with them.
+    if (c.kind > CommandKind.PRESENCE_READ) throw new AbiError("UnknownKind", i, `kind ${c.kind}`);
     const pEnd = c.offset + c.len;
-    const text = c.kind === CommandKind.SEND_TEXT || c.kind === CommandKind.PUBLISH_TEXT;
+    const text =
+      c.kind === CommandKind.SEND_TEXT || c.kind === CommandKind.PUBLISH_TEXT || c.kind === CommandKind.FORWARD_TEXT;
     let payloadText = null;
     if (text || c.kind === CommandKind.CLOSE) {
       payloadText = decodeUtf8(data, c.offset, pEnd);
@@ -933,6 +1146,8 @@ export function decodeCommands(headers, data) {
     else if (c.kind === CommandKind.CANCEL_TIMER) metaOk = mLen === 8;
     else if (c.kind === CommandKind.KV_SET) metaOk = mLen > 8;
     else if (c.kind === CommandKind.KV_DELETE) metaOk = mLen > 0;
+    else if (c.kind === CommandKind.HISTORY_READ) metaOk = splitHistoryRead(data, mStart, mStart + mLen) !== null;
+    else if (c.kind === CommandKind.PRESENCE_READ) metaOk = splitPresenceRead(data, mStart, mStart + mLen) !== null;
     if (!metaOk) throw new AbiError("MetaMalformed", i);
     let topic = null;
     if (TOPIC_KINDS.has(c.kind)) {
@@ -989,8 +1204,20 @@ export function decodeCommands(headers, data) {
       case CommandKind.KV_SET:
         out.push({ kind: "kv-set", key: data.subarray(mStart + 8, mStart + mLen), value: payload, ttl_ms: u64(data, mStart) });
         break;
-      default:
+      case CommandKind.KV_DELETE:
         out.push({ kind: "kv-delete", key: data.subarray(mStart, mStart + mLen) });
+        break;
+      case CommandKind.FORWARD_TEXT:
+        out.push({ kind: "forward-text", conn: c.conn, direction: c.reserved, text: payloadText });
+        break;
+      case CommandKind.FORWARD_BINARY:
+        out.push({ kind: "forward-binary", conn: c.conn, direction: c.reserved, payload });
+        break;
+      case CommandKind.HISTORY_READ:
+        out.push({ kind: "history-read", conn: c.conn, ...splitHistoryRead(data, mStart, mStart + mLen) });
+        break;
+      default:
+        out.push({ kind: "presence-read", conn: c.conn, ...splitPresenceRead(data, mStart, mStart + mLen) });
         break;
     }
   }

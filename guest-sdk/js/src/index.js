@@ -21,6 +21,19 @@
 //   then `conn` is `route`) without a callback, or whose callback this
 //   instance no longer has (it replaced the one that set it).
 // - onKvError(route, key, reason): a kv.set or kv.delete the gateway refused.
+// - onProxyMessage(conn, direction, msg): a proxy route's filter (`filter =
+//   "x.wasm"` on a `native = "proxy"` route; then onMessage is never
+//   called, and a filter may have none): `msg` on its way through `conn`,
+//   `direction` "to-upstream" or "to-client". Return nothing (or
+//   Verdict.PASS) to pass it on, a string or bytes (or
+//   Verdict.replace(msg)) to pass that on in its place, Verdict.DROP, or
+//   Verdict.close(code, reason) to close the client (and the upstream).
+//   Synchronous: messages of one direction go on in the order they came.
+//
+// On a route with `realtime = true`, `await conn.history(channel, { limit,
+// newest })`, `await conn.presence(channel)` (and route.history,
+// route.presence) read the real-time core's channels: the answer comes in
+// a later batch, as a fetch's does.
 //
 // Any hook may be `async` (weir:gateway 0.4.0): `await fetch(...)`, a
 // Promise around setTimeout, `conn.setTimer`. What follows an await runs
@@ -58,6 +71,10 @@ import {
   readU64,
   splitHttpResponse,
   splitHttpError,
+  splitHistory,
+  splitPresence,
+  DIRECTIONS,
+  toBytes,
 } from "./abi.js";
 import {
   WeirPromise,
@@ -86,8 +103,10 @@ export {
   Headers,
   Response,
   FetchError,
+  ReadError,
   MAX_PENDING_REQUESTS,
   MAX_PENDING_TIMERS,
+  MAX_PENDING_READS,
 } from "./io.js";
 export { queueMicrotask } from "./promise.js";
 
@@ -108,6 +127,30 @@ export const Level = Object.freeze({
   INFO: "info",
   DEBUG: "debug",
   TRACE: "trace",
+});
+
+/** Which way a proxied message travels (onProxyMessage's `direction`). */
+export const Direction = Object.freeze({
+  TO_UPSTREAM: "to-upstream",
+  TO_CLIENT: "to-client",
+});
+
+/**
+ * What a proxy filter does with one message (onProxyMessage's return):
+ * PASS it on, pass a replacement on instead (`replace(msg)`: a string as
+ * text, bytes as binary), DROP it, or `close(code, reason)` the client
+ * (the upstream gets a close of its own) and pass nothing on.
+ */
+export const Verdict = Object.freeze({
+  PASS: Object.freeze({ verdict: "pass" }),
+  DROP: Object.freeze({ verdict: "drop" }),
+  replace(msg) {
+    if (typeof msg !== "string") msg = toBytes(msg);
+    return Object.freeze({ verdict: "replace", message: msg });
+  },
+  close(code = 1000, reason = "") {
+    return Object.freeze({ verdict: "close", code, reason: String(reason) });
+  },
 });
 
 let hostImport = null;
@@ -341,6 +384,37 @@ export class Conn {
   cancelTimer(tag) {
     this._rt.cancel(tag);
   }
+
+  /**
+   * Read up to `limit` (default 0: the position alone; the gateway caps
+   * it) publications of real-time channel `channel`, oldest first or, with
+   * `newest`, newest first (a `realtime = true` route). A promise of `{
+   * position: { offset, epoch }, publications: [{ offset, data, text }] }`,
+   * rejected with a ReadError; for this connection (it ends with it).
+   */
+  history(channel, options = {}) {
+    return live("conn.history").read(this, true, channel, options);
+  }
+
+  /** Read `channel`'s presence: a promise of `[{ client, user, info, connInfo }]`, or a ReadError. */
+  presence(channel) {
+    return live("conn.presence").read(this, false, channel, null);
+  }
+
+  /**
+   * Pass a message of the filter's own through this proxied connection,
+   * `direction` "to-upstream" or "to-client" (a proxy route's filter; any
+   * other route ignores it).
+   */
+  forward(direction, msg) {
+    this._w.forward(this.id, directionByte(direction), msg);
+  }
+}
+
+function directionByte(direction) {
+  const d = DIRECTIONS.indexOf(direction);
+  if (d < 0) throw new TypeError(`weir: a direction is "to-upstream" or "to-client", not ${String(direction)}`);
+  return d;
 }
 
 /**
@@ -380,6 +454,14 @@ export const route = Object.freeze({
     }
   },
   kv: io.kv,
+  /** Conn.history for the route: its answer comes whatever connection closes. */
+  history(channel, options = {}) {
+    return live("route.history").read(null, true, channel, options);
+  },
+  /** Conn.presence for the route. */
+  presence(channel) {
+    return live("route.presence").read(null, false, channel, null);
+  },
 });
 
 let liveRuntime = null;
@@ -403,9 +485,11 @@ function fatal(e) {
   return e instanceof Error && /out of memory/i.test(String(e.message));
 }
 
-/** What an http-request entry and a timer entry are, in Runtime.pending. */
+/** What an http-request entry, a timer entry and a history or presence read are, in Runtime.pending. */
 const FETCH = 1;
 const TIMER = 2;
+const HISTORY = 3;
+const PRESENCE = 4;
 
 /** The handler behind a component instance: its hooks and its connections. */
 class Runtime {
@@ -427,6 +511,7 @@ class Runtime {
     this.pending = new Map();
     this.requests = 0;
     this.timers = 0;
+    this.reads = 0;
     /** Some microtask ran in this batch: settle every connection it had. */
     this.asyncRan = false;
     this.batchConns = [];
@@ -479,6 +564,34 @@ class Runtime {
     return tag;
   }
 
+  /**
+   * A history (`history` true) or presence read of `channel` for `ctx` (a
+   * Conn, or null for the route); a WeirPromise of its answer.
+   */
+  read(ctx, history, channel, options) {
+    const name = typeof channel === "string" ? channel : "";
+    if (name === "") {
+      return WeirPromise.reject(new io.ReadError("bad-channel", "a channel is a non-empty string"));
+    }
+    if (this.reads >= io.MAX_PENDING_READS) {
+      return WeirPromise.reject(new io.ReadError("busy", `${io.MAX_PENDING_READS} reads already waiting`));
+    }
+    const tag = io.newTag();
+    const id = ctx === null ? 0 : ctx.id;
+    if (history) {
+      const n = Number(options?.limit ?? 0);
+      const limit = Number.isFinite(n) && n > 0 ? Math.min(Math.floor(n), 0xffffffff) : 0;
+      this.writer.historyRead(id, tag, limit, Boolean(options?.newest), name);
+    } else {
+      this.writer.presenceRead(id, tag, name);
+    }
+    const { promise, resolve, reject } = WeirPromise.withResolvers();
+    this.pending.set(tag, { kind: history ? HISTORY : PRESENCE, ctx, resolve, reject });
+    this.reads++;
+    if (ctx !== null) (ctx._io || (ctx._io = new Set())).add(tag);
+    return promise;
+  }
+
   /** Cancel timer `tag` (an unknown or fired one is ignored). */
   cancel(tag) {
     const entry = this.pending.get(tag);
@@ -489,8 +602,7 @@ class Runtime {
 
   forget(tag, entry) {
     this.pending.delete(tag);
-    if (entry.kind === FETCH) this.requests--;
-    else this.timers--;
+    this.uncount(entry);
     if (entry.ctx !== null && entry.ctx._io) entry.ctx._io.delete(tag);
   }
 
@@ -501,18 +613,24 @@ class Runtime {
       const entry = this.pending.get(tag);
       if (entry !== undefined) {
         this.pending.delete(tag);
-        if (entry.kind === FETCH) this.requests--;
-        else this.timers--;
+        this.uncount(entry);
       }
     }
     conn._io = null;
   }
 
-  /** An http-response or http-error event: settle the fetch waiting for it. */
-  answered(id, tag, settleWith) {
+  uncount(entry) {
+    if (entry.kind === FETCH) this.requests--;
+    else if (entry.kind === TIMER) this.timers--;
+    else this.reads--;
+  }
+
+  /** An http-response, http-error, history or presence event: settle what waits for it. */
+  answered(id, tag, settleWith, kind = FETCH) {
     const entry = this.pending.get(tag);
-    if (entry === undefined || entry.kind !== FETCH) {
-      log(Level.DEBUG, `answer to request ${tag}, which this instance did not send (it replaced the one that did); dropped`);
+    if (entry === undefined || entry.kind !== kind) {
+      const what = kind === FETCH ? "request" : "read";
+      log(Level.DEBUG, `answer to ${what} ${tag}, which this instance did not send (it replaced the one that did); dropped`);
       return;
     }
     this.forget(tag, entry);
@@ -878,7 +996,30 @@ class Runtime {
         this.dropIo(conn);
         conn._closed = true;
         this.conns.delete(id);
-      } else if (kind >= EventKind.HTTP_RESPONSE && kind <= EventKind.TIMER) {
+      } else if (kind === EventKind.PROXY_TEXT || kind === EventKind.PROXY_BINARY) {
+        const dir = headers[at + 9];
+        if (dir > 1) throw new AbiError("ReservedByteSet", i, `direction ${dir}`);
+        const conn = this.conns.get(id) || this.known(id);
+        if (conn._failed) continue;
+        let msg;
+        if (kind === EventKind.PROXY_TEXT) {
+          msg = bin !== null ? decodeByteString(bin.slice(offset, end)) : decodeUtf8Fast(data, offset, end);
+          if (msg === null) throw new AbiError("TextNotUtf8", i);
+          w.srcText = msg;
+          w.srcStart = offset;
+          w.srcEnd = end;
+        } else {
+          msg = data.subarray(offset, end);
+        }
+        this.filter(conn, dir, msg);
+        this.drain();
+        if (!conn._failed) this.settle(conn);
+        touched.push(conn);
+      } else if (
+        (kind >= EventKind.HTTP_RESPONSE && kind <= EventKind.TIMER) ||
+        kind === EventKind.HISTORY ||
+        kind === EventKind.PRESENCE
+      ) {
         this.ioEvent(i, id, kind, v.getUint16(at + 10, true), data, offset, end);
         this.drain();
         if (id !== 0) {
@@ -916,7 +1057,50 @@ class Runtime {
     return w.finish();
   }
 
-  /** An http-response, http-error or timer event. */
+  /**
+   * A proxy event: the filter's verdict on `msg` (direction byte `dir`)
+   * becomes a forward, a close or nothing. No onProxyMessage: pass it on.
+   */
+  filter(conn, dir, msg) {
+    const w = this.writer;
+    const app = this.app;
+    if (!app.onProxyMessage) {
+      w.forward(conn.id, dir, msg);
+      return;
+    }
+    let verdict;
+    const saved = swapContext(conn);
+    try {
+      verdict = app.onProxyMessage(conn, DIRECTIONS[dir], msg);
+    } catch (e) {
+      swapContext(saved);
+      this.failed(conn, "onProxyMessage", e);
+      return;
+    }
+    swapContext(saved);
+    if (verdict === undefined || verdict === Verdict.PASS) {
+      w.forward(conn.id, dir, msg);
+    } else if (verdict === Verdict.DROP) {
+      // Nothing goes on.
+    } else if (typeof verdict === "string" || verdict instanceof Uint8Array || verdict instanceof ArrayBuffer) {
+      w.forward(conn.id, dir, verdict);
+    } else if (verdict !== null && verdict.verdict === "replace") {
+      w.forward(conn.id, dir, verdict.message);
+    } else if (verdict !== null && verdict.verdict === "close") {
+      w.close(conn.id, verdict.code, verdict.reason);
+    } else if (verdict !== null && typeof verdict.then === "function") {
+      verdict.then(undefined, () => {});
+      this.failed(
+        conn,
+        "onProxyMessage",
+        new TypeError("onProxyMessage returned a promise: a filter decides at once (messages go on in order)"),
+      );
+    } else {
+      this.failed(conn, "onProxyMessage", new TypeError(`onProxyMessage returned ${safeJson(verdict)}, not a verdict`));
+    }
+  }
+
+  /** An http-response, http-error, timer, history or presence event. */
   ioEvent(i, id, kind, code, data, offset, end) {
     if (id !== 0) {
       const conn = this.conns.get(id) || this.known(id);
@@ -925,6 +1109,19 @@ class Runtime {
     if (kind === EventKind.TIMER) {
       if (end - offset !== 8) throw new AbiError("IoEventMalformed", i);
       this.fired(id, readU64(data, offset));
+    } else if (kind === EventKind.HISTORY || kind === EventKind.PRESENCE) {
+      const history = kind === EventKind.HISTORY;
+      const r = history ? splitHistory(code, data, offset, end) : splitPresence(code, data, offset, end);
+      if (r === null) throw new AbiError("IoEventMalformed", i);
+      this.answered(
+        id,
+        r.tag,
+        (entry) => {
+          if (r.error !== 0) entry.reject(io.readErrorOf(r.error));
+          else entry.resolve(history ? io.historyOf(r) : io.membersOf(r));
+        },
+        history ? HISTORY : PRESENCE,
+      );
     } else if (kind === EventKind.HTTP_RESPONSE) {
       const r = splitHttpResponse(data, offset, end);
       if (r === null) throw new AbiError("IoEventMalformed", i);
@@ -956,9 +1153,10 @@ export function createHandler(app, host, kv) {
   // Checked here, at build time (componentize-qjs runs the module then), so
   // a handler without hooks fails its build instead of every batch.
   const hooks = typeof app === "function" ? app.prototype : app;
-  if (!hooks || typeof hooks.onMessage !== "function") {
+  if (!hooks || (typeof hooks.onMessage !== "function" && typeof hooks.onProxyMessage !== "function")) {
     throw new TypeError(
-      "weir: the handler module's default export needs an onMessage(conn, msg) hook: " +
+      "weir: the handler module's default export needs an onMessage(conn, msg) hook " +
+        "(or, for a proxy route's filter, onProxyMessage(conn, direction, msg)): " +
         "export default { onMessage(conn, msg) { ... } }",
     );
   }

@@ -16,7 +16,15 @@
 // setTimeout throws, so no backlog grows without bound. The gateway bounds
 // them again per route (outbound_max_concurrent, its timer cap).
 
-import { encodeUtf8, decodeUtf8, toBytes, headerLines, HTTP_ERROR_REASONS, KV_ERROR_REASONS } from "./abi.js";
+import {
+  encodeUtf8,
+  decodeUtf8,
+  toBytes,
+  headerLines,
+  HTTP_ERROR_REASONS,
+  KV_ERROR_REASONS,
+  READ_ERROR_REASONS,
+} from "./abi.js";
 import { WeirPromise, currentContext } from "./promise.js";
 
 /**
@@ -28,6 +36,13 @@ export const MAX_PENDING_REQUESTS = 1024;
 
 /** Timers one instance may have waiting (the gateway's cap per route, MAX_TIMERS_PER_ROUTE). */
 export const MAX_PENDING_TIMERS = 100_000;
+
+/**
+ * History and presence reads one instance may have waiting: the gateway's
+ * cap per route (MAX_READS_PENDING_PER_ROUTE), past which it answers
+ * `busy` itself; past it here a read rejects with `busy` at once.
+ */
+export const MAX_PENDING_READS = 256;
 
 /** The runtime whose batch is being answered (set by src/index.js). */
 let rt = null;
@@ -256,6 +271,56 @@ export function responseOf(status, head, body, url) {
 /** A FetchError for an http-error event. */
 export function fetchErrorOf(code, message) {
   return new FetchError(HTTP_ERROR_REASONS[code] ?? "unknown", message);
+}
+
+// ---------------------------------------------------------------- realtime reads
+
+/**
+ * Why a history or presence read has no answer: `reason` is the gateway's
+ * (`bad-channel`, `history-off`, `presence-off`, `unavailable`, `busy`,
+ * `not-realtime`).
+ */
+export class ReadError extends Error {
+  constructor(reason, message) {
+    super(`read failed: ${reason}${message ? `: ${message}` : ""}`);
+    this.name = "ReadError";
+    this.reason = reason;
+  }
+}
+
+/** A ReadError for a history or presence event's code. */
+export function readErrorOf(code) {
+  return new ReadError(READ_ERROR_REASONS[code] ?? "unknown");
+}
+
+function parsed(text) {
+  if (text === "") return null;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * What a history read resolves to: the channel's position (`offset` of its
+ * last publication, `epoch` of its stream) and `publications`, each
+ * `{ offset, data, text }` (`data` the JSON value, `text` the JSON text).
+ */
+export function historyOf(r) {
+  return {
+    position: { offset: r.offset, epoch: r.epoch },
+    publications: r.publications.map(([offset, text]) => ({ offset, data: parsed(text), text })),
+  };
+}
+
+/**
+ * What a presence read resolves to: the members, each `{ client, user,
+ * info, connInfo }` (`info` the connection's info as a JSON value, null
+ * when none; `connInfo` its JSON text, "" when none).
+ */
+export function membersOf(r) {
+  return r.members.map((m) => ({ client: m.client, user: m.user, info: parsed(m.conn_info), connInfo: m.conn_info }));
 }
 
 // ---------------------------------------------------------------- timers

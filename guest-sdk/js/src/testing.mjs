@@ -28,7 +28,11 @@
 // test fires them (`fire`, or `advance(ms)` on the route's clock); the
 // key-value store is a Map the handler reads with kv.get and writes after
 // each batch (`kv`, `kvGet`, `kvSet`, `kvError`, `kvMaxKeys`). A deferred
-// upgrade is answered by `upgradeAnswering`. `replaceInstance()` starts a
+// upgrade is answered by `upgradeAnswering`. History and presence reads
+// wait in `reads()` until the test answers them (`answerHistory`,
+// `answerPresence`, `failRead`). A proxy route's filter is driven with
+// `proxyMessage(id, direction, msg)`; what it passed on is in
+// `forwarded(id)`. `replaceInstance()` starts a
 // fresh instance (module state reset, connections and their saved state
 // kept), as the gateway does after a fault, a recycle or a deploy.
 //
@@ -112,6 +116,8 @@ export class TestRoute {
     this.clients = new Map();
     this.closing = [];
     this.pendingRequests = [];
+    /** History and presence reads not answered yet: { conn, tag, kind, channel, limit, newest }. */
+    this.pendingReads = [];
     /** tag → { conn, tag, delayMs, due } */
     this.pendingTimers = new Map();
     /** The route's clock (ms), moved by advance(). */
@@ -228,6 +234,7 @@ export class TestRoute {
       attachment: Uint8Array.from(attachment),
       topics: new Set(),
       inbox: [],
+      forwarded: [],
       closedByHandler: null,
       gone: false,
       protocol: protocol ?? null,
@@ -264,7 +271,32 @@ export class TestRoute {
     this.run(conn, abi.EventKind.CLOSE, code, te(reason));
   }
 
+  /**
+   * A message on its way through proxied connection `conn`, `direction`
+   * "to-upstream" (the client sent it) or "to-client" (the upstream did):
+   * the handler is a proxy route's filter (onProxyMessage); what it passed
+   * on is in forwarded(conn).
+   */
+  proxyMessage(conn, direction, msg) {
+    this.live(conn);
+    const dir = abi.DIRECTIONS.indexOf(direction);
+    if (dir < 0) throw new Error(`no direction ${direction}: "to-upstream" or "to-client"`);
+    const text = typeof msg === "string";
+    this.run(conn, text ? abi.EventKind.PROXY_TEXT : abi.EventKind.PROXY_BINARY, 0, text ? te(msg) : abi.toBytes(msg), dir);
+  }
+
   // ------------------------------------------------------------ what clients saw
+
+  /**
+   * What the filter passed on through `conn` since the last call, in
+   * order: [direction, message] (a string for text, a Uint8Array for binary).
+   */
+  forwarded(conn) {
+    const c = this.client(conn);
+    const out = c.forwarded;
+    c.forwarded = [];
+    return out;
+  }
 
   /** Everything `conn` received since the last call, oldest first: strings and Uint8Arrays. */
   received(conn) {
@@ -340,6 +372,50 @@ export class TestRoute {
     const at = this.pendingRequests.findIndex((r) => r.tag === tag);
     if (at < 0) throw new Error(`no request with tag ${tag} is pending`);
     return this.pendingRequests.splice(at, 1)[0];
+  }
+
+  // ------------------------------------------------------------ realtime reads
+
+  /** History and presence reads not answered yet: { conn (0: the route's), tag, kind ("history" or "presence"), channel, limit, newest }. */
+  reads() {
+    return this.pendingReads.slice();
+  }
+
+  /**
+   * Answer pending history read `tag`: the channel is at `offset` in
+   * `epoch` and holds `publications`, [offset, data] pairs (data: JSON
+   * text, or a value made JSON here).
+   */
+  answerHistory(tag, { offset = 0, epoch = "", publications = [] } = {}) {
+    const r = this.takeRead(tag, "history");
+    const pubs = publications.map(([o, d]) => [o, typeof d === "string" ? d : JSON.stringify(d)]);
+    this.run(r.conn, abi.EventKind.HISTORY, 0, abi.encodeHistory(tag, offset, epoch, pubs));
+  }
+
+  /** Answer pending presence read `tag` with `members`: { client, user, info } (info: JSON text or a value, none when absent). */
+  answerPresence(tag, members = []) {
+    const r = this.takeRead(tag, "presence");
+    const ms = members.map((m) => ({
+      client: m.client,
+      user: m.user ?? "",
+      conn_info: m.info === undefined || m.info === null ? "" : typeof m.info === "string" ? m.info : JSON.stringify(m.info),
+    }));
+    this.run(r.conn, abi.EventKind.PRESENCE, 0, abi.encodePresence(tag, ms));
+  }
+
+  /** Fail pending read `tag` with `reason` (bad-channel, history-off, presence-off, unavailable, busy, not-realtime). */
+  failRead(tag, reason) {
+    const codes = Object.fromEntries(Object.entries(abi.READ_ERROR_REASONS).map(([k, v]) => [v, Number(k)]));
+    if (!(reason in codes)) throw new Error(`no read-error reason ${reason}`);
+    const r = this.takeRead(tag, null);
+    const kind = r.kind === "history" ? abi.EventKind.HISTORY : abi.EventKind.PRESENCE;
+    this.run(r.conn, kind, codes[reason], abi.encodeTag(tag));
+  }
+
+  takeRead(tag, kind) {
+    const at = this.pendingReads.findIndex((r) => r.tag === tag && (kind === null || r.kind === kind));
+    if (at < 0) throw new Error(`no ${kind === null ? "" : `${kind} `}read with tag ${tag} is pending`);
+    return this.pendingReads.splice(at, 1)[0];
   }
 
   // ------------------------------------------------------------ timers
@@ -434,12 +510,13 @@ export class TestRoute {
     this.client(conn).gone = true;
     for (const [tag, t] of this.pendingTimers) if (t.conn === conn) this.pendingTimers.delete(tag);
     this.pendingRequests = this.pendingRequests.filter((r) => r.conn !== conn);
+    this.pendingReads = this.pendingReads.filter((r) => r.conn !== conn);
   }
 
   /** One batch of one event, its answer applied; closes the handler sent are then answered. */
-  run(conn, kind, code, bytes) {
+  run(conn, kind, code, bytes, reserved = 0) {
     const headers = new Uint8Array(abi.EVENT_HEADER_BYTES);
-    abi.writeEventHeader(headers, 0, { conn, kind, code, offset: 0, len: bytes.length });
+    abi.writeEventHeader(headers, 0, { conn, kind, reserved, code, offset: 0, len: bytes.length });
     const out = this.handler.handle({ events: headers, data: Uint8Array.from(bytes) });
     // Copies: the SDK reuses its buffers for the next answer.
     const commands = abi.decodeCommands(Uint8Array.from(out.commands), Uint8Array.from(out.data));
@@ -545,6 +622,26 @@ export class TestRoute {
       }
       case "kv-delete":
         this.store.delete(Buffer.from(c.key).toString("latin1"));
+        break;
+      case "forward-text":
+      case "forward-binary": {
+        const to = this.open(c.conn);
+        if (to) to.forwarded.push([abi.DIRECTIONS[c.direction], c.kind === "forward-text" ? c.text : Uint8Array.from(c.payload)]);
+        break;
+      }
+      case "history-read":
+      case "presence-read":
+        if (c.conn === 0 || this.open(c.conn)) {
+          const history = c.kind === "history-read";
+          this.pendingReads.push({
+            conn: c.conn,
+            tag: c.tag,
+            kind: history ? "history" : "presence",
+            channel: c.channel,
+            limit: history ? c.limit : null,
+            newest: history ? c.reverse : false,
+          });
+        }
         break;
       default:
         throw new Error(`the harness does not play ${c.kind}`);

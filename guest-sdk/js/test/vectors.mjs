@@ -34,8 +34,12 @@ function same(got, want, what) {
   deepStrictEqual(JSON.parse(JSON.stringify(got)), want, what);
 }
 
-function run(file, key, size, read, write, decode) {
+function run(file, key, size, read, write, decode, only = null) {
   const v = load(file);
+  if (only !== null) {
+    v.valid = v.valid.filter((c) => only.includes(c.name));
+    v.invalid = v.invalid.filter((c) => only.includes(c.name));
+  }
   const seen = [];
   let checked = 0;
   for (const [group, valid] of [["valid", true], ["invalid", false]]) {
@@ -97,6 +101,49 @@ const ioCommands = run(
   abi.decodeCommands,
 );
 ok(ioEvents.seen.every((e) => e === "IoEventMalformed"), `${ioEvents.seen}`);
+// The realtime reads (history 10, presence 11; history-read 15,
+// presence-read 16) of realtime-*.json; its namespace and Pusher guest
+// kinds are not this SDK's.
+const rtEvents = run(
+  "realtime-events.json",
+  "events",
+  abi.EVENT_HEADER_BYTES,
+  abi.readEventHeader,
+  abi.writeEventHeader,
+  abi.decodeEvents,
+  ["realtime-reads", "history-truncated"],
+);
+const rtCommands = run(
+  "realtime-commands.json",
+  "commands",
+  abi.COMMAND_HEADER_BYTES,
+  abi.readCommandHeader,
+  abi.writeCommandHeader,
+  abi.decodeCommands,
+  ["realtime-reads", "history-read-malformed", "presence-read-no-channel"],
+);
+deepStrictEqual(rtEvents.seen, ["IoEventMalformed"]);
+deepStrictEqual(rtCommands.seen, ["MetaMalformed", "MetaMalformed"]);
+// The proxy filter's kinds (proxy-text 7, proxy-binary 8; forward-text 13,
+// forward-binary 14), as abi/tests/vectors.rs reads them.
+const proxyEvents = run(
+  "proxy-events.json",
+  "events",
+  abi.EVENT_HEADER_BYTES,
+  abi.readEventHeader,
+  abi.writeEventHeader,
+  abi.decodeEvents,
+);
+const proxyCommands = run(
+  "proxy-commands.json",
+  "commands",
+  abi.COMMAND_HEADER_BYTES,
+  abi.readCommandHeader,
+  abi.writeCommandHeader,
+  abi.decodeCommands,
+);
+deepStrictEqual(proxyEvents.seen, ["ReservedByteSet", "TextNotUtf8"]);
+deepStrictEqual(proxyCommands.seen, ["ReservedByteSet", "TextNotUtf8"]);
 ok(ioCommands.seen.length === 6 && ioCommands.seen.every((e) => e === "MetaMalformed"), `${ioCommands.seen}`);
 
 for (const variant of [
@@ -141,6 +188,29 @@ const ioAnswer = wio.finish();
 strictEqual(hex(ioAnswer.commands), ioKinds.headers_hex, "writer: I/O headers");
 strictEqual(hex(ioAnswer.data), ioKinds.data_hex, "writer: I/O data");
 
+// ...and the realtime reads and proxy forwards the runtime writes.
+const reads = load("realtime-commands.json").valid.find((c) => c.name === "realtime-reads");
+const wrt = new abi.CommandWriter(28, 4);
+wrt.historyRead(1, 4, 20, true, "chat:room");
+wrt.presenceRead(0, 5, "chat:room");
+const rtAnswer = wrt.finish();
+strictEqual(hex(rtAnswer.commands), reads.headers_hex, "writer: read headers");
+strictEqual(hex(rtAnswer.data), reads.data_hex, "writer: read data");
+const forwards = load("proxy-commands.json").valid[0];
+strictEqual(forwards.name, "proxy-forwards");
+const wfw = new abi.CommandWriter(28, 4);
+wfw.forward(3, 0, "up");
+wfw.forward(3, 1, new Uint8Array([0xff]));
+const fwAnswer = wfw.finish();
+strictEqual(hex(fwAnswer.commands), forwards.headers_hex, "writer: forward headers");
+strictEqual(hex(fwAnswer.data), forwards.data_hex, "writer: forward data");
+// The gateway's answers as the harness encodes them read back.
+const hist = abi.encodeHistory(7, 12, "ep", [[11, '"a"'], [12, "{}"]]);
+const readEvents = load("realtime-events.json").valid.find((c) => c.name === "realtime-reads");
+strictEqual(hex(hist), readEvents.data_hex.slice(0, hist.length * 2), "encodeHistory");
+const pres = abi.encodePresence(9, [{ client: "c1", user: "u1", conn_info: '{"n":1}' }, { client: "c2", user: "", conn_info: "" }]);
+strictEqual(hex(pres), readEvents.data_hex.slice((51 + 8) * 2, (51 + 8 + 45) * 2), "encodePresence");
+
 // UTF-8 both ways, against node's own codec.
 for (const s of ["", "ascii", "héllo", "日本語", "😀 emoji", "a".repeat(10000) + "é"]) {
   const bytes = abi.encodeUtf8(s);
@@ -155,5 +225,6 @@ for (const bad of [[0xff], [0xc3], [0xc0, 0x80], [0xed, 0xa0, 0x80], [0xf4, 0x90
 }
 
 console.log(
-  `vectors (js): ${events.checked + ioEvents.checked} event cases, ${commands.checked + ioCommands.checked} command cases, writer and UTF-8 ok`,
+  `vectors (js): ${events.checked + ioEvents.checked + rtEvents.checked + proxyEvents.checked} event cases, ` +
+    `${commands.checked + ioCommands.checked + rtCommands.checked + proxyCommands.checked} command cases, writer and UTF-8 ok`,
 );

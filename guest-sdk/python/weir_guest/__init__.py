@@ -23,6 +23,19 @@ Hooks (all optional but on_message):
   then `conn` is `route`) without a callback, or whose callback this
   instance no longer has (it replaced the one that set it).
 - on_kv_error(route, key, reason): a kv.set or kv.delete the gateway refused.
+- on_proxy_message(conn, direction, msg): a proxy route's filter (`filter =
+  "x.wasm"` on a `native = "proxy"` route; on_message is then never called,
+  and a filter class need not define it): `msg` on its way through `conn`,
+  `direction` TO_UPSTREAM or TO_CLIENT. Return None (or Verdict.PASS) to
+  pass it on, a str or bytes (or Verdict.replace(msg)) to pass that on in
+  its place, Verdict.DROP, or Verdict.close(code, reason) to close the
+  client (and the upstream). A plain def: messages of one direction go on
+  in the order they came.
+
+On a route with `realtime = true`, `await conn.history(channel, limit,
+newest=False)` and `await conn.presence(channel)` (and route.history,
+route.presence) read the real-time core's channels; the answer comes in a
+later batch, as a fetch's does, or raises ReadError.
 
 Any hook may be `async def` (weir:gateway 0.4.0): `await fetch(...)`,
 `await sleep(seconds)`, `await gather(...)`. What follows an await runs
@@ -49,20 +62,62 @@ from typing import Any, Optional
 from . import abi
 from . import io as _io
 from .io import (  # noqa: F401 - the SDK's API
-    MAX_PENDING_REQUESTS, MAX_PENDING_TIMERS, FetchError, Future, Headers, Response, Task,
-    cancel_timer, create_task, fetch, gather, kv, route, set_timer, sleep)
+    MAX_PENDING_READS, MAX_PENDING_REQUESTS, MAX_PENDING_TIMERS, FetchError, Future, Headers,
+    History, Member, Position, Publication, ReadError, Response, Task, cancel_timer,
+    create_task, fetch, gather, kv, route, set_timer, sleep)
 
 _pack_command = abi.COMMAND_HEADER.pack
 
 __all__ = ["Handler", "Conn", "Request", "Accept", "log", "ERROR", "WARN", "INFO", "DEBUG",
            "TRACE", "fetch", "sleep", "gather", "create_task", "set_timer", "cancel_timer",
            "kv", "route", "Response", "Headers", "FetchError", "Future", "Task",
-           "MAX_PENDING_REQUESTS", "MAX_PENDING_TIMERS"]
+           "MAX_PENDING_REQUESTS", "MAX_PENDING_TIMERS", "MAX_PENDING_READS", "Verdict",
+           "TO_UPSTREAM", "TO_CLIENT", "ReadError", "History", "Position", "Publication",
+           "Member"]
 
 # Log levels (mapped to the WIT `level` enum by the runtime).
 ERROR, WARN, INFO, DEBUG, TRACE = "error", "warn", "info", "debug", "trace"
 
 _log_sink = None
+
+TO_UPSTREAM = "to-upstream"
+"""A proxied message from the client toward the upstream server."""
+TO_CLIENT = "to-client"
+"""A proxied message from the upstream server toward the client."""
+
+
+class Verdict:
+    """What a proxy filter does with one message (on_proxy_message's
+    return): PASS it on, pass a replacement on instead (`replace(msg)`: a
+    str as text, bytes as binary), DROP it, or `close(code, reason)` the
+    client (the upstream gets a close of its own) and pass nothing on."""
+
+    __slots__ = ("verdict", "message", "code", "reason")
+
+    def __init__(self, verdict, message=None, code=0, reason=""):
+        self.verdict = verdict
+        self.message = message
+        self.code = code
+        self.reason = reason
+
+    @staticmethod
+    def replace(msg):
+        """Pass `msg` on in the message's place."""
+        if not isinstance(msg, str):
+            msg = bytes(memoryview(msg))  # bytes-like only (bytes(5) would be 5 zeros)
+        return Verdict("replace", msg)
+
+    @staticmethod
+    def close(code=1000, reason=""):
+        """Close the client with `code` and `reason`; nothing goes on."""
+        return Verdict("close", code=code, reason=str(reason))
+
+    def __repr__(self):
+        return f"Verdict({self.verdict!r})"
+
+
+Verdict.PASS = Verdict("pass")
+Verdict.DROP = Verdict("drop")
 
 
 def log(level, msg):
@@ -258,6 +313,32 @@ class Conn:
         """Cancel this connection's timer `tag`."""
         _io.cancel_timer(tag)
 
+    def history(self, channel, limit=0, newest=False):
+        """Read up to `limit` (0: the position alone; the gateway caps it)
+        publications of real-time channel `channel`, oldest first or, with
+        `newest`, newest first (a `realtime = true` route): a Future of a
+        History (`position.offset`, `position.epoch`, `publications`), or
+        failing with ReadError. For this connection (it ends with it)."""
+        _io._live("conn.history")
+        return self._rt.read(self, True, channel, limit, newest)
+
+    def presence(self, channel):
+        """Read `channel`'s presence: a Future of a list of Member (`client`,
+        `user`, `info`), or failing with ReadError."""
+        _io._live("conn.presence")
+        return self._rt.read(self, False, channel, 0, False)
+
+    def forward(self, direction, msg):
+        """Pass a message of the filter's own through this proxied
+        connection, `direction` TO_UPSTREAM or TO_CLIENT (a proxy route's
+        filter; any other route ignores it)."""
+        try:
+            d = abi.DIRECTIONS.index(direction)
+        except ValueError:
+            raise ValueError(f"weir: a direction is {TO_UPSTREAM!r} or {TO_CLIENT!r}, "
+                             f"not {direction!r}") from None
+        self._w.forward(self.id, d, msg)
+
 
 class Handler:
     """Base class of a handler: every hook but on_message has a default."""
@@ -282,3 +363,7 @@ class Handler:
     def on_kv_error(self, route, key, reason):
         """A key-value write was refused and not applied: logged by default."""
         log(WARN, f"kv write of {bytes(key)!r} refused: {reason}")
+
+    def on_proxy_message(self, conn, direction, msg):
+        """A proxy route's filter: pass every message on unchanged by default."""
+        return None

@@ -20,11 +20,14 @@ FALLBACK_CLOSE_CODE = 1011
 """The close code that replaces one an endpoint may not send."""
 
 # Event kinds: the case indices of the WIT enum `event-kind` (0.4.0's I/O
-# answers 4-6 included), and kv-error 9, which travels in the packed layout
-# only (abi/src/lib.rs).
+# answers 4-6 included), and those that travel in the packed layout only
+# (abi/src/lib.rs): a proxy filter's proxy-text 7 and proxy-binary 8 (byte
+# 9: the direction), kv-error 9, a realtime route's history 10 and presence 11.
 OPEN, TEXT, BINARY, CLOSE = 0, 1, 2, 3
 HTTP_RESPONSE, HTTP_ERROR, TIMER = 4, 5, 6
+PROXY_TEXT, PROXY_BINARY = 7, 8
 KV_ERROR = 9
+HISTORY, PRESENCE = 10, 11
 
 # Command kinds: the case indices of the WIT enum `command-kind`.
 SEND_TEXT = 0
@@ -40,6 +43,15 @@ SET_TIMER = 9
 CANCEL_TIMER = 10
 KV_SET = 11
 KV_DELETE = 12
+# Packed layout only: a proxy filter's forwards (byte 9: the direction) and
+# a realtime route's reads.
+FORWARD_TEXT = 13
+FORWARD_BINARY = 14
+HISTORY_READ = 15
+PRESENCE_READ = 16
+
+DIRECTIONS = ("to-upstream", "to-client")
+"""Byte 9 of a proxy event and of a forward command, as a word."""
 
 HTTP_ERROR_REASONS = {1: "refused", 2: "timeout", 3: "connect", 4: "too-large", 5: "busy",
                       6: "invalid"}
@@ -47,6 +59,9 @@ HTTP_ERROR_REASONS = {1: "refused", 2: "timeout", 3: "connect", 4: "too-large", 
 KV_ERROR_REASONS = {1: "max-bytes", 2: "max-keys", 3: "queue-full", 4: "too-large",
                     5: "no-store"}
 """The code of a kv-error event as one word (abi/src/io.rs KvErrorReason)."""
+READ_ERROR_REASONS = {1: "bad-channel", 2: "history-off", 3: "presence-off", 4: "unavailable",
+                      5: "busy", 6: "not-realtime"}
+"""The code of a history or presence event as one word (abi/src/io.rs ReadErrorReason)."""
 
 EVENT_HEADER = struct.Struct("<QBBHII")
 """conn, kind, reserved, code, offset, len."""
@@ -56,6 +71,7 @@ _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _U64U32 = struct.Struct("<QI")
 _U64U64 = struct.Struct("<QQ")
+_U64U32U8 = struct.Struct("<QIB")
 
 _TOPIC_KINDS = (PUBLISH_TEXT, PUBLISH_BINARY, SUBSCRIBE, UNSUBSCRIBE)
 
@@ -243,6 +259,122 @@ def encode_tag(tag):
     return _U64.pack(tag)
 
 
+# The realtime reads (abi/src/io/reads.rs): history-read and presence-read
+# commands, answered by history and presence events whose code is 0 or a
+# read-error reason.
+
+def _sized_text(b, at, end):
+    """A u32 length and that many bytes at `at`, UTF-8: (text, end) or None."""
+    if end - at < 4:
+        return None
+    n = _U32.unpack_from(b, at)[0]
+    if n > end - at - 4:
+        return None
+    try:
+        return bytes(b[at + 4:at + 4 + n]).decode("utf-8"), at + 4 + n
+    except UnicodeDecodeError:
+        return None
+
+
+def split_history(code, b, start=0, end=None):
+    """A history event's bytes: (tag, error code) for a failed read, (tag,
+    0, offset, epoch, [(offset, data as JSON text)]) for an answer; None
+    when malformed."""
+    if end is None:
+        end = len(b)
+    if end - start < 8:
+        return None
+    tag = _U64.unpack_from(b, start)[0]
+    if code:
+        return tag, code
+    if end - start < 16:
+        return None
+    offset = _U64.unpack_from(b, start + 8)[0]
+    epoch = _sized_text(b, start + 16, end)
+    if epoch is None:
+        return None
+    publications = []
+    at = epoch[1]
+    while at < end:
+        if end - at < 8:
+            return None
+        o = _U64.unpack_from(b, at)[0]
+        data = _sized_text(b, at + 8, end)
+        if data is None:
+            return None
+        publications.append((o, data[0]))
+        at = data[1]
+    return tag, 0, offset, epoch[0], publications
+
+
+def split_presence(code, b, start=0, end=None):
+    """A presence event's bytes: (tag, error code) for a failed read, (tag,
+    0, [(client, user, conn info JSON text or "")]) for an answer; None
+    when malformed."""
+    if end is None:
+        end = len(b)
+    if end - start < 8:
+        return None
+    tag = _U64.unpack_from(b, start)[0]
+    if code:
+        return tag, code
+    members = []
+    at = start + 8
+    while at < end:
+        client = _sized_text(b, at, end)
+        user = client and _sized_text(b, client[1], end)
+        info = user and _sized_text(b, user[1], end)
+        if info is None:
+            return None
+        members.append((client[0], user[0], info[0]))
+        at = info[1]
+    return tag, 0, members
+
+
+def _sized(raw):
+    return _U32.pack(len(raw)) + raw
+
+
+def encode_history(tag, offset, epoch, publications):
+    """A successful history event's bytes (what the gateway sends): `tag`,
+    the position, each (offset, JSON text)."""
+    out = _U64U64.pack(tag, offset) + _sized(epoch.encode("utf-8"))
+    for o, data in publications:
+        out += _U64.pack(o) + _sized(_as_bytes(data))
+    return out
+
+
+def encode_presence(tag, members):
+    """A successful presence event's bytes: `tag`, then each member's
+    (client, user, conn info JSON text or "")."""
+    out = _U64.pack(tag)
+    for client, user, info in members:
+        out += _sized(client.encode("utf-8")) + _sized(user.encode("utf-8")) + _sized(
+            _as_bytes(info))
+    return out
+
+
+def split_history_read(meta):
+    """A history-read's meta: (tag, limit, reverse, channel), or None."""
+    if len(meta) < 14 or meta[12] > 1:
+        return None
+    tag, limit, reverse = _U64U32U8.unpack_from(meta)
+    try:
+        return tag, limit, reverse == 1, bytes(meta[13:]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def split_presence_read(meta):
+    """A presence-read's meta: (tag, channel), or None."""
+    if len(meta) < 9:
+        return None
+    try:
+        return _U64.unpack_from(meta)[0], bytes(meta[8:]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 # ------------------------------------------------------------------ events
 
 def check_event_ranges(headers, data):
@@ -304,6 +436,37 @@ def decode_events(headers, data):
             out.append({"kind": "timer", "conn": conn, "tag": _U64.unpack_from(data, offset)[0]})
         elif kind == KV_ERROR:
             out.append({"kind": "kv-error", "conn": conn, "reason": code, "key": raw})
+        elif kind in (PROXY_TEXT, PROXY_BINARY):
+            direction = headers[i * EVENT_HEADER_BYTES + 9]
+            if direction > 1:
+                raise AbiError("ReservedByteSet", i, f"value {direction}")
+            if kind == PROXY_BINARY:
+                out.append({"kind": "proxy-binary", "conn": conn, "direction": direction,
+                            "payload": raw})
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise AbiError("TextNotUtf8", i) from None
+            out.append({"kind": "proxy-text", "conn": conn, "direction": direction, "text": text})
+        elif kind == HISTORY:
+            r = split_history(code, data, offset, offset + length)
+            if r is None:
+                raise AbiError("IoEventMalformed", i)
+            if r[1]:
+                out.append({"kind": "history", "conn": conn, "tag": r[0], "error": r[1]})
+            else:
+                out.append({"kind": "history", "conn": conn, "tag": r[0], "offset": r[2],
+                            "epoch": r[3], "publications": [list(p) for p in r[4]]})
+        elif kind == PRESENCE:
+            r = split_presence(code, data, offset, offset + length)
+            if r is None:
+                raise AbiError("IoEventMalformed", i)
+            if r[1]:
+                out.append({"kind": "presence", "conn": conn, "tag": r[0], "error": r[1]})
+            else:
+                out.append({"kind": "presence", "conn": conn, "tag": r[0], "members": [
+                    {"client": c, "user": u, "conn_info": n} for c, u, n in r[2]]})
     return out
 
 
@@ -418,6 +581,24 @@ class CommandWriter:
         meta = self._put(_U64.pack(ttl_ms) + key)
         self._push(0, KV_SET, 0, meta, self._put(_as_bytes(value)))
 
+    def forward(self, conn, direction, msg):
+        """Pass `msg` on through proxied connection `conn` in `direction`
+        (0: to the upstream, 1: to the client): a str as text, bytes as binary."""
+        kind = FORWARD_TEXT if isinstance(msg, str) else FORWARD_BINARY
+        offset, length = self._put(_as_bytes(msg))
+        self.commands += COMMAND_HEADER.pack(conn, kind, direction, 0, 0, 0, offset, length)
+
+    def history_read(self, conn, tag, limit, reverse, channel):
+        """Read up to `limit` publications of `channel` for `conn` (0: the
+        route), newest first when `reverse`."""
+        meta = _U64U32U8.pack(tag, limit, 1 if reverse else 0) + channel.encode("utf-8")
+        self._push(conn, HISTORY_READ, 0, self._put(meta), (0, 0))
+
+    def presence_read(self, conn, tag, channel):
+        """Read `channel`'s presence for `conn` (0: the route)."""
+        self._push(conn, PRESENCE_READ, 0, self._put(_U64.pack(tag) + channel.encode("utf-8")),
+                   (0, 0))
+
     def kv_delete(self, key):
         """Remove `key` from the route's store."""
         key = _as_bytes(key)
@@ -446,17 +627,19 @@ def decode_commands(headers, data):
     out = []
     for i, (conn, kind, reserved, code, t_off, t_len, offset, length) in enumerate(
             COMMAND_HEADER.iter_unpack(headers)):
-        if reserved:
+        if reserved and not (reserved == 1 and kind in (FORWARD_TEXT, FORWARD_BINARY)):
             raise AbiError("ReservedByteSet", i, f"value {reserved}")
         if offset + length > size:
             raise AbiError("RangeOutOfBounds", i, "payload")
         if t_off + t_len > size:
             raise AbiError("RangeOutOfBounds", i, "topic")
-        if kind > KV_DELETE:
+        # The real-time verdicts (17, 18) of a namespace's guest are the
+        # host's too, but no route this SDK serves answers with them.
+        if kind > PRESENCE_READ:
             raise AbiError("UnknownKind", i, f"kind {kind}")
         payload = bytes(data[offset:offset + length])
         text = None
-        if kind in (SEND_TEXT, PUBLISH_TEXT, CLOSE_CONN):
+        if kind in (SEND_TEXT, PUBLISH_TEXT, CLOSE_CONN, FORWARD_TEXT):
             try:
                 text = payload.decode("utf-8")
             except UnicodeDecodeError:
@@ -472,6 +655,10 @@ def decode_commands(headers, data):
             meta_ok = t_len > 8
         elif kind == KV_DELETE:
             meta_ok = t_len > 0
+        elif kind == HISTORY_READ:
+            meta_ok = split_history_read(meta) is not None
+        elif kind == PRESENCE_READ:
+            meta_ok = split_presence_read(meta) is not None
         else:
             meta_ok = True
         if not meta_ok:
@@ -515,8 +702,20 @@ def decode_commands(headers, data):
         elif kind == KV_SET:
             out.append({"kind": "kv-set", "key": meta[8:], "value": payload,
                         "ttl_ms": _U64.unpack_from(meta)[0]})
-        else:
+        elif kind == KV_DELETE:
             out.append({"kind": "kv-delete", "key": meta})
+        elif kind == FORWARD_TEXT:
+            out.append({"kind": "forward-text", "conn": conn, "direction": reserved, "text": text})
+        elif kind == FORWARD_BINARY:
+            out.append({"kind": "forward-binary", "conn": conn, "direction": reserved,
+                        "payload": payload})
+        elif kind == HISTORY_READ:
+            tag, limit, reverse, channel = split_history_read(meta)
+            out.append({"kind": "history-read", "conn": conn, "tag": tag, "limit": limit,
+                        "reverse": reverse, "channel": channel})
+        else:
+            tag, channel = split_presence_read(meta)
+            out.append({"kind": "presence-read", "conn": conn, "tag": tag, "channel": channel})
     return out
 
 

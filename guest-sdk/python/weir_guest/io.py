@@ -39,6 +39,11 @@ lost track, and further ones fail at once with reason "busy")."""
 MAX_PENDING_TIMERS = 100_000
 """Timers one instance may have waiting (the gateway's cap per route)."""
 
+MAX_PENDING_READS = 256
+"""History and presence reads one instance may have waiting: the gateway's
+cap per route (past it the gateway answers "busy" itself); past it here a
+read fails at once with reason "busy"."""
+
 # The runtime answering the call in progress (set by runtime.py at each
 # call; None outside one).
 _rt = None
@@ -451,6 +456,106 @@ def fetch_error_of(code, message):
     return FetchError(abi.HTTP_ERROR_REASONS.get(code, "unknown"), message)
 
 
+# ------------------------------------------------------------------ realtime reads
+
+class ReadError(Exception):
+    """Why a history or presence read has no answer. `reason` is the
+    gateway's: `bad-channel`, `history-off`, `presence-off`, `unavailable`,
+    `busy`, `not-realtime`."""
+
+    def __init__(self, reason, message=""):
+        super().__init__(f"read failed: {reason}{': ' + message if message else ''}")
+        self.reason = reason
+
+
+def _parsed(text):
+    if not text:
+        return None
+    try:
+        return _json.loads(text)
+    except ValueError:
+        return None
+
+
+class Position:
+    """Where a channel's stream is: the `offset` of its last publication and
+    the stream's `epoch` (it changes when the history was lost)."""
+
+    __slots__ = ("offset", "epoch")
+
+    def __init__(self, offset, epoch):
+        self.offset = offset
+        self.epoch = epoch
+
+    def __eq__(self, other):
+        return isinstance(other, Position) and (self.offset, self.epoch) == (
+            other.offset, other.epoch)
+
+    def __repr__(self):
+        return f"Position(offset={self.offset}, epoch={self.epoch!r})"
+
+
+class Publication:
+    """One publication of a history read: its `offset`, `data` (the JSON
+    value) and `text` (its JSON text)."""
+
+    __slots__ = ("offset", "data", "text")
+
+    def __init__(self, offset, text):
+        self.offset = offset
+        self.text = text
+        self.data = _parsed(text)
+
+    def __repr__(self):
+        return f"Publication(offset={self.offset}, text={self.text!r})"
+
+
+class History:
+    """What a history read resolves to: the channel's `position` and the
+    `publications` read (a list of Publication, in the order asked for)."""
+
+    __slots__ = ("position", "publications")
+
+    def __init__(self, position, publications):
+        self.position = position
+        self.publications = publications
+
+    def __repr__(self):
+        return f"History({self.position!r}, {len(self.publications)} publications)"
+
+
+class Member:
+    """One member of a presence read: its connection's `client` id, its
+    `user` ("" for anonymous), `info` (the connection's info as a JSON value,
+    None when none) and `conn_info` (its JSON text, "" when none)."""
+
+    __slots__ = ("client", "user", "info", "conn_info")
+
+    def __init__(self, client, user, conn_info):
+        self.client = client
+        self.user = user
+        self.conn_info = conn_info
+        self.info = _parsed(conn_info)
+
+    def __repr__(self):
+        return f"Member(client={self.client!r}, user={self.user!r})"
+
+
+def read_error_of(code):
+    """A ReadError for a history or presence event's code."""
+    return ReadError(abi.READ_ERROR_REASONS.get(code, "unknown"))
+
+
+def history_of(r):
+    """A History for a split history answer (tag, 0, offset, epoch, publications)."""
+    return History(Position(r[2], r[3]), [Publication(o, t) for o, t in r[4]])
+
+
+def members_of(r):
+    """The Members of a split presence answer (tag, 0, members)."""
+    return [Member(c, u, i) for c, u, i in r[2]]
+
+
 # ------------------------------------------------------------------ timers
 
 def sleep(delay, result=None):
@@ -585,6 +690,15 @@ class Route:
         finally:
             if rt is not None:
                 rt.ctx = saved
+
+    def history(self, channel, limit=0, newest=False):
+        """Conn.history for the route: its answer comes whatever connection
+        closes."""
+        return _live("route.history").read(None, True, channel, limit, newest)
+
+    def presence(self, channel):
+        """Conn.presence for the route."""
+        return _live("route.presence").read(None, False, channel, 0, False)
 
     @property
     def kv(self):

@@ -15,7 +15,7 @@ from types import CoroutineType
 
 from . import abi
 from . import io
-from . import Accept, Conn, Request, log, ERROR, DEBUG
+from . import Accept, Conn, Request, Verdict, log, ERROR, DEBUG
 from .io import Task, Future, route
 
 _EMPTY_INFO = abi.ConnInfo("", [], b"")
@@ -23,7 +23,7 @@ _EVENT = abi.EVENT_HEADER
 _U64 = abi._U64
 
 # What a pending entry is waiting for.
-_FETCH, _TIMER = 1, 2
+_FETCH, _TIMER, _HISTORY, _PRESENCE = 1, 2, 3, 4
 
 
 def _dumps(state):
@@ -69,6 +69,7 @@ class Runtime:
         self.pending = {}
         self.requests = 0
         self.timers = 0
+        self.reads = 0
         # Whose work runs: a Conn, or None for the route.
         self.ctx = None
         # Some callback or task ran in this batch: settle every connection
@@ -124,6 +125,40 @@ class Runtime:
             ctx._io.add(tag)
         return tag
 
+    def read(self, ctx, history, channel, limit, newest):
+        """A history (`history` true) or presence read of `channel` for
+        `ctx` (a Conn, or None for the route); a Future of its answer."""
+        fut = Future()
+        if not isinstance(channel, str) or not channel:
+            fut.set_exception(io.ReadError("bad-channel", "a channel is a non-empty str"))
+            return fut
+        if self.reads >= io.MAX_PENDING_READS:
+            fut.set_exception(io.ReadError(
+                "busy", f"{io.MAX_PENDING_READS} reads already waiting"))
+            return fut
+        tag = io.new_tag()
+        conn_id = 0 if ctx is None else ctx.id
+        if history:
+            n = max(0, min(int(limit or 0), 0xFFFFFFFF))
+            self.writer.history_read(conn_id, tag, n, bool(newest), channel)
+        else:
+            self.writer.presence_read(conn_id, tag, channel)
+        self.pending[tag] = _Pending(_HISTORY if history else _PRESENCE, ctx, fut=fut)
+        self.reads += 1
+        if ctx is not None:
+            if ctx._io is None:
+                ctx._io = set()
+            ctx._io.add(tag)
+        return fut
+
+    def _uncount(self, entry):
+        if entry.kind == _FETCH:
+            self.requests -= 1
+        elif entry.kind == _TIMER:
+            self.timers -= 1
+        else:
+            self.reads -= 1
+
     def cancel(self, tag):
         """Cancel timer `tag` (an unknown or fired one is ignored)."""
         entry = self.pending.get(tag)
@@ -134,10 +169,7 @@ class Runtime:
 
     def _forget(self, tag, entry):
         del self.pending[tag]
-        if entry.kind == _FETCH:
-            self.requests -= 1
-        else:
-            self.timers -= 1
+        self._uncount(entry)
         if entry.ctx is not None and entry.ctx._io:
             entry.ctx._io.discard(tag)
 
@@ -149,16 +181,14 @@ class Runtime:
         for tag in conn._io:
             entry = self.pending.pop(tag, None)
             if entry is not None:
-                if entry.kind == _FETCH:
-                    self.requests -= 1
-                else:
-                    self.timers -= 1
+                self._uncount(entry)
         conn._io = None
 
-    def _answered(self, tag, settle):
+    def _answered(self, tag, settle, kind=_FETCH):
         entry = self.pending.get(tag)
-        if entry is None or entry.kind != _FETCH:
-            log(DEBUG, f"answer to request {tag}, which this instance did not send "
+        if entry is None or entry.kind != kind:
+            what = "request" if kind == _FETCH else "read"
+            log(DEBUG, f"answer to {what} {tag}, which this instance did not send "
                 "(it replaced the one that did); dropped")
             return
         self._forget(tag, entry)
@@ -194,12 +224,24 @@ class Runtime:
             self.ctx = saved
 
     def _io_event(self, i, conn_id, kind, code, data, offset, end):
-        """An http-response, http-error or timer event."""
+        """An http-response, http-error, timer, history or presence event."""
         if conn_id != 0:
             conn = self.conns.get(conn_id) or self._known(conn_id)
             if conn._failed:
                 return
-        if kind == abi.TIMER:
+        if kind == abi.HISTORY or kind == abi.PRESENCE:
+            history = kind == abi.HISTORY
+            r = (abi.split_history if history else abi.split_presence)(code, data, offset, end)
+            if r is None:
+                raise abi.AbiError("IoEventMalformed", i)
+
+            def settle(e):
+                if r[1]:
+                    e.fut.set_exception(io.read_error_of(r[1]))
+                else:
+                    e.fut.set_result(io.history_of(r) if history else io.members_of(r))
+            self._answered(r[0], settle, _HISTORY if history else _PRESENCE)
+        elif kind == abi.TIMER:
             if end - offset != 8:
                 raise abi.AbiError("IoEventMalformed", i)
             self._fired(conn_id, _U64.unpack_from(data, offset)[0])
@@ -259,6 +301,37 @@ class Runtime:
             except Exception as e:
                 log(ERROR, "a done-callback raised: " + _describe(e))
         self.ctx = saved
+
+    def _filter(self, conn, direction, msg):
+        """A proxy event: the filter's verdict on `msg` (direction byte
+        `direction`) becomes a forward, a close or nothing."""
+        w = self.writer
+        self.ctx = conn
+        try:
+            verdict = self.handler.on_proxy_message(conn, abi.DIRECTIONS[direction], msg)
+        except MemoryError:
+            raise
+        except Exception:
+            self._failed(conn, "on_proxy_message")
+            return
+        if verdict is None or verdict is Verdict.PASS:
+            w.forward(conn.id, direction, msg)
+        elif verdict is Verdict.DROP:
+            pass
+        elif isinstance(verdict, (str, bytes, bytearray, memoryview)):
+            w.forward(conn.id, direction, verdict if isinstance(verdict, str) else bytes(verdict))
+        elif isinstance(verdict, Verdict) and verdict.verdict == "replace":
+            w.forward(conn.id, direction, verdict.message)
+        elif isinstance(verdict, Verdict) and verdict.verdict == "close":
+            w.close(conn.id, verdict.code, verdict.reason)
+        elif type(verdict) is CoroutineType:
+            verdict.close()
+            self._failed(conn, "on_proxy_message", TypeError(
+                "on_proxy_message is a coroutine: a filter decides at once (messages go on "
+                "in order)"))
+        else:
+            self._failed(conn, "on_proxy_message", TypeError(
+                f"on_proxy_message returned {verdict!r}, not a verdict"))
 
     def _route_failed(self, what, e):
         log(ERROR, f"handler raised in {what} (route): " + _describe(e))
@@ -517,7 +590,27 @@ class Runtime:
                 conn._closed = True
                 self._drop_io(conn)
                 conns.pop(conn_id, None)
-            elif abi.HTTP_RESPONSE <= kind <= abi.TIMER:
+            elif kind == abi.PROXY_TEXT or kind == abi.PROXY_BINARY:
+                direction = headers[i * abi.EVENT_HEADER_BYTES + 9]
+                if direction > 1:
+                    raise abi.AbiError("ReservedByteSet", i, f"direction {direction}")
+                conn = conns.get(conn_id) or self._known(conn_id)
+                if conn._failed:
+                    continue
+                if kind == abi.PROXY_TEXT:
+                    try:
+                        msg = data[offset:end].decode("utf-8")
+                    except UnicodeDecodeError:
+                        raise abi.AbiError("TextNotUtf8", i) from None
+                else:
+                    msg = bytes(data[offset:end])
+                self._filter(conn, direction, msg)
+                self._drain()
+                if not conn._failed:
+                    self._settle(conn)
+                touched.append(conn)
+            elif abi.HTTP_RESPONSE <= kind <= abi.TIMER or kind == abi.HISTORY or (
+                    kind == abi.PRESENCE):
                 self.ctx = None
                 self._io_event(i, conn_id, kind, code, data, offset, end)
                 self._drain()
@@ -566,11 +659,14 @@ def check_handler_class(handler_class):
     """Raise TypeError unless `handler_class` is a proper handler class."""
     import weir_guest
 
+    base = weir_guest.Handler
     if not isinstance(handler_class, type) or not callable(
             getattr(handler_class, "on_message", None)) or (
-            handler_class.on_message is weir_guest.Handler.on_message):
+            handler_class.on_message is base.on_message and getattr(
+                handler_class, "on_proxy_message", None) in (None, base.on_proxy_message)):
         raise TypeError("weir: the handler module must define class Handler(weir_guest.Handler)"
-                        " with on_message(self, conn, msg)")
+                        " with on_message(self, conn, msg) (or, for a proxy route's filter, "
+                        "on_proxy_message(self, conn, direction, msg))")
 
 
 def export(handler_class):

@@ -28,7 +28,11 @@ answers them (`respond`, `fail`); timers wait in `timers()` until the test
 fires them (`fire`, or `advance(seconds)` on the route's clock); the
 key-value store is a dict the handler reads with kv.get and writes after
 each batch (`kv`, `kv_get`, `kv_set`, `kv_error`, `kv_max_keys`). A
-deferred upgrade is answered by `upgrade_answering`. `replace_instance()`
+deferred upgrade is answered by `upgrade_answering`. History and presence
+reads wait in `reads()` until the test answers them (`answer_history`,
+`answer_presence`, `fail_read`). A proxy route's filter is driven with
+`proxy_message(conn, direction, msg)`; what it passed on is in
+`forwarded(conn)`. `replace_instance()`
 starts a fresh instance (module state reset, connections and their saved
 state kept), as the gateway does after a fault, a recycle or a deploy.
 
@@ -54,6 +58,7 @@ DEFAULT_ATTACHMENT_MAX = 64 * 1024
 
 HTTP_ERROR_CODES = {v: k for k, v in abi.HTTP_ERROR_REASONS.items()}
 KV_ERROR_CODES = {v: k for k, v in abi.KV_ERROR_REASONS.items()}
+READ_ERROR_CODES = {v: k for k, v in abi.READ_ERROR_REASONS.items()}
 
 _instances = itertools.count(1)
 
@@ -111,6 +116,19 @@ class SentRequest:
 
 
 @dataclass
+class SentRead:
+    """A history or presence read the handler sent, waiting for the test's
+    answer: `kind` "history" or "presence", `conn` 0 for the route's."""
+
+    conn: int
+    tag: int
+    kind: str
+    channel: str
+    limit: Optional[int] = None
+    newest: bool = False
+
+
+@dataclass
 class PendingTimer:
     """A timer the gateway holds: `conn` 0 for the route's."""
 
@@ -131,6 +149,7 @@ class _Client:
     protocol: Optional[str]
     topics: set = field(default_factory=set)
     inbox: list = field(default_factory=list)
+    forwarded: list = field(default_factory=list)
     closed_by_handler: Optional[Tuple[int, str]] = None
     gone: bool = False
 
@@ -167,6 +186,7 @@ class TestRoute:
         self._clients = {}
         self._closing = []
         self._requests = []
+        self._reads = []
         self._timers = {}
         self._now_ms = 0
         self._store = {}
@@ -273,7 +293,26 @@ class TestRoute:
         self._gone(conn)
         self._run(conn, abi.CLOSE, code, reason.encode("utf-8"))
 
+    def proxy_message(self, conn, direction, msg):
+        """A message on its way through proxied connection `conn`,
+        `direction` "to-upstream" (the client sent it) or "to-client" (the
+        upstream did): the handler is a proxy route's filter
+        (on_proxy_message); what it passed on is in forwarded(conn)."""
+        self._live(conn)
+        if direction not in abi.DIRECTIONS:
+            raise ValueError(f"no direction {direction!r}: 'to-upstream' or 'to-client'")
+        text = isinstance(msg, str)
+        self._run(conn, abi.PROXY_TEXT if text else abi.PROXY_BINARY, 0,
+                  msg.encode("utf-8") if text else bytes(msg), abi.DIRECTIONS.index(direction))
+
     # ------------------------------------------------------------ what clients saw
+
+    def forwarded(self, conn):
+        """What the filter passed on through `conn` since the last call, in
+        order: (direction, message), a str for text, bytes for binary."""
+        c = self._client(conn)
+        out, c.forwarded = c.forwarded, []
+        return out
 
     def received(self, conn):
         """Everything `conn` received since the last call, oldest first:
@@ -346,6 +385,46 @@ class TestRoute:
             if r.tag == tag:
                 return self._requests.pop(i)
         raise AssertionError(f"no request with tag {tag} is pending")
+
+    # ------------------------------------------------------------ realtime reads
+
+    def reads(self):
+        """The history and presence reads the handler sent that are not
+        answered yet (SentRead), oldest first."""
+        return list(self._reads)
+
+    def answer_history(self, tag, offset=0, epoch="", publications=()):
+        """Answer pending history read `tag`: the channel is at `offset` in
+        `epoch` and holds `publications`, (offset, data) pairs (data: JSON
+        text, or a value made JSON here)."""
+        r = self._take_read(tag, "history")
+        pubs = [(o, d if isinstance(d, str) else json.dumps(d)) for o, d in publications]
+        self._run(r.conn, abi.HISTORY, 0, abi.encode_history(tag, offset, epoch, pubs))
+
+    def answer_presence(self, tag, members=()):
+        """Answer pending presence read `tag` with `members`: (client,
+        user, info) tuples (info: JSON text, a value made JSON here, or
+        None for none)."""
+        r = self._take_read(tag, "presence")
+        ms = [(c, u, "" if i is None else i if isinstance(i, str) else json.dumps(i))
+              for c, u, i in members]
+        self._run(r.conn, abi.PRESENCE, 0, abi.encode_presence(tag, ms))
+
+    def fail_read(self, tag, reason):
+        """Fail pending read `tag` with `reason` (bad-channel, history-off,
+        presence-off, unavailable, busy, not-realtime)."""
+        code = READ_ERROR_CODES.get(reason)
+        if code is None:
+            raise ValueError(f"no read-error reason {reason}")
+        r = self._take_read(tag, None)
+        kind = abi.HISTORY if r.kind == "history" else abi.PRESENCE
+        self._run(r.conn, kind, code, abi.encode_tag(tag))
+
+    def _take_read(self, tag, kind):
+        for i, r in enumerate(self._reads):
+            if r.tag == tag and kind in (None, r.kind):
+                return self._reads.pop(i)
+        raise AssertionError(f"no {kind or ''} read with tag {tag} is pending")
 
     # ------------------------------------------------------------ timers
 
@@ -446,6 +525,7 @@ class TestRoute:
         for tag in [t for t, v in self._timers.items() if v.conn == conn]:
             del self._timers[tag]
         self._requests = [r for r in self._requests if r.conn != conn]
+        self._reads = [r for r in self._reads if r.conn != conn]
 
     def _connection(self, conn):
         c = self._clients.get(conn)
@@ -464,11 +544,11 @@ class TestRoute:
         finally:
             weir_guest._log_sink = saved
 
-    def _run(self, conn, kind, code, data):
+    def _run(self, conn, kind, code, data, reserved=0):
         """One batch of one event, its answer applied; closes the handler
         sent are then answered."""
-        headers = abi.pack_event_header({"conn": conn, "kind": kind, "code": code,
-                                         "offset": 0, "len": len(data)})
+        headers = abi.pack_event_header({"conn": conn, "kind": kind, "reserved": reserved,
+                                         "code": code, "offset": 0, "len": len(data)})
         commands, out = self._call(lambda rt: rt.handle(headers, bytes(data)))
         for c in abi.decode_commands(commands, out):
             self._apply(conn, c)
@@ -550,9 +630,21 @@ class TestRoute:
                 self._store[key] = _Entry(c["value"], self._now_ms + ttl if ttl else 0)
         elif kind == "kv-delete":
             self._store.pop(c["key"], None)
+        elif kind in ("forward-text", "forward-binary"):
+            to = self._open(c["conn"])
+            if to is not None:
+                to.forwarded.append((abi.DIRECTIONS[c["direction"]],
+                                     c["text"] if kind == "forward-text" else c["payload"]))
+        elif kind in ("history-read", "presence-read"):
+            if c["conn"] == 0 or self._open(c["conn"]) is not None:
+                if kind == "history-read":
+                    self._reads.append(SentRead(c["conn"], c["tag"], "history", c["channel"],
+                                                c["limit"], c["reverse"]))
+                else:
+                    self._reads.append(SentRead(c["conn"], c["tag"], "presence", c["channel"]))
         else:
             raise AssertionError(f"the harness does not play {kind}")
 
 
-__all__ = ["TestRoute", "Upgraded", "SentRequest", "PendingTimer", "match_route",
+__all__ = ["TestRoute", "Upgraded", "SentRequest", "SentRead", "PendingTimer", "match_route",
            "DEFAULT_ATTACHMENT_MAX"]
