@@ -5,6 +5,9 @@
 //! - cold start: `Program::load` with an empty component cache (Cranelift
 //!   compiles the component; what `weir check` or the first `weir serve`
 //!   after a change pays),
+//! - a new handler of the same toolchain: the other example of the
+//!   language (echo ↔ json) compiled by a fresh engine after this one,
+//!   with Cranelift's compiled functions kept (`FunctionCache`),
 //! - warm start: `Program::load` again with the artifact cached,
 //! - first batch: a fresh instance (instantiate + the first call),
 //! - call: guest time per message in a 64 × 64 B batch (best of 9 rounds),
@@ -98,6 +101,7 @@ fn measure(label: &str, name: &str, json: bool, cache: &Path, keep_cache: bool) 
     let t = Instant::now();
     let program = Program::load(&engine, "/bench", &cfg).expect("load cached");
     let warm = t.elapsed();
+    let beside = (!keep_cache).then(|| beside_sibling(name, cache));
 
     let (mut open, mut msgs) = batches(json);
     let mut runner = Runner::new(program.clone());
@@ -128,14 +132,38 @@ fn measure(label: &str, name: &str, json: bool, cache: &Path, keep_cache: bool) 
 
     let size = std::fs::metadata(&cfg.wasm).map(|m| m.len()).unwrap_or(0);
     println!(
-        "| {label} | {:.1} MB | {:.0} | {:.1} | {:.2} | {:.2} | {} |",
+        "| {label} | {:.1} MB | {:.0} | {} | {:.1} | {:.2} | {:.2} | {} |",
         size as f64 / 1e6,
         ms(cold),
+        beside.map_or("-".to_string(), |b| format!("{:.0}", ms(b))),
         ms(warm),
         ms(first),
         per_msg_us,
         per_instance / 1024,
     );
+}
+
+/// A new handler of the same toolchain after `name` compiled: the other
+/// example of its language (echo ↔ json), loaded by a fresh engine with
+/// no artifact of it cached but the compiled functions `name` left (see
+/// `FunctionCache`): what a deploy of a new Python or JS handler pays.
+fn beside_sibling(name: &str, cache: &Path) -> Duration {
+    let sibling = if name.contains("echo") {
+        name.replace("echo", "json")
+    } else {
+        name.replace("json", "echo")
+    };
+    for entry in std::fs::read_dir(cache).expect("cache dir").flatten() {
+        if entry.path().extension().is_some_and(|e| e == "cwasm") {
+            std::fs::remove_file(entry.path()).expect("remove artifact");
+        }
+    }
+    let engine = GuestEngine::new(Some(cache.to_path_buf())).expect("engine");
+    let t = Instant::now();
+    let program = Program::load(&engine, "/bench", &config(wasm(&sibling))).expect("sibling");
+    let took = t.elapsed();
+    drop(program);
+    took
 }
 
 fn main() {
@@ -153,9 +181,9 @@ fn main() {
         std::env::temp_dir().join(format!("weir-guest-langs-{}", std::process::id()))
     });
     println!(
-        "| guest | .wasm | cold start: compile + load, ms | warm start: cached load, ms | first batch on a fresh instance, ms | call, µs per message (64 × 64 B) | memory per instance, KiB |"
+        "| guest | .wasm | cold start: compile + load, ms | a new handler of the same toolchain after it, ms | warm start: cached load, ms | first batch on a fresh instance, ms | call, µs per message (64 × 64 B) | memory per instance, KiB |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for (label, name, json) in [
         ("Rust echo", "echo", false),
         ("JS echo", "js-echo", false),

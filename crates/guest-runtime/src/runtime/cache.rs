@@ -209,29 +209,115 @@ impl ComponentCache {
         unsafe { Component::deserialize(engine, &artifact) }
     }
 
-    /// Write atomically (temp file + rename) so a concurrent start never
-    /// reads half an artifact. The temporary name is random and created
-    /// exclusively (`O_EXCL`, never through a link), mode 0600.
     fn store(&self, path: &Path, artifact: &[u8]) {
-        let tmp = match temp_path(path) {
-            Ok(tmp) => tmp,
-            Err(e) => {
-                tracing::warn!(artifact = %path.display(), "cannot write component artifact: no randomness for its name: {e}");
-                return;
+        store(path, artifact);
+    }
+
+    /// The directory of compiled functions beside the artifacts (see
+    /// [`FunctionCache`]), created 0700.
+    pub(crate) fn functions(&self) -> Option<FunctionCache> {
+        FunctionCache::open(self.dir.join(FUNCTIONS_DIR))
+    }
+}
+
+/// Where [`FunctionCache`] keeps its entries, under the cache directory.
+const FUNCTIONS_DIR: &str = "functions";
+
+/// Cranelift's incremental cache on disk: one file per compiled function,
+/// named by SHA-256 of the key Cranelift computes (the function's code,
+/// the target and every codegen flag; the entry itself carries Cranelift's
+/// version and is a miss under another). Components built by one toolchain
+/// share most of their code: every componentize-py component holds the
+/// same CPython and every jco component the same QuickJS, with only data
+/// (the handler, its snapshot) differing, so a new handler's compile finds
+/// almost every function here and does only the rest. Entries run as
+/// native code, so they are read and written exactly as artifacts are
+/// (`trusted_artifact`, `store`): the gateway user's files alone, in a
+/// directory that is its alone.
+#[derive(Debug)]
+pub(crate) struct FunctionCache {
+    dir: PathBuf,
+}
+
+impl FunctionCache {
+    fn open(dir: PathBuf) -> Option<FunctionCache> {
+        let made = DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(&dir)
+            .and_then(|()| std::fs::symlink_metadata(&dir));
+        match made {
+            Ok(meta)
+                if meta.is_dir()
+                    && meta.uid() == our_uid()
+                    && meta.mode() & GROUP_OTHER_WRITE == 0 =>
+            {
+                Some(FunctionCache { dir })
             }
-        };
-        let result = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(ARTIFACT_MODE)
-            .open(&tmp)
-            .and_then(|mut file| file.write_all(artifact))
-            .and_then(|()| std::fs::rename(&tmp, path));
-        if let Err(e) = result {
-            let _ = std::fs::remove_file(&tmp);
-            tracing::warn!(artifact = %path.display(), "cannot write component artifact: {e}");
+            Ok(_) => {
+                tracing::warn!(dir = %dir.display(), "function cache not used: not a directory of this gateway's user alone");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), "function cache disabled: {e}");
+                None
+            }
         }
     }
+
+    fn path(&self, key: &[u8]) -> PathBuf {
+        let mut sha = Sha256::new();
+        sha.update(b"weir-function-cache-v1\0");
+        sha.update(key);
+        let mut name = String::with_capacity(64);
+        for b in sha.finalize() {
+            name.push_str(&format!("{b:02x}"));
+        }
+        self.dir.join(name)
+    }
+}
+
+impl wasmtime::CacheStore for FunctionCache {
+    fn get(&self, key: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+        match trusted_artifact(&self.path(key)) {
+            Ok(entry) => entry.map(std::borrow::Cow::Owned),
+            Err(why) => {
+                tracing::debug!("compiled function not used: {why}");
+                None
+            }
+        }
+    }
+
+    fn insert(&self, key: &[u8], value: Vec<u8>) -> bool {
+        store(&self.path(key), &value)
+    }
+}
+
+/// Writes atomically (temp file + rename) so a concurrent start never
+/// reads half an artifact. The temporary name is random and created
+/// exclusively (`O_EXCL`, never through a link), mode 0600. False (and a
+/// warning) when it could not.
+fn store(path: &Path, artifact: &[u8]) -> bool {
+    let tmp = match temp_path(path) {
+        Ok(tmp) => tmp,
+        Err(e) => {
+            tracing::warn!(artifact = %path.display(), "cannot write component artifact: no randomness for its name: {e}");
+            return false;
+        }
+    };
+    let result = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(ARTIFACT_MODE)
+        .open(&tmp)
+        .and_then(|mut file| file.write_all(artifact))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::warn!(artifact = %path.display(), "cannot write component artifact: {e}");
+        return false;
+    }
+    true
 }
 
 /// `.<artifact name>.<16 random hex digits>.tmp` beside `path`.

@@ -49,8 +49,18 @@ impl GuestEngine {
     /// or `~/.cache/weir`; `WEIR_CACHE_DIR=""` turns caching off). A cache
     /// directory that is not the gateway user's alone is an error.
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Arc<GuestEngine>, GuestError> {
-        let engine =
-            Engine::new(&engine_config()).map_err(|e| GuestError::Engine(format!("{e:#}")))?;
+        let cache = match cache_dir.or_else(default_cache_dir) {
+            Some(dir) => ComponentCache::open(dir)?,
+            None => None,
+        };
+        let mut config = engine_config();
+        // Compiled functions shared between components (see `FunctionCache`).
+        if let Some(functions) = cache.as_ref().and_then(ComponentCache::functions) {
+            config
+                .enable_incremental_compilation(Arc::new(functions))
+                .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
+        }
+        let engine = Engine::new(&config).map_err(|e| GuestError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         // std-built guests import a dozen WASI interfaces even when unused;
         // the context behind them (host.rs) grants no files and no sockets.
@@ -65,11 +75,6 @@ impl GuestEngine {
             |s| s,
         )
         .map_err(|e| GuestError::Engine(format!("{e:#}")))?;
-        let cache = match cache_dir.or_else(default_cache_dir) {
-            Some(dir) => ComponentCache::open(dir)?,
-            None => None,
-        };
-
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = {
             let (engine, stop) = (engine.clone(), stop.clone());
@@ -140,6 +145,65 @@ fn engine_config() -> Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn files(dir: &std::path::Path) -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    }
+
+    /// A compile leaves its functions in the cache directory; a fresh
+    /// engine compiling the same code without its artifact finds them
+    /// there (none is written again), and an entry another user could
+    /// have written is not used.
+    #[test]
+    fn compiled_functions_are_kept_and_found_again() {
+        use std::os::unix::fs::PermissionsExt;
+        let wasm = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/wasm/echo.wasm");
+        let wasm =
+            std::fs::read(&wasm).expect("examples/wasm/echo.wasm: run scripts/build-guests.sh");
+        let dir = std::env::temp_dir().join(format!("weir-functions-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let functions = dir.join("functions");
+        let compile_afresh = || {
+            for artifact in files(&dir) {
+                if artifact.extension().is_some_and(|e| e == "cwasm") {
+                    std::fs::remove_file(artifact).unwrap();
+                }
+            }
+            let engine = GuestEngine::new(Some(dir.clone())).expect("engine");
+            engine.compile(&wasm).expect("compile");
+        };
+        compile_afresh();
+        let first = files(&functions);
+        assert!(first.len() > 10, "{} functions kept", first.len());
+        let before: Vec<_> = first
+            .iter()
+            .map(|f| std::fs::metadata(f).unwrap().modified().unwrap())
+            .collect();
+        compile_afresh();
+        let second = files(&functions);
+        // A few keys differ from compile to compile (wasmtime's glue
+        // between component functions): those are new entries; the rest
+        // are found, and a found entry is not written again.
+        let new = second.len() - first.len();
+        assert!(
+            new * 4 < first.len(),
+            "{new} of {} compiled again",
+            first.len()
+        );
+        for (f, at) in first.iter().zip(&before) {
+            let now = std::fs::metadata(f).unwrap().modified().unwrap();
+            assert_eq!(now, *at, "{} written again: it was not used", f.display());
+        }
+        // Writable by others: not trusted, compiled again and rewritten.
+        let planted = &first[0];
+        std::fs::set_permissions(planted, std::fs::Permissions::from_mode(0o666)).unwrap();
+        compile_afresh();
+        let mode = std::fs::metadata(planted).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the untrusted entry was replaced by a compile");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn deadlines_get_at_least_two_ticks_and_round_up() {
