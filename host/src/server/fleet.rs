@@ -1,0 +1,539 @@
+//! Fleet deploys (`[cluster] redis`): a deploy or rollback through any
+//! node's admin API becomes the route's desired version in Redis
+//! ([`store`]), and every node converges on it as a local deploy would
+//! (fetch, check the SHA-256, compile, trial-start, read the live state,
+//! swap), then reports what it serves under a lease.
+//!
+//! A node converges at start before it listens (`Server::bind`), on each
+//! change notification and every [`RECONCILE_EVERY`] (a missed
+//! notification, a Redis that was down). `/readyz` is 503 until the first
+//! reconcile succeeded. A version a node cannot take is refused there
+//! once (it keeps its previous one) and reported with the error, so the
+//! fleet's view shows it diverged; the next desired version is tried anew.
+
+pub mod store;
+
+use super::reload::{ChangeError, Changes};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+use store::{Desired, NodeReport, RouteReport, Store, StoreError};
+use tracing::{info, warn};
+use weir_guest_runtime::{GuestRoute, Inherited, Program};
+
+/// Every node reads the desired versions this often even without a
+/// notification, and renews its report (whose lease is three times this).
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
+/// The environment variable that names this node in the fleet's view;
+/// unset, the host name and the public port.
+pub const NODE_ENV: &str = "WEIR_NODE";
+/// Longest `X-Weir-Who` kept with a deploy.
+const MAX_WHO_BYTES: usize = 128;
+
+/// What this node did with a route's desired version.
+#[derive(Debug, Clone, Default)]
+struct Applied {
+    /// The fleet version it serves (its digest is the program's hash).
+    serving: Option<u64>,
+    /// A fleet version it refused, and why.
+    refused: Option<(u64, String)>,
+}
+
+/// This node's part in the fleet (`Shared::change.fleet`).
+pub struct Fleet {
+    store: Store,
+    node: String,
+    routes: Mutex<HashMap<String, Applied>>,
+    /// Set once a reconcile succeeded: `/readyz` waits for it.
+    converged: AtomicBool,
+}
+
+/// Why a fleet deploy or rollback did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("{0}; nothing was changed, on any node")]
+    Store(StoreError),
+    #[error("this gateway has no [cluster] redis, so it has no fleet to deploy to (drop --cluster for a deploy to this gateway alone)")]
+    NotClustered,
+}
+
+impl FleetError {
+    pub fn status(&self) -> http::StatusCode {
+        match self {
+            FleetError::Store(StoreError::Unavailable { .. }) => {
+                http::StatusCode::SERVICE_UNAVAILABLE
+            }
+            FleetError::Store(StoreError::NoEarlierVersion { .. }) | FleetError::NotClustered => {
+                http::StatusCode::CONFLICT
+            }
+            FleetError::Store(StoreError::TooLarge { .. }) => http::StatusCode::PAYLOAD_TOO_LARGE,
+            FleetError::Store(StoreError::Damaged { .. }) => http::StatusCode::CONFLICT,
+        }
+    }
+}
+
+impl From<StoreError> for FleetError {
+    fn from(e: StoreError) -> Self {
+        FleetError::Store(e)
+    }
+}
+
+/// The name this node reports under: `$WEIR_NODE`, else `host:port`.
+pub fn node_name(port: u16) -> String {
+    if let Some(name) = std::env::var(NODE_ENV).ok().filter(|n| !n.is_empty()) {
+        return name;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{host}:{port}")
+}
+
+/// Who asked for a change: the `X-Weir-Who` header (printable, capped),
+/// else the node that took it.
+pub fn who(header: Option<&str>, node: &str) -> String {
+    match header.map(str::trim).filter(|w| !w.is_empty()) {
+        Some(w) => w
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(MAX_WHO_BYTES)
+            .collect(),
+        None => format!("admin API of {node}"),
+    }
+}
+
+impl Fleet {
+    pub fn new(url: &str, node: String) -> Result<Fleet, StoreError> {
+        Ok(Fleet {
+            store: Store::new(url)?,
+            node,
+            routes: Mutex::new(HashMap::new()),
+            converged: AtomicBool::new(false),
+        })
+    }
+
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Whether this node has taken the fleet's desired versions once.
+    pub fn converged(&self) -> bool {
+        self.converged.load(Ordering::Acquire)
+    }
+
+    /// Whether the fleet decides `route`'s component (a reload leaves it).
+    pub fn governs(&self, route: &str) -> bool {
+        self.routes.lock().expect("fleet lock").contains_key(route)
+    }
+
+    fn note(&self, route: &str, applied: Applied) {
+        self.routes
+            .lock()
+            .expect("fleet lock")
+            .insert(route.to_string(), applied);
+    }
+
+    /// What this node serves on each guest route, for its report.
+    fn report(&self, changes: &Changes) -> NodeReport {
+        let applied = self.routes.lock().expect("fleet lock").clone();
+        let table = changes.shared.routes.load();
+        let mut routes: Vec<RouteReport> = table
+            .live_routes()
+            .filter_map(|(_, r)| {
+                let guest = r.guest.as_ref()?;
+                let program = guest.program();
+                let a = applied.get(&r.path).cloned().unwrap_or_default();
+                Some(RouteReport {
+                    route: r.path.clone(),
+                    local_version: program.version(),
+                    digest: program.hash().to_string(),
+                    fleet_version: a.serving,
+                    refused: a.refused,
+                })
+            })
+            .collect();
+        // Fleet routes this node does not serve at all.
+        for (route, a) in applied {
+            if !routes.iter().any(|r| r.route == route) {
+                routes.push(RouteReport {
+                    route,
+                    refused: a.refused,
+                    ..RouteReport::default()
+                });
+            }
+        }
+        routes.sort_by(|a, b| a.route.cmp(&b.route));
+        NodeReport {
+            node: self.node.clone(),
+            at: store::unix_now(),
+            routes,
+        }
+    }
+
+    fn publish_report(&self, changes: &Changes) {
+        if let Err(e) = self.store.report(&self.report(changes)) {
+            warn!("fleet: report not written: {e}");
+        }
+    }
+
+    /// The fleet's view: each route's desired version and what each live
+    /// node serves, with whether they agree (`GET /fleet`).
+    pub fn view(&self) -> Result<serde_json::Value, StoreError> {
+        use serde_json::json;
+        let desired = self.store.desired_all()?;
+        let reports = self.store.reports()?;
+        let routes: Vec<_> = desired
+            .iter()
+            .map(|d| {
+                let nodes: Vec<_> = reports
+                    .iter()
+                    .map(|n| {
+                        let r = n.routes.iter().find(|r| r.route == d.route);
+                        let serves = r.is_some_and(|r| {
+                            r.digest == d.digest && r.fleet_version == Some(d.version)
+                        });
+                        let refused = r.and_then(|r| r.refused.clone());
+                        let state = match (serves, &refused, r) {
+                            (true, _, _) => "serving".to_string(),
+                            (false, Some((v, why)), _) if *v == d.version => {
+                                format!("diverged: refused version {v}: {why}")
+                            }
+                            (false, _, None) => "diverged: no such route on this node".into(),
+                            (false, _, Some(_)) => "converging".into(),
+                        };
+                        json!({
+                            "node": n.node,
+                            "fleet_version": r.and_then(|r| r.fleet_version),
+                            "version": r.map(|r| r.local_version),
+                            "hash": r.map(|r| r.digest.clone()),
+                            "agrees": serves,
+                            "state": state,
+                            "reported_at": n.at,
+                        })
+                    })
+                    .collect();
+                let agrees = nodes.iter().all(|n| n["agrees"] == true);
+                json!({
+                    "route": d.route,
+                    "desired": d,
+                    "agrees": agrees,
+                    "nodes": nodes,
+                })
+            })
+            .collect();
+        Ok(json!({
+            "node": self.node,
+            "nodes": reports.iter().map(|n| &n.node).collect::<Vec<_>>(),
+            "routes": routes,
+        }))
+    }
+}
+
+/// What a node does to serve a desired version (see [`Changes`]'s fleet
+/// methods): nothing, put back the kept previous program, or install a
+/// new one; each already checked against the live connections' state.
+pub(super) enum Ready {
+    Serving(Arc<Program>),
+    Previous(Arc<Program>, Inherited),
+    New(Arc<Program>, Inherited),
+}
+
+impl Changes {
+    fn fleet(&self) -> Result<&Arc<Fleet>, FleetError> {
+        self.shared
+            .change
+            .fleet
+            .get()
+            .ok_or(FleetError::NotClustered)
+    }
+
+    /// Whether deploys and rollbacks here go to the whole fleet.
+    pub fn clustered(&self) -> bool {
+        self.shared.change.fleet.get().is_some()
+    }
+
+    /// `route`'s program for `desired`, ready to install: the serving one
+    /// if it is that component, the previous kept one if it is, else the
+    /// component fetched from the fleet (its SHA-256 checked), compiled and
+    /// trial-started.
+    fn ready(&self, guest: &GuestRoute, desired: &Desired) -> Result<Ready, ChangeError> {
+        let current = guest.program();
+        if current.hash() == desired.digest {
+            return Ok(Ready::Serving(current));
+        }
+        let versions = guest.versions();
+        if let Some(previous) = versions.previous().filter(|p| p.hash() == desired.digest) {
+            let inherited = super::reload::checked(guest, &previous, desired.reset_state)?;
+            return Ok(Ready::Previous(previous, inherited));
+        }
+        let fleet = self.fleet()?;
+        let wasm = fleet
+            .store
+            .get_blob(&desired.route, &desired.digest)
+            .map_err(FleetError::from)?;
+        let cfg = current.config().clone();
+        let label = format!(
+            "fleet version {} ({})",
+            desired.version,
+            short(&desired.digest)
+        );
+        let program = versions.prepare(&cfg, &wasm, std::path::Path::new(&label))?;
+        let inherited = super::reload::checked(guest, &program, desired.reset_state)?;
+        Ok(Ready::New(program, inherited))
+    }
+
+    /// Installs what [`Changes::ready`] prepared; the program that serves.
+    fn install_ready(
+        &self,
+        guest: &GuestRoute,
+        ready: Ready,
+        desired: &Desired,
+    ) -> (Arc<Program>, Inherited) {
+        let source = format!(
+            "fleet version {} ({} by {})",
+            desired.version, desired.action, desired.who
+        );
+        match ready {
+            Ready::Serving(program) => (program, Inherited::default()),
+            Ready::Previous(program, inherited) => {
+                // The kept program is the very component: no compile.
+                match guest.versions().rollback() {
+                    Ok(program) => {
+                        guest.versions().unpin();
+                        (program, inherited)
+                    }
+                    Err(_) => (program, inherited),
+                }
+            }
+            Ready::New(program, inherited) => {
+                guest.versions().install(program.clone(), source);
+                (program, inherited)
+            }
+        }
+    }
+
+    /// A deploy to every node: `wasm` is compiled, trial-started and
+    /// checked against this node's live state first (a component refused
+    /// here is stored nowhere), then stored in Redis, then made the
+    /// route's desired version in one step, then installed here; the other
+    /// nodes follow on the notification. Redis failing at any step leaves
+    /// the previous desired version and this node's program as they were.
+    pub fn deploy_to_fleet(
+        &self,
+        path: &str,
+        wasm: &[u8],
+        reset_state: bool,
+        who: Option<&str>,
+    ) -> Result<(Arc<Program>, Inherited, Desired), ChangeError> {
+        let fleet = self.fleet()?.clone();
+        let _one = self.shared.change.changing.lock().expect("change lock");
+        let guest = self.guest(path)?;
+        let cfg = guest.program().config().clone();
+        let label = format!("the uploaded component ({} bytes)", wasm.len());
+        let program = guest
+            .versions()
+            .prepare(&cfg, wasm, std::path::Path::new(&label))?;
+        let inherited = super::reload::checked(&guest, &program, reset_state)?;
+        let who = self::who(who, &fleet.node);
+        let store_it = || -> Result<Desired, StoreError> {
+            fleet.store.put_blob(path, program.hash(), wasm)?;
+            fleet
+                .store
+                .set_desired(path, program.hash(), wasm.len() as u64, &who, reset_state)
+        };
+        let desired = store_it().map_err(|e| {
+            warn!(route = path, error = %e, "fleet deploy refused: nothing changed");
+            FleetError::from(e)
+        })?;
+        guest.versions().install(
+            program.clone(),
+            format!("fleet version {} (deploy by {who})", desired.version),
+        );
+        fleet.note(
+            path,
+            Applied {
+                serving: Some(desired.version),
+                refused: None,
+            },
+        );
+        info!(route = path, version = desired.version, digest = %desired.digest, %who, "fleet deploy recorded; every node follows");
+        fleet.publish_report(self);
+        Ok((program, inherited, desired))
+    }
+
+    /// A rollback of every node to the route's previous fleet deploy:
+    /// prepared here first (the kept program, or the component fetched
+    /// again), recorded in Redis if nobody changed the route meanwhile,
+    /// then installed here.
+    pub fn rollback_fleet(
+        &self,
+        path: &str,
+        reset_state: bool,
+        who: Option<&str>,
+    ) -> Result<(Arc<Program>, Inherited, Desired), ChangeError> {
+        let fleet = self.fleet()?.clone();
+        let _one = self.shared.change.changing.lock().expect("change lock");
+        let guest = self.guest(path)?;
+        let (from, mut target) = fleet
+            .store
+            .rollback_target(path)
+            .map_err(FleetError::from)?;
+        target.reset_state = reset_state;
+        let ready = self.ready(&guest, &target)?;
+        let who = self::who(who, &fleet.node);
+        let desired = fleet
+            .store
+            .set_rollback(&from, &target, &who)
+            .map_err(FleetError::from)?;
+        let (program, inherited) = self.install_ready(&guest, ready, &desired);
+        fleet.note(
+            path,
+            Applied {
+                serving: Some(desired.version),
+                refused: None,
+            },
+        );
+        info!(route = path, from = from.version, to = desired.version, digest = %desired.digest, %who, "fleet rollback recorded; every node follows");
+        fleet.publish_report(self);
+        Ok((program, inherited, desired))
+    }
+
+    /// Takes every route's desired version this node has not taken or
+    /// refused yet, then renews its report. Err: Redis did not answer
+    /// (nothing changed; the next reconcile tries again).
+    pub fn reconcile(&self) -> Result<(), FleetError> {
+        let fleet = self.fleet()?.clone();
+        let _one = self.shared.change.changing.lock().expect("change lock");
+        let all = fleet.store.desired_all()?;
+        for desired in &all {
+            let known = fleet
+                .routes
+                .lock()
+                .expect("fleet lock")
+                .get(&desired.route)
+                .cloned();
+            let known = known.unwrap_or_default();
+            if known
+                .refused
+                .as_ref()
+                .is_some_and(|(v, _)| *v == desired.version)
+            {
+                continue;
+            }
+            let done = self.guest(&desired.route).and_then(|guest| {
+                if known.serving == Some(desired.version)
+                    && guest.program().hash() == desired.digest
+                {
+                    return Ok(None);
+                }
+                let ready = self.ready(&guest, desired)?;
+                Ok(Some(self.install_ready(&guest, ready, desired)))
+            });
+            match done {
+                Ok(None) => {}
+                Ok(Some((program, _))) => {
+                    info!(route = %desired.route, fleet_version = desired.version, version = program.version(), "fleet: converged on the desired version");
+                    fleet.note(
+                        &desired.route,
+                        Applied {
+                            serving: Some(desired.version),
+                            refused: None,
+                        },
+                    );
+                }
+                // Redis went away mid-way: nothing was installed; try
+                // again later rather than call the version refused.
+                Err(ChangeError::Fleet(FleetError::Store(e @ StoreError::Unavailable { .. }))) => {
+                    return Err(FleetError::Store(e));
+                }
+                Err(e) => {
+                    warn!(route = %desired.route, fleet_version = desired.version, error = %e, "fleet: desired version refused; this node keeps serving its previous one and is reported diverged");
+                    fleet.note(
+                        &desired.route,
+                        Applied {
+                            serving: known.serving,
+                            refused: Some((desired.version, e.to_string())),
+                        },
+                    );
+                }
+            }
+        }
+        if !fleet.converged.swap(true, Ordering::AcqRel) {
+            info!(node = %fleet.node, routes = all.len(), "fleet: converged; ready");
+        }
+        drop(_one);
+        fleet.publish_report(self);
+        Ok(())
+    }
+}
+
+/// The first 12 hex digits of a digest, for logs and labels.
+pub fn short(digest: &str) -> &str {
+    &digest[..12.min(digest.len())]
+}
+
+/// Runs this node's part of the fleet until `shutdown`: a reconcile on
+/// each change notification (heard by a thread of its own) and every
+/// [`RECONCILE_EVERY`]; on shutdown its report is withdrawn.
+pub(super) fn run(changes: Changes, shutdown: super::Shutdown) {
+    let Some(fleet) = changes.shared.change.fleet.get().cloned() else {
+        return;
+    };
+    let (tx, rx) = mpsc::sync_channel::<()>(1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let (fleet, stop) = (fleet.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("weir-fleet-watch".into())
+            .spawn(move || watch(&fleet, &tx, &stop))
+    };
+    if let Err(e) = watcher {
+        warn!("fleet: no notification thread ({e}); converging every {RECONCILE_EVERY:?} only");
+    }
+    let mut next = Instant::now() + RECONCILE_EVERY;
+    while !*shutdown.borrow() {
+        let wait = next
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(250));
+        let heard = matches!(rx.recv_timeout(wait), Ok(()));
+        if heard || Instant::now() >= next {
+            if let Err(e) = changes.reconcile() {
+                warn!("fleet: reconcile failed, trying again in {RECONCILE_EVERY:?}: {e}");
+            }
+            next = Instant::now() + RECONCILE_EVERY;
+        }
+    }
+    stop.store(true, Ordering::Release);
+    fleet.store.withdraw(&fleet.node);
+}
+
+/// Subscribes to the change channel and passes each notification on
+/// (coalesced: one pending is enough); reconnects after an error. A
+/// reconnect is itself a notification: changes made meanwhile were missed.
+fn watch(fleet: &Fleet, tx: &mpsc::SyncSender<()>, stop: &AtomicBool) {
+    let mut backoff = Duration::from_millis(100);
+    while !stop.load(Ordering::Acquire) {
+        let subscribed = fleet.store.connect().and_then(|mut con| {
+            // Blocks for the next message; the periodic reconcile covers
+            // a link that died silently.
+            con.set_read_timeout(None)?;
+            let mut sub = con.as_pubsub();
+            sub.subscribe(store::CHANGES_CHANNEL)?;
+            let _ = tx.try_send(());
+            backoff = Duration::from_millis(100);
+            loop {
+                sub.get_message()?;
+                if stop.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                let _ = tx.try_send(());
+            }
+        });
+        if let Err(e) = subscribed {
+            tracing::debug!("fleet: change notifications lost ({e}); resubscribing");
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
