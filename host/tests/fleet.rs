@@ -4,7 +4,8 @@
 //! their next message), a node started after it serves it from its first
 //! upgrade, a broken component is refused everywhere, a component one
 //! node cannot take is shown diverged there, a rollback reaches every
-//! node, and Redis down during a deploy gives a 503 and changes nothing.
+//! node, Redis down during a deploy gives a 503 and changes nothing, and
+//! a component altered in Redis is refused by its digest.
 
 mod admin_support;
 mod common;
@@ -353,4 +354,52 @@ async fn redis_down_during_a_deploy_is_a_clear_error_and_changes_nothing() {
     await_fleet(&b, 2, agrees_on(1)).await;
     let mut ws = common::client(&b.url("/g")).await;
     assert_eq!(answer(&mut ws, 1).await, "echo");
+}
+
+/// A component whose copy in Redis was altered is never run: a node that
+/// fetches it (here one started after the deploy) checks its SHA-256,
+/// refuses it, keeps its own version and is shown diverged with the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_altered_in_redis_is_refused_by_its_digest() {
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(false).await;
+    let a = node("tamper-a", &redis, "").await;
+    let (status, body) = deploy(&a, "json").await;
+    assert_eq!(status, 200, "{body}");
+    let digest = body["hash"].as_str().unwrap().to_string();
+    let key = format!("{{weir-fleet}}:blob:/g:{digest}");
+    // One byte of the first chunk changed, its length kept.
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let mut c0: Vec<u8> = redis::cmd("HGET")
+        .arg(&key)
+        .arg("c0")
+        .query(&mut con)
+        .unwrap();
+    let len = c0.len();
+    c0[len / 2] ^= 0xff;
+    redis::cmd("HSET")
+        .arg(&key)
+        .arg("c0")
+        .arg(c0)
+        .exec(&mut con)
+        .unwrap();
+    let c = node("tamper-c", &redis, "").await;
+    let route = await_fleet(&a, 2, |r| r["agrees"] == false).await;
+    let refused = route["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["state"].as_str().unwrap().starts_with("diverged"))
+        .unwrap_or_else(|| panic!("{route}"));
+    let state = refused["state"].as_str().unwrap();
+    assert!(
+        state.contains("damaged") && state.contains("SHA-256"),
+        "{state}"
+    );
+    let mut ws = common::client(&c.url("/g")).await;
+    assert_eq!(answer(&mut ws, 1).await, "echo");
+    assert_eq!(c.version("/g").await, 1);
 }

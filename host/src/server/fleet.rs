@@ -537,3 +537,61 @@ fn watch(fleet: &Fleet, tx: &mpsc::SyncSender<()>, stop: &AtomicBool) {
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn who_is_the_header_printable_and_capped_else_the_node() {
+        assert_eq!(who(Some(" ann@laptop "), "n1:9001"), "ann@laptop");
+        assert_eq!(who(Some(""), "n1:9001"), "admin API of n1:9001");
+        assert_eq!(who(None, "n1:9001"), "admin API of n1:9001");
+        assert_eq!(who(Some("a\u{7}b"), "n"), "ab");
+        let long = "x".repeat(1000);
+        assert_eq!(who(Some(&long), "n").len(), MAX_WHO_BYTES);
+    }
+
+    #[test]
+    fn a_redis_that_does_not_answer_is_503_and_nothing_to_go_back_to_409() {
+        let unavailable = FleetError::Store(StoreError::Unavailable {
+            url: "redis://127.0.0.1:1".into(),
+            source: redis::RedisError::from(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            )),
+        });
+        assert_eq!(unavailable.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(unavailable.to_string().contains("nothing was changed"));
+        let none = FleetError::Store(StoreError::NoEarlierVersion { route: "/g".into() });
+        assert_eq!(none.status(), http::StatusCode::CONFLICT);
+        assert_eq!(
+            FleetError::NotClustered.status(),
+            http::StatusCode::CONFLICT
+        );
+    }
+
+    /// A store on a port nothing listens on answers every call with
+    /// `Unavailable` within its timeout, never a hang or a panic.
+    #[test]
+    fn a_store_without_redis_says_so() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let store = Store::new(&format!("redis://127.0.0.1:{port}")).unwrap();
+        assert!(matches!(
+            store.put_blob("/g", "ab", b"x"),
+            Err(StoreError::Unavailable { .. })
+        ));
+        assert!(matches!(
+            store.desired_all(),
+            Err(StoreError::Unavailable { .. })
+        ));
+        let big = vec![0u8; store::MAX_BLOB_BYTES + 1];
+        assert!(matches!(
+            store.put_blob("/g", "ab", &big),
+            Err(StoreError::TooLarge { .. })
+        ));
+    }
+}

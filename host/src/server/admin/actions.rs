@@ -279,3 +279,29 @@ pub(super) fn report_json(report: &ReloadReport) -> serde_json::Value {
         "certificate": report.certificate,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{params, Params};
+
+    #[test]
+    fn a_deploys_query_takes_reset_state_and_cluster_and_nothing_else() {
+        assert_eq!(params(""), Ok(Params::default()));
+        assert_eq!(
+            params("reset_state=true&cluster=1"),
+            Ok(Params {
+                reset_state: true,
+                cluster: true
+            })
+        );
+        assert_eq!(
+            params("cluster"),
+            Ok(Params {
+                reset_state: false,
+                cluster: true
+            })
+        );
+        assert!(params("cluster=yes").unwrap_err().contains("cluster=true"));
+        assert!(params("clutser=true").unwrap_err().contains("unknown"));
+    }
+}
