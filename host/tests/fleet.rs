@@ -5,7 +5,8 @@
 //! upgrade, a broken component is refused everywhere, a component one
 //! node cannot take is shown diverged there, a rollback reaches every
 //! node, Redis down during a deploy gives a 503 and changes nothing, and
-//! a component altered in Redis is refused by its digest.
+//! a component altered in Redis is refused by its digest; a node is not
+//! ready until it has converged.
 
 mod admin_support;
 mod common;
@@ -402,4 +403,50 @@ async fn a_component_altered_in_redis_is_refused_by_its_digest() {
     let mut ws = common::client(&c.url("/g")).await;
     assert_eq!(answer(&mut ws, 1).await, "echo");
     assert_eq!(c.version("/g").await, 1);
+}
+
+/// `GET /readyz` on `gw`: (status, body).
+async fn readyz(gw: &Gateway) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let head = format!(
+        "GET /readyz HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+        gw.addr
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    timeout(STEP, stream.read_to_string(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let status = answer[9..12].parse().unwrap();
+    (status, answer)
+}
+
+/// A node whose Redis is down when it starts serves its routes file's
+/// components but is not ready (503, saying why) until it has converged
+/// on the fleet; once Redis is back it converges and turns ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_is_not_ready_until_it_has_converged_on_the_fleet() {
+    if !have_redis() {
+        return;
+    }
+    let mut redis = Redis::start(false).await;
+    redis.kill();
+    let a = node("unready-a", &redis, "").await;
+    let (status, text) = readyz(&a).await;
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("not yet converged"), "{text}");
+    let mut ws = common::client(&a.url("/g")).await;
+    assert_eq!(answer(&mut ws, 1).await, "echo");
+    redis.spawn().await;
+    let deadline = Instant::now() + STEP;
+    while readyz(&a).await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And it reports to the fleet.
+    let (status, body) = deploy(&a, "json").await;
+    assert_eq!(status, 200, "{body}");
+    await_fleet(&a, 1, agrees_on(1)).await;
 }
