@@ -52,7 +52,10 @@ pub struct Fleet {
 /// Why a fleet deploy or rollback did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
+    /// A deploy or rollback that stopped before it was recorded.
     #[error("{0}; nothing was changed, on any node")]
+    NotChanged(StoreError),
+    #[error("{0}")]
     Store(StoreError),
     #[error("this gateway has no [cluster] redis, so it has no fleet to deploy to (drop --cluster for a deploy to this gateway alone)")]
     NotClustered,
@@ -60,15 +63,26 @@ pub enum FleetError {
 
 impl FleetError {
     pub fn status(&self) -> http::StatusCode {
+        use http::StatusCode as S;
         match self {
-            FleetError::Store(StoreError::Unavailable { .. }) => {
-                http::StatusCode::SERVICE_UNAVAILABLE
-            }
-            FleetError::Store(StoreError::NoEarlierVersion { .. }) | FleetError::NotClustered => {
-                http::StatusCode::CONFLICT
-            }
-            FleetError::Store(StoreError::TooLarge { .. }) => http::StatusCode::PAYLOAD_TOO_LARGE,
-            FleetError::Store(StoreError::Damaged { .. }) => http::StatusCode::CONFLICT,
+            FleetError::NotClustered => S::CONFLICT,
+            FleetError::NotChanged(e) | FleetError::Store(e) => match e {
+                StoreError::Unavailable { .. } | StoreError::Unconfirmed { .. } => {
+                    S::SERVICE_UNAVAILABLE
+                }
+                StoreError::NoEarlierVersion { .. } | StoreError::Damaged { .. } => S::CONFLICT,
+                StoreError::TooLarge { .. } => S::PAYLOAD_TOO_LARGE,
+            },
+        }
+    }
+
+    /// A deploy's or rollback's failure: nothing changed, unless Redis
+    /// stopped answering while it was recording it (then nobody knows
+    /// until Redis answers again, and every node converges on what it holds).
+    fn refused(e: StoreError) -> FleetError {
+        match e {
+            StoreError::Unconfirmed { .. } => FleetError::Store(e),
+            e => FleetError::NotChanged(e),
         }
     }
 }
@@ -343,8 +357,9 @@ impl Changes {
                 .set_desired(path, program.hash(), wasm.len() as u64, &who, reset_state)
         };
         let desired = store_it().map_err(|e| {
-            warn!(route = path, error = %e, "fleet deploy refused: nothing changed");
-            FleetError::from(e)
+            let e = FleetError::refused(e);
+            warn!(route = path, error = %e, "fleet deploy failed");
+            e
         })?;
         guest.versions().install(
             program.clone(),
@@ -385,7 +400,7 @@ impl Changes {
         let desired = fleet
             .store
             .set_rollback(&from, &target, &who)
-            .map_err(FleetError::from)?;
+            .map_err(FleetError::refused)?;
         let (program, inherited) = self.install_ready(&guest, ready, &desired);
         fleet.note(
             path,
@@ -554,7 +569,7 @@ mod tests {
 
     #[test]
     fn a_redis_that_does_not_answer_is_503_and_nothing_to_go_back_to_409() {
-        let unavailable = FleetError::Store(StoreError::Unavailable {
+        let unavailable = FleetError::NotChanged(StoreError::Unavailable {
             url: "redis://127.0.0.1:1".into(),
             source: redis::RedisError::from(std::io::Error::from(
                 std::io::ErrorKind::ConnectionRefused,
@@ -562,6 +577,13 @@ mod tests {
         });
         assert_eq!(unavailable.status(), http::StatusCode::SERVICE_UNAVAILABLE);
         assert!(unavailable.to_string().contains("nothing was changed"));
+        let unconfirmed = FleetError::refused(StoreError::Unconfirmed {
+            url: "redis://127.0.0.1:1".into(),
+            source: redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+        });
+        assert_eq!(unconfirmed.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!unconfirmed.to_string().contains("nothing was changed"));
+        assert!(unconfirmed.to_string().contains("may have been recorded"));
         let none = FleetError::Store(StoreError::NoEarlierVersion { route: "/g".into() });
         assert_eq!(none.status(), http::StatusCode::CONFLICT);
         assert_eq!(

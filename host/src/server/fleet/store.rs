@@ -66,6 +66,11 @@ pub enum StoreError {
         url: String,
         source: redis::RedisError,
     },
+    #[error("the fleet's Redis ({url}) stopped answering while the change was being recorded ({source}): it may have been recorded; every node converges on what Redis holds (weir routes --cluster shows it once Redis answers)")]
+    Unconfirmed {
+        url: String,
+        source: redis::RedisError,
+    },
     #[error("the fleet's copy of {route}'s component {digest} is damaged: {why}")]
     Damaged {
         route: String,
@@ -203,6 +208,17 @@ impl Store {
         })
     }
 
+    /// `e`, as [`StoreError::Unconfirmed`] when Redis failed after the
+    /// `MULTI … EXEC` was sent (`sent`): whether it ran is unknown.
+    fn unconfirmed_if(&self, sent: bool, e: StoreError) -> StoreError {
+        match e {
+            StoreError::Unavailable { url, source } if sent => {
+                StoreError::Unconfirmed { url, source }
+            }
+            e => e,
+        }
+    }
+
     /// Stores `wasm` (whose SHA-256 is `digest`) for `route`, chunks first
     /// and its size last, so a reader never takes a partial copy for whole.
     pub fn put_blob(&self, route: &str, digest: &str, wasm: &[u8]) -> Result<(), StoreError> {
@@ -316,6 +332,7 @@ impl Store {
             at,
         })
         .expect("plain struct");
+        let mut sent = false;
         let route_missing = self.with(|con| {
             redis::transaction(con, &[&desired, &history, &blob], |con, pipe| {
                 let stored: Option<u64> = redis::cmd("HGET").arg(&blob).arg("size").query(con)?;
@@ -375,10 +392,12 @@ impl Store {
                     }
                 }
                 pipe.cmd("HGET").arg(&desired).arg("version");
+                sent = true;
                 let done: Option<(u64,)> = pipe.query(con)?;
                 Ok(done.map(|(v,)| Some(v)))
             })
-        })?;
+        });
+        let route_missing = route_missing.map_err(|e| self.unconfirmed_if(sent, e))?;
         let Some(version) = route_missing else {
             return Err(StoreError::Damaged {
                 route: route.to_string(),
@@ -443,6 +462,7 @@ impl Store {
         who: &str,
     ) -> Result<Desired, StoreError> {
         let (desired, history) = (desired_key(&from.route), history_key(&from.route));
+        let mut sent = false;
         let moved = self.with(|con| {
             redis::transaction(con, &[&desired, &history], |con, pipe| {
                 let last: Option<u64> =
@@ -491,10 +511,12 @@ impl Store {
                     .cmd("HGET")
                     .arg(&desired)
                     .arg("version");
+                sent = true;
                 let done: Option<(u64,)> = pipe.query(con)?;
                 Ok(done.map(|_| false))
             })
-        })?;
+        });
+        let moved = moved.map_err(|e| self.unconfirmed_if(sent, e))?;
         if moved {
             return Err(StoreError::Damaged {
                 route: from.route.clone(),
