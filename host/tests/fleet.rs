@@ -4,9 +4,9 @@
 //! their next message), a node started after it serves it from its first
 //! upgrade, a broken component is refused everywhere, a component one
 //! node cannot take is shown diverged there, a rollback reaches every
-//! node, Redis down during a deploy gives a 503 and changes nothing, and
-//! a component altered in Redis is refused by its digest; a node is not
-//! ready until it has converged.
+//! node, Redis down during a deploy (or failing half-way through one)
+//! gives a 503 and changes nothing, a component altered in Redis is
+//! refused by its digest, and a node is not ready until it has converged.
 
 mod admin_support;
 mod common;
@@ -330,7 +330,7 @@ async fn redis_down_during_a_deploy_is_a_clear_error_and_changes_nothing() {
     let (status, body) = deploy(&a, "echo").await;
     assert_eq!(status, 503, "{body}");
     let message = body["error"].as_str().unwrap();
-    assert!(message.contains("did not answer"), "{message}");
+    assert!(message.contains("the fleet's Redis"), "{message}");
     assert!(message.contains("nothing was changed"), "{message}");
     let (status, _) = fleet(&a).await;
     assert_eq!(status, 503);
@@ -449,4 +449,79 @@ async fn a_node_is_not_ready_until_it_has_converged_on_the_fleet() {
     let (status, body) = deploy(&a, "json").await;
     assert_eq!(status, 200, "{body}");
     await_fleet(&a, 1, agrees_on(1)).await;
+}
+
+/// Redis failing half-way through a deploy — here it stored the
+/// component's four chunks, then refused the step that records the
+/// desired version (`WATCH` taken from its user by an ACL) — is a 503
+/// with Redis's error: the desired version does not move, no node
+/// changes, and the copy nobody points to expires. Once Redis takes the
+/// step again, the same deploy reaches every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_failing_half_way_through_a_deploy_leaves_no_half_state() {
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(false).await;
+    let a = node("half-a", &redis, "").await;
+    let b = node("half-b", &redis, "").await;
+    await_fleet_nodes(&a, 2).await;
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut con = client.get_connection().unwrap();
+    let acl = |rule: &str| {
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg(rule)
+            .clone()
+    };
+    acl("-watch").exec(&mut con).unwrap();
+    let wasm = std::fs::read(guest_support::wasm("js-json")).unwrap();
+    assert!(wasm.len() > 3 * 512 * 1024, "a component of several chunks");
+    let digest = weir::guest::hex_sha256(&wasm);
+    let endpoint = weir::client::route_endpoint("/g", "component");
+    let (status, body) = a.admin(Method::PUT, &endpoint, wasm.clone()).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body.contains("no permissions") && body.contains("nothing was changed"),
+        "{body}"
+    );
+    let key = format!("{{weir-fleet}}:blob:/g:{digest}");
+    let fields: u64 = redis::cmd("HLEN").arg(&key).query(&mut con).unwrap();
+    let ttl: i64 = redis::cmd("TTL").arg(&key).query(&mut con).unwrap();
+    assert_eq!(fields, 4 + 2, "the component was stored whole first");
+    assert!(ttl > 0, "an unrecorded copy expires (TTL {ttl})");
+    let (status, view) = fleet(&a).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(
+        view["routes"],
+        serde_json::json!([]),
+        "nothing recorded: {view}"
+    );
+    for gw in [&a, &b] {
+        assert_eq!(gw.version("/g").await, 1);
+        let mut ws = common::client(&gw.url("/g")).await;
+        assert_eq!(answer(&mut ws, 1).await, "echo");
+    }
+    acl("+watch").exec(&mut con).unwrap();
+    let (status, body) = a.admin(Method::PUT, &endpoint, wasm).await;
+    assert_eq!(status, 200, "{body}");
+    await_fleet(&b, 2, agrees_on(1)).await;
+    let ttl: i64 = redis::cmd("TTL").arg(&key).query(&mut con).unwrap();
+    assert_eq!(ttl, -1, "a recorded copy is kept");
+    let mut ws = common::client(&b.url("/g")).await;
+    assert_eq!(answer(&mut ws, 1).await, "json");
+}
+
+/// Waits until `n` nodes report to the fleet.
+async fn await_fleet_nodes(gw: &Gateway, n: usize) {
+    let deadline = Instant::now() + STEP;
+    loop {
+        let (status, view) = fleet(gw).await;
+        if status == 200 && view["nodes"].as_array().map_or(0, Vec::len) == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

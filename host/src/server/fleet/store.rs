@@ -10,7 +10,8 @@
 //! - `{weir-fleet}:history:<route>`: list of the last deploys (JSON),
 //!   newest first, at most [`HISTORY`]; a rollback pops its head;
 //! - `{weir-fleet}:blob:<route>:<digest>`: hash of `c0`…`cN` (chunks of
-//!   [`CHUNK_BYTES`]), `size` and `chunks` written last;
+//!   [`CHUNK_BYTES`]), `size` and `chunks` written last; it expires after
+//!   [`UNRECORDED_TTL`] unless a desired version records it;
 //! - `{weir-fleet}:node:<node>`: a node's report (JSON), expiring after
 //!   [`LEASE`]; `{weir-fleet}:nodes`: set of node names that reported;
 //! - channel `{weir-fleet}:changes`: a route's path, published after each
@@ -39,6 +40,10 @@ pub const LEASE: Duration = Duration::from_secs(15);
 /// Connecting to Redis, and each command, gives up after this: a deploy
 /// answers 503 rather than hang on a Redis that does not answer.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// A component stored but not (yet) recorded as a desired version expires
+/// after this: a deploy that failed half-way leaves nothing behind for
+/// long. Recording it (`PERSIST` in the same `MULTI`) keeps it.
+pub const UNRECORDED_TTL: Duration = Duration::from_secs(600);
 /// Where nodes hear of a change.
 pub const CHANGES_CHANNEL: &str = "{weir-fleet}:changes";
 
@@ -61,7 +66,7 @@ fn node_key(node: &str) -> String {
 /// Why the fleet's store did not answer as it should.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("the fleet's Redis ({url}) did not answer: {source}")]
+    #[error("the fleet's Redis ({url}) failed: {source}")]
     Unavailable {
         url: String,
         source: redis::RedisError,
@@ -238,6 +243,12 @@ impl Store {
                     .arg(format!("c{i}"))
                     .arg(chunk)
                     .exec(con)?;
+                if i == 0 {
+                    redis::cmd("PEXPIRE")
+                        .arg(&key)
+                        .arg(UNRECORDED_TTL.as_millis() as u64)
+                        .exec(con)?;
+                }
             }
             redis::cmd("HSET")
                 .arg(&key)
@@ -376,6 +387,9 @@ impl Store {
                     .cmd("SADD")
                     .arg(ROUTES)
                     .arg(route)
+                    .ignore()
+                    .cmd("PERSIST")
+                    .arg(&blob)
                     .ignore()
                     .cmd("LPUSH")
                     .arg(&history)
