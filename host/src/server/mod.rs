@@ -3,7 +3,9 @@
 //! ([`worker`]) until shutdown. [`http`] answers each request: health,
 //! metrics, refusals, or the upgrade that hands the socket to the
 //! connection loop. `admin` is the admin API on a listener of its own,
-//! `reload` the deploys, rollbacks and reloads it (and SIGHUP) makes.
+//! `reload` the deploys, rollbacks and reloads it (and SIGHUP) makes;
+//! [`fleet`] takes deploys and rollbacks to every node with `[cluster]
+//! redis`.
 //!
 //! Thread per core: each worker has its own listener (the kernel spreads
 //! connections), its own current-thread runtime and buffer pool. After the
