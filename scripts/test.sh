@@ -44,8 +44,8 @@ if ! command -v strace >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q strace
 fi
 
-# The cluster tests (cluster.rs, pusher_cluster.rs, fleet.rs: its eight
-# tests of one to three `weir serve` nodes take ~7 s) start their own
+# The cluster tests (cluster.rs, pusher_cluster.rs, fleet.rs: its nine
+# tests of one to three `weir serve` nodes take ~9 s) start their own
 # Redis servers (Debian's redis-server).
 bash scripts/redis.sh
 

@@ -525,3 +525,54 @@ async fn await_fleet_nodes(gw: &Gateway, n: usize) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// `weir deploy --cluster`: to a clustered node it records a fleet
+/// version and says so; to a gateway without `[cluster] redis` it is
+/// refused (exit 1, 409 naming why) and that gateway keeps its version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weir_deploy_cluster_reaches_the_fleet_or_is_refused() {
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(false).await;
+    let a = node("cli-a", &redis, "").await;
+    let alone = Gateway::start(
+        "cli-alone",
+        &["echo"],
+        "[[route]]\npath = \"/g\"\nguest = \"echo.wasm\"\n",
+    )
+    .await;
+    let json = guest_support::wasm("json");
+    let weir = |gw: &Gateway| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args([
+                "deploy",
+                "--cluster",
+                "--admin",
+                &gw.admin.to_string(),
+                "/g",
+            ])
+            .arg(&json)
+            .env("WEIR_ADMIN_TOKEN", admin_support::TOKEN)
+            .output()
+            .unwrap()
+    };
+    let out = weir(&a);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("fleet version 1 recorded"), "{text}");
+    let out = weir(&alone);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("409") && err.contains("no [cluster] redis"),
+        "{err}"
+    );
+    assert_eq!(alone.version("/g").await, 1);
+    let (status, body) = alone.admin(Method::GET, "/fleet", Vec::new()).await;
+    assert_eq!(status, 409, "{body}");
+}
