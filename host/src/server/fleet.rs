@@ -58,7 +58,7 @@ pub enum FleetError {
     NotChanged(StoreError),
     #[error("{0}")]
     Store(StoreError),
-    #[error("this gateway has no [cluster] redis, so it has no fleet to deploy to (drop --cluster for a deploy to this gateway alone)")]
+    #[error("this gateway has no [cluster] redis, so it belongs to no fleet (without --cluster, deploy to or list this gateway alone)")]
     NotClustered,
 }
 
