@@ -44,7 +44,9 @@ if ! command -v strace >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q strace
 fi
 
-# The cluster tests start their own Redis servers (Debian's redis-server).
+# The cluster tests (cluster.rs, pusher_cluster.rs, fleet.rs: its nine
+# tests of one to three `weir serve` nodes take ~9 s) start their own
+# Redis servers (Debian's redis-server).
 bash scripts/redis.sh
 
 # Third-party clients host/tests/deflate.rs and centrifugo.rs drive (Node

@@ -76,6 +76,19 @@ pub async fn request(
         .map_err(|_| ClientError::Timeout)?
 }
 
+/// Who is asking, for the record a fleet deploy keeps: `$USER@host`.
+fn who() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "someone".into());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    let who = format!("{user}@{host}");
+    // A header value must be visible ASCII.
+    who.chars().filter(|c| c.is_ascii_graphic()).collect()
+}
+
 async fn send(
     addr: &str,
     token: &str,
@@ -99,6 +112,7 @@ async fn send(
         .uri(path)
         .header(header::HOST, addr)
         .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        .header(crate::server::WHO_HEADER, who())
         .body(Full::new(Bytes::from(body)))
         .map_err(|e| http(&e))?;
     let resp = sender.send_request(req).await.map_err(|e| http(&e))?;

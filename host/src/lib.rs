@@ -34,7 +34,8 @@
 //! - [`logging`] — the gateway's log, written by a thread of its own.
 //! - [`scaffold`] — `weir new` / `weir build`: guest projects, with the SDK
 //!   this binary carries; [`client`] — the admin API's client (`weir
-//!   deploy`, `rollback`, `routes`).
+//!   deploy`, `rollback`, `routes`, each with `--cluster` for the fleet:
+//!   `server::fleet`).
 //!
 //! `docs/architecture.md` tells the whole story: the crates, a message's
 //! path for each kind, socket ownership and threading.

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use weir::config::{self, Config};
 
 mod cli;
-use cli::admin::{admin_addr, deploy, rollback, routes, unpin};
+use cli::admin::{admin_addr, deploy, fleet_routes, rollback, routes, unpin};
 use cli::signals::Signals;
 
 /// weir — a WebSocket edge gateway: native echo/relay routes and sandboxed
@@ -105,6 +105,10 @@ enum Command {
         /// (without it, such a deploy is refused with their count)
         #[arg(long)]
         reset_state: bool,
+        /// Refuse unless the deploy reaches every node of the fleet (the
+        /// gateway has [cluster] redis; with it, every deploy does)
+        #[arg(long)]
+        cluster: bool,
     },
     /// Put a guest route's previous version back, pinned: reloads (SIGHUP)
     /// keep it until the next deploy or `weir unpin`. Refused, like a
@@ -118,6 +122,9 @@ enum Command {
         /// connections' state (they start from Default)
         #[arg(long)]
         reset_state: bool,
+        /// Refuse unless the rollback reaches every node of the fleet
+        #[arg(long)]
+        cluster: bool,
     },
     /// Let reloads deploy a rolled-back route's component from the routes
     /// file again.
@@ -132,6 +139,10 @@ enum Command {
         /// The gateway's admin address (as for deploy)
         #[arg(long, value_name = "ADDR")]
         admin: Option<String>,
+        /// The fleet's view instead: each route's desired version, what
+        /// every node serves, and whether they agree
+        #[arg(long)]
+        cluster: bool,
     },
 }
 
@@ -156,16 +167,26 @@ fn main() -> ExitCode {
             route,
             file,
             reset_state,
-        } => admin_addr(admin).and_then(|admin| deploy(&admin, &route, &file, reset_state)),
+            cluster,
+        } => {
+            admin_addr(admin).and_then(|admin| deploy(&admin, &route, &file, reset_state, cluster))
+        }
         Command::Rollback {
             admin,
             route,
             reset_state,
-        } => admin_addr(admin).and_then(|admin| rollback(&admin, &route, reset_state)),
+            cluster,
+        } => admin_addr(admin).and_then(|admin| rollback(&admin, &route, reset_state, cluster)),
         Command::Unpin { admin, route } => {
             admin_addr(admin).and_then(|admin| unpin(&admin, &route))
         }
-        Command::Routes { admin } => admin_addr(admin).and_then(|admin| routes(&admin)),
+        Command::Routes { admin, cluster } => admin_addr(admin).and_then(|admin| {
+            if cluster {
+                fleet_routes(&admin)
+            } else {
+                routes(&admin)
+            }
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

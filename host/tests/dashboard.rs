@@ -372,7 +372,13 @@ impl Cdp {
 
 async fn chromium(url: &str) -> (Chromium, Cdp) {
     let binary = std::env::var("WEIR_CHROMIUM").unwrap_or_else(|_| "chromium".into());
-    let profile = std::env::temp_dir().join(format!("weir-dashboard-{}", std::process::id()));
+    // One profile per browser: the tests of this file run at once.
+    static BROWSERS: AtomicU64 = AtomicU64::new(0);
+    let profile = std::env::temp_dir().join(format!(
+        "weir-dashboard-{}-{}",
+        std::process::id(),
+        BROWSERS.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&profile);
     let child = Command::new(&binary)
         .args([
@@ -580,4 +586,55 @@ async fn the_dashboard_in_headless_chromium_under_load() {
         let _ = ws.close(None).await;
     }
     assert!(echoed.load(Ordering::Relaxed) > LOAD_CONNECTIONS as u64);
+}
+
+/// With `[cluster] redis`, the page shows the fleet: each node's version
+/// of a fleet route, and a node that refused the desired version (B's
+/// route allows 1 MiB of memory, the component needs 4) as diverged, with
+/// the cause; the routes table of a node without the fleet has no such
+/// section.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_fleet_and_a_diverged_node() {
+    use common::redis::{have_redis, Redis};
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(false).await;
+    let routes = |extra: &str| {
+        format!(
+            "[cluster]\nredis = \"{}\"\n\n[[route]]\npath = \"/g\"\nguest = \"echo.wasm\"\n{extra}\n",
+            redis.url()
+        )
+    };
+    let a = Gateway::start("dash-fleet-a", &["echo"], &routes("")).await;
+    let _b = Gateway::start("dash-fleet-b", &["echo"], &routes("memory = \"1MiB\"")).await;
+    let (status, body) = a.deploy("/g", "big-memory").await;
+    assert_eq!(status, 200, "{body}");
+    let (_browser, mut page) = chromium(&format!("http://{}/", a.admin)).await;
+    page.until("the login form", "!document.querySelector('#login').hidden")
+        .await;
+    page.eval(&format!(
+        "document.querySelector('#token').value = {}; document.querySelector('#login-form').requestSubmit(); true",
+        json!(TOKEN)
+    ))
+    .await;
+    page.until(
+        "the fleet diverged on /g",
+        "!document.querySelector('#fleet').hidden && \
+         document.querySelector('#fleet-summary').textContent.includes('DIVERGED: /g')",
+    )
+    .await;
+    page.until(
+        "B's row, diverged with its cause",
+        "[...document.querySelectorAll('#fleet-routes tr.diverged')].some(tr => \
+           tr.textContent.includes('refused version 1') && tr.textContent.includes('memory'))",
+    )
+    .await;
+    let serving = page
+        .eval("[...document.querySelectorAll('#fleet-routes tbody tr:not(.diverged)')].map(tr => tr.textContent).join('|')")
+        .await;
+    assert!(
+        serving.as_str().unwrap().contains("1 of 1"),
+        "A serves fleet version 1: {serving}"
+    );
 }

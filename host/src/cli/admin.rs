@@ -1,4 +1,4 @@
-//! `weir deploy`, `rollback`, `unpin` and `routes`: the admin API's
+//! `weir deploy`, `rollback`, `unpin` and `routes` (`--cluster`: the fleet's): the admin API's
 //! address (flag, `WEIR_ADMIN`, or the routes file here), the request with
 //! the token from the environment, and what is printed.
 
@@ -71,13 +71,30 @@ fn admin_request(
     Ok(value)
 }
 
-/// `endpoint`, asking to reset state when `reset_state`.
-fn with_reset(endpoint: String, reset_state: bool) -> String {
-    if reset_state {
-        format!("{endpoint}?reset_state=true")
-    } else {
+/// `endpoint`, asking to reset state when `reset_state` and to reach the
+/// whole fleet (or fail) when `cluster`.
+fn with_params(endpoint: String, reset_state: bool, cluster: bool) -> String {
+    let params: Vec<&str> = [
+        reset_state.then_some("reset_state=true"),
+        cluster.then_some("cluster=true"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if params.is_empty() {
         endpoint
+    } else {
+        format!("{endpoint}?{}", params.join("&"))
     }
+}
+
+/// What the answer says of the fleet, when the change went to it.
+fn fleet_line(answer: &serde_json::Value) -> Option<String> {
+    let fleet = answer.get("fleet")?;
+    Some(format!(
+        "fleet version {} recorded; every node follows (see `weir routes --cluster`)",
+        fleet["version"]
+    ))
 }
 
 /// What the answer says of the state the version inherited.
@@ -100,11 +117,13 @@ pub fn deploy(
     route: &str,
     file: &std::path::Path,
     reset_state: bool,
+    cluster: bool,
 ) -> anyhow::Result<()> {
     let wasm = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let path = with_reset(
+    let path = with_params(
         weir::client::route_endpoint(route, "component"),
         reset_state,
+        cluster,
     );
     let answer = admin_request(admin, http::Method::PUT, &path, wasm)
         .with_context(|| format!("{} was not deployed to {route}", file.display()))?;
@@ -115,11 +134,18 @@ pub fn deploy(
         answer["hash"].as_str().unwrap_or("?"),
         state_line(&answer)
     );
+    if let Some(line) = fleet_line(&answer) {
+        println!("{line}");
+    }
     Ok(())
 }
 
-pub fn rollback(admin: &str, route: &str, reset_state: bool) -> anyhow::Result<()> {
-    let path = with_reset(weir::client::route_endpoint(route, "rollback"), reset_state);
+pub fn rollback(admin: &str, route: &str, reset_state: bool, cluster: bool) -> anyhow::Result<()> {
+    let path = with_params(
+        weir::client::route_endpoint(route, "rollback"),
+        reset_state,
+        cluster,
+    );
     let answer = admin_request(admin, http::Method::POST, &path, Vec::new())
         .with_context(|| format!("{route} was not rolled back"))?;
     println!(
@@ -128,7 +154,12 @@ pub fn rollback(admin: &str, route: &str, reset_state: bool) -> anyhow::Result<(
         answer["hash"].as_str().unwrap_or("?"),
         state_line(&answer)
     );
-    println!("pinned: reloads keep this version until the next deploy or `weir unpin {route}`");
+    match fleet_line(&answer) {
+        Some(line) => println!("{line}"),
+        None => println!(
+            "pinned: reloads keep this version until the next deploy or `weir unpin {route}`"
+        ),
+    }
     Ok(())
 }
 
@@ -175,6 +206,62 @@ pub fn routes(admin: &str) -> anyhow::Result<()> {
             version,
             hash
         );
+    }
+    Ok(())
+}
+
+/// `weir routes --cluster`: each fleet route's desired version, then one
+/// line per node with what it serves; a node that does not serve the
+/// desired version is named with its state (converging, or the error it
+/// refused the version with).
+pub fn fleet_routes(admin: &str) -> anyhow::Result<()> {
+    let answer = admin_request(admin, http::Method::GET, "/fleet", Vec::new())?;
+    let text = |v: &serde_json::Value| {
+        v.as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string())
+    };
+    let short = |v: &serde_json::Value| {
+        v.as_str()
+            .map_or("-".to_string(), |h| h[..12.min(h.len())].to_string())
+    };
+    let nodes = answer["nodes"].as_array().map_or(0, Vec::len);
+    println!("{nodes} nodes reporting");
+    let routes = answer["routes"].as_array().cloned().unwrap_or_default();
+    if routes.is_empty() {
+        println!("no route has been deployed to the fleet yet (weir deploy --cluster ROUTE FILE)");
+    }
+    for r in routes {
+        let d = &r["desired"];
+        let since = d["at"].as_u64().map_or("-".to_string(), deployed_at);
+        println!(
+            "{}  fleet version {} ({} by {}, {since})  sha256 {}  {}",
+            text(&r["route"]),
+            d["version"],
+            text(&d["action"]),
+            text(&d["who"]),
+            short(&d["digest"]),
+            if r["agrees"].as_bool() == Some(true) {
+                "every node agrees"
+            } else {
+                "DIVERGED"
+            }
+        );
+        println!(
+            "  {:<28} {:>13} {:>8}  {:<12}  STATE",
+            "NODE", "FLEET VERSION", "VERSION", "SHA256"
+        );
+        for n in r["nodes"].as_array().into_iter().flatten() {
+            let or_dash = |v: &serde_json::Value| if v.is_null() { "-".into() } else { text(v) };
+            println!(
+                "  {:<28} {:>13} {:>8}  {:<12}  {}",
+                text(&n["node"]),
+                or_dash(&n["fleet_version"]),
+                or_dash(&n["version"]),
+                short(&n["hash"]),
+                text(&n["state"])
+            );
+        }
     }
     Ok(())
 }

@@ -416,6 +416,10 @@ fn answer_itself(
     }
     match path {
         "/healthz" => Some(text(StatusCode::OK, "ok\n")),
+        "/readyz" if shared.change.fleet.get().is_some_and(|f| !f.converged()) => Some(text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: not yet converged on the fleet's desired versions (is its Redis up?)\n",
+        )),
         "/readyz" => Some(text(StatusCode::OK, "ready\n")),
         _ => None,
     }

@@ -3,7 +3,9 @@
 //! ([`worker`]) until shutdown. [`http`] answers each request: health,
 //! metrics, refusals, or the upgrade that hands the socket to the
 //! connection loop. `admin` is the admin API on a listener of its own,
-//! `reload` the deploys, rollbacks and reloads it (and SIGHUP) makes.
+//! `reload` the deploys, rollbacks and reloads it (and SIGHUP) makes;
+//! [`fleet`] takes deploys and rollbacks to every node with `[cluster]
+//! redis`.
 //!
 //! Thread per core: each worker has its own listener (the kernel spreads
 //! connections), its own current-thread runtime and buffer pool. After the
@@ -19,6 +21,7 @@
 
 mod admin;
 mod api;
+pub mod fleet;
 mod head_scan;
 mod http;
 mod live;
@@ -27,7 +30,7 @@ mod shared;
 mod upgrade;
 mod worker;
 
-pub use admin::{percent_decode, MAX_COMPONENT_BYTES, MIN_TOKEN_BYTES};
+pub use admin::{percent_decode, MAX_COMPONENT_BYTES, MIN_TOKEN_BYTES, WHO_HEADER};
 pub use api::MIN_API_KEY_BYTES;
 pub use reload::{ChangeError, Changes, ReloadReport};
 
@@ -118,6 +121,7 @@ impl Server {
         for _ in 1..workers {
             listeners.push(listen(local_addr, config.server.listen_backlog)?);
         }
+        join_fleet(&config, &shared, local_addr.port());
         let admin = match &config.admin {
             Some(admin) => {
                 let token = std::env::var(&admin.token_env)
@@ -236,6 +240,17 @@ impl Server {
                 .map_err(ServeError::Worker)?;
             threads.push(thread);
         }
+        if self.shared.change.fleet.get().is_some() {
+            let changes = Changes {
+                shared: self.shared.clone(),
+            };
+            let shutdown = shutdown.clone();
+            let thread = std::thread::Builder::new()
+                .name("weir-fleet".into())
+                .spawn(move || fleet::run(changes, shutdown))
+                .map_err(ServeError::Worker)?;
+            threads.push(thread);
+        }
         for (index, listener) in self.listeners.into_iter().enumerate() {
             let shared = self.shared.clone();
             let shutdown = shutdown.clone();
@@ -250,6 +265,41 @@ impl Server {
         }
         info!("weir stopped");
         Ok(())
+    }
+}
+
+/// With `[cluster] redis`, makes this node part of the fleet and takes
+/// the fleet's desired versions before any request is served (the
+/// listeners are bound but no worker accepts yet). A Redis that does not
+/// answer leaves the node serving its routes file's components and
+/// `/readyz` at 503 until a reconcile succeeds (the fleet thread retries
+/// every `fleet::RECONCILE_EVERY`).
+fn join_fleet(config: &Config, shared: &Arc<Shared>, port: u16) {
+    let url = match &config.cluster {
+        Some(weir_config::ClusterConfig::Redis(url)) => url,
+        Some(weir_config::ClusterConfig::RedisCluster(_)) => {
+            warn!("fleet deploys need [cluster] redis (one server); with redis_cluster each node's deploys stay its own");
+            return;
+        }
+        None => return,
+    };
+    let fleet = match fleet::Fleet::new(url, fleet::node_name(port)) {
+        Ok(fleet) => Arc::new(fleet),
+        Err(e) => {
+            warn!("fleet deploys off: {e}");
+            return;
+        }
+    };
+    info!(
+        node = fleet.node(),
+        "joining the fleet: taking its desired versions before serving"
+    );
+    let _ = shared.change.fleet.set(fleet);
+    let changes = Changes {
+        shared: shared.clone(),
+    };
+    if let Err(e) = changes.reconcile() {
+        warn!("fleet: not converged at start ({e}); /readyz answers 503 until it is");
     }
 }
 

@@ -45,6 +45,8 @@ pub enum ChangeError {
     Serve(#[from] super::ServeError),
     #[error(transparent)]
     Route(#[from] RouteError),
+    #[error(transparent)]
+    Fleet(#[from] super::fleet::FleetError),
 }
 
 impl ChangeError {
@@ -60,6 +62,7 @@ impl ChangeError {
             | ChangeError::Config(_)
             | ChangeError::Serve(_)
             | ChangeError::Route(_) => S::UNPROCESSABLE_ENTITY,
+            ChangeError::Fleet(e) => e.status(),
         }
     }
 }
@@ -83,7 +86,7 @@ pub struct ReloadReport {
 }
 
 /// `guest.check_inherited`, counting a refusal as a failed deploy.
-fn checked(
+pub(super) fn checked(
     guest: &GuestRoute,
     program: &Program,
     reset_state: bool,
@@ -104,7 +107,10 @@ pub struct Changes {
 }
 
 impl Changes {
-    fn guest(&self, path: &str) -> Result<Arc<weir_guest_runtime::GuestRoute>, ChangeError> {
+    pub(super) fn guest(
+        &self,
+        path: &str,
+    ) -> Result<Arc<weir_guest_runtime::GuestRoute>, ChangeError> {
         let table = self.shared.routes.load();
         let (_, route) = table
             .live_route(path)
@@ -268,6 +274,26 @@ impl Changes {
             };
             let same_bytes = weir_guest_runtime::hex_sha256(&wasm) == current.hash();
             if same_bytes && current.config() == cfg {
+                continue;
+            }
+            if self
+                .shared
+                .change
+                .fleet
+                .get()
+                .is_some_and(|f| f.governs(&new.path))
+            {
+                let why = format!(
+                    "{}: its component is the fleet's (version {} serves); {} was not deployed; \
+                     deploy it to the fleet (`weir deploy --cluster {} {}`)",
+                    new.path,
+                    current.version(),
+                    cfg.wasm.display(),
+                    new.path,
+                    cfg.wasm.display()
+                );
+                warn!(route = %new.path, "reload: {why}");
+                report.not_applied.push(why);
                 continue;
             }
             if guest.versions().pinned() {

@@ -85,6 +85,9 @@ pub(super) struct ChangeState {
     /// The admin listener's TLS, when `[admin] tls` is set (a reload reads
     /// its certificate again too).
     pub(super) admin_tls: Option<weir_config::tls::Tls>,
+    /// This node's part in the fleet, with `[cluster] redis` (set by
+    /// `Server::bind` once the public port is known: it names the node).
+    pub(super) fleet: std::sync::OnceLock<Arc<super::fleet::Fleet>>,
 }
 
 impl Shared {
@@ -166,6 +169,7 @@ impl Shared {
                     ),
                     None => None,
                 },
+                fleet: std::sync::OnceLock::new(),
             },
         })
     }

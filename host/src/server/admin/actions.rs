@@ -19,38 +19,53 @@ use weir_reactor::rate::{drain_window, Pace};
 /// connections the new version cannot read (`weir deploy --reset-state`).
 pub const RESET_STATE_PARAM: &str = "reset_state";
 
-/// Whether `query` asks to reset state: `reset_state=true` (or `1`);
-/// another value is an error, so a typo does not deploy unchecked.
-fn reset_state(query: &str) -> Result<bool, String> {
-    let mut reset = false;
+/// The query parameter that makes a deploy or rollback fail (409) unless it
+/// reaches the whole fleet (`weir deploy --cluster`): a gateway without
+/// `[cluster] redis` would otherwise change itself alone, unnoticed.
+pub const CLUSTER_PARAM: &str = "cluster";
+
+/// What a deploy's or rollback's query asks.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Params {
+    reset_state: bool,
+    cluster: bool,
+}
+
+/// `reset_state=true` (or `1`) and `cluster=true`; another key or value is
+/// an error, so a typo does not deploy unchecked.
+fn params(query: &str) -> Result<Params, String> {
+    let mut params = Params::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, "true"));
-        if key != RESET_STATE_PARAM {
-            return Err(format!(
-                "unknown query parameter `{key}` (this endpoint takes `{RESET_STATE_PARAM}=true`)"
-            ));
-        }
-        reset = match value {
-            "true" | "1" => true,
-            "false" | "0" => false,
-            other => {
+        let flag = match key {
+            RESET_STATE_PARAM => &mut params.reset_state,
+            CLUSTER_PARAM => &mut params.cluster,
+            _ => {
                 return Err(format!(
-                    "`{RESET_STATE_PARAM}={other}`: write `{RESET_STATE_PARAM}=true` or `false`"
+                    "unknown query parameter `{key}` (this endpoint takes `{RESET_STATE_PARAM}=true` and `{CLUSTER_PARAM}=true`)"
                 ))
             }
         };
+        *flag = match value {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            other => return Err(format!("`{key}={other}`: write `{key}=true` or `false`")),
+        };
     }
-    Ok(reset)
+    Ok(params)
 }
 
 /// `PUT /routes/{path}/component` and `POST /routes/{path}/rollback`
-/// (`?reset_state=true`: see [`RESET_STATE_PARAM`]).
+/// (`?reset_state=true`: see [`RESET_STATE_PARAM`]; `?cluster=true`: see
+/// [`CLUSTER_PARAM`]). With `[cluster] redis` both go to the whole fleet
+/// (`server/fleet.rs`), recorded as made by `who` (`X-Weir-Who`).
 pub(super) async fn route_action(
     method: &Method,
     path: &str,
     query: &str,
     body: Bytes,
     changes: &Changes,
+    who: Option<String>,
 ) -> Response<Full<Bytes>> {
     let not_found = || {
         error(StatusCode::NOT_FOUND, "no such admin endpoint; see GET /routes, PUT /routes/{path}/component, POST /routes/{path}/rollback|unpin|drain|resume, POST /reload, GET /metrics, GET /api/overview")
@@ -79,11 +94,44 @@ pub(super) async fn route_action(
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
         };
     }
-    let reset = match reset_state(query) {
-        Ok(reset) => reset,
+    let Params {
+        reset_state: reset,
+        cluster,
+    } = match params(query) {
+        Ok(params) => params,
         Err(why) => return error(StatusCode::BAD_REQUEST, why),
     };
     let changes = changes.clone();
+    if changes.clustered() {
+        let done = match (method, action) {
+            (&Method::PUT, "component") => {
+                tokio::task::spawn_blocking(move || {
+                    changes.deploy_to_fleet(&route, &body, reset, who.as_deref())
+                })
+                .await
+            }
+            (&Method::POST, "rollback") => {
+                tokio::task::spawn_blocking(move || {
+                    changes.rollback_fleet(&route, reset, who.as_deref())
+                })
+                .await
+            }
+            _ => return not_found(),
+        };
+        return match done {
+            Ok(Ok((program, inherited, desired))) => {
+                let mut answer = change_json(&program, &inherited, false);
+                answer["fleet"] = json!(desired);
+                json_reply(StatusCode::OK, answer)
+            }
+            Ok(Err(e)) => error(e.status(), e),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        };
+    }
+    if cluster {
+        let e = ChangeError::from(crate::server::fleet::FleetError::NotClustered);
+        return error(e.status(), e);
+    }
     let done: Result<Result<(Arc<Program>, Inherited), ChangeError>, _> = match (method, action) {
         (&Method::PUT, "component") => {
             tokio::task::spawn_blocking(move || changes.deploy(&route, &body, reset)).await
@@ -95,23 +143,27 @@ pub(super) async fn route_action(
     };
     let pinned = action == "rollback";
     match done {
-        Ok(Ok((program, inherited))) => json_reply(
-            StatusCode::OK,
-            json!({
-                "route": program.route(),
-                "version": program.version(),
-                "hash": program.hash(),
-                "pinned": pinned,
-                "state": {
-                    "checked": inherited.checked,
-                    "live": inherited.live,
-                    "reset": inherited.reset,
-                },
-            }),
-        ),
+        Ok(Ok((program, inherited))) => {
+            json_reply(StatusCode::OK, change_json(&program, &inherited, pinned))
+        }
         Ok(Err(e)) => error(e.status(), e),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
+}
+
+/// The answer to a deploy or rollback: the version that serves here.
+fn change_json(program: &Program, inherited: &Inherited, pinned: bool) -> serde_json::Value {
+    json!({
+        "route": program.route(),
+        "version": program.version(),
+        "hash": program.hash(),
+        "pinned": pinned,
+        "state": {
+            "checked": inherited.checked,
+            "live": inherited.live,
+            "reset": inherited.reset,
+        },
+    })
 }
 
 /// Reason of the 1001 a drained route's connections get.
@@ -226,4 +278,30 @@ pub(super) fn report_json(report: &ReloadReport) -> serde_json::Value {
         "not_applied": report.not_applied,
         "certificate": report.certificate,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{params, Params};
+
+    #[test]
+    fn a_deploys_query_takes_reset_state_and_cluster_and_nothing_else() {
+        assert_eq!(params(""), Ok(Params::default()));
+        assert_eq!(
+            params("reset_state=true&cluster=1"),
+            Ok(Params {
+                reset_state: true,
+                cluster: true
+            })
+        );
+        assert_eq!(
+            params("cluster"),
+            Ok(Params {
+                reset_state: false,
+                cluster: true
+            })
+        );
+        assert!(params("cluster=yes").unwrap_err().contains("cluster=true"));
+        assert!(params("clutser=true").unwrap_err().contains("unknown"));
+    }
 }

@@ -239,6 +239,8 @@ pub fn overview(shared: &Shared, history: &History) -> Value {
         },
         "routes": routes,
         "history": { "t": times, "routes": series },
+        // With `[cluster] redis` the page also reads `GET /fleet`.
+        "fleet": shared.change.fleet.get().map(|f| json!({ "node": f.node() })),
     })
 }
 

@@ -2,7 +2,9 @@
 //! listen`), never on the public one: `GET /routes`, `PUT
 //! /routes/{path}/component`, `POST /routes/{path}/rollback` (which pins
 //! the version against reloads) and `/unpin`, `POST
-//! /routes/{path}/drain` and `/resume`, `POST /reload`, `GET /metrics`,
+//! /routes/{path}/drain` and `/resume`, `POST /reload`, `GET /fleet` (with
+//! `[cluster] redis`: deploys and rollbacks then go to every node,
+//! `server/fleet.rs`), `GET /metrics`,
 //! `GET /api/overview`, the console WebSocket `GET /console?path=…`, and
 //! the dashboard page at `/` ([`dashboard`]).
 //!
@@ -54,6 +56,9 @@ use tracing::{info, warn};
 /// a few MiB; this leaves room for big toolchains (a JS engine) and stops
 /// an upload from filling the gateway's memory.
 pub const MAX_COMPONENT_BYTES: usize = 64 << 20;
+/// The header a deploy or rollback names its author with (`weir deploy`
+/// sends `$USER@host`); the fleet records it.
+pub const WHO_HEADER: &str = "x-weir-who";
 /// Bodies of other requests are empty; anything sent is capped at this.
 const MAX_OTHER_BODY_BYTES: usize = 4096;
 /// Time a client has to send its request head (and, with `[admin] tls`,
@@ -311,6 +316,11 @@ async fn answer(req: Request<Incoming>, admin: &Arc<Admin>, peer: IpAddr) -> Res
     if path == "/console" {
         return console_request(req, admin);
     }
+    let who = req
+        .headers()
+        .get(WHO_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let cap = if method == Method::PUT {
         MAX_COMPONENT_BYTES
     } else {
@@ -334,6 +344,7 @@ async fn answer(req: Request<Incoming>, admin: &Arc<Admin>, peer: IpAddr) -> Res
             shared.snapshot().render(),
         ),
         (&Method::GET, "/routes") => json_reply(StatusCode::OK, routes(shared)),
+        (&Method::GET, "/fleet") => fleet_view(changes).await,
         (&Method::GET, "/api/overview") => {
             json_reply(StatusCode::OK, dashboard::overview(shared, &admin.history))
         }
@@ -345,7 +356,22 @@ async fn answer(req: Request<Incoming>, admin: &Arc<Admin>, peer: IpAddr) -> Res
                 Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
             }
         }
-        _ => route_action(&method, &path, &query, body, changes).await,
+        _ => route_action(&method, &path, &query, body, changes, who).await,
+    }
+}
+
+/// `GET /fleet`: each fleet route's desired version and what every live
+/// node serves (`weir routes --cluster`); 409 without `[cluster] redis`,
+/// 503 when its Redis does not answer.
+async fn fleet_view(changes: &Changes) -> Response<Full<Bytes>> {
+    let Some(fleet) = changes.shared.change.fleet.get().cloned() else {
+        let e = super::fleet::FleetError::NotClustered;
+        return error(e.status(), e);
+    };
+    match tokio::task::spawn_blocking(move || fleet.view()).await {
+        Ok(Ok(view)) => json_reply(StatusCode::OK, view),
+        Ok(Err(e)) => error(StatusCode::SERVICE_UNAVAILABLE, e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 

@@ -221,10 +221,56 @@ async function change(route, action) {
   refresh();
 }
 
+let fleetTick = 0;
+
+// The fleet's view (GET /fleet), every other second: one row per route and
+// node, a node that does not serve the desired version marked diverged.
+async function refreshFleet() {
+  const r = await api("GET", "/fleet");
+  const summary = $("#fleet-summary");
+  const tbody = $("#fleet-routes tbody");
+  if (r.status !== 200) {
+    summary.textContent = `fleet view unavailable (${r.status}): ${r.data && r.data.error ? r.data.error : r.data}`;
+    summary.className = "error";
+    return;
+  }
+  const routes = r.data.routes || [];
+  const diverged = routes.filter((route) => !route.agrees).map((route) => route.route);
+  summary.className = diverged.length ? "error" : "";
+  summary.textContent = `${(r.data.nodes || []).length} nodes · this one is ${r.data.node} · ` +
+    (routes.length === 0 ? "nothing deployed to the fleet yet"
+      : diverged.length ? `DIVERGED: ${diverged.join(", ")}` : "every node agrees");
+  const trs = [];
+  for (const route of routes) {
+    const d = route.desired;
+    for (const n of route.nodes) {
+      const tr = document.createElement("tr");
+      tr.className = n.agrees ? "" : "diverged";
+      const cells = [route.route, n.node,
+        n.fleet_version === null ? "—" : `${n.fleet_version} of ${d.version}`,
+        n.version === null ? "—" : `v${n.version}`,
+        n.hash ? n.hash.slice(0, 12) : "—", n.state];
+      for (const text of cells) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      }
+      tr.title = `desired: ${d.action} by ${d.who}, sha256 ${d.digest}`;
+      trs.push(tr);
+    }
+  }
+  tbody.replaceChildren(...trs);
+}
+
 async function refresh() {
   const r = await api("GET", "/api/overview");
   if (r.status === 401) { showLogin(); return; }
-  if (r.status === 200) { showMain(); render(r.data); }
+  if (r.status === 200) {
+    showMain();
+    render(r.data);
+    $("#fleet").hidden = !r.data.fleet;
+    if (r.data.fleet && fleetTick++ % 2 === 0) refreshFleet();
+  }
 }
 
 function showLogin() {
