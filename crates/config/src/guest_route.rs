@@ -23,8 +23,13 @@ pub struct NamespaceGuest {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GuestConfig {
-    /// The component, resolved relative to the routes file's directory.
+    /// The component, resolved relative to the routes file's directory;
+    /// for an `oci://` guest, the cached file the host pulled it to (empty
+    /// until then).
     pub wasm: PathBuf,
+    /// Where the component comes from when the routes file names a
+    /// registry (`guest = "oci://…"`); None for a file.
+    pub oci: Option<OciRef>,
     pub isolation: Isolation,
     /// Max linear memory per instance.
     pub memory: usize,
@@ -205,6 +210,7 @@ impl GuestConfig {
     pub fn defaults(wasm: PathBuf) -> GuestConfig {
         GuestConfig {
             wasm,
+            oci: None,
             isolation: Isolation::Worker,
             memory: DEFAULT_GUEST_MEMORY_BYTES,
             timeout: DEFAULT_GUEST_TIMEOUT,
