@@ -206,6 +206,15 @@ impl Default for GuestLog {
 }
 
 impl GuestConfig {
+    /// Where the component comes from, as `GET /routes` and messages name
+    /// it: the `oci://` reference (pinned once pulled), or the file.
+    pub fn source(&self) -> String {
+        match &self.oci {
+            Some(reference) => reference.to_string(),
+            None => self.wasm.display().to_string(),
+        }
+    }
+
     /// A guest route with every optional key at its default.
     pub fn defaults(wasm: PathBuf) -> GuestConfig {
         GuestConfig {

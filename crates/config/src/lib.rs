@@ -393,6 +393,35 @@ impl Config {
         Ok(config)
     }
 
+    /// Every guest the file names (guest routes, proxy filters, pusher
+    /// apps' and namespaces' guests), with where it is named, for the host
+    /// to pull `oci://` components before anything is compiled.
+    pub fn guests_mut(&mut self) -> Vec<(String, &mut GuestConfig)> {
+        let mut guests = Vec::new();
+        for route in &mut self.routes {
+            match &mut route.behaviour {
+                Behaviour::Guest(g) => guests.push((route.path.clone(), g)),
+                Behaviour::Native(NativeKind::Proxy(p)) => {
+                    if let Some(g) = &mut std::sync::Arc::make_mut(p).filter {
+                        guests.push((format!("{} (filter)", route.path), g));
+                    }
+                }
+                Behaviour::Native(NativeKind::Pusher(p)) => {
+                    for app in &mut std::sync::Arc::make_mut(p).apps {
+                        if let Some(g) = &mut app.guest {
+                            guests.push((format!("{} (app {})", route.path, app.id), g));
+                        }
+                    }
+                }
+                Behaviour::Native(_) => {}
+            }
+        }
+        for ns in &mut self.namespace_guests {
+            guests.push((format!("namespace {}", ns.namespace), &mut ns.guest));
+        }
+        guests
+    }
+
     /// Reads the certificate and key `[server] tls` names, so `weir check`
     /// and `weir serve` name a missing file, bad PEM or a key of another
     /// certificate with the file's line. (A reload does not: a bad new

@@ -1,6 +1,7 @@
-//! What the API does to routes: deploy, rollback, pin and unpin, drain
-//! and resume (`PUT`/`POST /routes/{path}/…`), and the JSON of `GET
-//! /routes` and of a reload's report.
+//! What the API does to routes: deploy (an upload, or a pull from an OCI
+//! registry), rollback, pin and unpin, drain and resume (`PUT`/`POST
+//! /routes/{path}/…`), and the JSON of `GET /routes` and of a reload's
+//! report.
 
 use super::{error, json_reply, percent_decode};
 use crate::server::reload::{ChangeError, Changes, ReloadReport};
@@ -43,7 +44,8 @@ fn reset_state(query: &str) -> Result<bool, String> {
     Ok(reset)
 }
 
-/// `PUT /routes/{path}/component` and `POST /routes/{path}/rollback`
+/// `PUT /routes/{path}/component`, `POST /routes/{path}/pull` (the body
+/// an `oci://` reference the node pulls) and `POST /routes/{path}/rollback`
 /// (`?reset_state=true`: see [`RESET_STATE_PARAM`]).
 pub(super) async fn route_action(
     method: &Method,
@@ -53,7 +55,7 @@ pub(super) async fn route_action(
     changes: &Changes,
 ) -> Response<Full<Bytes>> {
     let not_found = || {
-        error(StatusCode::NOT_FOUND, "no such admin endpoint; see GET /routes, PUT /routes/{path}/component, POST /routes/{path}/rollback|unpin|drain|resume, POST /reload, GET /metrics, GET /api/overview")
+        error(StatusCode::NOT_FOUND, "no such admin endpoint; see GET /routes, PUT /routes/{path}/component, POST /routes/{path}/pull|rollback|unpin|drain|resume, POST /reload, GET /metrics, GET /api/overview")
     };
     let Some(rest) = path.strip_prefix("/routes/") else {
         return not_found();
@@ -88,6 +90,24 @@ pub(super) async fn route_action(
         (&Method::PUT, "component") => {
             tokio::task::spawn_blocking(move || changes.deploy(&route, &body, reset)).await
         }
+        (&Method::POST, "pull") => {
+            let reference = match std::str::from_utf8(&body)
+                .map_err(|_| "the body is not UTF-8".to_string())
+                .and_then(|text| weir_config::OciRef::parse(text.trim()))
+            {
+                Ok(reference) => reference,
+                Err(why) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        format!("the body must be an oci:// reference: {why}"),
+                    )
+                }
+            };
+            tokio::task::spawn_blocking(move || {
+                changes.deploy_from_registry(&route, &reference, reset)
+            })
+            .await
+        }
         (&Method::POST, "rollback") => {
             tokio::task::spawn_blocking(move || changes.rollback(&route, reset)).await
         }
@@ -101,6 +121,8 @@ pub(super) async fn route_action(
                 "route": program.route(),
                 "version": program.version(),
                 "hash": program.hash(),
+                // A pull's pinned reference (null for an upload or rollback).
+                "source": (action == "pull").then(|| program.config().source()),
                 "pinned": pinned,
                 "state": {
                     "checked": inherited.checked,
