@@ -260,7 +260,11 @@ fn check(file: PathBuf, no_pull: bool) -> anyhow::Result<()> {
             eprintln!(
                 "note: {} oci:// guest{} not pulled (--no-pull): syntax checked only",
                 before - config.routes.len(),
-                if before - config.routes.len() == 1 { "" } else { "s" }
+                if before - config.routes.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                }
             );
         }
     } else {

@@ -81,6 +81,28 @@ impl Registry {
         }
     }
 
+    /// The manifest `reference` (a tag or digest) of `repo`, as the
+    /// registry serves it to an OCI client (plain HTTP/1.1 over loopback).
+    async fn manifest(&self, repo: &str, reference: &str) -> serde_json::Value {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = TcpStream::connect(self.addr).await.unwrap();
+        let head = format!(
+            "GET /v2/{repo}/manifests/{reference} HTTP/1.1\r\nHost: {}\r\n\
+             Accept: application/vnd.oci.image.manifest.v1+json\r\nConnection: close\r\n\r\n",
+            self.addr
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        timeout(STEP, stream.read_to_end(&mut answer))
+            .await
+            .unwrap()
+            .unwrap();
+        let answer = String::from_utf8(answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let (_, body) = answer.split_once("\r\n\r\n").unwrap();
+        serde_json::from_str(body).unwrap()
+    }
+
     /// The registry's stored copy of blob `digest` (its filesystem driver's
     /// layout), to damage it.
     fn blob_file(&self, digest: &str) -> PathBuf {
@@ -123,7 +145,8 @@ fn push(name: &str, reference: &str) -> String {
     assert_eq!(code, Some(0), "weir push: {out}{err}");
     let pinned = out.lines().last().unwrap().to_string();
     assert!(
-        pinned.contains("@sha256:") && out.contains(&format!("pushed {file} to {reference}: sha256:")),
+        pinned.contains("@sha256:")
+            && out.contains(&format!("pushed {file} to {reference}: sha256:")),
         "{out}"
     );
     pinned
@@ -167,9 +190,7 @@ async fn restart(gw: &mut Gateway) {
 }
 
 fn cached(gw: &Gateway, digest_hex: &str) -> PathBuf {
-    gw.dir
-        .join("weir-state/oci/blobs/sha256")
-        .join(digest_hex)
+    gw.dir.join("weir-state/oci/blobs/sha256").join(digest_hex)
 }
 
 /// Pushed, served by digest over a real WebSocket, cached as the layer's
@@ -179,7 +200,10 @@ fn cached(gw: &Gateway, digest_hex: &str) -> PathBuf {
 async fn a_pinned_component_is_served_and_survives_the_registry_going_away() {
     let mut registry = Registry::start("pinned").await;
     let pinned = push("echo", &registry.reference("weir/echo:v1"));
-    assert!(pinned.starts_with(&registry.reference("weir/echo@sha256:")), "{pinned}");
+    assert!(
+        pinned.starts_with(&registry.reference("weir/echo@sha256:")),
+        "{pinned}"
+    );
     let mut gw = Gateway::start(
         "oci-pinned",
         &[],
@@ -245,32 +269,39 @@ async fn tags_resolve_and_wrong_digests_are_refused() {
     let unknown = registry.reference(&format!("weir/echo@sha256:{}", "0".repeat(64)));
     let (code, _, err) = check(&unknown);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains(&unknown) && err.contains("not found in the registry"), "{err}");
+    assert!(
+        err.contains(&unknown) && err.contains("not found in the registry"),
+        "{err}"
+    );
 
     let (code, _, err) = check(&registry.reference("weir/echo:nope"));
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("weir/echo:nope") && err.contains("not found"), "{err}");
+    assert!(
+        err.contains("weir/echo:nope") && err.contains("not found"),
+        "{err}"
+    );
 
     // A layer damaged in the registry's storage: the registry serves it,
     // the digest check refuses it.
-    let (_, manifest) = weir::client::request(
-        &registry.addr.to_string(),
-        "",
-        Method::GET,
-        &format!("/v2/weir/echo/manifests/{digest}"),
-        Vec::new(),
-    )
-    .await
-    .unwrap();
-    let manifest: serde_json::Value = serde_json::from_str(&manifest).unwrap();
-    assert_eq!(manifest["config"]["mediaType"], "application/vnd.wasm.config.v0+json");
+    let manifest = registry.manifest("weir/echo", digest).await;
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.wasm.config.v0+json"
+    );
     assert_eq!(manifest["layers"][0]["mediaType"], "application/wasm");
-    let layer = manifest["layers"][0]["digest"].as_str().unwrap().to_string();
+    let layer = manifest["layers"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let blob = registry.blob_file(&layer);
     let mut bytes = std::fs::read(&blob).unwrap();
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
     std::fs::write(&blob, &bytes).unwrap();
+    // Pinned and cached by the check above: the registry is not asked.
+    let (code, out, err) = check(&pinned);
+    assert_eq!(code, Some(0), "{out}{err}");
+    std::fs::remove_dir_all(dir.join("weir-state")).unwrap();
     let (code, _, err) = check(&pinned);
     assert_eq!(code, Some(1), "{err}");
     assert!(
@@ -281,7 +312,10 @@ async fn tags_resolve_and_wrong_digests_are_refused() {
     registry.stop();
     let (code, _, err) = check(&tagged);
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains(&tagged) && err.contains("cannot reach the registry"), "{err}");
+    assert!(
+        err.contains(&tagged) && err.contains("cannot reach the registry"),
+        "{err}"
+    );
     // Syntax only: no registry needed.
     let file = dir.join("routes.toml");
     let (code, out, err) = weir(&["check", "--no-pull", &file.display().to_string()], &[]);
@@ -321,7 +355,10 @@ async fn deploy_pulls_from_the_registry_through_the_admin_api() {
     ws.send(Message::text("{\"number\": 1}")).await.unwrap();
     let reply = timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
     let value: serde_json::Value = serde_json::from_str(reply.to_text().unwrap()).unwrap();
-    assert_eq!(value["number"], 2, "json answers the next even number: {reply}");
+    assert_eq!(
+        value["number"], 2,
+        "json answers the next even number: {reply}"
+    );
     assert_eq!(gw.version("/g").await, 2);
 
     let missing = registry.reference("weir/json:v3");
@@ -334,9 +371,7 @@ async fn deploy_pulls_from_the_registry_through_the_admin_api() {
     assert_eq!(gw.version("/g").await, 2);
     // A body that is not a reference is a 400 naming what to send.
     let path = weir::client::route_endpoint("/g", "pull");
-    let (status, body) = gw
-        .admin(Method::POST, &path, b"json.wasm".to_vec())
-        .await;
+    let (status, body) = gw.admin(Method::POST, &path, b"json.wasm".to_vec()).await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("oci://"), "{body}");
 }

@@ -83,7 +83,9 @@ pub(super) fn guest_source(
     if file.is_empty() {
         return Err(guest.fail(
             src,
-            format!("empty; write the component's file, e.g. \"{example}\", or an oci:// reference"),
+            format!(
+                "empty; write the component's file, e.g. \"{example}\", or an oci:// reference"
+            ),
         ));
     }
     if OciRef::is_oci(file) {

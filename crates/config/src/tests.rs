@@ -1897,7 +1897,11 @@ fn oci_guests_keep_their_reference_and_bad_ones_name_their_line() {
     refused(
         "[[route]]\npath = \"/g\"\nguest = \"oci://ghcr.io/me/chat\"\n",
         3,
-        &["oci://ghcr.io/me/chat", "neither a tag nor a digest", "@sha256:"],
+        &[
+            "oci://ghcr.io/me/chat",
+            "neither a tag nor a digest",
+            "@sha256:",
+        ],
     );
     refused(
         "[[route]]\npath = \"/g\"\nguest = \"oci://ghcr.io/me/chat@sha256:12\"\n",

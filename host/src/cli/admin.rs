@@ -131,8 +131,13 @@ fn deploy_from_registry(
 ) -> anyhow::Result<()> {
     config::OciRef::parse(reference).map_err(anyhow::Error::msg)?;
     let path = with_reset(weir::client::route_endpoint(route, "pull"), reset_state);
-    let answer = admin_request(admin, http::Method::POST, &path, reference.as_bytes().to_vec())
-        .with_context(|| format!("{reference} was not deployed to {route}"))?;
+    let answer = admin_request(
+        admin,
+        http::Method::POST,
+        &path,
+        reference.as_bytes().to_vec(),
+    )
+    .with_context(|| format!("{reference} was not deployed to {route}"))?;
     println!(
         "deployed {} to {route}: version {} (sha256 {}); {}",
         answer["source"].as_str().unwrap_or(reference),

@@ -58,10 +58,10 @@ impl Cache {
         bytes: &[u8],
     ) -> Result<PathBuf, OciError> {
         let path = self.path(digest);
-        let failed = |source| OciError::Cache {
+        let failed = |error| OciError::Cache {
             reference: reference.to_string(),
             path: path.clone(),
-            source,
+            error,
         };
         let dir = path.parent().expect("a blob has a directory");
         std::fs::create_dir_all(dir).map_err(failed)?;

@@ -53,7 +53,9 @@ pub const INSECURE_ENV: &str = "WEIR_OCI_INSECURE";
 pub enum OciError {
     #[error("{reference}: cannot reach the registry ({detail})")]
     Unreachable { reference: String, detail: String },
-    #[error("{reference}: not found in the registry (no such repository, tag or digest: {detail})")]
+    #[error(
+        "{reference}: not found in the registry (no such repository, tag or digest: {detail})"
+    )]
     NotFound { reference: String, detail: String },
     #[error("{reference}: the registry refused the credentials or asked for some ({detail}); set {USERNAME_ENV} and {PASSWORD_ENV} (or their _<REGISTRY> forms)")]
     Unauthorized { reference: String, detail: String },
@@ -61,7 +63,9 @@ pub enum OciError {
     Registry { reference: String, detail: String },
     #[error("{reference}: not a WebAssembly component artifact: {why}")]
     NotWasm { reference: String, why: String },
-    #[error("{reference}: digest mismatch: the {what} should have sha256 {expected} but has {actual}")]
+    #[error(
+        "{reference}: digest mismatch: the {what} should have sha256 {expected} but has {actual}"
+    )]
     DigestMismatch {
         reference: String,
         what: &'static str,
@@ -75,22 +79,21 @@ pub enum OciError {
         size: u64,
         max: usize,
     },
-    #[error("{reference}: the OCI cache {}: {source}", path.display())]
+    // The causes are in the messages, not `source`s: anyhow's `{:#}`
+    // would print them twice.
+    #[error("{reference}: the OCI cache {}: {error}", path.display())]
     Cache {
         reference: String,
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {error}", path.display())]
     Unreadable {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("{what}: {source}")]
-    InGuest {
-        what: String,
-        source: Box<OciError>,
-    },
+    #[error("{what}: {error}")]
+    InGuest { what: String, error: Box<OciError> },
     #[error("cannot start the OCI client's thread: {0}")]
     Thread(std::io::Error),
 }
@@ -104,13 +107,13 @@ impl OciError {
             | OciError::Unauthorized { .. }
             | OciError::Registry { .. } => http::StatusCode::BAD_GATEWAY,
             OciError::NotFound { .. } => http::StatusCode::NOT_FOUND,
-            OciError::InGuest { source, .. } => source.status(),
+            OciError::InGuest { error, .. } => error.status(),
             OciError::Cache { .. } | OciError::Thread(_) | OciError::Unreadable { .. } => {
                 http::StatusCode::INTERNAL_SERVER_ERROR
             }
-            OciError::NotWasm { .. } | OciError::DigestMismatch { .. } | OciError::TooLarge { .. } => {
-                http::StatusCode::UNPROCESSABLE_ENTITY
-            }
+            OciError::NotWasm { .. }
+            | OciError::DigestMismatch { .. }
+            | OciError::TooLarge { .. } => http::StatusCode::UNPROCESSABLE_ENTITY,
         }
     }
 

@@ -19,9 +19,9 @@ use super::{
 /// Publishes the component in `file` at `reference` (a tag, or a digest
 /// only); the manifest's digest, to pin in a routes file.
 pub fn push(file: &Path, reference: &OciRef) -> Result<String, OciError> {
-    let wasm = std::fs::read(file).map_err(|source| OciError::Unreadable {
+    let wasm = std::fs::read(file).map_err(|error| OciError::Unreadable {
         path: file.to_path_buf(),
-        source,
+        error,
     })?;
     let shown = reference.to_string();
     let not_wasm = |why: String| OciError::NotWasm {

@@ -155,8 +155,7 @@ impl Changes {
         let guest = self.guest(path)?;
         let cache = self.shared.change.oci_cache.clone();
         let wanted = reference.clone();
-        let pulled =
-            crate::oci::block_on(async move { crate::oci::pull(&wanted, &cache).await })??;
+        let pulled = crate::oci::block_on(async move { crate::oci::pull(&wanted, &cache).await })??;
         let wasm = std::fs::read(&pulled.file).map_err(|source| GuestError::Unreadable {
             route: path.to_string(),
             path: pulled.file.clone(),
@@ -220,19 +219,17 @@ impl Changes {
         crate::oci::resolve_guests(&mut config).inspect_err(
             |e| warn!(file = %file.display(), "reload refused, nothing changed: {e}"),
         )?;
-        let result = self
-            .reload_from(&config)
-            .map(|mut report| {
-                match certificate {
-                    Some(Ok(path)) => report.certificate = Some(path),
-                    Some(Err(why)) => report.not_applied.push(why),
-                    None => {}
-                }
-                if let Some(Err(why)) = admin_certificate {
-                    report.not_applied.push(why);
-                }
-                report
-            });
+        let result = self.reload_from(&config).map(|mut report| {
+            match certificate {
+                Some(Ok(path)) => report.certificate = Some(path),
+                Some(Err(why)) => report.not_applied.push(why),
+                None => {}
+            }
+            if let Some(Err(why)) = admin_certificate {
+                report.not_applied.push(why);
+            }
+            report
+        });
         match &result {
             Ok(report) => info!(
                 file = %file.display(),
@@ -330,9 +327,7 @@ impl Changes {
                 .prepare(cfg, &wasm, &cfg.wasm)
                 .and_then(|program| checked(guest, &program, false).map(|_| program));
             match ready {
-                Ok(program) => {
-                    prepared.push((guest.clone(), program, cfg.source()))
-                }
+                Ok(program) => prepared.push((guest.clone(), program, cfg.source())),
                 Err(e) => errors.push(e),
             }
         }
