@@ -91,7 +91,7 @@ pub(super) fn guest_source(
     if OciRef::is_oci(file) {
         let oci = OciRef::parse(file).map_err(|why| guest.fail(src, why))?;
         let mut config = GuestConfig::defaults(PathBuf::new());
-        config.oci = Some(oci);
+        config.oci = Some(Box::new(oci));
         return Ok(config);
     }
     Ok(GuestConfig::defaults(origin_dir.join(file)))

@@ -28,8 +28,9 @@ pub struct GuestConfig {
     /// until then).
     pub wasm: PathBuf,
     /// Where the component comes from when the routes file names a
-    /// registry (`guest = "oci://…"`); None for a file.
-    pub oci: Option<OciRef>,
+    /// registry (`guest = "oci://…"`); None for a file. Boxed: most
+    /// guests are files, and the config's route enum stays small.
+    pub oci: Option<Box<OciRef>>,
     pub isolation: Isolation,
     /// Max linear memory per instance.
     pub memory: usize,

@@ -41,7 +41,7 @@ pub fn resolve_guests(config: &mut Config) -> Result<(), OciError> {
     }
     let wanted: Vec<(String, OciRef)> = guests
         .iter()
-        .map(|(what, g)| (what.clone(), g.oci.clone().expect("filtered")))
+        .map(|(what, g)| (what.clone(), *g.oci.clone().expect("filtered")))
         .collect();
     let pulled = block_on(async move {
         let mut pulled = Vec::new();
@@ -66,7 +66,7 @@ pub fn resolve_guests(config: &mut Config) -> Result<(), OciError> {
             "component from an OCI registry"
         );
         guest.wasm = pulled.file;
-        guest.oci = Some(pulled.reference);
+        guest.oci = Some(Box::new(pulled.reference));
     }
     Ok(())
 }

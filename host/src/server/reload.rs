@@ -163,7 +163,7 @@ impl Changes {
         })?;
         let mut cfg = guest.program().config().clone();
         cfg.wasm = pulled.file.clone();
-        cfg.oci = Some(pulled.reference.clone());
+        cfg.oci = Some(Box::new(pulled.reference.clone()));
         let program = guest.versions().prepare(&cfg, &wasm, &pulled.file)?;
         let inherited = checked(&guest, &program, reset_state)?;
         guest
