@@ -84,23 +84,68 @@ impl Registry {
     /// The manifest `reference` (a tag or digest) of `repo`, as the
     /// registry serves it to an OCI client (plain HTTP/1.1 over loopback).
     async fn manifest(&self, repo: &str, reference: &str) -> serde_json::Value {
+        let path = format!("/v2/{repo}/manifests/{reference}");
+        let accept = "Accept: application/vnd.oci.image.manifest.v1+json\r\n";
+        let (head, body) = self.http("GET", &path, accept, b"").await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    /// One HTTP/1.1 request to the registry (the distribution API, by
+    /// hand, for what `weir push` would never write); its head and body.
+    async fn http(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &str,
+        body: &[u8],
+    ) -> (String, Vec<u8>) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = TcpStream::connect(self.addr).await.unwrap();
         let head = format!(
-            "GET /v2/{repo}/manifests/{reference} HTTP/1.1\r\nHost: {}\r\n\
-             Accept: application/vnd.oci.image.manifest.v1+json\r\nConnection: close\r\n\r\n",
-            self.addr
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\n{headers}Content-Length: {}\r\n\
+             Connection: close\r\n\r\n",
+            self.addr,
+            body.len()
         );
         stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(body).await.unwrap();
         let mut answer = Vec::new();
         timeout(STEP, stream.read_to_end(&mut answer))
             .await
             .unwrap()
             .unwrap();
-        let answer = String::from_utf8(answer).unwrap();
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-        let (_, body) = answer.split_once("\r\n\r\n").unwrap();
-        serde_json::from_str(body).unwrap()
+        let split = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let head = String::from_utf8(answer[..split].to_vec()).unwrap();
+        (head, answer[split + 4..].to_vec())
+    }
+
+    /// Uploads a blob (POST, then PUT with its digest); its digest.
+    async fn upload_blob(&self, repo: &str, bytes: &[u8]) -> String {
+        let digest = format!("sha256:{}", sha256_hex(bytes));
+        let (head, _) = self
+            .http("POST", &format!("/v2/{repo}/blobs/uploads/"), "", b"")
+            .await;
+        assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+        let location = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Location: "))
+            .unwrap()
+            .trim();
+        let location = location
+            .strip_prefix(&format!("http://{}", self.addr))
+            .unwrap_or(location);
+        let sep = if location.contains('?') { '&' } else { '?' };
+        let (head, _) = self
+            .http(
+                "PUT",
+                &format!("{location}{sep}digest={digest}"),
+                "Content-Type: application/octet-stream\r\n",
+                bytes,
+            )
+            .await;
+        assert!(head.starts_with("HTTP/1.1 201"), "{head}");
+        digest
     }
 
     /// The registry's stored copy of blob `digest` (its filesystem driver's
@@ -320,6 +365,60 @@ async fn tags_resolve_and_wrong_digests_are_refused() {
     let file = dir.join("routes.toml");
     let (code, out, err) = weir(&["check", "--no-pull", &file.display().to_string()], &[]);
     assert_eq!(code, Some(0), "{out}{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An artifact that is not a wasm component (a container image's config
+/// and a tar layer, written with the distribution API by hand) is refused,
+/// its media type named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_that_is_not_a_wasm_artifact_is_refused() {
+    let registry = Registry::start("mediatype").await;
+    let config = b"{}";
+    let layer = std::fs::read(wasm("echo")).unwrap();
+    let config_digest = registry.upload_blob("weir/image", config).await;
+    let layer_digest = registry.upload_blob("weir/image", &layer).await;
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": config_digest,
+            "size": config.len(),
+        },
+        "layers": [{
+            "mediaType": "application/vnd.oci.image.layer.v1.tar",
+            "digest": layer_digest,
+            "size": layer.len(),
+        }],
+    });
+    let (head, _) = registry
+        .http(
+            "PUT",
+            "/v2/weir/image/manifests/v1",
+            "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n",
+            &serde_json::to_vec(&manifest).unwrap(),
+        )
+        .await;
+    assert!(head.starts_with("HTTP/1.1 201"), "{head}");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("oci-mediatype-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("routes.toml");
+    let reference = registry.reference("weir/image:v1");
+    std::fs::write(
+        &file,
+        format!("[[route]]\npath = \"/e\"\nguest = \"{reference}\"\n"),
+    )
+    .unwrap();
+    let (code, _, err) = weir(&["check", &file.display().to_string()], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&reference)
+            && err.contains("not a WebAssembly component artifact")
+            && err.contains("application/vnd.oci.image.config.v1+json"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
