@@ -37,6 +37,9 @@ const MAX_COMPONENT_BYTES: usize = crate::server::MAX_COMPONENT_BYTES;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A pull or push stalled this long without a byte is given up.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// A whole pull (manifest and component) takes at most this: it holds the
+/// change lock, and 64 MiB at a slow 1 MiB/s fits.
+const PULL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// User name for every registry, unless `WEIR_OCI_USERNAME_<REGISTRY>`
 /// names one for that registry (`<REGISTRY>`: its host and port upper-cased,

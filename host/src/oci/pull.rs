@@ -12,7 +12,8 @@ use weir_config::{Config, OciRef};
 use super::cache::Cache;
 use super::{
     block_on, cache_dir, client_for, sha256_digest, OciError, MAX_COMPONENT_BYTES,
-    MAX_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE,
+    MAX_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, PULL_TIMEOUT, WASM_CONFIG_MEDIA_TYPE,
+    WASM_LAYER_MEDIA_TYPE,
 };
 
 /// A component ready to load.
@@ -71,8 +72,20 @@ pub fn resolve_guests(config: &mut Config) -> Result<(), OciError> {
     Ok(())
 }
 
-/// The component `reference` names, in the cache under `cache_dir`.
+/// The component `reference` names, in the cache under `cache_dir`; at
+/// most [`PULL_TIMEOUT`] of registry time.
 pub async fn pull(reference: &OciRef, cache_dir: &Path) -> Result<Pulled, OciError> {
+    tokio::time::timeout(PULL_TIMEOUT, pull_within(reference, cache_dir))
+        .await
+        .unwrap_or_else(|_| {
+            Err(OciError::Unreachable {
+                reference: reference.to_string(),
+                detail: format!("the pull took more than {} s", PULL_TIMEOUT.as_secs()),
+            })
+        })
+}
+
+async fn pull_within(reference: &OciRef, cache_dir: &Path) -> Result<Pulled, OciError> {
     let cache = Cache::new(cache_dir);
     if let Some(digest) = &reference.digest {
         if let Some(file) = cache.component_of(digest) {
