@@ -30,19 +30,43 @@ struct Registry {
     dir: PathBuf,
 }
 
+/// The user the authenticating registry knows, and its password (a
+/// throwaway for a registry that lives as long as one test).
+const USER: &str = "weir";
+const PASSWORD: &str = "weir-test-password";
+/// `PASSWORD`'s bcrypt (cost 4), the only hash distribution's htpasswd
+/// takes.
+const PASSWORD_BCRYPT: &str = "$2b$04$/htTlYGysyrxOlAejtJPpehgQ/Z1uShEHQnZJGCUiyAD6PHQ.6py.";
+
 impl Registry {
     async fn start(name: &str) -> Registry {
+        Registry::start_with(name, false).await
+    }
+
+    /// A registry that asks for `USER`/`PASSWORD` (basic auth) when
+    /// `authenticated`.
+    async fn start_with(name: &str, authenticated: bool) -> Registry {
         let port = free_port();
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("oci-registry-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).unwrap();
         let config = dir.join("config.yml");
+        let auth = if authenticated {
+            let htpasswd = dir.join("htpasswd");
+            std::fs::write(&htpasswd, format!("{USER}:{PASSWORD_BCRYPT}\n")).unwrap();
+            format!(
+                "auth:\n  htpasswd:\n    realm: weir-test\n    path: {}\n",
+                htpasswd.display()
+            )
+        } else {
+            String::new()
+        };
         std::fs::write(
             &config,
             format!(
                 "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: 127.0.0.1:{port}\n",
+                 http:\n  addr: 127.0.0.1:{port}\n{auth}",
                 dir.join("data").display()
             ),
         )
@@ -473,6 +497,59 @@ async fn deploy_pulls_from_the_registry_through_the_admin_api() {
     let (status, body) = gw.admin(Method::POST, &path, b"json.wasm".to_vec()).await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("oci://"), "{body}");
+}
+
+/// A registry that wants credentials: without them push and pull are
+/// refused saying which variables to set; with them (global, or for that
+/// registry alone) both work; wrong ones are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_come_from_the_environment() {
+    let registry = Registry::start_with("auth", true).await;
+    let reference = registry.reference("weir/echo:v1");
+    let file = wasm("echo").display().to_string();
+    let (code, _, err) = weir(&["push", &file, &reference], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&reference) && err.contains("WEIR_OCI_USERNAME"),
+        "{err}"
+    );
+    let (code, _, err) = weir(
+        &["push", &file, &reference],
+        &[("WEIR_OCI_USERNAME", USER), ("WEIR_OCI_PASSWORD", "wrong")],
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("refused the credentials"), "{err}");
+    let (code, out, err) = weir(
+        &["push", &file, &reference],
+        &[("WEIR_OCI_USERNAME", USER), ("WEIR_OCI_PASSWORD", PASSWORD)],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("oci-auth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let routes = dir.join("routes.toml");
+    std::fs::write(
+        &routes,
+        format!("[[route]]\npath = \"/e\"\nguest = \"{reference}\"\n"),
+    )
+    .unwrap();
+    let routes = routes.display().to_string();
+    let (code, _, err) = weir(&["check", &routes], &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("WEIR_OCI_PASSWORD"), "{err}");
+    // Per registry: the host and port upper-cased, the rest as `_`.
+    let suffix = registry.addr.to_string().replace(['.', ':'], "_");
+    let (user_var, password_var) = (
+        format!("WEIR_OCI_USERNAME_{suffix}"),
+        format!("WEIR_OCI_PASSWORD_{suffix}"),
+    );
+    let (code, out, err) = weir(
+        &["check", &routes],
+        &[(&user_var, USER), (&password_var, PASSWORD)],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `weir push` refuses what is not a component, before any registry is

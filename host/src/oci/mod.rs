@@ -130,9 +130,11 @@ impl OciError {
             E::RequestError(_) => OciError::Unreachable { reference, detail },
             E::ImageManifestNotFoundError(_) => OciError::NotFound { reference, detail },
             E::ServerError { code: 404, .. } => OciError::NotFound { reference, detail },
-            E::AuthenticationFailure(_) | E::UnauthorizedError { .. } => {
-                OciError::Unauthorized { reference, detail }
-            }
+            E::AuthenticationFailure(_)
+            | E::UnauthorizedError { .. }
+            | E::ServerError {
+                code: 401 | 403, ..
+            } => OciError::Unauthorized { reference, detail },
             E::RegistryError { envelope, .. } => {
                 let unknown = envelope.errors.iter().any(|e| {
                     matches!(
