@@ -392,6 +392,47 @@ async fn tags_resolve_and_wrong_digests_are_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A tag is resolved again by a reload (SIGHUP): pushed over with another
+/// component, the route serves it as its next version; the open
+/// connection switches at its next message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_follows_a_moved_tag() {
+    let registry = Registry::start("reload").await;
+    let tagged = registry.reference("weir/app:live");
+    push("echo", &tagged);
+    let gw = Gateway::start(
+        "oci-reload",
+        &[],
+        &format!("[[route]]\npath = \"/g\"\nguest = \"{tagged}\"\n"),
+    )
+    .await;
+    let mut ws = common::client(&gw.url("/g")).await;
+    ws.send(Message::text("{\"number\": 3}")).await.unwrap();
+    let reply = timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(reply.to_text().unwrap(), "{\"number\": 3}", "echo first");
+
+    let json = push("json", &tagged);
+    gw.sighup();
+    let deadline = Instant::now() + STEP;
+    while gw.version("/g").await != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the reload did not deploy the moved tag"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, body) = gw.admin(Method::GET, "/routes", Vec::new()).await;
+    let digest = json.split_once('@').unwrap().1;
+    assert!(body.contains(&format!("{tagged}@{digest}")), "{body}");
+    ws.send(Message::text("{\"number\": 3}")).await.unwrap();
+    let reply = timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+    let value: serde_json::Value = serde_json::from_str(reply.to_text().unwrap()).unwrap();
+    assert_eq!(
+        value["number"], 4,
+        "json answers the next even number: {reply}"
+    );
+}
+
 /// An artifact that is not a wasm component (a container image's config
 /// and a tar layer, written with the distribution API by hand) is refused,
 /// its media type named.
