@@ -4,7 +4,8 @@
 # Autobahn|Testsuite against `weir serve`. Needs rustup, python3 (and Python
 # 2.7 via pyenv for Autobahn, see scripts/autobahn.sh); node/npm come from apt
 # when missing (build-guests.sh); installs Redis for the cluster tests when
-# missing (scripts/redis.sh), the Node/Python clients of the
+# missing (scripts/redis.sh), the OCI registry for the oci:// tests
+# (scripts/registry.sh), the Node/Python clients of the
 # permessage-deflate tests (host/tests/clients), the ws package for the
 # proxy tests' Node upstream and the pusher example's npm packages. Set
 # WEIR_SKIP_AUTOBAHN=1 to skip the Autobahn step. Beside Autobahn, the
@@ -48,6 +49,9 @@ fi
 # tests of one to three `weir serve` nodes take ~9 s) start their own
 # Redis servers (Debian's redis-server).
 bash scripts/redis.sh
+# host/tests/oci.rs starts its own OCI registry (Debian's docker-registry,
+# the CNCF distribution registry) on a loopback port; ~2 s of tests.
+bash scripts/registry.sh
 
 # Third-party clients host/tests/deflate.rs and centrifugo.rs drive (Node
 # `ws` and `centrifuge`, Python `websockets` and `cent`), pinned in

@@ -31,6 +31,8 @@
 //!   per second per client address (429) and for the whole gateway (503),
 //!   and the jittered `Retry-After` of a drain's refusals.
 //! - [`metrics`] — `GET /metrics` in the Prometheus text format.
+//! - [`oci`] — `oci://` guests pulled from a registry into a cache by
+//!   digest before they are compiled, and `weir push`.
 //! - [`logging`] — the gateway's log, written by a thread of its own.
 //! - [`scaffold`] — `weir new` / `weir build`: guest projects, with the SDK
 //!   this binary carries; [`client`] — the admin API's client (`weir
@@ -44,6 +46,7 @@ pub mod admission;
 pub mod client;
 pub mod logging;
 pub mod metrics;
+pub mod oci;
 pub mod overload;
 pub mod routes;
 pub mod scaffold;

@@ -58,11 +58,28 @@ enum Command {
         #[arg(long, value_name = "LOOP", value_parser = ["tasks", "epoll"])]
         io: Option<String>,
     },
-    /// Validate a routes file and compile its guest components: prints
-    /// "ok: N routes" or the error with its line, and exits non-zero on error.
+    /// Validate a routes file and compile its guest components (pulling
+    /// oci:// ones into the OCI cache): prints "ok: N routes" or the error
+    /// with its line, and exits non-zero on error.
     Check {
         /// Routes file (TOML) to validate
         file: PathBuf,
+        /// Check oci:// references' syntax only: no registry is asked and
+        /// their components are not compiled
+        #[arg(long)]
+        no_pull: bool,
+    },
+    /// Publish a built component to an OCI registry as a wasm artifact
+    /// (config application/vnd.wasm.config.v0+json, one application/wasm
+    /// layer) and print its digest, to pin as
+    /// guest = "oci://host/repo@sha256:…". Credentials come from
+    /// WEIR_OCI_USERNAME / WEIR_OCI_PASSWORD; plain http only for loopback
+    /// registries and those listed in WEIR_OCI_INSECURE.
+    Push {
+        /// The component (.wasm), e.g. from `weir build`
+        file: PathBuf,
+        /// Where to publish it: oci://host[:port]/repo:tag
+        reference: String,
     },
     /// Start a guest handler project NAME: the SDK matching this gateway, a
     /// starter handler (Rust: with tests), and a routes file mounting it at
@@ -98,7 +115,8 @@ enum Command {
         admin: Option<String>,
         /// The route's path as in the routes file, e.g. /json
         route: String,
-        /// The component (.wasm)
+        /// The component (.wasm), or an oci://host/repo:tag (or
+        /// @sha256:…) reference the gateway pulls itself
         file: PathBuf,
         /// Deploy even if the new version cannot read some live
         /// connections' state: those start from their state's Default
@@ -157,7 +175,8 @@ fn main() -> ExitCode {
             workers,
             io,
         } => serve(file, listen, workers, io.as_deref()),
-        Command::Check { file } => check(file),
+        Command::Check { file, no_pull } => check(file, no_pull),
+        Command::Push { file, reference } => push(&file, &reference),
         Command::New { name, dir, lang } => new_project(&dir, &name, &lang),
         Command::Build { dir } => weir::scaffold::build_project(&dir).map(|path| {
             println!("{}", path.display());
@@ -248,9 +267,30 @@ fn serve(
     Ok(())
 }
 
-fn check(file: PathBuf) -> anyhow::Result<()> {
-    let config = Config::load(&file)?;
+fn check(file: PathBuf, no_pull: bool) -> anyhow::Result<()> {
+    let mut config = Config::load(&file)?;
     config.check_tls()?;
+    let n = config.routes.len();
+    if no_pull {
+        // Their syntax was checked by the load; leave them out of the compile.
+        let before = config.routes.len();
+        config
+            .routes
+            .retain(|r| !matches!(&r.behaviour, config::Behaviour::Guest(g) if g.oci.is_some()));
+        if before > config.routes.len() {
+            eprintln!(
+                "note: {} oci:// guest{} not pulled (--no-pull): syntax checked only",
+                before - config.routes.len(),
+                if before - config.routes.len() == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            );
+        }
+    } else {
+        weir::oci::resolve_guests(&mut config).with_context(|| file.display().to_string())?;
+    }
     // Compiles every guest component and checks its world and limits, so a
     // bad .wasm is found here rather than at the first connection.
     weir::guest::check_routes(&config).with_context(|| file.display().to_string())?;
@@ -264,8 +304,21 @@ fn check(file: PathBuf) -> anyhow::Result<()> {
             );
         }
     }
-    let n = config.routes.len();
     println!("ok: {n} route{}", if n == 1 { "" } else { "s" });
+    Ok(())
+}
+
+fn push(file: &std::path::Path, reference: &str) -> anyhow::Result<()> {
+    let reference = config::OciRef::parse(reference).map_err(anyhow::Error::msg)?;
+    let digest = weir::oci::push(file, &reference)
+        .with_context(|| format!("{} was not pushed", file.display()))?;
+    println!("pushed {} to {reference}: {digest}", file.display());
+    // The line to paste into a routes file (guest = "…"): pinned.
+    let pinned = config::OciRef {
+        tag: None,
+        ..reference.pinned(&digest)
+    };
+    println!("{pinned}");
     Ok(())
 }
 

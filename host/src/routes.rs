@@ -447,7 +447,7 @@ impl Routes {
 
 /// `[server] state_dir`, or `weir-state` beside the routes file (the
 /// working directory when the config has no file).
-fn state_dir(config: &Config) -> std::path::PathBuf {
+pub(crate) fn state_dir(config: &Config) -> std::path::PathBuf {
     config.server.state_dir.clone().unwrap_or_else(|| {
         let dir = config
             .source

@@ -24,6 +24,7 @@ fn echo_runner() -> Runner {
     let engine = GuestEngine::new(None).expect("engine");
     let cfg = GuestConfig {
         wasm,
+        oci: None,
         isolation: Isolation::Worker,
         memory: 16 << 20,
         timeout: Duration::from_secs(1),

@@ -47,6 +47,7 @@ fn wasm(name: &str) -> PathBuf {
 fn config(wasm: PathBuf) -> GuestConfig {
     GuestConfig {
         wasm,
+        oci: None,
         isolation: Isolation::Worker,
         memory: 64 << 20,
         timeout: Duration::from_secs(5),

@@ -1,7 +1,7 @@
 //! A guest route's keys in the routes file: the component and its limits,
 //! environment, log budget and CPU share, and their refusal on native routes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use toml::Value;
@@ -70,20 +70,40 @@ pub(super) fn refuse_guest_keys(
     )
 }
 
+/// A `guest` value: a file (resolved against the routes file's directory)
+/// or an `oci://` reference, whose `wasm` the host sets once it has pulled
+/// the component into its cache (`host/src/oci/`).
+pub(super) fn guest_source(
+    src: &Source,
+    guest: &Item,
+    origin_dir: &Path,
+    example: &str,
+) -> Result<GuestConfig, ConfigError> {
+    let file = guest.string(src, &format!("\"{example}\""))?;
+    if file.is_empty() {
+        return Err(guest.fail(
+            src,
+            format!(
+                "empty; write the component's file, e.g. \"{example}\", or an oci:// reference"
+            ),
+        ));
+    }
+    if OciRef::is_oci(file) {
+        let oci = OciRef::parse(file).map_err(|why| guest.fail(src, why))?;
+        let mut config = GuestConfig::defaults(PathBuf::new());
+        config.oci = Some(Box::new(oci));
+        return Ok(config);
+    }
+    Ok(GuestConfig::defaults(origin_dir.join(file)))
+}
+
 pub(super) fn guest_config(
     src: &Source,
     raw: &RawRoute,
     guest: &Item,
     origin_dir: &Path,
 ) -> Result<GuestConfig, ConfigError> {
-    let file = guest.string(src, r#""wasm/echo.wasm""#)?;
-    if file.is_empty() {
-        return Err(guest.fail(
-            src,
-            r#"empty; write the component's file, e.g. "wasm/echo.wasm""#,
-        ));
-    }
-    let mut config = GuestConfig::defaults(origin_dir.join(file));
+    let mut config = guest_source(src, guest, origin_dir, "wasm/echo.wasm")?;
     if let Some(item) = Item::of("isolation", &raw.isolation) {
         config.isolation = match item.string(src, r#""worker" or "batch""#)? {
             "worker" => Isolation::Worker,

@@ -23,8 +23,14 @@ pub struct NamespaceGuest {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GuestConfig {
-    /// The component, resolved relative to the routes file's directory.
+    /// The component, resolved relative to the routes file's directory;
+    /// for an `oci://` guest, the cached file the host pulled it to (empty
+    /// until then).
     pub wasm: PathBuf,
+    /// Where the component comes from when the routes file names a
+    /// registry (`guest = "oci://…"`); None for a file. Boxed: most
+    /// guests are files, and the config's route enum stays small.
+    pub oci: Option<Box<OciRef>>,
     pub isolation: Isolation,
     /// Max linear memory per instance.
     pub memory: usize,
@@ -201,10 +207,20 @@ impl Default for GuestLog {
 }
 
 impl GuestConfig {
+    /// Where the component comes from, as `GET /routes` and messages name
+    /// it: the `oci://` reference (pinned once pulled), or the file.
+    pub fn source(&self) -> String {
+        match &self.oci {
+            Some(reference) => reference.to_string(),
+            None => self.wasm.display().to_string(),
+        }
+    }
+
     /// A guest route with every optional key at its default.
     pub fn defaults(wasm: PathBuf) -> GuestConfig {
         GuestConfig {
             wasm,
+            oci: None,
             isolation: Isolation::Worker,
             memory: DEFAULT_GUEST_MEMORY_BYTES,
             timeout: DEFAULT_GUEST_TIMEOUT,

@@ -14,6 +14,7 @@ pub mod url_check;
 
 mod guest;
 mod guest_route;
+mod oci_ref;
 mod parse;
 mod proxy;
 mod pusher;
@@ -31,6 +32,7 @@ use std::time::Duration;
 
 pub use guest::GUEST_MEMORY_MAX_BYTES;
 pub use guest_route::*;
+pub use oci_ref::{check_digest, OciRef, OCI_SCHEME};
 pub use pusher::{
     PusherApp, PusherConfig, DEFAULT_PUSHER_CLIENT_EVENTS_PER_SECOND,
     DEFAULT_PUSHER_MAX_CHANNELS_PER_CONNECTION, PUSHER_PATH_TAIL,
@@ -162,6 +164,10 @@ pub struct ServerConfig {
     /// `weir-state` beside the routes file. Relative paths resolve against
     /// the routes file.
     pub state_dir: Option<PathBuf>,
+    /// Where components pulled from OCI registries are kept, by digest
+    /// (`oci://` guests); None: `oci` in the state directory. Relative
+    /// paths resolve against the routes file.
+    pub oci_cache: Option<PathBuf>,
     /// Let other processes listen on the same address (`SO_REUSEPORT`
     /// across processes: the kernel splits new connections between them,
     /// e.g. an old and a new gateway during a hand-over). Off by default: a
@@ -306,6 +312,7 @@ impl Default for ServerConfig {
             max_upgrade_rate: 0,
             cache_dir: None,
             state_dir: None,
+            oci_cache: None,
             reuse_port: false,
             listen_backlog: DEFAULT_LISTEN_BACKLOG,
             public_metrics: true,
@@ -365,7 +372,8 @@ impl Config {
         let mut config = Config::parse(&text, origin_dir).map_err(in_file)?;
         for route in &config.routes {
             if let Behaviour::Guest(guest) = &route.behaviour {
-                if !guest.wasm.is_file() {
+                // A registry's component is checked when it is pulled.
+                if guest.oci.is_none() && !guest.wasm.is_file() {
                     return Err(in_file(ConfigError {
                         message: format!(
                             "line {}: route \"{}\": guest component {} not found; \
@@ -383,6 +391,35 @@ impl Config {
         }
         config.source = Some(path.to_path_buf());
         Ok(config)
+    }
+
+    /// Every guest the file names (guest routes, proxy filters, pusher
+    /// apps' and namespaces' guests), with where it is named, for the host
+    /// to pull `oci://` components before anything is compiled.
+    pub fn guests_mut(&mut self) -> Vec<(String, &mut GuestConfig)> {
+        let mut guests = Vec::new();
+        for route in &mut self.routes {
+            match &mut route.behaviour {
+                Behaviour::Guest(g) => guests.push((route.path.clone(), g)),
+                Behaviour::Native(NativeKind::Proxy(p)) => {
+                    if let Some(g) = &mut std::sync::Arc::make_mut(p).filter {
+                        guests.push((format!("{} (filter)", route.path), g));
+                    }
+                }
+                Behaviour::Native(NativeKind::Pusher(p)) => {
+                    for app in &mut std::sync::Arc::make_mut(p).apps {
+                        if let Some(g) = &mut app.guest {
+                            guests.push((format!("{} (app {})", route.path, app.id), g));
+                        }
+                    }
+                }
+                Behaviour::Native(_) => {}
+            }
+        }
+        for ns in &mut self.namespace_guests {
+            guests.push((format!("namespace {}", ns.namespace), &mut ns.guest));
+        }
+        guests
     }
 
     /// Reads the certificate and key `[server] tls` names, so `weir check`

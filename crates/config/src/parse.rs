@@ -99,6 +99,7 @@ struct RawServer {
     max_upgrade_rate: Field,
     cache_dir: Field,
     state_dir: Field,
+    oci_cache: Field,
     reuse_port: Field,
     listen_backlog: Field,
     public_metrics: Field,

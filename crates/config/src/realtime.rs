@@ -146,14 +146,7 @@ pub(super) fn attached_guest(
             None => Ok(None),
         };
     };
-    let file = item.string(src, r#""hooks/moderate.wasm""#)?;
-    if file.is_empty() {
-        return Err(item.fail(
-            src,
-            r#"empty; write the component's file, e.g. "hooks/moderate.wasm""#,
-        ));
-    }
-    let mut config = GuestConfig::defaults(origin_dir.join(file));
+    let mut config = super::guest::guest_source(src, &item, origin_dir, "hooks/moderate.wasm")?;
     if let Some(item) = Item::of("timeout", raw.timeout) {
         config.timeout = item.duration(src, Duration::from_millis(1), MAX_GUEST_TIMEOUT)?;
     }

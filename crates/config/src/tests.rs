@@ -127,6 +127,7 @@ native = "relay"
         chat.behaviour,
         Behaviour::Guest(GuestConfig {
             wasm: PathBuf::from("/etc/weir/wasm/chat.wasm"),
+            oci: None,
             isolation: Isolation::Batch,
             memory: 16 << 20,
             timeout: Duration::from_millis(10),
@@ -1866,5 +1867,45 @@ fn rate_limit_values_are_checked() {
             "unknown key \"max_upgrade_rate\"",
             "max_upgrade_rate_per_ip",
         ],
+    );
+}
+
+#[test]
+fn oci_guests_keep_their_reference_and_bad_ones_name_their_line() {
+    let hex = "ab".repeat(32);
+    let text = format!(
+        "[server]\noci_cache = \"oci-cache\"\n\n[[route]]\npath = \"/g\"\nguest = \"oci://127.0.0.1:5000/weir/echo@sha256:{hex}\"\n\n\
+         [[route]]\npath = \"/t\"\nguest = \"oci://ghcr.io/me/chat:1.2\"\n"
+    );
+    let config = parse(&text);
+    assert_eq!(
+        config.server.oci_cache,
+        Some(PathBuf::from("/etc/weir/oci-cache"))
+    );
+    let Behaviour::Guest(g) = &config.routes[0].behaviour else {
+        panic!("a guest route")
+    };
+    let oci = g.oci.as_ref().expect("an oci reference");
+    assert_eq!(oci.registry, "127.0.0.1:5000");
+    assert_eq!(oci.repository, "weir/echo");
+    assert_eq!(oci.digest, Some(format!("sha256:{hex}")));
+    assert_eq!(g.wasm, PathBuf::new(), "set once pulled, not a file");
+    let Behaviour::Guest(t) = &config.routes[1].behaviour else {
+        panic!("a guest route")
+    };
+    assert_eq!(t.oci.as_ref().unwrap().tag.as_deref(), Some("1.2"));
+    refused(
+        "[[route]]\npath = \"/g\"\nguest = \"oci://ghcr.io/me/chat\"\n",
+        3,
+        &[
+            "oci://ghcr.io/me/chat",
+            "neither a tag nor a digest",
+            "@sha256:",
+        ],
+    );
+    refused(
+        "[[route]]\npath = \"/g\"\nguest = \"oci://ghcr.io/me/chat@sha256:12\"\n",
+        3,
+        &["64 lower-case hex digits"],
     );
 }

@@ -119,6 +119,9 @@ pub fn deploy(
     reset_state: bool,
     cluster: bool,
 ) -> anyhow::Result<()> {
+    if let Some(text) = file.to_str().filter(|t| config::OciRef::is_oci(t)) {
+        return deploy_from_registry(admin, route, text, reset_state, cluster);
+    }
     let wasm = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let path = with_params(
         weir::client::route_endpoint(route, "component"),
@@ -137,6 +140,39 @@ pub fn deploy(
     if let Some(line) = fleet_line(&answer) {
         println!("{line}");
     }
+    Ok(())
+}
+
+/// `weir deploy ROUTE oci://…`: the gateway pulls the component itself
+/// (with its own registry credentials) and deploys it (to the fleet with
+/// `[cluster]`).
+fn deploy_from_registry(
+    admin: &str,
+    route: &str,
+    reference: &str,
+    reset_state: bool,
+    cluster: bool,
+) -> anyhow::Result<()> {
+    config::OciRef::parse(reference).map_err(anyhow::Error::msg)?;
+    let path = with_params(
+        weir::client::route_endpoint(route, "pull"),
+        reset_state,
+        cluster,
+    );
+    let answer = admin_request(
+        admin,
+        http::Method::POST,
+        &path,
+        reference.as_bytes().to_vec(),
+    )
+    .with_context(|| format!("{reference} was not deployed to {route}"))?;
+    println!(
+        "deployed {} to {route}: version {} (sha256 {}); {}",
+        answer["source"].as_str().unwrap_or(reference),
+        answer["version"],
+        answer["hash"].as_str().unwrap_or("?"),
+        state_line(&answer)
+    );
     Ok(())
 }
 

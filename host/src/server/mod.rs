@@ -75,6 +75,8 @@ pub enum ServeError {
     Route(#[from] crate::routes::RouteError),
     #[error(transparent)]
     Guest(#[from] GuestError),
+    #[error(transparent)]
+    Oci(#[from] crate::oci::OciError),
     #[error("[server] tls: {0}")]
     Tls(#[from] weir_config::tls::CertError),
     #[error("[admin] tls: {0}")]
@@ -106,7 +108,9 @@ pub struct Server {
 
 impl Server {
     /// Binds one listener per worker on the configured address.
-    pub fn bind(config: Config) -> Result<Server, ServeError> {
+    pub fn bind(mut config: Config) -> Result<Server, ServeError> {
+        // `oci://` guests become cached files before anything is compiled.
+        crate::oci::resolve_guests(&mut config)?;
         let workers = config.server.workers.max(1);
         let shared = Arc::new(Shared::new(&config, workers)?);
         if !config.server.reuse_port {

@@ -47,6 +47,8 @@ pub enum ChangeError {
     Route(#[from] RouteError),
     #[error(transparent)]
     Fleet(#[from] super::fleet::FleetError),
+    #[error(transparent)]
+    Oci(#[from] crate::oci::OciError),
 }
 
 impl ChangeError {
@@ -63,6 +65,7 @@ impl ChangeError {
             | ChangeError::Serve(_)
             | ChangeError::Route(_) => S::UNPROCESSABLE_ENTITY,
             ChangeError::Fleet(e) => e.status(),
+            ChangeError::Oci(e) => e.status(),
         }
     }
 }
@@ -144,6 +147,58 @@ impl Changes {
         Ok((program, inherited))
     }
 
+    /// Deploys the component `reference` names to route `path`: pulled
+    /// into the OCI cache (or found there by digest), then compiled, tried
+    /// and installed as [`Changes::deploy`] does; the route keeps the
+    /// pinned reference as its source.
+    pub fn deploy_from_registry(
+        &self,
+        path: &str,
+        reference: &weir_config::OciRef,
+        reset_state: bool,
+    ) -> Result<(Arc<Program>, Inherited), ChangeError> {
+        let _one = self.shared.change.changing.lock().expect("change lock");
+        let guest = self.guest(path)?;
+        let (pulled, wasm) = self.pulled(path, reference)?;
+        let mut cfg = guest.program().config().clone();
+        cfg.wasm = pulled.file.clone();
+        cfg.oci = Some(Box::new(pulled.reference.clone()));
+        let program = guest.versions().prepare(&cfg, &wasm, &pulled.file)?;
+        let inherited = checked(&guest, &program, reset_state)?;
+        guest
+            .versions()
+            .install(program.clone(), pulled.reference.to_string());
+        Ok((program, inherited))
+    }
+
+    /// The bytes of the component `reference` names, for route `path`
+    /// (a fleet deploy from a registry stores them, `deploy_to_fleet`).
+    pub fn pull(
+        &self,
+        path: &str,
+        reference: &weir_config::OciRef,
+    ) -> Result<Vec<u8>, ChangeError> {
+        self.guest(path)?;
+        Ok(self.pulled(path, reference)?.1)
+    }
+
+    /// Pulls `reference` through the node's cache: where it is and its bytes.
+    fn pulled(
+        &self,
+        path: &str,
+        reference: &weir_config::OciRef,
+    ) -> Result<(crate::oci::Pulled, Vec<u8>), ChangeError> {
+        let cache = self.shared.change.oci_cache.clone();
+        let wanted = reference.clone();
+        let pulled = crate::oci::block_on(async move { crate::oci::pull(&wanted, &cache).await })??;
+        let wasm = std::fs::read(&pulled.file).map_err(|source| GuestError::Unreadable {
+            route: path.to_string(),
+            path: pulled.file.clone(),
+            source,
+        })?;
+        Ok((pulled, wasm))
+    }
+
     /// Puts route `path`'s previous version back, once it read the state
     /// of every live connection (which the newer version may have written
     /// in a shape it does not know), as a deploy does; pinned against
@@ -184,21 +239,24 @@ impl Changes {
             .source
             .as_ref()
             .ok_or(ChangeError::NoFile)?;
-        let result = self
-            .reload_from(&Config::load(file).inspect_err(
-                |e| warn!(file = %file.display(), "reload refused, nothing changed: {e}"),
-            )?)
-            .map(|mut report| {
-                match certificate {
-                    Some(Ok(path)) => report.certificate = Some(path),
-                    Some(Err(why)) => report.not_applied.push(why),
-                    None => {}
-                }
-                if let Some(Err(why)) = admin_certificate {
-                    report.not_applied.push(why);
-                }
-                report
-            });
+        let mut config = Config::load(file).inspect_err(
+            |e| warn!(file = %file.display(), "reload refused, nothing changed: {e}"),
+        )?;
+        // A tag is resolved again: a reload serves what it names now.
+        crate::oci::resolve_guests(&mut config).inspect_err(
+            |e| warn!(file = %file.display(), "reload refused, nothing changed: {e}"),
+        )?;
+        let result = self.reload_from(&config).map(|mut report| {
+            match certificate {
+                Some(Ok(path)) => report.certificate = Some(path),
+                Some(Err(why)) => report.not_applied.push(why),
+                None => {}
+            }
+            if let Some(Err(why)) = admin_certificate {
+                report.not_applied.push(why);
+            }
+            report
+        });
         match &result {
             Ok(report) => info!(
                 file = %file.display(),
@@ -302,7 +360,7 @@ impl Changes {
                      deploy it, or unpin the route (`weir unpin {}`) and reload",
                     new.path,
                     current.version(),
-                    cfg.wasm.display(),
+                    cfg.source(),
                     new.path
                 );
                 warn!(route = %new.path, "reload: {why}");
@@ -316,9 +374,7 @@ impl Changes {
                 .prepare(cfg, &wasm, &cfg.wasm)
                 .and_then(|program| checked(guest, &program, false).map(|_| program));
             match ready {
-                Ok(program) => {
-                    prepared.push((guest.clone(), program, cfg.wasm.display().to_string()))
-                }
+                Ok(program) => prepared.push((guest.clone(), program, cfg.source())),
                 Err(e) => errors.push(e),
             }
         }

@@ -80,6 +80,9 @@ pub(super) struct Drain {
 pub(super) struct ChangeState {
     /// The routes file, for reloads.
     pub(super) source: Option<PathBuf>,
+    /// Where deploys from a registry (`POST /routes/{path}/pull`) keep
+    /// their components (`[server] oci_cache`).
+    pub(super) oci_cache: PathBuf,
     /// Held by a deploy, rollback or reload: one change at a time.
     pub(super) changing: Mutex<()>,
     /// The admin listener's TLS, when `[admin] tls` is set (a reload reads
@@ -160,6 +163,7 @@ impl Shared {
             },
             change: ChangeState {
                 source: config.source.clone(),
+                oci_cache: crate::oci::cache_dir(config),
                 changing: Mutex::new(()),
                 // HTTP/1.1 only: the admin listener speaks nothing else.
                 admin_tls: match config.admin.as_ref().and_then(|a| a.tls.as_ref()) {

@@ -41,6 +41,7 @@ pub fn engine() -> Arc<GuestEngine> {
 pub fn config(name: &str) -> GuestConfig {
     GuestConfig {
         wasm: wasm(name),
+        oci: None,
         isolation: Isolation::Worker,
         memory: 16 << 20,
         timeout: Duration::from_millis(500),

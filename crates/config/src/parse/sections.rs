@@ -173,6 +173,13 @@ pub(super) fn server(
         }
         server.state_dir = Some(origin_dir.join(dir));
     }
+    if let Some(item) = Item::of("oci_cache", &raw.oci_cache) {
+        let dir = item.string(src, r#""/var/lib/weir/oci""#)?;
+        if dir.is_empty() {
+            return Err(item.fail(src, r#"empty; write a directory, e.g. "/var/lib/weir/oci""#));
+        }
+        server.oci_cache = Some(origin_dir.join(dir));
+    }
     if let Some(item) = Item::of("reuse_port", &raw.reuse_port) {
         server.reuse_port = item.flag(src)?;
     }

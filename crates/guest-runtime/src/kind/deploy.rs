@@ -64,7 +64,7 @@ pub struct NoEarlierVersion {
 impl Versions {
     /// Versions of a route that starts with `program`.
     pub fn new(program: Arc<Program>) -> Versions {
-        let source = program.config().wasm.display().to_string();
+        let source = program.config().source();
         Versions {
             serving: AtomicU64::new(program.version()),
             history: RwLock::new(History {

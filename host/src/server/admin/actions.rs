@@ -1,6 +1,7 @@
-//! What the API does to routes: deploy, rollback, pin and unpin, drain
-//! and resume (`PUT`/`POST /routes/{path}/…`), and the JSON of `GET
-//! /routes` and of a reload's report.
+//! What the API does to routes: deploy (an upload, or a pull from an OCI
+//! registry), rollback, pin and unpin, drain and resume (`PUT`/`POST
+//! /routes/{path}/…`), and the JSON of `GET /routes` and of a reload's
+//! report.
 
 use super::{error, json_reply, percent_decode};
 use crate::server::reload::{ChangeError, Changes, ReloadReport};
@@ -55,10 +56,12 @@ fn params(query: &str) -> Result<Params, String> {
     Ok(params)
 }
 
-/// `PUT /routes/{path}/component` and `POST /routes/{path}/rollback`
+/// `PUT /routes/{path}/component`, `POST /routes/{path}/pull` (the body
+/// an `oci://` reference the node pulls) and `POST /routes/{path}/rollback`
 /// (`?reset_state=true`: see [`RESET_STATE_PARAM`]; `?cluster=true`: see
-/// [`CLUSTER_PARAM`]). With `[cluster] redis` both go to the whole fleet
-/// (`server/fleet.rs`), recorded as made by `who` (`X-Weir-Who`).
+/// [`CLUSTER_PARAM`]). With `[cluster] redis` all three go to the whole
+/// fleet (`server/fleet.rs`; a pull stores the bytes the node pulled),
+/// recorded as made by `who` (`X-Weir-Who`).
 pub(super) async fn route_action(
     method: &Method,
     path: &str,
@@ -68,7 +71,7 @@ pub(super) async fn route_action(
     who: Option<String>,
 ) -> Response<Full<Bytes>> {
     let not_found = || {
-        error(StatusCode::NOT_FOUND, "no such admin endpoint; see GET /routes, PUT /routes/{path}/component, POST /routes/{path}/rollback|unpin|drain|resume, POST /reload, GET /metrics, GET /api/overview")
+        error(StatusCode::NOT_FOUND, "no such admin endpoint; see GET /routes, PUT /routes/{path}/component, POST /routes/{path}/pull|rollback|unpin|drain|resume, POST /reload, GET /metrics, GET /api/overview")
     };
     let Some(rest) = path.strip_prefix("/routes/") else {
         return not_found();
@@ -110,6 +113,17 @@ pub(super) async fn route_action(
                 })
                 .await
             }
+            (&Method::POST, "pull") => {
+                let reference = match oci_reference(&body) {
+                    Ok(reference) => reference,
+                    Err(answer) => return answer,
+                };
+                tokio::task::spawn_blocking(move || {
+                    let wasm = changes.pull(&route, &reference)?;
+                    changes.deploy_to_fleet(&route, &wasm, reset, who.as_deref())
+                })
+                .await
+            }
             (&Method::POST, "rollback") => {
                 tokio::task::spawn_blocking(move || {
                     changes.rollback_fleet(&route, reset, who.as_deref())
@@ -136,6 +150,16 @@ pub(super) async fn route_action(
         (&Method::PUT, "component") => {
             tokio::task::spawn_blocking(move || changes.deploy(&route, &body, reset)).await
         }
+        (&Method::POST, "pull") => {
+            let reference = match oci_reference(&body) {
+                Ok(reference) => reference,
+                Err(answer) => return answer,
+            };
+            tokio::task::spawn_blocking(move || {
+                changes.deploy_from_registry(&route, &reference, reset)
+            })
+            .await
+        }
         (&Method::POST, "rollback") => {
             tokio::task::spawn_blocking(move || changes.rollback(&route, reset)).await
         }
@@ -144,11 +168,27 @@ pub(super) async fn route_action(
     let pinned = action == "rollback";
     match done {
         Ok(Ok((program, inherited))) => {
-            json_reply(StatusCode::OK, change_json(&program, &inherited, pinned))
+            let mut answer = change_json(&program, &inherited, pinned);
+            // A pull's pinned reference (null for an upload or rollback).
+            answer["source"] = json!((action == "pull").then(|| program.config().source()));
+            json_reply(StatusCode::OK, answer)
         }
         Ok(Err(e)) => error(e.status(), e),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
+}
+
+/// A pull's body: an `oci://` reference, or the 400 that says why not.
+fn oci_reference(body: &[u8]) -> Result<weir_config::OciRef, Response<Full<Bytes>>> {
+    std::str::from_utf8(body)
+        .map_err(|_| "the body is not UTF-8".to_string())
+        .and_then(|text| weir_config::OciRef::parse(text.trim()))
+        .map_err(|why| {
+            error(
+                StatusCode::BAD_REQUEST,
+                format!("the body must be an oci:// reference: {why}"),
+            )
+        })
 }
 
 /// The answer to a deploy or rollback: the version that serves here.
