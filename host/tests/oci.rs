@@ -612,3 +612,53 @@ fn push_refuses_a_core_module() {
     assert!(err.contains("core module, not a component"), "{err}");
     let _ = std::fs::remove_file(&module);
 }
+
+/// With `[cluster] redis`, `weir deploy ROUTE oci://…` through one node
+/// is the fleet's: that node pulls, the bytes go to Redis by digest, and
+/// the other node serves the new version without asking the registry
+/// (stopped once the deploy is answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_through_one_fleet_node_reaches_every_node() {
+    use common::redis::{have_redis, Redis};
+    if !have_redis() {
+        return;
+    }
+    let registry = Registry::start("fleet").await;
+    let reference = registry.reference("weir/json:fleet");
+    let pinned = push("json", &reference);
+    let redis = Redis::start(false).await;
+    let routes = format!(
+        "[cluster]\nredis = \"{}\"\n\n[[route]]\npath = \"/g\"\nguest = \"echo.wasm\"\n",
+        redis.url()
+    );
+    let a = Gateway::start("oci-fleet-a", &["echo"], &routes).await;
+    let b = Gateway::start("oci-fleet-b", &["echo"], &routes).await;
+    // The registry is gone once A has pulled: B can only have it from Redis.
+    let env = [("WEIR_ADMIN_TOKEN", TOKEN)];
+    let admin = a.admin.to_string();
+    let (code, out, err) = weir(
+        &["deploy", "--cluster", "--admin", &admin, "/g", &reference],
+        &env,
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let digest = pinned.split_once('@').unwrap().1;
+    assert!(
+        out.contains(&format!("deployed {reference}@{digest}")),
+        "{out}"
+    );
+    drop(registry);
+    let deadline = Instant::now() + STEP;
+    loop {
+        let mut ws = common::client(&b.url("/g")).await;
+        ws.send(Message::text("{\"number\": 1}")).await.unwrap();
+        let reply = timeout(STEP, ws.next()).await.unwrap().unwrap().unwrap();
+        let value: serde_json::Value =
+            serde_json::from_str(reply.to_text().unwrap()).unwrap_or_default();
+        if value["number"] == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B still serves echo: {reply}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(b.version("/g").await, 2, "B took it as its version 2");
+}

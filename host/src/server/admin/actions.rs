@@ -116,7 +116,7 @@ pub(super) async fn route_action(
             (&Method::POST, "pull") => {
                 let reference = match oci_reference(&body) {
                     Ok(reference) => reference,
-                    Err(answer) => return answer,
+                    Err(why) => return error(StatusCode::BAD_REQUEST, why),
                 };
                 tokio::task::spawn_blocking(move || {
                     let wasm = changes.pull(&route, &reference)?;
@@ -153,7 +153,7 @@ pub(super) async fn route_action(
         (&Method::POST, "pull") => {
             let reference = match oci_reference(&body) {
                 Ok(reference) => reference,
-                Err(answer) => return answer,
+                Err(why) => return error(StatusCode::BAD_REQUEST, why),
             };
             tokio::task::spawn_blocking(move || {
                 changes.deploy_from_registry(&route, &reference, reset)
@@ -178,17 +178,12 @@ pub(super) async fn route_action(
     }
 }
 
-/// A pull's body: an `oci://` reference, or the 400 that says why not.
-fn oci_reference(body: &[u8]) -> Result<weir_config::OciRef, Response<Full<Bytes>>> {
+/// A pull's body: an `oci://` reference, or why not (a 400).
+fn oci_reference(body: &[u8]) -> Result<weir_config::OciRef, String> {
     std::str::from_utf8(body)
         .map_err(|_| "the body is not UTF-8".to_string())
         .and_then(|text| weir_config::OciRef::parse(text.trim()))
-        .map_err(|why| {
-            error(
-                StatusCode::BAD_REQUEST,
-                format!("the body must be an oci:// reference: {why}"),
-            )
-        })
+        .map_err(|why| format!("the body must be an oci:// reference: {why}"))
 }
 
 /// The answer to a deploy or rollback: the version that serves here.
