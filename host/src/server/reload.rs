@@ -171,15 +171,17 @@ impl Changes {
         Ok((program, inherited))
     }
 
-    /// The bytes of the component `reference` names, for route `path`
-    /// (a fleet deploy from a registry stores them, `deploy_to_fleet`).
+    /// The component `reference` names, for route `path`: the reference
+    /// pinned to its digest, and its bytes (a fleet deploy from a registry
+    /// stores them, `deploy_to_fleet`).
     pub fn pull(
         &self,
         path: &str,
         reference: &weir_config::OciRef,
-    ) -> Result<Vec<u8>, ChangeError> {
+    ) -> Result<(String, Vec<u8>), ChangeError> {
         self.guest(path)?;
-        Ok(self.pulled(path, reference)?.1)
+        let (pulled, wasm) = self.pulled(path, reference)?;
+        Ok((pulled.reference.to_string(), wasm))
     }
 
     /// Pulls `reference` through the node's cache: where it is and its bytes.

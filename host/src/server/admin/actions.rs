@@ -109,7 +109,9 @@ pub(super) async fn route_action(
         let done = match (method, action) {
             (&Method::PUT, "component") => {
                 tokio::task::spawn_blocking(move || {
-                    changes.deploy_to_fleet(&route, &body, reset, who.as_deref())
+                    changes
+                        .deploy_to_fleet(&route, &body, reset, who.as_deref())
+                        .map(|done| (done, None))
                 })
                 .await
             }
@@ -119,23 +121,29 @@ pub(super) async fn route_action(
                     Err(why) => return error(StatusCode::BAD_REQUEST, why),
                 };
                 tokio::task::spawn_blocking(move || {
-                    let wasm = changes.pull(&route, &reference)?;
-                    changes.deploy_to_fleet(&route, &wasm, reset, who.as_deref())
+                    let (pinned, wasm) = changes.pull(&route, &reference)?;
+                    changes
+                        .deploy_to_fleet(&route, &wasm, reset, who.as_deref())
+                        .map(|done| (done, Some(pinned)))
                 })
                 .await
             }
             (&Method::POST, "rollback") => {
                 tokio::task::spawn_blocking(move || {
-                    changes.rollback_fleet(&route, reset, who.as_deref())
+                    changes
+                        .rollback_fleet(&route, reset, who.as_deref())
+                        .map(|done| (done, None))
                 })
                 .await
             }
             _ => return not_found(),
         };
         return match done {
-            Ok(Ok((program, inherited, desired))) => {
+            Ok(Ok(((program, inherited, desired), source))) => {
                 let mut answer = change_json(&program, &inherited, false);
                 answer["fleet"] = json!(desired);
+                // A pull's pinned reference (null for an upload or rollback).
+                answer["source"] = json!(source);
                 json_reply(StatusCode::OK, answer)
             }
             Ok(Err(e)) => error(e.status(), e),
