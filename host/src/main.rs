@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use weir::config::{self, Config};
 
 mod cli;
-use cli::admin::{admin_addr, deploy, fleet_routes, rollback, routes, unpin};
+use cli::admin::{admin_addr, deploy, fleet_routes, rollback, routes, unpin, Ask};
 use cli::signals::Signals;
 
 /// weir — a WebSocket edge gateway: native echo/relay routes and sandboxed
@@ -127,6 +127,10 @@ enum Command {
         /// gateway has [cluster] redis; with it, every deploy does)
         #[arg(long)]
         cluster: bool,
+        /// With a fleet: return once every node serves the new version
+        /// (exit 1 if a node refuses it, or after 120 s)
+        #[arg(long)]
+        wait: bool,
     },
     /// Put a guest route's previous version back, pinned: reloads (SIGHUP)
     /// keep it until the next deploy or `weir unpin`. Refused, like a
@@ -143,6 +147,10 @@ enum Command {
         /// Refuse unless the rollback reaches every node of the fleet
         #[arg(long)]
         cluster: bool,
+        /// With a fleet: return once every node serves the version put
+        /// back (exit 1 if a node refuses it, or after 120 s)
+        #[arg(long)]
+        wait: bool,
     },
     /// Let reloads deploy a rolled-back route's component from the routes
     /// file again.
@@ -187,15 +195,29 @@ fn main() -> ExitCode {
             file,
             reset_state,
             cluster,
+            wait,
         } => {
-            admin_addr(admin).and_then(|admin| deploy(&admin, &route, &file, reset_state, cluster))
+            let ask = Ask {
+                reset_state,
+                cluster,
+                wait,
+            };
+            admin_addr(admin).and_then(|admin| deploy(&admin, &route, &file, ask))
         }
         Command::Rollback {
             admin,
             route,
             reset_state,
             cluster,
-        } => admin_addr(admin).and_then(|admin| rollback(&admin, &route, reset_state, cluster)),
+            wait,
+        } => {
+            let ask = Ask {
+                reset_state,
+                cluster,
+                wait,
+            };
+            admin_addr(admin).and_then(|admin| rollback(&admin, &route, ask))
+        }
         Command::Unpin { admin, route } => {
             admin_addr(admin).and_then(|admin| unpin(&admin, &route))
         }

@@ -576,3 +576,61 @@ async fn weir_deploy_cluster_reaches_the_fleet_or_is_refused() {
     let (status, body) = alone.admin(Method::GET, "/fleet", Vec::new()).await;
     assert_eq!(status, 409, "{body}");
 }
+
+/// `weir deploy --cluster --wait` returns once every node serves the new
+/// version — a connection opened on B right after it is answered by it —
+/// and exits 1 naming the node's refusal when one cannot take it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weir_deploy_wait_returns_once_every_node_serves_it() {
+    if !have_redis() {
+        return;
+    }
+    let redis = Redis::start(false).await;
+    let a = node("wait-a", &redis, "").await;
+    let b = node("wait-b", &redis, "").await;
+    await_fleet_nodes(&a, 2).await;
+    let weir = |name: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args([
+                "deploy",
+                "--cluster",
+                "--wait",
+                "--admin",
+                &a.admin.to_string(),
+                "/g",
+            ])
+            .arg(guest_support::wasm(name))
+            .env("WEIR_ADMIN_TOKEN", admin_support::TOKEN)
+            .output()
+            .unwrap()
+    };
+    let out = weir("json");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("every node serves fleet version 1 (2 nodes"),
+        "{text}"
+    );
+    let mut on_b = common::client(&b.url("/g")).await;
+    assert_eq!(answer(&mut on_b, 1).await, "json", "B serves it already");
+    // C allows 1 MiB: it cannot take big-memory, and --wait says so.
+    let c = node("wait-c", &redis, "memory = \"1MiB\"").await;
+    await_fleet_nodes(&a, 3).await;
+    let out = weir("big-memory");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("did not take fleet version 2") && err.contains("memory"),
+        "{err}"
+    );
+    let mut on_c = common::client(&c.url("/g")).await;
+    assert_eq!(
+        answer(&mut on_c, 5).await,
+        "json",
+        "C keeps fleet version 1"
+    );
+}

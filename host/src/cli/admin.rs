@@ -112,16 +112,24 @@ fn state_line(answer: &serde_json::Value) -> String {
     }
 }
 
-pub fn deploy(
-    admin: &str,
-    route: &str,
-    file: &std::path::Path,
-    reset_state: bool,
-    cluster: bool,
-) -> anyhow::Result<()> {
+/// How a deploy or rollback is asked for: `--reset-state`, `--cluster`,
+/// `--wait`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ask {
+    pub reset_state: bool,
+    pub cluster: bool,
+    pub wait: bool,
+}
+
+pub fn deploy(admin: &str, route: &str, file: &std::path::Path, ask: Ask) -> anyhow::Result<()> {
     if let Some(text) = file.to_str().filter(|t| config::OciRef::is_oci(t)) {
-        return deploy_from_registry(admin, route, text, reset_state, cluster);
+        return deploy_from_registry(admin, route, text, ask);
     }
+    let Ask {
+        reset_state,
+        cluster,
+        ..
+    } = ask;
     let wasm = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
     let path = with_params(
         weir::client::route_endpoint(route, "component"),
@@ -140,24 +148,21 @@ pub fn deploy(
     if let Some(line) = fleet_line(&answer) {
         println!("{line}");
     }
+    if ask.wait {
+        wait_for_fleet(admin, route, &answer)?;
+    }
     Ok(())
 }
 
 /// `weir deploy ROUTE oci://…`: the gateway pulls the component itself
 /// (with its own registry credentials) and deploys it (to the fleet with
 /// `[cluster]`).
-fn deploy_from_registry(
-    admin: &str,
-    route: &str,
-    reference: &str,
-    reset_state: bool,
-    cluster: bool,
-) -> anyhow::Result<()> {
+fn deploy_from_registry(admin: &str, route: &str, reference: &str, ask: Ask) -> anyhow::Result<()> {
     config::OciRef::parse(reference).map_err(anyhow::Error::msg)?;
     let path = with_params(
         weir::client::route_endpoint(route, "pull"),
-        reset_state,
-        cluster,
+        ask.reset_state,
+        ask.cluster,
     );
     let answer = admin_request(
         admin,
@@ -173,14 +178,20 @@ fn deploy_from_registry(
         answer["hash"].as_str().unwrap_or("?"),
         state_line(&answer)
     );
+    if let Some(line) = fleet_line(&answer) {
+        println!("{line}");
+    }
+    if ask.wait {
+        wait_for_fleet(admin, route, &answer)?;
+    }
     Ok(())
 }
 
-pub fn rollback(admin: &str, route: &str, reset_state: bool, cluster: bool) -> anyhow::Result<()> {
+pub fn rollback(admin: &str, route: &str, ask: Ask) -> anyhow::Result<()> {
     let path = with_params(
         weir::client::route_endpoint(route, "rollback"),
-        reset_state,
-        cluster,
+        ask.reset_state,
+        ask.cluster,
     );
     let answer = admin_request(admin, http::Method::POST, &path, Vec::new())
         .with_context(|| format!("{route} was not rolled back"))?;
@@ -196,7 +207,74 @@ pub fn rollback(admin: &str, route: &str, reset_state: bool, cluster: bool) -> a
             "pinned: reloads keep this version until the next deploy or `weir unpin {route}`"
         ),
     }
+    if ask.wait {
+        wait_for_fleet(admin, route, &answer)?;
+    }
     Ok(())
+}
+
+/// How long `--wait` waits for every node.
+const FLEET_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// `--wait`: polls the fleet's view until every live node serves the
+/// fleet version `answer` recorded for `route`; an error as soon as a node
+/// refuses it, when another version replaces it, or after [`FLEET_WAIT`].
+fn wait_for_fleet(admin: &str, route: &str, answer: &serde_json::Value) -> anyhow::Result<()> {
+    let Some(version) = answer["fleet"]["version"].as_u64() else {
+        anyhow::bail!(
+            "--wait: {route} changed on this gateway alone (it has no [cluster] redis): \
+             there is no fleet to wait for"
+        );
+    };
+    let started = std::time::Instant::now();
+    loop {
+        let view = admin_request(admin, http::Method::GET, "/fleet", Vec::new())?;
+        let found = view["routes"]
+            .as_array()
+            .and_then(|routes| routes.iter().find(|r| r["route"] == route));
+        if let Some(r) = found {
+            let desired = r["desired"]["version"].as_u64();
+            if desired != Some(version) {
+                anyhow::bail!(
+                    "fleet version {version} of {route} was replaced by version {} while waiting",
+                    r["desired"]["version"]
+                );
+            }
+            let nodes = r["nodes"].as_array().cloned().unwrap_or_default();
+            if let Some(n) = nodes.iter().find(|n| {
+                n["state"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("diverged"))
+            }) {
+                anyhow::bail!(
+                    "node {} did not take fleet version {version}: {}",
+                    n["node"],
+                    n["state"]
+                );
+            }
+            if r["agrees"] == true {
+                println!(
+                    "every node serves fleet version {version} ({} nodes, {} ms)",
+                    nodes.len(),
+                    started.elapsed().as_millis()
+                );
+                return Ok(());
+            }
+            if started.elapsed() > FLEET_WAIT {
+                let waiting: Vec<String> = nodes
+                    .iter()
+                    .filter(|n| n["agrees"] != true)
+                    .map(|n| format!("{} ({})", n["node"], n["state"]))
+                    .collect();
+                anyhow::bail!(
+                    "after {} s not every node serves fleet version {version}: {}",
+                    FLEET_WAIT.as_secs(),
+                    waiting.join(", ")
+                );
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 pub fn unpin(admin: &str, route: &str) -> anyhow::Result<()> {
