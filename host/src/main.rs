@@ -52,10 +52,11 @@ enum Command {
         /// [default: the file's workers, else one per core]
         #[arg(long, value_name = "N")]
         workers: Option<usize>,
-        /// The loop connections run on: tasks (one tokio task each) or
-        /// epoll (each worker's plane); overrides [server] io
+        /// The loop connections run on: tasks (one tokio task each), or
+        /// each worker's plane on epoll, on io_uring (uring), or on
+        /// io_uring where the kernel allows it (auto); overrides [server] io
         /// [default: the file's io, else tasks]
-        #[arg(long, value_name = "LOOP", value_parser = ["tasks", "epoll"])]
+        #[arg(long, value_name = "LOOP", value_parser = ["tasks", "epoll", "uring", "auto"])]
         io: Option<String>,
     },
     /// Validate a routes file and compile its guest components (pulling
@@ -260,6 +261,8 @@ fn serve(
     }
     match io {
         Some("epoll") => config.server.io = config::Io::Epoll,
+        Some("uring") => config.server.io = config::Io::Uring,
+        Some("auto") => config.server.io = config::Io::Auto,
         Some(_) => config.server.io = config::Io::Tasks,
         None => {}
     }

@@ -174,10 +174,21 @@ async fn pipelined_frames_read_together_are_answered_in_one_write() {
         .filter(|(n, _)| is_write(n))
         .map(|(_, r)| *r)
         .collect();
+    // On io_uring the kernel lands the bytes in the plane's buffer ring:
+    // no read on the descriptor at all.
+    let on_ring = match common::test_io() {
+        Some(weir_config::Io::Uring) => true,
+        Some(weir_config::Io::Auto) => weir_reactor::plane::probe_uring().is_ok(),
+        _ => false,
+    };
+    let want_reads = if on_ring {
+        vec![]
+    } else {
+        vec![batch.len() as i64]
+    };
     assert_eq!(
-        reads,
-        vec![batch.len() as i64],
-        "the {K} frames were read in one read: {calls:?}"
+        reads, want_reads,
+        "the {K} frames were read in one read (on the ring: none): {calls:?}"
     );
     assert_eq!(
         writes,

@@ -211,6 +211,14 @@ pub enum Io {
     /// streams and kinds with work beside their socket (proxy,
     /// centrifugo, pusher) stay on tasks.
     Epoll,
+    /// The plane on io_uring: a connection's bytes land in a worker-wide
+    /// buffer ring without a read of its own (`reactor/plane/uring.rs`).
+    /// The gateway refuses to start where io_uring is missing or
+    /// forbidden.
+    Uring,
+    /// The plane on io_uring where the kernel allows it, else on epoll;
+    /// the choice is made at start and logged.
+    Auto,
 }
 
 /// `[admin]`: the admin listener, separate from the public one.

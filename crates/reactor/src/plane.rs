@@ -1,5 +1,5 @@
 //! The plane: one worker's loop over the connections it owns, with no task
-//! per connection (`[server] io = "epoll"`).
+//! per connection (`[server] io = "epoll"`, `"uring"` or `"auto"`).
 //!
 //! A connection handed to the plane (`Start::spawn`, plain TCP, a kind
 //! without work beside its socket) is a slot in the worker's slab: its
@@ -18,8 +18,18 @@
 //! decode and behaviour hooks as the task loop (`conn.rs`), its writes
 //! attempted at once and, when the socket is full, finished on its next
 //! write readiness.
+//!
+//! The plane has two backends for learning what the kernel has for it:
+//! the epoll instance above, or an io_uring (`plane/uring.rs`) whose
+//! `recv`s land a client's bytes in a worker-wide buffer ring, so a
+//! connection's read costs no system call of its own. Which one a worker
+//! runs is decided once at start (`Plane::new`).
 
 mod conn;
+mod uring;
+
+pub use uring::probe as probe_uring;
+use uring::{Op, Uring};
 
 use crate::behaviour::Behaviour;
 use crate::conn::ConnEnv;
@@ -66,6 +76,13 @@ pub(crate) enum Cause {
     /// The socket: readable (or at its end), hung up; or only writable
     /// (a waiting write goes on with any event).
     Io { read: bool, hup: bool },
+    /// (io_uring) Its `recv` completed: `res` bytes in ring buffer `bid`,
+    /// or 0 at the client's end, or an error (`-ENOBUFS`: no ring buffer
+    /// was free); a direct read then finds out.
+    Recv { res: i32, bid: Option<u16> },
+    /// (io_uring) A poll it armed completed: write readiness, or a
+    /// hang-up while reads were blocked (`res`: the events, or an error).
+    Polled { op: Op, res: i32 },
     /// Its queue has something, or the idle wheel looked at it.
     Woken,
     /// It read a full buffer: more may wait (epoll is edge-triggered).
@@ -88,6 +105,9 @@ pub(crate) enum Next {
 pub(crate) trait PlaneConn: Any {
     fn step(&mut self, plane: &Rc<Plane>, cause: Cause) -> Next;
     fn socket_fd(&self) -> std::os::fd::RawFd;
+    /// (io_uring) The operations it has armed (`Op::bit`s), cancelled when
+    /// it ends.
+    fn armed(&self) -> u8;
     fn as_any(&mut self) -> &mut dyn Any;
 }
 
@@ -125,11 +145,26 @@ impl Wake for ConnWaker {
     }
 }
 
+/// Where the plane learns what the kernel has for its connections.
+enum Backend {
+    Epoll {
+        poll: RefCell<AsyncFd<Poll>>,
+        registry: mio::Registry,
+        events: RefCell<Events>,
+    },
+    Uring(Uring),
+}
+
+/// The backend a plane runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlaneIo {
+    Epoll,
+    Uring,
+}
+
 /// One worker's plane (see the module docs).
 pub struct Plane {
-    poll: RefCell<AsyncFd<Poll>>,
-    registry: mio::Registry,
-    events: RefCell<Events>,
+    backend: Backend,
     slots: RefCell<Vec<Slot>>,
     free: RefCell<Vec<usize>>,
     woken: Arc<Woken>,
@@ -158,17 +193,29 @@ impl PlaneStats {
 }
 
 impl Plane {
-    /// The plane of the calling worker; fails where epoll cannot be set up.
-    pub fn new(stats: Arc<PlaneStats>) -> std::io::Result<Rc<Plane>> {
-        let poll = Poll::new()?;
-        let registry = poll.registry().try_clone()?;
-        // SAFETY: `Poll` owns its epoll descriptor for its whole life and
-        // always answers `as_raw_fd` with it; the `AsyncFd` owns the `Poll`.
-        let poll = unsafe { AsyncFd::register_with_interest(poll, tokio::io::Interest::READABLE) }?;
+    /// The plane of the calling worker on `io`; fails where that backend
+    /// cannot be set up.
+    pub fn new(stats: Arc<PlaneStats>, io: PlaneIo) -> std::io::Result<Rc<Plane>> {
+        let backend = match io {
+            PlaneIo::Epoll => {
+                let poll = Poll::new()?;
+                let registry = poll.registry().try_clone()?;
+                // SAFETY: `Poll` owns its epoll descriptor for its whole
+                // life and always answers `as_raw_fd` with it; the
+                // `AsyncFd` owns the `Poll`.
+                let poll = unsafe {
+                    AsyncFd::register_with_interest(poll, tokio::io::Interest::READABLE)
+                }?;
+                Backend::Epoll {
+                    poll: RefCell::new(poll),
+                    registry,
+                    events: RefCell::new(Events::with_capacity(EVENTS_PER_WAIT)),
+                }
+            }
+            PlaneIo::Uring => Backend::Uring(Uring::new()?),
+        };
         Ok(Rc::new(Plane {
-            poll: RefCell::new(poll),
-            registry,
-            events: RefCell::new(Events::with_capacity(EVENTS_PER_WAIT)),
+            backend,
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             woken: Arc::new(Woken::default()),
@@ -177,6 +224,15 @@ impl Plane {
             lingering: RefCell::new(VecDeque::new()),
             stats,
         }))
+    }
+
+    /// The ring, on the io_uring backend.
+    #[inline]
+    pub(crate) fn uring(&self) -> Option<&Uring> {
+        match &self.backend {
+            Backend::Uring(u) => Some(u),
+            Backend::Epoll { .. } => None,
+        }
     }
 
     /// Counts a connection in (+1) or out (-1) for `/metrics`: only this
@@ -211,12 +267,20 @@ impl Plane {
         let (index, gen) = self.reserve();
         let key = key(index, gen);
         let fd = std.as_raw_fd();
-        if let Err(e) = self.registry.register(
-            &mut SourceFd(&fd),
-            Token(key as usize),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            tracing::warn!(error = %e, "plane: epoll registration failed");
+        let registered = match &self.backend {
+            Backend::Epoll { registry, .. } => registry
+                .register(
+                    &mut SourceFd(&fd),
+                    Token(key as usize),
+                    Interest::READABLE | Interest::WRITABLE,
+                )
+                .map_err(|e| e.to_string()),
+            // The connection arms its `recv` when it has read what is there.
+            Backend::Uring(_) if index > uring::MAX_INDEX => Err("too many connections".into()),
+            Backend::Uring(_) => Ok(()),
+        };
+        if let Err(e) = registered {
+            tracing::warn!(error = %e, "plane: the connection could not be registered");
             self.release(index);
             behaviour.abandon(env.id);
             env.outbound.consumer_gone();
@@ -234,6 +298,10 @@ impl Plane {
         let next = boxed.step(self, Cause::Again);
         self.slots.borrow_mut()[index].conn = Some(boxed);
         self.after(key, next);
+        if let Some(u) = self.uring() {
+            // Outside a turn: its `recv` goes to the kernel now.
+            u.submit();
+        }
     }
 
     fn reserve(&self) -> (usize, u32) {
@@ -259,19 +327,19 @@ impl Plane {
         self.free.borrow_mut().push(index);
     }
 
-    /// Steps the connection `key` names, if it is still there.
-    fn step(self: &Rc<Self>, key: Key, cause: Cause) {
+    /// Steps the connection `key` names, if it is still there (true).
+    fn step(self: &Rc<Self>, key: Key, cause: Cause) -> bool {
         let index = index_of(key);
         let mut conn = {
             let mut slots = self.slots.borrow_mut();
             let Some(slot) = slots.get_mut(index) else {
-                return;
+                return false;
             };
             if slot.gen != gen_of(key) || slot.busy {
-                return;
+                return false;
             }
             let Some(conn) = slot.conn.take() else {
-                return;
+                return false;
             };
             slot.busy = true;
             conn
@@ -283,6 +351,7 @@ impl Plane {
             slots[index].conn = Some(conn);
         }
         self.after(key, next);
+        true
     }
 
     /// Gives a behaviour back to its connection (see `conn.rs`, `lend`).
@@ -306,8 +375,15 @@ impl Plane {
                 let index = index_of(key);
                 let conn = self.slots.borrow_mut()[index].conn.take();
                 if let Some(conn) = conn {
-                    let fd = conn.socket_fd();
-                    let _ = self.registry.deregister(&mut SourceFd(&fd));
+                    match &self.backend {
+                        Backend::Epoll { registry, .. } => {
+                            let fd = conn.socket_fd();
+                            let _ = registry.deregister(&mut SourceFd(&fd));
+                        }
+                        // Its socket closes once the kernel lets go of the
+                        // operations (the cancellations go out this turn).
+                        Backend::Uring(u) => u.cancel(key, conn.armed()),
+                    }
                     self.release(index);
                     self.count(-1);
                     // Dropped last: the socket closes once producers that
@@ -336,35 +412,54 @@ impl Plane {
     fn turn(self: &Rc<Self>, cx: &mut Context<'_>) -> bool {
         let mut worked = false;
         let (mut ready, mut woken) = std::mem::take(&mut *self.scratch.borrow_mut());
-        {
-            let mut poll = self.poll.borrow_mut();
-            let mut events = self.events.borrow_mut();
-            match poll.get_mut().poll(&mut events, Some(Duration::ZERO)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => tracing::warn!(error = %e, "plane: epoll_wait failed"),
-            }
-            let mut n = 0;
-            for ev in events.iter() {
-                n += 1;
-                ready.push((
-                    ev.token().0 as Key,
-                    Cause::Io {
-                        read: ev.is_readable() || ev.is_read_closed() || ev.is_error(),
-                        hup: ev.is_read_closed() || ev.is_error(),
-                    },
-                ));
-            }
-            if n < EVENTS_PER_WAIT {
-                // Drained: let tokio wait for the next edge.
-                if let std::task::Poll::Ready(Ok(mut guard)) = poll.poll_read_ready(cx) {
-                    guard.clear_ready();
+        match &self.backend {
+            Backend::Epoll { poll, events, .. } => {
+                let mut poll = poll.borrow_mut();
+                let mut events = events.borrow_mut();
+                match poll.get_mut().poll(&mut events, Some(Duration::ZERO)) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => tracing::warn!(error = %e, "plane: epoll_wait failed"),
+                }
+                let mut n = 0;
+                for ev in events.iter() {
+                    n += 1;
+                    ready.push((
+                        ev.token().0 as Key,
+                        Cause::Io {
+                            read: ev.is_readable() || ev.is_read_closed() || ev.is_error(),
+                            hup: ev.is_read_closed() || ev.is_error(),
+                        },
+                    ));
+                }
+                if n < EVENTS_PER_WAIT {
+                    // Drained: let tokio wait for the next edge.
+                    if let std::task::Poll::Ready(Ok(mut guard)) = poll.poll_read_ready(cx) {
+                        guard.clear_ready();
+                    }
                 }
             }
+            Backend::Uring(u) => u.complete(cx, |c| {
+                let cause = match c.op {
+                    Op::Recv => Cause::Recv {
+                        res: c.res,
+                        bid: c.bid,
+                    },
+                    op => Cause::Polled { op, res: c.res },
+                };
+                if c.op != Op::Cancel {
+                    ready.push((c.key, cause));
+                }
+            }),
         }
         worked |= !ready.is_empty();
         for &(key, cause) in &ready {
-            self.step(key, cause);
+            if !self.step(key, cause) {
+                // Its connection is gone: the ring buffer goes back here.
+                if let (Cause::Recv { bid: Some(bid), .. }, Some(u)) = (cause, self.uring()) {
+                    u.give_back(bid);
+                }
+            }
         }
         std::mem::swap(&mut woken, &mut *self.woken.keys.lock().expect("wake list"));
         worked |= !woken.is_empty();
@@ -395,6 +490,10 @@ impl Plane {
             worked = true;
             self.step(key, Cause::LingerOver);
         }
+        if let Some(u) = self.uring() {
+            // Everything this turn armed or cancelled, in one enter.
+            u.submit();
+        }
         worked
     }
 
@@ -421,7 +520,11 @@ impl Plane {
                 {
                     return std::task::Poll::Ready(());
                 }
-                if self.poll.borrow().poll_read_ready(cx).is_ready() {
+                let kernel = match &self.backend {
+                    Backend::Epoll { poll, .. } => poll.borrow().poll_read_ready(cx).is_ready(),
+                    Backend::Uring(u) => u.poll_ready(cx),
+                };
+                if kernel {
                     return std::task::Poll::Ready(());
                 }
                 if let Some(&(at, _)) = self.lingering.borrow().front() {

@@ -83,6 +83,8 @@ pub enum ServeError {
     AdminTls(weir_config::tls::CertError),
     #[error("cannot start worker thread: {0}")]
     Worker(std::io::Error),
+    #[error("[server] io = \"uring\": io_uring cannot be used here ({0}); write io = \"auto\" to fall back to epoll")]
+    Uring(std::io::Error),
     #[error("[admin]: the environment variable {var} must hold the admin token (at least {MIN_TOKEN_BYTES} bytes), e.g. export {var}=$(openssl rand -hex 32)")]
     AdminToken { var: String },
     #[error("[api]: the environment variable {var} must hold the server API key (at least {MIN_API_KEY_BYTES} bytes, not the admin token), e.g. export {var}=$(openssl rand -hex 32)")]

@@ -142,7 +142,7 @@ impl Shared {
                 hosts: public_hosts(config),
                 h2_max_streams: config.server.h2_max_streams,
                 h2_idle_timeout: config.server.limits.idle_timeout,
-                io: config.server.io,
+                io: resolve_io(config.server.io)?,
                 upgrade_rate: crate::overload::GlobalRate::new(config.server.max_upgrade_rate),
             },
             counts: Counts {
@@ -264,4 +264,31 @@ fn public_hosts(config: &Config) -> weir_config::hosts::AllowedHosts {
         );
     }
     hosts
+}
+
+/// `[server] io` as the workers will run it: `auto` becomes io_uring where
+/// a ring with its buffers can be set up here, else epoll (logged either
+/// way); `uring` where it cannot is an error.
+fn resolve_io(io: weir_config::Io) -> Result<weir_config::Io, super::ServeError> {
+    use weir_config::Io;
+    match io {
+        Io::Tasks | Io::Epoll => Ok(io),
+        Io::Uring => match weir_reactor::plane::probe_uring() {
+            Ok(()) => {
+                info!("I/O loop: the workers' planes on io_uring");
+                Ok(Io::Uring)
+            }
+            Err(e) => Err(super::ServeError::Uring(e)),
+        },
+        Io::Auto => match weir_reactor::plane::probe_uring() {
+            Ok(()) => {
+                info!("I/O loop: the workers' planes on io_uring (io = \"auto\")");
+                Ok(Io::Uring)
+            }
+            Err(e) => {
+                warn!(error = %e, "I/O loop: io_uring unavailable, the workers' planes run on epoll (io = \"auto\")");
+                Ok(Io::Epoll)
+            }
+        },
+    }
 }

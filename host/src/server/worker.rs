@@ -18,7 +18,7 @@ use weir_guest_runtime::Scheduler;
 use weir_reactor::buffer::BufPool;
 use weir_reactor::idle::IdleWheel;
 use weir_reactor::kind::{WorkerRoute, WorkerSetup};
-use weir_reactor::plane::Plane;
+use weir_reactor::plane::{Plane, PlaneIo};
 use weir_reactor::rate::Pace;
 use weir_reactor::registry::conn_id;
 
@@ -91,16 +91,11 @@ pub(super) fn run(
     let mut main = local.spawn_local(async move {
         let plane = match io {
             weir_config::Io::Tasks => None,
-            weir_config::Io::Epoll => match Plane::new(plane_stats) {
-                Ok(plane) => {
-                    tokio::task::spawn_local(plane.clone().run());
-                    Some(plane)
-                }
-                Err(e) => {
-                    warn!(error = %e, "epoll plane unavailable; connections run as tasks");
-                    None
-                }
-            },
+            // `Auto` was resolved at start (`shared.rs`, `resolve_io`).
+            weir_config::Io::Epoll | weir_config::Io::Auto => {
+                start_plane(plane_stats, PlaneIo::Epoll)
+            }
+            weir_config::Io::Uring => start_plane(plane_stats, PlaneIo::Uring),
         };
         let listener = match TcpListener::from_std(listener) {
             Ok(l) => l,
@@ -228,6 +223,21 @@ async fn accept(
                     (EMFILE: raise `ulimit -n` or lower max_connections)");
             }
             tokio::time::sleep(ACCEPT_BACKOFF).await;
+        }
+    }
+}
+
+/// The calling worker's plane on `io`, its loop spawned; None (connections
+/// run as tasks) where it cannot be set up.
+fn start_plane(stats: Arc<weir_reactor::plane::PlaneStats>, io: PlaneIo) -> Option<Rc<Plane>> {
+    match Plane::new(stats, io) {
+        Ok(plane) => {
+            tokio::task::spawn_local(plane.clone().run());
+            Some(plane)
+        }
+        Err(e) => {
+            warn!(error = %e, ?io, "plane unavailable; connections run as tasks");
+            None
         }
     }
 }

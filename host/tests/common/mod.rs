@@ -303,13 +303,16 @@ pub fn second_handle(stream: &TcpStream) -> TcpStream {
 }
 
 /// The loop the tests' gateways run connections on: `WEIR_TEST_IO=epoll`
-/// runs every gateway a test starts on the workers' planes (CI runs the
-/// connection-level tests both ways); unset, each config's own.
+/// (or `uring`, `auto`) runs every gateway a test starts on the workers'
+/// planes (CI runs the connection-level tests each way); unset, each
+/// config's own.
 pub fn test_io() -> Option<weir_config::Io> {
     match std::env::var("WEIR_TEST_IO").ok()?.as_str() {
         "epoll" => Some(weir_config::Io::Epoll),
+        "uring" => Some(weir_config::Io::Uring),
+        "auto" => Some(weir_config::Io::Auto),
         "tasks" => Some(weir_config::Io::Tasks),
-        other => panic!("WEIR_TEST_IO={other}: write epoll or tasks"),
+        other => panic!("WEIR_TEST_IO={other}: write epoll, uring, auto or tasks"),
     }
 }
 
@@ -339,7 +342,10 @@ impl WeirProcess {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("routes.toml");
         let io = match test_io() {
-            Some(weir_config::Io::Epoll) if !server_keys.contains("io =") => "io = \"epoll\"\n",
+            _ if server_keys.contains("io =") => "",
+            Some(weir_config::Io::Epoll) => "io = \"epoll\"\n",
+            Some(weir_config::Io::Uring) => "io = \"uring\"\n",
+            Some(weir_config::Io::Auto) => "io = \"auto\"\n",
             _ => "",
         };
         std::fs::write(

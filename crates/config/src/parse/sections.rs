@@ -196,16 +196,19 @@ pub(super) fn server(
         server.h2_max_streams = item.count(src, 1, MAX_H2_STREAMS as u64)? as u32;
     }
     if let Some(item) = Item::of("io", &raw.io) {
-        server.io = match item.string(src, r#""epoll""#)? {
-            "tasks" => crate::Io::Tasks,
-            "epoll" => crate::Io::Epoll,
-            other => {
-                return Err(item.fail(
+        server.io =
+            match item.string(src, r#""epoll""#)? {
+                "tasks" => crate::Io::Tasks,
+                "epoll" => crate::Io::Epoll,
+                "uring" => crate::Io::Uring,
+                "auto" => crate::Io::Auto,
+                other => return Err(item.fail(
                     src,
-                    format!(r#""{other}" is not an I/O loop; write "tasks" or "epoll""#),
-                ))
-            }
-        };
+                    format!(
+                        r#""{other}" is not an I/O loop; write "tasks", "epoll", "uring" or "auto""#
+                    ),
+                )),
+            };
     }
     if let Some(item) = Item::of("tls", &raw.tls) {
         server.tls = Some(tls_files(src, &item, origin_dir)?);

@@ -8,6 +8,7 @@
 //! awaits `Behaviour::unblocked` and hands it back (`lend`), while the
 //! connection keeps writing what its producers queue.
 
+use super::uring::{Op, Uring, BUFFER_BYTES};
 use super::{give_back, Cause, Key, Next, Plane, PlaneConn};
 use crate::behaviour::{Behaviour, Stop};
 use crate::conn::{
@@ -186,6 +187,14 @@ pub(crate) struct Entry<B> {
     /// since (a wake always ends in a `Woken` step): a look at the queue
     /// needs no new registration.
     armed: bool,
+    /// (io_uring) The operations armed on the ring (`Op::bit`s).
+    ops: u8,
+    /// (io_uring) A `recv`'s bytes were copied into the read buffer and
+    /// wait to be decoded.
+    fresh: bool,
+    /// (io_uring) The armed `recv`'s length: a completion that fills it
+    /// may have left more in the socket.
+    recv_len: u16,
 }
 
 impl<B: Behaviour> Entry<B> {
@@ -217,6 +226,9 @@ impl<B: Behaviour> Entry<B> {
             hup: false,
             draining: 0,
             armed: false,
+            ops: 0,
+            fresh: false,
+            recv_len: 0,
         }
     }
 
@@ -499,6 +511,73 @@ impl<B: Behaviour> Entry<B> {
         Flow::Continue
     }
 
+    /// The socket is read dry: an empty read buffer goes back to the pool,
+    /// and on io_uring a `recv` is armed for what comes next.
+    fn dry(&mut self, plane: &Rc<Plane>) {
+        let room = match &self.c.buf {
+            Some(_) if self.c.end == self.c.start => {
+                let buf = self.c.buf.take().expect("matched");
+                self.c.env.pool.give(buf);
+                BUFFER_BYTES
+            }
+            Some(buf) => buf.len() - self.c.end,
+            None => BUFFER_BYTES,
+        };
+        if let Some(u) = plane.uring() {
+            self.arm_recv(u, room);
+        }
+    }
+
+    /// (io_uring) Arms `op`'s poll unless it is armed.
+    fn arm(&mut self, u: &Uring, op: Op) {
+        if self.ops & op.bit() == 0 {
+            self.ops |= op.bit();
+            u.poll(self.key, self.c.stream.0.as_raw_fd(), op);
+        }
+    }
+
+    /// (io_uring) Arms a `recv` of at most `room` bytes unless one is
+    /// armed: the socket was read dry.
+    fn arm_recv(&mut self, u: &Uring, room: usize) {
+        if self.ops & Op::Recv.bit() == 0 {
+            let len = room.clamp(1, BUFFER_BYTES);
+            self.ops |= Op::Recv.bit();
+            self.recv_len = len as u16;
+            u.recv(self.key, self.c.stream.0.as_raw_fd(), len);
+        }
+    }
+
+    /// (io_uring) A `recv`'s bytes: into the read buffer, to be decoded
+    /// by the next `read` (discarded after the close). A `recv` that
+    /// filled its length may have left more: the socket is read directly
+    /// until it is dry.
+    fn received(&mut self, bytes: &[u8]) {
+        self.readable = bytes.len() >= usize::from(self.recv_len);
+        if self.state == State::Lingering {
+            self.rare().discarded += bytes.len();
+            return;
+        }
+        if let Some(prefix) = self.rare.as_mut().and_then(|r| r.prefix.as_mut()) {
+            // Bytes before these still wait: these go after them.
+            *prefix = [&prefix[..], bytes].concat().into();
+        } else {
+            let large = self.c.wants_large_buffer();
+            let pool = self.c.env.pool.clone();
+            let buf = self.c.buf.get_or_insert_with(|| pool.take(large));
+            let take = bytes.len().min(buf.len() - self.c.end);
+            buf[self.c.end..self.c.end + take].copy_from_slice(&bytes[..take]);
+            self.c.end += take;
+            if take < bytes.len() {
+                // No room left (the buffer held a leftover): the rest waits
+                // as the connection's prefix, read before the socket.
+                self.rare().prefix = Some(Bytes::copy_from_slice(&bytes[take..]));
+            }
+        }
+        self.fresh = true;
+        self.c.env.outbound.touch(self.c.env.idle.now());
+        self.c.ping_sent = false;
+    }
+
     /// Lends the behaviour to a task that waits until reads may go on.
     fn lend(&mut self, plane: &Rc<Plane>) {
         let mut behaviour = self.behaviour.take().expect("not lent");
@@ -506,6 +585,10 @@ impl<B: Behaviour> Entry<B> {
         let (cancel, called_back) = tokio::sync::oneshot::channel::<()>();
         self.rare().cancel = Some(cancel);
         self.state = State::Lent;
+        if let Some(u) = plane.uring() {
+            // A client that hangs up meanwhile calls the behaviour back.
+            self.arm(u, Op::Hangup);
+        }
         let (plane, key) = (plane.clone(), self.key);
         tokio::task::spawn_local(async move {
             let result = tokio::select! {
@@ -517,7 +600,7 @@ impl<B: Behaviour> Entry<B> {
     }
 
     /// One read and its batch; None to go on stepping.
-    fn read(&mut self) -> Option<Next> {
+    fn read(&mut self, plane: &Rc<Plane>) -> Option<Next> {
         let large = self.c.wants_large_buffer();
         let pool = self.c.env.pool.clone();
         let buf = self.c.buf.get_or_insert_with(|| pool.take(large));
@@ -529,9 +612,18 @@ impl<B: Behaviour> Entry<B> {
             if take < prefix.len() {
                 self.rare().prefix = Some(prefix.slice(take..));
             }
+        } else if self.fresh {
+            // A `recv`'s bytes, already in the buffer.
+            self.fresh = false;
         } else {
             let room = buf.len() - self.c.end;
-            match (&*self.c.stream.0).read(&mut buf[self.c.end..]) {
+            let got = if self.ops & Op::Recv.bit() != 0 {
+                // The ring reads for it: reading here could overtake it.
+                Err(ErrorKind::WouldBlock.into())
+            } else {
+                (&*self.c.stream.0).read(&mut buf[self.c.end..])
+            };
+            match got {
                 Ok(0) => return Some(self.end()),
                 Ok(n) => {
                     // A short read drained the socket, unless the client's
@@ -542,10 +634,7 @@ impl<B: Behaviour> Entry<B> {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     self.readable = false;
-                    if self.c.end == self.c.start {
-                        let buf = self.c.buf.take().expect("taken above");
-                        self.c.env.pool.give(buf);
-                    }
+                    self.dry(plane);
                     if self.draining > 0 {
                         let flow = Flow::Close(SHUTDOWN_CODE, SHUTDOWN_REASON.into());
                         return self.act(flow);
@@ -612,7 +701,17 @@ impl<B: Behaviour> Entry<B> {
     }
 
     /// Reads and discards until the client's EOF after the close.
-    fn discard(&mut self) -> Next {
+    fn discard(&mut self, plane: &Rc<Plane>) -> Next {
+        if self
+            .rare
+            .as_ref()
+            .is_some_and(|r| r.discarded >= CLOSE_DRAIN_MAX_BYTES)
+        {
+            return self.end();
+        }
+        if self.ops & Op::Recv.bit() != 0 {
+            return Next::Keep;
+        }
         let pool = self.c.env.pool.clone();
         let buf = self.c.buf.get_or_insert_with(|| pool.take(false));
         loop {
@@ -625,7 +724,12 @@ impl<B: Behaviour> Entry<B> {
                         return self.end();
                     }
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Next::Keep,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if let Some(u) = plane.uring() {
+                        self.arm_recv(u, BUFFER_BYTES);
+                    }
+                    return Next::Keep;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return self.end(),
             }
@@ -652,11 +756,11 @@ impl<B: Behaviour> Entry<B> {
                         Some(next) => return next,
                         None => continue,
                     },
-                    Ok(false) => return self.stalled(),
+                    Ok(false) => return self.stalled(plane),
                 }
             }
             match self.state {
-                State::Lingering => return self.discard(),
+                State::Lingering => return self.discard(plane),
                 State::Lent => {
                     if self.hup {
                         return self.call_back(Flow::Done).expect("kept");
@@ -700,13 +804,17 @@ impl<B: Behaviour> Entry<B> {
                 return Next::Keep;
             }
             let prefix = self.rare.as_ref().is_some_and(|r| r.prefix.is_some());
-            if !self.readable && !prefix {
+            if !self.readable && !prefix && !self.fresh {
                 if self.draining > 0 {
                     let flow = Flow::Close(SHUTDOWN_CODE, SHUTDOWN_REASON.into());
                     if let Some(next) = self.act(flow) {
                         return next;
                     }
                     continue;
+                }
+                if plane.uring().is_some() && self.state == State::Open {
+                    // A `recv`'s bytes were all there was.
+                    self.dry(plane);
                 }
                 self.tidy();
                 return Next::Keep;
@@ -725,7 +833,7 @@ impl<B: Behaviour> Entry<B> {
                     continue;
                 }
             }
-            if let Some(next) = self.read() {
+            if let Some(next) = self.read(plane) {
                 return next;
             }
         }
@@ -747,7 +855,7 @@ impl<B: Behaviour> Entry<B> {
     /// A write waits for the socket. If the idle wheel finds it still
     /// waiting a whole `idle_timeout` later, the client has stopped
     /// reading: the connection is dropped (as the task loop's stall limit).
-    fn stalled(&mut self) -> Next {
+    fn stalled(&mut self, plane: &Rc<Plane>) -> Next {
         let now = self.c.env.idle.now();
         let limit = IdleWheel::ticks(self.c.env.limits.idle_timeout);
         let due = self.c.env.outbound.take_idle_due();
@@ -765,6 +873,9 @@ impl<B: Behaviour> Entry<B> {
             return self.end();
         }
         // Woken again by the socket's write readiness or the wheel.
+        if let Some(u) = plane.uring() {
+            self.arm(u, Op::Writable);
+        }
         self.c.env.outbound.register_consumer(&self.waker);
         self.armed = true;
         Next::Keep
@@ -780,6 +891,31 @@ impl<B: Behaviour> PlaneConn for Entry<B> {
             }
             Cause::Again => self.readable = true,
             Cause::Woken => self.armed = false,
+            Cause::Recv { res, bid } => {
+                self.ops &= !Op::Recv.bit();
+                let u = plane.uring().expect("a ring's completion");
+                match bid {
+                    Some(bid) => {
+                        self.received(u.bytes(bid, res.max(0) as usize));
+                        u.give_back(bid);
+                    }
+                    None if res == 0 => {
+                        self.hup = true;
+                        self.readable = true;
+                    }
+                    // No ring buffer was free, or the socket failed: a
+                    // direct read takes the bytes or meets the error.
+                    None => self.readable = true,
+                }
+            }
+            Cause::Polled { op, res } => {
+                self.ops &= !op.bit();
+                let gone = (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) as i32;
+                if op == Op::Hangup && (res < 0 || res & gone != 0) {
+                    self.hup = true;
+                    self.readable = true;
+                }
+            }
             Cause::LingerOver => {
                 if self.state == State::Lingering {
                     return self.end();
@@ -792,6 +928,10 @@ impl<B: Behaviour> PlaneConn for Entry<B> {
 
     fn socket_fd(&self) -> RawFd {
         self.c.stream.0.as_raw_fd()
+    }
+
+    fn armed(&self) -> u8 {
+        self.ops
     }
 
     fn as_any(&mut self) -> &mut dyn Any {

@@ -1,0 +1,337 @@
+//! The plane's io_uring backend (`[server] io = "uring"`, or `"auto"`
+//! where the kernel allows it).
+//!
+//! What changes against epoll is how a connection learns that its client
+//! sent something: instead of an edge from `epoll_wait` and a `read` of
+//! its own, a connection with nothing left to read arms one `recv` on the
+//! ring, and the kernel lands the bytes in a buffer of the worker's
+//! provided-buffer ring when they arrive. The plane takes the completions
+//! from the completion queue (shared memory: no system call) and the
+//! connection copies the bytes into its own read buffer and hands the
+//! ring buffer straight back. The `recv`s a turn arms go to the kernel
+//! in one `io_uring_enter` at the turn's end, with the write-readiness
+//! polls of connections whose socket was full and the cancellations of
+//! connections that ended. A `recv` that filled its buffer means more may
+//! wait: the connection then reads directly, as on epoll, until the
+//! socket is dry, and only then arms the next `recv` (so a large message
+//! costs what it costs on epoll, not one ring round per buffer).
+//!
+//! Idle connections hold no buffer: a ring buffer is taken only when bytes
+//! arrive and is given back within the same turn. When the ring has none
+//! left the kernel completes the `recv` with `ENOBUFS` and the connection
+//! reads directly instead.
+//!
+//! Writes stay direct `write`s from the loop (producers on other threads
+//! write straight into the socket too, under the outbound queue's turn).
+//!
+//! Kernel features: io_uring with `IORING_OP_RECV`, `IORING_OP_POLL_ADD`
+//! and `IORING_OP_ASYNC_CANCEL` (5.6) and registered provided-buffer rings
+//! (`IORING_REGISTER_PBUF_RING`, 5.19). `Uring::new` fails where any is
+//! missing or where io_uring is forbidden (seccomp, `io_uring_disabled`),
+//! and the gateway then serves on epoll (`"auto"`) or refuses to start
+//! (`"uring"`).
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::cell::{Cell, RefCell};
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::task::Context;
+use tokio::io::unix::AsyncFd;
+
+/// Submission queue entries (the completion queue is twice as long).
+const RING_ENTRIES: u32 = 1024;
+/// Buffers in the provided-buffer ring (a power of two).
+const BUFFERS: u16 = 128;
+/// Bytes per ring buffer. A `recv` that fills one sends the connection to
+/// direct reads, so this sizes the common small batch, not a message.
+pub(crate) const BUFFER_BYTES: usize = 4096;
+/// The provided-buffer group the `recv`s select from.
+const GROUP: u16 = 0;
+
+/// What a completion answers, in bits 30–31 of its user data (the key's
+/// index stays below 2^30).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Recv = 0,
+    /// Write readiness after a full socket.
+    Writable = 1,
+    /// The client hanging up while reads are blocked.
+    Hangup = 2,
+    /// A cancellation's own completion (nothing to do).
+    Cancel = 3,
+}
+
+const OP_SHIFT: u32 = 30;
+const OP_MASK: u64 = 3 << OP_SHIFT;
+
+impl Op {
+    /// Its bit in a connection's set of armed operations.
+    pub(crate) fn bit(self) -> u8 {
+        1 << self as u8
+    }
+
+    fn tag(self, key: u64) -> u64 {
+        key | (self as u64) << OP_SHIFT
+    }
+
+    /// The operation and key a completion's user data names.
+    pub(crate) fn untag(data: u64) -> (Op, u64) {
+        let op = match (data & OP_MASK) >> OP_SHIFT {
+            0 => Op::Recv,
+            1 => Op::Writable,
+            2 => Op::Hangup,
+            _ => Op::Cancel,
+        };
+        (op, data & !OP_MASK)
+    }
+}
+
+/// Highest slab index a key may carry on this backend.
+pub(crate) const MAX_INDEX: usize = (1 << OP_SHIFT) - 1;
+
+/// The provided-buffer ring: the entries the kernel reads (page-aligned,
+/// shared with it) and the buffers they point to.
+struct BufRing {
+    entries: *mut types::BufRingEntry,
+    layout: Layout,
+    buffers: Box<[u8]>,
+    /// Our copy of the ring's tail (the kernel reads the shared one).
+    tail: Cell<u16>,
+}
+
+impl BufRing {
+    fn new() -> std::io::Result<BufRing> {
+        let layout = Layout::from_size_align(
+            usize::from(BUFFERS) * std::mem::size_of::<types::BufRingEntry>(),
+            4096,
+        )
+        .map_err(std::io::Error::other)?;
+        // SAFETY: a non-zero size, a valid alignment.
+        let entries = unsafe { alloc_zeroed(layout) }.cast::<types::BufRingEntry>();
+        if entries.is_null() {
+            return Err(std::io::ErrorKind::OutOfMemory.into());
+        }
+        let ring = BufRing {
+            entries,
+            layout,
+            buffers: vec![0u8; usize::from(BUFFERS) * BUFFER_BYTES].into_boxed_slice(),
+            tail: Cell::new(0),
+        };
+        for bid in 0..BUFFERS {
+            ring.put(bid);
+        }
+        Ok(ring)
+    }
+
+    /// Offers buffer `bid` to the kernel again.
+    fn put(&self, bid: u16) {
+        let tail = self.tail.get();
+        let index = usize::from(tail & (BUFFERS - 1));
+        // SAFETY: `index` is inside the ring; the kernel reads only entries
+        // between its head and the published tail, and this one is past it.
+        let entry = unsafe { &mut *self.entries.add(index) };
+        entry.set_addr(self.buffers[usize::from(bid) * BUFFER_BYTES..].as_ptr() as u64);
+        entry.set_len(BUFFER_BYTES as u32);
+        entry.set_bid(bid);
+        let tail = tail.wrapping_add(1);
+        self.tail.set(tail);
+        // SAFETY: the ring's tail field lives in its first entry, aligned
+        // for an atomic u16; the kernel reads it with acquire ordering.
+        unsafe {
+            let shared = types::BufRingEntry::tail(self.entries).cast_mut();
+            (*shared.cast::<AtomicU16>()).store(tail, Ordering::Release);
+        }
+    }
+
+    fn bytes(&self, bid: u16, len: usize) -> &[u8] {
+        let at = usize::from(bid) * BUFFER_BYTES;
+        &self.buffers[at..at + len.min(BUFFER_BYTES)]
+    }
+}
+
+impl Drop for BufRing {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; the ring (and so
+        // the kernel's use of it) is gone first (`Uring`'s field order).
+        unsafe { dealloc(self.entries.cast(), self.layout) }
+    }
+}
+
+/// One worker's ring (see the module docs).
+pub(crate) struct Uring {
+    ring: RefCell<AsyncFd<IoUring>>,
+    bufs: BufRing,
+    /// Entries pushed since the last submission.
+    queued: Cell<u32>,
+}
+
+/// A completion, as the plane hands it on.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Completion {
+    pub op: Op,
+    pub key: u64,
+    pub res: i32,
+    /// The ring buffer a `recv` filled.
+    pub bid: Option<u16>,
+}
+
+impl Uring {
+    /// A ring with its provided buffers, registered with the worker's
+    /// tokio runtime; fails where the kernel lacks or forbids any part.
+    pub(crate) fn new() -> std::io::Result<Uring> {
+        let (ring, bufs) = setup(RING_ENTRIES)?;
+        // SAFETY: the `IoUring` owns its descriptor for its whole life and
+        // always answers `as_raw_fd` with it; the `AsyncFd` owns the ring.
+        let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }?;
+        Ok(Uring {
+            ring: RefCell::new(ring),
+            bufs,
+            queued: Cell::new(0),
+        })
+    }
+
+    fn push(&self, entry: squeue::Entry) {
+        let mut ring = self.ring.borrow_mut();
+        let ring = ring.get_mut();
+        loop {
+            // SAFETY: every entry names a socket the plane keeps open until
+            // the entry completes or is cancelled, and a `recv` selects its
+            // buffer from the ring (no pointer of ours in it).
+            if unsafe { ring.submission().push(&entry) }.is_ok() {
+                self.queued.set(self.queued.get() + 1);
+                return;
+            }
+            // Full: hand the queue to the kernel and go on.
+            if let Err(e) = ring.submit() {
+                tracing::warn!(error = %e, "plane: io_uring submission failed");
+                return;
+            }
+            self.queued.set(0);
+        }
+    }
+
+    /// Arms a `recv` of at most `room` bytes into a ring buffer for `key`.
+    pub(crate) fn recv(&self, key: u64, fd: RawFd, room: usize) {
+        let len = room.clamp(1, BUFFER_BYTES) as u32;
+        let entry = opcode::Recv::new(types::Fd(fd), std::ptr::null_mut(), len)
+            .buf_group(GROUP)
+            .build()
+            .flags(squeue::Flags::BUFFER_SELECT)
+            .user_data(Op::Recv.tag(key));
+        self.push(entry);
+    }
+
+    /// Arms a one-shot poll for `op` (write readiness, or a hang-up).
+    pub(crate) fn poll(&self, key: u64, fd: RawFd, op: Op) {
+        let mask = match op {
+            Op::Writable => libc::POLLOUT,
+            _ => libc::POLLRDHUP,
+        };
+        let entry = opcode::PollAdd::new(types::Fd(fd), mask as u32)
+            .build()
+            .user_data(op.tag(key));
+        self.push(entry);
+    }
+
+    /// Cancels `key`'s armed operations (the bits of `ops`).
+    pub(crate) fn cancel(&self, key: u64, ops: u8) {
+        for op in [Op::Recv, Op::Writable, Op::Hangup] {
+            if ops & op.bit() != 0 {
+                let entry = opcode::AsyncCancel::new(op.tag(key))
+                    .build()
+                    .user_data(Op::Cancel.tag(key));
+                self.push(entry);
+            }
+        }
+    }
+
+    /// Hands what was pushed to the kernel (one `io_uring_enter`).
+    pub(crate) fn submit(&self) {
+        if self.queued.get() == 0 {
+            return;
+        }
+        self.queued.set(0);
+        let mut ring = self.ring.borrow_mut();
+        if let Err(e) = ring.get_mut().submit() {
+            tracing::warn!(error = %e, "plane: io_uring submission failed");
+        }
+    }
+
+    /// Clears the ring's readiness in tokio, then hands every completion
+    /// there is to `each`: clearing first, so one posted meanwhile wakes
+    /// the plane again.
+    pub(crate) fn complete(&self, cx: &mut Context<'_>, mut each: impl FnMut(Completion)) {
+        let mut ring = self.ring.borrow_mut();
+        if let std::task::Poll::Ready(Ok(mut guard)) = ring.poll_read_ready(cx) {
+            guard.clear_ready();
+        }
+        for cqe in ring.get_mut().completion() {
+            let (op, key) = Op::untag(cqe.user_data());
+            each(Completion {
+                op,
+                key,
+                res: cqe.result(),
+                bid: cqueue::buffer_select(cqe.flags()),
+            });
+        }
+    }
+
+    /// True when completions wait, or the ring became readable; else the
+    /// plane's task is woken when it does.
+    pub(crate) fn poll_ready(&self, cx: &mut Context<'_>) -> bool {
+        let mut ring = self.ring.borrow_mut();
+        if !ring.get_mut().completion().is_empty() {
+            return true;
+        }
+        ring.poll_read_ready(cx).is_ready()
+    }
+
+    /// The bytes a `recv` put in ring buffer `bid`.
+    pub(crate) fn bytes(&self, bid: u16, len: usize) -> &[u8] {
+        self.bufs.bytes(bid, len)
+    }
+
+    /// Gives ring buffer `bid` back to the kernel.
+    pub(crate) fn give_back(&self, bid: u16) {
+        self.bufs.put(bid);
+    }
+}
+
+/// A ring of `entries` with the operations the plane uses checked and
+/// its provided buffers registered. The ring drops before the buffers
+/// (the tuple's order).
+fn setup(entries: u32) -> std::io::Result<(IoUring, BufRing)> {
+    let ring = IoUring::builder()
+        .setup_cqsize(entries * 2)
+        .setup_submit_all()
+        .build(entries)?;
+    let mut probe = io_uring::Probe::new();
+    ring.submitter().register_probe(&mut probe)?;
+    for code in [
+        opcode::Recv::CODE,
+        opcode::PollAdd::CODE,
+        opcode::AsyncCancel::CODE,
+    ] {
+        if !probe.is_supported(code) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!("io_uring operation {code} unsupported"),
+            ));
+        }
+    }
+    let bufs = BufRing::new()?;
+    // SAFETY: the entries stay allocated until the buffers drop, after
+    // the ring (see above).
+    unsafe {
+        ring.submitter()
+            .register_buf_ring_with_flags(bufs.entries as u64, BUFFERS, GROUP, 0)?;
+    }
+    Ok((ring, bufs))
+}
+
+/// Whether this kernel and process can run the io_uring plane: a small
+/// ring set up as a worker's is, then dropped (no runtime needed).
+pub fn probe() -> std::io::Result<()> {
+    setup(8).map(drop)
+}
