@@ -113,11 +113,21 @@ fn state_line(answer: &serde_json::Value) -> String {
 }
 
 /// How a deploy or rollback is asked for: `--reset-state`, `--cluster`,
-/// `--wait`.
-#[derive(Clone, Copy, Debug, Default)]
+/// `--wait` (the flags both commands take).
+#[derive(Clone, Copy, Debug, Default, clap::Args)]
 pub struct Ask {
+    /// Go ahead even if the version to serve cannot read some live
+    /// connections' state: those start from their state's Default
+    /// (without it, such a deploy or rollback is refused with their count)
+    #[arg(long)]
     pub reset_state: bool,
+    /// Refuse unless the change reaches every node of the fleet (the
+    /// gateway has [cluster] redis; with it, every deploy and rollback does)
+    #[arg(long)]
     pub cluster: bool,
+    /// With a fleet: return once every node serves the version deployed or
+    /// put back (exit 1 if a node refuses it, or after 120 s)
+    #[arg(long)]
     pub wait: bool,
 }
 
