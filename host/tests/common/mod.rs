@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod node;
+pub mod realtime;
 pub mod redis;
 
 use futures_util::{SinkExt, StreamExt};
