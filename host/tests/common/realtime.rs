@@ -4,13 +4,12 @@
 //! probe's commands, and the official `centrifuge` client as a peer.
 
 use super::node::{clients_dir, require_client};
-use super::{next, Gateway, Ws, STEP};
+use super::{next, server_api, Gateway, Ws, STEP};
 use futures_util::SinkExt;
 use serde_json::Value;
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
 use weir_config::Config;
 
@@ -71,28 +70,9 @@ history_ttl = "5m"
     Gateway::start(Config::parse(&routes, Path::new(".")).expect("routes"))
 }
 
-/// One server API call; its JSON answer.
+/// One server API call with the gateway's key; its JSON answer.
 pub async fn api(gw: &Gateway, method: &str, body: Value) -> Value {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = gw.api.expect("[api]");
-    let body = body.to_string();
-    let request = format!(
-        "POST /api/{method} HTTP/1.1\r\nhost: {addr}\r\nx-api-key: {API_KEY}\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let answer = timeout(STEP, async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await.unwrap();
-        String::from_utf8(answer).unwrap()
-    })
-    .await
-    .unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{method}: {answer}");
-    serde_json::from_str(body).unwrap()
+    server_api(gw, API_KEY, method, &body.to_string()).await
 }
 
 /// The next text message on `ws`.
