@@ -119,19 +119,8 @@ enum Command {
         /// The component (.wasm), or an oci://host/repo:tag (or
         /// @sha256:…) reference the gateway pulls itself
         file: PathBuf,
-        /// Deploy even if the new version cannot read some live
-        /// connections' state: those start from their state's Default
-        /// (without it, such a deploy is refused with their count)
-        #[arg(long)]
-        reset_state: bool,
-        /// Refuse unless the deploy reaches every node of the fleet (the
-        /// gateway has [cluster] redis; with it, every deploy does)
-        #[arg(long)]
-        cluster: bool,
-        /// With a fleet: return once every node serves the new version
-        /// (exit 1 if a node refuses it, or after 120 s)
-        #[arg(long)]
-        wait: bool,
+        #[command(flatten)]
+        ask: Ask,
     },
     /// Put a guest route's previous version back, pinned: reloads (SIGHUP)
     /// keep it until the next deploy or `weir unpin`. Refused, like a
@@ -141,17 +130,8 @@ enum Command {
         #[arg(long, value_name = "ADDR")]
         admin: Option<String>,
         route: String,
-        /// Roll back even if the previous version cannot read some live
-        /// connections' state (they start from Default)
-        #[arg(long)]
-        reset_state: bool,
-        /// Refuse unless the rollback reaches every node of the fleet
-        #[arg(long)]
-        cluster: bool,
-        /// With a fleet: return once every node serves the version put
-        /// back (exit 1 if a node refuses it, or after 120 s)
-        #[arg(long)]
-        wait: bool,
+        #[command(flatten)]
+        ask: Ask,
     },
     /// Let reloads deploy a rolled-back route's component from the routes
     /// file again.
@@ -194,29 +174,9 @@ fn main() -> ExitCode {
             admin,
             route,
             file,
-            reset_state,
-            cluster,
-            wait,
-        } => {
-            let ask = Ask {
-                reset_state,
-                cluster,
-                wait,
-            };
-            admin_addr(admin).and_then(|admin| deploy(&admin, &route, &file, ask))
-        }
-        Command::Rollback {
-            admin,
-            route,
-            reset_state,
-            cluster,
-            wait,
-        } => {
-            let ask = Ask {
-                reset_state,
-                cluster,
-                wait,
-            };
+            ask,
+        } => admin_addr(admin).and_then(|admin| deploy(&admin, &route, &file, ask)),
+        Command::Rollback { admin, route, ask } => {
             admin_addr(admin).and_then(|admin| rollback(&admin, &route, ask))
         }
         Command::Unpin { admin, route } => {

@@ -398,25 +398,7 @@ async fn centrifuge_client_over_max_command_is_disconnected_for_good() {
 
 /// One server API call with the test's key; the answer's JSON.
 async fn api_call(gw: &Gateway, method: &str, body: &str) -> serde_json::Value {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = gw.api.expect("[api]");
-    let request = format!(
-        "POST /api/{method} HTTP/1.1\r\nhost: {addr}\r\nx-api-key: {API_KEY}\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let answer = timeout(STEP, async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await.unwrap();
-        String::from_utf8(answer).unwrap()
-    })
-    .await
-    .unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{method}: {answer}");
-    serde_json::from_str(body).unwrap()
+    server_api(gw, API_KEY, method, body).await
 }
 
 /// docs/api/openapi.yaml stays true to the API: every method it lists is

@@ -34,6 +34,29 @@ async fn node(name: &str, redis: &Redis, extra: &str) -> Gateway {
     Gateway::start(name, &["echo"], &routes(redis, extra)).await
 }
 
+/// A real redis-server and a node on it for each of `names` (see
+/// [`node`]), started in that order; None (the test skips, saying why)
+/// without redis-server.
+async fn fleet_of<const N: usize>(names: [&str; N]) -> Option<(Redis, [Gateway; N])> {
+    if !have_redis() {
+        return None;
+    }
+    let redis = Redis::start(false).await;
+    let mut nodes = Vec::with_capacity(N);
+    for name in names {
+        nodes.push(node(name, &redis, "").await);
+    }
+    let nodes = nodes.try_into().unwrap_or_else(|_| unreachable!("N nodes"));
+    Some((redis, nodes))
+}
+
+/// `weir ARGS… --admin <gw>` that must succeed: its stdout.
+fn weir_ok(gw: &Gateway, args: &[&str]) -> String {
+    let (code, out, err) = gw.weir(args);
+    assert_eq!(code, Some(0), "{out}{err}");
+    out
+}
+
 /// Which component answered `{"number": n}`: echo sends it back, json
 /// answers the next even number.
 async fn answer(ws: &mut common::Ws, n: u64) -> &'static str {
@@ -98,14 +121,9 @@ fn agrees_on(version: u64) -> impl Fn(&serde_json::Value) -> bool {
 /// `weir routes --cluster` says every node agrees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deploy_through_one_node_reaches_the_other_with_its_connections_kept() {
-    if !have_redis() {
+    let Some((_redis, [a, b])) = fleet_of(["fleet-a", "fleet-b"]).await else {
         return;
-    }
-    let redis = Redis::start(false).await;
-    let (a, b) = (
-        node("fleet-a", &redis, "").await,
-        node("fleet-b", &redis, "").await,
-    );
+    };
     let mut on_b = common::client(&b.url("/g")).await;
     assert_eq!(answer(&mut on_b, 1).await, "echo");
     let (status, body) = deploy(&a, "json").await;
@@ -131,18 +149,7 @@ async fn a_deploy_through_one_node_reaches_the_other_with_its_connections_kept()
     assert_eq!(answer(&mut on_b, n + 2).await, "json");
     assert_eq!(b.version("/g").await, 2, "B's own version number");
     // The CLI's view.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["routes", "--cluster", "--admin", &b.admin.to_string()])
-        .env(admin_support::TOKEN_ENV, admin_support::TOKEN)
-        .env("WEIR_ADMIN_TOKEN", admin_support::TOKEN)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = weir_ok(&b, &["routes", "--cluster"]);
     assert!(text.contains("2 nodes reporting"), "{text}");
     assert!(text.contains("/g  fleet version 1 (deploy by"), "{text}");
     assert!(text.contains("every node agrees"), "{text}");
@@ -158,11 +165,9 @@ async fn a_deploy_through_one_node_reaches_the_other_with_its_connections_kept()
 /// upgrade is served by the new version, and its /readyz is ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_started_after_the_deploy_serves_it_from_its_first_upgrade() {
-    if !have_redis() {
+    let Some((redis, [a])) = fleet_of(["late-a"]).await else {
         return;
-    }
-    let redis = Redis::start(false).await;
-    let a = node("late-a", &redis, "").await;
+    };
     let (status, body) = deploy(&a, "json").await;
     assert_eq!(status, 200, "{body}");
     let c = node("late-c", &redis, "").await;
@@ -185,11 +190,9 @@ async fn a_node_started_after_the_deploy_serves_it_from_its_first_upgrade() {
 /// the cause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_component_is_refused_everywhere_and_a_refusing_node_is_shown_diverged() {
-    if !have_redis() {
+    let Some((redis, [a])) = fleet_of(["broken-a"]).await else {
         return;
-    }
-    let redis = Redis::start(false).await;
-    let a = node("broken-a", &redis, "").await;
+    };
     let b = node("broken-b", &redis, "memory = \"1MiB\"").await;
     let endpoint = weir::client::route_endpoint("/g", "component");
     let (status, body) = a
@@ -241,12 +244,7 @@ async fn a_broken_component_is_refused_everywhere_and_a_refusing_node_is_shown_d
     assert_eq!(answer(&mut on_b, 3).await, "echo");
     assert_eq!(b.version("/g").await, 1, "B keeps its version");
     assert_eq!(a.version("/g").await, 2);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["routes", "--cluster", "--admin", &a.admin.to_string()])
-        .env("WEIR_ADMIN_TOKEN", admin_support::TOKEN)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (_, text, _) = a.weir(&["routes", "--cluster"]);
     assert!(text.contains("DIVERGED"), "{text}");
     assert!(text.contains("diverged: refused version 1"), "{text}");
 }
@@ -255,13 +253,9 @@ async fn a_broken_component_is_refused_everywhere_and_a_refusing_node_is_shown_d
 /// deploys through A, a rollback through C.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_reaches_every_node() {
-    if !have_redis() {
+    let Some((_redis, [a, b, c])) = fleet_of(["rb-a", "rb-b", "rb-c"]).await else {
         return;
-    }
-    let redis = Redis::start(false).await;
-    let a = node("rb-a", &redis, "").await;
-    let b = node("rb-b", &redis, "").await;
-    let c = node("rb-c", &redis, "").await;
+    };
     // Nothing to go back to yet.
     let (status, body) = c
         .admin(
@@ -317,12 +311,9 @@ async fn a_rollback_reaches_every_node() {
 /// version too); once Redis is back, the next deploy reaches every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_during_a_deploy_is_a_clear_error_and_changes_nothing() {
-    if !have_redis() {
+    let Some((mut redis, [a, b])) = fleet_of(["down-a", "down-b"]).await else {
         return;
-    }
-    let mut redis = Redis::start(false).await;
-    let a = node("down-a", &redis, "").await;
-    let b = node("down-b", &redis, "").await;
+    };
     assert_eq!(deploy(&a, "json").await.0, 200);
     await_fleet(&a, 2, agrees_on(1)).await;
     let versions = (a.version("/g").await, b.version("/g").await);
@@ -362,11 +353,9 @@ async fn redis_down_during_a_deploy_is_a_clear_error_and_changes_nothing() {
 /// refuses it, keeps its own version and is shown diverged with the cause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_altered_in_redis_is_refused_by_its_digest() {
-    if !have_redis() {
+    let Some((redis, [a])) = fleet_of(["tamper-a"]).await else {
         return;
-    }
-    let redis = Redis::start(false).await;
-    let a = node("tamper-a", &redis, "").await;
+    };
     let (status, body) = deploy(&a, "json").await;
     assert_eq!(status, 200, "{body}");
     let digest = body["hash"].as_str().unwrap().to_string();
@@ -428,10 +417,9 @@ async fn readyz(gw: &Gateway) -> (u16, String) {
 /// on the fleet; once Redis is back it converges and turns ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_is_not_ready_until_it_has_converged_on_the_fleet() {
-    if !have_redis() {
+    let Some((mut redis, [])) = fleet_of([]).await else {
         return;
-    }
-    let mut redis = Redis::start(false).await;
+    };
     redis.kill();
     let a = node("unready-a", &redis, "").await;
     let (status, text) = readyz(&a).await;
@@ -459,12 +447,9 @@ async fn a_node_is_not_ready_until_it_has_converged_on_the_fleet() {
 /// step again, the same deploy reaches every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_failing_half_way_through_a_deploy_leaves_no_half_state() {
-    if !have_redis() {
+    let Some((redis, [a, b])) = fleet_of(["half-a", "half-b"]).await else {
         return;
-    }
-    let redis = Redis::start(false).await;
-    let a = node("half-a", &redis, "").await;
-    let b = node("half-b", &redis, "").await;
+    };
     await_fleet_nodes(&a, 2).await;
     let client = redis::Client::open(redis.url()).unwrap();
     let mut con = client.get_connection().unwrap();
@@ -531,43 +516,21 @@ async fn await_fleet_nodes(gw: &Gateway, n: usize) {
 /// refused (exit 1, 409 naming why) and that gateway keeps its version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weir_deploy_cluster_reaches_the_fleet_or_is_refused() {
-    if !have_redis() {
+    let Some((_redis, [a])) = fleet_of(["cli-a"]).await else {
         return;
-    }
-    let redis = Redis::start(false).await;
-    let a = node("cli-a", &redis, "").await;
+    };
     let alone = Gateway::start(
         "cli-alone",
         &["echo"],
         "[[route]]\npath = \"/g\"\nguest = \"echo.wasm\"\n",
     )
     .await;
-    let json = guest_support::wasm("json");
-    let weir = |gw: &Gateway| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args([
-                "deploy",
-                "--cluster",
-                "--admin",
-                &gw.admin.to_string(),
-                "/g",
-            ])
-            .arg(&json)
-            .env("WEIR_ADMIN_TOKEN", admin_support::TOKEN)
-            .output()
-            .unwrap()
-    };
-    let out = weir(&a);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let json = guest_support::wasm("json").display().to_string();
+    let args = ["deploy", "--cluster", "/g", &json];
+    let text = weir_ok(&a, &args);
     assert!(text.contains("fleet version 1 recorded"), "{text}");
-    let out = weir(&alone);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let (code, _, err) = alone.weir(&args);
+    assert_ne!(code, Some(0));
     assert!(
         err.contains("409") && err.contains("no [cluster] redis"),
         "{err}"
@@ -582,35 +545,16 @@ async fn weir_deploy_cluster_reaches_the_fleet_or_is_refused() {
 /// and exits 1 naming the node's refusal when one cannot take it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weir_deploy_wait_returns_once_every_node_serves_it() {
-    if !have_redis() {
+    let Some((redis, [a, b])) = fleet_of(["wait-a", "wait-b"]).await else {
         return;
-    }
-    let redis = Redis::start(false).await;
-    let a = node("wait-a", &redis, "").await;
-    let b = node("wait-b", &redis, "").await;
-    await_fleet_nodes(&a, 2).await;
-    let weir = |name: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args([
-                "deploy",
-                "--cluster",
-                "--wait",
-                "--admin",
-                &a.admin.to_string(),
-                "/g",
-            ])
-            .arg(guest_support::wasm(name))
-            .env("WEIR_ADMIN_TOKEN", admin_support::TOKEN)
-            .output()
-            .unwrap()
     };
-    let out = weir("json");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    await_fleet_nodes(&a, 2).await;
+    let deploy_wait = |name: &str| {
+        let file = guest_support::wasm(name).display().to_string();
+        a.weir(&["deploy", "--cluster", "--wait", "/g", &file])
+    };
+    let (code, text, err) = deploy_wait("json");
+    assert_eq!(code, Some(0), "{text}{err}");
     assert!(
         text.contains("every node serves fleet version 1 (2 nodes"),
         "{text}"
@@ -620,9 +564,8 @@ async fn weir_deploy_wait_returns_once_every_node_serves_it() {
     // C allows 1 MiB: it cannot take big-memory, and --wait says so.
     let c = node("wait-c", &redis, "memory = \"1MiB\"").await;
     await_fleet_nodes(&a, 3).await;
-    let out = weir("big-memory");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let (code, _, err) = deploy_wait("big-memory");
+    assert_ne!(code, Some(0), "{err}");
     assert!(
         err.contains("did not take fleet version 2") && err.contains("memory"),
         "{err}"

@@ -18,13 +18,12 @@
 mod common;
 mod guest_support;
 
-use common::{client, next, Gateway, Ws, STEP};
+use common::realtime::{api, ask, ask_json, realtime_gateway, text, Peer};
+use common::{client, next, Gateway, STEP};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use std::io::{BufRead, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::timeout;
@@ -168,160 +167,6 @@ async fn a_python_filter_moderates_a_real_proxied_connection() {
 
 // ------------------------------------------------------------------ reads
 
-const SECRET: &str = "polyglot-reads-test-secret";
-const SECRET_ENV: &str = "WEIR_TEST_POLYGLOT_RT_SECRET";
-const API_KEY: &str = "polyglot-reads-test-api-key-0123";
-const API_KEY_ENV: &str = "WEIR_TEST_POLYGLOT_RT_API_KEY";
-
-fn realtime_gateway(lang: &str) -> Gateway {
-    std::env::set_var(SECRET_ENV, SECRET);
-    std::env::set_var(API_KEY_ENV, API_KEY);
-    let routes = format!(
-        r#"
-[server]
-workers = 2
-
-[[route]]
-path = "/connection/websocket"
-native = "centrifugo"
-token_hmac_secret_env = "{SECRET_ENV}"
-
-[[route]]
-path = "/g"
-guest = "{wasm}"
-realtime = true
-
-[[route]]
-path = "/plain"
-guest = "{wasm}"
-
-[api]
-listen = "127.0.0.1:0"
-key_env = "{API_KEY_ENV}"
-
-[[namespaces]]
-name = "chat"
-history_size = 100
-history_ttl = "5m"
-presence = true
-allow_subscribe_for_client = true
-allow_publish_for_subscriber = true
-
-[[namespaces]]
-name = "nohistory"
-presence = true
-
-[[namespaces]]
-name = "nopresence"
-history_size = 10
-history_ttl = "5m"
-"#,
-        wasm = fixture(lang, "rt-probe")
-    );
-    Gateway::start(Config::parse(&routes, Path::new(".")).expect("routes"))
-}
-
-/// One server API call; its JSON answer.
-async fn api(gw: &Gateway, method: &str, body: Value) -> Value {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = gw.api.expect("[api]");
-    let body = body.to_string();
-    let request = format!(
-        "POST /api/{method} HTTP/1.1\r\nhost: {addr}\r\nx-api-key: {API_KEY}\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let answer = timeout(STEP, async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await.unwrap();
-        String::from_utf8(answer).unwrap()
-    })
-    .await
-    .unwrap();
-    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200"), "{method}: {answer}");
-    serde_json::from_str(body).unwrap()
-}
-
-async fn text(ws: &mut Ws) -> String {
-    match next(ws).await {
-        Message::Text(t) => t.to_string(),
-        other => panic!("expected text, got {other:?}"),
-    }
-}
-
-/// Sends `command` to the probe; its answer parsed as JSON.
-async fn ask(ws: &mut Ws, command: &str) -> Value {
-    ws.send(Message::text(command)).await.unwrap();
-    let answer = text(ws).await;
-    serde_json::from_str(&answer).unwrap_or_else(|_| panic!("{command}: {answer}"))
-}
-
-/// The centrifuge client (host/tests/clients, `guestPeer` scenario):
-/// subscribed to a channel with presence, user "peer", info
-/// {"role":"peer"}; publishes {"from":"centrifuge"} on "publish".
-struct Peer {
-    child: std::process::Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Peer {
-    fn start(gw: &Gateway, channel: &str) -> Peer {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
-        assert!(
-            dir.join("node_modules/centrifuge").exists(),
-            "host/tests/clients/node_modules/centrifuge missing: run scripts/test.sh"
-        );
-        let mut child = Command::new("node")
-            .args([
-                "centrifuge-client.mjs",
-                &gw.url("/connection/websocket"),
-                SECRET,
-                "guestPeer",
-                channel,
-            ])
-            .current_dir(dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("node (scripts/test.sh installs the clients)");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Peer { child, lines }
-    }
-
-    async fn line(&mut self) -> String {
-        let lines = &self.lines;
-        tokio::task::block_in_place(|| lines.recv_timeout(STEP)).expect("a line from the peer")
-    }
-
-    fn say(&mut self, line: &str) {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// (offset, data) of a probe's history answer.
 fn publications(read: &Value) -> Vec<(u64, Value)> {
     read["history"]["publications"]
@@ -335,13 +180,13 @@ fn publications(read: &Value) -> Vec<(u64, Value)> {
 /// `lang`'s rt-probe fixture reads a real-time channel's history and
 /// presence through the gateway's core.
 async fn reads_history_and_presence(lang: &str) {
-    let gw = realtime_gateway(lang);
+    let gw = realtime_gateway(Path::new(&fixture(lang, "rt-probe")));
     let channel = "chat:room";
     let mut ws = client(&gw.url("/g")).await;
-    ws.send(Message::text(format!("sub {channel}")))
-        .await
-        .unwrap();
-    assert_eq!(text(&mut ws).await, "subscribed chat:room");
+    assert_eq!(
+        ask(&mut ws, &format!("sub {channel}")).await,
+        "subscribed chat:room"
+    );
     let mut peer = Peer::start(&gw, channel);
     assert_eq!(peer.line().await, "ready");
 
@@ -368,7 +213,7 @@ async fn reads_history_and_presence(lang: &str) {
     assert!(epoch.as_str().is_some_and(|e| !e.is_empty()), "{epoch}");
 
     // Oldest first, the position the API's.
-    let read = ask(&mut ws, "history chat:room 10").await;
+    let read = ask_json(&mut ws, "history chat:room 10").await;
     assert_eq!(read["history"]["offset"], 3, "{read}");
     assert_eq!(read["history"]["epoch"], epoch, "{read}");
     let all = [
@@ -378,19 +223,19 @@ async fn reads_history_and_presence(lang: &str) {
     ];
     assert_eq!(publications(&read), all);
     // Newest first, cut by the limit.
-    let read = ask(&mut ws, "newest chat:room 2").await;
+    let read = ask_json(&mut ws, "newest chat:room 2").await;
     assert_eq!(publications(&read), [all[2].clone(), all[1].clone()]);
     // A limit of 0: the position alone.
-    let read = ask(&mut ws, "history chat:room 0").await;
+    let read = ask_json(&mut ws, "history chat:room 0").await;
     assert_eq!(read["history"]["offset"], 3, "{read}");
     assert_eq!(publications(&read), []);
     // The route's own read.
-    let read = ask(&mut ws, "route-history chat:room").await;
+    let read = ask_json(&mut ws, "route-history chat:room").await;
     assert_eq!(publications(&read), all);
 
     // Presence: the centrifuge client, its user and connection info (a
     // guest route's subscriber is not a presence member).
-    let read = ask(&mut ws, "presence chat:room").await;
+    let read = ask_json(&mut ws, "presence chat:room").await;
     let members = read["presence"]
         .as_array()
         .unwrap_or_else(|| panic!("{read}"));
@@ -424,15 +269,15 @@ async fn reads_history_and_presence(lang: &str) {
             json!({"presence": {"error": "bad-channel"}}),
         ),
     ] {
-        assert_eq!(ask(&mut ws, command).await, want, "{command}");
+        assert_eq!(ask_json(&mut ws, command).await, want, "{command}");
     }
     let mut plain = client(&gw.url("/plain")).await;
     assert_eq!(
-        ask(&mut plain, "history chat:room 5").await,
+        ask_json(&mut plain, "history chat:room 5").await,
         json!({"history": {"error": "not-realtime"}})
     );
     assert_eq!(
-        ask(&mut plain, "presence chat:room").await,
+        ask_json(&mut plain, "presence chat:room").await,
         json!({"presence": {"error": "not-realtime"}})
     );
     gw.stop();

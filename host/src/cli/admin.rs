@@ -113,11 +113,21 @@ fn state_line(answer: &serde_json::Value) -> String {
 }
 
 /// How a deploy or rollback is asked for: `--reset-state`, `--cluster`,
-/// `--wait`.
-#[derive(Clone, Copy, Debug, Default)]
+/// `--wait` (the flags both commands take).
+#[derive(Clone, Copy, Debug, Default, clap::Args)]
 pub struct Ask {
+    /// Go ahead even if the version to serve cannot read some live
+    /// connections' state: those start from their state's Default
+    /// (without it, such a deploy or rollback is refused with their count)
+    #[arg(long)]
     pub reset_state: bool,
+    /// Refuse unless the change reaches every node of the fleet (the
+    /// gateway has [cluster] redis; with it, every deploy and rollback does)
+    #[arg(long)]
     pub cluster: bool,
+    /// With a fleet: return once every node serves the version deployed or
+    /// put back (exit 1 if a node refuses it, or after 120 s)
+    #[arg(long)]
     pub wait: bool,
 }
 
@@ -138,20 +148,7 @@ pub fn deploy(admin: &str, route: &str, file: &std::path::Path, ask: Ask) -> any
     );
     let answer = admin_request(admin, http::Method::PUT, &path, wasm)
         .with_context(|| format!("{} was not deployed to {route}", file.display()))?;
-    println!(
-        "deployed {} to {route}: version {} (sha256 {}); {}",
-        file.display(),
-        answer["version"],
-        answer["hash"].as_str().unwrap_or("?"),
-        state_line(&answer)
-    );
-    if let Some(line) = fleet_line(&answer) {
-        println!("{line}");
-    }
-    if ask.wait {
-        wait_for_fleet(admin, route, &answer)?;
-    }
-    Ok(())
+    report_deploy(admin, route, &file.display().to_string(), &answer, ask)
 }
 
 /// `weir deploy ROUTE oci://…`: the gateway pulls the component itself
@@ -171,18 +168,31 @@ fn deploy_from_registry(admin: &str, route: &str, reference: &str, ask: Ask) -> 
         reference.as_bytes().to_vec(),
     )
     .with_context(|| format!("{reference} was not deployed to {route}"))?;
+    let source = answer["source"].as_str().unwrap_or(reference).to_string();
+    report_deploy(admin, route, &source, &answer, ask)
+}
+
+/// Prints the gateway's `answer` to a deploy of `source` (a file or the
+/// pinned `oci://` reference) to `route`, then waits for the fleet with
+/// `--wait`.
+fn report_deploy(
+    admin: &str,
+    route: &str,
+    source: &str,
+    answer: &serde_json::Value,
+    ask: Ask,
+) -> anyhow::Result<()> {
     println!(
-        "deployed {} to {route}: version {} (sha256 {}); {}",
-        answer["source"].as_str().unwrap_or(reference),
+        "deployed {source} to {route}: version {} (sha256 {}); {}",
         answer["version"],
         answer["hash"].as_str().unwrap_or("?"),
-        state_line(&answer)
+        state_line(answer)
     );
-    if let Some(line) = fleet_line(&answer) {
+    if let Some(line) = fleet_line(answer) {
         println!("{line}");
     }
     if ask.wait {
-        wait_for_fleet(admin, route, &answer)?;
+        wait_for_fleet(admin, route, answer)?;
     }
     Ok(())
 }

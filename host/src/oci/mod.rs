@@ -243,6 +243,20 @@ fn auth_for(registry: &str) -> RegistryAuth {
     }
 }
 
+/// An error unless `digest` (ours, of the manifest bytes read or about to
+/// be pushed) is the one `reference` pins, when it pins one.
+fn check_pinned_manifest(reference: &OciRef, digest: &str) -> Result<(), OciError> {
+    match &reference.digest {
+        Some(pinned) if pinned != digest => Err(OciError::DigestMismatch {
+            reference: reference.to_string(),
+            what: "manifest",
+            expected: pinned.clone(),
+            actual: digest.to_string(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// `sha256:<hex>` of `bytes`.
 fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", weir_guest_runtime::hex_sha256(bytes))

@@ -11,9 +11,9 @@ use weir_config::{Config, OciRef};
 
 use super::cache::Cache;
 use super::{
-    block_on, cache_dir, client_for, sha256_digest, OciError, MAX_COMPONENT_BYTES,
-    MAX_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, PULL_TIMEOUT, WASM_CONFIG_MEDIA_TYPE,
-    WASM_LAYER_MEDIA_TYPE,
+    block_on, cache_dir, check_pinned_manifest, client_for, sha256_digest, OciError,
+    MAX_COMPONENT_BYTES, MAX_MANIFEST_BYTES, OCI_MANIFEST_MEDIA_TYPE, PULL_TIMEOUT,
+    WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE,
 };
 
 /// A component ready to load.
@@ -113,16 +113,7 @@ async fn pull_within(reference: &OciRef, cache_dir: &Path) -> Result<Pulled, Oci
     // The digest is ours, not the registry's header: what is pinned is
     // what was read.
     let digest = sha256_digest(&body);
-    if let Some(pinned) = &reference.digest {
-        if *pinned != digest {
-            return Err(OciError::DigestMismatch {
-                reference: shown,
-                what: "manifest",
-                expected: pinned.clone(),
-                actual: digest,
-            });
-        }
-    }
+    check_pinned_manifest(reference, &digest)?;
     let not_wasm = |why: String| OciError::NotWasm {
         reference: shown.clone(),
         why,

@@ -12,8 +12,8 @@ use wasmparser::{Encoding, Parser, Payload};
 use weir_config::OciRef;
 
 use super::{
-    block_on, client_for, sha256_digest, OciError, MAX_COMPONENT_BYTES, OCI_MANIFEST_MEDIA_TYPE,
-    WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE,
+    block_on, check_pinned_manifest, client_for, sha256_digest, OciError, MAX_COMPONENT_BYTES,
+    OCI_MANIFEST_MEDIA_TYPE, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE,
 };
 
 /// Publishes the component in `file` at `reference` (a tag, or a digest
@@ -74,16 +74,7 @@ pub fn push(file: &Path, reference: &OciRef) -> Result<String, OciError> {
     // the registry stores.
     let body = serde_json::to_vec(&manifest).expect("a manifest serializes");
     let digest = sha256_digest(&body);
-    if let Some(pinned) = &reference.digest {
-        if *pinned != digest {
-            return Err(OciError::DigestMismatch {
-                reference: shown,
-                what: "manifest",
-                expected: pinned.clone(),
-                actual: digest,
-            });
-        }
-    }
+    check_pinned_manifest(reference, &digest)?;
     let reference = reference.clone();
     block_on(async move {
         let (client, auth, target) = client_for(&reference);

@@ -181,6 +181,23 @@ impl Gateway {
             .unwrap()
     }
 
+    /// Runs `weir ARGS… --admin <this gateway's admin address>` to its end,
+    /// with the admin token in `WEIR_ADMIN_TOKEN`: its exit code, stdout
+    /// and stderr.
+    pub fn weir(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .args(["--admin", &self.admin.to_string()])
+            .env("WEIR_ADMIN_TOKEN", TOKEN)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     pub fn sighup(&self) {
         let pid = libc::pid_t::try_from(self.child.id()).unwrap();
         // SAFETY: kill(2) on the child this test spawned; no memory involved.

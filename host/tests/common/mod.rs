@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod node;
+pub mod realtime;
 pub mod redis;
 
 use futures_util::{SinkExt, StreamExt};
@@ -414,4 +415,27 @@ pub async fn send_text(ws: &mut Ws, text: &str) {
         .await
         .unwrap()
         .unwrap();
+}
+
+/// One server API call (`POST /api/{method}` with `key`) to `gw`'s `[api]`
+/// listener, which must answer 200: its JSON.
+pub async fn server_api(gw: &Gateway, key: &str, method: &str, body: &str) -> serde_json::Value {
+    let addr = gw.api.expect("[api]");
+    let request = format!(
+        "POST /api/{method} HTTP/1.1\r\nhost: {addr}\r\nx-api-key: {key}\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = timeout(STEP, async {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        String::from_utf8(answer).unwrap()
+    })
+    .await
+    .unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{method}: {answer}");
+    serde_json::from_str(body).unwrap()
 }

@@ -10,6 +10,11 @@ use std::sync::Arc;
 use tracing::{info, warn};
 use weir_guest_runtime::{GuestRoute, Inherited, Program};
 
+/// What a fleet deploy or rollback answers: the program now serving here,
+/// what its live connections' state inherited, and the desired version
+/// recorded in Redis.
+pub type FleetChanged = (Arc<Program>, Inherited, Desired);
+
 /// What a node does to serve a desired version (see [`Changes`]'s fleet
 /// methods): nothing, put back the kept previous program, or install a
 /// new one; each already checked against the live connections' state.
@@ -93,6 +98,30 @@ impl Changes {
         }
     }
 
+    /// A change of route `path` for the whole fleet, under the change
+    /// lock: `change` gets the fleet and the route's guest, and records the
+    /// route's new desired version in Redis and installs it here; this node
+    /// then notes that it serves that version and renews its report.
+    fn change_fleet(
+        &self,
+        path: &str,
+        change: impl FnOnce(&Fleet, &GuestRoute) -> Result<FleetChanged, ChangeError>,
+    ) -> Result<FleetChanged, ChangeError> {
+        let fleet = self.fleet()?.clone();
+        let _one = self.shared.change.changing.lock().expect("change lock");
+        let guest = self.guest(path)?;
+        let (program, inherited, desired) = change(&fleet, &guest)?;
+        fleet.note(
+            path,
+            Applied {
+                serving: Some(desired.version),
+                refused: None,
+            },
+        );
+        fleet.publish_report(self);
+        Ok((program, inherited, desired))
+    }
+
     /// A deploy to every node: `wasm` is compiled, trial-started and
     /// checked against this node's live state first (a component refused
     /// here is stored nowhere), then stored in Redis, then made the
@@ -105,42 +134,33 @@ impl Changes {
         wasm: &[u8],
         reset_state: bool,
         who: Option<&str>,
-    ) -> Result<(Arc<Program>, Inherited, Desired), ChangeError> {
-        let fleet = self.fleet()?.clone();
-        let _one = self.shared.change.changing.lock().expect("change lock");
-        let guest = self.guest(path)?;
-        let cfg = guest.program().config().clone();
-        let label = format!("the uploaded component ({} bytes)", wasm.len());
-        let program = guest
-            .versions()
-            .prepare(&cfg, wasm, std::path::Path::new(&label))?;
-        let inherited = checked(&guest, &program, reset_state)?;
-        let who = self::who(who, &fleet.node);
-        let store_it = || -> Result<Desired, StoreError> {
-            fleet.store.put_blob(path, program.hash(), wasm)?;
-            fleet
-                .store
-                .set_desired(path, program.hash(), wasm.len() as u64, &who, reset_state)
-        };
-        let desired = store_it().map_err(|e| {
-            let e = FleetError::refused(e);
-            warn!(route = path, error = %e, "fleet deploy failed");
-            e
-        })?;
-        guest.versions().install(
-            program.clone(),
-            format!("fleet version {} (deploy by {who})", desired.version),
-        );
-        fleet.note(
-            path,
-            Applied {
-                serving: Some(desired.version),
-                refused: None,
-            },
-        );
-        info!(route = path, version = desired.version, digest = %desired.digest, %who, "fleet deploy recorded; every node follows");
-        fleet.publish_report(self);
-        Ok((program, inherited, desired))
+    ) -> Result<FleetChanged, ChangeError> {
+        self.change_fleet(path, |fleet, guest| {
+            let cfg = guest.program().config().clone();
+            let label = format!("the uploaded component ({} bytes)", wasm.len());
+            let program = guest
+                .versions()
+                .prepare(&cfg, wasm, std::path::Path::new(&label))?;
+            let inherited = checked(guest, &program, reset_state)?;
+            let who = self::who(who, &fleet.node);
+            let store_it = || -> Result<Desired, StoreError> {
+                fleet.store.put_blob(path, program.hash(), wasm)?;
+                fleet
+                    .store
+                    .set_desired(path, program.hash(), wasm.len() as u64, &who, reset_state)
+            };
+            let desired = store_it().map_err(|e| {
+                let e = FleetError::refused(e);
+                warn!(route = path, error = %e, "fleet deploy failed");
+                e
+            })?;
+            guest.versions().install(
+                program.clone(),
+                format!("fleet version {} (deploy by {who})", desired.version),
+            );
+            info!(route = path, version = desired.version, digest = %desired.digest, %who, "fleet deploy recorded; every node follows");
+            Ok((program, inherited, desired))
+        })
     }
 
     /// A rollback of every node to the route's previous fleet deploy:
@@ -152,32 +172,23 @@ impl Changes {
         path: &str,
         reset_state: bool,
         who: Option<&str>,
-    ) -> Result<(Arc<Program>, Inherited, Desired), ChangeError> {
-        let fleet = self.fleet()?.clone();
-        let _one = self.shared.change.changing.lock().expect("change lock");
-        let guest = self.guest(path)?;
-        let (from, mut target) = fleet
-            .store
-            .rollback_target(path)
-            .map_err(FleetError::from)?;
-        target.reset_state = reset_state;
-        let ready = self.ready(&guest, &target)?;
-        let who = self::who(who, &fleet.node);
-        let desired = fleet
-            .store
-            .set_rollback(&from, &target, &who)
-            .map_err(FleetError::refused)?;
-        let (program, inherited) = self.install_ready(&guest, ready, &desired);
-        fleet.note(
-            path,
-            Applied {
-                serving: Some(desired.version),
-                refused: None,
-            },
-        );
-        info!(route = path, from = from.version, to = desired.version, digest = %desired.digest, %who, "fleet rollback recorded; every node follows");
-        fleet.publish_report(self);
-        Ok((program, inherited, desired))
+    ) -> Result<FleetChanged, ChangeError> {
+        self.change_fleet(path, |fleet, guest| {
+            let (from, mut target) = fleet
+                .store
+                .rollback_target(path)
+                .map_err(FleetError::from)?;
+            target.reset_state = reset_state;
+            let ready = self.ready(guest, &target)?;
+            let who = self::who(who, &fleet.node);
+            let desired = fleet
+                .store
+                .set_rollback(&from, &target, &who)
+                .map_err(FleetError::refused)?;
+            let (program, inherited) = self.install_ready(guest, ready, &desired);
+            info!(route = path, from = from.version, to = desired.version, digest = %desired.digest, %who, "fleet rollback recorded; every node follows");
+            Ok((program, inherited, desired))
+        })
     }
 
     /// Takes every route's desired version this node has not taken or
