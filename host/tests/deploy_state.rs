@@ -199,7 +199,7 @@ async fn a_component_without_the_export_deploys_with_a_warning() {
 /// state-check fixture (state `{v: 2, nick, count}`) onto the JavaScript
 /// counter's connections (a bare number) is refused with the count and the
 /// handler's own reason; one from the JavaScript fixture to the Python one
-/// goes through and the Python version carries on each connection's count.
+/// and back goes through, each version carrying on each connection's count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn javascript_and_python_components_check_the_state_they_inherit() {
     const ROUTES: &str = "[[route]]\npath = \"/c\"\nguest = \"js-counter.wasm\"\n\n\
@@ -244,4 +244,14 @@ async fn javascript_and_python_components_check_the_state_they_inherit() {
             format!("py {{\"v\":2,\"nick\":\"nick{i}\",\"count\":2}}")
         );
     }
+    // And back: the JavaScript version reads what the Python one saved.
+    let (status, body) = gw.deploy("/s", "js-state-check").await;
+    assert_eq!(status, 200, "{body}");
+    let state = &json(&body)["state"];
+    assert_eq!(state["checked"], true, "{body}");
+    assert_eq!(state["reset"], 0, "{body}");
+    assert_eq!(
+        poke(&mut checked[1]).await,
+        "js {\"v\":2,\"nick\":\"nick1\",\"count\":3}"
+    );
 }
