@@ -98,7 +98,8 @@ cargo test --manifest-path examples/Cargo.toml --workspace
 
 # The JS and Python SDKs natively: their codecs against the shared ABI
 # vectors (abi/vectors/, as abi/tests/vectors.rs does for Rust) and their
-# runtimes, I/O, proxy filter hooks and realtime reads (for JS also the
+# runtimes, I/O, proxy filter hooks, realtime reads, namespace and Pusher
+# guest hooks and check-state (for JS also the
 # rewrite, under node's test runner;
 # for Python under unittest), and every JS and Python example under its
 # SDK's harness (guest-sdk/js/src/testing.mjs, weir_guest.testing).

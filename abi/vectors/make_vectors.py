@@ -264,7 +264,7 @@ def events():
     del invalid[0]["headers"]  # not whole headers: nothing to decode
     return ({"about": "event batches, host to guest; see README.md",
              "valid": valid, "invalid": invalid},
-            {"about": "real-time kinds (history and presence answers of realtime guest routes, a namespace guest's rt-subscribe and rt-publish, a Pusher app guest's questions), read by the Rust tests only; see README.md",
+            {"about": "real-time kinds (history and presence answers of realtime guest routes, a namespace guest's rt-subscribe and rt-publish, a Pusher app guest's questions), read by the Rust, JavaScript and Python codecs; see README.md",
              "valid": realtime_valid, "invalid": realtime_invalid})
 
 
@@ -444,7 +444,7 @@ def commands():
     ]
     return ({"about": "guest answers, guest to host; see README.md",
              "valid": valid, "invalid": invalid},
-            {"about": "real-time kinds (history-read and presence-read of realtime guest routes, a namespace guest's rt-subscribe, rt-publish and verdicts, a Pusher app guest's verdicts), read by the Rust tests only; see README.md",
+            {"about": "real-time kinds (history-read and presence-read of realtime guest routes, a namespace guest's rt-subscribe, rt-publish and verdicts, a Pusher app guest's verdicts), read by the Rust, JavaScript and Python codecs; see README.md",
              "valid": realtime_valid, "invalid": realtime_invalid})
 
 

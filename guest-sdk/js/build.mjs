@@ -117,7 +117,11 @@ try {
       world === "0.4.0" ? 'import kv from "weir:gateway/kv";' : "const kv = null;",
       `import app from ${JSON.stringify(join(work, app))};`,
       `import { createHandler } from ${JSON.stringify(join(work, sdkSrc, "index.js"))};`,
-      "export const handler = createHandler(app, host, kv);",
+      "const weir = createHandler(app, host, kv);",
+      "export const handler = { upgrade: weir.upgrade, resumeUpgrade: weir.resumeUpgrade, handle: weir.handle };",
+      // 0.4.0's optional `state` interface (world stateful-handler): a
+      // deploy checks live connections' state against this version.
+      world === "0.4.0" ? "export const state = { checkState: weir.checkState };" : "",
       "",
     ].join("\n"),
   );
@@ -125,7 +129,7 @@ try {
   // app and the SDK, read-only, during the snapshot.
   const run = spawnSync(
     tool,
-    ["--sync", ...extra, "-w", wit, "-n", "gateway-handler", "-j", entry, "--module-root", "/", "-o", out],
+    ["--sync", ...extra, "-w", wit, "-n", world === "0.4.0" ? "stateful-handler" : "gateway-handler", "-j", entry, "--module-root", "/", "-o", out],
     { stdio: ["ignore", "pipe", "inherit"] },
   );
   if (run.status !== 0) {

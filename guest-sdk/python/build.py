@@ -6,7 +6,8 @@
 `app.py` defines a class `Handler` (subclass weir_guest.Handler; hooks
 on_upgrade/on_open/on_message/on_close, see weir_guest/__init__.py). This
 script writes a small entry module that exports it as
-`weir:gateway/handler` through weir_guest.runtime.export, then runs
+`weir:gateway/handler` through weir_guest.runtime.export (and, for 0.4.0,
+`weir:gateway/state`, check-state: world stateful-handler), then runs
 componentize-py (pinned in requirements-build.txt; scripts/build-guests.sh
 installs it into guest-sdk/python/.venv) against wit/weir.wit
 (weir:gateway 0.4.0: outbound HTTP, timers, the key-value store, deferred
@@ -72,9 +73,14 @@ def main():
         shutil.copy(app, os.path.join(work, "weir_app.py"))
         with open(os.path.join(work, "weir_entry.py"), "w", encoding="utf-8") as f:
             f.write("import weir_app\n"
-                    "from weir_guest.runtime import export\n"
+                    "from weir_guest.runtime import export, export_state\n"
                     "Handler = export(getattr(weir_app, 'Handler', None))\n")
-        cmd = [tool, "-d", str(wit_for(args.world)), "-w", "gateway-handler", "componentize",
+            # 0.4.0's optional `state` interface (world stateful-handler): a
+            # deploy checks live connections' state against this version.
+            if args.world == "0.4.0":
+                f.write("State = export_state()\n")
+        world = "stateful-handler" if args.world == "0.4.0" else "gateway-handler"
+        cmd = [tool, "-d", str(wit_for(args.world)), "-w", world, "componentize",
                "-p", work, "-p", str(HERE)]
         for extra in args.path:
             cmd += ["-p", str(pathlib.Path(extra).resolve())]

@@ -153,6 +153,10 @@ const JS_SDK_FILES: &[(&str, &str)] = &[
     ("src/abi.js", include_str!("../../guest-sdk/js/src/abi.js")),
     ("src/io.js", include_str!("../../guest-sdk/js/src/io.js")),
     (
+        "src/questions.js",
+        include_str!("../../guest-sdk/js/src/questions.js"),
+    ),
+    (
         "src/promise.js",
         include_str!("../../guest-sdk/js/src/promise.js"),
     ),
@@ -203,6 +207,10 @@ const PYTHON_SDK_FILES: &[(&str, &str)] = &[
     (
         "weir_guest/io.py",
         include_str!("../../guest-sdk/python/weir_guest/io.py"),
+    ),
+    (
+        "weir_guest/questions.py",
+        include_str!("../../guest-sdk/python/weir_guest/questions.py"),
     ),
     // Native only: the test harness.
     (

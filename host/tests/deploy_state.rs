@@ -175,14 +175,14 @@ async fn a_deploy_changing_a_fields_type_is_refused_unless_state_is_reset() {
     }
 }
 
-/// A component without the `check-state` export (here a JavaScript one)
-/// deploys as before, with a warning that the state it inherits was not
-/// checked.
+/// A component without the `check-state` export (here a JavaScript one
+/// built for weir:gateway 0.3.0, which has no `state` interface) deploys
+/// as before, with a warning that the state it inherits was not checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_without_the_export_deploys_with_a_warning() {
     let gw = Gateway::start_with("no-export", &["state-v1"], ROUTES, true).await;
     let _all = clients(&gw, 2).await;
-    let (status, body) = gw.deploy("/s", "js-echo").await;
+    let (status, body) = gw.deploy("/s", "js-echo-v3").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(json(&body)["state"]["checked"], false, "{body}");
     assert_eq!(gw.version("/s").await, 2);
@@ -190,5 +190,68 @@ async fn a_component_without_the_export_deploys_with_a_warning() {
     assert!(
         log.contains("the state of live connections was not checked"),
         "{log}"
+    );
+}
+
+/// JavaScript and Python components export `check-state` too: the SDKs
+/// check that each attachment is the JSON they save conn.state as, then
+/// ask the handler's checkState / check_state. A deploy of the
+/// state-check fixture (state `{v: 2, nick, count}`) onto the JavaScript
+/// counter's connections (a bare number) is refused with the count and the
+/// handler's own reason; one from the JavaScript fixture to the Python one
+/// and back goes through, each version carrying on each connection's count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_and_python_components_check_the_state_they_inherit() {
+    const ROUTES: &str = "[[route]]\npath = \"/c\"\nguest = \"js-counter.wasm\"\n\n\
+                          [[route]]\npath = \"/s\"\nguest = \"js-state-check.wasm\"\n";
+    let gw = Gateway::start("polyglot", &["js-counter", "js-state-check"], ROUTES).await;
+    let mut counted = Vec::new();
+    for _ in 0..2 {
+        let mut ws = common::client(&gw.url("/c")).await;
+        assert_eq!(poke(&mut ws).await, "1");
+        counted.push(ws);
+    }
+    for lang in ["js", "py"] {
+        let (status, body) = gw.deploy("/c", &format!("{lang}-state-check")).await;
+        assert_eq!(status, 422, "{lang}: {body}");
+        assert!(
+            body.contains("cannot read the state of 2 of 2 live connections"),
+            "{lang}: {body}"
+        );
+        assert!(body.contains("state 1 is not version 2"), "{lang}: {body}");
+    }
+    assert_eq!(gw.version("/c").await, 1);
+    assert_eq!(poke(&mut counted[0]).await, "2", "the counter serves on");
+
+    let mut checked = Vec::new();
+    for i in 0..2 {
+        let mut ws = common::client(&gw.url(&format!("/s?nick=nick{i}"))).await;
+        assert_eq!(
+            poke(&mut ws).await,
+            format!("js {{\"v\":2,\"nick\":\"nick{i}\",\"count\":1}}")
+        );
+        checked.push(ws);
+    }
+    let (status, body) = gw.deploy("/s", "py-state-check").await;
+    assert_eq!(status, 200, "{body}");
+    let state = &json(&body)["state"];
+    assert_eq!(state["checked"], true, "{body}");
+    assert_eq!(state["live"], 2, "{body}");
+    assert_eq!(state["reset"], 0, "{body}");
+    for (i, ws) in checked.iter_mut().enumerate() {
+        assert_eq!(
+            poke(ws).await,
+            format!("py {{\"v\":2,\"nick\":\"nick{i}\",\"count\":2}}")
+        );
+    }
+    // And back: the JavaScript version reads what the Python one saved.
+    let (status, body) = gw.deploy("/s", "js-state-check").await;
+    assert_eq!(status, 200, "{body}");
+    let state = &json(&body)["state"];
+    assert_eq!(state["checked"], true, "{body}");
+    assert_eq!(state["reset"], 0, "{body}");
+    assert_eq!(
+        poke(&mut checked[1]).await,
+        "js {\"v\":2,\"nick\":\"nick1\",\"count\":3}"
     );
 }

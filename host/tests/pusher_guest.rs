@@ -7,7 +7,11 @@
 //! as another client sees them, a connection it refuses, a guest that
 //! traps or passes its deadline (the subscription is refused, the
 //! connection stays), and another
-//! app of the same route untouched by this app's guest. Needs
+//! app of the same route untouched by this app's guest. Each scenario runs
+//! with the JavaScript and Python versions of the fixture too
+//! (examples/js/fixtures/pusher-gate.js, examples/python/fixtures/
+//! pusher-gate.py: onPusherConnect/Subscribe/ClientEvent and their Python
+//! names; a throw there fails the question as a trap does). Needs
 //! `scripts/build-guests.sh` and `npm ci` in host/tests/clients.
 
 mod common;
@@ -28,10 +32,15 @@ fn example_wasm(name: &str) -> String {
     path.display().to_string()
 }
 
-fn gateway() -> Gateway {
+/// The languages the fixture is written in: the components' prefixes.
+const LANGS: [&str; 3] = ["", "js-", "py-"];
+
+/// A gateway whose apps "g" and "t" run the `lang` fixture ("" for Rust,
+/// "js-", "py-").
+fn gateway(lang: &str) -> Gateway {
     std::env::set_var("WEIR_TEST_PUSHER_GUEST_SECRET_G", "gsecret");
     std::env::set_var("WEIR_TEST_PUSHER_GUEST_SECRET_P", "psecret");
-    let gate = example_wasm("pusher-gate.wasm");
+    let gate = example_wasm(&format!("{lang}pusher-gate.wasm"));
     let routes = format!(
         r#"
 [server]
@@ -84,54 +93,62 @@ async fn scenario(gw: &Gateway, name: &str) -> serde_json::Value {
     .unwrap()
 }
 
+/// Runs scenario `name` against a gateway with each language's fixture in
+/// turn; the summaries, labelled with the language.
+async fn in_each_language(name: &str) -> Vec<(&'static str, serde_json::Value)> {
+    let mut out = Vec::new();
+    for lang in LANGS {
+        let gw = gateway(lang);
+        out.push((lang, scenario(&gw, name).await));
+        gw.stop();
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guest_authorises_private_and_presence_channels_from_a_jwt() {
-    let gw = gateway();
-    let out = scenario(&gw, "authorised").await;
-    assert_eq!(out["members"], 2, "{out}");
-    assert_eq!(out["not_granted"], 403, "{out}");
-    assert_eq!(out["forged"], 401, "{out}");
-    gw.stop();
+    for (lang, out) in in_each_language("authorised").await {
+        assert_eq!(out["members"], 2, "{lang}{out}");
+        assert_eq!(out["not_granted"], 403, "{lang}{out}");
+        assert_eq!(out["forged"], 401, "{lang}{out}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guest_refuses_a_channel_prefix_with_its_code() {
-    let gw = gateway();
-    let out = scenario(&gw, "refused").await;
-    assert_eq!(out["status"], 403, "{out}");
-    gw.stop();
+    for (lang, out) in in_each_language("refused").await {
+        assert_eq!(out["status"], 403, "{lang}{out}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_events_are_rewritten_and_dropped_by_the_guest() {
-    let gw = gateway();
-    let out = scenario(&gw, "events").await;
-    assert_eq!(out["delivered"], 3, "{out}");
-    assert_eq!(out["loud"], 4301, "{out}");
-    gw.stop();
+    for (lang, out) in in_each_language("events").await {
+        assert_eq!(out["delivered"], 3, "{lang}{out}");
+        assert_eq!(out["loud"], 4301, "{lang}{out}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_guest_refuses_a_connection() {
-    let gw = gateway();
-    let out = scenario(&gw, "suspended").await;
-    assert_eq!(out["code"], 4003, "{out}");
-    gw.stop();
+    for (lang, out) in in_each_language("suspended").await {
+        assert_eq!(out["code"], 4003, "{lang}{out}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trapping_or_slow_guest_refuses_the_subscription_and_the_connection_stays() {
-    let gw = gateway();
-    let out = scenario(&gw, "trap").await;
-    assert_eq!(out["status"], 500, "{out}");
-    assert_eq!(out["slow"], 500, "{out}");
-    assert_eq!(out["same_socket"], true, "{out}");
-    gw.stop();
+    for (lang, out) in in_each_language("trap").await {
+        assert_eq!(out["status"], 500, "{lang}{out}");
+        assert_eq!(out["slow"], 500, "{lang}{out}");
+        assert_eq!(out["same_socket"], true, "{lang}{out}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_app_on_the_route_is_untouched_by_the_guest() {
-    let gw = gateway();
+    // App "p" has no guest: whatever language app "g"'s is in, once is enough.
+    let gw = gateway("");
     let out = scenario(&gw, "other_app").await;
     assert_eq!(out["refused"], 401, "{out}");
     assert_eq!(out["untouched"], "  spam  ", "{out}");

@@ -6,8 +6,11 @@
 //! gets and what history holds is what the guest passed), a replacement
 //! that is not JSON is refused 100, and a server API publication is not
 //! filtered; the faulty fixture traps or runs past its deadline and the
-//! client gets 100 while its connection stays up. Needs the guests built
-//! (scripts/build-guests.sh).
+//! client gets 100 while its connection stays up. The same scenario runs
+//! with the JavaScript and Python versions of both (examples/js/fixtures,
+//! examples/python/fixtures: onSubscribe/on_subscribe and
+//! onClientPublish/on_client_publish; a throw there fails the question as
+//! a trap does). Needs the guests built (scripts/build-guests.sh).
 
 mod common;
 
@@ -33,9 +36,11 @@ fn example_wasm(name: &str) -> String {
     path.display().to_string()
 }
 
-fn routes() -> String {
-    let moderate = example_wasm("moderate.wasm");
-    let faulty = example_wasm("faulty.wasm");
+/// The routes with the namespaces' guests of one language: `lang` is the
+/// components' prefix ("" for Rust, "js-", "py-").
+fn routes(lang: &str) -> String {
+    let moderate = example_wasm(&format!("{lang}moderate.wasm"));
+    let faulty = example_wasm(&format!("{lang}faulty.wasm"));
     format!(
         r#"
 [server]
@@ -104,9 +109,25 @@ fn node_scenario(url: &str, scenario: &str, args: &[&str]) -> serde_json::Value 
 /// channel would be subscribed and "spam" published.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_guests_authorise_subscribes_and_filter_publications() {
+    hooks_scenario("").await;
+}
+
+/// The same with the JavaScript guests (onSubscribe, onClientPublish).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_namespace_guests_authorise_subscribes_and_filter_publications() {
+    hooks_scenario("js-").await;
+}
+
+/// The same with the Python guests (on_subscribe, on_client_publish).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_namespace_guests_authorise_subscribes_and_filter_publications() {
+    hooks_scenario("py-").await;
+}
+
+async fn hooks_scenario(lang: &str) {
     std::env::set_var(SECRET_ENV, SECRET);
     std::env::set_var(API_KEY_ENV, API_KEY);
-    let config = Config::parse(&routes(), Path::new(".")).expect("routes");
+    let config = Config::parse(&routes(lang), Path::new(".")).expect("routes");
     let gw = Gateway::start(config);
     let url = gw.url("/connection/websocket");
     let api = format!("http://{}/api", gw.api.expect("[api]"));

@@ -21,7 +21,10 @@ export const FALLBACK_CLOSE_CODE = 1011;
  * Event kinds: the case indices of the WIT enum `event-kind` (0.4.0's I/O
  * answers 4–6), and those that travel in the packed layout only: a proxy
  * filter's proxy-text 7 and proxy-binary 8 (byte 9: the direction),
- * kv-error 9, and a realtime route's history 10 and presence 11.
+ * kv-error 9, a realtime route's history 10 and presence 11, a real-time
+ * namespace guest's rt-subscribe 12 and rt-publish 13, and a Pusher app
+ * guest's pusher-connect 14, pusher-subscribe 15 and pusher-client-event
+ * 16 (their bytes: an rt request, abi/src/realtime.rs and abi/src/pusher.rs).
  */
 export const EventKind = Object.freeze({
   OPEN: 0,
@@ -36,6 +39,11 @@ export const EventKind = Object.freeze({
   KV_ERROR: 9,
   HISTORY: 10,
   PRESENCE: 11,
+  RT_SUBSCRIBE: 12,
+  RT_PUBLISH: 13,
+  PUSHER_CONNECT: 14,
+  PUSHER_SUBSCRIBE: 15,
+  PUSHER_CLIENT_EVENT: 16,
 });
 
 /** Command kinds: the case indices of the WIT enum `command-kind`. */
@@ -59,7 +67,23 @@ export const CommandKind = Object.freeze({
   FORWARD_BINARY: 14,
   HISTORY_READ: 15,
   PRESENCE_READ: 16,
+  // A namespace or Pusher app guest's verdicts: the call id as the 8-byte
+  // meta; byte 9 the decision (RT_ALLOW/RT_AUTHORISE, RT_PASS/RT_REPLACE/RT_DROP).
+  RT_SUBSCRIBE_VERDICT: 17,
+  RT_PUBLISH_VERDICT: 18,
 });
+
+/** Byte 9 of an rt-subscribe-verdict (abi/src/pusher.rs): allow (weir's own checks decide), or authorise (a Pusher subscribe the guest answered itself). */
+export const RT_ALLOW = 0;
+export const RT_AUTHORISE = 1;
+/** Byte 9 of an rt-publish-verdict (abi/src/realtime.rs): publish it, publish the payload instead, publish nothing. */
+export const RT_PASS = 0;
+export const RT_REPLACE = 1;
+export const RT_DROP = 2;
+/** Byte 0 of a pusher-subscribe's rest: what weir's HMAC check made of the client's `auth`. */
+export const SIGNATURE_CHECKS = Object.freeze(["none", "passed", "failed"]);
+/** The publish verdicts by byte 9, as the vectors name them. */
+const PUBLISH_VERDICTS = Object.freeze(["pass", "replace", "drop"]);
 
 /** Byte 9 of a proxy event and of a forward command (abi/src/header.rs Direction). */
 export const DIRECTIONS = Object.freeze(["to-upstream", "to-client"]);
@@ -678,6 +702,78 @@ export function splitPresenceRead(b, start, end) {
   return { tag: u64(b, start), channel };
 }
 
+// A namespace or Pusher app guest's questions (abi/src/realtime.rs): the
+// call id, four sized fields (channel, client, user UTF-8; info bytes),
+// then the rest.
+
+/** A u32 length and that many bytes at `at`: [start, end] of the bytes, or null. */
+function sizedRange(b, at, end) {
+  if (end - at < 4) return null;
+  const len = u32(b, at);
+  if (len > end - at - 4) return null;
+  return [at + 4, at + 4 + len];
+}
+
+/**
+ * An rt event's bytes: `{ call, channel, client, user, info, rest }`
+ * (`info` and `rest` Uint8Array views), or null when they do not follow
+ * the layout.
+ */
+export function splitRtRequest(b, start = 0, end = b.length) {
+  if (end - start < 8) return null;
+  const call = u64(b, start);
+  const channel = sizedText(b, start + 8, end);
+  if (channel === null) return null;
+  const client = sizedText(b, channel[1], end);
+  if (client === null) return null;
+  const user = sizedText(b, client[1], end);
+  if (user === null) return null;
+  const info = sizedRange(b, user[1], end);
+  if (info === null) return null;
+  return {
+    call,
+    channel: channel[0],
+    client: client[0],
+    user: user[0],
+    info: b.subarray(info[0], info[1]),
+    rest: b.subarray(info[1], end),
+  };
+}
+
+/** A pusher-subscribe's rest: `{ signature, auth }`, or null when malformed (abi/src/pusher.rs). */
+export function splitSubscribeRest(rest) {
+  if (rest.length < 1 || rest[0] >= SIGNATURE_CHECKS.length) return null;
+  const auth = decodeUtf8(rest, 1, rest.length);
+  return auth === null ? null : { signature: SIGNATURE_CHECKS[rest[0]], auth };
+}
+
+/**
+ * An rt event's bytes (what the gateway sends): `req` is `{ call, channel,
+ * client, user, info }` (info a string or bytes), then `rest` (bytes or a
+ * string): the publication, or a pusher-subscribe's check and auth.
+ */
+export function encodeRtRequest(req, rest = EMPTY_BYTES) {
+  const head = new Uint8Array(8);
+  putU64(head, 0, req.call);
+  return concat([
+    head,
+    sized(encodeUtf8(req.channel)),
+    sized(encodeUtf8(req.client)),
+    sized(encodeUtf8(req.user ?? "")),
+    sized(toBytes(req.info ?? "")),
+    toBytes(rest),
+  ]);
+}
+
+/** A pusher-subscribe's rest: the signature check ("none", "passed", "failed") and the client's auth. */
+export function encodeSubscribeRest(signature, auth) {
+  const check = SIGNATURE_CHECKS.indexOf(signature);
+  if (check < 0) throw new TypeError(`a signature check is none, passed or failed, not ${signature}`);
+  return concat([Uint8Array.of(check), encodeUtf8(auth ?? "")]);
+}
+
+const EMPTY_BYTES = new Uint8Array(0);
+
 // ---------------------------------------------------------------- events
 
 /**
@@ -780,12 +876,34 @@ export function decodeEvents(headers, data) {
         else out.push({ kind: "presence", conn: h.conn, tag: r.tag, members: r.members });
         break;
       }
+      case EventKind.RT_SUBSCRIBE:
+      case EventKind.RT_PUBLISH:
+      case EventKind.PUSHER_CONNECT:
+      case EventKind.PUSHER_SUBSCRIBE:
+      case EventKind.PUSHER_CLIENT_EVENT: {
+        const r = splitRtRequest(data, h.offset, end);
+        if (r === null) throw new AbiError("IoEventMalformed", i);
+        const e = { kind: RT_EVENT_NAMES[h.kind - EventKind.RT_SUBSCRIBE], conn: h.conn, call: r.call };
+        Object.assign(e, { channel: r.channel, client: r.client, user: r.user, info: r.info });
+        if (h.kind === EventKind.PUSHER_SUBSCRIBE) {
+          const sub = splitSubscribeRest(r.rest);
+          if (sub === null) throw new AbiError("IoEventMalformed", i);
+          Object.assign(e, sub);
+        } else if (h.kind === EventKind.RT_PUBLISH || h.kind === EventKind.PUSHER_CLIENT_EVENT) {
+          e.data = r.rest;
+        }
+        out.push(e);
+        break;
+      }
       default:
         break;
     }
   }
   return out;
 }
+
+/** The rt event kinds 12–16 by name, as the WIT comments and the vectors name them. */
+const RT_EVENT_NAMES = Object.freeze(["rt-subscribe", "rt-publish", "pusher-connect", "pusher-subscribe", "pusher-client-event"]);
 
 // ---------------------------------------------------------------- commands
 
@@ -1075,6 +1193,38 @@ export class CommandWriter {
     this.push(conn, CommandKind.PRESENCE_READ, 0, start, this.dlen - start, 0, 0);
   }
 
+  /**
+   * Answer rt question `call` of `conn` (an rt-subscribe, pusher-connect or
+   * pusher-subscribe): code 0 allows (`authorise`: a Pusher subscribe the
+   * guest answered itself), any other refuses with that code; `message`
+   * (UTF-8) is the refusal's message or an authorisation's channel data.
+   */
+  subscribeVerdict(conn, call, code, authorise = false, message = "") {
+    const meta = this.dlen;
+    this.putU64(call);
+    const len = this.putData(String(message));
+    this.push(conn, CommandKind.RT_SUBSCRIBE_VERDICT, code, meta, 8, this.lastOffset, len);
+    this.commands[this.clen - COMMAND_HEADER_BYTES + 9] = authorise ? RT_AUTHORISE : RT_ALLOW;
+  }
+
+  /**
+   * Answer rt question `call` of `conn` (an rt-publish or pusher-client-event):
+   * `decision` RT_PASS, RT_REPLACE (with `data`, a string or bytes) or
+   * RT_DROP (with `code`, the publisher's error; 0 the host's default).
+   */
+  publishVerdict(conn, call, decision, code = 0, data = EMPTY_BYTES) {
+    const meta = this.dlen;
+    this.putU64(call);
+    let offset = 0;
+    let len = 0;
+    if (decision === RT_REPLACE) {
+      len = this.putData(data);
+      offset = this.lastOffset;
+    }
+    this.push(conn, CommandKind.RT_PUBLISH_VERDICT, code, meta, 8, offset, len);
+    this.commands[this.clen - COMMAND_HEADER_BYTES + 9] = decision;
+  }
+
   /** Store `bytes` (or a string, as UTF-8) as `conn`'s attachment (empty clears it). */
   setAttachment(conn, bytes) {
     const len = this.putData(typeof bytes === "string" ? bytes : toBytes(bytes));
@@ -1122,17 +1272,20 @@ export function decodeCommands(headers, data) {
   for (let i = 0; i < n; i++) {
     const c = readCommandHeader(headers, i * COMMAND_HEADER_BYTES);
     const forward = c.kind === CommandKind.FORWARD_TEXT || c.kind === CommandKind.FORWARD_BINARY;
-    if (c.reserved !== 0 && !(forward && c.reserved === 1)) {
+    const verdictMax =
+      c.kind === CommandKind.RT_PUBLISH_VERDICT ? RT_DROP : c.kind === CommandKind.RT_SUBSCRIBE_VERDICT ? RT_AUTHORISE : 0;
+    if (c.reserved !== 0 && !(forward && c.reserved === 1) && !(c.reserved <= verdictMax)) {
       throw new AbiError("ReservedByteSet", i, `value ${c.reserved}`);
     }
     if (c.offset + c.len > data.length) throw new AbiError("RangeOutOfBounds", i, "payload");
     if (c.topic_offset + c.topic_len > data.length) throw new AbiError("RangeOutOfBounds", i, "topic");
-    // The real-time verdicts (17, 18) of a namespace's guest are the host's
-    // too, but no route this SDK serves answers with them.
-    if (c.kind > CommandKind.PRESENCE_READ) throw new AbiError("UnknownKind", i, `kind ${c.kind}`);
+    if (c.kind > CommandKind.RT_PUBLISH_VERDICT) throw new AbiError("UnknownKind", i, `kind ${c.kind}`);
     const pEnd = c.offset + c.len;
     const text =
-      c.kind === CommandKind.SEND_TEXT || c.kind === CommandKind.PUBLISH_TEXT || c.kind === CommandKind.FORWARD_TEXT;
+      c.kind === CommandKind.SEND_TEXT ||
+      c.kind === CommandKind.PUBLISH_TEXT ||
+      c.kind === CommandKind.FORWARD_TEXT ||
+      c.kind === CommandKind.RT_SUBSCRIBE_VERDICT;
     let payloadText = null;
     if (text || c.kind === CommandKind.CLOSE) {
       payloadText = decodeUtf8(data, c.offset, pEnd);
@@ -1148,6 +1301,7 @@ export function decodeCommands(headers, data) {
     else if (c.kind === CommandKind.KV_DELETE) metaOk = mLen > 0;
     else if (c.kind === CommandKind.HISTORY_READ) metaOk = splitHistoryRead(data, mStart, mStart + mLen) !== null;
     else if (c.kind === CommandKind.PRESENCE_READ) metaOk = splitPresenceRead(data, mStart, mStart + mLen) !== null;
+    else if (c.kind >= CommandKind.RT_SUBSCRIBE_VERDICT) metaOk = mLen === 8;
     if (!metaOk) throw new AbiError("MetaMalformed", i);
     let topic = null;
     if (TOPIC_KINDS.has(c.kind)) {
@@ -1216,6 +1370,22 @@ export function decodeCommands(headers, data) {
       case CommandKind.HISTORY_READ:
         out.push({ kind: "history-read", conn: c.conn, ...splitHistoryRead(data, mStart, mStart + mLen) });
         break;
+      case CommandKind.RT_SUBSCRIBE_VERDICT: {
+        const v = { kind: "rt-subscribe-verdict", conn: c.conn, call: u64(data, mStart), code: c.code };
+        if (c.reserved === RT_AUTHORISE || payloadText !== "") {
+          v.authorise = c.reserved === RT_AUTHORISE;
+          v.payload = payloadText;
+        }
+        out.push(v);
+        break;
+      }
+      case CommandKind.RT_PUBLISH_VERDICT: {
+        const v = { kind: "rt-publish-verdict", conn: c.conn, call: u64(data, mStart), verdict: PUBLISH_VERDICTS[c.reserved] };
+        if (c.reserved === RT_REPLACE) v.data = payload;
+        else if (c.reserved === RT_DROP) v.code = c.code;
+        out.push(v);
+        break;
+      }
       default:
         out.push({ kind: "presence-read", conn: c.conn, ...splitPresenceRead(data, mStart, mStart + mLen) });
         break;

@@ -29,6 +29,37 @@
 //   Verdict.replace(msg)) to pass that on in its place, Verdict.DROP, or
 //   Verdict.close(code, reason) to close the client (and the upstream).
 //   Synchronous: messages of one direction go on in the order they came.
+// - onSubscribe(req), onClientPublish(req): a real-time namespace's guest
+//   (`guest = "x.wasm"` on a `[[namespaces]]` table of a centrifugo route;
+//   it needs no onMessage). A client asks to subscribe to `req.channel`
+//   (`req.client`, `req.user`, `req.info` the token's info claim): return
+//   nothing (or true) to allow, false to refuse with 103 (permission
+//   denied), or an error code (or Verdict.refuse(code)). A client publishes
+//   `req.data` (a value; `req.text` its JSON): return nothing to publish it,
+//   a string or bytes (JSON; or Verdict.replace(x)) to publish that
+//   instead, Verdict.DROP (the client gets 103) or Verdict.drop(code).
+// - onPusherConnect(req), onPusherSubscribe(req), onPusherClientEvent(req):
+//   a Pusher app's guest (`guest = "x.wasm"` on a pusher route's
+//   `[[route.apps]]`). A connection opens (`req.target`, `req.path`,
+//   `req.query(name)`, `req.header(name)`, `req.socketId`): nothing to
+//   allow, Verdict.refuse(code, message) to refuse (4000–4099 as given,
+//   anything else 4009). A client subscribes (`req.channel`, `req.auth`,
+//   `req.signature` "none"/"passed"/"failed" from weir's HMAC check,
+//   `req.channelData`, `req.user`): nothing to leave it to weir's own
+//   check, Verdict.authorise(member) to subscribe whatever the signature
+//   (member: the presence channel data, `{ user_id, user_info }`, or none
+//   for the client's own), Verdict.refuse(status, message). A client event
+//   (`req.event`, `req.data`): as onClientPublish (Verdict.DROP drops it
+//   silently, Verdict.drop(code) tells the sender).
+//   These five decide at once, as Rust's do: a hook that throws or returns
+//   a promise answers nothing, and the gateway fails the question (as for
+//   a Rust guest's trap: error 100, `GuestError`) while the instance goes on.
+// - checkState(state): optional, run by a deploy or rollback before this
+//   version serves (the `weir:gateway/state` export): `state` is a live
+//   connection's saved conn.state; throw (or return false or a message)
+//   when this version cannot work with it, and the deploy is refused with
+//   the count (unless the operator resets state). Without it the check is
+//   that the attachment is JSON, what every version of this SDK writes.
 //
 // On a route with `realtime = true`, `await conn.history(channel, { limit,
 // newest })`, `await conn.presence(channel)` (and route.history,
@@ -73,9 +104,11 @@ import {
   splitHttpError,
   splitHistory,
   splitPresence,
+  splitRtRequest,
   DIRECTIONS,
   toBytes,
 } from "./abi.js";
+import * as questions from "./questions.js";
 import {
   WeirPromise,
   runAsync,
@@ -151,7 +184,40 @@ export const Verdict = Object.freeze({
   close(code = 1000, reason = "") {
     return Object.freeze({ verdict: "close", code, reason: String(reason) });
   },
+  // The real-time guests' answers (onSubscribe, onClientPublish and the
+  // Pusher hooks); PASS, DROP and replace serve them too.
+  /** Allow a subscribe or connection (what returning nothing does). */
+  ALLOW: Object.freeze({ verdict: "allow" }),
+  /**
+   * Refuse a subscribe or connection with `code` (a Centrifugo error code;
+   * a Pusher close code or subscription status) and, for Pusher, `message`.
+   */
+  refuse(code, message = "") {
+    return Object.freeze({ verdict: "refuse", code: codeOf(code), message: String(message) });
+  },
+  /**
+   * A Pusher subscribe the guest authorised itself (whatever weir's
+   * signature check said); for a presence channel `member` is the member's
+   * channel data (`{ user_id, user_info }`, or its JSON), none for the
+   * client's own.
+   */
+  authorise(member) {
+    const channelData = member === undefined || member === null ? "" : typeof member === "string" ? member : JSON.stringify(member);
+    return Object.freeze({ verdict: "authorise", channelData });
+  },
+  /** Publish nothing; the publisher gets `code` (0: Centrifugo's 103; a Pusher event is dropped silently). */
+  drop(code = 0) {
+    return Object.freeze({ verdict: "drop", code: codeOf(code) });
+  },
 });
+
+function codeOf(code) {
+  const n = Number(code);
+  if (!Number.isInteger(n) || n < 0 || n > 0xffff) throw new RangeError(`weir: a code is 0–65535, not ${String(code)}`);
+  return n;
+}
+
+export { SubscribeRequest, PublishRequest, ConnectRequest, ChannelRequest, ClientEventRequest } from "./questions.js";
 
 let hostImport = null;
 
@@ -1029,6 +1095,21 @@ class Runtime {
             touched.push(conn);
           }
         }
+      } else if (kind >= EventKind.RT_SUBSCRIBE && kind <= EventKind.PUSHER_CLIENT_EVENT) {
+        const r = splitRtRequest(data, offset, end);
+        if (r === null) throw new AbiError("IoEventMalformed", i);
+        const saved = swapContext(null);
+        let failed;
+        try {
+          failed = questions.answer(app, w, kind, id, r);
+        } finally {
+          swapContext(saved);
+        }
+        if (failed !== null) {
+          if (fatal(failed[1])) throw failed[1];
+          log(Level.ERROR, `handler threw in ${failed[0]} (question ${r.call}; the gateway fails it): ${describe(failed[1])}`);
+        }
+        this.drain();
       } else if (kind === EventKind.KV_ERROR) {
         if (app.onKvError) {
           const key = data.slice(offset, end);
@@ -1153,10 +1234,16 @@ export function createHandler(app, host, kv) {
   // Checked here, at build time (componentize-qjs runs the module then), so
   // a handler without hooks fails its build instead of every batch.
   const hooks = typeof app === "function" ? app.prototype : app;
-  if (!hooks || (typeof hooks.onMessage !== "function" && typeof hooks.onProxyMessage !== "function")) {
+  if (
+    !hooks ||
+    (typeof hooks.onMessage !== "function" &&
+      typeof hooks.onProxyMessage !== "function" &&
+      !questions.hasQuestionHooks(hooks))
+  ) {
     throw new TypeError(
       "weir: the handler module's default export needs an onMessage(conn, msg) hook " +
-        "(or, for a proxy route's filter, onProxyMessage(conn, direction, msg)): " +
+        "(or, for a proxy route's filter, onProxyMessage(conn, direction, msg); for a real-time " +
+        "namespace's or Pusher app's guest, onSubscribe, onClientPublish or onPusher*): " +
         "export default { onMessage(conn, msg) { ... } }",
     );
   }
@@ -1178,5 +1265,44 @@ export function createHandler(app, host, kv) {
     upgrade: (req) => runtime().upgrade(req),
     resumeUpgrade: (tag, req, outcome) => runtime().resumeUpgrade(tag, req, outcome),
     handle: (batch) => runtime().handle(batch),
+    // The `weir:gateway/state` export (build.mjs exports it as `state`).
+    checkState: (attachments) => checkStates(runtime().app, attachments),
   };
+}
+
+/**
+ * The `check-state` export: for each attachment, null when this version
+ * can work with it (it is JSON, as this SDK writes conn.state, and the
+ * handler's checkState(state), if any, accepts it), else why not. Nothing
+ * is kept: the gateway calls it on a fresh instance, before a deploy or
+ * rollback lets this version serve.
+ */
+function checkStates(app, attachments) {
+  return Array.from(attachments, (bytes) => {
+    if (bytes.length === 0) return null;
+    const text = decodeUtf8(bytes);
+    if (text === null) return "the attachment is not UTF-8 JSON (not a conn.state this SDK saved)";
+    let state;
+    try {
+      state = JSON.parse(text);
+    } catch (e) {
+      return `the attachment is not JSON (${e.message}): not a conn.state this SDK saved`;
+    }
+    if (typeof app.checkState !== "function") return null;
+    let v;
+    try {
+      v = app.checkState(state);
+    } catch (e) {
+      if (fatal(e)) throw e;
+      return e instanceof Error ? e.message : safeJson(e);
+    }
+    if (v === undefined || v === null || v === true) return null;
+    if (v === false) return "checkState refused it";
+    if (typeof v === "string") return v;
+    if (typeof v === "object" && typeof v.then === "function") {
+      v.then(undefined, () => {});
+      return "checkState returned a promise: it decides at once";
+    }
+    return `checkState returned ${safeJson(v)}: nothing (or true) accepts, false or a message refuses`;
+  });
 }

@@ -32,7 +32,13 @@
 // wait in `reads()` until the test answers them (`answerHistory`,
 // `answerPresence`, `failRead`). A proxy route's filter is driven with
 // `proxyMessage(id, direction, msg)`; what it passed on is in
-// `forwarded(id)`. `replaceInstance()` starts a
+// `forwarded(id)`. A real-time namespace's guest is asked with
+// `subscribe(req)` and `clientPublish(req)`, a Pusher app's guest with
+// `pusherConnect(req)`, `pusherSubscribe(req)` and `pusherClientEvent(req)`:
+// each returns the verdict as the gateway reads it from the answer
+// (`{ verdict: "allow" | "refuse" | "authorise" | "pass" | "replace" |
+// "drop" | "failed", ... }`). `checkState(states)` runs the `check-state`
+// export over saved conn.state values. `replaceInstance()` starts a
 // fresh instance (module state reset, connections and their saved state
 // kept), as the gateway does after a fault, a recycle or a deploy.
 //
@@ -86,6 +92,13 @@ export function matchRoute(pattern, path) {
 
 const te = (s) => abi.encodeUtf8(s);
 const td = (b) => abi.decodeUtf8(b);
+/** The connection and call ids the harness's real-time questions carry (the guest echoes them). */
+const RT_CONN = Number.MAX_SAFE_INTEGER;
+const RT_CALL = 0x5eed;
+/** A value as JSON text (a string is taken as JSON text already). */
+const jsonText = (v) => (typeof v === "string" ? v : v === undefined || v === null ? "" : JSON.stringify(v));
+/** A publication's bytes: bytes as they are (raw JSON text), any other value as its JSON (a string too, as a client sends one). */
+const dataBytes = (v) => (v instanceof Uint8Array ? v : te(JSON.stringify(v)));
 
 function keyString(key) {
   return typeof key === "string" ? key : td(abi.toBytes(key)) ?? Buffer.from(key).toString("latin1");
@@ -127,6 +140,8 @@ export class TestRoute {
     this.kvRefused = [];
     /** Log lines the handler wrote: [level, message]. */
     this.logs = [];
+    /** The verdicts of the real-time question being asked. */
+    this.verdicts = [];
   }
 
   /**
@@ -283,6 +298,108 @@ export class TestRoute {
     if (dir < 0) throw new Error(`no direction ${direction}: "to-upstream" or "to-client"`);
     const text = typeof msg === "string";
     this.run(conn, text ? abi.EventKind.PROXY_TEXT : abi.EventKind.PROXY_BINARY, 0, text ? te(msg) : abi.toBytes(msg), dir);
+  }
+
+  // ------------------------------------------------------------ real-time guests
+
+  /**
+   * Ask the handler, as a real-time namespace's guest, whether a client
+   * may subscribe (onSubscribe): `{ channel, client, user, info }` (info:
+   * the token's info claim, a value or its JSON). `{ verdict: "allow" }`,
+   * `{ verdict: "refuse", code }`, or `{ verdict: "failed" }` when the
+   * handler answered nothing (it threw: the gateway fails the question).
+   */
+  subscribe({ channel, client = "client-1", user = "", info = "" }) {
+    const v = this.ask(abi.EventKind.RT_SUBSCRIBE, { channel, client, user, info: jsonText(info) });
+    if (v.kind === "failed") return { verdict: "failed" };
+    return v.code === 0 ? { verdict: "allow" } : { verdict: "refuse", code: v.code };
+  }
+
+  /**
+   * Give the handler, as a real-time namespace's guest, a client's
+   * publication (onClientPublish): `{ channel, client, user, info, data }`
+   * (info: JSON text, or a value; data: a value, sent as its JSON, or raw
+   * bytes). `{ verdict: "pass" }`,
+   * `{ verdict: "replace", text }`, `{ verdict: "drop", code }` or
+   * `{ verdict: "failed" }`.
+   */
+  clientPublish({ channel, client = "client-1", user = "", info = "", data }) {
+    return this.publishAnswer(
+      this.ask(abi.EventKind.RT_PUBLISH, { channel, client, user, info: jsonText(info) }, dataBytes(data)),
+    );
+  }
+
+  /**
+   * Ask the handler, as a Pusher app's guest, about a connection
+   * (onPusherConnect): `{ target, socketId, headers }` (headers: `[name,
+   * value]` pairs or `name: value` lines). `{ verdict: "allow" }`, `{
+   * verdict: "refuse", code, message }` or `{ verdict: "failed" }`.
+   */
+  pusherConnect({ target, socketId = "1.1", headers = [] }) {
+    const lines = typeof headers === "string" ? headers : headers.map(([n, v]) => `${n}: ${v}`).join("\n");
+    const v = this.ask(abi.EventKind.PUSHER_CONNECT, { channel: target, client: socketId, user: "", info: lines });
+    if (v.kind === "failed") return { verdict: "failed" };
+    return v.code === 0 ? { verdict: "allow" } : { verdict: "refuse", code: v.code, message: v.payload ?? "" };
+  }
+
+  /**
+   * Ask the handler, as a Pusher app's guest, about a subscribe
+   * (onPusherSubscribe): `{ channel, socketId, user, channelData, auth,
+   * signature }` (signature: what weir's HMAC check made of `auth`, "none",
+   * "passed" or "failed"). `{ verdict: "allow" }`, `{ verdict: "authorise",
+   * channelData }` (null: the client's own), `{ verdict: "refuse", code,
+   * message }` or `{ verdict: "failed" }`.
+   */
+  pusherSubscribe({ channel, socketId = "1.1", user = "", channelData = "", auth = "", signature = "none" }) {
+    const rest = abi.encodeSubscribeRest(signature, auth);
+    const req = { channel, client: socketId, user, info: jsonText(channelData) };
+    const v = this.ask(abi.EventKind.PUSHER_SUBSCRIBE, req, rest);
+    if (v.kind === "failed") return { verdict: "failed" };
+    if (v.code !== 0) return { verdict: "refuse", code: v.code, message: v.payload ?? "" };
+    if (v.authorise) return { verdict: "authorise", channelData: v.payload === "" ? null : v.payload };
+    return { verdict: "allow" };
+  }
+
+  /**
+   * Give the handler, as a Pusher app's guest, a client event
+   * (onPusherClientEvent): `{ channel, socketId, user, event, data }`. The
+   * verdict as clientPublish's (a drop with code 0 is silent).
+   */
+  pusherClientEvent({ channel, socketId = "1.1", user = "", event, data }) {
+    const req = { channel, client: socketId, user, info: event };
+    return this.publishAnswer(this.ask(abi.EventKind.PUSHER_CLIENT_EVENT, req, dataBytes(data)));
+  }
+
+  /**
+   * The `check-state` export over `states` (conn.state values as a live
+   * connection would have saved them; a Uint8Array goes as raw attachment
+   * bytes): for each, null when this version accepts it, else why not.
+   */
+  checkState(states) {
+    const attachments = states.map((s) => (s instanceof Uint8Array ? s : te(JSON.stringify(s))));
+    return this.handler.checkState(attachments);
+  }
+
+  publishAnswer(v) {
+    if (v.kind === "failed") return { verdict: "failed" };
+    if (v.verdict === "replace") return { verdict: "replace", text: td(v.data) };
+    if (v.verdict === "drop") return { verdict: "drop", code: v.code };
+    return { verdict: "pass" };
+  }
+
+  /** One real-time question in a batch of its own (call id RT_CALL); its one verdict, or { kind: "failed" }. */
+  ask(kind, req, rest = new Uint8Array(0)) {
+    this.verdicts = [];
+    this.run(RT_CONN, kind, 0, abi.encodeRtRequest({ call: RT_CALL, ...req }, rest));
+    const got = this.verdicts;
+    this.verdicts = [];
+    if (got.length === 0) return { kind: "failed" };
+    if (got.length !== 1) throw new Error(`one verdict per question, got ${JSON.stringify(got)}`);
+    const v = got[0];
+    if (v.call !== RT_CALL || v.conn !== RT_CONN) throw new Error(`the verdict names call ${v.call} of ${v.conn}, not the question's`);
+    const want = kind === abi.EventKind.RT_PUBLISH || kind === abi.EventKind.PUSHER_CLIENT_EVENT ? "rt-publish-verdict" : "rt-subscribe-verdict";
+    if (v.kind !== want) throw new Error(`a ${want} was due, got ${v.kind}`);
+    return v;
   }
 
   // ------------------------------------------------------------ what clients saw
@@ -642,6 +759,10 @@ export class TestRoute {
             newest: history ? c.reverse : false,
           });
         }
+        break;
+      case "rt-subscribe-verdict":
+      case "rt-publish-verdict":
+        this.verdicts.push(c);
         break;
       default:
         throw new Error(`the harness does not play ${c.kind}`);

@@ -29,7 +29,8 @@ def as_vector(item):
     """A decoded event or command as the vectors spell it (bytes as hex)."""
     out = {}
     for k, v in item.items():
-        if k in ("payload", "attachment", "body", "key", "value"):
+        if k in ("payload", "attachment", "body", "key", "value", "info", "data") and not (
+                isinstance(v, str)):
             out[k + "_hex"] = v.hex()
         else:
             out[k] = v
@@ -88,20 +89,47 @@ class Vectors(unittest.TestCase):
                              abi.decode_commands)
         self.assertEqual(seen, ["MetaMalformed"] * 6)
 
-    def test_realtime_reads_match_the_vectors(self):
-        # The realtime reads of realtime-*.json (history 10, presence 11;
-        # history-read 15, presence-read 16); its namespace and Pusher
-        # guest kinds are not this SDK's.
+    def test_realtime_kinds_match_the_vectors(self):
+        # Every real-time kind of realtime-*.json: the realtime reads
+        # (history 10, presence 11; history-read 15, presence-read 16), a
+        # namespace guest's questions (12, 13) and a Pusher app guest's
+        # (14-16), and their verdicts (17, 18).
         seen = self.run_file("realtime-events.json", "events", abi.EVENT_HEADER_BYTES,
-                             abi.read_event_header, abi.pack_event_header, abi.decode_events,
-                             ("realtime-reads", "history-truncated"))
-        self.assertEqual(seen, ["IoEventMalformed"])
+                             abi.read_event_header, abi.pack_event_header, abi.decode_events)
+        self.assertEqual(seen, ["IoEventMalformed"] * 2)
         seen = self.run_file("realtime-commands.json", "commands", abi.COMMAND_HEADER_BYTES,
                              abi.read_command_header, abi.pack_command_header,
-                             abi.decode_commands,
-                             ("realtime-reads", "history-read-malformed",
-                              "presence-read-no-channel"))
-        self.assertEqual(seen, ["MetaMalformed"] * 2)
+                             abi.decode_commands)
+        self.assertEqual(seen, ["ReservedByteSet", "ReservedByteSet", "TextNotUtf8"]
+                         + ["MetaMalformed"] * 3)
+
+    def test_the_writer_answers_verdicts_the_host_reads_as_the_vectors_say(self):
+        for name in ("rt-verdicts", "pusher-verdicts"):
+            want = next(c for c in load("realtime-commands.json")["valid"] if c["name"] == name)
+            w = abi.CommandWriter()
+            for c in want["commands"]:
+                if c["kind"] == "rt-subscribe-verdict":
+                    w.subscribe_verdict(c["conn"], c["call"], c["code"], c.get("authorise", False),
+                                        c.get("payload", ""))
+                else:
+                    w.publish_verdict(c["conn"], c["call"], abi.PUBLISH_VERDICTS.index(c["verdict"]),
+                                      c.get("code", 0), bytes.fromhex(c.get("data_hex", "")))
+            commands, data = w.finish()
+            # The writer lays the data out its own way (each verdict's call
+            # id, then its payload): the host reads the same commands.
+            got = [as_vector(x) for x in abi.decode_commands(commands, data)]
+            self.assertEqual(got, want["commands"], name)
+
+    def test_the_question_encoder_matches_the_vectors(self):
+        for name in ("rt-kinds", "pusher-kinds"):
+            want = next(c for c in load("realtime-events.json")["valid"] if c["name"] == name)
+            parts = b""
+            for e in want["events"]:
+                rest = (abi.encode_subscribe_rest(e["signature"], e["auth"])
+                        if e["kind"] == "pusher-subscribe" else bytes.fromhex(e.get("data_hex", "")))
+                parts += abi.encode_rt_request(e["call"], e["channel"], e["client"], e["user"],
+                                               bytes.fromhex(e["info_hex"]), rest)
+            self.assertEqual(parts.hex(), want["data_hex"], name)
 
     def test_proxy_kinds_match_the_vectors(self):
         seen = self.run_file("proxy-events.json", "events", abi.EVENT_HEADER_BYTES,

@@ -31,6 +31,38 @@ Hooks (all optional but on_message):
   its place, Verdict.DROP, or Verdict.close(code, reason) to close the
   client (and the upstream). A plain def: messages of one direction go on
   in the order they came.
+- on_subscribe(req), on_client_publish(req): a real-time namespace's guest
+  (`guest = "x.wasm"` on a `[[namespaces]]` table of a centrifugo route; it
+  needs no on_message). A client asks to subscribe to `req.channel`
+  (`req.client`, `req.user`, `req.info` the token's info claim): return
+  None (or True) to allow, False to refuse with 103 (permission denied), or
+  an error code (or Verdict.refuse(code)). A client publishes `req.data` (a
+  value; `req.text` its JSON): return None to publish it, a str or bytes
+  (JSON; or Verdict.replace(x)) to publish that instead, Verdict.DROP (the
+  client gets 103) or Verdict.drop(code).
+- on_pusher_connect(req), on_pusher_subscribe(req),
+  on_pusher_client_event(req): a Pusher app's guest (`guest = "x.wasm"` on
+  a pusher route's `[[route.apps]]`). A connection opens (`req.target`,
+  `req.path`, `req.query(name)`, `req.header(name)`, `req.socket_id`):
+  None to allow, Verdict.refuse(code, message) to refuse (4000-4099 as
+  given, anything else 4009). A client subscribes (`req.channel`,
+  `req.auth`, `req.signature` "none"/"passed"/"failed" from weir's HMAC
+  check, `req.channel_data`, `req.user`): None to leave it to weir's own
+  check, Verdict.authorise(member) to subscribe whatever the signature
+  (member: the presence channel data, `{"user_id", "user_info"}`, or None
+  for the client's own), Verdict.refuse(status, message). A client event
+  (`req.event`, `req.data`): as on_client_publish (Verdict.DROP drops it
+  silently, Verdict.drop(code) tells the sender).
+  These five are plain defs that decide at once, as Rust's do: one that
+  raises (or is `async def`) answers nothing, and the gateway fails the
+  question (as for a Rust guest's trap: error 100, `GuestError`) while the
+  instance goes on.
+- check_state(state): run by a deploy or rollback before this version
+  serves (the `weir:gateway/state` export): `state` is a live connection's
+  saved conn.state; raise (or return False or a message) when this version
+  cannot work with it, and the deploy is refused with the count (unless
+  the operator resets state). By default the check is that the attachment
+  is JSON, what every version of this SDK writes.
 
 On a route with `realtime = true`, `await conn.history(channel, limit,
 newest=False)` and `await conn.presence(channel)` (and route.history,
@@ -73,7 +105,8 @@ __all__ = ["Handler", "Conn", "Request", "Accept", "log", "ERROR", "WARN", "INFO
            "kv", "route", "Response", "Headers", "FetchError", "Future", "Task",
            "MAX_PENDING_REQUESTS", "MAX_PENDING_TIMERS", "MAX_PENDING_READS", "Verdict",
            "TO_UPSTREAM", "TO_CLIENT", "ReadError", "History", "Position", "Publication",
-           "Member"]
+           "Member", "SubscribeRequest", "PublishRequest", "ConnectRequest", "ChannelRequest",
+           "ClientEventRequest"]
 
 # Log levels (mapped to the WIT `level` enum by the runtime).
 ERROR, WARN, INFO, DEBUG, TRACE = "error", "warn", "info", "debug", "trace"
@@ -112,12 +145,50 @@ class Verdict:
         """Close the client with `code` and `reason`; nothing goes on."""
         return Verdict("close", code=code, reason=str(reason))
 
+    # The real-time guests' answers (on_subscribe, on_client_publish and the
+    # Pusher hooks); PASS, DROP and replace serve them too.
+
+    @staticmethod
+    def refuse(code, message=""):
+        """Refuse a subscribe or connection with `code` (a Centrifugo error
+        code; a Pusher close code or subscription status) and, for Pusher,
+        `message`."""
+        return Verdict("refuse", code=_code(code), reason=str(message))
+
+    @staticmethod
+    def authorise(member=None):
+        """A Pusher subscribe the guest authorised itself (whatever weir's
+        signature check said); for a presence channel `member` is the
+        member's channel data (`{"user_id": ..., "user_info": ...}`, or its
+        JSON), None for the client's own."""
+        if member is None:
+            data = ""
+        elif isinstance(member, str):
+            data = member
+        else:
+            import json
+            data = json.dumps(member, separators=(",", ":"))
+        return Verdict("authorise", data)
+
+    @staticmethod
+    def drop(code=0):
+        """Publish nothing; the publisher gets `code` (0: Centrifugo's 103; a
+        Pusher event is dropped silently)."""
+        return Verdict("drop", code=_code(code))
+
     def __repr__(self):
         return f"Verdict({self.verdict!r})"
 
 
 Verdict.PASS = Verdict("pass")
 Verdict.DROP = Verdict("drop")
+Verdict.ALLOW = Verdict("allow")
+
+
+def _code(code):
+    if type(code) is not int or not 0 <= code <= 0xFFFF:
+        raise ValueError(f"weir: a code is 0-65535, not {code!r}")
+    return code
 
 
 def log(level, msg):
@@ -366,4 +437,31 @@ class Handler:
 
     def on_proxy_message(self, conn, direction, msg):
         """A proxy route's filter: pass every message on unchanged by default."""
+        return None
+
+    # A real-time namespace's or Pusher app's guest: Rust's defaults.
+
+    def on_subscribe(self, req):
+        """A namespace's client subscribes: allowed by default."""
+        return None
+
+    def on_client_publish(self, req):
+        """A namespace's client publishes: published as it is by default."""
+        return None
+
+    def on_pusher_connect(self, req):
+        """A Pusher app's connection opens: allowed by default."""
+        return None
+
+    def on_pusher_subscribe(self, req):
+        """A Pusher app's client subscribes: weir's own checks decide by default."""
+        return None
+
+    def on_pusher_client_event(self, req):
+        """A Pusher app's client event: passed as it is by default."""
+        return None
+
+    def check_state(self, state):
+        """A deploy asks whether this version can work with a live
+        connection's saved state: any JSON state is accepted by default."""
         return None

@@ -22,12 +22,21 @@ FALLBACK_CLOSE_CODE = 1011
 # Event kinds: the case indices of the WIT enum `event-kind` (0.4.0's I/O
 # answers 4-6 included), and those that travel in the packed layout only
 # (abi/src/lib.rs): a proxy filter's proxy-text 7 and proxy-binary 8 (byte
-# 9: the direction), kv-error 9, a realtime route's history 10 and presence 11.
+# 9: the direction), kv-error 9, a realtime route's history 10 and presence
+# 11, a real-time namespace guest's rt-subscribe 12 and rt-publish 13, a
+# Pusher app guest's pusher-connect 14, pusher-subscribe 15 and
+# pusher-client-event 16 (their bytes: an rt request, abi/src/realtime.rs
+# and abi/src/pusher.rs).
 OPEN, TEXT, BINARY, CLOSE = 0, 1, 2, 3
 HTTP_RESPONSE, HTTP_ERROR, TIMER = 4, 5, 6
 PROXY_TEXT, PROXY_BINARY = 7, 8
 KV_ERROR = 9
 HISTORY, PRESENCE = 10, 11
+RT_SUBSCRIBE, RT_PUBLISH = 12, 13
+PUSHER_CONNECT, PUSHER_SUBSCRIBE, PUSHER_CLIENT_EVENT = 14, 15, 16
+RT_EVENT_NAMES = ("rt-subscribe", "rt-publish", "pusher-connect", "pusher-subscribe",
+                  "pusher-client-event")
+"""The rt event kinds 12-16 by name, as the WIT comments and the vectors name them."""
 
 # Command kinds: the case indices of the WIT enum `command-kind`.
 SEND_TEXT = 0
@@ -49,6 +58,19 @@ FORWARD_TEXT = 13
 FORWARD_BINARY = 14
 HISTORY_READ = 15
 PRESENCE_READ = 16
+# A namespace or Pusher app guest's verdicts: the call id as the 8-byte
+# meta; byte 9 the decision.
+RT_SUBSCRIBE_VERDICT = 17
+RT_PUBLISH_VERDICT = 18
+
+RT_ALLOW, RT_AUTHORISE = 0, 1
+"""Byte 9 of an rt-subscribe-verdict (abi/src/pusher.rs): allow (weir's own
+checks decide), or authorise (a Pusher subscribe the guest answered itself)."""
+RT_PASS, RT_REPLACE, RT_DROP = 0, 1, 2
+"""Byte 9 of an rt-publish-verdict (abi/src/realtime.rs)."""
+PUBLISH_VERDICTS = ("pass", "replace", "drop")
+SIGNATURE_CHECKS = ("none", "passed", "failed")
+"""Byte 0 of a pusher-subscribe's rest: what weir's HMAC check made of `auth`."""
 
 DIRECTIONS = ("to-upstream", "to-client")
 """Byte 9 of a proxy event and of a forward command, as a word."""
@@ -375,6 +397,70 @@ def split_presence_read(meta):
         return None
 
 
+# A namespace or Pusher app guest's questions (abi/src/realtime.rs): the
+# call id, four sized fields (channel, client, user UTF-8; info bytes), then
+# the rest.
+
+class RtRequest:
+    """An rt event's bytes, split: the call id, the four fields and the rest."""
+
+    __slots__ = ("call", "channel", "client", "user", "info", "rest")
+
+    def __init__(self, call, channel, client, user, info, rest):
+        self.call = call
+        self.channel = channel
+        self.client = client
+        self.user = user
+        self.info = info
+        self.rest = rest
+
+
+def split_rt_request(b, start=0, end=None):
+    """An rt event's bytes as an RtRequest, or None when they do not follow
+    the layout."""
+    if end is None:
+        end = len(b)
+    if end - start < 8:
+        return None
+    call = _U64.unpack_from(b, start)[0]
+    channel = _sized_text(b, start + 8, end)
+    client = channel and _sized_text(b, channel[1], end)
+    user = client and _sized_text(b, client[1], end)
+    if user is None:
+        return None
+    at = user[1]
+    if end - at < 4:
+        return None
+    n = _U32.unpack_from(b, at)[0]
+    if n > end - at - 4:
+        return None
+    return RtRequest(call, channel[0], client[0], user[0], bytes(b[at + 4:at + 4 + n]),
+                     bytes(b[at + 4 + n:end]))
+
+
+def split_subscribe_rest(rest):
+    """A pusher-subscribe's rest: (signature check as a word, auth), or None."""
+    if not rest or rest[0] >= len(SIGNATURE_CHECKS):
+        return None
+    try:
+        return SIGNATURE_CHECKS[rest[0]], bytes(rest[1:]).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def encode_rt_request(call, channel, client, user, info, rest=b""):
+    """An rt event's bytes (what the gateway sends); `info` and `rest` bytes
+    or str."""
+    return (_U64.pack(call) + _sized(channel.encode("utf-8")) + _sized(client.encode("utf-8"))
+            + _sized(user.encode("utf-8")) + _sized(_as_bytes(info)) + _as_bytes(rest))
+
+
+def encode_subscribe_rest(signature, auth):
+    """A pusher-subscribe's rest: the signature check ("none", "passed",
+    "failed") and the client's auth."""
+    return bytes([SIGNATURE_CHECKS.index(signature)]) + auth.encode("utf-8")
+
+
 # ------------------------------------------------------------------ events
 
 def check_event_ranges(headers, data):
@@ -467,6 +553,20 @@ def decode_events(headers, data):
             else:
                 out.append({"kind": "presence", "conn": conn, "tag": r[0], "members": [
                     {"client": c, "user": u, "conn_info": n} for c, u, n in r[2]]})
+        elif RT_SUBSCRIBE <= kind <= PUSHER_CLIENT_EVENT:
+            r = split_rt_request(data, offset, offset + length)
+            if r is None:
+                raise AbiError("IoEventMalformed", i)
+            e = {"kind": RT_EVENT_NAMES[kind - RT_SUBSCRIBE], "conn": conn, "call": r.call,
+                 "channel": r.channel, "client": r.client, "user": r.user, "info": r.info}
+            if kind == PUSHER_SUBSCRIBE:
+                sub = split_subscribe_rest(r.rest)
+                if sub is None:
+                    raise AbiError("IoEventMalformed", i)
+                e["signature"], e["auth"] = sub
+            elif kind in (RT_PUBLISH, PUSHER_CLIENT_EVENT):
+                e["data"] = r.rest
+            out.append(e)
     return out
 
 
@@ -599,6 +699,28 @@ class CommandWriter:
         self._push(conn, PRESENCE_READ, 0, self._put(_U64.pack(tag) + channel.encode("utf-8")),
                    (0, 0))
 
+    def subscribe_verdict(self, conn, call, code, authorise=False, message=""):
+        """Answer rt question `call` of `conn` (an rt-subscribe,
+        pusher-connect or pusher-subscribe): code 0 allows (`authorise`: a
+        Pusher subscribe the guest answered itself), any other refuses with
+        it; `message` is the refusal's message or an authorisation's
+        channel data."""
+        meta = self._put(_U64.pack(call))
+        offset, length = self._put(message.encode("utf-8"))
+        self.commands += COMMAND_HEADER.pack(conn, RT_SUBSCRIBE_VERDICT,
+                                             RT_AUTHORISE if authorise else RT_ALLOW, code,
+                                             meta[0], meta[1], offset, length)
+
+    def publish_verdict(self, conn, call, decision, code=0, data=b""):
+        """Answer rt question `call` of `conn` (an rt-publish or
+        pusher-client-event): RT_PASS, RT_REPLACE with `data` (bytes or
+        str), or RT_DROP with `code` (the publisher's error; 0 the host's
+        default)."""
+        meta = self._put(_U64.pack(call))
+        payload = self._put(_as_bytes(data)) if decision == RT_REPLACE else (0, 0)
+        self.commands += COMMAND_HEADER.pack(conn, RT_PUBLISH_VERDICT, decision, code, meta[0],
+                                             meta[1], payload[0], payload[1])
+
     def kv_delete(self, key):
         """Remove `key` from the route's store."""
         key = _as_bytes(key)
@@ -627,19 +749,19 @@ def decode_commands(headers, data):
     out = []
     for i, (conn, kind, reserved, code, t_off, t_len, offset, length) in enumerate(
             COMMAND_HEADER.iter_unpack(headers)):
-        if reserved and not (reserved == 1 and kind in (FORWARD_TEXT, FORWARD_BINARY)):
+        if reserved and not (reserved == 1 and kind in (FORWARD_TEXT, FORWARD_BINARY)) and not (
+                (kind == RT_SUBSCRIBE_VERDICT and reserved <= RT_AUTHORISE)
+                or (kind == RT_PUBLISH_VERDICT and reserved <= RT_DROP)):
             raise AbiError("ReservedByteSet", i, f"value {reserved}")
         if offset + length > size:
             raise AbiError("RangeOutOfBounds", i, "payload")
         if t_off + t_len > size:
             raise AbiError("RangeOutOfBounds", i, "topic")
-        # The real-time verdicts (17, 18) of a namespace's guest are the
-        # host's too, but no route this SDK serves answers with them.
-        if kind > PRESENCE_READ:
+        if kind > RT_PUBLISH_VERDICT:
             raise AbiError("UnknownKind", i, f"kind {kind}")
         payload = bytes(data[offset:offset + length])
         text = None
-        if kind in (SEND_TEXT, PUBLISH_TEXT, CLOSE_CONN, FORWARD_TEXT):
+        if kind in (SEND_TEXT, PUBLISH_TEXT, CLOSE_CONN, FORWARD_TEXT, RT_SUBSCRIBE_VERDICT):
             try:
                 text = payload.decode("utf-8")
             except UnicodeDecodeError:
@@ -659,6 +781,8 @@ def decode_commands(headers, data):
             meta_ok = split_history_read(meta) is not None
         elif kind == PRESENCE_READ:
             meta_ok = split_presence_read(meta) is not None
+        elif kind in (RT_SUBSCRIBE_VERDICT, RT_PUBLISH_VERDICT):
+            meta_ok = t_len == 8
         else:
             meta_ok = True
         if not meta_ok:
@@ -713,6 +837,21 @@ def decode_commands(headers, data):
             tag, limit, reverse, channel = split_history_read(meta)
             out.append({"kind": "history-read", "conn": conn, "tag": tag, "limit": limit,
                         "reverse": reverse, "channel": channel})
+        elif kind == RT_SUBSCRIBE_VERDICT:
+            v = {"kind": "rt-subscribe-verdict", "conn": conn, "call": _U64.unpack(meta)[0],
+                 "code": code}
+            if reserved == RT_AUTHORISE or text:
+                v["authorise"] = reserved == RT_AUTHORISE
+                v["payload"] = text
+            out.append(v)
+        elif kind == RT_PUBLISH_VERDICT:
+            v = {"kind": "rt-publish-verdict", "conn": conn, "call": _U64.unpack(meta)[0],
+                 "verdict": PUBLISH_VERDICTS[reserved]}
+            if reserved == RT_REPLACE:
+                v["data"] = payload
+            elif reserved == RT_DROP:
+                v["code"] = code
+            out.append(v)
         else:
             tag, channel = split_presence_read(meta)
             out.append({"kind": "presence-read", "conn": conn, "tag": tag, "channel": channel})

@@ -15,6 +15,7 @@ from types import CoroutineType
 
 from . import abi
 from . import io
+from . import questions
 from . import Accept, Conn, Request, Verdict, log, ERROR, DEBUG
 from .io import Task, Future, route
 
@@ -619,6 +620,16 @@ class Runtime:
                     if conn is not None and not conn._closed and not conn._failed:
                         self._settle(conn)
                         touched.append(conn)
+            elif abi.RT_SUBSCRIBE <= kind <= abi.PUSHER_CLIENT_EVENT:
+                r = abi.split_rt_request(data, offset, end)
+                if r is None:
+                    raise abi.AbiError("IoEventMalformed", i)
+                self.ctx = None
+                failed = questions.answer(handler, w, kind, conn_id, r)
+                if failed is not None:
+                    log(ERROR, f"handler raised in {failed[0]} (question {r.call}; the gateway "
+                        "fails it): " + _describe(failed[1]))
+                self._drain()
             elif kind == abi.KV_ERROR:
                 key = bytes(data[offset:end])
                 self.ctx = None
@@ -660,13 +671,15 @@ def check_handler_class(handler_class):
     import weir_guest
 
     base = weir_guest.Handler
+    hooks = ("on_message", "on_proxy_message") + questions._HOOKS
     if not isinstance(handler_class, type) or not callable(
-            getattr(handler_class, "on_message", None)) or (
-            handler_class.on_message is base.on_message and getattr(
-                handler_class, "on_proxy_message", None) in (None, base.on_proxy_message)):
+            getattr(handler_class, "on_message", None)) or all(
+            getattr(handler_class, h, None) in (None, getattr(base, h)) for h in hooks):
         raise TypeError("weir: the handler module must define class Handler(weir_guest.Handler)"
                         " with on_message(self, conn, msg) (or, for a proxy route's filter, "
-                        "on_proxy_message(self, conn, direction, msg))")
+                        "on_proxy_message(self, conn, direction, msg); for a real-time "
+                        "namespace's or Pusher app's guest, on_subscribe, on_client_publish "
+                        "or on_pusher_*)")
 
 
 def export(handler_class):
@@ -695,6 +708,8 @@ def export(handler_class):
         if rt is None:
             rt = state["rt"] = Runtime(handler_class(), host.connection, kv_get)
         return rt
+
+    _exported["runtime"] = runtime
 
     def request_of(req):
         return Request(req.path, req.query, req.headers, req.remote_addr, req.params)
@@ -729,3 +744,19 @@ def export(handler_class):
             return types.Commands(commands, data)
 
     return Export
+
+
+# What export() made, for export_state.
+_exported = {}
+
+
+def export_state():
+    """The class componentize-py exports as `weir:gateway/state` (world
+    `stateful-handler`, 0.4.0): check-state over the instance export() made."""
+    from wit_world import exports
+
+    class State(exports.State):
+        def check_state(self, attachments):
+            return questions.check_states(_exported["runtime"]().handler, attachments)
+
+    return State

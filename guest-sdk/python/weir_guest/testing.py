@@ -32,7 +32,14 @@ deferred upgrade is answered by `upgrade_answering`. History and presence
 reads wait in `reads()` until the test answers them (`answer_history`,
 `answer_presence`, `fail_read`). A proxy route's filter is driven with
 `proxy_message(conn, direction, msg)`; what it passed on is in
-`forwarded(conn)`. `replace_instance()`
+`forwarded(conn)`. A real-time namespace's guest is asked with
+`subscribe(channel, ...)` and `client_publish(channel, data, ...)`, a Pusher
+app's guest with `pusher_connect(target, ...)`, `pusher_subscribe(channel,
+...)` and `pusher_client_event(channel, event, data, ...)`: each returns the
+verdict as the gateway reads it from the answer, a dict with `verdict`
+("allow", "refuse", "authorise", "pass", "replace", "drop", or "failed"
+when the handler answered nothing). `check_state(states)` runs the
+`check-state` export over saved conn.state values. `replace_instance()`
 starts a fresh instance (module state reset, connections and their saved
 state kept), as the gateway does after a fault, a recycle or a deploy.
 
@@ -55,6 +62,25 @@ from .runtime import Runtime, check_handler_class
 
 DEFAULT_ATTACHMENT_MAX = 64 * 1024
 """The gateway's default `attachment_max` (64 KiB)."""
+
+_RT_CONN = (1 << 64) - 1
+"""The connection id the harness's real-time questions carry (the guest echoes it)."""
+_RT_CALL = 0x5EED
+
+
+def _json_text(v):
+    """A str as JSON text already; any other value as its JSON; None as none."""
+    if v is None:
+        return b""
+    return v.encode("utf-8") if isinstance(v, str) else json.dumps(v).encode("utf-8")
+
+
+def _data_bytes(v):
+    """Bytes as they are (raw JSON text); any other value as its JSON (a str
+    too, as a client sends one)."""
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    return json.dumps(v, separators=(",", ":")).encode("utf-8")
 
 HTTP_ERROR_CODES = {v: k for k, v in abi.HTTP_ERROR_REASONS.items()}
 KV_ERROR_CODES = {v: k for k, v in abi.KV_ERROR_REASONS.items()}
@@ -191,6 +217,7 @@ class TestRoute:
         self._now_ms = 0
         self._store = {}
         self._kv_refused = []
+        self._verdicts = []
         self.runtime = None
         self.replace_instance()
 
@@ -304,6 +331,105 @@ class TestRoute:
         text = isinstance(msg, str)
         self._run(conn, abi.PROXY_TEXT if text else abi.PROXY_BINARY, 0,
                   msg.encode("utf-8") if text else bytes(msg), abi.DIRECTIONS.index(direction))
+
+    # ------------------------------------------------------------ real-time guests
+
+    def subscribe(self, channel, client="client-1", user="", info=None):
+        """Ask the handler, as a real-time namespace's guest, whether a
+        client may subscribe (on_subscribe); `info` is the token's info
+        claim (JSON text, or a value). {"verdict": "allow"}, {"verdict":
+        "refuse", "code": n} or {"verdict": "failed"}."""
+        v = self._ask(abi.RT_SUBSCRIBE, channel, client, user, _json_text(info))
+        if v is None:
+            return {"verdict": "failed"}
+        return {"verdict": "allow"} if v["code"] == 0 else {"verdict": "refuse", "code": v["code"]}
+
+    def client_publish(self, channel, data, client="client-1", user="", info=None):
+        """Give the handler, as a real-time namespace's guest, a client's
+        publication (on_client_publish): `data` a value (sent as its JSON)
+        or raw bytes. {"verdict": "pass"}, {"verdict": "replace", "text":
+        ...}, {"verdict": "drop", "code": n} or {"verdict": "failed"}."""
+        return self._publish_answer(self._ask(abi.RT_PUBLISH, channel, client, user,
+                                              _json_text(info), _data_bytes(data)))
+
+    def pusher_connect(self, target, socket_id="1.1", headers=()):
+        """Ask the handler, as a Pusher app's guest, about a connection
+        (on_pusher_connect); `headers` (name, value) pairs or `name: value`
+        lines. {"verdict": "allow"}, {"verdict": "refuse", "code": n,
+        "message": ...} or {"verdict": "failed"}."""
+        lines = headers if isinstance(headers, str) else "\n".join(f"{n}: {v}" for n, v in headers)
+        v = self._ask(abi.PUSHER_CONNECT, target, socket_id, "", lines.encode("utf-8"))
+        if v is None:
+            return {"verdict": "failed"}
+        if v["code"] == 0:
+            return {"verdict": "allow"}
+        return {"verdict": "refuse", "code": v["code"], "message": v.get("payload", "")}
+
+    def pusher_subscribe(self, channel, socket_id="1.1", user="", channel_data="", auth="",
+                         signature="none"):
+        """Ask the handler, as a Pusher app's guest, about a subscribe
+        (on_pusher_subscribe); `signature` what weir's HMAC check made of
+        `auth` ("none", "passed", "failed"). {"verdict": "allow"},
+        {"verdict": "authorise", "channel_data": str or None (the client's
+        own)}, {"verdict": "refuse", "code": n, "message": ...} or
+        {"verdict": "failed"}."""
+        rest = abi.encode_subscribe_rest(signature, auth)
+        v = self._ask(abi.PUSHER_SUBSCRIBE, channel, socket_id, user, _json_text(channel_data),
+                      rest)
+        if v is None:
+            return {"verdict": "failed"}
+        if v["code"] != 0:
+            return {"verdict": "refuse", "code": v["code"], "message": v.get("payload", "")}
+        if v.get("authorise"):
+            return {"verdict": "authorise", "channel_data": v["payload"] or None}
+        return {"verdict": "allow"}
+
+    def pusher_client_event(self, channel, event, data, socket_id="1.1", user=""):
+        """Give the handler, as a Pusher app's guest, a client event
+        (on_pusher_client_event); the verdict as client_publish's (a drop
+        with code 0 is silent)."""
+        return self._publish_answer(self._ask(abi.PUSHER_CLIENT_EVENT, channel, socket_id, user,
+                                              event.encode("utf-8"), _data_bytes(data)))
+
+    def check_state(self, states):
+        """The `check-state` export over `states` (conn.state values as a
+        live connection would have saved them; bytes go as raw attachment
+        bytes): for each, None when this version accepts it, else why not."""
+        from .questions import check_states
+        attachments = [s if isinstance(s, bytes) else json.dumps(s, separators=(",", ":")).encode()
+                       for s in states]
+        return self._call(lambda rt: check_states(rt.handler, attachments))
+
+    @staticmethod
+    def _publish_answer(v):
+        if v is None:
+            return {"verdict": "failed"}
+        if v["verdict"] == "replace":
+            return {"verdict": "replace", "text": v["data"].decode("utf-8")}
+        if v["verdict"] == "drop":
+            return {"verdict": "drop", "code": v["code"]}
+        return {"verdict": "pass"}
+
+    def _ask(self, kind, channel, client, user, info, rest=b""):
+        """One real-time question in a batch of its own; its one verdict, or
+        None when the handler answered nothing."""
+        self._verdicts = []
+        self._run(_RT_CONN, kind, 0, abi.encode_rt_request(_RT_CALL, channel, client, user, info,
+                                                           rest))
+        got, self._verdicts = self._verdicts, []
+        if not got:
+            return None
+        if len(got) != 1:
+            raise AssertionError(f"one verdict per question, got {got!r}")
+        v = got[0]
+        if v["call"] != _RT_CALL or v["conn"] != _RT_CONN:
+            raise AssertionError(f"the verdict names call {v['call']} of {v['conn']}, not the "
+                                 "question's")
+        want = ("rt-publish-verdict" if kind in (abi.RT_PUBLISH, abi.PUSHER_CLIENT_EVENT)
+                else "rt-subscribe-verdict")
+        if v["kind"] != want:
+            raise AssertionError(f"a {want} was due, got {v['kind']}")
+        return v
 
     # ------------------------------------------------------------ what clients saw
 
@@ -642,6 +768,8 @@ class TestRoute:
                                                 c["limit"], c["reverse"]))
                 else:
                     self._reads.append(SentRead(c["conn"], c["tag"], "presence", c["channel"]))
+        elif kind in ("rt-subscribe-verdict", "rt-publish-verdict"):
+            self._verdicts.append(c)
         else:
             raise AssertionError(f"the harness does not play {kind}")
 

@@ -47,7 +47,7 @@ impl GuestRoute {
                 route,
                 version = program.version(),
                 "the component does not export {STATE_INTERFACE} (built with an older SDK, or \
-                 the JavaScript or Python SDK): the state of live connections was not checked"
+                 for weir:gateway 0.3.0): the state of live connections was not checked"
             );
             return Ok(Inherited::default());
         }
