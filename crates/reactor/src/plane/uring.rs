@@ -42,7 +42,7 @@ use tokio::io::unix::AsyncFd;
 /// Submission queue entries (the completion queue is twice as long).
 const RING_ENTRIES: u32 = 1024;
 /// Buffers in the provided-buffer ring (a power of two).
-const BUFFERS: u16 = 128;
+const BUFFERS: u16 = 256;
 /// Bytes per ring buffer. A `recv` that fills one sends the connection to
 /// direct reads, so this sizes the common small batch, not a message.
 pub(crate) const BUFFER_BYTES: usize = 4096;
@@ -305,6 +305,11 @@ fn setup(entries: u32) -> std::io::Result<(IoUring, BufRing)> {
     let ring = IoUring::builder()
         .setup_cqsize(entries * 2)
         .setup_submit_all()
+        // Completions run when the worker next enters the kernel (it
+        // does all the time) or wakes from its wait, never by an
+        // interrupt of a running worker.
+        .setup_coop_taskrun()
+        .setup_single_issuer()
         .build(entries)?;
     let mut probe = io_uring::Probe::new();
     ring.submitter().register_probe(&mut probe)?;
