@@ -9,8 +9,9 @@
 # Environment:
 #   AUTOBAHN_TLS=1                    the same cases over wss://: weir serves
 #                                     TLS with a certificate made here (openssl)
-#   AUTOBAHN_IO=epoll                 weir serves on its workers' planes
-#                                     (`weir serve --io epoll`), not tasks
+#   AUTOBAHN_IO=epoll|uring|auto      weir serves on its workers' planes
+#                                     (`weir serve --io epoll`, on io_uring
+#                                     with uring, auto), not tasks
 #   AUTOBAHN_URL=ws://host:port/path  test that server instead of starting weir
 #   PYTHON27=/path/to/python2.7       interpreter for the virtualenv
 #   AUTOBAHN_OUT=dir                  report directory [default: target/autobahn]

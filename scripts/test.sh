@@ -86,10 +86,14 @@ fi
 cargo test --release --workspace
 
 # The connection-level tests again with every gateway on its workers'
-# planes (`[server] io = "epoll"`, crates/reactor/src/plane.rs).
-WEIR_TEST_IO=epoll cargo test --release -p weir --test plane --test native --test abuse \
-    --test pubsub --test deflate --test batching --test guest_routes --test isolation \
-    --test guest_faults --test guest_io --test scale --test process --test overload
+# planes (`[server] io = "epoll"`, crates/reactor/src/plane.rs), then on
+# io_uring where the kernel allows it (`io = "auto"`, plane/uring.rs;
+# tests/uring.rs checks the choice and the fallback).
+for io in epoll auto; do
+    WEIR_TEST_IO=$io cargo test --release -p weir --test plane --test native --test abuse \
+        --test pubsub --test deflate --test batching --test guest_routes --test isolation \
+        --test guest_faults --test guest_io --test scale --test process --test overload
+done
 
 # The guest SDK (its harness, its doc examples) and every example's own
 # harness tests, natively: they are separate workspaces.
@@ -155,6 +159,9 @@ else
     # The same cases on the workers' planes (`weir serve --io epoll`), and
     # over wss:// (weir's TLS termination).
     AUTOBAHN_IO=epoll bash scripts/autobahn.sh
+    # On io_uring where the kernel allows it (`--io auto`: else on epoll,
+    # as the log says).
+    AUTOBAHN_IO=auto bash scripts/autobahn.sh
     AUTOBAHN_TLS=1 bash scripts/autobahn.sh
 fi
 

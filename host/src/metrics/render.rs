@@ -92,7 +92,7 @@ impl Snapshot {
             ("weir_outbound_queued_bytes_max", Gauge, "The most bytes queued toward any one client.", self.outbound_queued_bytes_max as u64),
             ("weir_receive_buffer_bytes_held", Gauge, "Bytes of receive buffers held by connections with bytes in flight.", self.receive_buffer_bytes_held as u64),
             ("weir_receive_buffer_bytes_pooled", Gauge, "Bytes of free receive buffers kept for reuse.", self.receive_buffer_bytes_pooled as u64),
-            ("weir_plane_connections", Gauge, "WebSocket connections served by the workers' planes ([server] io = \"epoll\"), not as tasks of their own.", self.plane_connections as u64),
+            ("weir_plane_connections", Gauge, "WebSocket connections served by the workers' planes ([server] io = \"epoll\", \"uring\" or \"auto\"), not as tasks of their own.", self.plane_connections as u64),
             ("weir_draining", Gauge, "1 while the gateway is shutting down.", u64::from(self.draining)),
             ("weir_log_lines_lost_total", Counter, "Gateway log lines dropped because stderr was not taking them fast enough.", self.log_lines_lost),
             ("weir_pubsub_dropped_total", Counter, "Published messages not delivered to subscribers over their outbound_budget (slow_subscriber = \"drop\").", self.pubsub_dropped),
