@@ -152,7 +152,7 @@ enum Backend {
         registry: mio::Registry,
         events: RefCell<Events>,
     },
-    Uring(Uring),
+    Uring(Box<Uring>),
 }
 
 /// The backend a plane runs on.
@@ -212,7 +212,7 @@ impl Plane {
                     events: RefCell::new(Events::with_capacity(EVENTS_PER_WAIT)),
                 }
             }
-            PlaneIo::Uring => Backend::Uring(Uring::new()?),
+            PlaneIo::Uring => Backend::Uring(Box::new(Uring::new()?)),
         };
         Ok(Rc::new(Plane {
             backend,
