@@ -380,9 +380,19 @@ impl Plane {
                             let fd = conn.socket_fd();
                             let _ = registry.deregister(&mut SourceFd(&fd));
                         }
-                        // Its socket closes once the kernel lets go of the
-                        // operations (the cancellations go out this turn).
-                        Backend::Uring(u) => u.cancel(key, conn.armed()),
+                        // Its operations still waiting in the submission
+                        // queue go to the kernel now, while their
+                        // descriptor is this socket's (once closed, the
+                        // number may name another connection's socket);
+                        // the socket closes once the kernel lets go of
+                        // them (the cancellations go out this turn).
+                        Backend::Uring(u) => {
+                            let armed = conn.armed();
+                            if armed != 0 {
+                                u.submit();
+                                u.cancel(key, armed);
+                            }
+                        }
                     }
                     self.release(index);
                     self.count(-1);

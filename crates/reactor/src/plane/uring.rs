@@ -152,8 +152,9 @@ impl BufRing {
 
 impl Drop for BufRing {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout; the ring (and so
-        // the kernel's use of it) is gone first (`Uring`'s field order).
+        // SAFETY: allocated in `new` with this layout. Dropped only by
+        // `probe`, whose ring never had an operation (`Uring` keeps its
+        // buffers for good).
         unsafe { dealloc(self.entries.cast(), self.layout) }
     }
 }
@@ -161,7 +162,11 @@ impl Drop for BufRing {
 /// One worker's ring (see the module docs).
 pub(crate) struct Uring {
     ring: RefCell<AsyncFd<IoUring>>,
-    bufs: BufRing,
+    /// Never freed: the kernel tears a ring down in the background after
+    /// its descriptor closes, and a `recv` it completes meanwhile may
+    /// still write into a buffer. A worker's ring lives as long as the
+    /// worker, so this is 1 MiB per worker once, at exit.
+    bufs: std::mem::ManuallyDrop<BufRing>,
     /// Entries pushed since the last submission.
     queued: Cell<u32>,
 }
@@ -186,7 +191,7 @@ impl Uring {
         let ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }?;
         Ok(Uring {
             ring: RefCell::new(ring),
-            bufs,
+            bufs: std::mem::ManuallyDrop::new(bufs),
             queued: Cell::new(0),
         })
     }
@@ -195,9 +200,11 @@ impl Uring {
         let mut ring = self.ring.borrow_mut();
         let ring = ring.get_mut();
         loop {
-            // SAFETY: every entry names a socket the plane keeps open until
-            // the entry completes or is cancelled, and a `recv` selects its
-            // buffer from the ring (no pointer of ours in it).
+            // SAFETY: no entry holds a pointer of ours (a `recv` selects
+            // its buffer from the ring, which is never freed), and each
+            // names a socket that stays open until the entry is submitted
+            // (`Plane::after` submits before a connection's socket closes;
+            // the kernel then holds the socket until the entry ends).
             if unsafe { ring.submission().push(&entry) }.is_ok() {
                 self.queued.set(self.queued.get() + 1);
                 return;
