@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::task::Context;
 use tokio::io::unix::AsyncFd;
 
-/// Submission queue entries (the completion queue is twice as long).
+/// Submission queue entries (the completion queue is four times as long).
 const RING_ENTRIES: u32 = 1024;
 /// Buffers in the provided-buffer ring (a power of two).
 const BUFFERS: u16 = 256;
@@ -253,14 +253,18 @@ impl Uring {
         }
     }
 
-    /// Hands what was pushed to the kernel (one `io_uring_enter`).
+    /// Hands what was pushed to the kernel (one `io_uring_enter`), and
+    /// has it move completions that found the completion queue full into
+    /// it (the kernel keeps them aside until an enter asks: without one,
+    /// they would wait for good, since nothing else wakes the plane).
     pub(crate) fn submit(&self) {
-        if self.queued.get() == 0 {
+        let mut ring = self.ring.borrow_mut();
+        let ring = ring.get_mut();
+        if self.queued.get() == 0 && !ring.submission().cq_overflow() {
             return;
         }
         self.queued.set(0);
-        let mut ring = self.ring.borrow_mut();
-        if let Err(e) = ring.get_mut().submit() {
+        if let Err(e) = ring.submit() {
             tracing::warn!(error = %e, "plane: io_uring submission failed");
         }
     }
@@ -310,7 +314,7 @@ impl Uring {
 /// (the tuple's order).
 fn setup(entries: u32) -> std::io::Result<(IoUring, BufRing)> {
     let ring = IoUring::builder()
-        .setup_cqsize(entries * 2)
+        .setup_cqsize(entries * 4)
         .setup_submit_all()
         // Completions run when the worker next enters the kernel (it
         // does all the time) or wakes from its wait, never by an
