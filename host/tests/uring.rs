@@ -205,3 +205,47 @@ async fn uring_refuses_to_start_where_io_uring_is_forbidden() {
         "nothing listens"
     );
 }
+
+/// Regression: a connection whose first step (taken when the plane adopts
+/// it, outside the plane's own task) ends in the server's close — a bad
+/// frame sent with the upgrade request itself — lingers for the client's
+/// answer and is dropped when the linger runs out. On io_uring nothing
+/// woke the waiting plane for that linger (epoll's registration edge did):
+/// the connection stayed open until some other event came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_answered_to_the_upgrades_own_bytes_lingers_and_ends() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut config = weir_config::Config::builtin_default();
+    config.server.workers = 1;
+    config.server.io = weir_config::Io::Auto;
+    let gw = common::Gateway::start_exact(config);
+    let mut bytes = b"GET /echo HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n\
+        Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+        Sec-WebSocket-Version: 13\r\n\r\n"
+        .to_vec();
+    // Opcode 3 is reserved: 1002.
+    bytes.extend_from_slice(&common::frame(0x83, b""));
+    let mut stream = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    stream.write_all(&bytes).await.unwrap();
+    // The 101, the close frame and the server's FIN.
+    let mut got = Vec::new();
+    tokio::time::timeout(STEP, stream.read_to_end(&mut got))
+        .await
+        .expect("the close frame and the server's end of writing")
+        .unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 101"), "{text}");
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let close = &got[head_end..];
+    assert_eq!(close[0], 0x88, "a close frame: {close:?}");
+    assert_eq!(
+        &close[2..4],
+        &1002u16.to_be_bytes(),
+        "close 1002: {close:?}"
+    );
+    // The client never answers (its socket stays open): the slot is freed
+    // when the linger (2 s) runs out.
+    await_metric(gw.addr, "weir_plane_connections", 0).await;
+    drop(stream);
+    gw.stop();
+}

@@ -281,6 +281,12 @@ impl Output {
         }
         // TLS hands its records to the kernel here; TCP has none.
         ready!(Pin::new(&mut *stream).poll_flush(cx))?;
+        self.finished();
+        Poll::Ready(Ok(()))
+    }
+
+    /// All is out: cleared for the next batch.
+    fn finished(&mut self) {
         self.segs.clear();
         self.sent = 0;
         if let Some(d) = &mut self.deflate {
@@ -290,7 +296,38 @@ impl Output {
                 d.scratch = Vec::new();
             }
         }
-        Poll::Ready(Ok(()))
+    }
+
+    /// The replies when they are one run of bytes none of which is
+    /// written yet (an echo's usual batch), for a caller that hands them
+    /// to the kernel itself and reports back with [`Output::sent`].
+    pub fn single<'a>(&'a self, buf: &'a [u8]) -> Option<&'a [u8]> {
+        let [r] = self.segs.as_slice() else {
+            return None;
+        };
+        if self.sent != 0 {
+            return None;
+        }
+        Some(if r.start & OWNED == 0 {
+            &buf[r.clone()]
+        } else {
+            let owned = &self.deflate.as_ref().expect("owned replies").bytes;
+            &owned[r.start & !OWNED..r.end & !OWNED]
+        })
+    }
+
+    /// `n` bytes of [`Output::single`]'s run went out: true (and cleared)
+    /// when that was all, else [`Output::poll_flush`] writes the rest.
+    pub fn sent(&mut self, n: usize) -> bool {
+        self.sent += n;
+        let all = self
+            .segs
+            .first()
+            .is_some_and(|r| self.sent >= (r.end & !OWNED) - (r.start & !OWNED));
+        if all {
+            self.finished();
+        }
+        all
     }
 
     /// [`poll_flush`](Self::poll_flush) as a future.

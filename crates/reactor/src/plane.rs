@@ -83,6 +83,9 @@ pub(crate) enum Cause {
     /// (io_uring) A poll it armed completed: write readiness, or a
     /// hang-up while reads were blocked (`res`: the events, or an error).
     Polled { op: Op, res: i32 },
+    /// (io_uring) Its replies' `send` completed: `res` bytes sent, or an
+    /// error (`-EAGAIN`: the socket was full).
+    Sent { res: i32 },
     /// Its queue has something, or the idle wheel looked at it.
     Woken,
     /// It read a full buffer: more may wait (epoll is edge-triggered).
@@ -302,6 +305,12 @@ impl Plane {
             // Outside a turn: its `recv` goes to the kernel now.
             u.submit();
         }
+        // This step ran outside the plane's task, which may be waiting
+        // with nothing to wake it for what the step left: a read to go
+        // on with (`again`), or a linger whose end needs its timer (a
+        // close answered to the prefix). On epoll the registration's
+        // first edge wakes it anyway; on io_uring nothing would.
+        self.woken.plane.wake();
     }
 
     fn reserve(&self) -> (usize, u32) {
@@ -455,6 +464,7 @@ impl Plane {
                         res: c.res,
                         bid: c.bid,
                     },
+                    Op::Send => Cause::Sent { res: c.res },
                     op => Cause::Polled { op, res: c.res },
                 };
                 if c.op != Op::Cancel {

@@ -8,7 +8,7 @@
 //! awaits `Behaviour::unblocked` and hands it back (`lend`), while the
 //! connection keeps writing what its producers queue.
 
-use super::uring::{Op, Uring, BUFFER_BYTES};
+use super::uring::{Op, Sent, Uring, BUFFER_BYTES};
 use super::{give_back, Cause, Key, Next, Plane, PlaneConn};
 use crate::behaviour::{Behaviour, Stop};
 use crate::conn::{
@@ -137,6 +137,8 @@ enum Done {
     },
     /// The idle ping.
     Ping,
+    /// (io_uring) The rest of a read's replies a `send` left.
+    Rest,
     /// The close frame: FIN, then the linger.
     CloseFrame,
 }
@@ -195,6 +197,10 @@ pub(crate) struct Entry<B> {
     /// (io_uring) The armed `recv`'s length: a completion that fills it
     /// may have left more in the socket.
     recv_len: u16,
+    /// (io_uring) A read's replies are out as a `send` (where its bytes
+    /// are), and whether the write turn is held: the connection writes
+    /// nothing else until the completion.
+    sending: Option<(Sent, bool)>,
 }
 
 impl<B: Behaviour> Entry<B> {
@@ -229,6 +235,7 @@ impl<B: Behaviour> Entry<B> {
             ops: 0,
             fresh: false,
             recv_len: 0,
+            sending: None,
         }
     }
 
@@ -412,7 +419,7 @@ impl<B: Behaviour> Entry<B> {
                 outbound.delivered(taken);
                 self.act(flow)
             }
-            Done::Ping => None,
+            Done::Ping | Done::Rest => None,
             Done::CloseFrame => {
                 self.c.stream.shutdown_write();
                 if self.c.decoder.peer_closed() || self.hup {
@@ -578,6 +585,46 @@ impl<B: Behaviour> Entry<B> {
         self.c.ping_sent = false;
     }
 
+    /// (io_uring) The replies' `send` completed with `res`: what it left
+    /// (the socket was full) waits for the socket as a direct write's rest.
+    fn sent(&mut self, u: &Uring, res: i32) -> Option<Next> {
+        self.ops &= !Op::Send.bit();
+        let (sent, turn) = self.sending.take().expect("a send");
+        let n = res.max(0) as usize;
+        let rest = if res < 0 && res != -libc::EAGAIN {
+            None
+        } else {
+            Some(Bytes::copy_from_slice(u.unsent(sent, n)))
+        };
+        u.taken(sent);
+        match rest {
+            None => {
+                if turn {
+                    self.c.env.outbound.release_turn();
+                }
+                Some(self.end())
+            }
+            Some(rest) if rest.is_empty() => {
+                if turn {
+                    self.c.env.outbound.release_turn();
+                }
+                None
+            }
+            Some(rest) => {
+                self.rare().writing = Some(Writing {
+                    parts: vec![rest],
+                    sent: 0,
+                    remainder: 0,
+                    batch: false,
+                    done: Done::Rest,
+                    turn,
+                    since: None,
+                });
+                None
+            }
+        }
+    }
+
     /// Lends the behaviour to a task that waits until reads may go on.
     fn lend(&mut self, plane: &Rc<Plane>) {
         let mut behaviour = self.behaviour.take().expect("not lent");
@@ -665,9 +712,26 @@ impl<B: Behaviour> Entry<B> {
                 return None;
             }
         }
-        // The usual case: the socket takes the batch now, and nothing is
-        // allocated for it.
         let buf = self.c.buf.as_deref().expect("a batch holds its buffer");
+        if let (Some(u), Flow::Continue) = (plane.uring(), &flow) {
+            // One short run of bytes: a `send` in the turn's enter, no
+            // system call of its own.
+            let fd = self.c.stream.0.as_raw_fd();
+            let sent = self.c.out.single(buf).and_then(|b| u.send(self.key, fd, b));
+            if let Some(sent) = sent {
+                self.c.out.sent(sent.len as usize);
+                self.ops |= Op::Send.bit();
+                self.sending = Some((sent, turn));
+                // The read buffer goes back now if nothing is left in it.
+                // The next `recv` is armed once the `send` is out: armed
+                // beside it, it finds the client not yet answered and
+                // costs the kernel a poll of its own.
+                self.c.keep_leftover(pos);
+                return Some(Next::Keep);
+            }
+        }
+        // The usual case on epoll: the socket takes the batch now, and
+        // nothing is allocated for it.
         let mut writer = self.c.stream.writer();
         let mut cx = Context::from_waker(Waker::noop());
         match self.c.out.poll_flush(&mut writer, buf, &mut cx) {
@@ -737,6 +801,10 @@ impl<B: Behaviour> Entry<B> {
     }
 
     fn run(&mut self, plane: &Rc<Plane>) -> Next {
+        if self.sending.is_some() {
+            // Its completion steps it on.
+            return Next::Keep;
+        }
         let mut reads = 0;
         loop {
             if self.rare.as_ref().is_some_and(|r| r.writing.is_some()) {
@@ -914,6 +982,12 @@ impl<B: Behaviour> PlaneConn for Entry<B> {
                 if op == Op::Hangup && (res < 0 || res & gone != 0) {
                     self.hup = true;
                     self.readable = true;
+                }
+            }
+            Cause::Sent { res } => {
+                let u = plane.uring().expect("a ring's completion");
+                if let Some(next) = self.sent(u, res) {
+                    return next;
                 }
             }
             Cause::LingerOver => {

@@ -21,11 +21,27 @@
 //! left the kernel completes the `recv` with `ENOBUFS` and the connection
 //! reads directly instead.
 //!
-//! Writes stay direct `write`s from the loop (producers on other threads
-//! write straight into the socket too, under the outbound queue's turn).
+//! A read's replies go out as a `send` on the ring, in the same enter as
+//! the turn's `recv`s, when they are one run of at most 16 KiB (an echo's
+//! batch, the usual case): the system call a `write` cost per batch is
+//! gone. The bytes are copied into one of the worker's two send arenas,
+//! so the connection's read buffer goes back to the pool at once (200
+//! connections with a `send` each in one turn hold no read buffer for
+//! it). The `send` carries `MSG_DONTWAIT`: the kernel copies the bytes
+//! into the socket during that enter or completes it with `EAGAIN`, and
+//! never parks it holding a pointer into an arena. An arena is reused once
+//! the completions of all its `send`s were taken; the turns alternate
+//! between the two, and when neither has room the connection writes
+//! directly. A short or refused `send` leaves the rest (copied out of the
+//! arena) to the direct writes and write-readiness poll of epoll's path;
+//! the connection writes nothing else until its `send`'s completion is
+//! taken (its next `recv` may be armed meanwhile). Other writes (several
+//! runs, queued deliveries, pings, closes) stay direct `write`s, and
+//! producers on other threads write straight into the socket too, under
+//! the outbound queue's turn.
 //!
-//! Kernel features: io_uring with `IORING_OP_RECV`, `IORING_OP_POLL_ADD`
-//! and `IORING_OP_ASYNC_CANCEL` (5.6) and registered provided-buffer rings
+//! Kernel features: io_uring with `IORING_OP_RECV`, `IORING_OP_SEND`,
+//! `IORING_OP_POLL_ADD` and `IORING_OP_ASYNC_CANCEL` (5.6) and registered provided-buffer rings
 //! (`IORING_REGISTER_PBUF_RING`, 5.19). `Uring::new` fails where any is
 //! missing or where io_uring is forbidden (seccomp, `io_uring_disabled`),
 //! and the gateway then serves on epoll (`"auto"`) or refuses to start
@@ -48,9 +64,14 @@ const BUFFERS: u16 = 256;
 pub(crate) const BUFFER_BYTES: usize = 4096;
 /// The provided-buffer group the `recv`s select from.
 const GROUP: u16 = 0;
+/// Bytes per send arena (two per worker).
+const ARENA_BYTES: usize = 256 * 1024;
+/// Replies longer than this are written directly: their write's system
+/// call is a small part of their cost, and they would crowd the arena.
+pub(crate) const SEND_MAX_BYTES: usize = 16 * 1024;
 
-/// What a completion answers, in bits 30–31 of its user data (the key's
-/// index stays below 2^30).
+/// What a completion answers, in bits 29–31 of its user data (the key's
+/// index stays below 2^29).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Op {
     Recv = 0,
@@ -58,12 +79,14 @@ pub(crate) enum Op {
     Writable = 1,
     /// The client hanging up while reads are blocked.
     Hangup = 2,
+    /// A read's replies sent.
+    Send = 3,
     /// A cancellation's own completion (nothing to do).
-    Cancel = 3,
+    Cancel = 4,
 }
 
-const OP_SHIFT: u32 = 30;
-const OP_MASK: u64 = 3 << OP_SHIFT;
+const OP_SHIFT: u32 = 29;
+const OP_MASK: u64 = 7 << OP_SHIFT;
 
 impl Op {
     /// Its bit in a connection's set of armed operations.
@@ -81,6 +104,7 @@ impl Op {
             0 => Op::Recv,
             1 => Op::Writable,
             2 => Op::Hangup,
+            3 => Op::Send,
             _ => Op::Cancel,
         };
         (op, data & !OP_MASK)
@@ -159,6 +183,43 @@ impl Drop for BufRing {
     }
 }
 
+/// Bytes of `send`s between their push and their completion's taking.
+struct Arena {
+    /// `ARENA_BYTES` bytes, never reallocated: submitted `send`s point
+    /// into them.
+    base: *mut u8,
+    used: Cell<usize>,
+    /// Its `send`s whose completion is not taken yet.
+    sends: Cell<u32>,
+}
+
+impl Arena {
+    fn new() -> Arena {
+        let bytes = vec![0u8; ARENA_BYTES].into_boxed_slice();
+        Arena {
+            base: Box::into_raw(bytes).cast::<u8>(),
+            used: Cell::new(0),
+            sends: Cell::new(0),
+        }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: made by `new` from a boxed slice of this length; the
+        // ring (a field before the arenas) is gone, and every `send` was
+        // done with its bytes within its enter.
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.base, ARENA_BYTES)) });
+    }
+}
+
+/// Where a `send`'s bytes are: the arena (top bit) and the offset.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Sent {
+    at: u32,
+    pub len: u32,
+}
+
 /// One worker's ring (see the module docs).
 pub(crate) struct Uring {
     ring: RefCell<AsyncFd<IoUring>>,
@@ -169,6 +230,9 @@ pub(crate) struct Uring {
     bufs: std::mem::ManuallyDrop<BufRing>,
     /// Entries pushed since the last submission.
     queued: Cell<u32>,
+    /// The send arenas, and the one new `send`s go to.
+    arenas: [Arena; 2],
+    current: Cell<usize>,
 }
 
 /// A completion, as the plane hands it on.
@@ -193,6 +257,8 @@ impl Uring {
             ring: RefCell::new(ring),
             bufs: std::mem::ManuallyDrop::new(bufs),
             queued: Cell::new(0),
+            arenas: [Arena::new(), Arena::new()],
+            current: Cell::new(0),
         })
     }
 
@@ -200,8 +266,9 @@ impl Uring {
         let mut ring = self.ring.borrow_mut();
         let ring = ring.get_mut();
         loop {
-            // SAFETY: no entry holds a pointer of ours (a `recv` selects
-            // its buffer from the ring, which is never freed), and each
+            // SAFETY: a `recv` selects its buffer from the ring, which is
+            // never freed; a `send`'s bytes stay untouched until its
+            // completion is taken (see `send`); and each entry
             // names a socket that stays open until the entry is submitted
             // (`Plane::after` submits before a connection's socket closes;
             // the kernel then holds the socket until the entry ends).
@@ -229,6 +296,61 @@ impl Uring {
         self.push(entry);
     }
 
+    /// Sends a copy of `bytes` on `key`'s socket at the next submission,
+    /// or None (nothing done) when they are too long or no arena has room.
+    /// The caller takes the completion with [`Uring::taken`].
+    pub(crate) fn send(&self, key: u64, fd: RawFd, bytes: &[u8]) -> Option<Sent> {
+        if bytes.len() > SEND_MAX_BYTES {
+            return None;
+        }
+        let index = self.current.get();
+        let arena = &self.arenas[index];
+        let at = arena.used.get();
+        if at + bytes.len() > ARENA_BYTES {
+            return None;
+        }
+        // SAFETY: inside the arena; single-threaded, and the kernel reads
+        // only ranges of `send`s below `used`, this is above it.
+        let dest = unsafe { std::slice::from_raw_parts_mut(arena.base.add(at), bytes.len()) };
+        dest.copy_from_slice(bytes);
+        arena.used.set(at + bytes.len());
+        arena.sends.set(arena.sends.get() + 1);
+        // MSG_DONTWAIT: completed during the enter, never parked on the
+        // socket (see the module docs).
+        let entry = opcode::Send::new(types::Fd(fd), dest.as_ptr(), bytes.len() as u32)
+            .flags(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(Op::Send.tag(key));
+        self.push(entry);
+        Some(Sent {
+            at: (index as u32) << 31 | at as u32,
+            len: bytes.len() as u32,
+        })
+    }
+
+    /// The bytes of `sent` from `from` on (a short `send`'s rest), valid
+    /// until [`Uring::taken`].
+    pub(crate) fn unsent(&self, sent: Sent, from: usize) -> &[u8] {
+        let arena = &self.arenas[(sent.at >> 31) as usize];
+        let at = (sent.at & !(1 << 31)) as usize;
+        let from = from.min(sent.len as usize);
+        // SAFETY: inside the arena (`send` put them there); the kernel is
+        // done with them (their completion came), and nothing writes below
+        // `used` until they are taken.
+        unsafe { std::slice::from_raw_parts(arena.base.add(at + from), sent.len as usize - from) }
+    }
+
+    /// `sent`'s completion is taken: its arena is reused once all of its
+    /// `send`s are.
+    pub(crate) fn taken(&self, sent: Sent) {
+        let arena = &self.arenas[(sent.at >> 31) as usize];
+        let left = arena.sends.get() - 1;
+        arena.sends.set(left);
+        if left == 0 {
+            arena.used.set(0);
+        }
+    }
+
     /// Arms a one-shot poll for `op` (write readiness, or a hang-up).
     pub(crate) fn poll(&self, key: u64, fd: RawFd, op: Op) {
         let mask = match op {
@@ -243,7 +365,7 @@ impl Uring {
 
     /// Cancels `key`'s armed operations (the bits of `ops`).
     pub(crate) fn cancel(&self, key: u64, ops: u8) {
-        for op in [Op::Recv, Op::Writable, Op::Hangup] {
+        for op in [Op::Recv, Op::Writable, Op::Hangup, Op::Send] {
             if ops & op.bit() != 0 {
                 let entry = opcode::AsyncCancel::new(op.tag(key))
                     .build()
@@ -266,6 +388,12 @@ impl Uring {
         self.queued.set(0);
         if let Err(e) = ring.submit() {
             tracing::warn!(error = %e, "plane: io_uring submission failed");
+        }
+        // The next turn's `send`s go to the other arena once its own
+        // were all taken (this turn's complete meanwhile).
+        let other = 1 - self.current.get();
+        if self.arenas[other].sends.get() == 0 {
+            self.current.set(other);
         }
     }
 
@@ -326,6 +454,7 @@ fn setup(entries: u32) -> std::io::Result<(IoUring, BufRing)> {
     ring.submitter().register_probe(&mut probe)?;
     for code in [
         opcode::Recv::CODE,
+        opcode::Send::CODE,
         opcode::PollAdd::CODE,
         opcode::AsyncCancel::CODE,
     ] {
