@@ -474,3 +474,33 @@ async fn a_relay_client_gone_while_unpaired_is_not_anyones_partner() {
     assert_eq!(b.next_frame().await, Some((0x81, b"hi b".to_vec())));
     gw.stop();
 }
+
+/// Clients the gateway closed (a protocol error) that neither answer the
+/// close nor leave linger for up to `CLOSE_LINGER` each; while they are
+/// quiet they hold no receive buffer, so a mass close of slow clients
+/// (a drain, a shutdown) does not hold one per connection for the linger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lingering_quiet_clients_hold_no_receive_buffer() {
+    const N: u64 = 20;
+    let gw = Gateway::start(one_worker());
+    let mut clients = Vec::new();
+    for _ in 0..N {
+        let mut c = Raw::connect(gw.addr, "/echo").await;
+        // A reserved opcode with a payload: 1002.
+        c.send(&frame(0x83, b"reserved")).await;
+        assert_eq!(c.close_code().await, Some(1002));
+        clients.push(c);
+    }
+    // At least the last ones still linger (their 2 s are not over)...
+    let open = metric(gw.addr, "weir_websocket_connections").await;
+    assert!(open >= 1, "the closed clients linger");
+    // ...and none of them holds a receive buffer.
+    let held = metric(gw.addr, "weir_receive_buffer_bytes_held").await;
+    assert_eq!(
+        held, 0,
+        "{held} bytes of receive buffers held by {open} lingering connections"
+    );
+    drop(clients);
+    await_metric(gw.addr, "weir_websocket_connections", 0).await;
+    gw.stop();
+}

@@ -424,6 +424,18 @@ impl<T: Transport> Conn<T> {
 
     /// Keeps what the decoder could not use yet (`buf[pos..end]`) at the
     /// front of the buffer, or gives the buffer back when nothing is left.
+    /// After the close: whatever the buffer holds is dropped and the
+    /// buffer goes back to the pool, so a lingering connection whose
+    /// client is quiet holds none (a mass close of slow clients would hold
+    /// one each for the whole linger).
+    pub(crate) fn drop_buffer(&mut self) {
+        if let Some(buf) = self.buf.take() {
+            self.env.pool.give(buf);
+        }
+        self.start = HEADROOM_BYTES;
+        self.end = HEADROOM_BYTES;
+    }
+
     pub(crate) fn keep_leftover(&mut self, pos: usize) {
         let end = self.end;
         let left = end - pos;

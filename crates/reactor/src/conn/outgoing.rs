@@ -78,17 +78,20 @@ impl<T: Transport> Conn<T> {
         let _ = tokio::time::timeout(CLOSE_LINGER, self.discard_until_eof()).await;
     }
 
+    /// A receive buffer is held only while bytes are read (see
+    /// `drop_buffer`).
     pub(super) async fn discard_until_eof(&mut self) {
-        let buf = self.buf.get_or_insert_with(|| self.env.pool.take(false));
+        self.drop_buffer();
         let mut discarded = 0;
         while discarded < CLOSE_DRAIN_MAX_BYTES {
             if self.stream.readable().await.is_err() {
                 return;
             }
+            let buf = self.buf.get_or_insert_with(|| self.env.pool.take(false));
             match self.stream.read(&mut buf[HEADROOM_BYTES..]) {
                 Ok(0) => return,
                 Ok(n) => discarded += n,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => continue,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => self.drop_buffer(),
                 Err(_) => return,
             }
         }

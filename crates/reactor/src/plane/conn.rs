@@ -774,6 +774,8 @@ impl<B: Behaviour> Entry<B> {
             return self.end();
         }
         if self.ops & Op::Recv.bit() != 0 {
+            // The ring's `recv` takes what comes (counted, not kept).
+            self.c.drop_buffer();
             return Next::Keep;
         }
         let pool = self.c.env.pool.clone();
@@ -789,6 +791,7 @@ impl<B: Behaviour> Entry<B> {
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.c.drop_buffer();
                     if let Some(u) = plane.uring() {
                         self.arm_recv(u, BUFFER_BYTES);
                     }
