@@ -235,13 +235,7 @@ impl Output {
             return Poll::Ready(Ok(()));
         }
         let owned: &[u8] = self.deflate.as_ref().map_or(&[], |d| &d.bytes);
-        let slice = |r: &Range<usize>| {
-            if r.start & OWNED == 0 {
-                &buf[r.clone()]
-            } else {
-                &owned[r.start & !OWNED..r.end & !OWNED]
-            }
-        };
+        let slice = |r: &Range<usize>| run_of(buf, owned, r);
         if let [one] = self.segs.as_slice() {
             // The usual batch of an echo: one range, no gather list.
             let bytes = slice(one);
@@ -285,8 +279,9 @@ impl Output {
         Poll::Ready(Ok(()))
     }
 
-    /// All is out: cleared for the next batch.
-    fn finished(&mut self) {
+    /// All is out: cleared for the next batch (also for a caller that
+    /// handed [`Output::single`]'s bytes to the kernel itself).
+    pub fn finished(&mut self) {
         self.segs.clear();
         self.sent = 0;
         if let Some(d) = &mut self.deflate {
@@ -300,34 +295,15 @@ impl Output {
 
     /// The replies when they are one run of bytes none of which is
     /// written yet (an echo's usual batch), for a caller that hands them
-    /// to the kernel itself and reports back with [`Output::sent`].
+    /// to the kernel itself and then calls [`Output::finished`].
     pub fn single<'a>(&'a self, buf: &'a [u8]) -> Option<&'a [u8]> {
-        let [r] = self.segs.as_slice() else {
-            return None;
-        };
-        if self.sent != 0 {
-            return None;
+        match self.segs.as_slice() {
+            [r] if self.sent == 0 => {
+                let owned: &[u8] = self.deflate.as_ref().map_or(&[], |d| &d.bytes);
+                Some(run_of(buf, owned, r))
+            }
+            _ => None,
         }
-        Some(if r.start & OWNED == 0 {
-            &buf[r.clone()]
-        } else {
-            let owned = &self.deflate.as_ref().expect("owned replies").bytes;
-            &owned[r.start & !OWNED..r.end & !OWNED]
-        })
-    }
-
-    /// `n` bytes of [`Output::single`]'s run went out: true (and cleared)
-    /// when that was all, else [`Output::poll_flush`] writes the rest.
-    pub fn sent(&mut self, n: usize) -> bool {
-        self.sent += n;
-        let all = self
-            .segs
-            .first()
-            .is_some_and(|r| self.sent >= (r.end & !OWNED) - (r.start & !OWNED));
-        if all {
-            self.finished();
-        }
-        all
     }
 
     /// [`poll_flush`](Self::poll_flush) as a future.
@@ -337,6 +313,16 @@ impl Output {
         buf: &[u8],
     ) -> std::io::Result<()> {
         std::future::poll_fn(|cx| self.poll_flush(stream, buf, cx)).await
+    }
+}
+
+/// The bytes a gathered range names: in the receive buffer, or (`OWNED`)
+/// among the compressed replies.
+fn run_of<'a>(buf: &'a [u8], owned: &'a [u8], r: &Range<usize>) -> &'a [u8] {
+    if r.start & OWNED == 0 {
+        &buf[r.clone()]
+    } else {
+        &owned[r.start & !OWNED..r.end & !OWNED]
     }
 }
 

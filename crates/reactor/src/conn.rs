@@ -422,8 +422,6 @@ impl<T: Transport> Conn<T> {
         flow
     }
 
-    /// Keeps what the decoder could not use yet (`buf[pos..end]`) at the
-    /// front of the buffer, or gives the buffer back when nothing is left.
     /// After the close: whatever the buffer holds is dropped and the
     /// buffer goes back to the pool, so a lingering connection whose
     /// client is quiet holds none (a mass close of slow clients would hold
@@ -436,6 +434,8 @@ impl<T: Transport> Conn<T> {
         self.end = HEADROOM_BYTES;
     }
 
+    /// Keeps what the decoder could not use yet (`buf[pos..end]`) at the
+    /// front of the buffer, or gives the buffer back when nothing is left.
     pub(crate) fn keep_leftover(&mut self, pos: usize) {
         let end = self.end;
         let left = end - pos;

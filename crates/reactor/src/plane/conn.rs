@@ -590,39 +590,20 @@ impl<B: Behaviour> Entry<B> {
     fn sent(&mut self, u: &Uring, res: i32) -> Option<Next> {
         self.ops &= !Op::Send.bit();
         let (sent, turn) = self.sending.take().expect("a send");
-        let n = res.max(0) as usize;
-        let rest = if res < 0 && res != -libc::EAGAIN {
-            None
-        } else {
-            Some(Bytes::copy_from_slice(u.unsent(sent, n)))
-        };
+        let failed = res < 0 && res != -libc::EAGAIN;
+        let rest = (!failed)
+            .then(|| u.unsent(sent, res.max(0) as usize))
+            .filter(|rest| !rest.is_empty())
+            .map(Bytes::copy_from_slice);
         u.taken(sent);
-        match rest {
-            None => {
-                if turn {
-                    self.c.env.outbound.release_turn();
-                }
-                Some(self.end())
-            }
-            Some(rest) if rest.is_empty() => {
-                if turn {
-                    self.c.env.outbound.release_turn();
-                }
-                None
-            }
-            Some(rest) => {
-                self.rare().writing = Some(Writing {
-                    parts: vec![rest],
-                    sent: 0,
-                    remainder: 0,
-                    batch: false,
-                    done: Done::Rest,
-                    turn,
-                    since: None,
-                });
-                None
-            }
+        if let Some(rest) = rest {
+            self.write(vec![rest], false, Done::Rest, turn);
+            return None;
         }
+        if turn {
+            self.c.env.outbound.release_turn();
+        }
+        failed.then(|| self.end())
     }
 
     /// Lends the behaviour to a task that waits until reads may go on.
@@ -719,7 +700,7 @@ impl<B: Behaviour> Entry<B> {
             let fd = self.c.stream.0.as_raw_fd();
             let sent = self.c.out.single(buf).and_then(|b| u.send(self.key, fd, b));
             if let Some(sent) = sent {
-                self.c.out.sent(sent.len as usize);
+                self.c.out.finished();
                 self.ops |= Op::Send.bit();
                 self.sending = Some((sent, turn));
                 // The read buffer goes back now if nothing is left in it.

@@ -68,7 +68,7 @@ const GROUP: u16 = 0;
 const ARENA_BYTES: usize = 256 * 1024;
 /// Replies longer than this are written directly: their write's system
 /// call is a small part of their cost, and they would crowd the arena.
-pub(crate) const SEND_MAX_BYTES: usize = 16 * 1024;
+const SEND_MAX_BYTES: usize = 16 * 1024;
 
 /// What a completion answers, in bits 29–31 of its user data (the key's
 /// index stays below 2^29).
@@ -217,7 +217,7 @@ impl Drop for Arena {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Sent {
     at: u32,
-    pub len: u32,
+    len: u32,
 }
 
 /// One worker's ring (see the module docs).
@@ -331,8 +331,7 @@ impl Uring {
     /// The bytes of `sent` from `from` on (a short `send`'s rest), valid
     /// until [`Uring::taken`].
     pub(crate) fn unsent(&self, sent: Sent, from: usize) -> &[u8] {
-        let arena = &self.arenas[(sent.at >> 31) as usize];
-        let at = (sent.at & !(1 << 31)) as usize;
+        let (arena, at) = self.arena_of(sent);
         let from = from.min(sent.len as usize);
         // SAFETY: inside the arena (`send` put them there); the kernel is
         // done with them (their completion came), and nothing writes below
@@ -340,10 +339,16 @@ impl Uring {
         unsafe { std::slice::from_raw_parts(arena.base.add(at + from), sent.len as usize - from) }
     }
 
+    /// The arena `sent`'s bytes are in, and their offset there.
+    fn arena_of(&self, sent: Sent) -> (&Arena, usize) {
+        let index = (sent.at >> 31) as usize;
+        (&self.arenas[index], (sent.at & !(1 << 31)) as usize)
+    }
+
     /// `sent`'s completion is taken: its arena is reused once all of its
     /// `send`s are.
     pub(crate) fn taken(&self, sent: Sent) {
-        let arena = &self.arenas[(sent.at >> 31) as usize];
+        let (arena, _) = self.arena_of(sent);
         let left = arena.sends.get() - 1;
         arena.sends.set(left);
         if left == 0 {
